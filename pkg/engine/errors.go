@@ -1,0 +1,49 @@
+package engine
+
+import "errors"
+
+// Errors that carry an exit code of the command-line contract. Steps wrap them with %w;
+// ExitCode maps an error back to its code.
+var (
+	// ErrUsage marks bad usage or an invalid recipe or recipe value (exit 2).
+	ErrUsage = errors.New("invalid usage or recipe")
+	// ErrGate marks a failed smoke gate (exit 3).
+	ErrGate = errors.New("smoke gate failed")
+	// ErrHost marks a host that does not meet the recipe's requirements (exit 4).
+	ErrHost = errors.New("host does not meet the recipe's requirements")
+	// ErrLocked marks a run refused because another holds the lock (exit 5).
+	ErrLocked = errors.New("another sglprov run holds the lock")
+	// ErrReboot marks a driver/library version mismatch that needs a reboot (exit 6).
+	ErrReboot = errors.New("reboot required")
+)
+
+// Exit codes of the command-line contract.
+const (
+	ExitOK     = 0
+	ExitFailed = 1
+	ExitUsage  = 2
+	ExitGate   = 3
+	ExitHost   = 4
+	ExitLocked = 5
+	ExitReboot = 6
+)
+
+// ExitCode returns the exit code for err: 0 for nil, the contract's code for the marked
+// errors above, 1 for anything else.
+func ExitCode(err error) int {
+	switch {
+	case err == nil:
+		return ExitOK
+	case errors.Is(err, ErrUsage):
+		return ExitUsage
+	case errors.Is(err, ErrGate):
+		return ExitGate
+	case errors.Is(err, ErrHost):
+		return ExitHost
+	case errors.Is(err, ErrLocked):
+		return ExitLocked
+	case errors.Is(err, ErrReboot):
+		return ExitReboot
+	}
+	return ExitFailed
+}

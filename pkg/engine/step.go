@@ -1,0 +1,218 @@
+// Package engine plans and runs a recipe's steps: a DAG of steps with fingerprints, a lock,
+// an atomically written state file and a report per run.
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"charm.land/log/v2"
+
+	"github.com/sglprov/sglprov/pkg/gpu"
+)
+
+// Step is one unit of work of a recipe. The engine skips a step only when its fingerprint
+// equals the recorded one and Intact reports its outputs unchanged.
+type Step interface {
+	// Fingerprint returns the named inputs that decide the step's result, beyond its own
+	// recipe text and the vars and facts that text refers to (the engine adds those).
+	// Values may be long; the engine digests them. A name is what plan shows when its
+	// value changes, e.g. "toolchain.nvcc" or "tree".
+	Fingerprint(ctx context.Context, env *Env) (map[string]string, error)
+	// Intact reports whether the outputs of an earlier run are still there and unchanged;
+	// when they are not, reason names what changed (e.g. "outputs changed: /opt/sglang").
+	Intact(ctx context.Context, env *Env) (ok bool, reason string, err error)
+	// Run does the work.
+	Run(ctx context.Context, env *Env) error
+}
+
+// AlwaysRunner is implemented by steps that run on every apply, whatever their
+// fingerprint (the smoke gate).
+type AlwaysRunner interface {
+	AlwaysRun() bool
+}
+
+// Kind describes one step kind: how to decode its recipe body and build the step.
+type Kind struct {
+	// NewSpec returns a pointer to a zero spec value; the recipe body is decoded into it
+	// strictly (unknown fields are errors).
+	NewSpec func() any
+	// New builds the step from a decoded spec whose templates have been rendered.
+	New func(name string, spec any) (Step, error)
+}
+
+// Registry maps step kind names (the key in a recipe step: "command", "source", ...) to kinds.
+type Registry map[string]Kind
+
+// Env is what a step sees while it is fingerprinted, checked and run.
+type Env struct {
+	// Root is the host root every host path is written under ("" or "/" is the real host).
+	Root string
+	// StateDir is the state directory (already under Root where that applies).
+	StateDir string
+	// RecipeName is the recipe's name; RecipeDir the folder of the recipe file, against
+	// which relative recipe paths (patch series, templates, testdata) are resolved.
+	RecipeName, RecipeDir string
+	// StepName is the step's name in the recipe.
+	StepName string
+	// Facts are the host's GPU facts (nil when the recipe needs none and none were found).
+	Facts *gpu.Facts
+	// Log is the step's logger: it writes to the console and to the step's log file.
+	Log *log.Logger
+	// Out receives the raw output of commands the step runs (the step log file).
+	Out io.Writer
+	// LogPath is the path of the step's log file.
+	LogPath string
+	// Console is the terminal or pipe the run reports progress to; IsTerminal says which.
+	Console    io.Writer
+	IsTerminal bool
+	// Deps are the built steps this step needs, by name (whether they ran or were skipped).
+	Deps map[string]Step
+	// Verify asks steps to re-check outputs fully (e.g. re-hash downloads).
+	Verify bool
+	// Force is set when the user asked to run this step even though it would be skipped.
+	Force bool
+	// Offline is set under --root: nothing is started on the host.
+	Offline bool
+
+	store *Store
+}
+
+// HostPath maps an absolute host path into Root; relative paths are returned as they are.
+// Every host path a step writes or reads goes through it.
+func (e *Env) HostPath(p string) string {
+	return HostPath(e.Root, p)
+}
+
+// HostPath maps the absolute path p into root, as systemctl --root does.
+func HostPath(root, p string) string {
+	if root == "" || root == "/" || !filepath.IsAbs(p) {
+		return p
+	}
+	return filepath.Join(root, strings.TrimPrefix(filepath.Clean(p), "/"))
+}
+
+// RecipePath resolves a path named in the recipe against the recipe's folder.
+func (e *Env) RecipePath(p string) string {
+	if filepath.IsAbs(p) {
+		return p
+	}
+	return filepath.Join(e.RecipeDir, p)
+}
+
+// LoadData decodes the data this step recorded in the state on an earlier run into v.
+// It reports false when there is none.
+func (e *Env) LoadData(v any) bool {
+	return e.store.load(e.StepName, v)
+}
+
+// SaveData records v (JSON) as this step's data; it is written with the state when the
+// step completes.
+func (e *Env) SaveData(v any) error {
+	return e.store.save(e.StepName, v)
+}
+
+// LoadStepData and SaveStepData do the same for another step (a smoke gate recording the
+// profile that won for the service step it needs).
+func (e *Env) LoadStepData(step string, v any) bool { return e.store.load(step, v) }
+
+// SaveStepData records v as the data of the named step.
+func (e *Env) SaveStepData(step string, v any) error { return e.store.save(step, v) }
+
+// Detail attaches a value to this step's entry in the run report (smoke verdicts,
+// resolved commits, files fetched).
+func (e *Env) Detail(key string, v any) {
+	e.store.detail(e.StepName, key, v)
+}
+
+// Store holds each step's recorded data and report details for one run; it is safe for
+// concurrent use.
+type Store struct {
+	mu      sync.Mutex
+	data    map[string]json.RawMessage
+	details map[string]map[string]any
+}
+
+// NewStore returns a store seeded with the data recorded by an earlier run.
+func NewStore(data map[string]json.RawMessage) *Store {
+	s := &Store{data: map[string]json.RawMessage{}, details: map[string]map[string]any{}}
+	for k, v := range data {
+		s.data[k] = v
+	}
+	return s
+}
+
+func (s *Store) load(step string, v any) bool {
+	if s == nil {
+		return false
+	}
+	s.mu.Lock()
+	raw, ok := s.data[step]
+	s.mu.Unlock()
+	if !ok || len(raw) == 0 {
+		return false
+	}
+	return json.Unmarshal(raw, v) == nil
+}
+
+func (s *Store) save(step string, v any) error {
+	if s == nil {
+		return nil
+	}
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.data[step] = raw
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *Store) detail(step, key string, v any) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.details[step] == nil {
+		s.details[step] = map[string]any{}
+	}
+	s.details[step][key] = v
+}
+
+// Data returns the recorded data of one step.
+func (s *Store) Data(step string) json.RawMessage {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.data[step]
+}
+
+// Details returns the report details of one step.
+func (s *Store) Details(step string) map[string]any {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.details[step]
+}
+
+// NewTestEnv returns an Env for a step's unit tests: root and state under dir, output to
+// out, and a fresh store.
+func NewTestEnv(dir string, out io.Writer) *Env {
+	if out == nil {
+		out = io.Discard
+	}
+	return &Env{
+		Root:     "",
+		StateDir: filepath.Join(dir, "state"),
+		StepName: "test",
+		Log:      log.New(out),
+		Out:      out,
+		Console:  out,
+		Deps:     map[string]Step{},
+		store:    NewStore(nil),
+	}
+}
