@@ -13,6 +13,7 @@ import (
 	"charm.land/log/v2"
 
 	"github.com/sglprov/sglprov/pkg/gpu"
+	"github.com/sglprov/sglprov/pkg/recipe"
 )
 
 // Step is one unit of work of a recipe. The engine skips a step only when its fingerprint
@@ -61,6 +62,8 @@ type Env struct {
 	StepName string
 	// Facts are the host's GPU facts (nil when the recipe needs none and none were found).
 	Facts *gpu.Facts
+	// Profiles are the recipe's backend profiles by name.
+	Profiles map[string]recipe.Profile
 	// Log is the step's logger: it writes to the console and to the step's log file.
 	Log *log.Logger
 	// Out receives the raw output of commands the step runs (the step log file).

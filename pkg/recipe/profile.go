@@ -1,0 +1,23 @@
+// Package recipe reads sglprov recipes (apiVersion sglprov/v1): strict parsing with
+// positions, vars and templating, and validation that reports every problem as
+// FILE:LINE:COL: message.
+package recipe
+
+// Profile is a named set of server flags and environment, chosen by GPU facts and
+// quantization.
+type Profile struct {
+	// Match says which hosts and models the profile is for.
+	Match ProfileMatch `yaml:"match" json:"match"`
+	// Args are extra server arguments, e.g. ["--attention-backend", "triton"].
+	Args []string `yaml:"args" json:"args,omitempty"`
+	// Env are extra environment variables for the server.
+	Env map[string]string `yaml:"env" json:"env,omitempty"`
+}
+
+// ProfileMatch selects a profile: every field that is set must match.
+type ProfileMatch struct {
+	// ComputeCapability is an exact capability ("12.0") or a range (">=9.0,<10.0").
+	ComputeCapability string `yaml:"compute_capability" json:"compute_capability,omitempty"`
+	// Quantization is the server's --quantization value, e.g. "modelopt_fp4".
+	Quantization string `yaml:"quantization" json:"quantization,omitempty"`
+}
