@@ -1,0 +1,165 @@
+// Package fetch downloads files over HTTP(S): several files at once, large files in
+// parallel byte ranges, sha256 computed in order while the bytes arrive (never by a second
+// pass), written as NAME.part beside the destination and renamed only when size and digest
+// match. An interrupted download resumes from its verified prefix.
+package fetch
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+)
+
+// File is one file to download.
+type File struct {
+	// URL is where the bytes come from.
+	URL string
+	// Path is the destination path relative to Options.Dest, already validated by the
+	// caller (relative, no ".."); Fetch checks it again and refuses an unsafe one.
+	Path string
+	// Size is the expected size in bytes, or -1 when unknown.
+	Size int64
+	// SHA256 is the expected sha256 as lower-case hex. It may be empty when only GitSHA1
+	// is known (small files that the hub stores in git rather than LFS).
+	SHA256 string
+	// GitSHA1 is the expected git blob sha1 (sha1 of "blob SIZE\x00" and the content), used
+	// when SHA256 is empty.
+	GitSHA1 string
+}
+
+// Options tunes a Fetch call. The zero value of every field means its default.
+type Options struct {
+	// Dest is the destination folder; File.Path is relative to it.
+	Dest string
+	// Files is how many files download at once (default 4).
+	Files int
+	// Conns is the number of ranged connections per large file (default 8).
+	Conns int
+	// MinChunk: files smaller than this use one connection (default 64 MiB).
+	MinChunk int64
+	// ChunkSize is the size of one range request of a large file (default 4 MiB).
+	ChunkSize int64
+	// MaxBuffer bounds the bytes held in memory, over all files, for ranges that arrived
+	// ahead of the hashed prefix (default 32 MiB).
+	MaxBuffer int64
+	// StallTimeout cancels and retries a request that received no byte for this long
+	// (default 60s). There is no total timeout.
+	StallTimeout time.Duration
+	// Retries is how many times a failing request (5xx, dropped connection, stall) is
+	// retried without progress, and how many times a whole file is downloaded again after
+	// a digest or size mismatch (default 3; negative means none).
+	Retries int
+	// RetryWait is the first wait between retries; it doubles up to 30s (default 1s).
+	RetryWait time.Duration
+	// CheckpointBytes is how often (in hashed bytes) the part file is fsynced and its
+	// sidecar NAME.part.json written, so that a killed run resumes from there without
+	// re-reading the part (default 256 MiB).
+	CheckpointBytes int64
+	// Client is the HTTP client (default: a client with sane transport timeouts). Its
+	// CheckRedirect is wrapped so that the token never follows a redirect to another host.
+	Client *http.Client
+	// Token is a bearer token sent as "Authorization: Bearer TOKEN", only to TokenHost.
+	// It never appears in an error or a log line.
+	Token string
+	// TokenHost is the only host ("host:port"; the port may be omitted for the scheme's
+	// default) the token is sent to, compared exactly, on the first request and on every
+	// redirect hop.
+	TokenHost string
+	// Progress receives progress events; nil means none.
+	Progress Reporter
+	// FreeSpace returns the bytes free for an unprivileged user in dir (default statfs).
+	FreeSpace func(dir string) (uint64, error)
+	// Logf receives retry and resume notes (default: discarded). URLs are redacted.
+	Logf func(format string, args ...any)
+}
+
+// Result describes one file after Fetch.
+type Result struct {
+	// Path is the file's path relative to Options.Dest.
+	Path string
+	// Size is the file's size in bytes.
+	Size int64
+	// SHA256 is the digest computed while downloading, as hex. For a file that was already
+	// present (Present) it is File.SHA256 as given: Fetch did not re-hash it.
+	SHA256 string
+	// Bytes is how many bytes came over the network for this file (retries included).
+	Bytes int64
+	// Resumed is set when the download continued an earlier part file.
+	Resumed bool
+	// Present is set when the file was already at its destination with the expected size
+	// and nothing was downloaded. Whether to re-hash it is the caller's decision (VerifyFile).
+	Present bool
+	// Duration is the wall time spent on this file.
+	Duration time.Duration
+}
+
+// Reporter receives progress events. Calls for different files may come concurrently.
+type Reporter interface {
+	// Start is called when a file's download begins: size is its total (-1 unknown) and
+	// have the bytes already there from an earlier run.
+	Start(file string, size, have int64)
+	// Add reports n more bytes of file written (n is negative when a file starts over).
+	Add(file string, n int64)
+	// Done is called once when the file is finished; err is nil on success.
+	Done(file string, err error)
+}
+
+// MismatchError reports a file whose size or digest is not the expected one.
+type MismatchError struct {
+	// Path is the file's path relative to Dest (or as given to VerifyFile).
+	Path string
+	// What is "size", "sha256" or "git-sha1".
+	What string
+	// Expected and Actual are the expected and the actual value.
+	Expected, Actual string
+}
+
+// Error implements error.
+func (e *MismatchError) Error() string {
+	return fmt.Sprintf("%s: %s mismatch: expected %s, got %s", e.Path, e.What, e.Expected, e.Actual)
+}
+
+// SpaceError reports that the destination has too little free space for the download.
+type SpaceError struct {
+	// Dir is the folder whose file system was checked.
+	Dir string
+	// Need and Free are bytes.
+	Need, Free uint64
+}
+
+// Error implements error.
+func (e *SpaceError) Error() string {
+	return fmt.Sprintf("not enough free space in %s: need %s, %s free", e.Dir, FormatBytes(int64(e.Need)), FormatBytes(int64(e.Free)))
+}
+
+// FormatBytes formats n bytes in binary units ("1.5 GiB").
+func FormatBytes(n int64) string {
+	const unit = 1024
+	if n < unit && n > -unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	f := float64(n)
+	for _, u := range []string{"KiB", "MiB", "GiB", "TiB"} {
+		f /= unit
+		if f < unit && f > -unit {
+			return fmt.Sprintf("%.1f %s", f, u)
+		}
+	}
+	return fmt.Sprintf("%.1f PiB", f/unit)
+}
+
+// Fetch downloads files into opt.Dest and returns one Result per file, in the order of
+// files. Files already present with their expected size are not downloaded (Result.Present).
+// Free space for all remaining bytes is checked before the first byte. On failure it
+// returns the results of the files that finished and an error naming the failed file;
+// part files stay in place so that the next call resumes them.
+func Fetch(ctx context.Context, files []File, opt Options) ([]Result, error) {
+	return fetch(ctx, files, opt)
+}
+
+// VerifyFile hashes the file at path and checks it against f's size and digest (SHA256, or
+// GitSHA1 when SHA256 is empty). A mismatch is a *MismatchError.
+func VerifyFile(path string, f File) error {
+	return verifyFile(path, f)
+}
