@@ -1,0 +1,169 @@
+package gpu
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Requirements is what a recipe needs of the host (the recipe's `requires:`).
+type Requirements struct {
+	GPU GPURequirements `yaml:"gpu" json:"gpu"`
+	// Driver is a version range for the NVIDIA driver, e.g. ">=575".
+	Driver string `yaml:"driver" json:"driver"`
+	// CUDA is a version range for the CUDA version the driver supports, e.g. ">=12.8".
+	CUDA string `yaml:"cuda" json:"cuda"`
+}
+
+// GPURequirements is what every GPU of the host must have, and how many there must be.
+type GPURequirements struct {
+	// ComputeCapability is a version range every GPU must match: "12.0", ">=9.0,<10.0".
+	ComputeCapability string `yaml:"compute_capability" json:"compute_capability"`
+	// MinCount is the least number of GPUs. A recipe with any GPU requirement needs at
+	// least one.
+	MinCount int `yaml:"min_count" json:"min_count"`
+	// MinMemoryGiB is the least total memory of each GPU, in GiB.
+	MinMemoryGiB float64 `yaml:"min_memory_gib" json:"min_memory_gib"`
+}
+
+// IsZero reports whether r requires nothing.
+func (r Requirements) IsZero() bool {
+	return r == Requirements{}
+}
+
+// Validate checks the ranges and numbers of r, naming the field of the first bad one:
+// `requires.driver: invalid version range ...`. The error of a bad range wraps its
+// *RangeError.
+func (r Requirements) Validate() error {
+	for _, f := range []struct{ name, value string }{
+		{"requires.gpu.compute_capability", r.GPU.ComputeCapability},
+		{"requires.driver", r.Driver},
+		{"requires.cuda", r.CUDA},
+	} {
+		if f.value == "" {
+			continue
+		}
+		if _, err := ParseRange(f.value); err != nil {
+			return fmt.Errorf("%s: %w", f.name, err)
+		}
+	}
+	if r.GPU.MinCount < 0 {
+		return fmt.Errorf("requires.gpu.min_count: %d is negative", r.GPU.MinCount)
+	}
+	if r.GPU.MinMemoryGiB < 0 {
+		return fmt.Errorf("requires.gpu.min_memory_gib: %g is negative", r.GPU.MinMemoryGiB)
+	}
+	return nil
+}
+
+// minCount is the effective least number of GPUs: a recipe that says anything about GPUs
+// needs at least one.
+func (g GPURequirements) minCount() int {
+	if g.MinCount == 0 && (g.ComputeCapability != "" || g.MinMemoryGiB > 0) {
+		return 1
+	}
+	return g.MinCount
+}
+
+// Check returns every way the host falls short of r, one message each, nil when it meets
+// them all. Every GPU must match; a message names the GPU, what it has and what the recipe
+// needs: `GPU 0 (NVIDIA H200) has compute capability 9.0; this recipe needs 12.0`,
+// `host has 1 GPU; this recipe needs at least 8`, `driver 550.54.15 does not satisfy >=575`.
+func (r Requirements) Check(f *Facts) []string {
+	var problems []string
+	add := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+
+	if need := r.GPU.minCount(); f.Count() < need {
+		add("host has %s; this recipe needs at least %d", plural(f.Count(), "GPU"), need)
+	}
+	if cc := strings.TrimSpace(r.GPU.ComputeCapability); cc != "" {
+		rng, err := ParseRange(cc)
+		if err != nil {
+			add("requires.gpu.compute_capability: %v", err)
+		} else {
+			for _, d := range f.gpus() {
+				if !rng.Match(d.ComputeCapability) {
+					add("%s has compute capability %s; this recipe needs %s", d.Label(), orUnknown(d.ComputeCapability), cc)
+				}
+			}
+		}
+	}
+	if need := r.GPU.MinMemoryGiB; need > 0 {
+		for _, d := range f.gpus() {
+			switch {
+			case d.MemoryTotalBytes == 0:
+				add("%s does not report its memory; this recipe needs %s GiB", d.Label(), formatGiB(need))
+			case d.MemoryGiB() < need:
+				add("%s has %s GiB of memory; this recipe needs %s", d.Label(), formatHave(d.MemoryGiB()), formatGiB(need))
+			}
+		}
+	}
+	driver := ""
+	if f != nil {
+		driver = f.DriverVersion
+	}
+	problems = append(problems, checkVersion("driver", driver, r.Driver)...)
+	problems = append(problems, checkVersion("CUDA", f.CUDAVersion(), r.CUDA)...)
+	return problems
+}
+
+// checkVersion checks one version against a range: `driver 550.54.15 does not satisfy >=575`.
+func checkVersion(what, have, want string) []string {
+	want = strings.TrimSpace(want)
+	if want == "" {
+		return nil
+	}
+	rng, err := ParseRange(want)
+	if err != nil {
+		return []string{fmt.Sprintf("requires.%s: %v", strings.ToLower(what), err)}
+	}
+	if have == "" {
+		return []string{fmt.Sprintf("%s version is unknown; this recipe needs %s", what, want)}
+	}
+	if !rng.Match(have) {
+		return []string{fmt.Sprintf("%s %s does not satisfy %s", what, have, want)}
+	}
+	return nil
+}
+
+// MatchCC reports whether compute capability cc ("12.0") matches expr, a version range
+// ("12.0", ">=9.0,<10.0"); profiles use it. A bad expr is a *RangeError.
+func MatchCC(expr, cc string) (bool, error) {
+	rng, err := ParseRange(expr)
+	if err != nil {
+		return false, err
+	}
+	return rng.Match(cc), nil
+}
+
+func (f *Facts) gpus() []Device {
+	if f == nil {
+		return nil
+	}
+	return f.GPUs
+}
+
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return strconv.Itoa(n) + " " + noun + "s"
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
+}
+
+// formatGiB prints a required amount as written: 90, 79.5.
+func formatGiB(v float64) string {
+	return strconv.FormatFloat(v, 'f', -1, 64)
+}
+
+// formatHave prints a measured amount rounded down to one decimal, so that 79.99 GiB is
+// never shown as the 80 it falls short of.
+func formatHave(v float64) string {
+	return strconv.FormatFloat(float64(int64(v*10))/10, 'f', 1, 64)
+}
