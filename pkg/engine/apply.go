@@ -1,0 +1,303 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+)
+
+// Report is what one apply did; it is written to runs/<time>/report.json.
+type Report struct {
+	Recipe       string            `json:"recipe"`
+	RecipeFile   string            `json:"recipe_file"`
+	Started      time.Time         `json:"started"`
+	Duration     time.Duration     `json:"duration_ns"`
+	Result       string            `json:"result"`
+	ExitCode     int               `json:"exit_code"`
+	Error        string            `json:"error,omitempty"`
+	FactsChanged []string          `json:"facts_changed,omitempty"`
+	Facts        map[string]string `json:"facts,omitempty"`
+	Steps        []*StepReport     `json:"steps"`
+	// Dir is the run's folder (report and step logs).
+	Dir string `json:"dir"`
+}
+
+// StepReport is one step's outcome in a run.
+type StepReport struct {
+	Name     string         `json:"name"`
+	Kind     string         `json:"kind"`
+	Result   string         `json:"result"`
+	Reason   string         `json:"reason"`
+	Started  time.Time      `json:"started,omitzero"`
+	Duration time.Duration  `json:"duration_ns"`
+	Error    string         `json:"error,omitempty"`
+	Log      string         `json:"log,omitempty"`
+	Details  map[string]any `json:"details,omitempty"`
+
+	err error
+}
+
+// Err returns the step's error, with its exit-code marks.
+func (s *StepReport) Err() error { return s.err }
+
+// Apply runs the recipe: each step once its needs are done, independent steps at the same
+// time, skipping what is unchanged and intact. It records the state after every step and
+// writes the run's report. The error is the first step failure (with its exit-code mark).
+func (e *Engine) Apply(ctx context.Context) (*Report, error) {
+	start := e.opts.Now()
+	rep := &Report{Recipe: e.opts.Recipe.Name, RecipeFile: e.opts.Recipe.File, Started: start.UTC(), FactsChanged: e.FactsChanged(), Facts: e.factsMap()}
+	runDir, err := e.newRunDir(start)
+	if err != nil {
+		return nil, err
+	}
+	rep.Dir = runDir
+	for _, c := range rep.FactsChanged {
+		e.log.Info("host fact changed", "fact", c)
+	}
+	if len(e.opts.Only) > 0 {
+		e.warnUnmetNeeds()
+	}
+
+	sem := make(chan struct{}, e.opts.Concurrency)
+	var wg sync.WaitGroup
+	for _, n := range e.nodes {
+		n.res = &StepReport{Name: n.step.Name, Kind: n.step.Kind}
+		wg.Add(1)
+		go func(n *node) {
+			defer wg.Done()
+			defer close(n.done)
+			e.runNode(ctx, n, sem, runDir)
+		}(n)
+	}
+	wg.Wait()
+
+	e.mu.Lock()
+	e.state.Facts = e.factsMap()
+	saveErr := e.saveState()
+	e.mu.Unlock()
+
+	var first error
+	for _, n := range e.order() {
+		rep.Steps = append(rep.Steps, n.res)
+		n.res.Details = e.store.Details(n.step.Name)
+		if n.res.err != nil && first == nil {
+			first = fmt.Errorf("step %s: %w", n.step.Name, n.res.err)
+		}
+	}
+	if first == nil && saveErr != nil {
+		first = saveErr
+	}
+	if first == nil && ctx.Err() != nil {
+		first = fmt.Errorf("interrupted: %w", ctx.Err())
+	}
+	rep.Duration = e.opts.Now().Sub(start)
+	rep.ExitCode = ExitCode(first)
+	rep.Result = "ok"
+	if first != nil {
+		rep.Result = "failed"
+		rep.Error = first.Error()
+		if ctx.Err() != nil {
+			rep.Result = ResultInterrupted
+		}
+	}
+	if err := writeReport(rep); err != nil && first == nil {
+		first = err
+	}
+	return rep, first
+}
+
+func (e *Engine) runNode(ctx context.Context, n *node, sem chan struct{}, runDir string) {
+	res := n.res
+	for _, d := range n.needs {
+		select {
+		case <-d.done:
+		case <-ctx.Done():
+		}
+	}
+	if len(e.opts.Only) > 0 && !contains(e.opts.Only, n.step.Name) {
+		res.Result, res.Reason = ResultNotSelected, "not in --only"
+		return
+	}
+	for _, d := range n.needs {
+		switch d.res.Result {
+		case ResultFailed, ResultBlocked, ResultInterrupted:
+			res.Result, res.Reason = ResultBlocked, fmt.Sprintf("needs %s, which %s", d.step.Name, d.res.Result)
+			return
+		}
+	}
+	if ctx.Err() != nil {
+		res.Result, res.Reason = ResultInterrupted, "run interrupted before it started"
+		return
+	}
+	select {
+	case sem <- struct{}{}:
+	case <-ctx.Done():
+		res.Result, res.Reason = ResultInterrupted, "run interrupted before it started"
+		return
+	}
+	defer func() { <-sem }()
+
+	logf, logPath, err := openStepLog(runDir, n.step.Name)
+	if err != nil {
+		res.Result, res.err = ResultFailed, err
+		res.Error = err.Error()
+		return
+	}
+	defer logf.Close()
+	env := e.env(n, logf, logPath)
+	dec, err := e.decide(ctx, n, env)
+	if err != nil {
+		res.Result, res.err, res.Error, res.Reason = ResultFailed, err, err.Error(), "cannot tell whether to run"
+		env.Log.Error("step failed", "err", err)
+		return
+	}
+	res.Reason = dec.Reason
+	if !dec.Run {
+		res.Result = ResultSkipped
+		env.Log.Info("skipped", "reason", dec.Reason)
+		return
+	}
+	res.Log = logPath
+	res.Started = e.opts.Now().UTC()
+	env.Log.Info("running", "reason", dec.Reason)
+	e.record(n.step.Name, func(r *StepRecord) {
+		r.Result, r.PID, r.Started, r.Reason, r.Error = ResultRunning, os.Getpid(), res.Started, dec.Reason, ""
+	})
+	runErr := n.impl.Run(ctx, env)
+	res.Duration = e.opts.Now().Sub(res.Started)
+	switch {
+	case runErr == nil:
+		res.Result = ResultOK
+		// Outputs may have changed what the step fingerprints (a tree it patched):
+		// record the inputs as they are now.
+		if parts, err := e.fingerprint(context.WithoutCancel(ctx), n, env); err == nil {
+			dec.Parts, dec.Fingerprint = parts, fingerprintOf(parts)
+		}
+		env.Log.Info("done", "took", res.Duration.Round(time.Millisecond))
+	case ctx.Err() != nil:
+		res.Result, res.err = ResultInterrupted, fmt.Errorf("interrupted: %w", runErr)
+		env.Log.Warn("interrupted", "err", runErr)
+	default:
+		res.Result, res.err = ResultFailed, runErr
+		env.Log.Error("failed", "err", runErr, "log", logPath)
+	}
+	if res.err != nil {
+		res.Error = res.err.Error()
+	}
+	e.record(n.step.Name, func(r *StepRecord) {
+		r.Result, r.PID, r.Duration, r.Error = res.Result, 0, res.Duration, res.Error
+		if res.Result == ResultOK {
+			r.Fingerprint, r.Parts = dec.Fingerprint, dec.Parts
+		}
+	})
+}
+
+// record updates one step's record and writes the state.
+func (e *Engine) record(name string, f func(*StepRecord)) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	rec := e.state.Steps[name]
+	if rec == nil {
+		rec = &StepRecord{}
+		e.state.Steps[name] = rec
+	}
+	f(rec)
+	if err := e.saveState(); err != nil {
+		e.log.Error("recording state", "err", err)
+	}
+}
+
+func (e *Engine) warnUnmetNeeds() {
+	for _, name := range e.opts.Only {
+		n := e.byName[name]
+		for _, d := range n.step.Needs {
+			if contains(e.opts.Only, d) {
+				continue
+			}
+			if rec := e.state.Steps[d]; rec == nil || rec.Result != ResultOK {
+				e.log.Warn("a needed step has not completed", "step", name, "needs", d)
+			}
+		}
+	}
+}
+
+func (e *Engine) newRunDir(start time.Time) (string, error) {
+	base := filepath.Join(e.opts.StateDir, "runs", start.UTC().Format("20060102T150405Z"))
+	dir := base
+	for i := 1; ; i++ {
+		err := os.MkdirAll(filepath.Dir(dir), 0o700)
+		if err == nil {
+			err = os.Mkdir(dir, 0o700)
+		}
+		if err == nil {
+			return dir, nil
+		}
+		if !errors.Is(err, os.ErrExist) || i > 100 {
+			return "", fmt.Errorf("creating run folder: %w", err)
+		}
+		dir = fmt.Sprintf("%s-%d", base, i)
+	}
+}
+
+func writeReport(rep *Report) error {
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encoding report: %w", err)
+	}
+	if err := WriteFileAtomic(filepath.Join(rep.Dir, "report.json"), append(b, '\n'), 0o600); err != nil {
+		return fmt.Errorf("writing report: %w", err)
+	}
+	return nil
+}
+
+// LatestReport reads the report of the newest run in the state directory.
+func LatestReport(stateDir string) (*Report, error) {
+	entries, err := os.ReadDir(filepath.Join(stateDir, "runs"))
+	if err != nil {
+		return nil, fmt.Errorf("reading runs: %w", err)
+	}
+	for i := len(entries) - 1; i >= 0; i-- {
+		b, err := os.ReadFile(filepath.Join(stateDir, "runs", entries[i].Name(), "report.json"))
+		if err != nil {
+			continue
+		}
+		var rep Report
+		if err := json.Unmarshal(b, &rep); err != nil {
+			return nil, fmt.Errorf("reading report: %w", err)
+		}
+		return &rep, nil
+	}
+	return nil, fmt.Errorf("no run has finished yet in %s", stateDir)
+}
+
+// Summary writes the apply summary table.
+func (r *Report) Summary() string {
+	var b strings.Builder
+	w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "STEP\tRESULT\tDURATION\tREASON")
+	for _, s := range r.Steps {
+		dur := "-"
+		if s.Duration > 0 {
+			dur = s.Duration.Round(time.Millisecond).String()
+		}
+		reason := s.Reason
+		if s.Error != "" {
+			reason += ": " + firstLine(s.Error)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", s.Name, s.Result, dur, reason)
+	}
+	w.Flush()
+	return b.String()
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
+}

@@ -1,0 +1,416 @@
+package engine
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"charm.land/log/v2"
+
+	"github.com/sglprov/sglprov/pkg/gpu"
+	"github.com/sglprov/sglprov/pkg/recipe"
+)
+
+// Options configure an Engine.
+type Options struct {
+	// Recipe is the parsed recipe; RecipeDir the folder recipe paths are relative to.
+	Recipe    *recipe.Recipe
+	RecipeDir string
+	// Registry lists the step kinds.
+	Registry Registry
+	// Facts are the host's GPU facts (nil when none are needed or known).
+	Facts *gpu.Facts
+	// Root is the host root (--root); StateDir the state directory (already rooted).
+	Root, StateDir string
+	// Only limits a run to these steps; Force runs these steps even when intact.
+	Only, Force []string
+	// Verify asks steps to re-check their outputs fully.
+	Verify bool
+	// Concurrency bounds the steps running at once (default 4).
+	Concurrency int
+	// NewLogger makes a logger in the run's format writing to w.
+	NewLogger func(w io.Writer) *log.Logger
+	// Console is where progress goes; IsTerminal says whether it is a terminal.
+	Console    io.Writer
+	IsTerminal bool
+	// Now is the clock (time.Now by default).
+	Now func() time.Time
+}
+
+// Engine plans and applies one recipe.
+type Engine struct {
+	opts   Options
+	state  *State
+	store  *Store
+	data   recipe.Data
+	nodes  []*node
+	byName map[string]*node
+	log    *log.Logger
+
+	mu sync.Mutex // guards state writes
+}
+
+type node struct {
+	step  *recipe.Step
+	impl  Step
+	needs []*node
+	done  chan struct{}
+	res   *StepReport
+	// deps are the needed steps by name, for Env.Deps.
+	deps map[string]Step
+}
+
+// New builds the engine: it reads the state, renders every step and builds it.
+func New(opts Options) (*Engine, error) {
+	if opts.Concurrency <= 0 {
+		opts.Concurrency = 4
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.NewLogger == nil {
+		opts.NewLogger = func(w io.Writer) *log.Logger { return log.New(w) }
+	}
+	if opts.Console == nil {
+		opts.Console = io.Discard
+	}
+	st, err := LoadState(opts.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	e := &Engine{opts: opts, state: st, byName: map[string]*node{}, log: opts.NewLogger(opts.Console)}
+	data := map[string]json.RawMessage{}
+	for name, rec := range st.Steps {
+		data[name] = rec.Data
+	}
+	e.store = NewStore(data)
+	var facts map[string]any
+	if opts.Facts != nil {
+		facts = opts.Facts.TemplateData()
+	}
+	e.data, err = opts.Recipe.NewData(facts)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
+	}
+	for _, s := range opts.Recipe.Steps {
+		kind, ok := opts.Registry[s.Kind]
+		if !ok {
+			return nil, fmt.Errorf("%w: %s: unknown step kind %q", ErrUsage, s.Pos, s.Kind)
+		}
+		spec := kind.NewSpec()
+		if err := s.Render(e.data, spec); err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrUsage, err)
+		}
+		impl, err := kind.New(s.Name, spec)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s: step %q: %v", ErrUsage, s.Pos, s.Name, err)
+		}
+		n := &node{step: s, impl: impl, done: make(chan struct{}), deps: map[string]Step{}}
+		e.nodes = append(e.nodes, n)
+		e.byName[s.Name] = n
+	}
+	for _, n := range e.nodes {
+		for _, d := range n.step.Needs {
+			dn := e.byName[d]
+			n.needs = append(n.needs, dn)
+			n.deps[d] = dn.impl
+		}
+	}
+	for _, name := range append(append([]string{}, opts.Only...), opts.Force...) {
+		if e.byName[name] == nil {
+			return nil, fmt.Errorf("%w: the recipe has no step %q (steps: %s)", ErrUsage, name, strings.Join(opts.Recipe.StepNames(), ", "))
+		}
+	}
+	return e, nil
+}
+
+// State returns the state the engine read (and, after Apply, wrote).
+func (e *Engine) State() *State { return e.state }
+
+// env returns the Env of one step.
+func (e *Engine) env(n *node, logw io.Writer, logPath string) *Env {
+	if logw == nil {
+		logw = io.Discard
+	}
+	return &Env{
+		Root:       e.opts.Root,
+		StateDir:   e.opts.StateDir,
+		RecipeName: e.opts.Recipe.Name,
+		RecipeDir:  e.opts.RecipeDir,
+		StepName:   n.step.Name,
+		Facts:      e.opts.Facts,
+		Profiles:   e.opts.Recipe.Profiles,
+		Log:        e.opts.NewLogger(io.MultiWriter(e.opts.Console, logw)).With("step", n.step.Name),
+		Out:        logw,
+		LogPath:    logPath,
+		Console:    e.opts.Console,
+		IsTerminal: e.opts.IsTerminal,
+		Deps:       n.deps,
+		Verify:     e.opts.Verify,
+		Force:      contains(e.opts.Force, n.step.Name),
+		Offline:    e.opts.Root != "" && e.opts.Root != "/",
+		store:      e.store,
+	}
+}
+
+// Decision is whether a step runs and why.
+type Decision struct {
+	Run    bool
+	Reason string
+	// Fingerprint and Parts are the step's current inputs (digests).
+	Fingerprint string
+	Parts       map[string]string
+}
+
+// decide computes a step's fingerprint and compares it and its outputs with the state.
+func (e *Engine) decide(ctx context.Context, n *node, env *Env) (Decision, error) {
+	parts, err := e.fingerprint(ctx, n, env)
+	if err != nil {
+		return Decision{}, err
+	}
+	d := Decision{Parts: parts, Fingerprint: fingerprintOf(parts)}
+	rec := e.state.Steps[n.step.Name]
+	if ar, ok := n.impl.(AlwaysRunner); ok && ar.AlwaysRun() {
+		d.Run, d.Reason = true, "always runs"
+		return d, nil
+	}
+	switch {
+	case env.Force:
+		d.Run, d.Reason = true, "forced"
+		return d, nil
+	case rec == nil:
+		d.Run, d.Reason = true, "new"
+		return d, nil
+	case rec.Result == ResultRunning:
+		d.Run, d.Reason = true, "interrupted in an earlier run"
+		return d, nil
+	case rec.Result != ResultOK:
+		d.Run, d.Reason = true, "last run "+rec.Result
+		return d, nil
+	}
+	if changed := changedParts(rec.Parts, parts); len(changed) > 0 {
+		d.Run, d.Reason = true, "fingerprint changed: "+strings.Join(changed, ", ")
+		return d, nil
+	}
+	ok, why, err := n.impl.Intact(ctx, env)
+	if err != nil {
+		return Decision{}, fmt.Errorf("checking outputs: %w", err)
+	}
+	if !ok {
+		if why == "" {
+			why = "outputs changed"
+		}
+		d.Run, d.Reason = true, why
+		return d, nil
+	}
+	d.Reason = "unchanged"
+	return d, nil
+}
+
+// fingerprint returns the digests of a step's named inputs: its recipe text, the vars and
+// facts that text uses, and the step's own inputs.
+func (e *Engine) fingerprint(ctx context.Context, n *node, env *Env) (map[string]string, error) {
+	parts := map[string]string{"spec": digest(n.step.BodyText())}
+	for _, ref := range e.opts.Recipe.ExpandRefs(n.step) {
+		parts[ref] = digest(e.data.Lookup(ref))
+	}
+	own, err := n.impl.Fingerprint(ctx, env)
+	if err != nil {
+		return nil, fmt.Errorf("computing fingerprint: %w", err)
+	}
+	for k, v := range own {
+		parts[k] = digest(v)
+	}
+	return parts, nil
+}
+
+func changedParts(old, cur map[string]string) []string {
+	var out []string
+	for k, v := range cur {
+		if old[k] != v {
+			out = append(out, k)
+		}
+	}
+	for k := range old {
+		if _, ok := cur[k]; !ok {
+			out = append(out, k)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func digest(s string) string {
+	h := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(h[:12])
+}
+
+func fingerprintOf(parts map[string]string) string {
+	keys := make([]string, 0, len(parts))
+	for k := range parts {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	h := sha256.New()
+	for _, k := range keys {
+		fmt.Fprintf(h, "%s=%s\n", k, parts[k])
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// PlannedStep is one line of a plan.
+type PlannedStep struct {
+	Name   string   `json:"name"`
+	Kind   string   `json:"kind"`
+	Needs  []string `json:"needs,omitempty"`
+	Run    bool     `json:"run"`
+	Reason string   `json:"reason"`
+	// Fingerprint is empty when it could not be computed before the step's needs ran.
+	Fingerprint string `json:"fingerprint,omitempty"`
+	Error       string `json:"error,omitempty"`
+}
+
+// Plan is what apply would do.
+type Plan struct {
+	Recipe       string        `json:"recipe"`
+	FactsChanged []string      `json:"facts_changed,omitempty"`
+	Steps        []PlannedStep `json:"steps"`
+}
+
+// Plan says, step by step, what Apply would do and why. It changes nothing. A step whose
+// needs will run is shown as running: its inputs are only known after they ran.
+func (e *Engine) Plan(ctx context.Context) (*Plan, error) {
+	p := &Plan{Recipe: e.opts.Recipe.Name, FactsChanged: e.FactsChanged()}
+	runs := map[string]bool{}
+	for _, n := range e.order() {
+		ps := PlannedStep{Name: n.step.Name, Kind: n.step.Kind, Needs: n.step.Needs}
+		if len(e.opts.Only) > 0 && !contains(e.opts.Only, n.step.Name) {
+			ps.Reason = ResultNotSelected
+			p.Steps = append(p.Steps, ps)
+			continue
+		}
+		var upstream []string
+		for _, d := range n.step.Needs {
+			if runs[d] {
+				upstream = append(upstream, d)
+			}
+		}
+		d, err := e.decide(ctx, n, e.env(n, nil, ""))
+		switch {
+		case err != nil && len(upstream) == 0:
+			ps.Error = err.Error()
+			ps.Run, ps.Reason = true, "cannot tell: "+err.Error()
+		case err != nil:
+			ps.Run, ps.Reason = true, "after "+strings.Join(upstream, ", ")
+		default:
+			ps.Run, ps.Reason, ps.Fingerprint = d.Run, d.Reason, d.Fingerprint
+			if !d.Run && len(upstream) > 0 {
+				ps.Run, ps.Reason = true, "re-checked after "+strings.Join(upstream, ", ")+" runs"
+			}
+		}
+		runs[n.step.Name] = ps.Run
+		p.Steps = append(p.Steps, ps)
+	}
+	return p, nil
+}
+
+// order returns the steps in a topological order that keeps the file order where it can.
+func (e *Engine) order() []*node {
+	var out []*node
+	seen := map[*node]bool{}
+	var visit func(n *node)
+	visit = func(n *node) {
+		if seen[n] {
+			return
+		}
+		seen[n] = true
+		for _, d := range n.needs {
+			visit(d)
+		}
+		out = append(out, n)
+	}
+	for _, n := range e.nodes {
+		visit(n)
+	}
+	return out
+}
+
+// FactsChanged lists the host facts that differ from the ones recorded by the last run,
+// e.g. "driver.version 580.95.05 -> 590.44.01".
+func (e *Engine) FactsChanged() []string {
+	cur := e.factsMap()
+	var out []string
+	for _, k := range sortedKeys(cur) {
+		if old, ok := e.state.Facts[k]; ok && old != cur[k] {
+			out = append(out, fmt.Sprintf("%s %s -> %s", k, old, cur[k]))
+		}
+	}
+	return out
+}
+
+func (e *Engine) factsMap() map[string]string {
+	out := map[string]string{}
+	if e.opts.Facts == nil {
+		return out
+	}
+	for _, k := range []string{"gpu.count", "gpu.cc", "gpu.name", "gpu.memory_gib", "gpu.arch_list", "driver.version", "cuda.version"} {
+		if v := recipe.Data(e.opts.Facts.TemplateData()).Lookup(k); v != "" {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// saveState records the current state (every step's data included) atomically.
+func (e *Engine) saveState() error {
+	e.state.Version = StateVersion
+	e.state.Recipe = e.opts.Recipe.Name
+	e.state.Updated = e.opts.Now().UTC()
+	for name, rec := range e.state.Steps {
+		if d := e.store.Data(name); d != nil {
+			rec.Data = d
+		}
+	}
+	for _, n := range e.nodes {
+		if e.state.Steps[n.step.Name] == nil && e.store.Data(n.step.Name) != nil {
+			e.state.Steps[n.step.Name] = &StepRecord{Result: ResultFailed, Data: e.store.Data(n.step.Name)}
+		}
+	}
+	return e.state.Save(e.opts.StateDir)
+}
+
+func openStepLog(dir, step string) (*os.File, string, error) {
+	path := filepath.Join(dir, step+".log")
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, "", fmt.Errorf("opening step log: %w", err)
+	}
+	return f, path, nil
+}

@@ -1,0 +1,146 @@
+package engine
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// StateVersion is the version of state.json this build writes.
+const StateVersion = 1
+
+// Results a step record can hold.
+const (
+	ResultOK          = "ok"
+	ResultFailed      = "failed"
+	ResultInterrupted = "interrupted"
+	ResultRunning     = "running"
+	ResultBlocked     = "blocked"
+	ResultSkipped     = "skipped"
+	ResultNotSelected = "not selected"
+)
+
+// State is what state.json holds: the last known outcome of every step.
+type State struct {
+	Version int                        `json:"version"`
+	Recipe  string                     `json:"recipe"`
+	Updated time.Time                  `json:"updated"`
+	Facts   map[string]string          `json:"facts,omitempty"`
+	Steps   map[string]*StepRecord     `json:"steps"`
+	Extra   map[string]json.RawMessage `json:"extra,omitempty"`
+}
+
+// StepRecord is the recorded outcome of one step.
+type StepRecord struct {
+	// Fingerprint digests Parts.
+	Fingerprint string `json:"fingerprint"`
+	// Parts are the digests of the named inputs.
+	Parts map[string]string `json:"parts,omitempty"`
+	// Result is ok, failed, interrupted or running (a run that died without recording).
+	Result string `json:"result"`
+	// Started and Duration of the last time the step ran.
+	Started  time.Time     `json:"started"`
+	Duration time.Duration `json:"duration_ns"`
+	// Reason the step last ran, and the error when it failed.
+	Reason string `json:"reason,omitempty"`
+	Error  string `json:"error,omitempty"`
+	// PID of the run that recorded "running".
+	PID int `json:"pid,omitempty"`
+	// Data is the step's own record (verified files, the winning profile, ...).
+	Data json.RawMessage `json:"data,omitempty"`
+}
+
+// StatePath returns the path of state.json in dir.
+func StatePath(dir string) string { return filepath.Join(dir, "state.json") }
+
+// LoadState reads state.json from dir; a missing file is an empty state.
+func LoadState(dir string) (*State, error) {
+	st := &State{Version: StateVersion, Steps: map[string]*StepRecord{}}
+	b, err := os.ReadFile(StatePath(dir))
+	if errors.Is(err, fs.ErrNotExist) {
+		return st, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading state: %w", err)
+	}
+	if err := json.Unmarshal(b, st); err != nil {
+		return nil, fmt.Errorf("reading state %s: %w (move it away to start afresh)", StatePath(dir), err)
+	}
+	if st.Version > StateVersion {
+		return nil, fmt.Errorf("reading state %s: version %d is newer than this sglprov understands (%d)", StatePath(dir), st.Version, StateVersion)
+	}
+	if st.Steps == nil {
+		st.Steps = map[string]*StepRecord{}
+	}
+	return st, nil
+}
+
+// Save writes the state atomically: a temporary file, fsynced, renamed over state.json,
+// and the directory fsynced.
+func (s *State) Save(dir string) error {
+	b, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encoding state: %w", err)
+	}
+	if err := WriteFileAtomic(StatePath(dir), append(b, '\n'), 0o600); err != nil {
+		return fmt.Errorf("writing state: %w", err)
+	}
+	return nil
+}
+
+// WriteFileAtomic writes data to path so that a crash leaves either the old file or the
+// new one: temp file in the same directory, fsync, rename, fsync of the directory.
+func WriteFileAtomic(path string, data []byte, perm fs.FileMode) error {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp) // no-op after the rename
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Chmod(perm); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	return SyncDir(dir)
+}
+
+// SyncDir fsyncs a directory so that a rename in it is durable.
+func SyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// EnsureStateDir creates the state directory with mode 0700 (and corrects the mode of an
+// existing one).
+func EnsureStateDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("creating state dir: %w", err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return fmt.Errorf("setting state dir mode: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,483 @@
+package recipe
+
+import (
+	"fmt"
+	"os"
+	"regexp"
+	"sort"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/sglprov/sglprov/pkg/gpu"
+)
+
+// APIVersion is the only recipe version this build reads.
+const APIVersion = "sglprov/v1"
+
+// Recipe is a parsed, validated recipe.
+type Recipe struct {
+	// File is the path the recipe was read from (used in positions).
+	File string
+	// Name is the recipe's name.
+	Name string
+	// Vars are the recipe's variables after --set overrides, in file order (VarOrder).
+	Vars     map[string]string
+	VarOrder []string
+	// VarPos is where each var was defined.
+	VarPos map[string]Pos
+	// Requires is what the host must have.
+	Requires gpu.Requirements
+	// RequiresSet reports whether the recipe has a requires section.
+	RequiresSet bool
+	// Profiles are the backend profiles by name.
+	Profiles map[string]Profile
+	// Steps are the steps in file order.
+	Steps []*Step
+}
+
+// Step is one step of a recipe, with its kind body kept as YAML until it is rendered.
+type Step struct {
+	// Name is the step's unique name.
+	Name string
+	// Needs names the steps that must finish first.
+	Needs []string
+	// Kind is the step kind ("command", "source", ...).
+	Kind string
+	// Body is the YAML of the kind's body, templates unrendered.
+	Body *yaml.Node
+	// Pos is where the step starts.
+	Pos Pos
+	// Refs are the template references the body makes, e.g. "vars.src", "gpu.count",
+	// sorted and unique.
+	Refs []string
+}
+
+// KindSpecs maps each known step kind to a constructor of its zero spec (a pointer to a
+// struct with yaml tags), used for strict decoding.
+type KindSpecs map[string]func() any
+
+// Load reads and parses the recipe at path. sets are --set KEY=VALUE overrides.
+func Load(path string, kinds KindSpecs, sets []string) (*Recipe, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading recipe: %w", err)
+	}
+	return Parse(path, data, kinds, sets)
+}
+
+// Parse parses and validates a recipe. It returns every problem it finds as Problems.
+func Parse(file string, data []byte, kinds KindSpecs, sets []string) (*Recipe, error) {
+	p := &parser{file: file, kinds: kinds}
+	r := p.parse(data, sets)
+	if len(p.problems) > 0 {
+		p.problems.sort()
+		return nil, p.problems
+	}
+	return r, nil
+}
+
+type parser struct {
+	file     string
+	kinds    KindSpecs
+	problems Problems
+}
+
+func (p *parser) addf(n *yaml.Node, path, format string, args ...any) {
+	pos := Pos{File: p.file}
+	if n != nil {
+		pos.Line, pos.Col = n.Line, n.Column
+	}
+	p.problems = append(p.problems, Problem{Pos: pos, Path: path, Msg: fmt.Sprintf(format, args...)})
+}
+
+var (
+	nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
+	varRE  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+)
+
+func (p *parser) parse(data []byte, sets []string) *Recipe {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		p.addYAMLError(err)
+		return nil
+	}
+	if doc.Kind == 0 || len(doc.Content) == 0 {
+		p.addf(nil, "", "recipe is empty")
+		return nil
+	}
+	root := doc.Content[0]
+	if root.Kind != yaml.MappingNode {
+		p.addf(root, "", "recipe must be a mapping, not %s", kindName(root))
+		return nil
+	}
+	r := &Recipe{File: p.file, Vars: map[string]string{}, VarPos: map[string]Pos{}, Profiles: map[string]Profile{}}
+	seen := map[string]*yaml.Node{}
+	var stepsNode, varsNode *yaml.Node
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		k, v := root.Content[i], root.Content[i+1]
+		if prev, dup := seen[k.Value]; dup {
+			p.addf(k, k.Value, "duplicate field %q (first at line %d)", k.Value, prev.Line)
+			continue
+		}
+		seen[k.Value] = k
+		switch k.Value {
+		case "apiVersion":
+			if v.Kind != yaml.ScalarNode || v.Value != APIVersion {
+				p.addf(v, "apiVersion", "apiVersion must be %q, not %q", APIVersion, v.Value)
+			}
+		case "name":
+			if v.Kind != yaml.ScalarNode || !nameRE.MatchString(v.Value) {
+				p.addf(v, "name", "name must be a word of letters, digits, '.', '_' or '-'")
+			}
+			r.Name = v.Value
+		case "vars":
+			varsNode = v
+		case "requires":
+			r.RequiresSet = true
+			p.decodeStrict(v, "requires", &r.Requires)
+			p.checkRanges(v, &r.Requires)
+		case "profiles":
+			p.parseProfiles(v, r)
+		case "steps":
+			stepsNode = v
+		default:
+			p.addf(k, k.Value, "unknown field %q (known: apiVersion, name, vars, requires, profiles, steps)", k.Value)
+		}
+	}
+	for _, f := range []string{"apiVersion", "name", "steps"} {
+		if seen[f] == nil {
+			p.addf(root, f, "missing required field %q", f)
+		}
+	}
+	if varsNode != nil {
+		p.parseVars(varsNode, r)
+	}
+	p.applySets(r, sets)
+	if stepsNode != nil {
+		p.parseSteps(stepsNode, r)
+	}
+	// Templates in vars may refer to facts and to other vars.
+	for _, name := range r.VarOrder {
+		if refs, bad := templateRefs(r.Vars[name]); bad != nil {
+			p.addf(nodeAt(varsNode, name), "vars."+name, "bad template: %v", bad)
+		} else {
+			p.checkRefs(nodeAt(varsNode, name), "vars."+name, refs, r)
+		}
+	}
+	return r
+}
+
+func (p *parser) addYAMLError(err error) {
+	// yaml.v3 errors read "yaml: line N: message"; keep the line.
+	msg := err.Error()
+	m := regexp.MustCompile(`line (\d+): (.*)`).FindStringSubmatch(msg)
+	if m != nil {
+		var line int
+		fmt.Sscanf(m[1], "%d", &line)
+		p.problems = append(p.problems, Problem{Pos: Pos{File: p.file, Line: line, Col: 1}, Msg: "YAML syntax: " + m[2]})
+		return
+	}
+	p.problems = append(p.problems, Problem{Pos: Pos{File: p.file}, Msg: "YAML syntax: " + strings.TrimPrefix(msg, "yaml: ")})
+}
+
+func (p *parser) parseVars(n *yaml.Node, r *Recipe) {
+	if n.Kind != yaml.MappingNode {
+		p.addf(n, "vars", "vars must be a mapping of names to strings, not %s", kindName(n))
+		return
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		path := "vars." + k.Value
+		if !varRE.MatchString(k.Value) {
+			p.addf(k, path, "var name %q must be letters, digits and '_'", k.Value)
+			continue
+		}
+		if _, dup := r.Vars[k.Value]; dup {
+			p.addf(k, path, "duplicate var %q", k.Value)
+			continue
+		}
+		if v.Kind != yaml.ScalarNode {
+			p.addf(v, path, "var %q must be a string, not %s", k.Value, kindName(v))
+			continue
+		}
+		r.Vars[k.Value] = v.Value
+		r.VarOrder = append(r.VarOrder, k.Value)
+		r.VarPos[k.Value] = Pos{File: p.file, Line: v.Line, Col: v.Column}
+	}
+}
+
+func (p *parser) applySets(r *Recipe, sets []string) {
+	for _, s := range sets {
+		k, v, ok := strings.Cut(s, "=")
+		if !ok || k == "" {
+			p.problems = append(p.problems, Problem{Pos: Pos{File: "--set"}, Msg: fmt.Sprintf("--set %q: want KEY=VALUE", s)})
+			continue
+		}
+		k = strings.TrimPrefix(k, "vars.")
+		if _, known := r.Vars[k]; !known {
+			p.problems = append(p.problems, Problem{Pos: Pos{File: "--set"}, Msg: fmt.Sprintf("--set %s: the recipe has no var %q (vars: %s)", k, k, strings.Join(r.VarOrder, ", "))})
+			continue
+		}
+		r.Vars[k] = v
+		r.VarPos[k] = Pos{File: "--set"}
+	}
+}
+
+func (p *parser) parseProfiles(n *yaml.Node, r *Recipe) {
+	if n.Kind != yaml.MappingNode {
+		p.addf(n, "profiles", "profiles must be a mapping of names to profiles, not %s", kindName(n))
+		return
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		path := "profiles." + k.Value
+		if _, dup := r.Profiles[k.Value]; dup {
+			p.addf(k, path, "duplicate profile %q", k.Value)
+			continue
+		}
+		var prof Profile
+		if p.decodeStrict(v, path, &prof) {
+			if cc := prof.Match.ComputeCapability; cc != "" {
+				if _, err := gpu.ParseRange(cc); err != nil {
+					p.addf(v, path+".match.compute_capability", "%v", err)
+				}
+			}
+		}
+		r.Profiles[k.Value] = prof
+	}
+}
+
+func (p *parser) checkRanges(n *yaml.Node, req *gpu.Requirements) {
+	check := func(field, val string, at *yaml.Node) {
+		if val == "" {
+			return
+		}
+		if _, err := gpu.ParseRange(val); err != nil {
+			p.addf(at, field, "%v", err)
+		}
+	}
+	check("requires.gpu.compute_capability", req.GPU.ComputeCapability, nodeAt(nodeAt(n, "gpu"), "compute_capability"))
+	check("requires.driver", req.Driver, nodeAt(n, "driver"))
+	check("requires.cuda", req.CUDA, nodeAt(n, "cuda"))
+}
+
+func (p *parser) parseSteps(n *yaml.Node, r *Recipe) {
+	if n.Kind != yaml.SequenceNode {
+		p.addf(n, "steps", "steps must be a list, not %s", kindName(n))
+		return
+	}
+	byName := map[string]*Step{}
+	for i, sn := range n.Content {
+		path := fmt.Sprintf("steps[%d]", i)
+		if sn.Kind != yaml.MappingNode {
+			p.addf(sn, path, "a step must be a mapping, not %s", kindName(sn))
+			continue
+		}
+		s := &Step{Pos: Pos{File: p.file, Line: sn.Line, Col: sn.Column}}
+		var kindKeys []*yaml.Node
+		var needsNode *yaml.Node
+		for j := 0; j+1 < len(sn.Content); j += 2 {
+			k, v := sn.Content[j], sn.Content[j+1]
+			switch k.Value {
+			case "name":
+				if v.Kind != yaml.ScalarNode || !nameRE.MatchString(v.Value) {
+					p.addf(v, path+".name", "step name must be a word of letters, digits, '.', '_' or '-'")
+				}
+				s.Name = v.Value
+			case "needs":
+				needsNode = v
+				if v.Kind != yaml.SequenceNode {
+					p.addf(v, path+".needs", "needs must be a list of step names, not %s", kindName(v))
+					continue
+				}
+				for _, e := range v.Content {
+					s.Needs = append(s.Needs, e.Value)
+				}
+			default:
+				kindKeys = append(kindKeys, k)
+				s.Kind = k.Value
+				s.Body = v
+			}
+		}
+		if s.Name == "" {
+			p.addf(sn, path+".name", "missing required field \"name\"")
+		} else {
+			path = "steps." + s.Name
+			if prev, dup := byName[s.Name]; dup {
+				p.addf(nodeAt(sn, "name"), path, "duplicate step name %q (first at line %d)", s.Name, prev.Pos.Line)
+			} else {
+				byName[s.Name] = s
+			}
+		}
+		switch len(kindKeys) {
+		case 0:
+			p.addf(sn, path, "step has no kind: give exactly one of %s", strings.Join(p.kindNames(), ", "))
+			continue
+		case 1:
+		default:
+			names := make([]string, len(kindKeys))
+			for j, k := range kindKeys {
+				names[j] = k.Value
+			}
+			p.addf(kindKeys[1], path, "step has %d kinds (%s): give exactly one", len(kindKeys), strings.Join(names, ", "))
+			continue
+		}
+		newSpec, known := p.kinds[s.Kind]
+		if !known {
+			p.addf(kindKeys[0], path+"."+s.Kind, "unknown step kind %q (known: %s)", s.Kind, strings.Join(p.kindNames(), ", "))
+			continue
+		}
+		p.decodeStrict(s.Body, path+"."+s.Kind, newSpec())
+		refs, bad := bodyRefs(s.Body)
+		for _, b := range bad {
+			p.addf(b.node, path+"."+s.Kind, "bad template %q: %v", b.node.Value, b.err)
+		}
+		for _, ref := range refs {
+			p.checkRefs(ref.node, path+"."+s.Kind, []string{ref.name}, r)
+			s.Refs = append(s.Refs, ref.name)
+		}
+		s.Refs = uniqSorted(s.Refs)
+		r.Steps = append(r.Steps, s)
+		_ = needsNode
+	}
+	// needs: names that exist, then no cycles.
+	for i, sn := range n.Content {
+		if sn.Kind != yaml.MappingNode {
+			continue
+		}
+		needs := nodeAt(sn, "needs")
+		if needs == nil || needs.Kind != yaml.SequenceNode {
+			continue
+		}
+		name := nodeAt(sn, "name")
+		path := fmt.Sprintf("steps[%d].needs", i)
+		if name != nil {
+			path = "steps." + name.Value + ".needs"
+		}
+		for _, e := range needs.Content {
+			if _, ok := byName[e.Value]; !ok {
+				p.addf(e, path, "needs %q, but the recipe has no step of that name", e.Value)
+			} else if name != nil && e.Value == name.Value {
+				p.addf(e, path, "step %q needs itself", e.Value)
+			}
+		}
+	}
+	if cycle := findCycle(r.Steps, byName); cycle != nil {
+		p.addf(nil, "steps", "needs form a cycle: %s", strings.Join(cycle, " -> "))
+		s := byName[cycle[0]]
+		p.problems[len(p.problems)-1].Pos = s.Pos
+	}
+}
+
+func (p *parser) kindNames() []string {
+	names := make([]string, 0, len(p.kinds))
+	for k := range p.kinds {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// checkRefs reports template references to unknown vars or facts.
+func (p *parser) checkRefs(at *yaml.Node, path string, refs []string, r *Recipe) {
+	for _, ref := range refs {
+		root, field, _ := strings.Cut(ref, ".")
+		switch root {
+		case "vars":
+			if _, ok := r.Vars[field]; !ok {
+				p.addf(at, path, "template refers to unknown var %q (vars: %s)", field, strings.Join(r.VarOrder, ", "))
+			}
+		case "gpu", "driver", "cuda":
+			if !knownFacts[ref] {
+				p.addf(at, path, "template refers to unknown fact %q (facts: %s)", ref, strings.Join(factNames(), ", "))
+			}
+		default:
+			p.addf(at, path, "template refers to %q: templates see .vars, .gpu, .driver and .cuda", ref)
+		}
+	}
+}
+
+func findCycle(steps []*Step, byName map[string]*Step) []string {
+	const (
+		white = iota
+		grey
+		black
+	)
+	color := map[string]int{}
+	var stack []string
+	var found []string
+	var visit func(string) bool
+	visit = func(n string) bool {
+		color[n] = grey
+		stack = append(stack, n)
+		s := byName[n]
+		if s != nil {
+			for _, d := range s.Needs {
+				if byName[d] == nil || d == n {
+					continue
+				}
+				switch color[d] {
+				case grey:
+					for i, x := range stack {
+						if x == d {
+							found = append(append([]string{}, stack[i:]...), d)
+						}
+					}
+					return true
+				case white:
+					if visit(d) {
+						return true
+					}
+				}
+			}
+		}
+		stack = stack[:len(stack)-1]
+		color[n] = black
+		return false
+	}
+	for _, s := range steps {
+		if color[s.Name] == white && visit(s.Name) {
+			return found
+		}
+	}
+	return nil
+}
+
+// nodeAt returns the value node of key in mapping n, or nil.
+func nodeAt(n *yaml.Node, key string) *yaml.Node {
+	if n == nil || n.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			return n.Content[i+1]
+		}
+	}
+	return nil
+}
+
+func kindName(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.ScalarNode:
+		return fmt.Sprintf("the scalar %q", n.Value)
+	case yaml.AliasNode:
+		return "an alias"
+	}
+	return "nothing"
+}
+
+func uniqSorted(s []string) []string {
+	sort.Strings(s)
+	out := s[:0]
+	for i, x := range s {
+		if i == 0 || x != s[i-1] {
+			out = append(out, x)
+		}
+	}
+	return out
+}
