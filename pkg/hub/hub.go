@@ -1,0 +1,556 @@
+// Package hub is a client for the Hugging Face hub's HTTP API: it resolves a revision to a
+// commit, lists a repository's files at that commit with their sizes and digests, and builds
+// the resolve URLs the files are downloaded from.
+package hub
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"strings"
+)
+
+// DefaultEndpoint is the hub used when neither the recipe nor HF_ENDPOINT names one.
+const DefaultEndpoint = "https://huggingface.co"
+
+// maxListingBytes bounds one page of a tree listing.
+const maxListingBytes = 64 << 20
+
+// Options configures a Client.
+type Options struct {
+	// Endpoint is the hub's base URL; "" means HF_ENDPOINT, then DefaultEndpoint.
+	Endpoint string
+	// Token is sent as a bearer token to the endpoint's host only; "" means the token is
+	// read from HF_TOKEN or a token file (see ReadToken).
+	Token string
+	// TokenFile names a file holding the token; it takes precedence over HF_TOKEN.
+	TokenFile string
+	// Getenv reads the environment; nil means os.Getenv.
+	Getenv func(string) string
+	// HTTPClient carries the requests; nil means a client with default settings.
+	HTTPClient *http.Client
+}
+
+// Client talks to one hub endpoint. It is safe for concurrent use.
+type Client struct {
+	endpoint *url.URL
+	token    string
+	http     *http.Client
+}
+
+// New returns a client for the endpoint and token that opt names.
+func New(opt Options) (*Client, error) {
+	getenv := opt.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	ep := opt.Endpoint
+	if ep == "" {
+		ep = getenv("HF_ENDPOINT")
+	}
+	if ep == "" {
+		ep = DefaultEndpoint
+	}
+	u, err := url.Parse(strings.TrimRight(ep, "/"))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("parsing hub endpoint %q: want an http(s) URL", ep)
+	}
+	token := opt.Token
+	if token == "" {
+		token, err = ReadToken(getenv, opt.TokenFile)
+		if err != nil {
+			return nil, err
+		}
+	}
+	base := opt.HTTPClient
+	if base == nil {
+		base = &http.Client{}
+	}
+	c := &Client{endpoint: u, token: token}
+	hc := *base
+	hc.Transport = &authTransport{base: base.Transport, host: u.Host, token: token}
+	c.http = &hc
+	return c, nil
+}
+
+// ReadToken returns the hub token: the contents of tokenFile when it is set (an error when
+// it cannot be read), else HF_TOKEN, else the file HF_TOKEN_PATH names, else
+// $HF_HOME/token, else ~/.cache/huggingface/token; "" when there is none. Surrounding
+// whitespace is trimmed.
+func ReadToken(getenv func(string) string, tokenFile string) (string, error) {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	if tokenFile != "" {
+		b, err := os.ReadFile(tokenFile)
+		if err != nil {
+			return "", fmt.Errorf("reading hub token file: %w", err)
+		}
+		return strings.TrimSpace(string(b)), nil
+	}
+	if t := strings.TrimSpace(getenv("HF_TOKEN")); t != "" {
+		return t, nil
+	}
+	var candidates []string
+	if p := getenv("HF_TOKEN_PATH"); p != "" {
+		candidates = append(candidates, p)
+	}
+	if h := getenv("HF_HOME"); h != "" {
+		candidates = append(candidates, filepath.Join(h, "token"))
+	} else if h := getenv("HOME"); h != "" {
+		candidates = append(candidates, filepath.Join(h, ".cache", "huggingface", "token"))
+	}
+	for _, p := range candidates {
+		b, err := os.ReadFile(p)
+		if err == nil {
+			return strings.TrimSpace(string(b)), nil
+		}
+	}
+	return "", nil
+}
+
+// Endpoint returns the hub's base URL, without a trailing slash.
+func (c *Client) Endpoint() string { return c.endpoint.String() }
+
+// TokenHost returns the host (with port, if any) the token is sent to.
+func (c *Client) TokenHost() string { return c.endpoint.Host }
+
+// HasToken reports whether the client has a token to send.
+func (c *Client) HasToken() bool { return c.token != "" }
+
+// Token returns the token, for handing to a downloader that sends it to TokenHost only.
+func (c *Client) Token() string { return c.token }
+
+// HTTPClient returns the client's HTTP client: it adds the token to requests for the
+// endpoint's host only, including requests made after a redirect.
+func (c *Client) HTTPClient() *http.Client { return c.http }
+
+// authTransport adds the bearer token to requests whose host is exactly the hub's.
+type authTransport struct {
+	base  http.RoundTripper
+	host  string
+	token string
+}
+
+// RoundTrip implements http.RoundTripper.
+func (t *authTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	base := t.base
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	if req.URL.Host == t.host && t.token != "" {
+		req = req.Clone(req.Context())
+		req.Header.Set("Authorization", "Bearer "+t.token)
+	} else if req.Header.Get("Authorization") != "" {
+		req = req.Clone(req.Context())
+		req.Header.Del("Authorization")
+	}
+	return base.RoundTrip(req)
+}
+
+var repoRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$`)
+
+// CheckRepo reports whether repo is a valid "namespace/name" (or "name") repository id.
+func CheckRepo(repo string) error {
+	if !repoRE.MatchString(repo) || strings.Contains(repo, "..") {
+		return fmt.Errorf("invalid hub repository %q: want namespace/name", repo)
+	}
+	return nil
+}
+
+// ResolveURL returns the URL a file of repo at commit is downloaded from.
+func (c *Client) ResolveURL(repo, commit, name string) string {
+	segs := strings.Split(name, "/")
+	for i, s := range segs {
+		segs[i] = url.PathEscape(s)
+	}
+	return c.Endpoint() + "/" + repo + "/resolve/" + url.PathEscape(commit) + "/" + strings.Join(segs, "/")
+}
+
+// commitRE matches a full git commit id.
+var commitRE = regexp.MustCompile(`^[0-9a-f]{40}$`)
+
+// IsCommit reports whether rev is a full 40-hex commit id.
+func IsCommit(rev string) bool { return commitRE.MatchString(rev) }
+
+// ResolveRevision returns the commit that rev (a branch, tag or commit; "" means main)
+// names in repo.
+func (c *Client) ResolveRevision(ctx context.Context, repo, rev string) (string, error) {
+	if err := CheckRepo(repo); err != nil {
+		return "", err
+	}
+	if rev == "" {
+		rev = "main"
+	}
+	u := c.Endpoint() + "/api/models/" + repo + "/revision/" + url.PathEscape(rev)
+	var info struct {
+		SHA string `json:"sha"`
+	}
+	if err := c.getJSON(ctx, u, repo, rev, &info, nil); err != nil {
+		return "", fmt.Errorf("resolving revision %q of %s: %w", rev, repo, err)
+	}
+	if !IsCommit(info.SHA) {
+		return "", fmt.Errorf("resolving revision %q of %s: the hub answered commit %q, want 40 hex digits", rev, repo, info.SHA)
+	}
+	return info.SHA, nil
+}
+
+// LFS is the large-file metadata of a tree entry.
+type LFS struct {
+	// OID is the file's sha256, hex.
+	OID string `json:"oid"`
+	// Size is the file's size in bytes.
+	Size int64 `json:"size"`
+	// PointerSize is the size of the git pointer file.
+	PointerSize int64 `json:"pointerSize"`
+}
+
+// Entry is one item of a tree listing.
+type Entry struct {
+	// Type is "file" or "directory".
+	Type string `json:"type"`
+	// Path is the item's path in the repository.
+	Path string `json:"path"`
+	// Size is the file's size in bytes.
+	Size int64 `json:"size"`
+	// OID is the git object id (for a file, its blob sha1; for an LFS file, the pointer's).
+	OID string `json:"oid"`
+	// LFS is set for files stored in LFS.
+	LFS *LFS `json:"lfs,omitempty"`
+}
+
+// ListTree lists every entry of repo at commit, following the listing's pagination.
+func (c *Client) ListTree(ctx context.Context, repo, commit string) ([]Entry, error) {
+	if err := CheckRepo(repo); err != nil {
+		return nil, err
+	}
+	next := c.Endpoint() + "/api/models/" + repo + "/tree/" + url.PathEscape(commit) + "?recursive=true&expand=true"
+	var all []Entry
+	seen := map[string]bool{}
+	for next != "" {
+		if seen[next] {
+			return nil, fmt.Errorf("listing files of %s at %s: pagination loops at %s", repo, commit, next)
+		}
+		seen[next] = true
+		var page []Entry
+		var hdr http.Header
+		if err := c.getJSON(ctx, next, repo, commit, &page, &hdr); err != nil {
+			return nil, fmt.Errorf("listing files of %s at %s: %w", repo, commit, err)
+		}
+		all = append(all, page...)
+		n, err := nextLink(hdr, next)
+		if err != nil {
+			return nil, fmt.Errorf("listing files of %s at %s: %w", repo, commit, err)
+		}
+		next = n
+	}
+	return all, nil
+}
+
+// File is a file to download from the hub.
+type File struct {
+	// Path is the file's path in the repository and under the destination.
+	Path string
+	// URL is its resolve URL at the commit.
+	URL string
+	// Size is its size in bytes.
+	Size int64
+	// SHA256 is its sha256 (hex) for LFS files, "" otherwise.
+	SHA256 string
+	// GitSHA1 is its git blob sha1 (hex) for files not in LFS, "" otherwise.
+	GitSHA1 string
+}
+
+// Files lists the files of repo at commit that match include (all when empty) and no
+// pattern of exclude. Every name is checked with CheckName.
+func (c *Client) Files(ctx context.Context, repo, commit string, include, exclude []string) ([]File, error) {
+	if err := CheckPatterns(include); err != nil {
+		return nil, err
+	}
+	if err := CheckPatterns(exclude); err != nil {
+		return nil, err
+	}
+	entries, err := c.ListTree(ctx, repo, commit)
+	if err != nil {
+		return nil, err
+	}
+	var files []File
+	dup := map[string]bool{}
+	for _, e := range entries {
+		if e.Type != "file" {
+			continue
+		}
+		if err := CheckName(e.Path); err != nil {
+			return nil, fmt.Errorf("listing files of %s at %s: %w", repo, commit, err)
+		}
+		if dup[e.Path] {
+			return nil, fmt.Errorf("listing files of %s at %s: %q listed twice", repo, commit, e.Path)
+		}
+		dup[e.Path] = true
+		if len(include) > 0 && !Match(include, e.Path) {
+			continue
+		}
+		if Match(exclude, e.Path) {
+			continue
+		}
+		f := File{Path: e.Path, URL: c.ResolveURL(repo, commit, e.Path), Size: e.Size}
+		if e.LFS != nil {
+			if !hexOf(e.LFS.OID, 64) {
+				return nil, fmt.Errorf("listing files of %s at %s: %q has LFS oid %q, want a sha256", repo, commit, e.Path, e.LFS.OID)
+			}
+			f.SHA256 = e.LFS.OID
+			if e.LFS.Size > 0 {
+				f.Size = e.LFS.Size
+			}
+		} else {
+			if !hexOf(e.OID, 40) {
+				return nil, fmt.Errorf("listing files of %s at %s: %q has oid %q, want a git sha1", repo, commit, e.Path, e.OID)
+			}
+			f.GitSHA1 = e.OID
+		}
+		files = append(files, f)
+	}
+	return files, nil
+}
+
+func hexOf(s string, n int) bool {
+	if len(s) != n {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= '0' && r <= '9' || r >= 'a' && r <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// CheckName refuses a file name that is empty, absolute, or has an empty, "." or ".."
+// element, or a backslash or NUL: such a name could write outside the destination.
+func CheckName(name string) error {
+	if name == "" {
+		return errors.New("refusing an empty file name")
+	}
+	if strings.HasPrefix(name, "/") || filepath.IsAbs(name) || strings.ContainsAny(name, "\\\x00") {
+		return fmt.Errorf("refusing file name %q: not a relative path", name)
+	}
+	for _, el := range strings.Split(name, "/") {
+		switch el {
+		case "", ".", "..":
+			return fmt.Errorf("refusing file name %q: it has a %q element", name, el)
+		}
+	}
+	return nil
+}
+
+// CheckPatterns reports a malformed glob pattern.
+func CheckPatterns(patterns []string) error {
+	for _, p := range patterns {
+		if _, err := path.Match(p, ""); err != nil {
+			return fmt.Errorf("bad file pattern %q: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// Match reports whether name matches any of patterns. A pattern matches (with path.Match)
+// the full path or the base name; "**" in a pattern also matches across "/" (as in
+// "subdir/**").
+func Match(patterns []string, name string) bool {
+	base := path.Base(name)
+	for _, p := range patterns {
+		if strings.Contains(p, "**") {
+			if matchDoubleStar(p, name) {
+				return true
+			}
+			continue
+		}
+		if ok, _ := path.Match(p, name); ok {
+			return true
+		}
+		if ok, _ := path.Match(p, base); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// matchDoubleStar matches a pattern in which "**" stands for any run of characters,
+// "/" included, and the rest has path.Match semantics per element run.
+func matchDoubleStar(pattern, name string) bool {
+	parts := strings.Split(pattern, "**")
+	var re strings.Builder
+	re.WriteString("^")
+	for i, part := range parts {
+		if i > 0 {
+			re.WriteString(".*")
+		}
+		for _, r := range part {
+			switch r {
+			case '*':
+				re.WriteString("[^/]*")
+			case '?':
+				re.WriteString("[^/]")
+			default:
+				re.WriteString(regexp.QuoteMeta(string(r)))
+			}
+		}
+	}
+	re.WriteString("$")
+	ok, err := regexp.MatchString(re.String(), name)
+	return err == nil && ok
+}
+
+// nextLink returns the rel="next" target of a Link header, resolved against the page URL.
+func nextLink(h http.Header, page string) (string, error) {
+	for _, v := range h.Values("Link") {
+		for _, link := range strings.Split(v, ",") {
+			link = strings.TrimSpace(link)
+			if !strings.HasPrefix(link, "<") {
+				continue
+			}
+			end := strings.Index(link, ">")
+			if end < 0 {
+				continue
+			}
+			target := link[1:end]
+			isNext := false
+			for _, param := range strings.Split(link[end+1:], ";") {
+				param = strings.TrimSpace(param)
+				if k, v, ok := strings.Cut(param, "="); ok && strings.EqualFold(strings.TrimSpace(k), "rel") {
+					for _, rel := range strings.Fields(strings.Trim(strings.TrimSpace(v), `"`)) {
+						if strings.EqualFold(rel, "next") {
+							isNext = true
+						}
+					}
+				}
+			}
+			if !isNext {
+				continue
+			}
+			base, err := url.Parse(page)
+			if err != nil {
+				return "", fmt.Errorf("parsing page URL: %w", err)
+			}
+			ref, err := url.Parse(target)
+			if err != nil {
+				return "", fmt.Errorf("parsing next-page link %q: %w", target, err)
+			}
+			return base.ResolveReference(ref).String(), nil
+		}
+	}
+	return "", nil
+}
+
+// APIError is an error answer from the hub. Its message says what to do and never
+// contains the token.
+type APIError struct {
+	// Status is the HTTP status code.
+	Status int
+	// Code is the hub's X-Error-Code (RepoNotFound, GatedRepo, RevisionNotFound, ...).
+	Code string
+	// Message is the hub's X-Error-Message or a short body excerpt.
+	Message string
+	// Hint says what to do about it.
+	Hint string
+}
+
+// Error implements error.
+func (e *APIError) Error() string {
+	s := fmt.Sprintf("hub answered %d %s", e.Status, http.StatusText(e.Status))
+	if e.Code != "" {
+		s += " (" + e.Code + ")"
+	}
+	if e.Message != "" {
+		s += ": " + e.Message
+	}
+	if e.Hint != "" {
+		s += "; " + e.Hint
+	}
+	return s
+}
+
+func (c *Client) getJSON(ctx context.Context, u, repo, rev string, v any, hdr *http.Header) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return fmt.Errorf("building request: %w", err)
+	}
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", "sglprov")
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return c.scrub(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return c.apiError(resp, repo, rev)
+	}
+	dec := json.NewDecoder(io.LimitReader(resp.Body, maxListingBytes))
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("decoding the hub's answer from %s: %w", c.redact(u), err)
+	}
+	if hdr != nil {
+		*hdr = resp.Header
+	}
+	return nil
+}
+
+func (c *Client) apiError(resp *http.Response, repo, rev string) error {
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	e := &APIError{Status: resp.StatusCode, Code: resp.Header.Get("X-Error-Code"), Message: resp.Header.Get("X-Error-Message")}
+	if e.Message == "" {
+		var j struct {
+			Error string `json:"error"`
+		}
+		if json.Unmarshal(body, &j) == nil && j.Error != "" {
+			e.Message = j.Error
+		} else {
+			e.Message = strings.TrimSpace(string(body))
+			if len(e.Message) > 200 {
+				e.Message = e.Message[:200] + "..."
+			}
+		}
+	}
+	e.Message = c.redact(e.Message)
+	switch {
+	case e.Code == "GatedRepo" || (resp.StatusCode == http.StatusForbidden):
+		e.Hint = fmt.Sprintf("%s is gated or private: accept its licence at %s/%s with your account, and set HF_TOKEN (or hf.token_file) to a token of that account", repo, c.Endpoint(), repo)
+	case e.Code == "RevisionNotFound" || e.Code == "EntryNotFound":
+		e.Hint = fmt.Sprintf("check the revision %q of %s (a branch, tag or 40-hex commit that exists)", rev, repo)
+	case resp.StatusCode == http.StatusUnauthorized:
+		if c.token == "" {
+			e.Hint = fmt.Sprintf("check that the repository %q exists; if it is private or gated, accept its licence at %s/%s and set HF_TOKEN (or hf.token_file)", repo, c.Endpoint(), repo)
+		} else {
+			e.Hint = fmt.Sprintf("the token was refused or has no access to %q: check that the repository exists, that the token is valid, and that its account accepted the licence at %s/%s", repo, c.Endpoint(), repo)
+		}
+	case resp.StatusCode == http.StatusNotFound:
+		e.Hint = fmt.Sprintf("check the repository name %q and the revision %q", repo, rev)
+	case resp.StatusCode == http.StatusTooManyRequests:
+		e.Hint = "the hub rate-limits this client; wait and retry, or use a token"
+	}
+	return e
+}
+
+// redact removes the token from s.
+func (c *Client) redact(s string) string {
+	if c.token == "" {
+		return s
+	}
+	return strings.ReplaceAll(s, c.token, "[token]")
+}
+
+// scrub returns err with the token removed from its text.
+func (c *Client) scrub(err error) error {
+	if c.token == "" || !strings.Contains(err.Error(), c.token) {
+		return err
+	}
+	return errors.New(c.redact(err.Error()))
+}

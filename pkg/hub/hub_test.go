@@ -1,0 +1,383 @@
+package hub_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"testing/fstest"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/sglprov/sglprov/pkg/hub"
+	"github.com/sglprov/sglprov/test/fakehub"
+)
+
+const repo = "org/model"
+
+func testFS() fstest.MapFS {
+	big := bytes.Repeat([]byte("0123456789abcdef"), 256) // 4096 bytes: LFS at threshold 1024
+	return fstest.MapFS{
+		"config.json":                      {Data: []byte(`{"model_type":"x"}`)},
+		"tokenizer.json":                   {Data: []byte(`{"version":"1.0"}`)},
+		"tokenizer_config.json":            {Data: []byte(`{}`)},
+		"model-00001-of-00002.safetensors": {Data: big},
+		"model-00002-of-00002.safetensors": {Data: big[:2048]},
+		"README.md":                        {Data: []byte("# model\n")},
+		"sub/extra.json":                   {Data: []byte(`[]`)},
+		"sub/deep/tokenizer.model":         {Data: []byte("tok")},
+	}
+}
+
+func startHub(t *testing.T, opt fakehub.Options) *fakehub.Hub {
+	t.Helper()
+	opt.Repo = repo
+	if opt.FS == nil {
+		opt.FS = testFS()
+	}
+	if opt.LFSThreshold == 0 {
+		opt.LFSThreshold = 1024
+	}
+	h, err := fakehub.New(opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Start()
+	t.Cleanup(h.Close)
+	return h
+}
+
+func noEnv(string) string { return "" }
+
+func newClient(t *testing.T, h *fakehub.Hub, token string) *hub.Client {
+	t.Helper()
+	c, err := hub.New(hub.Options{Endpoint: h.URL(), Token: token, Getenv: noEnv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestResolveRevision(t *testing.T) {
+	tag := strings.Repeat("ab", 20)
+	h := startHub(t, fakehub.Options{Refs: map[string]string{"v1.0": tag}})
+	c := newClient(t, h, "")
+	tests := []struct {
+		name, rev, want, wantErr string
+	}{
+		{name: "main", rev: "main", want: fakehub.DefaultCommit},
+		{name: "empty means main", rev: "", want: fakehub.DefaultCommit},
+		{name: "tag", rev: "v1.0", want: tag},
+		{name: "commit", rev: fakehub.DefaultCommit, want: fakehub.DefaultCommit},
+		{name: "unknown", rev: "nope", wantErr: `check the revision "nope"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := c.ResolveRevision(context.Background(), repo, tt.rev)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want one containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tt.want {
+				t.Errorf("commit = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestFilesPaginationAndExpand(t *testing.T) {
+	// 8 files and 2 folders at 4 per page: 3 pages.
+	h := startHub(t, fakehub.Options{PageSize: 4})
+	c := newClient(t, h, "")
+	entries, err := c.ListTree(context.Background(), repo, fakehub.DefaultCommit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := h.APIRequests(); got != 3 {
+		t.Errorf("API requests = %d, want 3 pages", got)
+	}
+	if len(entries) != 10 {
+		t.Fatalf("entries = %d, want 10 (8 files, 2 folders)", len(entries))
+	}
+	files, err := c.Files(context.Background(), repo, fakehub.DefaultCommit, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fsys := testFS()
+	if len(files) != len(fsys) {
+		t.Fatalf("files = %d, want %d", len(files), len(fsys))
+	}
+	for _, f := range files {
+		data := fsys[f.Path].Data
+		if f.Size != int64(len(data)) {
+			t.Errorf("%s: size %d, want %d", f.Path, f.Size, len(data))
+		}
+		if len(data) >= 1024 {
+			sum := sha256.Sum256(data)
+			if f.SHA256 != hex.EncodeToString(sum[:]) || f.GitSHA1 != "" {
+				t.Errorf("%s: sha256 %q gitsha1 %q, want the LFS sha256 only", f.Path, f.SHA256, f.GitSHA1)
+			}
+		} else if f.GitSHA1 != fakehub.GitBlobSHA1(data) || f.SHA256 != "" {
+			t.Errorf("%s: gitsha1 %q sha256 %q, want the blob sha1 only", f.Path, f.GitSHA1, f.SHA256)
+		}
+		if want := h.URL() + "/" + repo + "/resolve/" + fakehub.DefaultCommit + "/" + f.Path; f.URL != want {
+			t.Errorf("URL = %q, want %q", f.URL, want)
+		}
+	}
+}
+
+func TestGitBlobSHA1(t *testing.T) {
+	// `printf 'hello\n' | git hash-object --stdin`
+	if got, want := fakehub.GitBlobSHA1([]byte("hello\n")), "ce013625030ba8dba906f756967f9e9ca394464a"; got != want {
+		t.Errorf("GitBlobSHA1 = %s, want %s", got, want)
+	}
+	if got, want := fakehub.GitBlobSHA1(nil), "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391"; got != want {
+		t.Errorf("GitBlobSHA1(empty) = %s, want %s", got, want)
+	}
+}
+
+func TestFilesIncludeExclude(t *testing.T) {
+	h := startHub(t, fakehub.Options{})
+	c := newClient(t, h, "")
+	tests := []struct {
+		name             string
+		include, exclude []string
+		want             []string
+	}{
+		{name: "recipe globs", include: []string{"*.safetensors", "*.json", "tokenizer*"}, want: []string{
+			"config.json", "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
+			"sub/deep/tokenizer.model", "sub/extra.json", "tokenizer.json", "tokenizer_config.json"}},
+		{name: "exclude a folder", include: []string{"*.json"}, exclude: []string{"sub/*"}, want: []string{
+			"config.json", "tokenizer.json", "tokenizer_config.json"}},
+		{name: "double star", include: []string{"sub/**"}, want: []string{"sub/deep/tokenizer.model", "sub/extra.json"}},
+		{name: "full path", include: []string{"sub/extra.json"}, want: []string{"sub/extra.json"}},
+		{name: "exclude only", exclude: []string{"*.safetensors", "*.md", "sub/**"}, want: []string{
+			"config.json", "tokenizer.json", "tokenizer_config.json"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			files, err := c.Files(context.Background(), repo, fakehub.DefaultCommit, tt.include, tt.exclude)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, f := range files {
+				got = append(got, f.Path)
+			}
+			sort.Strings(got)
+			if d := cmp.Diff(tt.want, got); d != "" {
+				t.Errorf("files (-want +got):\n%s", d)
+			}
+		})
+	}
+	if _, err := c.Files(context.Background(), repo, fakehub.DefaultCommit, []string{"[x"}, nil); err == nil {
+		t.Error("malformed pattern accepted")
+	}
+}
+
+func TestUnsafeNamesRefused(t *testing.T) {
+	tests := []struct {
+		name  string
+		entry string
+	}{
+		{name: "dotdot", entry: "../x"},
+		{name: "inner dotdot", entry: "a/../../x"},
+		{name: "absolute", entry: "/etc/passwd"},
+		{name: "empty", entry: ""},
+		{name: "backslash", entry: `..\x`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := startHub(t, fakehub.Options{ExtraListing: []fakehub.Entry{{
+				Type: "file", Path: tt.entry, Size: 3, OID: fakehub.GitBlobSHA1([]byte("bad")),
+			}}})
+			c := newClient(t, h, "")
+			_, err := c.Files(context.Background(), repo, fakehub.DefaultCommit, nil, nil)
+			if err == nil {
+				t.Fatalf("listing with %q accepted", tt.entry)
+			}
+			if tt.entry != "" && !strings.Contains(err.Error(), strconv.Quote(tt.entry)) {
+				t.Errorf("error %q does not name %q", err, tt.entry)
+			}
+		})
+	}
+}
+
+func TestGatedRepoErrors(t *testing.T) {
+	const secret = "hf_SECRETtoken123"
+	h := startHub(t, fakehub.Options{Token: secret})
+	tests := []struct {
+		name, token, repo string
+		wantErr           []string
+	}{
+		{name: "no token", repo: repo, wantErr: []string{"401", "accept its licence", "HF_TOKEN"}},
+		{name: "wrong token", token: "hf_wrongWRONGwrong", repo: repo, wantErr: []string{"401", "accept its licence"}},
+		{name: "wrong repo", token: secret, repo: "org/other", wantErr: []string{"401", "RepoNotFound", `"org/other"`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newClient(t, h, tt.token)
+			_, err := c.ResolveRevision(context.Background(), tt.repo, "main")
+			if err == nil {
+				t.Fatal("no error")
+			}
+			var apiErr *hub.APIError
+			if !errors.As(err, &apiErr) || apiErr.Status != http.StatusUnauthorized {
+				t.Errorf("err = %v, want a 401 APIError", err)
+			}
+			for _, w := range tt.wantErr {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+			if tt.token != "" && strings.Contains(err.Error(), tt.token) {
+				t.Errorf("error %q contains the token", err)
+			}
+		})
+	}
+	c := newClient(t, h, secret)
+	if _, err := c.ResolveRevision(context.Background(), repo, "main"); err != nil {
+		t.Fatalf("with the token: %v", err)
+	}
+}
+
+func TestTokenNotSentToCDN(t *testing.T) {
+	const secret = "hf_SECRETtoken123"
+	h := startHub(t, fakehub.Options{Token: secret, CDNHost: "localhost"})
+	c := newClient(t, h, secret)
+	files, err := c.Files(context.Background(), repo, fakehub.DefaultCommit, []string{"*.safetensors"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		resp, err := c.HTTPClient().Get(f.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %d %v", f.URL, resp.StatusCode, err)
+		}
+		if sum := sha256.Sum256(data); hex.EncodeToString(sum[:]) != f.SHA256 {
+			t.Errorf("%s: wrong content", f.Path)
+		}
+		if resp.Request.URL.Host == strings.TrimPrefix(h.URL(), "http://") {
+			t.Errorf("%s was not redirected to the CDN", f.Path)
+		}
+	}
+	if got := h.CDNAuthorizations(); len(got) != 0 {
+		t.Errorf("the CDN received Authorization headers: %d", len(got))
+	}
+	if c.TokenHost() != strings.TrimPrefix(h.URL(), "http://") {
+		t.Errorf("TokenHost = %q", c.TokenHost())
+	}
+}
+
+func TestRangeRequests(t *testing.T) {
+	h := startHub(t, fakehub.Options{})
+	c := newClient(t, h, "")
+	url := c.ResolveURL(repo, fakehub.DefaultCommit, "model-00001-of-00002.safetensors")
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	req.Header.Set("Range", "bytes=16-31")
+	resp, err := c.HTTPClient().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusPartialContent || string(body) != "0123456789abcdef" {
+		t.Errorf("range answer %d %q", resp.StatusCode, body)
+	}
+	if h.BytesServed() != 16 {
+		t.Errorf("BytesServed = %d, want 16", h.BytesServed())
+	}
+}
+
+func TestEndpointAndToken(t *testing.T) {
+	dir := t.TempDir()
+	tokFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokFile, []byte("  hf_fromfile\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	home := filepath.Join(dir, "home")
+	if err := os.MkdirAll(filepath.Join(home, ".cache", "huggingface"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(home, ".cache", "huggingface", "token"), []byte("hf_home\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+	tests := []struct {
+		name         string
+		opt          hub.Options
+		wantEndpoint string
+		wantToken    string
+		wantErr      bool
+	}{
+		{name: "defaults", opt: hub.Options{Getenv: noEnv}, wantEndpoint: hub.DefaultEndpoint},
+		{name: "HF_ENDPOINT", opt: hub.Options{Getenv: env(map[string]string{"HF_ENDPOINT": "http://mirror:8080/"})}, wantEndpoint: "http://mirror:8080"},
+		{name: "explicit endpoint wins", opt: hub.Options{Endpoint: "https://a.example", Getenv: env(map[string]string{"HF_ENDPOINT": "http://b"})}, wantEndpoint: "https://a.example"},
+		{name: "HF_TOKEN", opt: hub.Options{Getenv: env(map[string]string{"HF_TOKEN": " hf_env "})}, wantEndpoint: hub.DefaultEndpoint, wantToken: "hf_env"},
+		{name: "token file wins", opt: hub.Options{TokenFile: tokFile, Getenv: env(map[string]string{"HF_TOKEN": "hf_env"})}, wantEndpoint: hub.DefaultEndpoint, wantToken: "hf_fromfile"},
+		{name: "home token file", opt: hub.Options{Getenv: env(map[string]string{"HOME": home})}, wantEndpoint: hub.DefaultEndpoint, wantToken: "hf_home"},
+		{name: "missing token file", opt: hub.Options{TokenFile: filepath.Join(dir, "nope"), Getenv: noEnv}, wantErr: true},
+		{name: "bad endpoint", opt: hub.Options{Endpoint: "ftp://x", Getenv: noEnv}, wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := hub.New(tt.opt)
+			if tt.wantErr {
+				if err == nil {
+					t.Fatal("no error")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Endpoint() != tt.wantEndpoint || c.Token() != tt.wantToken {
+				t.Errorf("endpoint %q token %q, want %q %q", c.Endpoint(), c.Token(), tt.wantEndpoint, tt.wantToken)
+			}
+		})
+	}
+}
+
+func TestCheckName(t *testing.T) {
+	tests := []struct {
+		name string
+		ok   bool
+	}{
+		{"model.safetensors", true},
+		{"sub/dir/file.json", true},
+		{"..hidden", true},
+		{"", false},
+		{"../x", false},
+		{"a/..", false},
+		{"/abs", false},
+		{"a//b", false},
+		{"./a", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := hub.CheckName(tt.name)
+			if (err == nil) != tt.ok {
+				t.Errorf("CheckName(%q) = %v, want ok=%v", tt.name, err, tt.ok)
+			}
+		})
+	}
+}

@@ -1,0 +1,492 @@
+// Package fakehub is a fake Hugging Face hub for tests and demos: it serves one repository
+// from a file set with the hub's revision, tree-listing (paginated, expanded) and resolve
+// endpoints, redirecting large files to a second "CDN" server as the real hub does, with
+// Range support and counters of what it served.
+package fakehub
+
+import (
+	"crypto/sha1"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// DefaultCommit is the commit the fake repository is at unless Options names one.
+const DefaultCommit = "0123456789abcdef0123456789abcdef01234567"
+
+// Options configures a Hub.
+type Options struct {
+	// Repo is the repository id served, e.g. "org/model".
+	Repo string
+	// FS holds the repository's files (os.DirFS or fstest.MapFS).
+	FS fs.FS
+	// Commit is the repository's commit; "" means DefaultCommit.
+	Commit string
+	// Refs maps branch and tag names to commits; "main" maps to Commit unless set.
+	Refs map[string]string
+	// PageSize is the number of entries per tree-listing page; 0 means 1000.
+	PageSize int
+	// LFSThreshold is the size from which a file is listed as an LFS file (with its
+	// sha256) and its resolve URL redirects to the CDN; 0 means 1 MiB.
+	LFSThreshold int64
+	// Token, when set, is required (as a bearer token) by every hub endpoint; requests
+	// without it get 401 with X-Error-Code GatedRepo.
+	Token string
+	// ExtraListing adds entries to the tree listing (e.g. a "../x" file) as given.
+	ExtraListing []Entry
+	// CDNHost is the host name the CDN's redirect URLs use instead of the listener's
+	// address (with the CDN's port), e.g. "localhost", so that it differs from the hub's.
+	CDNHost string
+}
+
+// Entry is a tree-listing entry in the hub's JSON shape.
+type Entry struct {
+	Type string `json:"type"`
+	OID  string `json:"oid"`
+	Size int64  `json:"size"`
+	Path string `json:"path"`
+	LFS  *LFS   `json:"lfs,omitempty"`
+}
+
+// LFS is an entry's large-file metadata.
+type LFS struct {
+	OID         string `json:"oid"`
+	Size        int64  `json:"size"`
+	PointerSize int64  `json:"pointerSize"`
+}
+
+type fileInfo struct {
+	size   int64
+	sha256 string
+	sha1   string
+}
+
+// Hub is a fake hub. Its handlers can be served by httptest servers (Start) or by real
+// listeners (the fake-hub command).
+type Hub struct {
+	opt Options
+
+	mu       sync.Mutex
+	files    map[string]fileInfo
+	paths    []string
+	dirs     []string
+	cdnBase  string
+	authSeen []string
+
+	bytesServed  atomic.Int64
+	fileRequests atomic.Int64
+	apiRequests  atomic.Int64
+
+	// servers started by Start
+	hubSrv, cdnSrv *httptest.Server
+}
+
+// New indexes the file set (sizes and digests) and returns a hub serving it.
+func New(opt Options) (*Hub, error) {
+	if opt.Repo == "" {
+		return nil, fmt.Errorf("fake hub: no repo")
+	}
+	if opt.Commit == "" {
+		opt.Commit = DefaultCommit
+	}
+	if opt.PageSize <= 0 {
+		opt.PageSize = 1000
+	}
+	if opt.LFSThreshold <= 0 {
+		opt.LFSThreshold = 1 << 20
+	}
+	refs := map[string]string{"main": opt.Commit}
+	for k, v := range opt.Refs {
+		refs[k] = v
+	}
+	opt.Refs = refs
+	h := &Hub{opt: opt, files: map[string]fileInfo{}}
+	if err := h.index(); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// Reindex re-reads the file set (after a test changed a file).
+func (h *Hub) Reindex() error { return h.index() }
+
+func (h *Hub) index() error {
+	files := map[string]fileInfo{}
+	var paths, dirs []string
+	err := fs.WalkDir(h.opt.FS, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if p == "." {
+			return nil
+		}
+		if d.IsDir() {
+			dirs = append(dirs, p)
+			return nil
+		}
+		fi, err := digest(h.opt.FS, p)
+		if err != nil {
+			return err
+		}
+		files[p] = fi
+		paths = append(paths, p)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("fake hub: indexing files: %w", err)
+	}
+	sort.Strings(paths)
+	sort.Strings(dirs)
+	h.mu.Lock()
+	h.files, h.paths, h.dirs = files, paths, dirs
+	h.mu.Unlock()
+	return nil
+}
+
+func digest(fsys fs.FS, p string) (fileInfo, error) {
+	f, err := fsys.Open(p)
+	if err != nil {
+		return fileInfo{}, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return fileInfo{}, err
+	}
+	s256, s1 := sha256.New(), sha1.New()
+	fmt.Fprintf(s1, "blob %d\x00", st.Size())
+	n, err := io.Copy(io.MultiWriter(s256, s1), f)
+	if err != nil {
+		return fileInfo{}, err
+	}
+	if n != st.Size() {
+		return fileInfo{}, fmt.Errorf("%s changed while it was read", p)
+	}
+	return fileInfo{size: n, sha256: hex.EncodeToString(s256.Sum(nil)), sha1: hex.EncodeToString(s1.Sum(nil))}, nil
+}
+
+// GitBlobSHA1 returns git's object id of a blob with the given content:
+// sha1("blob <len>\x00" + content), hex.
+func GitBlobSHA1(content []byte) string {
+	s := sha1.New()
+	fmt.Fprintf(s, "blob %d\x00", len(content))
+	s.Write(content)
+	return hex.EncodeToString(s.Sum(nil))
+}
+
+// Start serves the hub and its CDN on two httptest servers; Close stops them.
+func (h *Hub) Start() {
+	h.cdnSrv = httptest.NewServer(h.CDNHandler())
+	h.SetCDNBase(h.cdnSrv.URL)
+	h.hubSrv = httptest.NewServer(h.Handler())
+}
+
+// Close stops the servers Start started.
+func (h *Hub) Close() {
+	if h.hubSrv != nil {
+		h.hubSrv.Close()
+	}
+	if h.cdnSrv != nil {
+		h.cdnSrv.Close()
+	}
+}
+
+// URL returns the hub's base URL (after Start).
+func (h *Hub) URL() string { return h.hubSrv.URL }
+
+// CDNURL returns the CDN's base URL as redirects name it.
+func (h *Hub) CDNURL() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.cdnBase
+}
+
+// SetCDNBase sets the base URL redirects point at, e.g. "http://127.0.0.1:PORT"; with
+// Options.CDNHost set, the host name is replaced by it (the port kept).
+func (h *Hub) SetCDNBase(base string) {
+	if h.opt.CDNHost != "" {
+		if u, err := url.Parse(base); err == nil {
+			u.Host = h.opt.CDNHost + ":" + u.Port()
+			base = u.String()
+		}
+	}
+	h.mu.Lock()
+	h.cdnBase = strings.TrimRight(base, "/")
+	h.mu.Unlock()
+}
+
+// Commit returns the repository's commit.
+func (h *Hub) Commit() string { return h.opt.Commit }
+
+// BytesServed returns the file bytes served so far (hub and CDN together).
+func (h *Hub) BytesServed() int64 { return h.bytesServed.Load() }
+
+// FileRequests returns the number of file (resolve and CDN) requests answered so far.
+func (h *Hub) FileRequests() int64 { return h.fileRequests.Load() }
+
+// APIRequests returns the number of API (revision and tree) requests answered so far.
+func (h *Hub) APIRequests() int64 { return h.apiRequests.Load() }
+
+// ResetCounters zeroes the counters and the record of Authorization headers.
+func (h *Hub) ResetCounters() {
+	h.bytesServed.Store(0)
+	h.fileRequests.Store(0)
+	h.apiRequests.Store(0)
+	h.mu.Lock()
+	h.authSeen = nil
+	h.mu.Unlock()
+}
+
+// CDNAuthorizations returns the Authorization headers the CDN received (it should
+// receive none).
+func (h *Hub) CDNAuthorizations() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.authSeen...)
+}
+
+// Handler returns the hub's handler: /api/models/{repo}/revision/{rev},
+// /api/models/{repo}/tree/{rev}, and /{repo}/resolve/{rev}/{path}.
+func (h *Hub) Handler() http.Handler {
+	return http.HandlerFunc(h.serveHub)
+}
+
+// CDNHandler returns the CDN's handler: /cdn/{sha256} serves the file with that digest.
+func (h *Hub) CDNHandler() http.Handler {
+	return http.HandlerFunc(h.serveCDN)
+}
+
+func hubError(w http.ResponseWriter, status int, code, msg string) {
+	if code != "" {
+		w.Header().Set("X-Error-Code", code)
+	}
+	w.Header().Set("X-Error-Message", msg)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]string{"error": msg})
+}
+
+func (h *Hub) authorized(r *http.Request) bool {
+	return h.opt.Token == "" || r.Header.Get("Authorization") == "Bearer "+h.opt.Token
+}
+
+func (h *Hub) serveHub(w http.ResponseWriter, r *http.Request) {
+	p := r.URL.Path
+	repo := h.opt.Repo
+	switch {
+	case strings.HasPrefix(p, "/api/models/"):
+		h.apiRequests.Add(1)
+		rest := strings.TrimPrefix(p, "/api/models/")
+		if !strings.HasPrefix(rest, repo+"/") {
+			hubError(w, http.StatusUnauthorized, "RepoNotFound", "Repository Not Found for url: "+r.URL.String()+". Please make sure you specified the correct repo_id and repo_type. If you are trying to access a private or gated repo, make sure you are authenticated.")
+			return
+		}
+		if !h.authorized(r) {
+			hubError(w, http.StatusUnauthorized, "GatedRepo", "Access to model "+repo+" is restricted. You must have access to it and be authenticated to access it. Please log in.")
+			return
+		}
+		rest = strings.TrimPrefix(rest, repo+"/")
+		kind, rev, _ := strings.Cut(rest, "/")
+		rev, err := url.PathUnescape(rev)
+		if err != nil {
+			hubError(w, http.StatusBadRequest, "", "bad revision")
+			return
+		}
+		commit, ok := h.resolveRev(rev)
+		if !ok {
+			hubError(w, http.StatusNotFound, "RevisionNotFound", "Invalid rev id: "+rev)
+			return
+		}
+		switch kind {
+		case "revision":
+			h.serveInfo(w, commit)
+		case "tree":
+			h.serveTree(w, r, rev)
+		default:
+			hubError(w, http.StatusNotFound, "", "not found")
+		}
+	case strings.HasPrefix(p, "/"+repo+"/resolve/"):
+		h.fileRequests.Add(1)
+		if !h.authorized(r) {
+			hubError(w, http.StatusUnauthorized, "GatedRepo", "Access to model "+repo+" is restricted.")
+			return
+		}
+		rest := strings.TrimPrefix(p, "/"+repo+"/resolve/")
+		rev, name, _ := strings.Cut(rest, "/")
+		commit, ok := h.resolveRev(rev)
+		if !ok {
+			hubError(w, http.StatusNotFound, "RevisionNotFound", "Invalid rev id: "+rev)
+			return
+		}
+		h.mu.Lock()
+		fi, ok := h.files[name]
+		cdn := h.cdnBase
+		h.mu.Unlock()
+		if !ok {
+			hubError(w, http.StatusNotFound, "EntryNotFound", name+" does not exist on "+rev)
+			return
+		}
+		w.Header().Set("X-Repo-Commit", commit)
+		if fi.size >= h.opt.LFSThreshold && cdn != "" {
+			w.Header().Set("X-Linked-Etag", `"`+fi.sha256+`"`)
+			w.Header().Set("X-Linked-Size", strconv.FormatInt(fi.size, 10))
+			http.Redirect(w, r, cdn+"/cdn/"+fi.sha256+"?name="+url.QueryEscape(path.Base(name)), http.StatusFound)
+			return
+		}
+		w.Header().Set("ETag", `"`+fi.sha1+`"`)
+		h.serveFile(w, r, name)
+	default:
+		hubError(w, http.StatusNotFound, "", "not found")
+	}
+}
+
+func (h *Hub) resolveRev(rev string) (string, bool) {
+	if rev == h.opt.Commit {
+		return rev, true
+	}
+	c, ok := h.opt.Refs[rev]
+	return c, ok
+}
+
+func (h *Hub) serveInfo(w http.ResponseWriter, commit string) {
+	h.mu.Lock()
+	var siblings []map[string]string
+	for _, p := range h.paths {
+		siblings = append(siblings, map[string]string{"rfilename": p})
+	}
+	h.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]any{
+		"_id": "fake", "id": h.opt.Repo, "modelId": h.opt.Repo, "sha": commit,
+		"private": false, "gated": h.opt.Token != "", "siblings": siblings,
+		"lastModified": time.Unix(0, 0).UTC().Format(time.RFC3339),
+	})
+}
+
+func (h *Hub) listing() []Entry {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	type item struct {
+		p string
+		e Entry
+	}
+	var items []item
+	for _, d := range h.dirs {
+		items = append(items, item{d, Entry{Type: "directory", OID: GitBlobSHA1([]byte(d)), Path: d}})
+	}
+	for _, p := range h.paths {
+		fi := h.files[p]
+		e := Entry{Type: "file", OID: fi.sha1, Size: fi.size, Path: p}
+		if fi.size >= h.opt.LFSThreshold {
+			ptr := fmt.Sprintf("version https://git-lfs.github.com/spec/v1\noid sha256:%s\nsize %d\n", fi.sha256, fi.size)
+			e.OID = GitBlobSHA1([]byte(ptr))
+			e.LFS = &LFS{OID: fi.sha256, Size: fi.size, PointerSize: int64(len(ptr))}
+		}
+		items = append(items, item{p, e})
+	}
+	sort.Slice(items, func(i, j int) bool { return items[i].p < items[j].p })
+	out := make([]Entry, 0, len(items)+len(h.opt.ExtraListing))
+	for _, it := range items {
+		out = append(out, it.e)
+	}
+	return append(out, h.opt.ExtraListing...)
+}
+
+func (h *Hub) serveTree(w http.ResponseWriter, r *http.Request, rev string) {
+	all := h.listing()
+	start := 0
+	if c := r.URL.Query().Get("cursor"); c != "" {
+		n, err := strconv.Atoi(c)
+		if err != nil || n < 0 || n > len(all) {
+			hubError(w, http.StatusBadRequest, "", "bad cursor")
+			return
+		}
+		start = n
+	}
+	end := min(start+h.opt.PageSize, len(all))
+	page := all[start:end]
+	expand := r.URL.Query().Get("expand") == "true"
+	if !expand {
+		stripped := make([]Entry, len(page))
+		for i, e := range page {
+			e.LFS = nil
+			stripped[i] = e
+		}
+		page = stripped
+	}
+	if end < len(all) {
+		q := r.URL.Query()
+		q.Set("cursor", strconv.Itoa(end))
+		next := &url.URL{Scheme: "http", Host: r.Host, Path: r.URL.Path, RawQuery: q.Encode()}
+		w.Header().Set("Link", "<"+next.String()+`>; rel="next"`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(page)
+}
+
+func (h *Hub) serveCDN(w http.ResponseWriter, r *http.Request) {
+	h.fileRequests.Add(1)
+	if a := r.Header.Get("Authorization"); a != "" {
+		h.mu.Lock()
+		h.authSeen = append(h.authSeen, a)
+		h.mu.Unlock()
+	}
+	sum := strings.TrimPrefix(r.URL.Path, "/cdn/")
+	h.mu.Lock()
+	name := ""
+	for _, p := range h.paths {
+		if h.files[p].sha256 == sum {
+			name = p
+			break
+		}
+	}
+	h.mu.Unlock()
+	if name == "" {
+		http.Error(w, "no such object", http.StatusNotFound)
+		return
+	}
+	w.Header().Set("ETag", `"`+sum+`"`)
+	h.serveFile(w, r, name)
+}
+
+// countingWriter counts the body bytes written.
+type countingWriter struct {
+	http.ResponseWriter
+	n *atomic.Int64
+}
+
+func (c countingWriter) Write(b []byte) (int, error) {
+	n, err := c.ResponseWriter.Write(b)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+func (h *Hub) serveFile(w http.ResponseWriter, r *http.Request, name string) {
+	f, err := h.opt.FS.Open(name)
+	if err != nil {
+		http.Error(w, "opening file", http.StatusInternalServerError)
+		return
+	}
+	defer f.Close()
+	rs, ok := f.(io.ReadSeeker)
+	if !ok {
+		http.Error(w, "file set does not support seeking", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Accept-Ranges", "bytes")
+	http.ServeContent(countingWriter{w, &h.bytesServed}, r, "", time.Time{}, rs)
+}
