@@ -1,0 +1,210 @@
+package build
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sglprov/sglprov/pkg/engine"
+)
+
+// progressLine matches the lines by which build tools report progress: Make's
+// `[ 42%] Building CUDA object ...` and Ninja's `[123/456] Building CUDA object ...`.
+var progressLine = regexp.MustCompile(`^\[\s*(\d+%|\d+/\d+)\]\s+\S`)
+
+// maxLine bounds one line kept for the tail and the status; longer ones are cut.
+const maxLine = 4096
+
+// monitor follows a build's output: line count, last progress line and the last lines.
+type monitor struct {
+	start time.Time
+
+	mu      sync.Mutex
+	lines   int
+	last    string
+	ring    []string
+	next    int
+	partial []byte
+}
+
+func newMonitor(start time.Time, keep int) *monitor {
+	return &monitor{start: start, ring: make([]string, 0, keep)}
+}
+
+// copy writes everything read from r to out unchanged and feeds it to the monitor, until r
+// ends or fails.
+func (m *monitor) copy(out io.Writer, r io.Reader) {
+	buf := make([]byte, 32*1024)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			_, _ = out.Write(buf[:n])
+			m.feed(buf[:n])
+		}
+		if err != nil {
+			m.flush()
+			return
+		}
+	}
+}
+
+// feed splits b into lines at "\n" and "\r" (tools that redraw a line in place).
+func (m *monitor) feed(b []byte) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for len(b) > 0 {
+		i := indexEOL(b)
+		if i < 0 {
+			if len(m.partial) < maxLine {
+				m.partial = append(m.partial, b[:min(len(b), maxLine-len(m.partial))]...)
+			}
+			return
+		}
+		if len(m.partial) < maxLine {
+			m.partial = append(m.partial, b[:min(i, maxLine-len(m.partial))]...)
+		}
+		m.addLocked(string(m.partial), b[i] == '\n')
+		m.partial = m.partial[:0]
+		b = b[i+1:]
+	}
+}
+
+func indexEOL(b []byte) int {
+	for i, c := range b {
+		if c == '\n' || c == '\r' {
+			return i
+		}
+	}
+	return -1
+}
+
+// flush ends a last line without a newline.
+func (m *monitor) flush() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.partial) > 0 {
+		m.addLocked(string(m.partial), true)
+		m.partial = m.partial[:0]
+	}
+}
+
+// addLocked records one line. A line ended by "\r" that is empty (the "\r" of "\r\n") is
+// not counted; one with text is (a redrawn status is still output).
+func (m *monitor) addLocked(line string, newline bool) {
+	if line == "" && !newline {
+		return
+	}
+	line = strings.ToValidUTF8(line, "\uFFFD")
+	m.lines++
+	if progressLine.MatchString(line) {
+		m.last = strings.TrimSpace(line)
+	}
+	if len(m.ring) < cap(m.ring) {
+		m.ring = append(m.ring, line)
+		return
+	}
+	if cap(m.ring) == 0 {
+		return
+	}
+	m.ring[m.next] = line
+	m.next = (m.next + 1) % cap(m.ring)
+}
+
+// tail returns the last lines, oldest first.
+func (m *monitor) tail() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]string, 0, len(m.ring))
+	out = append(out, m.ring[m.next:]...)
+	return append(out, m.ring[:m.next]...)
+}
+
+// snapshot returns the elapsed time, line count and last progress line.
+func (m *monitor) snapshot(now time.Time) (time.Duration, int, string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return now.Sub(m.start).Truncate(time.Second), m.lines, m.last
+}
+
+// status is the one-line summary shown on the console.
+func (m *monitor) status(name string, now time.Time) string {
+	elapsed, lines, last := m.snapshot(now)
+	s := fmt.Sprintf("%s: building %s, %d lines", name, elapsed, lines)
+	if last != "" {
+		s += ", " + last
+	}
+	return s
+}
+
+// startProgress reports progress until the returned function is called: on a terminal a
+// status line redrawn in place every statusEvery, on a pipe a log line every logEvery.
+func (s *Step) startProgress(env *engine.Env, mon *monitor) (stop func()) {
+	if env.Console == nil {
+		return func() {}
+	}
+	every := s.logEvery
+	if env.IsTerminal {
+		every = s.statusEvery
+	}
+	if every <= 0 {
+		return func() {}
+	}
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	width := terminalWidth(env.Console)
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				if env.IsTerminal {
+					fmt.Fprint(env.Console, "\r\x1b[K")
+				}
+				return
+			case now := <-t.C:
+				if env.IsTerminal {
+					fmt.Fprint(env.Console, "\r\x1b[K"+truncate(mon.status(s.name, now), width-1))
+					continue
+				}
+				elapsed, lines, last := mon.snapshot(now)
+				if env.Log != nil {
+					env.Log.Info("building", "elapsed", elapsed.String(), "lines", lines, "last", last)
+				} else {
+					fmt.Fprintln(env.Console, mon.status(s.name, now))
+				}
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-finished
+	}
+}
+
+// terminalWidth returns the width of the terminal w writes to, 80 when unknown.
+func terminalWidth(w io.Writer) int {
+	if f, ok := w.(*os.File); ok {
+		if ws, err := unix.IoctlGetWinsize(int(f.Fd()), unix.TIOCGWINSZ); err == nil && ws.Col > 0 {
+			return int(ws.Col)
+		}
+	}
+	return 80
+}
+
+// truncate cuts s to at most n runes, marking the cut with "…".
+func truncate(s string, n int) string {
+	if n <= 1 || utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:n-1]) + "…"
+}

@@ -1,0 +1,151 @@
+// Package build is the build step kind: it runs a command (argv, never a shell string) in
+// a source directory with a set environment, for example sgl-kernel's wheel build with
+// TORCH_CUDA_ARCH_LIST=12.0a, and skips it on a re-run while the source tree, the command,
+// the environment, the toolchain and the outputs are what they were.
+//
+// Defaults the step puts in the build's environment unless the recipe's env sets them:
+//
+//	TORCH_CUDA_ARCH_LIST        the host's arch list from the GPU facts ("12.0a", "9.0a")
+//	MAX_JOBS                    min(cores, floor(available memory / mem_per_job_gib)), >= 1
+//	CMAKE_BUILD_PARALLEL_LEVEL  the same number
+//	SGL_KERNEL_COMPILE_THREADS  1 (nvcc --threads; the jobs already fill the cores)
+//	CCACHE_DIR                  STATE_DIR/ccache, when ccache is on PATH
+//	CMAKE_{C,CXX,CUDA}_COMPILER_LAUNCHER  ccache, when ccache is on PATH
+//
+// The rest of the environment is the process's own (PATH included).
+package build
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/sglprov/sglprov/pkg/engine"
+)
+
+// DefaultMemPerJobGiB is the memory budget of one parallel compile job when the recipe sets
+// none: nvcc compiling a CUTLASS kernel takes several GiB, and a host runs out of memory
+// long before it runs out of cores.
+const DefaultMemPerJobGiB = 4
+
+// Spec is the recipe body of a build step.
+type Spec struct {
+	// Dir is the directory the command runs in. An absolute path is a host path (under
+	// --root where set); a relative one is resolved against the recipe's folder.
+	Dir string `yaml:"dir" json:"dir"`
+	// Argv is the command and its arguments. argv[0] without a slash is looked up in the
+	// build environment's PATH.
+	Argv []string `yaml:"argv" json:"argv"`
+	// Env sets environment variables for the build; they override the step's defaults.
+	Env map[string]string `yaml:"env" json:"env,omitempty"`
+	// Outputs are the paths or globs (relative to Dir, or absolute) of the files the build
+	// makes, e.g. "dist/*.whl". After a run each must match at least one file.
+	Outputs []string `yaml:"outputs" json:"outputs,omitempty"`
+	// Exclude are extra globs, relative to Dir, left out of the source tree's digest (build
+	// trees the command writes besides its outputs).
+	Exclude []string `yaml:"exclude" json:"exclude,omitempty"`
+	// Python is the interpreter whose version and torch version are part of the fingerprint
+	// (the venv's python for a torch extension).
+	Python string `yaml:"python" json:"python,omitempty"`
+	// Probes are extra toolchain probes, each an argv whose output is fingerprinted. A probe
+	// is named "toolchain." + the base name of its argv[0] ("#2", "#3" added to repeats);
+	// one named like a default probe (toolchain.nvcc, toolchain.python, toolchain.torch)
+	// replaces it.
+	Probes [][]string `yaml:"probes" json:"probes,omitempty"`
+	// MemPerJobGiB is the memory budget of one compile job (default 4).
+	MemPerJobGiB float64 `yaml:"mem_per_job_gib" json:"mem_per_job_gib,omitempty"`
+	// Jobs, when set, is the number of parallel jobs instead of the host-derived one.
+	Jobs int `yaml:"jobs" json:"jobs,omitempty"`
+}
+
+// Kind returns the build step kind for the registry.
+func Kind() engine.Kind {
+	return engine.Kind{
+		NewSpec: func() any { return &Spec{} },
+		New: func(name string, spec any) (engine.Step, error) {
+			s, ok := spec.(*Spec)
+			if !ok {
+				return nil, fmt.Errorf("build step %q: spec is %T, not *build.Spec: %w", name, spec, engine.ErrUsage)
+			}
+			return New(name, s)
+		},
+	}
+}
+
+// Step is a build step ready to be fingerprinted, checked and run.
+type Step struct {
+	name string
+	spec Spec
+	host hostInfo
+	// statusEvery is how often the one-line status is redrawn on a terminal; logEvery how
+	// often a progress line is logged on a pipe.
+	statusEvery, logEvery time.Duration
+	// killGrace is how long a canceled build has between SIGTERM and SIGKILL.
+	killGrace time.Duration
+	// probeTimeout bounds each toolchain probe.
+	probeTimeout time.Duration
+}
+
+// New validates spec and returns the step. Problems are wrapped with engine.ErrUsage.
+func New(name string, spec *Spec) (*Step, error) {
+	if spec == nil {
+		return nil, fmt.Errorf("build step %q: no spec: %w", name, engine.ErrUsage)
+	}
+	s := *spec
+	var problems []string
+	if strings.TrimSpace(s.Dir) == "" {
+		problems = append(problems, "dir is empty")
+	}
+	if len(s.Argv) == 0 || s.Argv[0] == "" {
+		problems = append(problems, "argv is empty")
+	}
+	for k := range s.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			problems = append(problems, fmt.Sprintf("env name %q is not valid", k))
+		}
+	}
+	for _, g := range append(append([]string(nil), s.Outputs...), s.Exclude...) {
+		if g == "" {
+			problems = append(problems, "an outputs or exclude entry is empty")
+			continue
+		}
+		if _, err := filepath.Match(g, ""); err != nil {
+			problems = append(problems, fmt.Sprintf("glob %q: %v", g, err))
+		}
+	}
+	for i, p := range s.Probes {
+		if len(p) == 0 || p[0] == "" {
+			problems = append(problems, fmt.Sprintf("probes[%d] is empty", i))
+		}
+	}
+	if s.MemPerJobGiB < 0 {
+		problems = append(problems, "mem_per_job_gib is negative")
+	}
+	if s.MemPerJobGiB == 0 {
+		s.MemPerJobGiB = DefaultMemPerJobGiB
+	}
+	if s.Jobs < 0 {
+		problems = append(problems, "jobs is negative")
+	}
+	if len(problems) > 0 {
+		return nil, fmt.Errorf("build step %q: %s: %w", name, strings.Join(problems, "; "), engine.ErrUsage)
+	}
+	return &Step{
+		name:         name,
+		spec:         s,
+		host:         realHost(),
+		statusEvery:  time.Second,
+		logEvery:     30 * time.Second,
+		killGrace:    10 * time.Second,
+		probeTimeout: 2 * time.Minute,
+	}, nil
+}
+
+// dir returns the build directory as a path on this machine.
+func (s *Step) dir(env *engine.Env) string {
+	if filepath.IsAbs(s.spec.Dir) {
+		return env.HostPath(s.spec.Dir)
+	}
+	return env.RecipePath(s.spec.Dir)
+}
