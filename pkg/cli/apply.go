@@ -1,0 +1,62 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/sglprov/sglprov/pkg/engine"
+)
+
+type engineOptions = engine.Options
+
+func runApply(ctx context.Context, stdio IO, args []string) error {
+	var c common
+	var only, force multi
+	var verify bool
+	var jobs int
+	fs := newFlags("apply", stdio)
+	c.register(fs)
+	fs.Var(&only, "only", "run just these steps, `STEP[,STEP]` (repeatable)")
+	fs.Var(&force, "force", "run this step even when it would be skipped, `STEP[,STEP]` (repeatable)")
+	fs.BoolVar(&verify, "verify", false, "re-check every output fully (re-hash downloads)")
+	fs.IntVar(&jobs, "jobs", 4, "steps to run at once")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	_, err := apply(ctx, stdio, &c, func(o *engine.Options) {
+		o.Only, o.Force = splitList(only.String()), splitList(force.String())
+		o.Verify, o.Concurrency = verify, jobs
+	})
+	return err
+}
+
+// apply runs one apply under the state lock and prints its summary.
+func apply(ctx context.Context, stdio IO, c *common, mod func(*engine.Options)) (*engine.Report, error) {
+	r, err := c.loadRecipe()
+	if err != nil {
+		return nil, err
+	}
+	dir := c.stateDirPath()
+	if err := engine.EnsureStateDir(dir); err != nil {
+		return nil, err
+	}
+	lock, err := engine.AcquireLock(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer lock.Release()
+	e, _, err := c.newEngine(ctx, stdio, mod)
+	if err != nil {
+		return nil, err
+	}
+	rep, runErr := e.Apply(ctx)
+	if rep != nil {
+		fmt.Fprintf(stdio.Stdout, "\n%s", rep.Summary())
+		fmt.Fprintf(stdio.Stdout, "\n%s: %s in %s; report: %s\n", r.Name, rep.Result, rep.Duration.Round(1e6), rep.Dir+string(os.PathSeparator)+"report.json")
+	}
+	if runErr != nil {
+		return rep, runErr
+	}
+	return rep, nil
+}

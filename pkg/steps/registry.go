@@ -1,0 +1,24 @@
+// Package steps lists the step kinds a recipe may use: one explicit registry.
+package steps
+
+import (
+	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/recipe"
+	"github.com/sglprov/sglprov/pkg/steps/command"
+)
+
+// Registry returns every step kind by the key a recipe step uses for it.
+func Registry() engine.Registry {
+	return engine.Registry{
+		"command": command.Kind(),
+	}
+}
+
+// Specs returns the spec constructors of the registry, for the recipe parser.
+func Specs(reg engine.Registry) recipe.KindSpecs {
+	out := recipe.KindSpecs{}
+	for name, k := range reg {
+		out[name] = k.NewSpec
+	}
+	return out
+}
