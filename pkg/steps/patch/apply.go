@@ -1,0 +1,429 @@
+package patch
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/bluekeyes/go-gitdiff/gitdiff"
+)
+
+// absent is the digest recorded for a file that does not exist.
+const absent = "absent"
+
+// entry is one file of the in-memory tree.
+type entry struct {
+	exists bool
+	data   []byte
+	perm   fs.FileMode
+}
+
+// tree is the in-memory view of the files a series touches. Files are read from disk on
+// first use; changes stay in memory until write.
+type tree struct {
+	root  string
+	files map[string]*entry
+}
+
+func newTree(root string) *tree {
+	return &tree{root: root, files: map[string]*entry{}}
+}
+
+// clone returns a copy whose changes do not affect t (file contents are never modified
+// in place, so they are shared).
+func (t *tree) clone() *tree {
+	c := &tree{root: t.root, files: make(map[string]*entry, len(t.files))}
+	for k, v := range t.files {
+		e := *v
+		c.files[k] = &e
+	}
+	return c
+}
+
+// get returns the file at rel, reading it from disk the first time.
+func (t *tree) get(rel string) (*entry, error) {
+	if e, ok := t.files[rel]; ok {
+		return e, nil
+	}
+	e, err := readEntry(t.root, rel)
+	if err != nil {
+		return nil, err
+	}
+	t.files[rel] = e
+	return e, nil
+}
+
+func (t *tree) set(rel string, e entry) {
+	t.files[rel] = &e
+}
+
+// readEntry reads the file rel under root; a missing file is an entry that does not exist.
+// Symbolic links are refused, so that a patch never writes through one out of the tree.
+func readEntry(root, rel string) (*entry, error) {
+	if err := checkInside(root, rel); err != nil {
+		return nil, err
+	}
+	p := filepath.Join(root, rel)
+	fi, err := os.Lstat(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return &entry{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", p, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file (%s); patches change regular files only", p, fi.Mode().Type())
+	}
+	data, err := os.ReadFile(p)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", p, err)
+	}
+	return &entry{exists: true, data: data, perm: fi.Mode().Perm()}, nil
+}
+
+// checkInside refuses a path whose existing folders lead out of root through a symbolic
+// link.
+func checkInside(root, rel string) error {
+	realRoot, err := filepath.EvalSymlinks(root)
+	if err != nil {
+		return fmt.Errorf("resolving %s: %w", root, err)
+	}
+	dir := filepath.Dir(filepath.Join(root, rel))
+	for {
+		real, err := filepath.EvalSymlinks(dir)
+		if err == nil {
+			r, err := filepath.Rel(realRoot, real)
+			if err != nil || !filepath.IsLocal(r) && r != "." {
+				return fmt.Errorf("path %q leaves the tree %s through a symbolic link", rel, root)
+			}
+			return nil
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("resolving %s: %w", dir, err)
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return nil
+		}
+		dir = parent
+	}
+}
+
+// conflictError says where and why a patch does not apply.
+type conflictError struct {
+	Patch  string
+	File   string
+	Hunk   string
+	Detail string
+}
+
+func (e *conflictError) Error() string {
+	if e.Hunk == "" {
+		return fmt.Sprintf("patch %s does not apply: %s: %s", e.Patch, e.File, e.Detail)
+	}
+	return fmt.Sprintf("patch %s does not apply: %s: hunk %s: %s", e.Patch, e.File, e.Hunk, e.Detail)
+}
+
+func hunkHeader(f *gitdiff.TextFragment) string {
+	return fmt.Sprintf("@@ -%d,%d +%d,%d @@", f.OldPosition, f.OldLines, f.NewPosition, f.NewLines)
+}
+
+// applyPatch applies every file diff of p to t. On a conflict t may be partly changed:
+// callers apply to a clone.
+func applyPatch(t *tree, p patchFile) error {
+	for _, f := range p.Files {
+		if err := applyFile(t, p.Name, f); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func fileName(f *gitdiff.File) string {
+	if f.NewName != "" {
+		return f.NewName
+	}
+	return f.OldName
+}
+
+func applyFile(t *tree, patch string, f *gitdiff.File) error {
+	name := fileName(f)
+	conflict := func(detail string) error {
+		return &conflictError{Patch: patch, File: name, Detail: detail}
+	}
+	var src entry
+	if f.IsNew {
+		dst, err := t.get(f.NewName)
+		if err != nil {
+			return err
+		}
+		if dst.exists {
+			return conflict("the patch creates it, but it already exists")
+		}
+		src = entry{perm: 0o644}
+	} else {
+		e, err := t.get(f.OldName)
+		if err != nil {
+			return err
+		}
+		if !e.exists {
+			return conflict("the file does not exist")
+		}
+		src = *e
+	}
+	if (f.IsRename || f.IsCopy) && !f.IsNew {
+		dst, err := t.get(f.NewName)
+		if err != nil {
+			return err
+		}
+		if dst.exists {
+			return conflict("the patch creates it, but it already exists")
+		}
+	}
+
+	out, err := applyContent(src.data, f)
+	if err != nil {
+		var hunk *hunkError
+		if errors.As(err, &hunk) {
+			return &conflictError{Patch: patch, File: name, Hunk: hunkHeader(hunk.frag), Detail: diagnose(src.data, hunk.frag, hunk.err)}
+		}
+		return conflict(err.Error())
+	}
+
+	if f.IsDelete {
+		t.set(f.OldName, entry{})
+		return nil
+	}
+	perm := src.perm
+	switch {
+	case f.IsNew && f.NewMode != 0:
+		perm = f.NewMode.Perm()
+	case f.OldMode != 0 && f.NewMode != 0 && f.OldMode != f.NewMode:
+		perm = f.NewMode.Perm()
+	}
+	if f.IsRename {
+		t.set(f.OldName, entry{})
+	}
+	t.set(f.NewName, entry{exists: true, data: out, perm: perm})
+	return nil
+}
+
+// hunkError is a failed text fragment.
+type hunkError struct {
+	frag *gitdiff.TextFragment
+	err  error
+}
+
+func (e *hunkError) Error() string { return e.err.Error() }
+
+// applyContent applies the fragments of f to src. Text fragments are applied by
+// go-gitdiff's TextApplier, which is strict: each hunk must match at exactly the position
+// it names (no offset search, no fuzz).
+func applyContent(src []byte, f *gitdiff.File) ([]byte, error) {
+	var out bytes.Buffer
+	if f.IsBinary {
+		if err := gitdiff.Apply(&out, bytes.NewReader(src), f); err != nil {
+			return nil, err
+		}
+		return out.Bytes(), nil
+	}
+	if len(f.TextFragments) == 0 {
+		return src, nil
+	}
+	frags := append([]*gitdiff.TextFragment(nil), f.TextFragments...)
+	sort.SliceStable(frags, func(i, j int) bool { return frags[i].OldPosition < frags[j].OldPosition })
+	a := gitdiff.NewTextApplier(&out, bytes.NewReader(src))
+	for _, frag := range frags {
+		if err := a.ApplyFragment(frag); err != nil {
+			return nil, &hunkError{frag: frag, err: err}
+		}
+	}
+	if err := a.Close(); err != nil {
+		return nil, err
+	}
+	return out.Bytes(), nil
+}
+
+// splitLines splits b into lines that keep their line endings.
+func splitLines(b []byte) []string {
+	var lines []string
+	for len(b) > 0 {
+		i := bytes.IndexByte(b, '\n')
+		if i < 0 {
+			lines = append(lines, string(b))
+			break
+		}
+		lines = append(lines, string(b[:i+1]))
+		b = b[i+1:]
+	}
+	return lines
+}
+
+func show(line string) string {
+	return fmt.Sprintf("%q", strings.TrimSuffix(line, "\n"))
+}
+
+// diagnose names the first line of src that differs from what frag expects, and where
+// the hunk's old lines are, when they are somewhere else in the file.
+func diagnose(src []byte, frag *gitdiff.TextFragment, err error) string {
+	lines := splitLines(src)
+	var old []string
+	for _, l := range frag.Lines {
+		if l.Old() {
+			old = append(old, l.Line)
+		}
+	}
+	start := int(frag.OldPosition) - 1
+	if start < 0 {
+		start = 0
+	}
+	detail := ""
+	for k, want := range old {
+		i := start + k
+		if i >= len(lines) {
+			detail = fmt.Sprintf("line %d: expected %s, found the end of the file", i+1, show(want))
+			break
+		}
+		if lines[i] != want {
+			detail = fmt.Sprintf("line %d: expected %s, found %s", i+1, show(want), show(lines[i]))
+			if strings.TrimSuffix(strings.TrimSuffix(lines[i], "\n"), "\r") == strings.TrimSuffix(strings.TrimSuffix(want, "\n"), "\r") {
+				detail += " (the line endings or the final newline differ)"
+			}
+			break
+		}
+	}
+	if detail == "" {
+		var c *gitdiff.Conflict
+		if errors.As(err, &c) {
+			return c.Error()
+		}
+		return err.Error()
+	}
+	if len(old) > 0 {
+		for s := 0; s+len(old) <= len(lines); s++ {
+			if s == start {
+				continue
+			}
+			if equalAt(lines, s, old) {
+				detail += fmt.Sprintf("; the hunk's lines are at line %d instead (the file has drifted; patches apply only at the lines their hunks name, without offset or fuzz)", s+1)
+				break
+			}
+		}
+	}
+	return detail
+}
+
+func equalAt(lines []string, s int, want []string) bool {
+	for k, w := range want {
+		if lines[s+k] != w {
+			return false
+		}
+	}
+	return true
+}
+
+// reverseFile returns the diff that undoes f.
+func reverseFile(f *gitdiff.File) *gitdiff.File {
+	r := *f
+	r.OldName, r.NewName = f.NewName, f.OldName
+	r.IsNew, r.IsDelete = f.IsDelete, f.IsNew
+	r.OldMode, r.NewMode = f.NewMode, f.OldMode
+	r.OldOIDPrefix, r.NewOIDPrefix = f.NewOIDPrefix, f.OldOIDPrefix
+	if f.IsCopy {
+		// Undoing a copy deletes the copy.
+		r.IsCopy, r.IsDelete = false, true
+		r.OldName, r.NewName = f.NewName, ""
+	}
+	r.BinaryFragment, r.ReverseBinaryFragment = f.ReverseBinaryFragment, f.BinaryFragment
+	r.TextFragments = make([]*gitdiff.TextFragment, len(f.TextFragments))
+	for i, frag := range f.TextFragments {
+		rf := *frag
+		rf.OldPosition, rf.NewPosition = frag.NewPosition, frag.OldPosition
+		rf.OldLines, rf.NewLines = frag.NewLines, frag.OldLines
+		rf.LinesAdded, rf.LinesDeleted = frag.LinesDeleted, frag.LinesAdded
+		rf.Lines = make([]gitdiff.Line, len(frag.Lines))
+		for j, l := range frag.Lines {
+			switch l.Op {
+			case gitdiff.OpAdd:
+				l.Op = gitdiff.OpDelete
+			case gitdiff.OpDelete:
+				l.Op = gitdiff.OpAdd
+			}
+			rf.Lines[j] = l
+		}
+		r.TextFragments[i] = &rf
+	}
+	return &r
+}
+
+// reversePatch returns the patch that undoes p (its files in reverse order).
+func reversePatch(p patchFile) patchFile {
+	r := patchFile{Name: p.Name, Digest: p.Digest, Files: make([]*gitdiff.File, len(p.Files))}
+	for i, f := range p.Files {
+		r.Files[len(p.Files)-1-i] = reverseFile(f)
+	}
+	return r
+}
+
+// Results of a patch in a run.
+const (
+	resultApplied        = "applied"
+	resultAlreadyApplied = "already applied"
+)
+
+// outcome is what happened to one patch.
+type outcome struct {
+	Patch  string `json:"patch"`
+	Result string `json:"result"`
+}
+
+// applySeries applies the series to base in memory. It returns the tree after the
+// series, the tree before it (as far as it can be told), and each patch's outcome.
+// Nothing is written.
+func applySeries(base *tree, s *series) (after, before *tree, outcomes []outcome, err error) {
+	// The whole series already applied: undoing it, last patch first, works.
+	undo := base.clone()
+	undone := true
+	for i := len(s.Patches) - 1; i >= 0; i-- {
+		if err := applyPatch(undo, reversePatch(s.Patches[i])); err != nil {
+			var c *conflictError
+			if !errors.As(err, &c) {
+				return nil, nil, nil, err
+			}
+			undone = false
+			break
+		}
+	}
+	if undone {
+		for _, p := range s.Patches {
+			outcomes = append(outcomes, outcome{Patch: p.Name, Result: resultAlreadyApplied})
+		}
+		return base, undo, outcomes, nil
+	}
+
+	cur := base.clone()
+	for _, p := range s.Patches {
+		next := cur.clone()
+		ferr := applyPatch(next, p)
+		if ferr == nil {
+			cur = next
+			outcomes = append(outcomes, outcome{Patch: p.Name, Result: resultApplied})
+			continue
+		}
+		var c *conflictError
+		if !errors.As(ferr, &c) {
+			return nil, nil, nil, ferr
+		}
+		if rerr := applyPatch(cur.clone(), reversePatch(p)); rerr == nil {
+			outcomes = append(outcomes, outcome{Patch: p.Name, Result: resultAlreadyApplied})
+			continue
+		}
+		return nil, nil, nil, ferr
+	}
+	return cur, base, outcomes, nil
+}

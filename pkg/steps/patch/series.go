@@ -1,0 +1,137 @@
+package patch
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/bluekeyes/go-gitdiff/gitdiff"
+
+	"github.com/sglprov/sglprov/pkg/engine"
+)
+
+// patchFile is one patch of a series, read and parsed.
+type patchFile struct {
+	// Name is the name the series gives it.
+	Name string
+	// Digest is the sha256 of the patch file.
+	Digest string
+	// Files are the file diffs of the patch, in patch order.
+	Files []*gitdiff.File
+}
+
+// series is a parsed series file with its patches.
+type series struct {
+	Path    string
+	Digest  string
+	Patches []patchFile
+}
+
+func digest(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// seriesNames parses the text of a series file: one patch name a line; blank lines and
+// lines starting with `#` are skipped, as is a ` #` comment after a name.
+func seriesNames(data []byte) ([]string, error) {
+	var names []string
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	n := 0
+	for sc.Scan() {
+		n++
+		line := strings.TrimSpace(sc.Text())
+		if i := strings.Index(line, " #"); i >= 0 {
+			line = strings.TrimSpace(line[:i])
+		}
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if strings.ContainsAny(line, " \t") {
+			return nil, fmt.Errorf("line %d: %q: one patch name a line (patch options are not supported)", n, line)
+		}
+		if !filepath.IsLocal(line) {
+			return nil, fmt.Errorf("line %d: patch %q is not a path inside the series folder", n, line)
+		}
+		names = append(names, line)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	return names, nil
+}
+
+// loadSeries reads the series file at path and every patch it names, and checks that no
+// patch writes outside the tree.
+func loadSeries(path string) (*series, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading series: %w", err)
+	}
+	names, err := seriesNames(data)
+	if err != nil {
+		return nil, fmt.Errorf("series %s: %w: %w", path, err, engine.ErrUsage)
+	}
+	s := &series{Path: path, Digest: digest(data)}
+	dir := filepath.Dir(path)
+	for _, name := range names {
+		raw, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			return nil, fmt.Errorf("reading patch %q: %w", name, err)
+		}
+		files, _, err := gitdiff.Parse(bytes.NewReader(raw))
+		if err != nil {
+			return nil, fmt.Errorf("parsing patch %q: %w", name, err)
+		}
+		if len(files) == 0 {
+			return nil, fmt.Errorf("patch %q changes no file: %w", name, engine.ErrUsage)
+		}
+		for _, f := range files {
+			for _, p := range []string{f.OldName, f.NewName} {
+				if p == "" {
+					continue
+				}
+				if !filepath.IsLocal(p) {
+					return nil, fmt.Errorf("patch %q: path %q leaves the tree: %w", name, p, engine.ErrUsage)
+				}
+			}
+		}
+		s.Patches = append(s.Patches, patchFile{Name: name, Digest: digest(raw), Files: files})
+	}
+	return s, nil
+}
+
+// touched returns every tree path the series reads or writes, in first-seen order.
+func (s *series) touched() []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, p := range s.Patches {
+		for _, f := range p.Files {
+			for _, name := range []string{f.OldName, f.NewName} {
+				if name != "" && !seen[name] {
+					seen[name] = true
+					out = append(out, name)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// created returns the paths the series creates (new files, and rename or copy targets).
+func (s *series) created() map[string]bool {
+	out := map[string]bool{}
+	for _, p := range s.Patches {
+		for _, f := range p.Files {
+			if f.IsNew || f.IsRename || f.IsCopy {
+				out[f.NewName] = true
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,53 @@
+// Package patch is the patch step kind: it applies a series of unified diffs (git format)
+// to a source tree. Every hunk of every file of every patch is applied in memory first,
+// without fuzz and at the exact positions the hunks name; files are written only when the
+// whole series applies. A patch that is already applied is recognised (it applies in
+// reverse) and left alone; a conflict names the patch, file, hunk and first differing line
+// and changes nothing.
+package patch
+
+import (
+	"fmt"
+
+	"github.com/sglprov/sglprov/pkg/engine"
+)
+
+// Spec is the recipe body of a patch step.
+type Spec struct {
+	// Dir is the tree the patches apply to (a host path).
+	Dir string `yaml:"dir"`
+	// Series is the series file, relative to the recipe's folder: one patch file name a
+	// line (relative to the series file's folder), blank lines and `#` comments allowed.
+	Series string `yaml:"series"`
+}
+
+// Kind returns the patch step kind for the registry.
+func Kind() engine.Kind {
+	return engine.Kind{
+		NewSpec: func() any { return &Spec{} },
+		New: func(name string, spec any) (engine.Step, error) {
+			s, ok := spec.(*Spec)
+			if !ok {
+				return nil, fmt.Errorf("patch step %q: spec is %T, not *patch.Spec", name, spec)
+			}
+			return New(name, *s)
+		},
+	}
+}
+
+// New builds a patch step from its spec.
+func New(name string, spec Spec) (*Step, error) {
+	if spec.Dir == "" {
+		return nil, fmt.Errorf("patch step %q: dir is required: %w", name, engine.ErrUsage)
+	}
+	if spec.Series == "" {
+		return nil, fmt.Errorf("patch step %q: series is required: %w", name, engine.ErrUsage)
+	}
+	return &Step{name: name, spec: spec}, nil
+}
+
+// Step applies a patch series to a tree.
+type Step struct {
+	name string
+	spec Spec
+}

@@ -1,0 +1,297 @@
+package patch
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/sglprov/sglprov/pkg/engine"
+)
+
+// record is the data a patch step keeps in the state between runs.
+type record struct {
+	// Base is the tree's git HEAD when the series was applied ("" outside git).
+	Base string `json:"base,omitempty"`
+	// Files maps each path the series touches (relative to dir) to its digests.
+	Files map[string]fileRecord `json:"files"`
+}
+
+// fileRecord holds the sha256 of a file before and after the series ("absent" when the
+// file does not exist).
+type fileRecord struct {
+	Pre  string `json:"pre"`
+	Post string `json:"post"`
+}
+
+func (s *Step) root(env *engine.Env) string { return env.HostPath(s.spec.Dir) }
+
+func (s *Step) load(env *engine.Env) (*series, error) {
+	return loadSeries(env.RecipePath(s.spec.Series))
+}
+
+// Fingerprint digests the series file and every patch it names.
+func (s *Step) Fingerprint(_ context.Context, env *engine.Env) (map[string]string, error) {
+	ser, err := s.load(env)
+	if err != nil {
+		return nil, err
+	}
+	fp := map[string]string{"series": ser.Digest}
+	for _, p := range ser.Patches {
+		fp["patch:"+p.Name] = p.Digest
+	}
+	return fp, nil
+}
+
+// Intact reports whether every file the series wrote still has the digest recorded
+// after the apply.
+func (s *Step) Intact(_ context.Context, env *engine.Env) (bool, string, error) {
+	var rec record
+	if !env.LoadData(&rec) || rec.Files == nil {
+		return false, "no record of the patched files", nil
+	}
+	root := s.root(env)
+	for _, rel := range sortedKeys(rec.Files) {
+		d, err := fileDigest(root, rel)
+		if err != nil {
+			return false, "", err
+		}
+		if d != rec.Files[rel].Post {
+			return false, "outputs changed: " + filepath.Join(root, rel), nil
+		}
+	}
+	return true, "", nil
+}
+
+// Run applies the series. A file whose content is neither what the series started from
+// nor what it made (a local edit) stops the run unless the user forces it; with Force the
+// files the series touches are restored from git first.
+func (s *Step) Run(ctx context.Context, env *engine.Env) error {
+	ser, err := s.load(env)
+	if err != nil {
+		return err
+	}
+	root := s.root(env)
+	fi, err := os.Stat(root)
+	if err != nil {
+		return fmt.Errorf("patching %s: %w", root, err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("patching %s: not a directory", root)
+	}
+	head := gitHead(ctx, root)
+
+	var rec record
+	hasRec := env.LoadData(&rec) && rec.Files != nil
+	switch {
+	case env.Force:
+		if err := restore(ctx, root, ser); err != nil {
+			return err
+		}
+		env.Log.Info("restored the patched files from git", "dir", root)
+	case hasRec && rec.Base == head:
+		for _, rel := range sortedKeys(rec.Files) {
+			d, err := fileDigest(root, rel)
+			if err != nil {
+				return err
+			}
+			if fr := rec.Files[rel]; d != fr.Pre && d != fr.Post {
+				return fmt.Errorf("%s was changed by hand since the patches were applied; run `sglprov apply --force %s` to restore it from git and re-apply",
+					filepath.Join(root, rel), s.name)
+			}
+		}
+	}
+
+	base := newTree(root)
+	for _, rel := range ser.touched() {
+		if _, err := base.get(rel); err != nil {
+			return err
+		}
+	}
+	after, before, outcomes, err := applySeries(base, ser)
+	if err != nil {
+		return err
+	}
+	if err := write(root, after); err != nil {
+		return err
+	}
+
+	rec = record{Base: head, Files: map[string]fileRecord{}}
+	for _, rel := range ser.touched() {
+		a, err := after.get(rel)
+		if err != nil {
+			return err
+		}
+		b, err := before.get(rel)
+		if err != nil {
+			return err
+		}
+		rec.Files[rel] = fileRecord{Pre: entryDigest(b), Post: entryDigest(a)}
+	}
+	if err := env.SaveData(rec); err != nil {
+		return fmt.Errorf("recording patched files: %w", err)
+	}
+	for _, o := range outcomes {
+		env.Log.Info("patch "+o.Result, "patch", o.Patch)
+	}
+	env.Detail("patches", outcomes)
+	return nil
+}
+
+func entryDigest(e *entry) string {
+	if !e.exists {
+		return absent
+	}
+	return digest(e.data)
+}
+
+func fileDigest(root, rel string) (string, error) {
+	data, err := os.ReadFile(filepath.Join(root, rel))
+	if errors.Is(err, fs.ErrNotExist) {
+		return absent, nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("reading %s: %w", filepath.Join(root, rel), err)
+	}
+	return digest(data), nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// write puts the files of t that differ from the disk in place: each through a temporary
+// file in the same folder, fsynced and renamed; deleted files are removed.
+func write(root string, t *tree) error {
+	for _, rel := range sortedKeys(t.files) {
+		want := t.files[rel]
+		have, err := readEntry(root, rel)
+		if err != nil {
+			return err
+		}
+		p := filepath.Join(root, rel)
+		switch {
+		case !want.exists && !have.exists:
+		case !want.exists:
+			if err := os.Remove(p); err != nil {
+				return fmt.Errorf("removing %s: %w", p, err)
+			}
+		case have.exists && bytes.Equal(have.data, want.data) && have.perm == want.perm:
+		case have.exists && bytes.Equal(have.data, want.data):
+			if err := os.Chmod(p, want.perm); err != nil {
+				return fmt.Errorf("setting the mode of %s: %w", p, err)
+			}
+		default:
+			if err := writeAtomic(p, want.data, want.perm); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func writeAtomic(p string, data []byte, perm fs.FileMode) error {
+	dir := filepath.Dir(p)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("creating %s: %w", dir, err)
+	}
+	f, err := os.CreateTemp(dir, "."+filepath.Base(p)+".sglprov-*")
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", p, err)
+	}
+	tmp := f.Name()
+	fail := func(err error) error {
+		f.Close()
+		os.Remove(tmp)
+		return fmt.Errorf("writing %s: %w", p, err)
+	}
+	if _, err := f.Write(data); err != nil {
+		return fail(err)
+	}
+	if err := f.Chmod(perm); err != nil {
+		return fail(err)
+	}
+	if err := f.Sync(); err != nil {
+		return fail(err)
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("writing %s: %w", p, err)
+	}
+	if err := os.Rename(tmp, p); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("writing %s: %w", p, err)
+	}
+	return nil
+}
+
+// gitHead returns the tree's HEAD commit, or "" when dir is not a git work tree.
+func gitHead(ctx context.Context, dir string) string {
+	out, err := exec.CommandContext(ctx, "git", "-C", dir, "rev-parse", "--verify", "-q", "HEAD").Output()
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// restore puts the files the series touches back as git's HEAD has them: tracked files
+// are checked out, files the series creates are removed.
+func restore(ctx context.Context, root string, ser *series) error {
+	if gitHead(ctx, root) == "" {
+		return fmt.Errorf("restoring %s: not a git work tree with a commit; restore the patched files by hand and run again", root)
+	}
+	paths := ser.touched()
+	args := append([]string{"-C", root, "ls-tree", "-r", "-z", "--name-only", "HEAD", "--"}, paths...)
+	out, err := exec.CommandContext(ctx, "git", args...).Output()
+	if err != nil {
+		return fmt.Errorf("restoring %s: listing tracked files: %w", root, gitErr(err))
+	}
+	tracked := map[string]bool{}
+	for _, p := range strings.Split(string(out), "\x00") {
+		if p != "" {
+			tracked[filepath.FromSlash(p)] = true
+		}
+	}
+	created := ser.created()
+	var checkout []string
+	for _, rel := range paths {
+		switch {
+		case tracked[rel]:
+			checkout = append(checkout, rel)
+		case created[rel]:
+			p := filepath.Join(root, rel)
+			if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("restoring %s: removing %s: %w", root, p, err)
+			}
+		default:
+			return fmt.Errorf("restoring %s: %s is not tracked by git; restore it by hand and run again", root, rel)
+		}
+	}
+	if len(checkout) == 0 {
+		return nil
+	}
+	args = append([]string{"-C", root, "checkout", "HEAD", "--"}, checkout...)
+	if out, err := exec.CommandContext(ctx, "git", args...).CombinedOutput(); err != nil {
+		return fmt.Errorf("restoring %s: git checkout: %w: %s", root, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+func gitErr(err error) error {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) && len(ee.Stderr) > 0 {
+		return fmt.Errorf("%w: %s", err, strings.TrimSpace(string(ee.Stderr)))
+	}
+	return err
+}
