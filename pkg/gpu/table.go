@@ -7,14 +7,15 @@ import (
 )
 
 // FormatTable writes the facts as an aligned table, one GPU a row (index, name, compute
-// capability, memory in GiB, UUID, PCI bus id), then the driver, CUDA and NVML versions.
+// capability, memory in GiB rounded down to a tenth as Check reports it, UUID, PCI bus
+// id), then the driver, CUDA and NVML versions.
 func FormatTable(w io.Writer, f *Facts) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "INDEX\tNAME\tCC\tMEMORY (GiB)\tUUID\tPCI BUS ID")
 	for _, d := range f.gpus() {
 		mem := "unknown"
 		if d.MemoryTotalBytes > 0 {
-			mem = fmt.Sprintf("%.1f", d.MemoryGiB())
+			mem = formatHave(d.MemoryGiB())
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", d.Index, orDash(d.Name), orDash(d.ComputeCapability), mem, orDash(d.UUID), orDash(d.PCIBusID))
 	}
