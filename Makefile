@@ -1,0 +1,54 @@
+# sglprov build, test and demo targets. Every tool a target needs is installed by
+# `make deps` (Debian packages), which .ci/run calls first.
+export GOTOOLCHAIN := local
+export CGO_ENABLED := 1
+
+GO      ?= go
+BIN     := bin/sglprov
+PKGS    := ./...
+FUZZTIME ?= 5s
+
+.PHONY: all build test unit e2e fuzz lint bench demo deps clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN) ./cmd/sglprov
+
+# test is everything CI runs: lint, unit and CLI tests, a short fuzz run, the demo and the
+# real-systemd end-to-end test.
+test: lint unit fuzz demo-test e2e
+
+unit:
+	$(GO) test -count=1 $(PKGS)
+
+fuzz:
+	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./pkg/recipe
+	$(GO) test -run='^$$' -fuzz=FuzzHeader -fuzztime=$(FUZZTIME) ./pkg/safetensors
+
+e2e: build
+	$(GO) test -count=1 -timeout 20m ./test/e2e -e2e
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+	@cp go.mod /tmp/sglprov.go.mod.bak; cp go.sum /tmp/sglprov.go.sum.bak; \
+	$(GO) mod tidy; \
+	if ! git diff --quiet -- go.mod go.sum; then echo "go mod tidy changes go.mod/go.sum:"; git --no-pager diff -- go.mod go.sum; \
+	  cp /tmp/sglprov.go.mod.bak go.mod; cp /tmp/sglprov.go.sum.bak go.sum; exit 1; fi
+
+bench: build
+	$(GO) test -run='^$$' -bench=. -benchmem ./pkg/engine ./pkg/fetch
+	bench/run.sh
+
+demo: build
+	demo/run.sh
+
+demo-test: build
+	$(GO) test -count=1 ./demo
+
+deps:
+	./.ci/deps.sh
+
+clean:
+	rm -rf bin

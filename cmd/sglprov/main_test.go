@@ -1,0 +1,143 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/rogpeppe/go-internal/testscript"
+
+	"github.com/sglprov/sglprov/pkg/cli"
+)
+
+// fakes are the test servers the scripts start, built once per test binary run.
+var fakes = map[string]string{
+	"fake-sglang": "./test/fakesglang/cmd/fake-sglang",
+	"fake-hub":    "./test/fakehub/cmd/fake-hub",
+}
+
+var binDir string
+
+func TestMain(m *testing.M) {
+	os.Exit(testscript.RunMain(m, map[string]func() int{
+		"sglprov": func() int {
+			return cli.Main(os.Args, cli.IO{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv})
+		},
+	}))
+}
+
+func repoRoot(t *testing.T) string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+// buildFakes builds the fake servers into one folder that the scripts get on PATH.
+func buildFakes(t *testing.T) string {
+	if binDir != "" {
+		return binDir
+	}
+	root := repoRoot(t)
+	dir := t.TempDir()
+	for name, pkg := range fakes {
+		if _, err := os.Stat(filepath.Join(root, pkg)); err != nil {
+			continue
+		}
+		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, name), pkg)
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("building %s: %v\n%s", name, err, out)
+		}
+	}
+	binDir = dir
+	return dir
+}
+
+func TestScripts(t *testing.T) {
+	root := repoRoot(t)
+	bin := buildFakes(t)
+	testscript.Run(t, testscript.Params{
+		Dir:                 filepath.Join(root, "testdata", "script"),
+		RequireExplicitExec: true,
+		Setup: func(env *testscript.Env) error {
+			env.Setenv("PATH", bin+string(os.PathListSeparator)+env.Getenv("PATH"))
+			env.Setenv("TESTDATA", filepath.Join(root, "testdata"))
+			env.Setenv("REPO", root)
+			env.Setenv("HOME", env.WorkDir)
+			env.Setenv("GIT_AUTHOR_NAME", "t")
+			env.Setenv("GIT_AUTHOR_EMAIL", "t@example.invalid")
+			env.Setenv("GIT_COMMITTER_NAME", "t")
+			env.Setenv("GIT_COMMITTER_EMAIL", "t@example.invalid")
+			env.Setenv("SGLPROV_GPU_FIXTURE", filepath.Join(root, "testdata", "gpu", "rtx-pro-6000-x8.json"))
+			return nil
+		},
+		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
+			// exits N PROG ARGS... runs a program and checks that it exits with status N;
+			// its output becomes stdout and stderr for the checks that follow.
+			"exits": func(ts *testscript.TestScript, neg bool, args []string) {
+				if len(args) < 2 {
+					ts.Fatalf("usage: exits N PROG [ARGS...]")
+				}
+				var want int
+				if _, err := fmt.Sscanf(args[0], "%d", &want); err != nil {
+					ts.Fatalf("exits: bad status %q", args[0])
+				}
+				path, err := exec.LookPath(args[1])
+				if err != nil {
+					path = args[1]
+				}
+				if p, err := exec.LookPath(filepath.Join(ts.Getenv("WORK"), args[1])); err == nil && !filepath.IsAbs(args[1]) {
+					path = p
+				}
+				cmd := exec.Command(path, args[2:]...)
+				cmd.Dir = ts.MkAbs(".")
+				cmd.Env = environ(ts)
+				cmd.Stdout, cmd.Stderr = ts.Stdout(), ts.Stderr()
+				err = cmd.Run()
+				got := 0
+				if ee, ok := err.(*exec.ExitError); ok {
+					got = ee.ExitCode()
+				} else if err != nil {
+					ts.Fatalf("exits: running %s: %v", args[1], err)
+				}
+				if (got == want) == neg {
+					ts.Fatalf("%s exited %d, want %d", args[1], got, want)
+				}
+			},
+			// waitfile PATH waits up to 20 s for a file to exist (a fake server's port file).
+			"waitfile": func(ts *testscript.TestScript, neg bool, args []string) {
+				if len(args) != 1 {
+					ts.Fatalf("usage: waitfile PATH")
+				}
+				if err := waitFile(ts.MkAbs(args[0])); err != nil {
+					ts.Fatalf("%v", err)
+				}
+			},
+		},
+	})
+}
+
+// environ returns the script's environment for a child process.
+func environ(ts *testscript.TestScript) []string {
+	var out []string
+	for _, k := range []string{"PATH", "HOME", "TMPDIR", "WORK", "TESTDATA", "REPO", "SGLPROV_GPU_FIXTURE",
+		"GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL", "HF_TOKEN", "HF_ENDPOINT", "GOTRACEBACK"} {
+		if v := ts.Getenv(k); v != "" {
+			out = append(out, k+"="+v)
+		}
+	}
+	return out
+}
+
+func waitFile(path string) error {
+	for i := 0; i < 400; i++ {
+		if st, err := os.Stat(path); err == nil && st.Size() > 0 {
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("%s did not appear", path)
+}
