@@ -1,0 +1,568 @@
+package smoke
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// Defaults of Config's zero values.
+const (
+	DefaultReadyTimeout   = 20 * time.Minute
+	DefaultRequestTimeout = 2 * time.Minute
+	DefaultMaxTokens      = 1024
+	DefaultPollInitial    = 250 * time.Millisecond
+	DefaultPollMax        = 5 * time.Second
+	// SampleRunes is how many runes of an answer a verdict shows.
+	SampleRunes = 80
+)
+
+// NaNStop is the matched_stop value SGLang reports when the logits were NaN.
+const NaNStop = "NaN happened"
+
+// Expect is what a case's answer (the message content) must satisfy; every part that is
+// set must hold.
+type Expect struct {
+	// Regex must match somewhere in the content (Go syntax; use (?i) for case-insensitive).
+	Regex string `yaml:"regex" json:"regex,omitempty"`
+	// Contains are substrings that must all appear (case-insensitive).
+	Contains []string `yaml:"contains" json:"contains,omitempty"`
+	// ContainsAny are substrings of which at least one must appear (case-insensitive).
+	ContainsAny []string `yaml:"contains_any" json:"contains_any,omitempty"`
+}
+
+// Case is one question of the gate.
+type Case struct {
+	Name   string `yaml:"name" json:"name"`
+	Prompt string `yaml:"prompt" json:"prompt"`
+	Expect Expect `yaml:"expect" json:"expect"`
+}
+
+// BuiltinCases returns the cases used when a config names none: arithmetic with a single
+// right number, a well-known fact, and a short Python function.
+func BuiltinCases() []Case {
+	return []Case{
+		{Name: "arithmetic", Prompt: "What is 17 * 23? Answer with the number only.",
+			Expect: Expect{Regex: `\b391\b`}},
+		{Name: "fact", Prompt: "What is the capital of France? Answer with one word.",
+			Expect: Expect{ContainsAny: []string{"Paris"}}},
+		{Name: "code", Prompt: "Write a short Python function that returns the sum of a list of numbers. Reply with the code only.",
+			Expect: Expect{Regex: `def \w+\(`}},
+	}
+}
+
+// Config describes one run of the gate.
+type Config struct {
+	// URL is the server's base URL, e.g. http://127.0.0.1:30000.
+	URL string
+	// Model is the model name sent with each request; empty asks /v1/models for the first id.
+	Model string
+	// APIKey, when set, is sent as a bearer token (SGLang's --api-key); it never appears in
+	// a verdict or error.
+	APIKey string
+	// ReadyTimeout bounds the readiness wait; RequestTimeout each chat request.
+	ReadyTimeout, RequestTimeout time.Duration
+	// MaxTokens is each request's max_tokens.
+	MaxTokens int
+	// ChatTemplateKwargs is sent as chat_template_kwargs when set (e.g. enable_thinking: false).
+	ChatTemplateKwargs map[string]any
+	// Cases are the questions; BuiltinCases when empty.
+	Cases []Case
+	// Failed, when set, is asked between readiness polls whether the service has failed
+	// for good; when it has, the wait ends at once with lastLines in the verdict.
+	Failed func(ctx context.Context) (failed bool, lastLines string, err error)
+	// PollInitial and PollMax are the readiness backoff's first and longest delay.
+	PollInitial, PollMax time.Duration
+	// Client is the HTTP client (default: a plain client; timeouts come from the contexts).
+	Client *http.Client
+}
+
+func (c Config) withDefaults() Config {
+	if c.ReadyTimeout <= 0 {
+		c.ReadyTimeout = DefaultReadyTimeout
+	}
+	if c.RequestTimeout <= 0 {
+		c.RequestTimeout = DefaultRequestTimeout
+	}
+	if c.MaxTokens <= 0 {
+		c.MaxTokens = DefaultMaxTokens
+	}
+	if len(c.Cases) == 0 {
+		c.Cases = BuiltinCases()
+	}
+	if c.PollInitial <= 0 {
+		c.PollInitial = DefaultPollInitial
+	}
+	if c.PollMax <= 0 {
+		c.PollMax = DefaultPollMax
+	}
+	if c.PollMax < c.PollInitial {
+		c.PollMax = c.PollInitial
+	}
+	if c.Client == nil {
+		c.Client = &http.Client{}
+	}
+	c.URL = strings.TrimRight(c.URL, "/")
+	return c
+}
+
+// Validate checks the config: a URL with a scheme and host, cases with a name, a prompt
+// and a valid regex.
+func (c Config) Validate() error {
+	u, err := url.Parse(c.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("url %q: want http(s)://host:port", RedactURL(c.URL))
+	}
+	seen := map[string]bool{}
+	for i, k := range c.Cases {
+		if k.Name == "" {
+			return fmt.Errorf("case %d: name is empty", i+1)
+		}
+		if seen[k.Name] {
+			return fmt.Errorf("case %q: name used twice", k.Name)
+		}
+		seen[k.Name] = true
+		if strings.TrimSpace(k.Prompt) == "" {
+			return fmt.Errorf("case %q: prompt is empty", k.Name)
+		}
+		if k.Expect.Regex != "" {
+			if _, err := regexp.Compile(k.Expect.Regex); err != nil {
+				return fmt.Errorf("case %q: expect.regex: %w", k.Name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// RedactURL returns u with any user information removed, for messages.
+func RedactURL(u string) string {
+	p, err := url.Parse(u)
+	if err != nil || p.User == nil {
+		return u
+	}
+	p.User = nil
+	return p.String()
+}
+
+// CaseResult is the verdict of one case.
+type CaseResult struct {
+	Name string `json:"name"`
+	Pass bool   `json:"pass"`
+	// Reason says why the case failed ("ok" when it passed).
+	Reason string `json:"reason"`
+	// Latency is the time the chat request took.
+	Latency time.Duration `json:"-"`
+	// Sample is a short escaped excerpt of what the model said (content, else reasoning).
+	Sample string `json:"sample"`
+	// FinishReason is the choice's finish_reason, when there was one.
+	FinishReason string `json:"finish_reason,omitempty"`
+}
+
+// MarshalJSON encodes the result with its latency as "latency" (e.g. "1.25s") and
+// "latency_ms".
+func (r CaseResult) MarshalJSON() ([]byte, error) {
+	type plain CaseResult
+	return json.Marshal(struct {
+		plain
+		Latency   string `json:"latency"`
+		LatencyMS int64  `json:"latency_ms"`
+	}{plain(r), r.Latency.Round(time.Millisecond).String(), r.Latency.Milliseconds()})
+}
+
+// Result is the verdict of one run of the gate.
+type Result struct {
+	// URL is the server's URL without user information.
+	URL string `json:"url"`
+	// Model is the model the cases were sent to.
+	Model string `json:"model,omitempty"`
+	// Pass is true when the server got ready and every case passed.
+	Pass bool `json:"pass"`
+	// Reason says why the gate failed before or besides its cases (not ready, no model).
+	Reason string `json:"reason,omitempty"`
+	// Ready is true when the server got ready; TimeToReady is how long that took.
+	Ready       bool          `json:"ready"`
+	TimeToReady time.Duration `json:"-"`
+	// Cases are the verdicts, in order.
+	Cases []CaseResult `json:"cases"`
+}
+
+// MarshalJSON encodes the result with TimeToReady as "time_to_ready" and "time_to_ready_ms".
+func (r Result) MarshalJSON() ([]byte, error) {
+	type plain Result
+	return json.Marshal(struct {
+		plain
+		TimeToReady   string `json:"time_to_ready"`
+		TimeToReadyMS int64  `json:"time_to_ready_ms"`
+	}{plain(r), r.TimeToReady.Round(time.Millisecond).String(), r.TimeToReady.Milliseconds()})
+}
+
+// Summary returns one line: the verdict, and the failures when there are any.
+func (r *Result) Summary() string {
+	if r.Pass {
+		return fmt.Sprintf("PASS: %d/%d cases passed (model %s, ready in %s)",
+			len(r.Cases), len(r.Cases), r.Model, r.TimeToReady.Round(time.Millisecond))
+	}
+	var parts []string
+	if r.Reason != "" {
+		parts = append(parts, r.Reason)
+	}
+	passed := 0
+	for _, c := range r.Cases {
+		if c.Pass {
+			passed++
+			continue
+		}
+		parts = append(parts, c.Name+": "+c.Reason)
+	}
+	head := "FAIL"
+	if len(r.Cases) > 0 {
+		head = fmt.Sprintf("FAIL: %d/%d cases passed", passed, len(r.Cases))
+	}
+	if len(parts) == 0 {
+		return head
+	}
+	return head + ": " + strings.Join(parts, "; ")
+}
+
+// Run runs the gate: it waits for readiness, finds the model, and runs every case. Gate
+// failures are in the result (Pass false); the error is for an invalid config only.
+func Run(ctx context.Context, cfg Config) (*Result, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	res := &Result{URL: RedactURL(cfg.URL), Model: cfg.Model}
+	ttr, err := WaitReady(ctx, cfg)
+	res.TimeToReady = ttr
+	if err != nil {
+		res.Reason = err.Error()
+		return res, nil
+	}
+	res.Ready = true
+	if res.Model == "" {
+		m, err := FirstModel(ctx, cfg)
+		if err != nil {
+			res.Reason = err.Error()
+			return res, nil
+		}
+		res.Model = m
+	}
+	res.Pass = true
+	for _, k := range cfg.Cases {
+		cr := runCase(ctx, cfg, res.Model, k)
+		res.Pass = res.Pass && cr.Pass
+		res.Cases = append(res.Cases, cr)
+	}
+	return res, nil
+}
+
+// WaitReady polls /health_generate (or /health where the server answers 404 to it) with
+// backoff until it answers 200, the ready timeout passes, ctx ends, or cfg.Failed reports
+// the service failed. It returns the time waited.
+func WaitReady(ctx context.Context, cfg Config) (time.Duration, error) {
+	cfg = cfg.withDefaults()
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, cfg.ReadyTimeout)
+	defer cancel()
+	path := "/health_generate"
+	delay := cfg.PollInitial
+	last := "no answer yet"
+	for {
+		pctx, pcancel := context.WithTimeout(ctx, min(cfg.RequestTimeout, time.Minute))
+		code, err := get(pctx, cfg, path)
+		pcancel()
+		switch {
+		case err == nil && code == http.StatusOK:
+			return time.Since(start), nil
+		case err == nil && code == http.StatusNotFound && path == "/health_generate":
+			path = "/health"
+			last = "/health_generate: HTTP 404"
+			continue
+		case err == nil:
+			last = fmt.Sprintf("%s: HTTP %d", path, code)
+		default:
+			last = fmt.Sprintf("%s: %s", path, shortErr(err))
+		}
+		if cfg.Failed != nil {
+			failed, lines, ferr := cfg.Failed(ctx)
+			if ferr == nil && failed {
+				msg := "service failed while waiting for readiness"
+				if lines = strings.TrimSpace(lines); lines != "" {
+					msg += ":\n" + lines
+				}
+				return time.Since(start), errors.New(msg)
+			}
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			if parentDone(ctx, start, cfg.ReadyTimeout) {
+				return time.Since(start), fmt.Errorf("waiting for readiness: %w", context.Cause(ctx))
+			}
+			return time.Since(start), fmt.Errorf("not ready after %s (last: %s)", cfg.ReadyTimeout, last)
+		case <-t.C:
+		}
+		delay = min(delay*2, cfg.PollMax)
+	}
+}
+
+// parentDone tells a cancelled caller from a ready timeout that ran out.
+func parentDone(ctx context.Context, start time.Time, timeout time.Duration) bool {
+	return !errors.Is(ctx.Err(), context.DeadlineExceeded) && time.Since(start) < timeout
+}
+
+func get(ctx context.Context, cfg Config, path string) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, cfg.URL+path, nil)
+	if err != nil {
+		return 0, err
+	}
+	auth(req, cfg)
+	resp, err := cfg.Client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+	resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
+func auth(req *http.Request, cfg Config) {
+	if cfg.APIKey != "" {
+		req.Header.Set("Authorization", "Bearer "+cfg.APIKey)
+	}
+}
+
+// shortErr describes a transport error without the request line Go's url.Error adds.
+func shortErr(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return "timed out"
+	}
+	return err.Error()
+}
+
+// FirstModel asks /v1/models for the served model and returns the first id.
+func FirstModel(ctx context.Context, cfg Config) (string, error) {
+	cfg = cfg.withDefaults()
+	ctx, cancel := context.WithTimeout(ctx, cfg.RequestTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, cfg.URL+"/v1/models", nil)
+	if err != nil {
+		return "", fmt.Errorf("asking /v1/models: %w", err)
+	}
+	auth(req, cfg)
+	resp, err := cfg.Client.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("asking /v1/models: %s", shortErr(err))
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("asking /v1/models: HTTP %d: %s", resp.StatusCode, Sample(string(body), SampleRunes))
+	}
+	var list struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(body, &list); err != nil {
+		return "", fmt.Errorf("asking /v1/models: answer is not JSON: %s", Sample(string(body), SampleRunes))
+	}
+	if len(list.Data) == 0 || list.Data[0].ID == "" {
+		return "", errors.New("asking /v1/models: no model served")
+	}
+	return list.Data[0].ID, nil
+}
+
+type chatMessage struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+type chatRequest struct {
+	Model              string         `json:"model"`
+	Messages           []chatMessage  `json:"messages"`
+	Temperature        float64        `json:"temperature"`
+	MaxTokens          int            `json:"max_tokens"`
+	ChatTemplateKwargs map[string]any `json:"chat_template_kwargs,omitempty"`
+}
+
+// chatResponse is the part of SGLang's ChatCompletionResponse the gate reads.
+type chatResponse struct {
+	Choices []struct {
+		Message struct {
+			Content          *string         `json:"content"`
+			ReasoningContent *string         `json:"reasoning_content"`
+			ToolCalls        json.RawMessage `json:"tool_calls"`
+		} `json:"message"`
+		FinishReason *string `json:"finish_reason"`
+		// MatchedStop is a string (a stop string, or "NaN happened"), an int (a stop
+		// token id) or null.
+		MatchedStop json.RawMessage `json:"matched_stop"`
+	} `json:"choices"`
+}
+
+func runCase(ctx context.Context, cfg Config, model string, k Case) CaseResult {
+	cr := CaseResult{Name: k.Name}
+	body, _ := json.Marshal(chatRequest{
+		Model:              model,
+		Messages:           []chatMessage{{Role: "user", Content: k.Prompt}},
+		Temperature:        0,
+		MaxTokens:          cfg.MaxTokens,
+		ChatTemplateKwargs: cfg.ChatTemplateKwargs,
+	})
+	ctx, cancel := context.WithTimeout(ctx, cfg.RequestTimeout)
+	defer cancel()
+	start := time.Now()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, cfg.URL+"/v1/chat/completions", bytes.NewReader(body))
+	if err != nil {
+		cr.Reason = "building request: " + err.Error()
+		return cr
+	}
+	req.Header.Set("Content-Type", "application/json")
+	auth(req, cfg)
+	resp, err := cfg.Client.Do(req)
+	if err != nil {
+		cr.Latency = time.Since(start)
+		if errors.Is(err, context.DeadlineExceeded) {
+			cr.Reason = fmt.Sprintf("no answer within the request timeout (%s)", cfg.RequestTimeout)
+		} else {
+			cr.Reason = "request failed: " + shortErr(err)
+		}
+		return cr
+	}
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
+	resp.Body.Close()
+	cr.Latency = time.Since(start)
+	if err != nil {
+		cr.Reason = "reading answer: " + shortErr(err)
+		return cr
+	}
+	if resp.StatusCode != http.StatusOK {
+		cr.Reason = fmt.Sprintf("HTTP %d: %s", resp.StatusCode, Sample(strings.TrimSpace(string(raw)), SampleRunes))
+		return cr
+	}
+	var cresp chatResponse
+	if err := json.Unmarshal(raw, &cresp); err != nil {
+		cr.Reason = "answer is not JSON: " + Sample(string(raw), SampleRunes)
+		return cr
+	}
+	judge(&cr, cresp, k.Expect)
+	return cr
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// matchedStop returns matched_stop as text: a string as it is, a number in decimal, ""
+// for null or absent.
+func matchedStop(raw json.RawMessage) string {
+	if len(raw) == 0 || string(raw) == "null" {
+		return ""
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s
+	}
+	return string(raw)
+}
+
+// judge fills cr's verdict from a decoded answer.
+func judge(cr *CaseResult, resp chatResponse, exp Expect) {
+	if len(resp.Choices) == 0 {
+		cr.Reason = "answer has no choices"
+		return
+	}
+	ch := resp.Choices[0]
+	content, reasoning := deref(ch.Message.Content), deref(ch.Message.ReasoningContent)
+	cr.FinishReason = deref(ch.FinishReason)
+	if strings.TrimSpace(content) != "" {
+		cr.Sample = Sample(content, SampleRunes)
+	} else {
+		cr.Sample = Sample(reasoning, SampleRunes)
+	}
+	if cr.FinishReason == "abort" {
+		cr.Reason = "finish_reason abort: the server aborted the request"
+		return
+	}
+	if matchedStop(ch.MatchedStop) == NaNStop {
+		cr.Reason = `matched_stop "NaN happened": the model produced NaN logits`
+		return
+	}
+	if strings.TrimSpace(content) == "" && strings.TrimSpace(reasoning) == "" {
+		if len(ch.Message.ToolCalls) > 0 && string(ch.Message.ToolCalls) != "null" && string(ch.Message.ToolCalls) != "[]" {
+			cr.Reason = "answered with a tool call instead of text"
+			return
+		}
+		cr.Reason = "empty answer: content and reasoning_content are both empty"
+		return
+	}
+	for _, f := range []struct{ name, text string }{{"content", content}, {"reasoning_content", reasoning}} {
+		if d := Detect(f.text); d != nil {
+			cr.Reason = fmt.Sprintf("degenerate %s (%s): %s", f.name, d.Detector, d.Detail)
+			return
+		}
+	}
+	if strings.TrimSpace(content) == "" {
+		if cr.FinishReason == "length" {
+			cr.Reason = "answer cut off while reasoning (finish_reason length, content empty): raise max_tokens or set chat_template_kwargs enable_thinking: false"
+		} else {
+			cr.Reason = "content empty: the model answered only in reasoning_content"
+		}
+		return
+	}
+	if msg := unmet(content, exp); msg != "" {
+		cr.Reason = msg
+		return
+	}
+	cr.Pass = true
+	cr.Reason = "ok"
+}
+
+// unmet returns what content lacks of exp, or "".
+func unmet(content string, exp Expect) string {
+	if exp.Regex != "" {
+		re, err := regexp.Compile(exp.Regex)
+		if err != nil {
+			return "expect.regex: " + err.Error()
+		}
+		if !re.MatchString(content) {
+			return fmt.Sprintf("content does not match regex %s", exp.Regex)
+		}
+	}
+	lower := strings.ToLower(content)
+	for _, s := range exp.Contains {
+		if !strings.Contains(lower, strings.ToLower(s)) {
+			return fmt.Sprintf("content does not contain %q", s)
+		}
+	}
+	if len(exp.ContainsAny) > 0 {
+		found := false
+		for _, s := range exp.ContainsAny {
+			if strings.Contains(lower, strings.ToLower(s)) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return fmt.Sprintf("content contains none of %q", exp.ContainsAny)
+		}
+	}
+	return ""
+}

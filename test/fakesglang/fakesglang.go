@@ -1,0 +1,365 @@
+// Package fakesglang is a fake SGLang server for tests: an http.Handler that speaks the
+// parts of SGLang's HTTP API the smoke gate uses (/health, /health_generate, /v1/models,
+// /v1/chat/completions) and answers well or badly depending on its mode, the way a real
+// server answers depending on its kernel backends.
+package fakesglang
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Mode is how the fake server behaves.
+type Mode string
+
+// Modes of the fake server.
+const (
+	// ModeGood answers the built-in cases and the seed's prime prompt correctly.
+	ModeGood Mode = "good"
+	// ModeBang answers like the seed's broken server: content null, reasoning_content "!!!!…".
+	ModeBang Mode = "bang"
+	// ModePlus answers "+++++…".
+	ModePlus Mode = "plus"
+	// ModeCommaBang answers " , , (!!!!…".
+	ModeCommaBang Mode = "comma-bang"
+	// ModeApostropheS answers "'s's's…".
+	ModeApostropheS Mode = "apostrophe-s"
+	// ModeNaN answers empty content with matched_stop "NaN happened".
+	ModeNaN Mode = "nan"
+	// ModeAbort answers with finish_reason "abort".
+	ModeAbort Mode = "abort"
+	// ModeEmpty answers with content and reasoning_content empty.
+	ModeEmpty Mode = "empty"
+	// ModeWrong answers fluently and wrongly ("42").
+	ModeWrong Mode = "wrong"
+	// ModeThinkCutoff reasons until max_tokens and never gets to the content.
+	ModeThinkCutoff Mode = "think-cutoff"
+	// ModeSlowReady answers 503 to health checks until ReadyAfter has passed, then as good.
+	ModeSlowReady Mode = "slow-ready"
+	// ModeNeverReady answers 503 to health checks forever.
+	ModeNeverReady Mode = "never-ready"
+	// ModeHang is ready, but chat requests never answer.
+	ModeHang Mode = "hang"
+	// ModeHTTP500 answers chat requests with HTTP 500.
+	ModeHTTP500 Mode = "http500"
+	// ModeCrash makes the binary exit 1 right after it starts (the handler answers as good).
+	ModeCrash Mode = "crash"
+	// ModeCrashAfter makes the binary exit 1 after a while ("crash-after=DUR").
+	ModeCrashAfter Mode = "crash-after"
+)
+
+// Modes lists every mode, for usage messages and tests.
+func Modes() []Mode {
+	return []Mode{ModeGood, ModeBang, ModePlus, ModeCommaBang, ModeApostropheS, ModeNaN, ModeAbort,
+		ModeEmpty, ModeWrong, ModeThinkCutoff, ModeSlowReady, ModeNeverReady, ModeHang, ModeHTTP500,
+		ModeCrash, ModeCrashAfter}
+}
+
+// Valid reports whether m is a known mode.
+func (m Mode) Valid() bool {
+	for _, k := range Modes() {
+		if m == k {
+			return true
+		}
+	}
+	return false
+}
+
+// EOSTokenID is the stop token id good answers report as matched_stop (an int, as SGLang
+// reports it when generation ends on the EOS token).
+const EOSTokenID = 151645
+
+// DefaultReadyAfter is how long ModeSlowReady stays unready when Options.ReadyAfter is 0.
+const DefaultReadyAfter = 2 * time.Second
+
+// Options configure a Server.
+type Options struct {
+	// Mode is the behaviour (default ModeGood).
+	Mode Mode
+	// Model is the served model name /v1/models reports (default "default").
+	Model string
+	// ReadyAfter is how long health checks answer 503 after the server was created, in
+	// any mode (ModeSlowReady without it waits DefaultReadyAfter).
+	ReadyAfter time.Duration
+	// NoHealthGenerate makes /health_generate answer 404, as older servers do.
+	NoHealthGenerate bool
+	// Log, when set, receives one line per request.
+	Log io.Writer
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// Server is the fake's http.Handler.
+type Server struct {
+	opts  Options
+	start time.Time
+	mu    sync.Mutex
+	seq   int
+}
+
+// New returns a fake server.
+func New(opts Options) *Server {
+	if opts.Mode == "" {
+		opts.Mode = ModeGood
+	}
+	if opts.Model == "" {
+		opts.Model = "default"
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Server{opts: opts, start: opts.Now()}
+}
+
+// Ready reports whether health checks answer 200 now.
+func (s *Server) Ready() bool {
+	switch s.opts.Mode {
+	case ModeNeverReady:
+		return false
+	}
+	after := s.opts.ReadyAfter
+	if after == 0 && s.opts.Mode == ModeSlowReady {
+		after = DefaultReadyAfter
+	}
+	return s.opts.Now().Sub(s.start) >= after
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	w.code = code
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// ServeHTTP serves the fake API and logs one line per request.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	begin := time.Now()
+	sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
+	s.route(sw, r)
+	if s.opts.Log != nil {
+		fmt.Fprintf(s.opts.Log, "fake-sglang: %s %s %d %s mode=%s\n", r.Method, r.URL.Path, sw.code,
+			time.Since(begin).Round(time.Microsecond), s.opts.Mode)
+	}
+}
+
+func (s *Server) route(w http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case "/health":
+		s.health(w)
+	case "/health_generate":
+		if s.opts.NoHealthGenerate {
+			http.NotFound(w, r)
+			return
+		}
+		s.health(w)
+	case "/v1/models":
+		writeJSON(w, http.StatusOK, map[string]any{
+			"object": "list",
+			"data": []map[string]any{{"id": s.opts.Model, "object": "model",
+				"created": s.start.Unix(), "owned_by": "sglang", "root": s.opts.Model}},
+		})
+	case "/v1/chat/completions":
+		if r.Method != http.MethodPost {
+			writeError(w, http.StatusMethodNotAllowed, "Method Not Allowed")
+			return
+		}
+		s.chat(w, r)
+	default:
+		writeError(w, http.StatusNotFound, "Not Found")
+	}
+}
+
+func (s *Server) health(w http.ResponseWriter) {
+	if !s.Ready() {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, map[string]any{"object": "error", "message": msg,
+		"type": http.StatusText(code), "param": nil, "code": code})
+}
+
+// ChatRequest is the part of an OpenAI chat request the fake reads.
+type ChatRequest struct {
+	Model    string `json:"model"`
+	Messages []struct {
+		Role    string `json:"role"`
+		Content string `json:"content"`
+	} `json:"messages"`
+	Temperature        *float64       `json:"temperature"`
+	MaxTokens          *int           `json:"max_tokens"`
+	ChatTemplateKwargs map[string]any `json:"chat_template_kwargs"`
+}
+
+// Message is SGLang's ChatMessage.
+type Message struct {
+	Role             string  `json:"role"`
+	Content          *string `json:"content"`
+	ReasoningContent *string `json:"reasoning_content"`
+	ToolCalls        []any   `json:"tool_calls"`
+}
+
+// Choice is SGLang's ChatCompletionResponseChoice.
+type Choice struct {
+	Index        int     `json:"index"`
+	Message      Message `json:"message"`
+	Logprobs     any     `json:"logprobs"`
+	FinishReason *string `json:"finish_reason"`
+	// MatchedStop is a string, an int or null.
+	MatchedStop any `json:"matched_stop"`
+}
+
+// Usage is SGLang's UsageInfo.
+type Usage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	TotalTokens      int `json:"total_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	ReasoningTokens  int `json:"reasoning_tokens"`
+}
+
+// ChatResponse is SGLang's ChatCompletionResponse.
+type ChatResponse struct {
+	ID      string   `json:"id"`
+	Object  string   `json:"object"`
+	Created int64    `json:"created"`
+	Model   string   `json:"model"`
+	Choices []Choice `json:"choices"`
+	Usage   Usage    `json:"usage"`
+}
+
+func ptr(s string) *string { return &s }
+
+func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
+	var req ChatRequest
+	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid JSON: "+err.Error())
+		return
+	}
+	if len(req.Messages) == 0 {
+		writeError(w, http.StatusBadRequest, "messages is empty")
+		return
+	}
+	switch s.opts.Mode {
+	case ModeHang:
+		<-r.Context().Done()
+		return
+	case ModeHTTP500:
+		writeError(w, http.StatusInternalServerError, "Internal server error")
+		return
+	}
+	maxTokens := 128
+	if req.MaxTokens != nil && *req.MaxTokens > 0 {
+		maxTokens = min(*req.MaxTokens, 4096)
+	}
+	thinking := true
+	if v, ok := req.ChatTemplateKwargs["enable_thinking"].(bool); ok {
+		thinking = v
+	}
+	prompt := req.Messages[len(req.Messages)-1].Content
+	msg, finish, stop := s.answer(prompt, maxTokens, thinking)
+	msg.Role = "assistant"
+	s.mu.Lock()
+	s.seq++
+	id := fmt.Sprintf("%032x", s.seq)
+	s.mu.Unlock()
+	completion := len(deref(msg.Content))/4 + len(deref(msg.ReasoningContent))/4 + 1
+	writeJSON(w, http.StatusOK, ChatResponse{
+		ID: id, Object: "chat.completion", Created: s.opts.Now().Unix(), Model: s.opts.Model,
+		Choices: []Choice{{Index: 0, Message: msg, FinishReason: finish, MatchedStop: stop}},
+		Usage: Usage{PromptTokens: len(prompt)/4 + 1, CompletionTokens: completion,
+			TotalTokens: len(prompt)/4 + 1 + completion},
+	})
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// answer returns the message, finish_reason and matched_stop for prompt in the server's mode.
+func (s *Server) answer(prompt string, maxTokens int, thinking bool) (Message, *string, any) {
+	length, stop := ptr("length"), ptr("stop")
+	switch s.opts.Mode {
+	case ModeBang:
+		return Message{Content: nil, ReasoningContent: ptr(strings.Repeat("!", maxTokens))}, length, nil
+	case ModePlus:
+		return Message{Content: ptr(strings.Repeat("+", maxTokens))}, length, nil
+	case ModeCommaBang:
+		return Message{Content: ptr(" , , (" + strings.Repeat("!", max(maxTokens-3, 1)))}, length, nil
+	case ModeApostropheS:
+		return Message{Content: ptr(strings.Repeat("'s", maxTokens))}, length, nil
+	case ModeNaN:
+		return Message{Content: ptr("")}, stop, "NaN happened"
+	case ModeAbort:
+		return Message{Content: ptr("")}, ptr("abort"), nil
+	case ModeEmpty:
+		return Message{Content: ptr("")}, stop, EOSTokenID
+	case ModeWrong:
+		return Message{Content: ptr("42")}, stop, EOSTokenID
+	case ModeThinkCutoff:
+		return Message{ReasoningContent: ptr("Okay, the user is asking a question. Let me think about it carefully, step by step, before I write the answer.")}, length, nil
+	}
+	content := GoodAnswer(prompt)
+	m := Message{Content: ptr(content)}
+	if thinking {
+		m.ReasoningContent = ptr("The user asks: " + firstLine(prompt) + " I will answer briefly.")
+	}
+	return m, stop, EOSTokenID
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
+	return s
+}
+
+var arith = regexp.MustCompile(`(-?\d+)\s*([*x×+\-])\s*(-?\d+)`)
+
+// GoodAnswer is what a working model says to prompt: arithmetic is computed, the capital
+// of France is Paris, a prime or other function request gets Python code.
+func GoodAnswer(prompt string) string {
+	lower := strings.ToLower(prompt)
+	if m := arith.FindStringSubmatch(prompt); m != nil && strings.Contains(lower, "what is") {
+		a, errA := strconv.Atoi(m[1])
+		b, errB := strconv.Atoi(m[3])
+		if errA == nil && errB == nil {
+			switch m[2] {
+			case "+":
+				return strconv.Itoa(a + b)
+			case "-":
+				return strconv.Itoa(a - b)
+			default:
+				return strconv.Itoa(a * b)
+			}
+		}
+	}
+	switch {
+	case strings.Contains(lower, "capital of france"):
+		return "Paris"
+	case strings.Contains(lower, "prime"):
+		return "```python\ndef is_prime(n: int) -> bool:\n    if n < 2:\n        return False\n    i = 2\n    while i * i <= n:\n        if n % i == 0:\n            return False\n        i += 1\n    return True\n```"
+	case strings.Contains(lower, "python") || strings.Contains(lower, "function"):
+		return "```python\ndef total(numbers):\n    return sum(numbers)\n```"
+	}
+	return "I am a small test server; I can add, multiply, name the capital of France and write a Python function."
+}

@@ -1,0 +1,233 @@
+package fakesglang
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// DefaultBrokenIf is the server flag that makes the fake answer like the seed's broken
+// server when no --fake-broken-if is given.
+const DefaultBrokenIf = "fp4-gemm-backend=flashinfer_cudnn"
+
+// Args is a parsed command line: every --name (or -name) with its values, in order.
+// Flags the fake does not know are kept and ignored, as a real launch line carries many.
+type Args map[string][]string
+
+// ParseArgs reads a command line the way SGLang's launcher would get it:
+// "--name value", "--name=value" and bare "--flag"; a value is the next argument when it
+// does not start with "--". Positional arguments are ignored.
+func ParseArgs(args []string) Args {
+	out := Args{}
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if !strings.HasPrefix(a, "-") || a == "-" {
+			continue
+		}
+		name := strings.TrimLeft(a, "-")
+		if n, v, ok := strings.Cut(name, "="); ok {
+			out[n] = append(out[n], v)
+			continue
+		}
+		if i+1 < len(args) && !strings.HasPrefix(args[i+1], "--") {
+			out[name] = append(out[name], args[i+1])
+			i++
+			continue
+		}
+		out[name] = append(out[name], "")
+	}
+	return out
+}
+
+// Get returns the last value of a flag, or def.
+func (a Args) Get(name, def string) string {
+	if v := a[name]; len(v) > 0 {
+		return v[len(v)-1]
+	}
+	return def
+}
+
+// Has reports whether the flag was given.
+func (a Args) Has(name string) bool { return len(a[name]) > 0 }
+
+// Config is what the binary makes of its command line.
+type Config struct {
+	Host, Port string
+	Model      string
+	Mode       Mode
+	CrashAfter time.Duration
+	ReadyAfter time.Duration
+	PortFile   string
+	// BrokenBy names the launch flag that made the server broken ("" when none did).
+	BrokenBy         string
+	NoHealthGenerate bool
+}
+
+// ParseConfig turns a command line (and the environment, through getenv) into a Config.
+// The fake's own flags: --fake-mode MODE (or SGLANG_FAKE_MODE), --fake-broken-if FLAG=VALUE
+// (repeatable; default fp4-gemm-backend=flashinfer_cudnn; "none" for no condition),
+// --fake-broken-mode MODE (what a broken server does, default bang), --fake-ready-after DUR,
+// --fake-port-file PATH, --fake-no-health-generate.
+func ParseConfig(args []string, getenv func(string) string) (Config, error) {
+	a := ParseArgs(args)
+	c := Config{
+		Host:             a.Get("host", "127.0.0.1"),
+		Port:             a.Get("port", "30000"),
+		PortFile:         a.Get("fake-port-file", ""),
+		NoHealthGenerate: a.Has("fake-no-health-generate"),
+	}
+	c.Model = a.Get("served-model-name", a.Get("model-path", a.Get("model", "default")))
+	mode := a.Get("fake-mode", "")
+	if mode == "" && getenv != nil {
+		mode = getenv("SGLANG_FAKE_MODE")
+	}
+	if mode == "" {
+		mode = string(ModeGood)
+	}
+	if after, ok := strings.CutPrefix(mode, string(ModeCrashAfter)+"="); ok {
+		d, err := parseDuration(after)
+		if err != nil {
+			return c, fmt.Errorf("--fake-mode %s: %w", mode, err)
+		}
+		c.CrashAfter, mode = d, string(ModeCrashAfter)
+	}
+	c.Mode = Mode(mode)
+	if !c.Mode.Valid() {
+		return c, fmt.Errorf("--fake-mode %q: unknown mode", mode)
+	}
+	if c.Mode == ModeCrashAfter && c.CrashAfter == 0 {
+		c.CrashAfter = time.Second
+	}
+	if v := a.Get("fake-ready-after", ""); v != "" {
+		d, err := parseDuration(v)
+		if err != nil {
+			return c, fmt.Errorf("--fake-ready-after: %w", err)
+		}
+		c.ReadyAfter = d
+	}
+	brokenMode := Mode(a.Get("fake-broken-mode", string(ModeBang)))
+	if !brokenMode.Valid() {
+		return c, fmt.Errorf("--fake-broken-mode %q: unknown mode", brokenMode)
+	}
+	conds := a["fake-broken-if"]
+	if len(conds) == 0 {
+		conds = []string{DefaultBrokenIf}
+	}
+	for _, cond := range conds {
+		if cond == "none" || cond == "" {
+			continue
+		}
+		flag, want, ok := strings.Cut(cond, "=")
+		if !ok {
+			return c, fmt.Errorf("--fake-broken-if %q: want FLAG=VALUE", cond)
+		}
+		flag = strings.TrimLeft(flag, "-")
+		for _, got := range a[flag] {
+			if got == want && c.BrokenBy == "" {
+				c.BrokenBy = "--" + flag + "=" + want
+			}
+		}
+	}
+	if c.BrokenBy != "" && (c.Mode == ModeGood || c.Mode == ModeSlowReady) {
+		c.Mode = brokenMode
+	}
+	return c, nil
+}
+
+// parseDuration reads "2s", "150ms" or a bare number of seconds.
+func parseDuration(s string) (time.Duration, error) {
+	if n, err := strconv.ParseFloat(s, 64); err == nil {
+		return time.Duration(n * float64(time.Second)), nil
+	}
+	return time.ParseDuration(s)
+}
+
+// Main runs the fake-sglang binary: it serves until ctx ends (SIGTERM) and returns the exit
+// code. Modes crash and crash-after exit 1 the way a failing server does.
+func Main(ctx context.Context, args []string, stderr io.Writer, getenv func(string) string) int {
+	cfg, err := ParseConfig(args, getenv)
+	if err != nil {
+		fmt.Fprintf(stderr, "fake-sglang: %v\n", err)
+		return 2
+	}
+	if cfg.Mode == ModeCrash {
+		fmt.Fprintln(stderr, "fake-sglang: loading model", cfg.Model)
+		fmt.Fprintln(stderr, "RuntimeError: CUDA error: no kernel image is available for execution on the device")
+		return 1
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.Host, cfg.Port))
+	if err != nil {
+		fmt.Fprintf(stderr, "fake-sglang: %v\n", err)
+		return 1
+	}
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	if cfg.PortFile != "" {
+		if err := writeFileAtomic(cfg.PortFile, port+"\n"); err != nil {
+			fmt.Fprintf(stderr, "fake-sglang: writing port file: %v\n", err)
+			ln.Close()
+			return 1
+		}
+	}
+	srv := &http.Server{
+		Handler: New(Options{Mode: cfg.Mode, Model: cfg.Model, ReadyAfter: cfg.ReadyAfter,
+			NoHealthGenerate: cfg.NoHealthGenerate, Log: stderr}),
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+	why := ""
+	if cfg.BrokenBy != "" {
+		why = " (broken by " + cfg.BrokenBy + ")"
+	}
+	fmt.Fprintf(stderr, "fake-sglang: serving %s on http://%s mode=%s%s\n", cfg.Model,
+		net.JoinHostPort(cfg.Host, port), cfg.Mode, why)
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	var crash <-chan time.Time
+	if cfg.Mode == ModeCrashAfter {
+		t := time.NewTimer(cfg.CrashAfter)
+		defer t.Stop()
+		crash = t.C
+	}
+	select {
+	case <-ctx.Done():
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+		fmt.Fprintln(stderr, "fake-sglang: stopped")
+		return 0
+	case <-crash:
+		srv.Close()
+		fmt.Fprintln(stderr, "fake-sglang: scheduler died: NCCL error: unhandled cuda error")
+		return 1
+	case err := <-errc:
+		if errors.Is(err, http.ErrServerClosed) {
+			return 0
+		}
+		fmt.Fprintf(stderr, "fake-sglang: %v\n", err)
+		return 1
+	}
+}
+
+func writeFileAtomic(path, data string) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".port-*")
+	if err != nil {
+		return err
+	}
+	if _, err := tmp.WriteString(data); err != nil {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
