@@ -2,13 +2,851 @@ package fetch
 
 import (
 	"context"
+	"crypto/sha1"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
+const (
+	defaultFiles      = 4
+	defaultConns      = 8
+	defaultMinChunk   = 64 << 20
+	defaultChunkSize  = 4 << 20
+	defaultMaxBuffer  = 32 << 20
+	defaultStall      = 60 * time.Second
+	defaultRetries    = 3
+	defaultRetryWait  = time.Second
+	maxRetryWait      = 30 * time.Second
+	defaultCheckpoint = 256 << 20
+	// pieceSize is the unit bytes are read from the network in, written and hashed.
+	pieceSize = 256 << 10
+	// frontierReserve is how many pieces the connection at a file's hashed frontier may
+	// hold beyond MaxBuffer, so that the frontier always moves.
+	frontierReserve = 4
+)
+
+// errRangeIgnored is returned when a server answered 200 to a Range request.
+var errRangeIgnored = errors.New("server ignored the Range header (answered 200 to a range request)")
+
+// errStartOver is returned when the server refuses the range of a resumed part (416).
+var errStartOver = errors.New("server refused the resumed range (416)")
+
+// config is Options with defaults applied.
+type config struct {
+	Options
+	client *http.Client
+}
+
+func newConfig(opt Options) (*config, error) {
+	c := &config{Options: opt}
+	if c.Dest == "" {
+		return nil, errors.New("fetch: no destination folder")
+	}
+	if c.Files <= 0 {
+		c.Files = defaultFiles
+	}
+	if c.Conns <= 0 {
+		c.Conns = defaultConns
+	}
+	if c.MinChunk <= 0 {
+		c.MinChunk = defaultMinChunk
+	}
+	if c.ChunkSize <= 0 {
+		c.ChunkSize = defaultChunkSize
+	}
+	if c.ChunkSize < pieceSize {
+		c.ChunkSize = pieceSize
+	}
+	if c.MaxBuffer <= 0 {
+		c.MaxBuffer = defaultMaxBuffer
+	}
+	if c.StallTimeout <= 0 {
+		c.StallTimeout = defaultStall
+	}
+	if c.Retries == 0 {
+		c.Retries = defaultRetries
+	} else if c.Retries < 0 {
+		c.Retries = 0
+	}
+	if c.RetryWait <= 0 {
+		c.RetryWait = defaultRetryWait
+	}
+	if c.CheckpointBytes <= 0 {
+		c.CheckpointBytes = defaultCheckpoint
+	}
+	if c.FreeSpace == nil {
+		c.FreeSpace = statfsFree
+	}
+	if c.Logf == nil {
+		c.Logf = func(string, ...any) {}
+	}
+	if c.Progress == nil {
+		c.Progress = nopReporter{}
+	}
+	var base http.Client
+	if opt.Client != nil {
+		base = *opt.Client
+	} else {
+		base = http.Client{Transport: newTransport(c.Files * c.Conns)}
+	}
+	orig := base.CheckRedirect
+	base.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+		if len(via) >= 10 {
+			return errors.New("stopped after 10 redirects")
+		}
+		if orig != nil {
+			if err := orig(req, via); err != nil {
+				return err
+			}
+		}
+		// net/http copies the first request's headers to every hop; it drops
+		// Authorization only by a host-name heuristic that ignores ports. Decide here,
+		// per hop, by exact host:port.
+		req.Header.Del("Authorization")
+		c.authorize(req)
+		return nil
+	}
+	c.client = &base
+	return c, nil
+}
+
+func newTransport(conns int) *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConnsPerHost = conns + 4
+	t.MaxIdleConns = 4 * (conns + 4)
+	t.DisableCompression = true
+	t.ReadBufferSize = 64 << 10
+	t.ResponseHeaderTimeout = 0 // the stall timer covers it
+	t.DialContext = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	return t
+}
+
+// authorize adds the bearer token when req goes to the token's host.
+func (c *config) authorize(req *http.Request) {
+	if c.Token == "" || c.TokenHost == "" {
+		return
+	}
+	if canonicalHost(req.URL.Scheme, req.URL.Host) == canonicalHost(req.URL.Scheme, c.TokenHost) {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+}
+
+// canonicalHost returns host:port in lower case, with the scheme's default port added.
+func canonicalHost(scheme, host string) string {
+	host = strings.ToLower(host)
+	if _, _, err := net.SplitHostPort(host); err == nil {
+		return host
+	}
+	port := "443"
+	if scheme == "http" {
+		port = "80"
+	}
+	return net.JoinHostPort(strings.Trim(host, "[]"), port)
+}
+
+// redact returns u without user info and query, for errors and logs.
+func redact(u string) string {
+	if i := strings.IndexAny(u, "?#"); i >= 0 {
+		u = u[:i]
+	}
+	if i := strings.Index(u, "://"); i >= 0 {
+		rest := u[i+3:]
+		slash := strings.IndexByte(rest, '/')
+		hostPart := rest
+		if slash >= 0 {
+			hostPart = rest[:slash]
+		}
+		if at := strings.LastIndexByte(hostPart, '@'); at >= 0 {
+			u = u[:i+3] + rest[at+1:]
+		}
+	}
+	return u
+}
+
+func statfsFree(dir string) (uint64, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return 0, fmt.Errorf("checking free space in %s: %w", dir, err)
+	}
+	return st.Bavail * uint64(st.Bsize), nil
+}
+
+// safeJoin joins a relative, clean path to dest, refusing absolute paths and "..".
+func safeJoin(dest, rel string) (string, error) {
+	if rel == "" || filepath.IsAbs(rel) || strings.HasPrefix(rel, "/") || strings.Contains(rel, "\\") {
+		return "", fmt.Errorf("unsafe file path %q", rel)
+	}
+	for _, part := range strings.Split(rel, "/") {
+		if part == ".." || part == "" || part == "." {
+			return "", fmt.Errorf("unsafe file path %q", rel)
+		}
+	}
+	return filepath.Join(dest, filepath.FromSlash(rel)), nil
+}
+
+// job is one file of a Fetch call.
+type job struct {
+	c      *config
+	pool   *pool
+	f      File
+	final  string
+	part   string
+	side   string
+	result Result
+	// noRanges is set once the server ignored a Range header: the file is then always
+	// downloaded from 0 on one connection.
+	noRanges bool
+	net      atomic.Int64
+}
+
 func fetch(ctx context.Context, files []File, opt Options) ([]Result, error) {
-	return nil, errors.New("fetch: not implemented yet")
+	c, err := newConfig(opt)
+	if err != nil {
+		return nil, err
+	}
+	jobs := make([]*job, len(files))
+	seen := map[string]bool{}
+	for i, f := range files {
+		p, err := safeJoin(c.Dest, f.Path)
+		if err != nil {
+			return nil, fmt.Errorf("fetch: %w", err)
+		}
+		if seen[p] {
+			return nil, fmt.Errorf("fetch: file %q listed twice", f.Path)
+		}
+		seen[p] = true
+		if f.SHA256 == "" && f.GitSHA1 == "" {
+			return nil, fmt.Errorf("fetch: file %q has no sha256 or git sha1", f.Path)
+		}
+		f.SHA256 = strings.ToLower(f.SHA256)
+		f.GitSHA1 = strings.ToLower(f.GitSHA1)
+		jobs[i] = &job{c: c, f: f, final: p, part: p + ".part", side: p + ".part.json",
+			result: Result{Path: f.Path, Size: f.Size, SHA256: f.SHA256}}
+	}
+
+	// What is there already, and how much is left (nothing is written yet).
+	var need uint64
+	for _, j := range jobs {
+		present, err := j.present()
+		if err != nil {
+			return nil, err
+		}
+		if present {
+			j.result.Present = true
+			continue
+		}
+		if j.f.Size < 0 {
+			continue
+		}
+		left := j.f.Size
+		if st, err := os.Stat(j.part); err == nil && st.Size() <= j.f.Size && j.f.SHA256 != "" {
+			left -= st.Size()
+		}
+		need += uint64(left)
+	}
+	if need > 0 {
+		dir := existingAncestor(c.Dest)
+		free, err := c.FreeSpace(dir)
+		if err != nil {
+			return nil, fmt.Errorf("checking free space: %w", err)
+		}
+		if free < need {
+			return nil, &SpaceError{Dir: dir, Need: need, Free: free}
+		}
+	}
+
+	p := newPool(c.MaxBuffer)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sem := make(chan struct{}, c.Files)
+	errs := make([]error, len(jobs))
+	var wg sync.WaitGroup
+	for i, j := range jobs {
+		if j.result.Present {
+			continue
+		}
+		j.pool = p
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				errs[i] = ctx.Err()
+				return
+			}
+			defer func() { <-sem }()
+			start := time.Now()
+			err := j.run(ctx)
+			j.result.Duration = time.Since(start)
+			j.result.Bytes = j.net.Load()
+			if err != nil {
+				errs[i] = err
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+
+	var results []Result
+	var first error
+	for i, j := range jobs {
+		if errs[i] == nil {
+			results = append(results, j.result)
+			continue
+		}
+		// Prefer the error that caused the others to be cancelled.
+		if first == nil || (errors.Is(first, context.Canceled) && !errors.Is(errs[i], context.Canceled)) {
+			first = errs[i]
+		}
+	}
+	if first != nil {
+		return results, first
+	}
+	return results, nil
+}
+
+// existingAncestor returns dir or its nearest existing parent.
+func existingAncestor(dir string) string {
+	for {
+		if _, err := os.Stat(dir); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return dir
+		}
+		dir = parent
+	}
+}
+
+// present reports whether the final file is already there with the expected size (or,
+// when the size is unknown, with the expected digest).
+func (j *job) present() (bool, error) {
+	st, err := os.Stat(j.final)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("checking %s: %w", j.final, err)
+	}
+	if !st.Mode().IsRegular() {
+		return false, fmt.Errorf("%s exists and is not a regular file", j.final)
+	}
+	if j.f.Size >= 0 {
+		if st.Size() == j.f.Size {
+			return true, nil
+		}
+		return false, nil
+	}
+	if verifyFile(j.final, j.f) == nil {
+		j.result.Size = st.Size()
+		return true, nil
+	}
+	return false, nil
+}
+
+// run downloads the file, retrying the whole file after a size or digest mismatch.
+func (j *job) run(ctx context.Context) error {
+	rep := j.c.Progress
+	var err error
+	restarts := 0
+	for attempt := 0; ; attempt++ {
+		err = j.attempt(ctx, attempt == 0)
+		var mm *MismatchError
+		switch {
+		case err == nil:
+		case errors.Is(err, errRangeIgnored) || errors.Is(err, errStartOver):
+			restarts++
+			if restarts <= j.c.Retries+1 {
+				j.noRanges = j.noRanges || errors.Is(err, errRangeIgnored)
+				j.c.Logf("%s: %v; starting over from byte 0", j.f.Path, err)
+				j.removePart()
+				attempt--
+				continue
+			}
+		case errors.As(err, &mm) && attempt < j.c.Retries:
+			j.c.Logf("%s: %v; deleting the part and downloading again", j.f.Path, err)
+			j.removePart()
+			if !sleepCtx(ctx, j.c.RetryWait) {
+				err = ctx.Err()
+				break
+			}
+			continue
+		}
+		break
+	}
+	if err != nil {
+		var mm *MismatchError
+		if errors.As(err, &mm) {
+			j.removePart()
+		}
+		if ctx.Err() != nil && !errors.As(err, &mm) {
+			err = fmt.Errorf("downloading %s: %w", j.f.Path, ctx.Err())
+		}
+	}
+	rep.Done(j.f.Path, err)
+	return err
+}
+
+func (j *job) removePart() {
+	_ = os.Remove(j.part)
+	_ = os.Remove(j.side)
+}
+
+// hashers computes the digests of a file in order.
+type hashers struct {
+	sha256 hash.Hash
+	git    hash.Hash // nil unless needed
+}
+
+func (j *job) newHashers(size int64) *hashers {
+	h := &hashers{sha256: sha256.New()}
+	if j.f.SHA256 == "" && j.f.GitSHA1 != "" && size >= 0 {
+		h.git = sha1.New()
+		fmt.Fprintf(h.git, "blob %d\x00", size)
+	}
+	return h
+}
+
+func (h *hashers) Write(p []byte) (int, error) {
+	h.sha256.Write(p)
+	if h.git != nil {
+		h.git.Write(p)
+	}
+	return len(p), nil
+}
+
+// attempt makes one attempt at the whole file: it opens (or resumes) the part file, runs
+// the connections and the in-order writer, and renames the part when it is complete and
+// matches.
+func (j *job) attempt(ctx context.Context, first bool) error {
+	if err := os.MkdirAll(filepath.Dir(j.final), 0o755); err != nil {
+		return fmt.Errorf("creating folder for %s: %w", j.f.Path, err)
+	}
+	size := j.f.Size
+	pf, h, have, resumed, err := j.openPart(size)
+	if err != nil {
+		return err
+	}
+	defer pf.Close()
+	if first {
+		j.result.Resumed = resumed
+		j.c.Progress.Start(j.f.Path, size, have)
+		if resumed {
+			j.c.Logf("%s: resuming from byte %d", j.f.Path, have)
+		}
+	} else {
+		j.c.Progress.Start(j.f.Path, size, have)
+	}
+
+	s := newStream(j, pf, h, have, size)
+	if size < 0 || size > have {
+		ctx, cancel := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		sinkErr := make(chan error, 1)
+		go func() { sinkErr <- s.sink(cancel) }()
+		var netErr error
+		var once sync.Once
+		fail := func(err error) {
+			once.Do(func() { netErr = err })
+			s.fail(err)
+			cancel()
+		}
+		if size < 0 || j.noRanges || size-have < j.c.MinChunk || j.c.Conns == 1 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := j.fetchRange(ctx, s, have, size); err != nil {
+					fail(err)
+				}
+			}()
+		} else {
+			var next atomic.Int64
+			next.Store(have)
+			conns := j.c.Conns
+			if n := (size - have + j.c.ChunkSize - 1) / j.c.ChunkSize; int64(conns) > n {
+				conns = int(n)
+			}
+			for range conns {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for ctx.Err() == nil {
+						a := next.Add(j.c.ChunkSize) - j.c.ChunkSize
+						if a >= size {
+							return
+						}
+						b := min(a+j.c.ChunkSize, size)
+						if err := j.fetchRange(ctx, s, a, b); err != nil {
+							fail(err)
+							return
+						}
+					}
+				}()
+			}
+		}
+		wg.Wait()
+		s.finish()
+		err := <-sinkErr
+		cancel()
+		if netErr != nil {
+			err = netErr
+		}
+		if err != nil {
+			// Keep what arrived in order for the next run, unless the part is going to be
+			// thrown away anyway.
+			if s.written == 0 {
+				pf.Close()
+				j.removePart()
+			} else if !errors.Is(err, errRangeIgnored) && !errors.Is(err, errStartOver) {
+				if cerr := s.checkpoint(); cerr != nil {
+					j.c.Logf("%s: saving resume point: %v", j.f.Path, cerr)
+				}
+			}
+			return err
+		}
+	}
+	return j.finalize(pf, s)
+}
+
+// finalize checks size and digest, fsyncs and renames the part into place.
+func (j *job) finalize(pf *os.File, s *stream) error {
+	got := s.written
+	if j.f.Size >= 0 && got != j.f.Size {
+		return &MismatchError{Path: j.f.Path, What: "size", Expected: fmt.Sprint(j.f.Size), Actual: fmt.Sprint(got)}
+	}
+	if s.size >= 0 && got != s.size {
+		return &MismatchError{Path: j.f.Path, What: "size", Expected: fmt.Sprint(s.size), Actual: fmt.Sprint(got)}
+	}
+	sum := hex.EncodeToString(s.h.sha256.Sum(nil))
+	if j.f.SHA256 != "" {
+		if sum != j.f.SHA256 {
+			return &MismatchError{Path: j.f.Path, What: "sha256", Expected: j.f.SHA256, Actual: sum}
+		}
+	} else {
+		var gitSum string
+		if s.h.git != nil {
+			gitSum = hex.EncodeToString(s.h.git.Sum(nil))
+		} else {
+			// The size was unknown when the download began: hash the small file again.
+			g, err := gitBlobSHA1(j.part)
+			if err != nil {
+				return err
+			}
+			gitSum = g
+		}
+		if gitSum != j.f.GitSHA1 {
+			return &MismatchError{Path: j.f.Path, What: "git-sha1", Expected: j.f.GitSHA1, Actual: gitSum}
+		}
+	}
+	if err := pf.Sync(); err != nil {
+		return fmt.Errorf("syncing %s: %w", j.part, err)
+	}
+	if err := os.Rename(j.part, j.final); err != nil {
+		return fmt.Errorf("renaming %s: %w", j.part, err)
+	}
+	if err := syncDir(filepath.Dir(j.final)); err != nil {
+		return err
+	}
+	_ = os.Remove(j.side)
+	j.result.Size = got
+	j.result.SHA256 = sum
+	return nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("syncing folder %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("syncing folder %s: %w", dir, err)
+	}
+	return nil
+}
+
+// fetchRange downloads bytes [a, b) (b < 0: to the end) with retries, delivering them to s.
+// A dropped connection, a 5xx answer or a stall is retried from the byte reached; the
+// count of retries starts again whenever bytes arrived.
+func (j *job) fetchRange(ctx context.Context, s *stream, a, b int64) error {
+	pos := a
+	fails := 0
+	wait := j.c.RetryWait
+	for {
+		before := pos
+		err := j.request(ctx, s, &pos, b)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		var te *transientError
+		if !errors.As(err, &te) {
+			return err
+		}
+		if pos > before {
+			fails = 0
+			wait = j.c.RetryWait
+		}
+		fails++
+		if fails > j.c.Retries {
+			return fmt.Errorf("downloading %s from %s: %w (after %d retries)", j.f.Path, redact(j.f.URL), te.err, j.c.Retries)
+		}
+		if j.noRanges && pos > 0 {
+			// The server cannot continue a range: start the file over.
+			return errRangeIgnored
+		}
+		j.c.Logf("%s: retrying from byte %d in %s after: %v", j.f.Path, pos, wait, te.err)
+		if !sleepCtx(ctx, wait) {
+			return ctx.Err()
+		}
+		wait = min(2*wait, maxRetryWait)
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// transientError is an error worth retrying (dropped connection, 5xx, stall).
+type transientError struct{ err error }
+
+func (e *transientError) Error() string { return e.err.Error() }
+func (e *transientError) Unwrap() error { return e.err }
+
+// stallReader resets the stall timer whenever bytes arrive.
+type stallReader struct {
+	r     io.Reader
+	timer *time.Timer
+	d     time.Duration
+}
+
+func (s *stallReader) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	if n > 0 {
+		s.timer.Reset(s.d)
+	}
+	return n, err
+}
+
+// request makes one HTTP request for [*pos, b) and delivers what arrives, advancing *pos.
+func (j *job) request(ctx context.Context, s *stream, pos *int64, b int64) error {
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var stalled atomic.Bool
+	stall := j.c.StallTimeout
+	timer := time.AfterFunc(stall, func() { stalled.Store(true); cancel() })
+	defer timer.Stop()
+	transient := func(err error) error {
+		if stalled.Load() {
+			return &transientError{fmt.Errorf("stalled: no bytes for %s", stall)}
+		}
+		return &transientError{err}
+	}
+
+	req, err := http.NewRequestWithContext(rctx, http.MethodGet, j.f.URL, nil)
+	if err != nil {
+		return fmt.Errorf("downloading %s: bad URL %s", j.f.Path, redact(j.f.URL))
+	}
+	size := s.knownSize()
+	ranged := *pos > 0 || (b >= 0 && b != size)
+	if ranged {
+		if b >= 0 {
+			req.Header.Set("Range", fmt.Sprintf("bytes=%d-%d", *pos, b-1))
+		} else {
+			req.Header.Set("Range", fmt.Sprintf("bytes=%d-", *pos))
+		}
+	}
+	req.Header.Set("Accept-Encoding", "identity")
+	j.c.authorize(req)
+	resp, err := j.c.client.Do(req)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return transient(fmt.Errorf("requesting %s: %w", redact(j.f.URL), err))
+	}
+	defer resp.Body.Close()
+
+	want := int64(-1) // bytes this answer should carry
+	switch {
+	case resp.StatusCode == http.StatusPartialContent && ranged:
+		start, end, total, err := parseContentRange(resp.Header.Get("Content-Range"))
+		if err != nil {
+			return transient(fmt.Errorf("answer from %s: %w", redact(j.f.URL), err))
+		}
+		if start != *pos || (b >= 0 && end != b-1) {
+			return transient(fmt.Errorf("answer from %s has range %d-%d, asked %d-%d", redact(j.f.URL), start, end, *pos, b-1))
+		}
+		if total >= 0 {
+			if err := s.setSize(total); err != nil {
+				return err
+			}
+		}
+		want = end + 1 - start
+	case resp.StatusCode == http.StatusOK && ranged:
+		return errRangeIgnored
+	case resp.StatusCode == http.StatusOK:
+		if resp.ContentLength >= 0 {
+			if err := s.setSize(resp.ContentLength); err != nil {
+				return err
+			}
+			want = resp.ContentLength
+		}
+	case resp.StatusCode == http.StatusRequestedRangeNotSatisfiable && ranged && b < 0:
+		return errStartOver
+	case resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusRequestTimeout:
+		return transient(fmt.Errorf("%s answered %s", redact(j.f.URL), resp.Status))
+	default:
+		return fmt.Errorf("downloading %s: %s answered %s", j.f.Path, redact(j.f.URL), resp.Status)
+	}
+
+	body := &stallReader{r: resp.Body, timer: timer, d: stall}
+	got := int64(0)
+	for want < 0 || got < want {
+		timer.Stop()
+		pc, err := s.acquire(ctx, *pos)
+		if err != nil {
+			return err
+		}
+		timer.Reset(stall)
+		buf := pc.buf
+		if want >= 0 && int64(len(buf)) > want-got {
+			buf = buf[:want-got]
+		}
+		n, rerr := io.ReadFull(body, buf)
+		if n > 0 {
+			j.net.Add(int64(n))
+			pc.data = buf[:n]
+			pc.off = *pos
+			s.deliver(pc)
+			*pos += int64(n)
+			got += int64(n)
+		} else {
+			s.release(pc)
+		}
+		if rerr != nil {
+			if want < 0 && (rerr == io.EOF || rerr == io.ErrUnexpectedEOF) {
+				if err := s.setSize(*pos); err != nil {
+					return err
+				}
+				return nil
+			}
+			if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
+				return transient(fmt.Errorf("connection closed after %d of %d bytes", got, want))
+			}
+			return transient(fmt.Errorf("reading from %s: %w", redact(j.f.URL), rerr))
+		}
+	}
+	return nil
+}
+
+// parseContentRange parses "bytes START-END/TOTAL" (TOTAL may be "*", returned as -1).
+func parseContentRange(v string) (start, end, total int64, err error) {
+	var totalStr string
+	rest, ok := strings.CutPrefix(v, "bytes ")
+	if !ok {
+		return 0, 0, 0, fmt.Errorf("bad Content-Range %q", v)
+	}
+	rng, totalStr, ok := strings.Cut(rest, "/")
+	if !ok {
+		return 0, 0, 0, fmt.Errorf("bad Content-Range %q", v)
+	}
+	if _, err := fmt.Sscanf(rng, "%d-%d", &start, &end); err != nil || start < 0 || end < start {
+		return 0, 0, 0, fmt.Errorf("bad Content-Range %q", v)
+	}
+	total = -1
+	if totalStr != "*" {
+		if _, err := fmt.Sscanf(totalStr, "%d", &total); err != nil {
+			return 0, 0, 0, fmt.Errorf("bad Content-Range %q", v)
+		}
+	}
+	return start, end, total, nil
+}
+
+// gitBlobSHA1 returns the git blob sha1 of the file at path.
+func gitBlobSHA1(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("hashing %s: %w", path, err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return "", fmt.Errorf("hashing %s: %w", path, err)
+	}
+	h := sha1.New()
+	fmt.Fprintf(h, "blob %d\x00", st.Size())
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("hashing %s: %w", path, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 func verifyFile(path string, f File) error {
-	return errors.New("fetch: not implemented yet")
+	fh, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("verifying %s: %w", path, err)
+	}
+	defer fh.Close()
+	st, err := fh.Stat()
+	if err != nil {
+		return fmt.Errorf("verifying %s: %w", path, err)
+	}
+	if f.Size >= 0 && st.Size() != f.Size {
+		return &MismatchError{Path: path, What: "size", Expected: fmt.Sprint(f.Size), Actual: fmt.Sprint(st.Size())}
+	}
+	if f.SHA256 != "" {
+		h := sha256.New()
+		if _, err := io.CopyBuffer(h, fh, make([]byte, 1<<20)); err != nil {
+			return fmt.Errorf("verifying %s: %w", path, err)
+		}
+		if sum := hex.EncodeToString(h.Sum(nil)); sum != strings.ToLower(f.SHA256) {
+			return &MismatchError{Path: path, What: "sha256", Expected: strings.ToLower(f.SHA256), Actual: sum}
+		}
+		return nil
+	}
+	if f.GitSHA1 == "" {
+		return fmt.Errorf("verifying %s: no sha256 or git sha1 to check against", path)
+	}
+	sum, err := gitBlobSHA1(path)
+	if err != nil {
+		return err
+	}
+	if sum != strings.ToLower(f.GitSHA1) {
+		return &MismatchError{Path: path, What: "git-sha1", Expected: strings.ToLower(f.GitSHA1), Actual: sum}
+	}
+	return nil
 }
+
+type nopReporter struct{}
+
+func (nopReporter) Start(string, int64, int64) {}
+func (nopReporter) Add(string, int64)          {}
+func (nopReporter) Done(string, error)         {}

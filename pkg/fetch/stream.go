@@ -1,0 +1,372 @@
+package fetch
+
+import (
+	"context"
+	"encoding"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+)
+
+// pool bounds the bytes held in memory over all files of a Fetch call: pieces read ahead of
+// a file's hashed frontier count against max; the piece at the frontier may use a small
+// per-file reserve instead, so that the frontier always moves and nothing deadlocks.
+type pool struct {
+	mu   sync.Mutex
+	cond *sync.Cond
+	used int
+	max  int
+	free [][]byte
+}
+
+func newPool(maxBuffer int64) *pool {
+	p := &pool{max: max(int(maxBuffer/pieceSize), 1)}
+	p.cond = sync.NewCond(&p.mu)
+	return p
+}
+
+func (p *pool) get() []byte {
+	if n := len(p.free); n > 0 {
+		b := p.free[n-1]
+		p.free = p.free[:n-1]
+		return b
+	}
+	return make([]byte, pieceSize)
+}
+
+// piece is a run of bytes of a file at offset off.
+type piece struct {
+	buf     []byte
+	data    []byte
+	off     int64
+	reserve bool
+}
+
+// stream is one attempt at one file: connections deliver pieces in any order; the sink
+// writes and hashes them in order.
+type stream struct {
+	j  *job
+	p  *pool
+	pf *os.File
+	h  *hashers
+
+	// Guarded by p.mu.
+	contig      int64 // end of the bytes delivered without a gap
+	ahead       map[int64]*piece
+	queue       []*piece // in order, waiting for the sink
+	reserveUsed int
+	finished    bool
+	err         error
+	size        int64
+
+	// Owned by the sink (and by attempt once the sink is done).
+	written int64
+	lastCk  int64
+}
+
+func newStream(j *job, pf *os.File, h *hashers, have, size int64) *stream {
+	return &stream{j: j, p: j.pool, pf: pf, h: h, contig: have, written: have, lastCk: have,
+		size: size, ahead: map[int64]*piece{}}
+}
+
+// acquire returns an empty piece for bytes at pos, waiting while the memory bound is reached.
+func (s *stream) acquire(ctx context.Context, pos int64) (*piece, error) {
+	p := s.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var stop func() bool
+	defer func() {
+		if stop != nil {
+			stop()
+		}
+	}()
+	for {
+		if s.err != nil {
+			return nil, s.err
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if pos == s.contig && s.reserveUsed < frontierReserve {
+			s.reserveUsed++
+			return &piece{buf: p.get(), reserve: true}, nil
+		}
+		if p.used < p.max {
+			p.used++
+			return &piece{buf: p.get()}, nil
+		}
+		if stop == nil {
+			stop = context.AfterFunc(ctx, func() {
+				p.mu.Lock()
+				p.cond.Broadcast()
+				p.mu.Unlock()
+			})
+		}
+		p.cond.Wait()
+	}
+}
+
+// releaseLocked returns pc's buffer; p.mu is held.
+func (s *stream) releaseLocked(pc *piece) {
+	if pc.reserve {
+		s.reserveUsed--
+	} else {
+		s.p.used--
+	}
+	s.p.free = append(s.p.free, pc.buf)
+	pc.buf, pc.data = nil, nil
+}
+
+func (s *stream) release(pc *piece) {
+	s.p.mu.Lock()
+	s.releaseLocked(pc)
+	s.p.cond.Broadcast()
+	s.p.mu.Unlock()
+}
+
+// deliver hands a filled piece to the stream.
+func (s *stream) deliver(pc *piece) {
+	p := s.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	defer p.cond.Broadcast()
+	if s.err != nil || s.finished {
+		s.releaseLocked(pc)
+		return
+	}
+	if pc.off != s.contig {
+		s.ahead[pc.off] = pc
+		return
+	}
+	s.queue = append(s.queue, pc)
+	s.contig += int64(len(pc.data))
+	for {
+		q, ok := s.ahead[s.contig]
+		if !ok {
+			return
+		}
+		delete(s.ahead, s.contig)
+		s.queue = append(s.queue, q)
+		s.contig += int64(len(q.data))
+	}
+}
+
+// fail stops the stream with err (the first error wins).
+func (s *stream) fail(err error) {
+	s.p.mu.Lock()
+	if s.err == nil {
+		s.err = err
+	}
+	s.p.cond.Broadcast()
+	s.p.mu.Unlock()
+}
+
+// finish tells the sink that no more pieces come.
+func (s *stream) finish() {
+	s.p.mu.Lock()
+	s.finished = true
+	s.p.cond.Broadcast()
+	s.p.mu.Unlock()
+}
+
+func (s *stream) knownSize() int64 {
+	s.p.mu.Lock()
+	defer s.p.mu.Unlock()
+	return s.size
+}
+
+// setSize records the file's size as the server states it, and fails on a contradiction.
+func (s *stream) setSize(n int64) error {
+	s.p.mu.Lock()
+	defer s.p.mu.Unlock()
+	if s.size < 0 {
+		s.size = n
+		return nil
+	}
+	if s.size != n {
+		return &MismatchError{Path: s.j.f.Path, What: "size", Expected: fmt.Sprint(s.size), Actual: fmt.Sprint(n)}
+	}
+	return nil
+}
+
+// sink writes and hashes the pieces in order until the stream is finished or failed.
+func (s *stream) sink(cancel context.CancelFunc) error {
+	p := s.p
+	rep := s.j.c.Progress
+	var err error
+	for err == nil {
+		p.mu.Lock()
+		for len(s.queue) == 0 && !s.finished && s.err == nil {
+			p.cond.Wait()
+		}
+		batch := s.queue
+		s.queue = nil
+		p.mu.Unlock()
+		if len(batch) == 0 {
+			break
+		}
+		var n int64
+		for _, pc := range batch {
+			if err != nil {
+				break
+			}
+			if _, werr := s.pf.Write(pc.data); werr != nil {
+				err = fmt.Errorf("writing %s: %w", s.j.part, werr)
+				break
+			}
+			s.h.Write(pc.data)
+			n += int64(len(pc.data))
+		}
+		s.written += n
+		p.mu.Lock()
+		for _, pc := range batch {
+			s.releaseLocked(pc)
+		}
+		p.cond.Broadcast()
+		p.mu.Unlock()
+		rep.Add(s.j.f.Path, n)
+		if err == nil && s.written-s.lastCk >= s.j.c.CheckpointBytes {
+			err = s.checkpoint()
+		}
+	}
+	if err != nil {
+		s.fail(err)
+		cancel()
+	}
+	// Return what is left (pieces after a gap, or after a failure) to the pool.
+	p.mu.Lock()
+	for _, pc := range s.queue {
+		s.releaseLocked(pc)
+	}
+	s.queue = nil
+	for off, pc := range s.ahead {
+		s.releaseLocked(pc)
+		delete(s.ahead, off)
+	}
+	s.finished = true
+	p.cond.Broadcast()
+	p.mu.Unlock()
+	return err
+}
+
+// sidecar is the resume record NAME.part.json: how many bytes of the part are hashed, and
+// the hash state after them.
+type sidecar struct {
+	Version int    `json:"version"`
+	Size    int64  `json:"size"`
+	SHA256  string `json:"sha256"`
+	Hashed  int64  `json:"hashed"`
+	State   []byte `json:"state"`
+}
+
+// checkpoint fsyncs the part and records the hashed prefix in the sidecar, atomically.
+func (s *stream) checkpoint() error {
+	j := s.j
+	if j.f.SHA256 == "" || s.written == 0 {
+		return nil
+	}
+	m, ok := s.h.sha256.(encoding.BinaryMarshaler)
+	if !ok {
+		return nil
+	}
+	if err := s.pf.Sync(); err != nil {
+		return fmt.Errorf("syncing %s: %w", j.part, err)
+	}
+	state, err := m.MarshalBinary()
+	if err != nil {
+		return fmt.Errorf("saving hash state of %s: %w", j.part, err)
+	}
+	data, err := json.Marshal(sidecar{Version: 1, Size: j.f.Size, SHA256: j.f.SHA256, Hashed: s.written, State: state})
+	if err != nil {
+		return fmt.Errorf("saving resume point of %s: %w", j.part, err)
+	}
+	tmp := j.side + ".tmp"
+	if err := writeFileSync(tmp, data); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, j.side); err != nil {
+		return fmt.Errorf("saving resume point of %s: %w", j.part, err)
+	}
+	s.lastCk = s.written
+	return nil
+}
+
+func writeFileSync(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("syncing %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return nil
+}
+
+// openPart opens the part file for this attempt. A part left by an earlier run is resumed:
+// the sidecar's hash state covers its prefix, and only the bytes after that (written but
+// not yet recorded when the run stopped) are read and hashed again; without a usable
+// sidecar the whole part is hashed once. It returns the file positioned at its end.
+func (j *job) openPart(size int64) (pf *os.File, h *hashers, have int64, resumed bool, err error) {
+	fresh := func() (*os.File, *hashers, int64, bool, error) {
+		_ = os.Remove(j.side)
+		f, err := os.OpenFile(j.part, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+		if err != nil {
+			return nil, nil, 0, false, fmt.Errorf("creating %s: %w", j.part, err)
+		}
+		return f, j.newHashers(size), 0, false, nil
+	}
+	if j.f.SHA256 == "" || j.noRanges {
+		return fresh()
+	}
+	st, err := os.Stat(j.part)
+	if err != nil || !st.Mode().IsRegular() || st.Size() == 0 || (size >= 0 && st.Size() > size) {
+		return fresh()
+	}
+	f, err := os.OpenFile(j.part, os.O_RDWR, 0)
+	if err != nil {
+		return fresh()
+	}
+	h = j.newHashers(size)
+	var hashed int64
+	if sc, ok := j.readSidecar(); ok && sc.Size == size && sc.SHA256 == j.f.SHA256 && sc.Hashed <= st.Size() {
+		if u, ok := h.sha256.(encoding.BinaryUnmarshaler); ok && u.UnmarshalBinary(sc.State) == nil {
+			hashed = sc.Hashed
+		} else {
+			h = j.newHashers(size)
+		}
+	}
+	if tail := st.Size() - hashed; tail > 0 {
+		j.c.Logf("%s: hashing %s of the earlier part file", j.f.Path, FormatBytes(tail))
+		if _, err := io.CopyBuffer(h, io.NewSectionReader(f, hashed, tail), make([]byte, 1<<20)); err != nil {
+			f.Close()
+			return nil, nil, 0, false, fmt.Errorf("reading %s: %w", j.part, err)
+		}
+	}
+	if _, err := f.Seek(st.Size(), io.SeekStart); err != nil {
+		f.Close()
+		return nil, nil, 0, false, fmt.Errorf("seeking %s: %w", j.part, err)
+	}
+	return f, h, st.Size(), true, nil
+}
+
+func (j *job) readSidecar() (sidecar, bool) {
+	var sc sidecar
+	data, err := os.ReadFile(j.side)
+	if err != nil {
+		return sc, false
+	}
+	if err := json.Unmarshal(data, &sc); err != nil || sc.Version != 1 {
+		return sc, false
+	}
+	return sc, true
+}
