@@ -1,0 +1,173 @@
+// Package download is the download step kind: files from the Hugging Face hub (a repository
+// at a pinned revision, filtered by include/exclude patterns, checked against the hub's
+// sha256) or from plain URLs with a sha256 each, fetched in parallel and resumably into a
+// destination folder, then checked as safetensors weights.
+package download
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"path"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/hub"
+)
+
+// Spec is a download step's recipe body. Exactly one of HF and Files is set.
+type Spec struct {
+	// Dest is the destination folder (a host path).
+	Dest string `yaml:"dest"`
+	// HF names a hub repository to download.
+	HF *HFSpec `yaml:"hf"`
+	// Files lists plain URLs to download, each with its sha256.
+	Files []FileSpec `yaml:"files"`
+	// FilesAtOnce is how many files download at the same time (0: the downloader's default).
+	FilesAtOnce int `yaml:"files_at_once"`
+	// Connections is the number of parallel ranged connections per large file (0: default).
+	Connections int `yaml:"connections"`
+	// StallTimeout is how long a connection may receive nothing before it is retried,
+	// e.g. "60s" ("": default). There is no total timeout.
+	StallTimeout string `yaml:"stall_timeout"`
+	// Retries bounds the retries of a failing request or a file with a bad digest
+	// (0: default; negative: none).
+	Retries int `yaml:"retries"`
+}
+
+// HFSpec names a hub repository and which of its files to download.
+type HFSpec struct {
+	// Repo is the repository id, "namespace/name".
+	Repo string `yaml:"repo"`
+	// Revision is a branch, tag or commit ("": main); a 40-hex commit pins the download.
+	Revision string `yaml:"revision"`
+	// Include lists glob patterns of files to download (all when empty); a pattern matches
+	// a file's base name or its full path, and "**" matches across folders.
+	Include []string `yaml:"include"`
+	// Exclude lists glob patterns of files not to download.
+	Exclude []string `yaml:"exclude"`
+	// Endpoint is the hub's URL ("": HF_ENDPOINT, else https://huggingface.co).
+	Endpoint string `yaml:"endpoint"`
+	// TokenFile is a host file holding the hub token ("": HF_TOKEN, else the usual files).
+	TokenFile string `yaml:"token_file"`
+}
+
+// FileSpec is one plain URL to download.
+type FileSpec struct {
+	// URL is where the file comes from (http or https).
+	URL string `yaml:"url"`
+	// SHA256 is the file's sha256, hex.
+	SHA256 string `yaml:"sha256"`
+	// Path is the file's path under Dest ("": the URL's last path element).
+	Path string `yaml:"path"`
+	// Size is the file's size in bytes, when known (0: unknown).
+	Size int64 `yaml:"size"`
+}
+
+// Kind returns the download step kind.
+func Kind() engine.Kind {
+	return engine.Kind{
+		NewSpec: func() any { return &Spec{} },
+		New: func(name string, spec any) (engine.Step, error) {
+			s, ok := spec.(*Spec)
+			if !ok {
+				return nil, fmt.Errorf("download: spec is %T, want *download.Spec", spec)
+			}
+			return New(*s)
+		},
+	}
+}
+
+var sha256RE = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+// New checks spec and builds the step.
+func New(spec Spec) (*Step, error) {
+	spec.Files = append([]FileSpec(nil), spec.Files...)
+	if err := spec.check(); err != nil {
+		return nil, fmt.Errorf("download: %w: %w", engine.ErrUsage, err)
+	}
+	st := &Step{spec: spec, getenv: os.Getenv}
+	if spec.StallTimeout != "" {
+		d, _ := time.ParseDuration(spec.StallTimeout)
+		st.stall = d
+	}
+	return st, nil
+}
+
+func (s *Spec) check() error {
+	if strings.TrimSpace(s.Dest) == "" {
+		return fmt.Errorf("dest is required")
+	}
+	if (s.HF == nil) == (len(s.Files) == 0) {
+		return fmt.Errorf("exactly one of hf and files is required")
+	}
+	if s.FilesAtOnce < 0 || s.Connections < 0 {
+		return fmt.Errorf("files_at_once and connections must not be negative")
+	}
+	if s.StallTimeout != "" {
+		d, err := time.ParseDuration(s.StallTimeout)
+		if err != nil || d <= 0 {
+			return fmt.Errorf("stall_timeout %q: want a positive duration such as 60s", s.StallTimeout)
+		}
+	}
+	if s.HF != nil {
+		if err := hub.CheckRepo(s.HF.Repo); err != nil {
+			return fmt.Errorf("hf.repo: %w", err)
+		}
+		if err := hub.CheckPatterns(s.HF.Include); err != nil {
+			return fmt.Errorf("hf.include: %w", err)
+		}
+		if err := hub.CheckPatterns(s.HF.Exclude); err != nil {
+			return fmt.Errorf("hf.exclude: %w", err)
+		}
+		if s.HF.Endpoint != "" {
+			u, err := url.Parse(s.HF.Endpoint)
+			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				return fmt.Errorf("hf.endpoint %q: want an http(s) URL", s.HF.Endpoint)
+			}
+		}
+		return nil
+	}
+	seen := map[string]bool{}
+	for i := range s.Files {
+		f := &s.Files[i]
+		u, err := url.Parse(f.URL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("files[%d].url %q: want an http(s) URL", i, f.URL)
+		}
+		if !sha256RE.MatchString(strings.ToLower(f.SHA256)) {
+			return fmt.Errorf("files[%d].sha256 %q: want 64 hex digits", i, f.SHA256)
+		}
+		f.SHA256 = strings.ToLower(f.SHA256)
+		if f.Path == "" {
+			f.Path = path.Base(u.Path)
+		}
+		if err := hub.CheckName(f.Path); err != nil {
+			return fmt.Errorf("files[%d].path: %w", i, err)
+		}
+		if seen[f.Path] {
+			return fmt.Errorf("files[%d].path %q: named twice", i, f.Path)
+		}
+		seen[f.Path] = true
+		if f.Size < 0 {
+			return fmt.Errorf("files[%d].size must not be negative", i)
+		}
+	}
+	return nil
+}
+
+// Step is a download step.
+type Step struct {
+	spec  Spec
+	stall time.Duration
+
+	// getenv reads the environment (tests replace it).
+	getenv func(string) string
+	// client carries the requests (nil: the defaults of hub and fetch).
+	client *http.Client
+	// freeSpace replaces the downloader's free-space check (tests).
+	freeSpace func(string) (uint64, error)
+}

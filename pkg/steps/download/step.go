@@ -1,0 +1,413 @@
+package download
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/fetch"
+	"github.com/sglprov/sglprov/pkg/hub"
+	"github.com/sglprov/sglprov/pkg/safetensors"
+)
+
+// record is what the step keeps in the state between runs.
+type record struct {
+	// Repo, Revision and Commit name the hub source (empty for plain files).
+	Repo     string `json:"repo,omitempty"`
+	Revision string `json:"revision,omitempty"`
+	Commit   string `json:"commit,omitempty"`
+	// Expected lists every file the last run had to download, relative to dest, sorted.
+	Expected []string `json:"expected"`
+	// Files holds each verified file's stat and digest, by path relative to dest.
+	Files map[string]fileRecord `json:"files"`
+}
+
+// fileRecord identifies a verified file cheaply: while size, mtime and inode stay the same
+// it is not re-hashed.
+type fileRecord struct {
+	Size    int64  `json:"size"`
+	MtimeNs int64  `json:"mtime_ns"`
+	Inode   uint64 `json:"inode"`
+	SHA256  string `json:"sha256,omitempty"`
+	GitSHA1 string `json:"git_sha1,omitempty"`
+}
+
+// statOf returns path's size, mtime and inode.
+func statOf(p string) (fileRecord, error) {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return fileRecord{}, err
+	}
+	if !fi.Mode().IsRegular() {
+		return fileRecord{}, fmt.Errorf("%s is not a regular file", p)
+	}
+	r := fileRecord{Size: fi.Size(), MtimeNs: fi.ModTime().UnixNano()}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		r.Inode = st.Ino
+	}
+	return r, nil
+}
+
+func (r fileRecord) sameStat(o fileRecord) bool {
+	return r.Size == o.Size && r.MtimeNs == o.MtimeNs && r.Inode == o.Inode
+}
+
+func (r fileRecord) fetchFile(rel string) fetch.File {
+	return fetch.File{Path: rel, Size: r.Size, SHA256: r.SHA256, GitSHA1: r.GitSHA1}
+}
+
+// matches reports whether the record's digest is the one f expects.
+func (r fileRecord) matches(f fetch.File) bool {
+	if f.SHA256 != "" {
+		return r.SHA256 == f.SHA256
+	}
+	return f.GitSHA1 != "" && r.GitSHA1 == f.GitSHA1
+}
+
+func (s *Step) loadRecord(env *engine.Env) (record, bool) {
+	var rec record
+	if !env.LoadData(&rec) {
+		return record{}, false
+	}
+	if rec.Files == nil {
+		rec.Files = map[string]fileRecord{}
+	}
+	return rec, true
+}
+
+// Fingerprint adds the hub commit the revision names: the revision itself when it is a
+// commit, else the commit the hub resolves it to now (one small request), so that a moved
+// branch re-runs the step. Plain files add nothing beyond the recipe text.
+func (s *Step) Fingerprint(ctx context.Context, env *engine.Env) (map[string]string, error) {
+	if s.spec.HF == nil {
+		return nil, nil
+	}
+	rev := s.revision()
+	if hub.IsCommit(rev) {
+		return map[string]string{"hf.commit": rev}, nil
+	}
+	c, err := s.hubClient(env)
+	if err == nil {
+		var commit string
+		commit, err = c.ResolveRevision(ctx, s.spec.HF.Repo, rev)
+		if err == nil {
+			return map[string]string{"hf.commit": commit}, nil
+		}
+	}
+	if rec, ok := s.loadRecord(env); ok && rec.Repo == s.spec.HF.Repo && rec.Revision == rev && rec.Commit != "" {
+		env.Log.Warn("cannot resolve the revision now; using the commit recorded for it", "revision", rev, "commit", rec.Commit, "err", err)
+		return map[string]string{"hf.commit": rec.Commit}, nil
+	}
+	env.Log.Warn("cannot resolve the revision now", "revision", rev, "err", err)
+	return map[string]string{"hf.commit": "unresolved " + rev}, nil
+}
+
+func (s *Step) revision() string {
+	if s.spec.HF.Revision == "" {
+		return "main"
+	}
+	return s.spec.HF.Revision
+}
+
+func (s *Step) hubClient(env *engine.Env) (*hub.Client, error) {
+	tokenFile := s.spec.HF.TokenFile
+	if tokenFile != "" {
+		tokenFile = env.HostPath(tokenFile)
+	}
+	c, err := hub.New(hub.Options{
+		Endpoint: s.spec.HF.Endpoint, TokenFile: tokenFile, Getenv: s.getenv, HTTPClient: s.client,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("setting up the hub client: %w", err)
+	}
+	return c, nil
+}
+
+// Intact reports whether every file the last run downloaded is still at dest, unchanged:
+// a file whose size, mtime and inode are as recorded is taken as is (unless env.Verify);
+// one whose stat changed is re-hashed, and its record refreshed when the digest still
+// matches.
+func (s *Step) Intact(ctx context.Context, env *engine.Env) (bool, string, error) {
+	rec, ok := s.loadRecord(env)
+	if !ok || len(rec.Expected) == 0 {
+		return false, "no record of an earlier download", nil
+	}
+	dest := env.HostPath(s.spec.Dest)
+	refreshed := false
+	for _, rel := range rec.Expected {
+		if err := ctx.Err(); err != nil {
+			return false, "", err
+		}
+		shown := filepath.Join(s.spec.Dest, filepath.FromSlash(rel))
+		fr, ok := rec.Files[rel]
+		if !ok {
+			return false, "outputs changed: " + shown + " (never verified)", nil
+		}
+		p := filepath.Join(dest, filepath.FromSlash(rel))
+		cur, err := statOf(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			return false, "outputs changed: " + shown + " (missing)", nil
+		}
+		if err != nil {
+			return false, "", fmt.Errorf("checking %s: %w", shown, err)
+		}
+		if cur.sameStat(fr) && !env.Verify {
+			continue
+		}
+		if err := fetch.VerifyFile(p, fr.fetchFile(rel)); err != nil {
+			var mm *fetch.MismatchError
+			if errors.As(err, &mm) {
+				return false, "outputs changed: " + shown, nil
+			}
+			return false, "", fmt.Errorf("verifying %s: %w", shown, err)
+		}
+		if !cur.sameStat(fr) {
+			cur.SHA256, cur.GitSHA1 = fr.SHA256, fr.GitSHA1
+			rec.Files[rel] = cur
+			refreshed = true
+		}
+	}
+	if refreshed {
+		if err := env.SaveData(rec); err != nil {
+			return false, "", fmt.Errorf("recording verified files: %w", err)
+		}
+	}
+	return true, "", nil
+}
+
+// Run lists the files (from the hub at the resolved commit, or the recipe), keeps those
+// recorded intact, downloads the rest, records each verified file, and checks the
+// safetensors headers and index.
+func (s *Step) Run(ctx context.Context, env *engine.Env) error {
+	start := time.Now()
+	dest := env.HostPath(s.spec.Dest)
+	rec := record{Files: map[string]fileRecord{}}
+	if old, ok := s.loadRecord(env); ok {
+		rec.Files = old.Files
+	}
+	var (
+		files     []fetch.File
+		token     string
+		tokenHost string
+	)
+	if s.spec.HF != nil {
+		c, err := s.hubClient(env)
+		if err != nil {
+			return err
+		}
+		rev := s.revision()
+		commit, err := c.ResolveRevision(ctx, s.spec.HF.Repo, rev)
+		if err != nil {
+			return err
+		}
+		if commit != rev {
+			env.Log.Info("resolved revision", "repo", s.spec.HF.Repo, "revision", rev, "commit", commit)
+		}
+		env.Detail("commit", commit)
+		listed, err := c.Files(ctx, s.spec.HF.Repo, commit, s.spec.HF.Include, s.spec.HF.Exclude)
+		if err != nil {
+			return err
+		}
+		if len(listed) == 0 {
+			return fmt.Errorf("no file of %s at %s matches include %q and exclude %q", s.spec.HF.Repo, commit, s.spec.HF.Include, s.spec.HF.Exclude)
+		}
+		for _, f := range listed {
+			files = append(files, fetch.File{URL: f.URL, Path: f.Path, Size: f.Size, SHA256: f.SHA256, GitSHA1: f.GitSHA1})
+		}
+		rec.Repo, rec.Revision, rec.Commit = s.spec.HF.Repo, rev, commit
+		token, tokenHost = c.Token(), c.TokenHost()
+	} else {
+		for _, f := range s.spec.Files {
+			size := f.Size
+			if size == 0 {
+				size = -1
+			}
+			files = append(files, fetch.File{URL: f.URL, Path: f.Path, Size: size, SHA256: f.SHA256})
+		}
+	}
+	for _, f := range files {
+		rec.Expected = append(rec.Expected, f.Path)
+	}
+	sort.Strings(rec.Expected)
+	// Drop records of files that are no longer expected.
+	want := map[string]bool{}
+	for _, p := range rec.Expected {
+		want[p] = true
+	}
+	for p := range rec.Files {
+		if !want[p] {
+			delete(rec.Files, p)
+		}
+	}
+	if err := os.MkdirAll(dest, 0o755); err != nil {
+		return fmt.Errorf("creating %s: %w", s.spec.Dest, err)
+	}
+
+	todo, kept, err := s.sortOut(ctx, env, dest, files, &rec)
+	if err != nil {
+		return err
+	}
+	if err := env.SaveData(rec); err != nil {
+		return fmt.Errorf("recording verified files: %w", err)
+	}
+	var (
+		fetched []fetch.Result
+		bytes   int64
+	)
+	if len(todo) > 0 {
+		var total int64
+		for _, f := range todo {
+			total += max(f.Size, 0)
+		}
+		env.Log.Info("downloading", "files", len(todo), "bytes", fetch.FormatBytes(total), "kept", kept, "dest", s.spec.Dest)
+		rep, closeRep := s.reporter(env)
+		results, ferr := fetch.Fetch(ctx, todo, fetch.Options{
+			Dest: dest, Files: s.spec.FilesAtOnce, Conns: s.spec.Connections,
+			StallTimeout: s.stall, Retries: s.spec.Retries, Client: s.client,
+			Token: token, TokenHost: tokenHost, Progress: rep, FreeSpace: s.freeSpace,
+			Logf: func(format string, args ...any) { env.Log.Info(fmt.Sprintf(format, args...)) },
+		})
+		closeRep()
+		byPath := map[string]fetch.File{}
+		for _, f := range todo {
+			byPath[f.Path] = f
+		}
+		for _, r := range results {
+			f, ok := byPath[r.Path]
+			if !ok {
+				continue
+			}
+			p := filepath.Join(dest, filepath.FromSlash(r.Path))
+			if r.Present {
+				// Already there at the expected size but not verified by this run: hash it.
+				if err := fetch.VerifyFile(p, f); err != nil {
+					if ferr == nil {
+						ferr = fmt.Errorf("verifying %s: %w", filepath.Join(s.spec.Dest, r.Path), err)
+					}
+					continue
+				}
+			}
+			st, err := statOf(p)
+			if err != nil {
+				if ferr == nil {
+					ferr = fmt.Errorf("checking %s: %w", filepath.Join(s.spec.Dest, r.Path), err)
+				}
+				continue
+			}
+			st.SHA256, st.GitSHA1 = f.SHA256, f.GitSHA1
+			if st.SHA256 == "" && r.SHA256 != "" && f.GitSHA1 == "" {
+				st.SHA256 = r.SHA256
+			}
+			rec.Files[r.Path] = st
+			if !r.Present {
+				fetched = append(fetched, r)
+				bytes += r.Bytes
+			}
+		}
+		if err := env.SaveData(rec); err != nil && ferr == nil {
+			ferr = fmt.Errorf("recording verified files: %w", err)
+		}
+		if ferr != nil {
+			return fmt.Errorf("downloading into %s: %w", s.spec.Dest, ferr)
+		}
+	}
+	for _, p := range rec.Expected {
+		if _, ok := rec.Files[p]; !ok {
+			return fmt.Errorf("downloading into %s: %s was not downloaded", s.spec.Dest, p)
+		}
+	}
+	elapsed := time.Since(start)
+	env.Detail("files", len(rec.Expected))
+	env.Detail("files_fetched", len(fetched))
+	env.Detail("bytes", bytes)
+	env.Detail("duration", elapsed.Round(time.Millisecond).String())
+	env.Log.Info("download complete", "files", len(rec.Expected), "fetched", len(fetched), "bytes", fetch.FormatBytes(bytes), "took", elapsed.Round(time.Millisecond))
+
+	if err := s.checkWeights(dest, rec.Expected); err != nil {
+		return fmt.Errorf("checking downloaded weights: %w", err)
+	}
+	return nil
+}
+
+// sortOut splits files into those to download and those already verified at dest. A file
+// recorded with the same digest and stat is kept without reading it (unless env.Verify);
+// a file present otherwise is hashed: kept and recorded when it matches, deleted when not.
+func (s *Step) sortOut(ctx context.Context, env *engine.Env, dest string, files []fetch.File, rec *record) (todo []fetch.File, kept int, err error) {
+	for _, f := range files {
+		if err := ctx.Err(); err != nil {
+			return nil, 0, err
+		}
+		p := filepath.Join(dest, filepath.FromSlash(f.Path))
+		shown := filepath.Join(s.spec.Dest, filepath.FromSlash(f.Path))
+		cur, serr := statOf(p)
+		if errors.Is(serr, fs.ErrNotExist) {
+			delete(rec.Files, f.Path)
+			todo = append(todo, f)
+			continue
+		}
+		if serr != nil {
+			return nil, 0, fmt.Errorf("checking %s: %w", shown, serr)
+		}
+		if fr, ok := rec.Files[f.Path]; ok && fr.matches(f) && fr.sameStat(cur) && !env.Verify {
+			kept++
+			continue
+		}
+		verr := fetch.VerifyFile(p, f)
+		if verr == nil {
+			cur.SHA256, cur.GitSHA1 = f.SHA256, f.GitSHA1
+			rec.Files[f.Path] = cur
+			kept++
+			continue
+		}
+		var mm *fetch.MismatchError
+		if !errors.As(verr, &mm) {
+			return nil, 0, fmt.Errorf("verifying %s: %w", shown, verr)
+		}
+		env.Log.Warn("file differs from the source; downloading it again", "file", shown, "what", mm.What)
+		delete(rec.Files, f.Path)
+		if err := os.Remove(p); err != nil {
+			return nil, 0, fmt.Errorf("removing %s: %w", shown, err)
+		}
+		todo = append(todo, f)
+	}
+	return todo, kept, nil
+}
+
+// checkWeights checks the header of every safetensors file and every index among files.
+func (s *Step) checkWeights(dest string, files []string) error {
+	for _, rel := range files {
+		p := filepath.Join(dest, filepath.FromSlash(rel))
+		switch {
+		case strings.HasSuffix(rel, ".safetensors"):
+			if _, err := safetensors.ReadHeader(p); err != nil {
+				return err
+			}
+		case path.Base(rel) == safetensors.IndexFile:
+			if _, err := safetensors.CheckIndex(filepath.Dir(p)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// reporter returns the progress reporter for env's console and a function that stops it.
+func (s *Step) reporter(env *engine.Env) (fetch.Reporter, func()) {
+	if env.IsTerminal && env.Console != nil {
+		r := fetch.NewTerminalReporter(env.Console)
+		return r, r.Close
+	}
+	r := fetch.NewPipeReporter(func(format string, args ...any) {
+		env.Log.Info(fmt.Sprintf(format, args...))
+	}, 0)
+	return r, r.Close
+}
