@@ -28,6 +28,7 @@ var DefaultLibraryGlobs = []string{
 	"/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.*",
 	"/usr/lib/aarch64-linux-gnu/libnvidia-ml.so.*",
 	"/usr/lib64/libnvidia-ml.so.*",
+	"/usr/local/nvidia/lib64/libnvidia-ml.so.*",
 	"/usr/lib/libnvidia-ml.so.*",
 	"/lib/x86_64-linux-gnu/libnvidia-ml.so.*",
 	"/lib64/libnvidia-ml.so.*",

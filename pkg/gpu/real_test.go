@@ -1,0 +1,57 @@
+package gpu
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+)
+
+// TestRealNVML runs the detector against the host's own NVML: on a host without the
+// driver that checks go-nvml's failed dlopen becomes ErrNoLibrary; on a GPU host it checks
+// the facts read.
+func TestRealNVML(t *testing.T) {
+	f, err := NewNVMLDetector(nvml.New()).Detect(context.Background())
+	switch {
+	case errors.Is(err, ErrNoLibrary):
+		if err.Error() != "NVML library not found: is the NVIDIA driver installed?" {
+			t.Errorf("error = %q", err)
+		}
+		t.Logf("no NVML on this host: %v", err)
+		return
+	case errors.Is(err, ErrDriverMismatch):
+		t.Skipf("this host needs a reboot: %v", err)
+	case err != nil && !errors.Is(err, ErrNoGPU):
+		t.Fatalf("Detect: %v", err)
+	}
+	if f.DriverVersion == "" || f.CUDAVersion() == "" || f.Source != "nvml" {
+		t.Errorf("facts = %+v, want driver and CUDA versions", f)
+	}
+	for _, d := range f.GPUs {
+		if !uuidPattern.MatchString(d.UUID) || !ccPattern.MatchString(d.ComputeCapability) || d.PCIBusID == "" {
+			t.Errorf("GPU %d = %+v: malformed", d.Index, d)
+		}
+	}
+	var buf bytes.Buffer
+	if err := FormatTable(&buf, f); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("arch list %q\n%s", f.ArchList(), buf.String())
+
+	// With the library open (as it stays after Init reports a mismatch), its file name
+	// in the process maps gives its version: on a healthy host, the driver's.
+	lib := nvml.New()
+	if r := lib.Init(); r != nvml.SUCCESS {
+		t.Fatalf("Init: %v", r)
+	}
+	defer lib.Shutdown()
+	d := NewNVMLDetector(lib)
+	if got := d.libraryVersion(); got != f.DriverVersion {
+		t.Errorf("library version from the process maps = %q, want %q", got, f.DriverVersion)
+	}
+	if got := d.moduleVersion(); got != f.DriverVersion {
+		t.Errorf("kernel module version = %q, want %q", got, f.DriverVersion)
+	}
+}
