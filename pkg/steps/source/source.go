@@ -1,0 +1,367 @@
+// Package source is the source step kind: a source tree at a pinned commit, fetched with
+// git through go-getter, or an archive whose sha256 is checked before it is unpacked.
+// A tree is fetched into a temporary folder beside its destination and moved into place
+// only when complete, so the destination is never half written.
+package source
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	getter "github.com/hashicorp/go-getter/v2"
+
+	"github.com/sglprov/sglprov/pkg/engine"
+)
+
+// Spec is the recipe body of a source step.
+type Spec struct {
+	// URL is where the tree comes from: a go-getter git source
+	// ("git::https://github.com/sgl-project/sglang?ref=<40-hex commit>", also
+	// "git::file:///path/to/repo?ref=<commit>") or an archive URL (.tar.gz, .zip, ...).
+	URL string `yaml:"url"`
+	// SHA256 is the archive's sha256 (hex); required for archives, not used for git.
+	SHA256 string `yaml:"sha256"`
+	// Dest is the folder the tree is put in (a host path).
+	Dest string `yaml:"dest"`
+	// Ref is the commit, when the URL does not carry it as ?ref=.
+	Ref string `yaml:"ref"`
+}
+
+// Kind returns the source step kind for the registry.
+func Kind() engine.Kind {
+	return engine.Kind{
+		NewSpec: func() any { return &Spec{} },
+		New: func(name string, spec any) (engine.Step, error) {
+			s, ok := spec.(*Spec)
+			if !ok {
+				return nil, fmt.Errorf("source step %q: spec is %T, not *source.Spec", name, spec)
+			}
+			return New(name, *s)
+		},
+	}
+}
+
+// New builds a source step from its spec. The ref is checked when the step is planned or
+// run, so that a recipe with a branch name still validates and then fails with a clear
+// message.
+func New(name string, spec Spec) (*Step, error) {
+	if spec.URL == "" {
+		return nil, fmt.Errorf("source step %q: url is required: %w", name, engine.ErrUsage)
+	}
+	if spec.Dest == "" {
+		return nil, fmt.Errorf("source step %q: dest is required: %w", name, engine.ErrUsage)
+	}
+	return &Step{name: name, spec: spec}, nil
+}
+
+// Step fetches a source tree.
+type Step struct {
+	name string
+	spec Spec
+}
+
+// markerName is the file an archive tree records its sha256 in.
+const markerName = ".sglprov-source.json"
+
+var (
+	commitRE = regexp.MustCompile(`^[0-9a-fA-F]{40}$`)
+	sha256RE = regexp.MustCompile(`^[0-9a-fA-F]{64}$`)
+)
+
+// resolved is a spec with its kind and ref worked out.
+type resolved struct {
+	git    bool
+	src    string // the go-getter source
+	ref    string // lower-case commit (git), or the optional ref (archive)
+	sha256 string // lower-case (archive)
+}
+
+// resolve works out whether the source is git or an archive and checks the ref or the
+// checksum. Errors wrap engine.ErrUsage.
+func (s *Step) resolve() (*resolved, error) {
+	raw := s.spec.URL
+	forced := ""
+	if i := strings.Index(raw, "::"); i > 0 && !strings.Contains(raw[:i], "/") {
+		forced, raw = raw[:i], raw[i+2:]
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("source url %q: %v: %w", s.spec.URL, err, engine.ErrUsage)
+	}
+	isGit := forced == "git" || strings.HasSuffix(u.Path, ".git") ||
+		(u.Host == "github.com" && len(strings.Split(strings.Trim(u.Path, "/"), "/")) == 2)
+	if forced != "" && forced != "git" {
+		return nil, fmt.Errorf("source url %q: getter %q is not supported (git:: or a plain archive URL): %w", s.spec.URL, forced, engine.ErrUsage)
+	}
+	q := u.Query()
+	if isGit {
+		ref := q.Get("ref")
+		switch {
+		case ref == "" && s.spec.Ref == "":
+			return nil, fmt.Errorf("source %q has no ref: recipes pin a 40-hex commit (?ref=<commit> or ref:): %w", s.spec.URL, engine.ErrUsage)
+		case ref == "":
+			ref = s.spec.Ref
+		case s.spec.Ref != "" && !strings.EqualFold(s.spec.Ref, ref):
+			return nil, fmt.Errorf("source %q: the url's ref %q and ref %q differ: %w", s.spec.URL, ref, s.spec.Ref, engine.ErrUsage)
+		}
+		if !commitRE.MatchString(ref) {
+			return nil, fmt.Errorf("source ref %q is not a commit: recipes pin a full 40-hex commit, not a branch or tag, so that every host builds the same tree: %w", ref, engine.ErrUsage)
+		}
+		ref = strings.ToLower(ref)
+		q.Set("ref", ref)
+		u.RawQuery = q.Encode()
+		return &resolved{git: true, src: "git::" + u.String(), ref: ref}, nil
+	}
+	if s.spec.SHA256 == "" {
+		return nil, fmt.Errorf("archive source %q needs sha256: %w", s.spec.URL, engine.ErrUsage)
+	}
+	if !sha256RE.MatchString(s.spec.SHA256) {
+		return nil, fmt.Errorf("archive source %q: sha256 %q is not 64 hex digits: %w", s.spec.URL, s.spec.SHA256, engine.ErrUsage)
+	}
+	sum := strings.ToLower(s.spec.SHA256)
+	if q.Get("checksum") != "" {
+		return nil, fmt.Errorf("archive source %q: give the checksum as sha256:, not in the url: %w", s.spec.URL, engine.ErrUsage)
+	}
+	q.Set("checksum", "sha256:"+sum)
+	u.RawQuery = q.Encode()
+	return &resolved{src: u.String(), ref: s.spec.Ref, sha256: sum}, nil
+}
+
+// Fingerprint returns the ref (and, for an archive, its sha256); the engine adds the
+// spec's text, URL included.
+func (s *Step) Fingerprint(_ context.Context, _ *engine.Env) (map[string]string, error) {
+	r, err := s.resolve()
+	if err != nil {
+		return nil, err
+	}
+	if r.git {
+		return map[string]string{"ref": r.ref}, nil
+	}
+	return map[string]string{"ref": r.ref, "sha256": r.sha256}, nil
+}
+
+// Intact reports whether dest holds the pinned tree: for git, its HEAD is the ref (local
+// changes are not this step's business); for an archive, its marker records the sha256.
+func (s *Step) Intact(ctx context.Context, env *engine.Env) (bool, string, error) {
+	r, err := s.resolve()
+	if err != nil {
+		return false, "", err
+	}
+	dest := env.HostPath(s.spec.Dest)
+	if _, err := os.Stat(dest); errors.Is(err, fs.ErrNotExist) {
+		return false, "outputs changed: " + dest + " does not exist", nil
+	} else if err != nil {
+		return false, "", fmt.Errorf("checking %s: %w", dest, err)
+	}
+	if r.git {
+		head, err := gitHead(ctx, dest)
+		if err != nil {
+			return false, "outputs changed: " + dest + " is not a git work tree", nil
+		}
+		if head != r.ref {
+			return false, fmt.Sprintf("outputs changed: %s is at %s, not %s", dest, head, r.ref), nil
+		}
+		return true, "", nil
+	}
+	m, err := readMarker(dest)
+	if err != nil {
+		return false, "outputs changed: " + dest + " has no record of its archive", nil
+	}
+	if m.SHA256 != r.sha256 {
+		return false, fmt.Sprintf("outputs changed: %s holds the archive with sha256 %s, not %s", dest, m.SHA256, r.sha256), nil
+	}
+	return true, "", nil
+}
+
+// Run fetches the tree into a temporary folder beside dest and moves it into place. A
+// dest that holds another tree is replaced whole, in one rename where the kernel can
+// exchange two folders.
+func (s *Step) Run(ctx context.Context, env *engine.Env) error {
+	r, err := s.resolve()
+	if err != nil {
+		return err
+	}
+	dest := env.HostPath(s.spec.Dest)
+	if !env.Force {
+		if ok, _, err := s.Intact(ctx, env); err == nil && ok {
+			env.Log.Info("source tree already at its pin", "dest", dest, "ref", r.ref)
+			return nil
+		}
+	}
+	if r.git {
+		if _, err := exec.LookPath("git"); err != nil {
+			return fmt.Errorf("fetching %s: the git command is needed: %w", s.spec.URL, err)
+		}
+	}
+	parent := filepath.Dir(dest)
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return fmt.Errorf("creating %s: %w", parent, err)
+	}
+	tmp, err := os.MkdirTemp(parent, "."+filepath.Base(dest)+".fetch-")
+	if err != nil {
+		return fmt.Errorf("creating a folder to fetch into: %w", err)
+	}
+	defer os.RemoveAll(tmp)
+	tree := filepath.Join(tmp, "tree")
+
+	env.Log.Info("fetching source", "url", redact(s.spec.URL), "dest", dest)
+	if r.git {
+		err = fetchGit(ctx, r, tree)
+	} else {
+		tree, err = fetchArchive(ctx, r, tree)
+	}
+	if err != nil {
+		return fmt.Errorf("fetching %s: %w", redact(s.spec.URL), err)
+	}
+	if r.git {
+		head, err := gitHead(ctx, tree)
+		if err != nil {
+			return fmt.Errorf("checking the fetched tree: %w", err)
+		}
+		if head != r.ref {
+			return fmt.Errorf("the fetched tree is at %s, not %s", head, r.ref)
+		}
+	} else if err := writeMarker(tree, marker{URL: redact(s.spec.URL), SHA256: r.sha256}); err != nil {
+		return err
+	}
+	if err := replace(tree, dest); err != nil {
+		return err
+	}
+	env.Detail("ref", r.ref)
+	if !r.git {
+		env.Detail("sha256", r.sha256)
+	}
+	env.Log.Info("source tree in place", "dest", dest, "ref", r.ref)
+	return nil
+}
+
+// fetchGit clones the repository into dst and checks out the commit.
+func fetchGit(ctx context.Context, r *resolved, dst string) error {
+	c := &getter.Client{
+		Getters: []getter.Getter{&getter.GitGetter{Detectors: []getter.Detector{
+			new(getter.GitHubDetector), new(getter.GitDetector),
+		}}},
+		// A git tree is never unpacked, whatever its URL ends with.
+		Decompressors: map[string]getter.Decompressor{},
+	}
+	_, err := c.Get(ctx, &getter.Request{Src: r.src, Dst: dst, GetMode: getter.ModeDir})
+	return err
+}
+
+// fetchArchive downloads the archive, checks its sha256 (go-getter's checksum parameter,
+// verified before anything is unpacked) and unpacks it into dst. When the archive holds
+// one top folder (as GitHub's archives do), that folder is the tree.
+func fetchArchive(ctx context.Context, r *resolved, dst string) (string, error) {
+	c := &getter.Client{
+		Getters: []getter.Getter{
+			&getter.HttpGetter{XTerraformGetDisabled: true},
+			&getter.FileGetter{},
+		},
+		Decompressors: getter.Decompressors,
+	}
+	req := &getter.Request{Src: r.src, Dst: dst, GetMode: getter.ModeDir, Copy: true}
+	if _, err := c.Get(ctx, req); err != nil {
+		return "", err
+	}
+	entries, err := os.ReadDir(dst)
+	if err != nil {
+		return "", fmt.Errorf("reading the unpacked archive: %w", err)
+	}
+	if len(entries) == 1 && entries[0].IsDir() {
+		return filepath.Join(dst, entries[0].Name()), nil
+	}
+	return dst, nil
+}
+
+func gitHead(ctx context.Context, dir string) (string, error) {
+	cmd := exec.CommandContext(ctx, "git", "-C", dir, "rev-parse", "--verify", "HEAD")
+	out, err := cmd.Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return "", fmt.Errorf("git rev-parse HEAD in %s: %s", dir, strings.TrimSpace(string(ee.Stderr)))
+		}
+		return "", fmt.Errorf("git rev-parse HEAD in %s: %w", dir, err)
+	}
+	return strings.ToLower(strings.TrimSpace(string(out))), nil
+}
+
+// marker records where an archive tree came from.
+type marker struct {
+	URL    string `json:"url"`
+	SHA256 string `json:"sha256"`
+}
+
+func readMarker(dir string) (marker, error) {
+	var m marker
+	b, err := os.ReadFile(filepath.Join(dir, markerName))
+	if err != nil {
+		return m, err
+	}
+	err = json.Unmarshal(b, &m)
+	return m, err
+}
+
+func writeMarker(dir string, m marker) error {
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, markerName), append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("recording the archive's checksum: %w", err)
+	}
+	return nil
+}
+
+// replace puts the folder tree at dest. An existing dest is exchanged with tree in one
+// step where the system can (renameat2 RENAME_EXCHANGE), else moved aside first; the old
+// tree is then removed.
+func replace(tree, dest string) error {
+	_, err := os.Lstat(dest)
+	if errors.Is(err, fs.ErrNotExist) {
+		if err := os.Rename(tree, dest); err != nil {
+			return fmt.Errorf("moving the fetched tree to %s: %w", dest, err)
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("checking %s: %w", dest, err)
+	}
+	if err := exchange(tree, dest); err == nil {
+		// tree now holds the old dest; the caller's temporary folder goes with it.
+		return os.RemoveAll(tree)
+	}
+	old := tree + ".old"
+	if err := os.Rename(dest, old); err != nil {
+		return fmt.Errorf("moving the old tree %s aside: %w", dest, err)
+	}
+	if err := os.Rename(tree, dest); err != nil {
+		if rerr := os.Rename(old, dest); rerr != nil {
+			return fmt.Errorf("moving the fetched tree to %s: %w (and putting the old tree back: %v)", dest, err, rerr)
+		}
+		return fmt.Errorf("moving the fetched tree to %s: %w", dest, err)
+	}
+	return os.RemoveAll(old)
+}
+
+// redact removes a password from a URL, for logs and errors.
+func redact(raw string) string {
+	prefix := ""
+	if i := strings.Index(raw, "::"); i > 0 && !strings.Contains(raw[:i], "/") {
+		prefix, raw = raw[:i+2], raw[i+2:]
+	}
+	u, err := url.Parse(raw)
+	if err != nil || u.User == nil {
+		return prefix + raw
+	}
+	return prefix + u.Redacted()
+}
