@@ -1,0 +1,274 @@
+// Package smoke is the smoke step kind: the correctness gate of a recipe. It runs on every
+// apply; when it needs a service step (systemd), it drives that step's profile fallback:
+// gate the active profile, activate the next candidate on failure, and restore the
+// last-known-good unit when none passes.
+package smoke
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/sglprov/sglprov/pkg/engine"
+	gate "github.com/sglprov/sglprov/pkg/smoke"
+)
+
+// Spec is the recipe body of a smoke step.
+type Spec struct {
+	// URL is the server's base URL, e.g. "http://127.0.0.1:30000".
+	URL string `yaml:"url" json:"url"`
+	// Model is the model name to send; empty asks /v1/models.
+	Model string `yaml:"model" json:"model,omitempty"`
+	// ReadyTimeout and RequestTimeout are durations such as "20m" and "2m".
+	ReadyTimeout   string `yaml:"ready_timeout" json:"ready_timeout,omitempty"`
+	RequestTimeout string `yaml:"request_timeout" json:"request_timeout,omitempty"`
+	// MaxTokens is each request's max_tokens (default 1024).
+	MaxTokens int `yaml:"max_tokens" json:"max_tokens,omitempty"`
+	// ChatTemplateKwargs is sent with each request, e.g. {enable_thinking: false}.
+	ChatTemplateKwargs map[string]any `yaml:"chat_template_kwargs" json:"chat_template_kwargs,omitempty"`
+	// APIKeyEnv names an environment variable holding the server's API key (the key
+	// itself never goes in a recipe).
+	APIKeyEnv string `yaml:"api_key_env" json:"api_key_env,omitempty"`
+	// Cases are the questions; the built-in set when empty.
+	Cases []gate.Case `yaml:"cases" json:"cases,omitempty"`
+}
+
+// Config turns the spec into the gate's config. Invalid durations, URLs or cases are
+// errors wrapping engine.ErrUsage. The API key is read from APIKeyEnv through getenv
+// (nil: no key).
+func (s Spec) Config(getenv func(string) string) (gate.Config, error) {
+	cfg := gate.Config{URL: s.URL, Model: s.Model, MaxTokens: s.MaxTokens,
+		ChatTemplateKwargs: s.ChatTemplateKwargs, Cases: s.Cases}
+	var err error
+	if cfg.ReadyTimeout, err = duration("ready_timeout", s.ReadyTimeout); err != nil {
+		return cfg, err
+	}
+	if cfg.RequestTimeout, err = duration("request_timeout", s.RequestTimeout); err != nil {
+		return cfg, err
+	}
+	if s.MaxTokens < 0 {
+		return cfg, fmt.Errorf("max_tokens %d: %w", s.MaxTokens, engine.ErrUsage)
+	}
+	if s.APIKeyEnv != "" && getenv != nil {
+		cfg.APIKey = getenv(s.APIKeyEnv)
+	}
+	if cfg.URL == "" {
+		return cfg, fmt.Errorf("url is required: %w", engine.ErrUsage)
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, fmt.Errorf("%w: %w", engine.ErrUsage, err)
+	}
+	return cfg, nil
+}
+
+func duration(field, v string) (time.Duration, error) {
+	if v == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("%s %q: want a positive duration such as \"20m\": %w", field, v, engine.ErrUsage)
+	}
+	return d, nil
+}
+
+// Kind returns the smoke step kind for the registry.
+func Kind() engine.Kind {
+	return engine.Kind{
+		NewSpec: func() any { return &Spec{} },
+		New: func(name string, spec any) (engine.Step, error) {
+			s, ok := spec.(*Spec)
+			if !ok || s == nil {
+				return nil, fmt.Errorf("smoke step %q: spec is %T, want *smoke.Spec: %w", name, spec, engine.ErrUsage)
+			}
+			return New(name, *s)
+		},
+	}
+}
+
+// Step is a smoke gate step.
+type Step struct {
+	name string
+	spec Spec
+	// getenv reads the API key's variable (os.Getenv outside tests).
+	getenv func(string) string
+}
+
+// New builds a smoke step, checking the spec.
+func New(name string, spec Spec) (*Step, error) {
+	if _, err := spec.Config(nil); err != nil {
+		return nil, err
+	}
+	return &Step{name: name, spec: spec, getenv: os.Getenv}, nil
+}
+
+// AlwaysRun reports true: the gate runs on every apply.
+func (s *Step) AlwaysRun() bool { return true }
+
+// Fingerprint returns the spec; the gate runs every time anyway.
+func (s *Step) Fingerprint(context.Context, *engine.Env) (map[string]string, error) {
+	b, err := json.Marshal(s.spec)
+	if err != nil {
+		return nil, fmt.Errorf("encoding smoke spec: %w", err)
+	}
+	return map[string]string{"spec": string(b)}, nil
+}
+
+// Intact reports false: a gate has no outputs to keep; it always runs.
+func (s *Step) Intact(context.Context, *engine.Env) (bool, string, error) {
+	return false, "the smoke gate runs on every apply", nil
+}
+
+// ProfileResult is the gate's verdict on one candidate profile.
+type ProfileResult struct {
+	Profile string `json:"profile"`
+	// Error is set when the profile could not be activated.
+	Error  string       `json:"error,omitempty"`
+	Result *gate.Result `json:"result,omitempty"`
+}
+
+func (p ProfileResult) summary() string {
+	if p.Error != "" {
+		return p.Error
+	}
+	return p.Result.Summary()
+}
+
+// Run gates the server. With a service step among its dependencies, it tries the
+// service's candidate profiles in order until one passes.
+func (s *Step) Run(ctx context.Context, env *engine.Env) error {
+	cfg, err := s.spec.Config(s.getenv)
+	if err != nil {
+		return err
+	}
+	svc := serviceDep(env)
+	if svc == nil {
+		res, err := s.gate(ctx, env, cfg, "")
+		if err != nil {
+			return err
+		}
+		if !res.Pass {
+			return fmt.Errorf("%w: %s", engine.ErrGate, res.Summary())
+		}
+		return nil
+	}
+	cfg.Failed = svc.Failed
+	candidates := svc.Candidates(env)
+	if len(candidates) == 0 {
+		candidates = []string{""}
+	}
+	var tried []ProfileResult
+	for _, p := range candidates {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("gating %s: %w", svc.ServiceName(), err)
+		}
+		pr := ProfileResult{Profile: p}
+		if p != "" && svc.Active(env) != p {
+			env.Log.Info("activating profile", "service", svc.ServiceName(), "profile", p)
+			if err := svc.Activate(ctx, env, p); err != nil {
+				pr.Error = fmt.Sprintf("activating profile %s: %v", p, err)
+				env.Log.Warn("profile could not be activated", "profile", p, "err", err)
+				tried = append(tried, pr)
+				env.Detail("profiles", tried)
+				continue
+			}
+		}
+		res, err := s.gate(ctx, env, cfg, p)
+		if err != nil {
+			return err
+		}
+		pr.Result = res
+		tried = append(tried, pr)
+		env.Detail("profiles", tried)
+		if res.Pass {
+			if p != "" {
+				if err := svc.Won(ctx, env, p); err != nil {
+					return fmt.Errorf("recording profile %s as the winner: %w", p, err)
+				}
+				env.Detail("profile", p)
+			}
+			return nil
+		}
+	}
+	var parts []string
+	for _, pr := range tried {
+		name := pr.Profile
+		if name == "" {
+			name = svc.ServiceName()
+		}
+		parts = append(parts, fmt.Sprintf("%s: %s", name, pr.summary()))
+	}
+	msg := "no candidate profile passed the gate"
+	if len(candidates) == 1 && candidates[0] == "" {
+		msg = "the service failed the gate"
+	}
+	restored, rerr := svc.RestoreLastKnownGood(ctx, env)
+	switch {
+	case rerr != nil:
+		msg += fmt.Sprintf(" (restoring the last-known-good unit failed: %v)", rerr)
+	case restored:
+		msg += "; the last-known-good unit was restored"
+		env.Log.Warn("restored the last-known-good unit", "service", svc.ServiceName())
+	default:
+		msg += "; there is no last-known-good unit to restore"
+	}
+	env.Detail("restored_last_known_good", restored)
+	return fmt.Errorf("%w: %s: %s", engine.ErrGate, msg, strings.Join(parts, " | "))
+}
+
+// gate runs the gate once, logging its table and recording it in the report.
+func (s *Step) gate(ctx context.Context, env *engine.Env, cfg gate.Config, profile string) (*gate.Result, error) {
+	if profile != "" {
+		env.Log.Info("smoke gate", "url", gate.RedactURL(cfg.URL), "profile", profile)
+	} else {
+		env.Log.Info("smoke gate", "url", gate.RedactURL(cfg.URL))
+	}
+	res, err := gate.Run(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("running the smoke gate: %w: %w", engine.ErrUsage, err)
+	}
+	if err := ctx.Err(); err != nil && !res.Pass {
+		return nil, fmt.Errorf("running the smoke gate: %w", err)
+	}
+	var tbl bytes.Buffer
+	_ = gate.WriteTable(&tbl, res)
+	if env.Out != nil {
+		if profile != "" {
+			fmt.Fprintf(env.Out, "profile %s\n", profile)
+		}
+		_, _ = env.Out.Write(tbl.Bytes())
+	}
+	env.Detail("smoke", res)
+	if res.Pass {
+		env.Log.Info("smoke gate passed", "profile", profile, "model", res.Model,
+			"time_to_ready", res.TimeToReady.Round(time.Millisecond))
+	} else {
+		env.Log.Warn("smoke gate failed", "profile", profile, "verdict", res.Summary())
+		for _, c := range res.Cases {
+			if !c.Pass {
+				env.Log.Warn("case failed", "case", c.Name, "reason", c.Reason, "sample", c.Sample)
+			}
+		}
+	}
+	return res, nil
+}
+
+// serviceDep returns the first dependency (by name) that is a service step, or nil.
+func serviceDep(env *engine.Env) engine.ServiceStep {
+	names := make([]string, 0, len(env.Deps))
+	for n := range env.Deps {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		if svc, ok := env.Deps[n].(engine.ServiceStep); ok {
+			return svc
+		}
+	}
+	return nil
+}

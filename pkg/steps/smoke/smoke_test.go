@@ -1,0 +1,347 @@
+package smoke
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sglprov/sglprov/pkg/engine"
+	gatepkg "github.com/sglprov/sglprov/pkg/smoke"
+	"github.com/sglprov/sglprov/test/fakesglang"
+)
+
+// fakeService is a ServiceStep whose "unit" is an httptest server: activating a profile
+// swaps the server's behaviour to that profile's fakesglang mode.
+type fakeService struct {
+	srv      *httptest.Server
+	handler  atomic.Pointer[http.Handler]
+	modes    map[string]fakesglang.Mode
+	order    []string
+	failedIn map[string]bool // profiles whose unit fails (Failed reports true)
+
+	mu        sync.Mutex
+	active    string
+	activated []string
+	won       []string
+	restored  int
+	lkg       bool
+}
+
+func newFakeService(t *testing.T, order []string, modes map[string]fakesglang.Mode) *fakeService {
+	t.Helper()
+	f := &fakeService{modes: modes, order: order, failedIn: map[string]bool{}}
+	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		(*f.handler.Load()).ServeHTTP(w, r)
+	}))
+	t.Cleanup(f.srv.Close)
+	f.setActive(order[0])
+	return f
+}
+
+func (f *fakeService) setActive(p string) {
+	f.mu.Lock()
+	f.active = p
+	f.mu.Unlock()
+	var h http.Handler = fakesglang.New(fakesglang.Options{Mode: f.modes[p], Model: "qwen"})
+	f.handler.Store(&h)
+}
+
+func (f *fakeService) Fingerprint(context.Context, *engine.Env) (map[string]string, error) {
+	return nil, nil
+}
+func (f *fakeService) Intact(context.Context, *engine.Env) (bool, string, error) {
+	return true, "", nil
+}
+func (f *fakeService) Run(context.Context, *engine.Env) error { return nil }
+func (f *fakeService) ServiceName() string                    { return "sglang-qwen.service" }
+func (f *fakeService) Candidates(*engine.Env) []string        { return f.order }
+func (f *fakeService) Active(*engine.Env) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.active
+}
+func (f *fakeService) Activate(_ context.Context, _ *engine.Env, p string) error {
+	f.mu.Lock()
+	f.activated = append(f.activated, p)
+	f.mu.Unlock()
+	if _, ok := f.modes[p]; !ok {
+		return errors.New("unknown profile")
+	}
+	f.setActive(p)
+	return nil
+}
+func (f *fakeService) Failed(context.Context) (bool, string, error) {
+	if f.failedIn[f.Active(nil)] {
+		return true, "sglang-qwen.service: Failed with result 'exit-code'.", nil
+	}
+	return false, "", nil
+}
+func (f *fakeService) RestoreLastKnownGood(context.Context, *engine.Env) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.restored++
+	return f.lkg, nil
+}
+func (f *fakeService) Won(_ context.Context, _ *engine.Env, p string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.won = append(f.won, p)
+	return nil
+}
+
+var _ engine.ServiceStep = (*fakeService)(nil)
+
+func testSpec(url string) Spec {
+	return Spec{URL: url, ReadyTimeout: "20s", RequestTimeout: "2s", MaxTokens: 200}
+}
+
+func newEnv(t *testing.T, deps map[string]engine.Step) (*engine.Env, *bytes.Buffer) {
+	var out bytes.Buffer
+	env := engine.NewTestEnv(t.TempDir(), &out)
+	env.StepName = "smoke"
+	for k, v := range deps {
+		env.Deps[k] = v
+	}
+	return env, &out
+}
+
+func TestProfileFallback(t *testing.T) {
+	tests := []struct {
+		name          string
+		order         []string
+		modes         map[string]fakesglang.Mode
+		failedIn      []string
+		lkg           bool
+		wantErr       []string // substrings; nil: pass
+		wantActivated []string
+		wantWon       []string
+		wantRestored  int
+	}{
+		{
+			name:          "active profile passes",
+			order:         []string{"cudnn", "cutlass"},
+			modes:         map[string]fakesglang.Mode{"cudnn": fakesglang.ModeGood, "cutlass": fakesglang.ModeGood},
+			wantActivated: nil,
+			wantWon:       []string{"cudnn"},
+		},
+		{
+			name:          "first broken, second wins",
+			order:         []string{"cudnn", "cutlass"},
+			modes:         map[string]fakesglang.Mode{"cudnn": fakesglang.ModeBang, "cutlass": fakesglang.ModeGood},
+			wantActivated: []string{"cutlass"},
+			wantWon:       []string{"cutlass"},
+		},
+		{
+			name:  "all broken, last-known-good restored",
+			order: []string{"cudnn", "cutlass", "triton"},
+			modes: map[string]fakesglang.Mode{"cudnn": fakesglang.ModeBang, "cutlass": fakesglang.ModeNaN,
+				"triton": fakesglang.ModeCommaBang},
+			lkg: true,
+			wantErr: []string{"no candidate profile passed the gate; the last-known-good unit was restored",
+				"cudnn: FAIL: 0/3 cases passed: arithmetic: degenerate reasoning_content (punct-run)",
+				`cutlass: FAIL: 0/3 cases passed: arithmetic: matched_stop "NaN happened"`,
+				"triton: FAIL"},
+			wantActivated: []string{"cutlass", "triton"},
+			wantRestored:  1,
+		},
+		{
+			name:          "all broken, nothing to restore",
+			order:         []string{"cudnn"},
+			modes:         map[string]fakesglang.Mode{"cudnn": fakesglang.ModePlus},
+			wantErr:       []string{"there is no last-known-good unit to restore", "cudnn: FAIL"},
+			wantRestored:  1,
+			wantActivated: nil,
+		},
+		{
+			name:          "failed unit ends the wait, next profile wins",
+			order:         []string{"cudnn", "cutlass"},
+			modes:         map[string]fakesglang.Mode{"cudnn": fakesglang.ModeNeverReady, "cutlass": fakesglang.ModeGood},
+			failedIn:      []string{"cudnn"},
+			wantActivated: []string{"cutlass"},
+			wantWon:       []string{"cutlass"},
+		},
+		{
+			name:          "profile that cannot be activated is skipped",
+			order:         []string{"cudnn", "missing", "cutlass"},
+			modes:         map[string]fakesglang.Mode{"cudnn": fakesglang.ModeApostropheS, "cutlass": fakesglang.ModeGood},
+			wantActivated: []string{"missing", "cutlass"},
+			wantWon:       []string{"cutlass"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			svc := newFakeService(t, tt.order, tt.modes)
+			svc.lkg = tt.lkg
+			for _, p := range tt.failedIn {
+				svc.failedIn[p] = true
+			}
+			step, err := New("smoke", testSpec(svc.srv.URL))
+			if err != nil {
+				t.Fatal(err)
+			}
+			env, out := newEnv(t, map[string]engine.Step{"sglang-service": svc})
+			start := time.Now()
+			err = step.Run(context.Background(), env)
+			if el := time.Since(start); el > 5*time.Second {
+				t.Errorf("gate took %s (ready timeout is 20s: a failed unit must end the wait)", el)
+			}
+			if tt.wantErr == nil && err != nil {
+				t.Fatalf("Run: %v\n%s", err, out)
+			}
+			if tt.wantErr != nil {
+				if !errors.Is(err, engine.ErrGate) {
+					t.Fatalf("Run error %v, want ErrGate", err)
+				}
+				for _, w := range tt.wantErr {
+					if !strings.Contains(err.Error(), w) {
+						t.Errorf("error lacks %q:\n%v", w, err)
+					}
+				}
+				if engine.ExitCode(err) != engine.ExitGate {
+					t.Errorf("exit code %d", engine.ExitCode(err))
+				}
+			}
+			if strings.Join(svc.activated, ",") != strings.Join(tt.wantActivated, ",") {
+				t.Errorf("activated %v, want %v", svc.activated, tt.wantActivated)
+			}
+			if strings.Join(svc.won, ",") != strings.Join(tt.wantWon, ",") {
+				t.Errorf("won %v, want %v", svc.won, tt.wantWon)
+			}
+			if svc.restored != tt.wantRestored {
+				t.Errorf("restored %d times, want %d", svc.restored, tt.wantRestored)
+			}
+			if !strings.Contains(out.String(), "CASE") {
+				t.Errorf("no verdict table in the step output:\n%s", out)
+			}
+		})
+	}
+}
+
+func TestFailedUnitMessage(t *testing.T) {
+	svc := newFakeService(t, []string{"cudnn"}, map[string]fakesglang.Mode{"cudnn": fakesglang.ModeNeverReady})
+	svc.failedIn["cudnn"] = true
+	step, err := New("smoke", testSpec(svc.srv.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, _ := newEnv(t, map[string]engine.Step{"svc": svc})
+	err = step.Run(context.Background(), env)
+	if !errors.Is(err, engine.ErrGate) || !strings.Contains(err.Error(), "Failed with result 'exit-code'") {
+		t.Errorf("error %v, want the unit's last lines", err)
+	}
+}
+
+func TestGateWithoutService(t *testing.T) {
+	for _, tt := range []struct {
+		mode fakesglang.Mode
+		pass bool
+	}{{fakesglang.ModeGood, true}, {fakesglang.ModeBang, false}} {
+		t.Run(string(tt.mode), func(t *testing.T) {
+			srv := httptest.NewServer(fakesglang.New(fakesglang.Options{Mode: tt.mode}))
+			defer srv.Close()
+			step, err := New("smoke", testSpec(srv.URL))
+			if err != nil {
+				t.Fatal(err)
+			}
+			env, out := newEnv(t, map[string]engine.Step{"other": step})
+			err = step.Run(context.Background(), env)
+			if tt.pass != (err == nil) {
+				t.Fatalf("Run: %v\n%s", err, out)
+			}
+			if !tt.pass && !errors.Is(err, engine.ErrGate) {
+				t.Errorf("error %v, want ErrGate", err)
+			}
+			if !strings.Contains(out.String(), "smoke: ") {
+				t.Errorf("no verdict line:\n%s", out)
+			}
+		})
+	}
+}
+
+func TestKind(t *testing.T) {
+	k := Kind()
+	if _, ok := k.NewSpec().(*Spec); !ok {
+		t.Fatal("NewSpec is not *Spec")
+	}
+	tests := []struct {
+		name string
+		spec any
+		want string
+	}{
+		{"ok", &Spec{URL: "http://127.0.0.1:30000", ReadyTimeout: "20m"}, ""},
+		{"bad duration", &Spec{URL: "http://h:1", ReadyTimeout: "twenty minutes"}, `ready_timeout "twenty minutes"`},
+		{"negative duration", &Spec{URL: "http://h:1", RequestTimeout: "-1s"}, "request_timeout"},
+		{"no url", &Spec{}, "url is required"},
+		{"bad regex", &Spec{URL: "http://h:1", Cases: []gateCase{{Name: "x", Prompt: "p", Expect: gateExpect{Regex: "("}}}}, "expect.regex"},
+		{"wrong type", Spec{}, "want *smoke.Spec"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st, err := k.New("smoke", tt.spec)
+			if tt.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ar, ok := st.(engine.AlwaysRunner); !ok || !ar.AlwaysRun() {
+					t.Error("smoke step does not always run")
+				}
+				ok, reason, _ := st.Intact(context.Background(), nil)
+				if ok || reason == "" {
+					t.Errorf("Intact = %v %q", ok, reason)
+				}
+				fp1, _ := st.Fingerprint(context.Background(), nil)
+				fp2, _ := st.Fingerprint(context.Background(), nil)
+				if fp1["spec"] == "" || fp1["spec"] != fp2["spec"] {
+					t.Errorf("fingerprint %v / %v", fp1, fp2)
+				}
+				return
+			}
+			if err == nil || !errors.Is(err, engine.ErrUsage) || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("New: %v, want ErrUsage with %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestAPIKeyFromEnv(t *testing.T) {
+	var got atomic.Value
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got.Store(r.Header.Get("Authorization"))
+		fakesglang.New(fakesglang.Options{}).ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	spec := testSpec(srv.URL)
+	spec.APIKeyEnv = "SGLANG_API_KEY"
+	step, err := New("smoke", spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	step.getenv = func(k string) string {
+		if k == "SGLANG_API_KEY" {
+			return "sk-hidden"
+		}
+		return ""
+	}
+	env, out := newEnv(t, nil)
+	if err := step.Run(context.Background(), env); err != nil {
+		t.Fatal(err)
+	}
+	if got.Load() != "Bearer sk-hidden" {
+		t.Errorf("authorization %v", got.Load())
+	}
+	if strings.Contains(out.String(), "sk-hidden") {
+		t.Error("API key in the step output")
+	}
+}
+
+type (
+	gateCase   = gatepkg.Case
+	gateExpect = gatepkg.Expect
+)
