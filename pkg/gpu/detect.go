@@ -13,7 +13,9 @@ type Detector interface {
 }
 
 // Detect returns the host's GPU facts: from the fixture file named by SGLPROV_GPU_FIXTURE
-// when getenv returns one (getenv nil means os.Getenv), else through NVML (nvml.New()).
+// when getenv returns one (getenv nil means os.Getenv), else through NVML (nvml.New()),
+// and through nvidia-smi when the process cannot load the NVML library but nvidia-smi
+// works (see NewFallbackDetector).
 //
 // Errors: ErrNoLibrary (returned as is, its message is the one to show), a *MismatchError
 // (errors.Is ErrDriverMismatch: a reboot is required), or another error naming what failed.
@@ -21,7 +23,7 @@ type Detector interface {
 // ErrNoGPU: callers that only report (detect) print the facts; callers that need a GPU
 // treat it as an unmet requirement.
 func Detect(ctx context.Context, getenv func(string) string) (*Facts, error) {
-	return DetectWith(ctx, getenv, NewNVMLDetector(nvml.New()))
+	return DetectWith(ctx, getenv, NewFallbackDetector(NewNVMLDetector(nvml.New()), &SMIDetector{}))
 }
 
 // DetectWith is Detect with the detector used when no fixture is named.

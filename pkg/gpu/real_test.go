@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"os/exec"
 	"testing"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/google/go-cmp/cmp"
 )
 
 // TestRealNVML runs the detector against the host's own NVML: on a host without the
@@ -53,5 +55,25 @@ func TestRealNVML(t *testing.T) {
 	}
 	if got := d.moduleVersion(); got != f.DriverVersion {
 		t.Errorf("kernel module version = %q, want %q", got, f.DriverVersion)
+	}
+}
+
+// TestRealSMI compares what nvidia-smi reports with what NVML reports, on a host that has
+// both.
+func TestRealSMI(t *testing.T) {
+	if _, err := exec.LookPath("nvidia-smi"); err != nil {
+		t.Skip("no nvidia-smi on this host")
+	}
+	want, err := NewNVMLDetector(nvml.New()).Detect(context.Background())
+	if err != nil {
+		t.Skipf("NVML: %v", err)
+	}
+	got, err := (&SMIDetector{}).Detect(context.Background())
+	if err != nil {
+		t.Fatalf("nvidia-smi: %v", err)
+	}
+	want.Source, want.NVMLVersion = "nvidia-smi", ""
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("nvidia-smi facts differ from NVML's (-nvml +nvidia-smi):\n%s", diff)
 	}
 }
