@@ -32,6 +32,7 @@ type monitor struct {
 	ring    []string
 	next    int
 	partial []byte
+	afterCR bool
 }
 
 func newMonitor(start time.Time, keep int) *monitor {
@@ -55,24 +56,31 @@ func (m *monitor) copy(out io.Writer, r io.Reader) {
 	}
 }
 
-// feed splits b into lines at "\n" and "\r" (tools that redraw a line in place).
+// feed splits b into lines at "\n" and "\r" (tools that redraw a line in place); the
+// "\n" of a "\r\n" ends no second line.
 func (m *monitor) feed(b []byte) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for len(b) > 0 {
 		i := indexEOL(b)
 		if i < 0 {
-			if len(m.partial) < maxLine {
-				m.partial = append(m.partial, b[:min(len(b), maxLine-len(m.partial))]...)
-			}
+			m.appendPartial(b)
+			m.afterCR = false
 			return
 		}
-		if len(m.partial) < maxLine {
-			m.partial = append(m.partial, b[:min(i, maxLine-len(m.partial))]...)
+		m.appendPartial(b[:i])
+		if !(b[i] == '\n' && i == 0 && m.afterCR && len(m.partial) == 0) {
+			m.addLocked(string(m.partial))
 		}
-		m.addLocked(string(m.partial), b[i] == '\n')
+		m.afterCR = b[i] == '\r'
 		m.partial = m.partial[:0]
 		b = b[i+1:]
+	}
+}
+
+func (m *monitor) appendPartial(b []byte) {
+	if room := maxLine - len(m.partial); room > 0 {
+		m.partial = append(m.partial, b[:min(len(b), room)]...)
 	}
 }
 
@@ -90,17 +98,13 @@ func (m *monitor) flush() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if len(m.partial) > 0 {
-		m.addLocked(string(m.partial), true)
+		m.addLocked(string(m.partial))
 		m.partial = m.partial[:0]
 	}
 }
 
-// addLocked records one line. A line ended by "\r" that is empty (the "\r" of "\r\n") is
-// not counted; one with text is (a redrawn status is still output).
-func (m *monitor) addLocked(line string, newline bool) {
-	if line == "" && !newline {
-		return
-	}
+// addLocked records one line.
+func (m *monitor) addLocked(line string) {
 	line = strings.ToValidUTF8(line, "\uFFFD")
 	m.lines++
 	if progressLine.MatchString(line) {
