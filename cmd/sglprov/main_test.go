@@ -134,7 +134,7 @@ func environ(ts *testscript.TestScript) []string {
 
 func waitFile(path string) error {
 	for i := 0; i < 400; i++ {
-		if st, err := os.Stat(path); err == nil && st.Size() > 0 {
+		if _, err := os.Stat(path); err == nil {
 			return nil
 		}
 		time.Sleep(50 * time.Millisecond)

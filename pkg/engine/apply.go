@@ -78,9 +78,13 @@ func (e *Engine) Apply(ctx context.Context) (*Report, error) {
 	}
 	wg.Wait()
 
+	// A run in which nothing ran and no fact changed leaves the state as it was.
+	var saveErr error
 	e.mu.Lock()
-	e.state.Facts = e.factsMap()
-	saveErr := e.saveState()
+	if e.ranAny || len(rep.FactsChanged) > 0 || len(e.state.Facts) == 0 && e.opts.Facts != nil {
+		e.state.Facts = e.factsMap()
+		saveErr = e.saveState()
+	}
 	e.mu.Unlock()
 
 	var first error
@@ -144,6 +148,19 @@ func (e *Engine) runNode(ctx context.Context, n *node, sem chan struct{}, runDir
 	}
 	defer func() { <-sem }()
 
+	// The step log is opened only for a step that runs: a no-op re-run writes no logs.
+	dec, err := e.decide(ctx, n, e.env(n, nil, ""))
+	if err != nil {
+		res.Result, res.err, res.Error, res.Reason = ResultFailed, err, err.Error(), "cannot tell whether to run"
+		e.log.Error("step failed", "step", n.step.Name, "err", err)
+		return
+	}
+	res.Reason = dec.Reason
+	if !dec.Run {
+		res.Result = ResultSkipped
+		e.log.Info("skipped", "step", n.step.Name, "reason", dec.Reason)
+		return
+	}
 	logf, logPath, err := openStepLog(runDir, n.step.Name)
 	if err != nil {
 		res.Result, res.err = ResultFailed, err
@@ -152,18 +169,6 @@ func (e *Engine) runNode(ctx context.Context, n *node, sem chan struct{}, runDir
 	}
 	defer logf.Close()
 	env := e.env(n, logf, logPath)
-	dec, err := e.decide(ctx, n, env)
-	if err != nil {
-		res.Result, res.err, res.Error, res.Reason = ResultFailed, err, err.Error(), "cannot tell whether to run"
-		env.Log.Error("step failed", "err", err)
-		return
-	}
-	res.Reason = dec.Reason
-	if !dec.Run {
-		res.Result = ResultSkipped
-		env.Log.Info("skipped", "reason", dec.Reason)
-		return
-	}
 	res.Log = logPath
 	res.Started = e.opts.Now().UTC()
 	env.Log.Info("running", "reason", dec.Reason)
@@ -203,6 +208,7 @@ func (e *Engine) runNode(ctx context.Context, n *node, sem chan struct{}, runDir
 func (e *Engine) record(name string, f func(*StepRecord)) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	e.ranAny = true
 	rec := e.state.Steps[name]
 	if rec == nil {
 		rec = &StepRecord{}

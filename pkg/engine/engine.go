@@ -56,7 +56,8 @@ type Engine struct {
 	byName map[string]*node
 	log    *log.Logger
 
-	mu sync.Mutex // guards state writes
+	mu     sync.Mutex // guards state writes
+	ranAny bool       // a step ran (and its record changed) in this run
 }
 
 type node struct {

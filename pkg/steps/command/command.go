@@ -101,7 +101,8 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	tail := &tailBuffer{max: 20}
 	out := io.MultiWriter(env.Out, tail)
 	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// The command's process group is its own, and it dies with sglprov.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM) }
 	cmd.WaitDelay = 10 * time.Second
 	env.Log.Info("running command", "argv", strings.Join(s.spec.Argv, " "))

@@ -1,0 +1,411 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/recipe"
+)
+
+// fakeSpec is the body of a fake step: it records runs, can fail, sleep and keep outputs.
+type fakeSpec struct {
+	Fail   bool   `yaml:"fail"`
+	Sleep  string `yaml:"sleep"`
+	Input  string `yaml:"input"`
+	Output string `yaml:"output"`
+}
+
+// world is what the fake steps share in one test.
+type world struct {
+	mu       sync.Mutex
+	ran      []string
+	running  int32
+	maxPar   int32
+	broken   map[string]bool // outputs no longer intact
+	external map[string]string
+}
+
+type fakeStep struct {
+	name string
+	spec fakeSpec
+	w    *world
+}
+
+func (f *fakeStep) Fingerprint(ctx context.Context, env *engine.Env) (map[string]string, error) {
+	f.w.mu.Lock()
+	defer f.w.mu.Unlock()
+	if v, ok := f.w.external[f.name]; ok {
+		return map[string]string{"toolchain": v}, nil
+	}
+	return nil, nil
+}
+
+func (f *fakeStep) Intact(ctx context.Context, env *engine.Env) (bool, string, error) {
+	f.w.mu.Lock()
+	defer f.w.mu.Unlock()
+	if f.w.broken[f.name] {
+		return false, "outputs changed: /out/" + f.name, nil
+	}
+	return true, "", nil
+}
+
+func (f *fakeStep) Run(ctx context.Context, env *engine.Env) error {
+	n := atomic.AddInt32(&f.w.running, 1)
+	defer atomic.AddInt32(&f.w.running, -1)
+	for {
+		m := atomic.LoadInt32(&f.w.maxPar)
+		if n <= m || atomic.CompareAndSwapInt32(&f.w.maxPar, m, n) {
+			break
+		}
+	}
+	f.w.mu.Lock()
+	f.w.ran = append(f.w.ran, f.name)
+	delete(f.w.broken, f.name)
+	f.w.mu.Unlock()
+	if f.spec.Sleep != "" {
+		d, _ := time.ParseDuration(f.spec.Sleep)
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	env.Detail("ran", true)
+	if f.spec.Fail {
+		return fmt.Errorf("fake failure in %s", f.name)
+	}
+	return nil
+}
+
+func registry(w *world) engine.Registry {
+	return engine.Registry{"fake": {
+		NewSpec: func() any { return &fakeSpec{} },
+		New: func(name string, spec any) (engine.Step, error) {
+			return &fakeStep{name: name, spec: *spec.(*fakeSpec), w: w}, nil
+		},
+	}}
+}
+
+func newWorld() *world {
+	return &world{broken: map[string]bool{}, external: map[string]string{}}
+}
+
+func load(t testing.TB, w *world, text string, sets ...string) *recipe.Recipe {
+	t.Helper()
+	specs := recipe.KindSpecs{}
+	for k, v := range registry(w) {
+		specs[k] = v.NewSpec
+	}
+	r, err := recipe.Parse("test.yaml", []byte(text), specs, sets)
+	if err != nil {
+		t.Fatalf("parsing recipe: %v", err)
+	}
+	return r
+}
+
+func newEngine(t testing.TB, w *world, r *recipe.Recipe, dir string, mod func(*engine.Options)) *engine.Engine {
+	t.Helper()
+	o := engine.Options{Recipe: r, Registry: registry(w), StateDir: dir}
+	if mod != nil {
+		mod(&o)
+	}
+	e, err := engine.New(o)
+	if err != nil {
+		t.Fatalf("engine.New: %v", err)
+	}
+	return e
+}
+
+func results(rep *engine.Report) map[string]string {
+	out := map[string]string{}
+	for _, s := range rep.Steps {
+		out[s.Name] = s.Result
+	}
+	return out
+}
+
+const diamond = `
+apiVersion: sglprov/v1
+name: diamond
+vars: {v: "1"}
+steps:
+  - name: src
+    fake: {sleep: 30ms}
+  - name: patch
+    needs: [src]
+    fake: {input: "{{ .vars.v }}"}
+  - name: build
+    needs: [patch]
+    fake: {sleep: 30ms}
+  - name: weights
+    fake: {sleep: 60ms}
+  - name: service
+    needs: [build, weights]
+    fake: {}
+`
+
+func TestApplyOrderAndConcurrency(t *testing.T) {
+	w := newWorld()
+	dir := t.TempDir()
+	rep, err := newEngine(t, w, load(t, w, diamond), dir, nil).Apply(context.Background())
+	if err != nil {
+		t.Fatalf("Apply: %v", err)
+	}
+	pos := map[string]int{}
+	for i, n := range w.ran {
+		pos[n] = i
+	}
+	for _, edge := range [][2]string{{"src", "patch"}, {"patch", "build"}, {"build", "service"}, {"weights", "service"}} {
+		if pos[edge[0]] > pos[edge[1]] {
+			t.Errorf("%s ran after %s: order %v", edge[0], edge[1], w.ran)
+		}
+	}
+	if w.maxPar < 2 {
+		t.Errorf("independent steps did not run at the same time (max parallel %d)", w.maxPar)
+	}
+	if got := results(rep); got["service"] != engine.ResultOK || len(got) != 5 {
+		t.Errorf("results = %v", got)
+	}
+	if _, err := os.Stat(filepath.Join(rep.Dir, "report.json")); err != nil {
+		t.Errorf("no report: %v", err)
+	}
+	if st, err := os.Stat(filepath.Join(rep.Dir, "weights.log")); err != nil || st.IsDir() {
+		t.Errorf("no step log: %v", err)
+	}
+}
+
+func TestSkipReasons(t *testing.T) {
+	tests := []struct {
+		name   string
+		change func(w *world) []string // returns --set values
+		want   map[string]string       // step -> reason of the plan
+	}{
+		{
+			name:   "nothing changed",
+			change: func(w *world) []string { return nil },
+			want:   map[string]string{"src": "unchanged", "patch": "unchanged", "build": "unchanged", "weights": "unchanged", "service": "unchanged"},
+		},
+		{
+			name:   "var changed",
+			change: func(w *world) []string { return []string{"v=2"} },
+			want: map[string]string{"src": "unchanged", "patch": "fingerprint changed: vars.v", "build": "re-checked after patch runs",
+				"weights": "unchanged", "service": "re-checked after build runs"},
+		},
+		{
+			name:   "outputs changed",
+			change: func(w *world) []string { w.broken["weights"] = true; return nil },
+			want: map[string]string{"src": "unchanged", "patch": "unchanged", "build": "unchanged",
+				"weights": "outputs changed: /out/weights", "service": "re-checked after weights runs"},
+		},
+		{
+			name:   "step input changed",
+			change: func(w *world) []string { w.external["build"] = "nvcc 12.9"; return nil },
+			want: map[string]string{"src": "unchanged", "patch": "unchanged", "build": "fingerprint changed: toolchain",
+				"weights": "unchanged", "service": "re-checked after build runs"},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld()
+			dir := t.TempDir()
+			if _, err := newEngine(t, w, load(t, w, diamond), dir, nil).Apply(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			sets := tc.change(w)
+			p, err := newEngine(t, w, load(t, w, diamond, sets...), dir, nil).Plan(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]string{}
+			for _, s := range p.Steps {
+				got[s.Name] = s.Reason
+			}
+			if d := cmp.Diff(tc.want, got); d != "" {
+				t.Errorf("plan reasons (-want +got):\n%s", d)
+			}
+			// Apply agrees: what the plan skips does not run.
+			w.ran = nil
+			if _, err := newEngine(t, w, load(t, w, diamond, sets...), dir, nil).Apply(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			for _, n := range w.ran {
+				if got[n] == "unchanged" {
+					t.Errorf("%s ran although the plan said unchanged", n)
+				}
+			}
+		})
+	}
+}
+
+func TestFailureStopsDependentsNotSiblings(t *testing.T) {
+	w := newWorld()
+	text := strings.Replace(diamond, "    fake: {input: \"{{ .vars.v }}\"}", "    fake: {fail: true}", 1)
+	rep, err := newEngine(t, w, load(t, w, text), t.TempDir(), nil).Apply(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "step patch: fake failure in patch") {
+		t.Fatalf("Apply error = %v", err)
+	}
+	if engine.ExitCode(err) != engine.ExitFailed {
+		t.Errorf("exit code %d, want 1", engine.ExitCode(err))
+	}
+	want := map[string]string{"src": "ok", "patch": "failed", "build": "blocked", "weights": "ok", "service": "blocked"}
+	if d := cmp.Diff(want, results(rep)); d != "" {
+		t.Errorf("results (-want +got):\n%s", d)
+	}
+	// The next run retries the failed step and what it blocked, not what succeeded.
+	w2 := newWorld()
+	p, _ := newEngine(t, w2, load(t, w2, diamond), rep.Dir+"/../..", nil).Plan(context.Background())
+	for _, s := range p.Steps {
+		if s.Name == "patch" && (!s.Run || s.Reason != "last run failed") {
+			t.Errorf("patch after failure: run=%v reason=%q", s.Run, s.Reason)
+		}
+		if s.Name == "weights" && s.Run {
+			t.Errorf("weights re-runs after an independent failure: %q", s.Reason)
+		}
+	}
+}
+
+func TestOnlyAndForce(t *testing.T) {
+	w := newWorld()
+	dir := t.TempDir()
+	r := load(t, w, diamond)
+	if _, err := newEngine(t, w, r, dir, nil).Apply(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	w.ran = nil
+	rep, err := newEngine(t, w, r, dir, func(o *engine.Options) { o.Only = []string{"build"}; o.Force = []string{"build"} }).Apply(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff([]string{"build"}, w.ran); d != "" {
+		t.Errorf("ran (-want +got):\n%s", d)
+	}
+	if got := results(rep)["src"]; got != engine.ResultNotSelected {
+		t.Errorf("src result %q", got)
+	}
+	if _, err := engine.New(engine.Options{Recipe: r, Registry: registry(w), StateDir: dir, Only: []string{"nope"}}); !errors.Is(err, engine.ErrUsage) {
+		t.Errorf("unknown --only step: %v", err)
+	}
+}
+
+func TestInterruptRecordsAndConverges(t *testing.T) {
+	w := newWorld()
+	dir := t.TempDir()
+	text := strings.Replace(diamond, "fake: {sleep: 60ms}", "fake: {sleep: 10s}", 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(150*time.Millisecond, cancel)
+	rep, err := newEngine(t, w, load(t, w, text), dir, nil).Apply(ctx)
+	if err == nil {
+		t.Fatal("interrupted apply returned no error")
+	}
+	if got := results(rep)["weights"]; got != engine.ResultInterrupted {
+		t.Errorf("weights = %q, want interrupted", got)
+	}
+	st, _ := engine.LoadState(dir)
+	if st.Steps["weights"].Result != engine.ResultInterrupted {
+		t.Errorf("state weights = %q", st.Steps["weights"].Result)
+	}
+	w.ran = nil
+	if _, err := newEngine(t, w, load(t, w, diamond), dir, nil).Apply(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(w.ran)
+	if !contains(w.ran, "weights") || !contains(w.ran, "service") || contains(w.ran, "src") {
+		t.Errorf("after interrupt, ran %v", w.ran)
+	}
+}
+
+func TestLockContention(t *testing.T) {
+	dir := t.TempDir()
+	l, err := engine.AcquireLock(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = engine.AcquireLock(dir)
+	if !errors.Is(err, engine.ErrLocked) || engine.ExitCode(err) != 5 {
+		t.Fatalf("second lock: %v", err)
+	}
+	if !strings.Contains(err.Error(), fmt.Sprintf("pid %d", os.Getpid())) {
+		t.Errorf("lock error does not name the holder: %v", err)
+	}
+	l.Release()
+	l2, err := engine.AcquireLock(dir)
+	if err != nil {
+		t.Fatalf("lock after release: %v", err)
+	}
+	l2.Release()
+}
+
+func TestStateWriteIsAtomic(t *testing.T) {
+	dir := t.TempDir()
+	st := &engine.State{Steps: map[string]*engine.StepRecord{"a": {Result: "ok"}}}
+	if err := st.Save(dir); err != nil {
+		t.Fatal(err)
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 1 || entries[0].Name() != "state.json" {
+		t.Errorf("state dir holds %v, want only state.json", entries)
+	}
+	if err := os.WriteFile(engine.StatePath(dir), []byte("{broken"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := engine.LoadState(dir); err == nil || !strings.Contains(err.Error(), "move it away") {
+		t.Errorf("corrupt state: %v", err)
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// BenchmarkNoopReapply measures a re-run of a 7-step recipe whose steps are all intact:
+// the tool's own overhead (state, fingerprints, report, logs).
+func BenchmarkNoopReapply(b *testing.B) {
+	w := newWorld()
+	text := `
+apiVersion: sglprov/v1
+name: seven
+vars: {a: x, b: y}
+steps:
+  - {name: s1, fake: {input: "{{ .vars.a }}"}}
+  - {name: s2, needs: [s1], fake: {}}
+  - {name: s3, needs: [s2], fake: {input: "{{ .vars.b }}"}}
+  - {name: s4, fake: {}}
+  - {name: s5, needs: [s3, s4], fake: {}}
+  - {name: s6, needs: [s5], fake: {}}
+  - {name: s7, needs: [s6], fake: {}}
+`
+	dir := b.TempDir()
+	r := load(b, w, text)
+	if _, err := newEngine(b, w, r, dir, nil).Apply(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		rep, err := newEngine(b, w, r, dir, nil).Apply(context.Background())
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, s := range rep.Steps {
+			if s.Result != engine.ResultSkipped {
+				b.Fatalf("%s: %s", s.Name, s.Result)
+			}
+		}
+	}
+}
