@@ -407,6 +407,7 @@ func (j *job) run(ctx context.Context) error {
 func (j *job) removePart() {
 	_ = os.Remove(j.part)
 	_ = os.Remove(j.side)
+	_ = os.Remove(j.side + ".tmp")
 }
 
 // hashers computes the digests of a file in order.
@@ -457,6 +458,7 @@ func (j *job) attempt(ctx context.Context, first bool) error {
 
 	s := newStream(j, pf, h, have, size)
 	if size < 0 || size > have {
+		parent := ctx
 		ctx, cancel := context.WithCancel(ctx)
 		var wg sync.WaitGroup
 		sinkErr := make(chan error, 1)
@@ -465,7 +467,11 @@ func (j *job) attempt(ctx context.Context, first bool) error {
 		var once sync.Once
 		fail := func(err error) {
 			once.Do(func() { netErr = err })
-			s.fail(err)
+			if parent.Err() == nil {
+				// A real failure stops the other connections. When the caller cancelled,
+				// the connections still hand over what they read, for the next run.
+				s.fail(err)
+			}
 			cancel()
 		}
 		if size < 0 || j.noRanges || size-have < j.c.MinChunk || j.c.Conns == 1 {
@@ -565,6 +571,7 @@ func (j *job) finalize(pf *os.File, s *stream) error {
 		return err
 	}
 	_ = os.Remove(j.side)
+	_ = os.Remove(j.side + ".tmp")
 	j.result.Size = got
 	j.result.SHA256 = sum
 	return nil

@@ -29,6 +29,7 @@ type action struct {
 type faultServer struct {
 	*httptest.Server
 	files map[string][]byte
+	// plan, throttle and onServed are guarded by mu (set them with configure).
 	// plan decides what to do with the n-th request (from 0) for a path.
 	plan func(n int, r *http.Request) action
 	// throttle, when set, sleeps after every 32 KiB written.
@@ -55,6 +56,13 @@ func newFaultServer(t *testing.T, files map[string][]byte) *faultServer {
 	return fs
 }
 
+// configure changes the server's behaviour safely while it serves.
+func (fs *faultServer) configure(f func()) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	f()
+}
+
 func (fs *faultServer) url(path string) string { return fs.URL + "/" + path }
 
 func (fs *faultServer) requests() []reqLog {
@@ -68,10 +76,11 @@ func (fs *faultServer) serve(w http.ResponseWriter, r *http.Request) {
 	fs.mu.Lock()
 	n := fs.counts[path]
 	fs.counts[path]++
+	plan, throttle, onServed := fs.plan, fs.throttle, fs.onServed
 	fs.mu.Unlock()
 	var act action
-	if fs.plan != nil {
-		act = fs.plan(n, r)
+	if plan != nil {
+		act = plan(n, r)
 	}
 	record := func(status int) {
 		fs.mu.Lock()
@@ -132,8 +141,8 @@ func (fs *faultServer) serve(w http.ResponseWriter, r *http.Request) {
 			flusher.Flush()
 			sent += k
 			total := fs.served.Add(k)
-			if fs.onServed != nil {
-				fs.onServed(total)
+			if onServed != nil {
+				onServed(total)
 			}
 		}
 		if act.dropAfter > 0 && sent >= act.dropAfter {
@@ -143,8 +152,8 @@ func (fs *faultServer) serve(w http.ResponseWriter, r *http.Request) {
 			<-r.Context().Done()
 			return
 		}
-		if fs.throttle > 0 {
-			time.Sleep(fs.throttle)
+		if throttle > 0 {
+			time.Sleep(throttle)
 		}
 	}
 }

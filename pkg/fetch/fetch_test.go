@@ -190,7 +190,7 @@ func TestFetchFaults(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			data := randomBytes(t, tc.size)
 			fs := newFaultServer(t, map[string][]byte{"m/model.bin": data})
-			fs.plan = tc.plan
+			fs.configure(func() { fs.plan = tc.plan })
 			dest := t.TempDir()
 			opt := testOptions(dest)
 			if tc.stall > 0 {
@@ -263,7 +263,7 @@ func TestFetchFailures(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			fs := newFaultServer(t, map[string][]byte{"w": data})
-			fs.plan = tc.plan
+			fs.configure(func() { fs.plan = tc.plan })
 			dest := t.TempDir()
 			_, err := Fetch(context.Background(), []File{tc.file(fs.url("w"))}, testOptions(dest))
 			if err == nil {
@@ -341,7 +341,9 @@ func TestFetchTokenOnlyToItsHost(t *testing.T) {
 	const token = "hf_SECRETTOKEN"
 	cdn := newFaultServer(t, map[string][]byte{"blob": data})
 	hub := newFaultServer(t, nil)
-	hub.plan = func(int, *http.Request) action { return action{redirect: cdn.url("blob") + "?X-Signature=SIGSECRET"} }
+	hub.configure(func() {
+		hub.plan = func(int, *http.Request) action { return action{redirect: cdn.url("blob") + "?X-Signature=SIGSECRET"} }
+	})
 	hubHost := strings.TrimPrefix(hub.URL, "http://")
 
 	t.Run("redirect to another port of the same address", func(t *testing.T) {
@@ -373,8 +375,10 @@ func TestFetchTokenOnlyToItsHost(t *testing.T) {
 			fmt.Fprintf(&logs, format+"\n", args...)
 			mu.Unlock()
 		}
-		cdn.plan = func(int, *http.Request) action { return action{status: http.StatusForbidden} }
-		defer func() { cdn.plan = nil }()
+		cdn.configure(func() {
+			cdn.plan = func(int, *http.Request) action { return action{status: http.StatusForbidden} }
+		})
+		defer cdn.configure(func() { cdn.plan = nil })
 		f := File{URL: hub.url("resolve/w.bin") + "?token=" + token, Path: "w.bin", Size: int64(len(data)), SHA256: sha256Hex(data)}
 		_, err := Fetch(context.Background(), []File{f}, opt)
 		if err == nil {

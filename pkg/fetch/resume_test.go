@@ -1,0 +1,184 @@
+package fetch
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestResumeAfterInterruptedRun(t *testing.T) {
+	const size = 2 << 20
+	tests := []struct {
+		name         string
+		parallel     bool
+		loseSidecar  bool
+		wantSidecar  bool
+		corruptState bool
+	}{
+		{name: "one connection", wantSidecar: true},
+		{name: "parallel ranges", parallel: true, wantSidecar: true},
+		{name: "sidecar lost: the part is hashed once", loseSidecar: true},
+		{name: "sidecar does not match: the part is hashed once", corruptState: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			data := randomBytes(t, size)
+			dest := t.TempDir()
+			f := File{Path: "w.bin", Size: size, SHA256: sha256Hex(data)}
+			opt := testOptions(dest)
+			if !tc.parallel {
+				opt.MinChunk = 1 << 30
+			}
+
+			// First run: cancelled once half the file has been served.
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			first := newFaultServer(t, map[string][]byte{"w": data})
+			var once sync.Once
+			first.configure(func() {
+				first.throttle = time.Millisecond
+				first.onServed = func(total int64) {
+					if total >= size/2 {
+						once.Do(cancel)
+					}
+				}
+			})
+			f.URL = first.url("w")
+			_, err := Fetch(ctx, []File{f}, opt)
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("first run: err = %v, want context.Canceled", err)
+			}
+			part := filepath.Join(dest, "w.bin.part")
+			st, err := os.Stat(part)
+			if err != nil {
+				t.Fatalf("no part file after the interrupted run: %v", err)
+			}
+			have := st.Size()
+			if have == 0 || have >= size {
+				t.Fatalf("part has %d bytes, want some but not all", have)
+			}
+			if !bytes.Equal(readFile(t, part), data[:have]) {
+				t.Fatal("the part is not a prefix of the file")
+			}
+			side := filepath.Join(dest, "w.bin.part.json")
+			if _, err := os.Stat(side); (err == nil) != tc.wantSidecar && !tc.loseSidecar && !tc.corruptState {
+				t.Errorf("sidecar present = %v, want %v", err == nil, tc.wantSidecar)
+			}
+			if tc.loseSidecar {
+				os.Remove(side)
+			}
+			if tc.corruptState {
+				if err := os.WriteFile(side, []byte(`{"version":1,"size":2097152,"sha256":"`+f.SHA256+`","hashed":1,"state":"AAAA"}`), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+
+			// Second run, against a fresh server that counts what it serves.
+			second := newFaultServer(t, map[string][]byte{"w": data})
+			f.URL = second.url("w")
+			res, err := Fetch(context.Background(), []File{f}, opt)
+			if err != nil {
+				t.Fatalf("second run: %v", err)
+			}
+			if !bytes.Equal(readFile(t, filepath.Join(dest, "w.bin")), data) {
+				t.Fatal("resumed file differs")
+			}
+			if got := second.served.Load(); got != size-have {
+				t.Errorf("second run served %d bytes, want only the rest %d", got, size-have)
+			}
+			if !res[0].Resumed || res[0].Bytes != size-have {
+				t.Errorf("result %+v: want resumed with %d bytes transferred", res[0], size-have)
+			}
+			assertOnly(t, dest, "w.bin")
+		})
+	}
+}
+
+// TestHelperProcessFetch is the child of TestResumeAfterKill: it downloads until killed.
+func TestHelperProcessFetch(t *testing.T) {
+	if os.Getenv("SGLPROV_FETCH_HELPER") != "1" {
+		t.Skip("helper process for TestResumeAfterKill")
+	}
+	size, _ := strconv.ParseInt(os.Getenv("SGLPROV_FETCH_SIZE"), 10, 64)
+	opt := testOptions(os.Getenv("SGLPROV_FETCH_DEST"))
+	opt.CheckpointBytes = 256 << 10
+	f := File{URL: os.Getenv("SGLPROV_FETCH_URL"), Path: "w.bin", Size: size, SHA256: os.Getenv("SGLPROV_FETCH_SHA256")}
+	if _, err := Fetch(context.Background(), []File{f}, opt); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestResumeAfterKill(t *testing.T) {
+	const size = 4 << 20
+	data := randomBytes(t, size)
+	dest := t.TempDir()
+	srv := newFaultServer(t, map[string][]byte{"w": data})
+	half := make(chan struct{})
+	var once sync.Once
+	srv.configure(func() {
+		srv.throttle = time.Millisecond
+		srv.onServed = func(total int64) {
+			if total >= size/2 {
+				once.Do(func() { close(half) })
+			}
+		}
+	})
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcessFetch$", "-test.count=1")
+	cmd.Env = append(os.Environ(),
+		"SGLPROV_FETCH_HELPER=1",
+		"SGLPROV_FETCH_DEST="+dest,
+		"SGLPROV_FETCH_URL="+srv.url("w"),
+		"SGLPROV_FETCH_SIZE="+strconv.Itoa(size),
+		"SGLPROV_FETCH_SHA256="+sha256Hex(data),
+	)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-half:
+	case <-time.After(20 * time.Second):
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("the helper did not get halfway; output:\n%s", out.String())
+	}
+	if err := cmd.Process.Kill(); err != nil { // SIGKILL: no clean-up of any kind
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+
+	part := filepath.Join(dest, "w.bin.part")
+	st, err := os.Stat(part)
+	if err != nil {
+		t.Fatalf("no part file after the kill: %v\n%s", err, out.String())
+	}
+	have := st.Size()
+	if _, err := os.Stat(part + ".json"); err != nil {
+		t.Logf("no sidecar after the kill (the part is hashed again): %v", err)
+	}
+
+	again := newFaultServer(t, map[string][]byte{"w": data})
+	f := File{URL: again.url("w"), Path: "w.bin", Size: size, SHA256: sha256Hex(data)}
+	res, err := Fetch(context.Background(), []File{f}, testOptions(dest))
+	if err != nil {
+		t.Fatalf("re-run: %v", err)
+	}
+	if !bytes.Equal(readFile(t, filepath.Join(dest, "w.bin")), data) {
+		t.Fatal("file differs after the re-run")
+	}
+	if got := again.served.Load(); got != size-have {
+		t.Errorf("re-run served %d bytes, want only the rest: %d", got, size-have)
+	}
+	if !res[0].Resumed {
+		t.Errorf("result %+v: want Resumed", res[0])
+	}
+	assertOnly(t, dest, "w.bin")
+}
