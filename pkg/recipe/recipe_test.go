@@ -1,0 +1,137 @@
+package recipe_test
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/sglprov/sglprov/pkg/recipe"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+// testKinds stands in for the registry: two kinds with strict specs.
+func testKinds() recipe.KindSpecs {
+	type command struct {
+		Argv    []string          `yaml:"argv"`
+		Dir     string            `yaml:"dir"`
+		Env     map[string]string `yaml:"env"`
+		Creates []string          `yaml:"creates"`
+	}
+	type source struct {
+		URL  string `yaml:"url"`
+		Dest string `yaml:"dest"`
+	}
+	return recipe.KindSpecs{
+		"command": func() any { return &command{} },
+		"source":  func() any { return &source{} },
+	}
+}
+
+// TestBadRecipes checks the full validation report of each broken recipe against its
+// golden file (go test -update rewrites them).
+func TestBadRecipes(t *testing.T) {
+	files, _ := filepath.Glob("testdata/bad/*.yaml")
+	if len(files) < 8 {
+		t.Fatalf("only %d bad recipes", len(files))
+	}
+	for _, f := range files {
+		name := strings.TrimSuffix(filepath.Base(f), ".yaml")
+		t.Run(name, func(t *testing.T) {
+			_, err := recipe.Load(f, testKinds(), nil)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			got := err.Error() + "\n"
+			golden := strings.TrimSuffix(f, ".yaml") + ".golden"
+			if *update {
+				os.WriteFile(golden, []byte(got), 0o644)
+			}
+			want, _ := os.ReadFile(golden)
+			if d := cmp.Diff(string(want), got); d != "" {
+				t.Errorf("report (-want +got):\n%s", d)
+			}
+		})
+	}
+}
+
+func TestSetsAndRender(t *testing.T) {
+	text := `apiVersion: sglprov/v1
+name: t
+vars:
+  src: /opt/sglang
+  tp: "{{ .gpu.count }}"
+steps:
+  - name: a
+    command:
+      argv: [run, --tp, "{{ .vars.tp }}", "{{ .vars.src }}/x"]
+`
+	r, err := recipe.Parse("t.yaml", []byte(text), testKinds(), []string{"src=/srv/sglang"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.NeedsFacts() {
+		t.Error("a var that uses .gpu.count needs facts")
+	}
+	d, err := r.NewData(map[string]any{"gpu": map[string]any{"count": 8}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := testKinds()["command"]()
+	if err := r.Steps[0].Render(d, spec); err != nil {
+		t.Fatal(err)
+	}
+	got := spec.(*struct {
+		Argv    []string          `yaml:"argv"`
+		Dir     string            `yaml:"dir"`
+		Env     map[string]string `yaml:"env"`
+		Creates []string          `yaml:"creates"`
+	}).Argv
+	if d := cmp.Diff([]string{"run", "--tp", "8", "/srv/sglang/x"}, got); d != "" {
+		t.Errorf("argv (-want +got):\n%s", d)
+	}
+	if d := cmp.Diff([]string{"gpu.count", "vars.src", "vars.tp"}, r.ExpandRefs(r.Steps[0])); d != "" {
+		t.Errorf("refs (-want +got):\n%s", d)
+	}
+	// Without facts, a template that needs one fails with a clear error.
+	d2, err := r.NewData(nil)
+	if err == nil {
+		err = r.Steps[0].Render(d2, testKinds()["command"]())
+	}
+	if err == nil || !strings.Contains(err.Error(), "GPU facts") {
+		t.Errorf("render without facts: %v", err)
+	}
+}
+
+// FuzzParse feeds arbitrary recipes to the parser: it must return a recipe or problems,
+// never panic, and every problem must carry the file name.
+func FuzzParse(f *testing.F) {
+	seeds, _ := filepath.Glob("testdata/bad/*.yaml")
+	seeds = append(seeds, "../../recipes/qwen3.5-397b-a17b-nvfp4-sm120.yaml")
+	for _, s := range seeds {
+		if b, err := os.ReadFile(s); err == nil {
+			f.Add(b)
+		}
+	}
+	f.Add([]byte("apiVersion: sglprov/v1\nname: x\nsteps: []\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r, err := recipe.Parse("fuzz.yaml", data, testKinds(), nil)
+		if err != nil {
+			if ps, ok := err.(recipe.Problems); ok {
+				for _, p := range ps {
+					if p.File != "fuzz.yaml" && p.File != "--set" {
+						t.Fatalf("problem without the file: %+v", p)
+					}
+				}
+			}
+			return
+		}
+		if r == nil {
+			t.Fatal("nil recipe without error")
+		}
+	})
+}
