@@ -54,18 +54,22 @@ func (d Device) Label() string {
 	return fmt.Sprintf("GPU %d (%s)", d.Index, d.Name)
 }
 
-// archSpecific lists the compute capabilities that have an architecture-specific
-// ("a") target in nvcc: sm_90a, sm_100a, sm_101a (called sm_110a since CUDA 13), sm_103a,
+// archSpecific reports whether a compute capability has an architecture-specific ("a")
+// target in nvcc: sm_90a, sm_100a, sm_101a (called sm_110a since CUDA 13), sm_103a,
 // sm_110a, sm_120a and sm_121a. Kernels that use their special instructions (wgmma,
 // tcgen05, the FP4 block-scaled MMA) must be built for the "a" target.
-var archSpecific = map[string]bool{
-	"9.0": true, "10.0": true, "10.1": true, "10.3": true, "11.0": true, "12.0": true, "12.1": true,
+func archSpecific(cc string) bool {
+	switch cc {
+	case "9.0", "10.0", "10.1", "10.3", "11.0", "12.0", "12.1":
+		return true
+	}
+	return false
 }
 
 // ArchName returns the TORCH_CUDA_ARCH_LIST entry for one compute capability: "12.0a" for
 // an architecture with an arch-specific target, the capability itself ("8.9") otherwise.
 func ArchName(cc string) string {
-	if archSpecific[cc] {
+	if archSpecific(cc) {
 		return cc + "a"
 	}
 	return cc

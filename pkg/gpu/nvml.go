@@ -22,16 +22,18 @@ const (
 	DefaultMapsFile = "/proc/self/maps"
 )
 
-// DefaultLibraryGlobs are where libnvidia-ml.so.N.N.N is looked for when the process maps
-// do not name it.
-var DefaultLibraryGlobs = []string{
-	"/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.*",
-	"/usr/lib/aarch64-linux-gnu/libnvidia-ml.so.*",
-	"/usr/lib64/libnvidia-ml.so.*",
-	"/usr/local/nvidia/lib64/libnvidia-ml.so.*",
-	"/usr/lib/libnvidia-ml.so.*",
-	"/lib/x86_64-linux-gnu/libnvidia-ml.so.*",
-	"/lib64/libnvidia-ml.so.*",
+// DefaultLibraryGlobs returns where libnvidia-ml.so.N.N.N is looked for when the process
+// maps do not name it.
+func DefaultLibraryGlobs() []string {
+	return []string{
+		"/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.*",
+		"/usr/lib/aarch64-linux-gnu/libnvidia-ml.so.*",
+		"/usr/lib64/libnvidia-ml.so.*",
+		"/usr/local/nvidia/lib64/libnvidia-ml.so.*",
+		"/usr/lib/libnvidia-ml.so.*",
+		"/lib/x86_64-linux-gnu/libnvidia-ml.so.*",
+		"/lib64/libnvidia-ml.so.*",
+	}
 }
 
 // NVMLDetector reads GPU facts through an NVML library passed in (nvml.New() on a real
@@ -46,7 +48,7 @@ type NVMLDetector struct {
 	// when empty.
 	MapsFile string
 	// LibraryGlobs are searched for the library's file name when MapsFile does not name it;
-	// DefaultLibraryGlobs when nil.
+	// DefaultLibraryGlobs() when nil.
 	LibraryGlobs []string
 }
 
@@ -61,7 +63,7 @@ func NewNVMLDetector(lib nvml.Interface) *NVMLDetector {
 // A library that cannot be loaded is ErrNoLibrary; a driver/library mismatch is a
 // *MismatchError (errors.Is ErrDriverMismatch); a device call that fails names the device
 // index and the call. Zero GPUs returns the facts together with ErrNoGPU.
-func (d *NVMLDetector) Detect(ctx context.Context) (f *Facts, err error) {
+func (d *NVMLDetector) Detect(ctx context.Context) (*Facts, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -84,7 +86,7 @@ func (d *NVMLDetector) Detect(ctx context.Context) (f *Facts, err error) {
 	}
 	defer d.lib.Shutdown() //nolint:errcheck // nothing useful to do about a failed shutdown.
 
-	f = &Facts{Source: "nvml", GPUs: []Device{}}
+	f := &Facts{Source: "nvml", GPUs: []Device{}}
 	var r nvml.Return
 	if f.DriverVersion, r = d.lib.SystemGetDriverVersion(); r != nvml.SUCCESS {
 		return nil, fmt.Errorf("reading the driver version: nvmlSystemGetDriverVersion: %w", r)
@@ -253,7 +255,7 @@ func (d *NVMLDetector) libraryVersion() string {
 	}
 	globs := d.LibraryGlobs
 	if globs == nil {
-		globs = DefaultLibraryGlobs
+		globs = DefaultLibraryGlobs()
 	}
 	found := map[string]bool{}
 	for _, g := range globs {
