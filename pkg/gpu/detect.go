@@ -9,6 +9,7 @@ import (
 
 // Detector reads the host's GPU facts.
 type Detector interface {
+	// Detect returns the facts, or an error (see Detect for the ones with a meaning).
 	Detect(ctx context.Context) (*Facts, error)
 }
 

@@ -30,12 +30,19 @@ type Facts struct {
 
 // Device is one GPU.
 type Device struct {
-	Index             int    `json:"index"`
-	Name              string `json:"name"`
-	UUID              string `json:"uuid"`
+	// Index is NVML's device index (CUDA_VISIBLE_DEVICES order with the default PCI
+	// ordering).
+	Index int `json:"index"`
+	// Name is the product name, e.g. "NVIDIA RTX PRO 6000 Blackwell Server Edition".
+	Name string `json:"name"`
+	// UUID is "GPU-" and a UUID.
+	UUID string `json:"uuid"`
+	// ComputeCapability is "major.minor", e.g. "12.0".
 	ComputeCapability string `json:"compute_capability"`
-	MemoryTotalBytes  uint64 `json:"memory_total_bytes"`
-	PCIBusID          string `json:"pci_bus_id,omitempty"`
+	// MemoryTotalBytes is the total memory; 0 when the GPU does not report it.
+	MemoryTotalBytes uint64 `json:"memory_total_bytes"`
+	// PCIBusID is NVML's bus id, e.g. "00000000:18:00.0", when known.
+	PCIBusID string `json:"pci_bus_id,omitempty"`
 }
 
 // gib is the number of bytes in one GiB.

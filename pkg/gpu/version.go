@@ -10,9 +10,12 @@ import (
 // where the problem is, so that a caller holding the range's position in a file can point
 // at the exact column.
 type RangeError struct {
-	Input  string
+	// Input is the range as given.
+	Input string
+	// Offset is the byte offset of the problem in Input.
 	Offset int
-	Msg    string
+	// Msg says what is wrong.
+	Msg string
 }
 
 // Error returns `invalid version range ">=9.0,,<10": empty constraint at offset 6`.
@@ -37,7 +40,9 @@ const (
 
 // Constraint is one operator and version of a range, e.g. >=575.
 type Constraint struct {
-	Op      Op
+	// Op is the comparison.
+	Op Op
+	// Version is the version compared with, as written.
 	Version string
 	parts   []int
 }
@@ -45,6 +50,7 @@ type Constraint struct {
 // Range is a conjunction of constraints: ">=9.0,<10.0" matches a version that satisfies
 // both. The zero Range matches everything.
 type Range struct {
+	// Constraints must all hold.
 	Constraints []Constraint
 	raw         string
 }
