@@ -483,7 +483,7 @@ func (p *proc) spawn() (*exec.Cmd, *os.File, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("opening the log: %w", err)
 	}
-	p.logf(logf, "starting: %s", strings.Join(p.svc.Argv, " "))
+	p.logf(logf, "starting: %s", displayArgv(p.svc.Argv))
 	cmd := exec.Command(p.svc.Argv[0], p.svc.Argv[1:]...)
 	cmd.Env = p.env
 	cmd.Dir = strings.TrimPrefix(p.svc.WorkingDirectory, "-")
@@ -501,6 +501,18 @@ func (p *proc) spawn() (*exec.Cmd, *os.File, error) {
 		return nil, logf, err
 	}
 	return cmd, logf, nil
+}
+
+// displayArgv joins argv for a log line, quoting the arguments that need it.
+func displayArgv(argv []string) string {
+	words := make([]string, len(argv))
+	for i, a := range argv {
+		words[i] = a
+		if a == "" || strings.ContainsFunc(a, func(r rune) bool { return r <= ' ' || r == '"' || r == '\\' || r == '\'' }) {
+			words[i] = strconv.Quote(a)
+		}
+	}
+	return strings.Join(words, " ")
 }
 
 // terminate stops the process group: SIGTERM, then SIGKILL after the stop timeout.
