@@ -420,7 +420,10 @@ func TestExecStopEscalates(t *testing.T) {
 	if err := m.Start(ctx, "x.service"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "ready", func() bool { b, _ := os.ReadFile(m.LogPath("x.service")); return strings.Contains(string(b), "\nready\n") })
+	waitFor(t, "ready", func() bool {
+		b, _ := os.ReadFile(m.LogPath("x.service"))
+		return strings.Contains(string(b), "\nready\n")
+	})
 	begin := time.Now()
 	if err := m.Close(); err != nil {
 		t.Fatal(err)
