@@ -123,11 +123,14 @@ func TestCUDABuildOnGPU(t *testing.T) {
 	t.Logf("build log:\n%s", out)
 
 	bin := filepath.Join(src, "build", "cc")
-	got, err := exec.Command(bin).CombinedOutput()
+	var stderr strings.Builder
+	cmd := exec.Command(bin)
+	cmd.Stderr = &stderr
+	got, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("%s: %v\n%s", bin, err, got)
+		t.Fatalf("%s: %v\n%s", bin, err, stderr.String())
 	}
-	t.Logf("cc printed:\n%s", got)
+	t.Logf("cc printed: %s%s", got, stderr.String())
 	if first, _, _ := strings.Cut(string(got), "\n"); first != cc {
 		t.Errorf("cc printed %q first, want %q", first, cc)
 	}

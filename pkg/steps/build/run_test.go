@@ -162,6 +162,11 @@ func TestRunEnvironment(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			bin := fakeTools(t)
+			for _, k := range keys {
+				// A CUDA image may set some of these (TORCH_CUDA_ARCH_LIST); start without.
+				t.Setenv(k, "")
+				os.Unsetenv(k)
+			}
 			t.Setenv("FROM_PROCESS", "yes")
 			if tc.ccache {
 				writeScript(t, filepath.Join(bin, "ccache"), "exec \"$@\"\n")
