@@ -17,7 +17,7 @@ func WriteTable(w io.Writer, res *Result) error {
 		fmt.Fprintf(tw, "model\t%s\n", res.Model)
 	}
 	if res.Ready {
-		fmt.Fprintf(tw, "ready in\t%s\n", res.TimeToReady.Round(time.Millisecond))
+		fmt.Fprintf(tw, "ready in\t%s\n", roundDuration(res.TimeToReady))
 	}
 	if len(res.Cases) > 0 {
 		fmt.Fprintln(tw)
@@ -28,7 +28,7 @@ func WriteTable(w io.Writer, res *Result) error {
 				verdict = "PASS"
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", c.Name, verdict, oneLine(c.Reason),
-				c.Latency.Round(time.Millisecond), c.Sample)
+				roundDuration(c.Latency), c.Sample)
 		}
 	}
 	if err := tw.Flush(); err != nil {
@@ -40,4 +40,15 @@ func WriteTable(w io.Writer, res *Result) error {
 
 func oneLine(s string) string {
 	return strings.Join(strings.Fields(s), " ")
+}
+
+// roundDuration keeps three significant figures or so: 1.234s, 12ms, 0.41ms.
+func roundDuration(d time.Duration) time.Duration {
+	switch {
+	case d >= time.Second:
+		return d.Round(time.Millisecond)
+	case d >= 10*time.Millisecond:
+		return d.Round(100 * time.Microsecond)
+	}
+	return d.Round(10 * time.Microsecond)
 }

@@ -1,0 +1,214 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/gpu"
+	"github.com/sglprov/sglprov/pkg/recipe"
+	gate "github.com/sglprov/sglprov/pkg/smoke"
+	"github.com/sglprov/sglprov/pkg/steps"
+	smokestep "github.com/sglprov/sglprov/pkg/steps/smoke"
+)
+
+// SmokeMain runs `sglprov smoke` with args (the arguments after "smoke") and returns the
+// exit code: 0 when the gate passed, 3 when it failed (wrong or degenerate answers, or a
+// server that never got ready), 2 for bad usage or an invalid recipe.
+func SmokeMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	err := runSmokeCommand(ctx, IO{Stdout: stdout, Stderr: stderr, Getenv: os.Getenv}, args)
+	if errors.Is(err, flag.ErrHelp) {
+		return engine.ExitOK
+	}
+	if err != nil && !errors.Is(err, errReported) {
+		fmt.Fprintf(stderr, "sglprov smoke: %v\n", err)
+	}
+	return engine.ExitCode(err)
+}
+
+// smokeOptions are the flags of `sglprov smoke`.
+type smokeOptions struct {
+	url, model, recipe, step string
+	sets                     multi
+	insecure, json           bool
+	readyTimeout             time.Duration
+	requestTimeout           time.Duration
+	maxTokens                int
+}
+
+// runSmokeCommand is `sglprov smoke` in the shape of the command table: the gate's
+// verdict is printed here, and a failed gate returns an error wrapping engine.ErrGate that
+// is marked as already reported.
+func runSmokeCommand(ctx context.Context, stdio IO, args []string) error {
+	if stdio.Getenv == nil {
+		stdio.Getenv = os.Getenv
+	}
+	var o smokeOptions
+	fs := newFlags("smoke", stdio)
+	fs.StringVar(&o.url, "url", "", "server base `URL`, e.g. http://127.0.0.1:30000")
+	fs.StringVar(&o.model, "model", "", "model `NAME` to ask (default: the first of /v1/models)")
+	fs.StringVar(&o.recipe, "f", "", "take the gate from the smoke step of recipe `FILE`")
+	fs.StringVar(&o.recipe, "recipe", "", "take the gate from the smoke step of recipe `FILE`")
+	fs.StringVar(&o.step, "step", "", "with -f: the smoke step's `NAME` (default: the first smoke step)")
+	fs.Var(&o.sets, "set", "with -f: override a recipe var, `KEY=VALUE` (repeatable)")
+	fs.BoolVar(&o.insecure, "insecure-permissions", false, "with -f: accept a recipe that group or others can write")
+	fs.BoolVar(&o.json, "json", false, "print the verdict as JSON")
+	fs.DurationVar(&o.readyTimeout, "ready-timeout", 0, "how long to wait for readiness (default 20m)")
+	fs.DurationVar(&o.requestTimeout, "request-timeout", 0, "how long each question may take (default 2m)")
+	fs.IntVar(&o.maxTokens, "max-tokens", 0, "max_tokens of each question (default 1024)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	cfg, err := smokeConfig(ctx, stdio, o)
+	if err != nil {
+		return err
+	}
+	if !o.json {
+		fmt.Fprintf(stdio.Stderr, "waiting for %s to get ready (up to %s)\n", gate.RedactURL(cfg.URL), readyTimeoutOf(cfg))
+	}
+	res, err := gate.Run(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("%w: %w", engine.ErrUsage, err)
+	}
+	if o.json {
+		enc := json.NewEncoder(stdio.Stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(res); err != nil {
+			return fmt.Errorf("writing the verdict: %w", err)
+		}
+	} else if err := gate.WriteTable(stdio.Stdout, res); err != nil {
+		return fmt.Errorf("writing the verdict: %w", err)
+	}
+	if !res.Pass {
+		if ctx.Err() != nil {
+			return fmt.Errorf("%w: %w", engine.ErrGate, ctx.Err())
+		}
+		return reported(fmt.Errorf("%w: %s", engine.ErrGate, res.Summary()))
+	}
+	return nil
+}
+
+func readyTimeoutOf(cfg gate.Config) time.Duration {
+	if cfg.ReadyTimeout > 0 {
+		return cfg.ReadyTimeout
+	}
+	return gate.DefaultReadyTimeout
+}
+
+// smokeConfig builds the gate's config from the flags, over the recipe's smoke step when
+// -f is given.
+func smokeConfig(ctx context.Context, stdio IO, o smokeOptions) (gate.Config, error) {
+	var spec smokestep.Spec
+	switch {
+	case o.recipe != "":
+		s, err := recipeSmokeSpec(ctx, stdio, o)
+		if err != nil {
+			return gate.Config{}, err
+		}
+		spec = *s
+	case o.url == "":
+		return gate.Config{}, fmt.Errorf("%w: give --url URL or -f RECIPE", engine.ErrUsage)
+	case o.step != "" || len(o.sets) > 0:
+		return gate.Config{}, fmt.Errorf("%w: --step and --set need -f RECIPE", engine.ErrUsage)
+	}
+	if o.url != "" {
+		spec.URL = o.url
+	}
+	if o.model != "" {
+		spec.Model = o.model
+	}
+	if o.maxTokens < 0 || o.readyTimeout < 0 || o.requestTimeout < 0 {
+		return gate.Config{}, fmt.Errorf("%w: --max-tokens, --ready-timeout and --request-timeout must not be negative", engine.ErrUsage)
+	}
+	if o.maxTokens > 0 {
+		spec.MaxTokens = o.maxTokens
+	}
+	if o.readyTimeout > 0 {
+		spec.ReadyTimeout = o.readyTimeout.String()
+	}
+	if o.requestTimeout > 0 {
+		spec.RequestTimeout = o.requestTimeout.String()
+	}
+	return spec.Config(stdio.Getenv)
+}
+
+// recipeSmokeSpec reads the recipe and renders its smoke step (the one named by --step,
+// else the first).
+func recipeSmokeSpec(ctx context.Context, stdio IO, o smokeOptions) (*smokestep.Spec, error) {
+	if err := checkPerms(o.recipe, o.insecure); err != nil {
+		return nil, err
+	}
+	kinds := steps.Specs(steps.Registry())
+	if _, ok := kinds["smoke"]; !ok {
+		kinds["smoke"] = smokestep.Kind().NewSpec
+	}
+	r, err := recipe.Load(o.recipe, kinds, o.sets)
+	if err != nil {
+		var ps recipe.Problems
+		if errors.As(err, &ps) {
+			return nil, fmt.Errorf("%w: %d problem(s) in the recipe:\n%v", engine.ErrUsage, len(ps), ps)
+		}
+		return nil, fmt.Errorf("%w: %v", engine.ErrUsage, err)
+	}
+	var st *recipe.Step
+	var names []string
+	for _, s := range r.Steps {
+		if s.Kind != "smoke" {
+			continue
+		}
+		names = append(names, s.Name)
+		if st == nil && (o.step == "" || s.Name == o.step) {
+			st = s
+		}
+	}
+	if st == nil {
+		if o.step != "" {
+			return nil, fmt.Errorf("%w: recipe %s has no smoke step %q (smoke steps: %s)", engine.ErrUsage, o.recipe, o.step, strings.Join(names, ", "))
+		}
+		return nil, fmt.Errorf("%w: recipe %s has no smoke step", engine.ErrUsage, o.recipe)
+	}
+	data, err := smokeData(ctx, stdio, r, st)
+	if err != nil {
+		return nil, err
+	}
+	var spec smokestep.Spec
+	if err := st.Render(data, &spec); err != nil {
+		return nil, fmt.Errorf("%w: %v", engine.ErrUsage, err)
+	}
+	return &spec, nil
+}
+
+// smokeData returns the template data for the smoke step: the vars, and the GPU facts
+// when the step or a var needs them.
+func smokeData(ctx context.Context, stdio IO, r *recipe.Recipe, st *recipe.Step) (recipe.Data, error) {
+	needFacts := false
+	for _, ref := range r.ExpandRefs(st) {
+		if !strings.HasPrefix(ref, "vars.") {
+			needFacts = true
+		}
+	}
+	if !needFacts {
+		if data, err := r.NewData(nil); err == nil {
+			return data, nil
+		}
+	}
+	f, err := gpu.Detect(ctx, stdio.Getenv)
+	switch {
+	case errors.Is(err, gpu.ErrDriverMismatch):
+		return nil, fmt.Errorf("%w: %v", engine.ErrReboot, err)
+	case err != nil && !errors.Is(err, gpu.ErrNoGPU):
+		return nil, fmt.Errorf("%w: detecting GPUs for the templates of step %q: %v", engine.ErrHost, st.Name, err)
+	}
+	data, err := r.NewData(f.TemplateData())
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", engine.ErrUsage, err)
+	}
+	return data, nil
+}
