@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"time"
 )
 
 // DefaultEndpoint is the hub used when neither the recipe nor HF_ENDPOINT names one.
@@ -37,13 +38,20 @@ type Options struct {
 	Getenv func(string) string
 	// HTTPClient carries the requests; nil means a client with default settings.
 	HTTPClient *http.Client
+	// Retries is how many times an API request that failed in transport or with a 5xx or
+	// 429 answer is tried again (0: 3; negative: none).
+	Retries int
+	// RetryWait is the wait before the first retry; it doubles each time (0: 1s).
+	RetryWait time.Duration
 }
 
 // Client talks to one hub endpoint. It is safe for concurrent use.
 type Client struct {
-	endpoint *url.URL
-	token    string
-	http     *http.Client
+	endpoint  *url.URL
+	token     string
+	http      *http.Client
+	retries   int
+	retryWait time.Duration
 }
 
 // New returns a client for the endpoint and token that opt names.
@@ -74,7 +82,16 @@ func New(opt Options) (*Client, error) {
 	if base == nil {
 		base = &http.Client{}
 	}
-	c := &Client{endpoint: u, token: token}
+	c := &Client{endpoint: u, token: token, retries: opt.Retries, retryWait: opt.RetryWait}
+	if c.retries == 0 {
+		c.retries = 3
+	}
+	if c.retries < 0 {
+		c.retries = 0
+	}
+	if c.retryWait <= 0 {
+		c.retryWait = time.Second
+	}
 	hc := *base
 	hc.Transport = &authTransport{base: base.Transport, host: u.Host, token: token}
 	c.http = &hc
@@ -478,29 +495,50 @@ func (e *APIError) Error() string {
 	return s
 }
 
+// getJSON decodes the JSON answer to a GET of u into v, retrying transport errors, 5xx and
+// 429 answers; hdr, when set, receives the answer's header.
 func (c *Client) getJSON(ctx context.Context, u, repo, rev string, v any, hdr *http.Header) error {
+	wait := c.retryWait
+	for attempt := 0; ; attempt++ {
+		retry, err := c.getJSONOnce(ctx, u, repo, rev, v, hdr)
+		if err == nil || !retry || attempt >= c.retries || ctx.Err() != nil {
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		wait *= 2
+	}
+}
+
+func (c *Client) getJSONOnce(ctx context.Context, u, repo, rev string, v any, hdr *http.Header) (retry bool, err error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
-		return fmt.Errorf("building request: %w", err)
+		return false, fmt.Errorf("building request: %w", err)
 	}
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("User-Agent", "sglprov")
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return c.scrub(err)
+		return true, c.scrub(err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return c.apiError(resp, repo, rev)
+		retry := resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests
+		return retry, c.apiError(resp, repo, rev)
 	}
 	dec := json.NewDecoder(io.LimitReader(resp.Body, maxListingBytes))
 	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("decoding the hub's answer from %s: %w", c.redact(u), err)
+		return true, fmt.Errorf("decoding the hub's answer from %s: %w", c.redact(u), err)
 	}
 	if hdr != nil {
 		*hdr = resp.Header
 	}
-	return nil
+	return false, nil
 }
 
 func (c *Client) apiError(resp *http.Response, repo, rev string) error {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"sort"
@@ -15,6 +16,7 @@ import (
 	"strings"
 	"testing"
 	"testing/fstest"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -379,5 +381,74 @@ func TestCheckName(t *testing.T) {
 				t.Errorf("CheckName(%q) = %v, want ok=%v", tt.name, err, tt.ok)
 			}
 		})
+	}
+}
+
+func TestRetries(t *testing.T) {
+	h := startHub(t, fakehub.Options{})
+	tests := []struct {
+		name     string
+		fail     int // answers of 503 before the hub answers
+		status   int
+		retries  int
+		wantErr  string
+		wantHits int
+	}{
+		{name: "recovers after two 503", fail: 2, status: http.StatusServiceUnavailable, wantHits: 3},
+		{name: "429 is retried", fail: 1, status: http.StatusTooManyRequests, wantHits: 2},
+		{name: "gives up", fail: 10, status: http.StatusBadGateway, retries: 2, wantErr: "502", wantHits: 3},
+		{name: "no retries", fail: 1, status: http.StatusInternalServerError, retries: -1, wantErr: "500", wantHits: 1},
+		{name: "404 is not retried", fail: 5, status: http.StatusNotFound, wantErr: "404", wantHits: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			hits := 0
+			flaky := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				hits++
+				if hits <= tt.fail {
+					http.Error(w, "try later", tt.status)
+					return
+				}
+				h.Handler().ServeHTTP(w, r)
+			}))
+			defer flaky.Close()
+			c, err := hub.New(hub.Options{Endpoint: flaky.URL, Getenv: noEnv, Retries: tt.retries, RetryWait: time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			commit, err := c.ResolveRevision(context.Background(), repo, "main")
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Errorf("err = %v, want %q", err, tt.wantErr)
+				}
+			} else if err != nil || commit != fakehub.DefaultCommit {
+				t.Errorf("ResolveRevision = %q, %v", commit, err)
+			}
+			if hits != tt.wantHits {
+				t.Errorf("requests = %d, want %d", hits, tt.wantHits)
+			}
+		})
+	}
+}
+
+func TestRevisionWithSlash(t *testing.T) {
+	pr := strings.Repeat("cd", 20)
+	h := startHub(t, fakehub.Options{Refs: map[string]string{"refs/pr/1": pr}})
+	c := newClient(t, h, "")
+	got, err := c.ResolveRevision(context.Background(), repo, "refs/pr/1")
+	if err != nil || got != pr {
+		t.Fatalf("ResolveRevision(refs/pr/1) = %q, %v", got, err)
+	}
+	u := c.ResolveURL(repo, "refs/pr/1", "config.json")
+	if !strings.Contains(u, "/resolve/refs%2Fpr%2F1/config.json") {
+		t.Errorf("ResolveURL = %s", u)
+	}
+	resp, err := c.HTTPClient().Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("GET %s: %d", u, resp.StatusCode)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -223,4 +224,29 @@ func FuzzParse(f *testing.F) {
 			end = tn.End
 		}
 	})
+}
+
+// countingReaderAt counts the bytes read through it.
+type countingReaderAt struct {
+	r io.ReaderAt
+	n int64
+}
+
+func (c *countingReaderAt) ReadAt(p []byte, off int64) (int, error) {
+	n, err := c.r.ReadAt(p, off)
+	c.n += int64(n)
+	return n, err
+}
+
+func TestParseReadsOnlyTheHeader(t *testing.T) {
+	tensors := []safetensors.Tensor{{Name: "big", DType: "U8", Shape: []int64{4 << 20}}}
+	b := encode(t, tensors)
+	cr := &countingReaderAt{r: bytes.NewReader(b)}
+	h, err := safetensors.Parse(cr, int64(len(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := 8 + h.Size; cr.n != want {
+		t.Errorf("read %d bytes of a %d-byte file, want only the %d of the header", cr.n, len(b), want)
+	}
 }

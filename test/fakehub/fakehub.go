@@ -284,7 +284,7 @@ func (h *Hub) authorized(r *http.Request) bool {
 }
 
 func (h *Hub) serveHub(w http.ResponseWriter, r *http.Request) {
-	p := r.URL.Path
+	p := r.URL.EscapedPath()
 	repo := h.opt.Repo
 	switch {
 	case strings.HasPrefix(p, "/api/models/"):
@@ -326,6 +326,12 @@ func (h *Hub) serveHub(w http.ResponseWriter, r *http.Request) {
 		}
 		rest := strings.TrimPrefix(p, "/"+repo+"/resolve/")
 		rev, name, _ := strings.Cut(rest, "/")
+		rev, err1 := url.PathUnescape(rev)
+		name, err2 := url.PathUnescape(name)
+		if err1 != nil || err2 != nil {
+			hubError(w, http.StatusBadRequest, "", "bad path")
+			return
+		}
 		commit, ok := h.resolveRev(rev)
 		if !ok {
 			hubError(w, http.StatusNotFound, "RevisionNotFound", "Invalid rev id: "+rev)

@@ -98,6 +98,7 @@ func (fx *fixture) step(t *testing.T, spec Spec, env map[string]string) *Step {
 	}
 	st.getenv = func(k string) string { return env[k] }
 	st.freeSpace = func(string) (uint64, error) { return 1 << 40, nil }
+	st.retryWait = time.Millisecond
 	return st
 }
 

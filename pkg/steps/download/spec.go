@@ -170,4 +170,6 @@ type Step struct {
 	client *http.Client
 	// freeSpace replaces the downloader's free-space check (tests).
 	freeSpace func(string) (uint64, error)
+	// retryWait is the first wait between retries of hub API requests (0: the default).
+	retryWait time.Duration
 }

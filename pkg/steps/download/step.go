@@ -95,7 +95,7 @@ func (s *Step) Fingerprint(ctx context.Context, env *engine.Env) (map[string]str
 	if hub.IsCommit(rev) {
 		return map[string]string{"hf.commit": rev}, nil
 	}
-	c, err := s.hubClient(env)
+	c, err := s.hubClient(env, -1)
 	if err == nil {
 		var commit string
 		commit, err = c.ResolveRevision(ctx, s.spec.HF.Repo, rev)
@@ -118,13 +118,15 @@ func (s *Step) revision() string {
 	return s.spec.HF.Revision
 }
 
-func (s *Step) hubClient(env *engine.Env) (*hub.Client, error) {
+// hubClient returns a client for the spec's hub; retries as in hub.Options.
+func (s *Step) hubClient(env *engine.Env, retries int) (*hub.Client, error) {
 	tokenFile := s.spec.HF.TokenFile
 	if tokenFile != "" {
 		tokenFile = env.HostPath(tokenFile)
 	}
 	c, err := hub.New(hub.Options{
 		Endpoint: s.spec.HF.Endpoint, TokenFile: tokenFile, Getenv: s.getenv, HTTPClient: s.client,
+		Retries: retries, RetryWait: s.retryWait,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("setting up the hub client: %w", err)
@@ -200,7 +202,7 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 		tokenHost string
 	)
 	if s.spec.HF != nil {
-		c, err := s.hubClient(env)
+		c, err := s.hubClient(env, s.spec.Retries)
 		if err != nil {
 			return err
 		}
