@@ -88,7 +88,7 @@ func runSmokeCommand(ctx context.Context, stdio IO, args []string) error {
 	}
 	if !res.Pass {
 		if ctx.Err() != nil {
-			return fmt.Errorf("%w: %w", engine.ErrGate, ctx.Err())
+			return fmt.Errorf("smoke gate interrupted: %w", ctx.Err())
 		}
 		return reported(fmt.Errorf("%w: %s", engine.ErrGate, res.Summary()))
 	}

@@ -258,6 +258,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	res.Pass = true
 	for _, k := range cfg.Cases {
 		cr := runCase(ctx, cfg, res.Model, k)
+		if cfg.APIKey != "" {
+			cr.Reason = strings.ReplaceAll(cr.Reason, cfg.APIKey, "[redacted]")
+			cr.Sample = strings.ReplaceAll(cr.Sample, cfg.APIKey, "[redacted]")
+		}
 		res.Pass = res.Pass && cr.Pass
 		res.Cases = append(res.Cases, cr)
 	}
@@ -451,7 +455,11 @@ func runCase(ctx context.Context, cfg Config, model string, k Case) CaseResult {
 		return cr
 	}
 	if resp.StatusCode != http.StatusOK {
-		cr.Reason = fmt.Sprintf("HTTP %d: %s", resp.StatusCode, Sample(strings.TrimSpace(string(raw)), SampleRunes))
+		body := strings.TrimSpace(string(raw))
+		if cfg.APIKey != "" {
+			body = strings.ReplaceAll(body, cfg.APIKey, "[redacted]")
+		}
+		cr.Reason = fmt.Sprintf("HTTP %d: %s", resp.StatusCode, Sample(body, SampleRunes))
 		return cr
 	}
 	var cresp chatResponse

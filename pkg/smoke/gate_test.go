@@ -85,6 +85,7 @@ func TestRunAgainstModes(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(string(tt.mode), func(t *testing.T) {
+			t.Parallel()
 			srv, _ := fake(t, fakesglang.Options{Mode: tt.mode, Model: "qwen3.5-397b",
 				ReadyAfter: 30 * time.Millisecond})
 			res, err := Run(context.Background(), fastConfig(srv.URL))
@@ -463,5 +464,25 @@ func TestSample(t *testing.T) {
 		if got := Sample(tt.in, tt.n); got != tt.want {
 			t.Errorf("Sample(%q, %d) = %s, want %s", tt.in, tt.n, got, tt.want)
 		}
+	}
+}
+
+func TestAPIKeyEchoRedacted(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/chat/completions" {
+			w.WriteHeader(http.StatusUnauthorized)
+			_, _ = io.WriteString(w, "bad key "+strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "))
+		}
+	}))
+	defer srv.Close()
+	cfg := fastConfig(srv.URL)
+	cfg.Model, cfg.APIKey = "m", "sk-echoed"
+	res, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := res.Cases[0]
+	if strings.Contains(c.Reason, "sk-echoed") || !strings.Contains(c.Reason, `HTTP 401: "bad key [redacted]"`) {
+		t.Errorf("reason %q", c.Reason)
 	}
 }
