@@ -1,0 +1,233 @@
+// Package daemon keeps a provisioned node right: it applies the recipe, then watches the
+// driver facts and runs a canary smoke case at an interval; a changed driver re-applies,
+// a driver/library mismatch reports "reboot required" and leaves the service alone, and
+// repeated canary failures restart the service and, past a bound, mark the node unhealthy.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"charm.land/log/v2"
+
+	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/gpu"
+)
+
+// Options are the daemon's parts; every side effect is a function so that tests can
+// stand in for it.
+type Options struct {
+	// Apply runs one apply of the recipe.
+	Apply func(ctx context.Context) (*engine.Report, error)
+	// Detect reads the GPU facts (nil when the recipe needs none).
+	Detect func(ctx context.Context) (*gpu.Facts, error)
+	// Canary runs one smoke case against the service.
+	Canary func(ctx context.Context) (time.Duration, error)
+	// RestartService restarts the served model's service (nil: none to restart).
+	RestartService func(ctx context.Context) error
+	// Notify sends an sd_notify message ("READY=1", "STATUS=...", "WATCHDOG=1").
+	Notify func(state string) error
+	// WatchdogInterval is how often to send WATCHDOG=1 (0: never).
+	WatchdogInterval time.Duration
+	// Interval between checks (default 60 s).
+	Interval time.Duration
+	// FailuresBeforeRestart consecutive canary failures restart the service (default 3).
+	FailuresBeforeRestart int
+	// MaxRestarts restarts without a passing canary in between mark the node unhealthy
+	// (default 3).
+	MaxRestarts int
+	// Metrics records what happens (may be nil).
+	Metrics *Metrics
+	// Log is the daemon's logger.
+	Log *log.Logger
+}
+
+func (o *Options) defaults() {
+	if o.Interval <= 0 {
+		o.Interval = time.Minute
+	}
+	if o.FailuresBeforeRestart <= 0 {
+		o.FailuresBeforeRestart = 3
+	}
+	if o.MaxRestarts <= 0 {
+		o.MaxRestarts = 3
+	}
+	if o.Notify == nil {
+		o.Notify = func(string) error { return nil }
+	}
+	if o.Log == nil {
+		o.Log = log.New(nil)
+	}
+}
+
+// Health is what the daemon says of the node.
+type Health string
+
+// The node's health states.
+const (
+	Healthy        Health = "healthy"
+	Degraded       Health = "degraded"
+	Unhealthy      Health = "unhealthy"
+	RebootRequired Health = "reboot required"
+	ApplyFailed    Health = "apply failed"
+)
+
+// Daemon is one running daemon.
+type Daemon struct {
+	o        Options
+	driver   string
+	failures int
+	restarts int
+	health   Health
+}
+
+// New returns a daemon with opts.
+func New(opts Options) *Daemon {
+	opts.defaults()
+	return &Daemon{o: opts}
+}
+
+// Health returns the node's health as the daemon last saw it.
+func (d *Daemon) Health() Health { return d.health }
+
+// Run applies the recipe, reports READY, then checks at every interval until ctx ends.
+// It returns nil when ctx is cancelled.
+func (d *Daemon) Run(ctx context.Context) error {
+	d.status("applying the recipe")
+	d.apply(ctx, "start")
+	if f, err := d.detect(ctx); err == nil && f != nil {
+		d.driver = f.DriverVersion
+	}
+	_ = d.o.Notify("READY=1")
+	d.status(string(d.health))
+
+	tick := time.NewTicker(d.o.Interval)
+	defer tick.Stop()
+	var wd <-chan time.Time
+	if d.o.WatchdogInterval > 0 {
+		t := time.NewTicker(d.o.WatchdogInterval)
+		defer t.Stop()
+		wd = t.C
+		_ = d.o.Notify("WATCHDOG=1")
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			_ = d.o.Notify("STOPPING=1")
+			return nil
+		case <-wd:
+			_ = d.o.Notify("WATCHDOG=1")
+		case <-tick.C:
+			d.Check(ctx)
+			d.status(string(d.health))
+		}
+	}
+}
+
+// Check runs one round: the driver facts first, then the canary.
+func (d *Daemon) Check(ctx context.Context) {
+	f, err := d.detect(ctx)
+	switch {
+	case errors.Is(err, gpu.ErrDriverMismatch):
+		if d.health != RebootRequired {
+			d.o.Log.Error("reboot required; the service is left as it is", "err", err)
+		}
+		d.setHealth(RebootRequired)
+		d.o.Metrics.setRebootRequired(true)
+		return
+	case err != nil && !errors.Is(err, gpu.ErrNoGPU):
+		d.o.Log.Error("reading GPU facts", "err", err)
+	case f != nil:
+		d.o.Metrics.setRebootRequired(false)
+		if d.driver != "" && f.DriverVersion != d.driver {
+			d.o.Log.Info("driver changed; applying the recipe again", "from", d.driver, "to", f.DriverVersion)
+			d.driver = f.DriverVersion
+			d.apply(ctx, "driver changed")
+			return
+		}
+		d.driver = f.DriverVersion
+	}
+	if d.health == ApplyFailed {
+		// The last apply failed: try again rather than canary a half-made node.
+		d.apply(ctx, "retry after failure")
+		return
+	}
+	d.canary(ctx)
+}
+
+func (d *Daemon) apply(ctx context.Context, why string) {
+	rep, err := d.o.Apply(ctx)
+	d.o.Metrics.observeApply(rep, err)
+	switch {
+	case errors.Is(err, engine.ErrReboot):
+		d.o.Log.Error("apply: reboot required", "err", err)
+		d.setHealth(RebootRequired)
+		d.o.Metrics.setRebootRequired(true)
+	case err != nil:
+		d.o.Log.Error("apply failed", "why", why, "err", err)
+		d.setHealth(ApplyFailed)
+	default:
+		d.o.Log.Info("apply done", "why", why)
+		d.failures, d.restarts = 0, 0
+		d.setHealth(Healthy)
+	}
+}
+
+func (d *Daemon) canary(ctx context.Context) {
+	if d.o.Canary == nil {
+		return
+	}
+	lat, err := d.o.Canary(ctx)
+	d.o.Metrics.observeCanary(lat, err)
+	if err == nil {
+		if d.failures > 0 || d.health != Healthy {
+			d.o.Log.Info("canary passes again", "latency", lat.Round(time.Millisecond))
+		}
+		d.failures, d.restarts = 0, 0
+		d.setHealth(Healthy)
+		return
+	}
+	d.failures++
+	d.o.Log.Warn("canary failed", "failures", d.failures, "err", err)
+	if d.failures < d.o.FailuresBeforeRestart {
+		d.setHealth(Degraded)
+		return
+	}
+	if d.restarts >= d.o.MaxRestarts {
+		if d.health != Unhealthy {
+			d.o.Log.Error("node unhealthy: the canary keeps failing after restarts", "restarts", d.restarts)
+		}
+		d.setHealth(Unhealthy)
+		return
+	}
+	if d.o.RestartService == nil {
+		d.setHealth(Unhealthy)
+		return
+	}
+	d.restarts++
+	d.failures = 0
+	d.o.Metrics.incRestarts()
+	d.o.Log.Warn("restarting the service", "restart", d.restarts, "of", d.o.MaxRestarts)
+	if err := d.o.RestartService(ctx); err != nil {
+		d.o.Log.Error("restarting the service", "err", err)
+	}
+	d.setHealth(Degraded)
+}
+
+func (d *Daemon) detect(ctx context.Context) (*gpu.Facts, error) {
+	if d.o.Detect == nil {
+		return nil, nil
+	}
+	return d.o.Detect(ctx)
+}
+
+func (d *Daemon) setHealth(h Health) {
+	d.health = h
+	d.o.Metrics.setHealth(h)
+}
+
+func (d *Daemon) status(s string) {
+	_ = d.o.Notify(fmt.Sprintf("STATUS=%s", s))
+}

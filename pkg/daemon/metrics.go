@@ -1,0 +1,189 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/smoke"
+)
+
+// Metrics are the daemon's Prometheus metrics, in their own registry. A nil *Metrics
+// records nothing.
+type Metrics struct {
+	reg *prometheus.Registry
+
+	applyResult   prometheus.Gauge
+	applyExit     prometheus.Gauge
+	applyTime     prometheus.Gauge
+	applyDuration prometheus.Gauge
+	stepDuration  *prometheus.GaugeVec
+	stepResult    *prometheus.GaugeVec
+	gatePass      prometheus.Gauge
+	timeToReady   prometheus.Gauge
+	canaryLatency prometheus.Gauge
+	canaryFails   prometheus.Counter
+	canaryRuns    prometheus.Counter
+	restarts      prometheus.Counter
+	health        *prometheus.GaugeVec
+	reboot        prometheus.Gauge
+}
+
+// NewMetrics returns the daemon's metrics in a fresh registry.
+func NewMetrics() *Metrics {
+	m := &Metrics{reg: prometheus.NewRegistry()}
+	g := func(name, help string) prometheus.Gauge {
+		x := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "sglprov", Name: name, Help: help})
+		m.reg.MustRegister(x)
+		return x
+	}
+	c := func(name, help string) prometheus.Counter {
+		x := prometheus.NewCounter(prometheus.CounterOpts{Namespace: "sglprov", Name: name, Help: help})
+		m.reg.MustRegister(x)
+		return x
+	}
+	m.applyResult = g("apply_success", "1 when the last apply succeeded, else 0.")
+	m.applyExit = g("apply_exit_code", "Exit code of the last apply.")
+	m.applyTime = g("apply_last_timestamp_seconds", "When the last apply started (Unix time).")
+	m.applyDuration = g("apply_duration_seconds", "How long the last apply took.")
+	m.stepDuration = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "sglprov", Name: "step_duration_seconds",
+		Help: "How long each step took in the last apply (0 when skipped)."}, []string{"step"})
+	m.stepResult = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "sglprov", Name: "step_ok",
+		Help: "1 when the step succeeded or was skipped as intact in the last apply."}, []string{"step"})
+	m.reg.MustRegister(m.stepDuration, m.stepResult)
+	m.gatePass = g("gate_pass", "1 when the smoke gate passed in the last apply.")
+	m.timeToReady = g("time_to_ready_seconds", "Seconds the service took to become ready in the last gate.")
+	m.canaryLatency = g("canary_latency_seconds", "Latency of the last canary smoke case.")
+	m.canaryFails = c("canary_failures_total", "Canary smoke cases that failed.")
+	m.canaryRuns = c("canary_runs_total", "Canary smoke cases run.")
+	m.restarts = c("service_restarts_total", "Service restarts after repeated canary failures.")
+	m.health = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "sglprov", Name: "node_health",
+		Help: "1 for the node's current health state, 0 for the others."}, []string{"state"})
+	m.reg.MustRegister(m.health)
+	m.reboot = g("reboot_required", "1 when NVML reports a driver/library mismatch.")
+	return m
+}
+
+// Registry returns the metrics' registry.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// Serve serves /metrics on addr (a loopback address) until the listener fails; it
+// returns the bound address.
+func (m *Metrics) Serve(addr string) (net.Addr, func() error, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("listening for metrics on %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			_ = err // the daemon goes on without metrics
+		}
+	}()
+	return ln.Addr(), srv.Close, nil
+}
+
+// WriteTextfile writes the metrics for node_exporter's textfile collector (atomically).
+func (m *Metrics) WriteTextfile(path string) error {
+	if m == nil || path == "" {
+		return nil
+	}
+	if err := prometheus.WriteToTextfile(path, m.reg); err != nil {
+		return fmt.Errorf("writing metrics textfile: %w", err)
+	}
+	return nil
+}
+
+func (m *Metrics) observeApply(rep *engine.Report, err error) {
+	if m == nil {
+		return
+	}
+	code := engine.ExitCode(err)
+	m.applyExit.Set(float64(code))
+	if err == nil {
+		m.applyResult.Set(1)
+	} else {
+		m.applyResult.Set(0)
+	}
+	if rep == nil {
+		return
+	}
+	m.applyTime.Set(float64(rep.Started.Unix()))
+	m.applyDuration.Set(rep.Duration.Seconds())
+	gateRan := false
+	for _, s := range rep.Steps {
+		m.stepDuration.WithLabelValues(s.Name).Set(s.Duration.Seconds())
+		ok := 0.0
+		if s.Result == engine.ResultOK || s.Result == engine.ResultSkipped {
+			ok = 1
+		}
+		m.stepResult.WithLabelValues(s.Name).Set(ok)
+		if s.Kind == "smoke" && s.Result != engine.ResultNotSelected {
+			gateRan = true
+			m.gatePass.Set(ok)
+			if ttr, found := timeToReady(s.Details); found {
+				m.timeToReady.Set(ttr.Seconds())
+			}
+		}
+	}
+	if !gateRan && code == engine.ExitGate {
+		m.gatePass.Set(0)
+	}
+}
+
+// timeToReady takes the gate's time-to-ready from a smoke step's report details.
+func timeToReady(details map[string]any) (time.Duration, bool) {
+	if r, ok := details["smoke"].(*smoke.Result); ok && r.Ready {
+		return r.TimeToReady, true
+	}
+	return 0, false
+}
+
+func (m *Metrics) observeCanary(lat time.Duration, err error) {
+	if m == nil {
+		return
+	}
+	m.canaryRuns.Inc()
+	m.canaryLatency.Set(lat.Seconds())
+	if err != nil {
+		m.canaryFails.Inc()
+	}
+}
+
+func (m *Metrics) incRestarts() {
+	if m != nil {
+		m.restarts.Inc()
+	}
+}
+
+func (m *Metrics) setHealth(h Health) {
+	if m == nil {
+		return
+	}
+	for _, s := range []Health{Healthy, Degraded, Unhealthy, RebootRequired, ApplyFailed} {
+		v := 0.0
+		if s == h {
+			v = 1
+		}
+		m.health.WithLabelValues(string(s)).Set(v)
+	}
+}
+
+func (m *Metrics) setRebootRequired(b bool) {
+	if m == nil {
+		return
+	}
+	if b {
+		m.reboot.Set(1)
+	} else {
+		m.reboot.Set(0)
+	}
+}
