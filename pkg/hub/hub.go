@@ -25,6 +25,10 @@ const DefaultEndpoint = "https://huggingface.co"
 // maxListingBytes bounds one page of a tree listing.
 const maxListingBytes = 64 << 20
 
+// apiTimeout bounds one API request (a revision or one page of a listing), so that a hub
+// that stops answering is retried rather than waited on for ever.
+const apiTimeout = 2 * time.Minute
+
 // Options configures a Client.
 type Options struct {
 	// Endpoint is the hub's base URL; "" means HF_ENDPOINT, then DefaultEndpoint.
@@ -516,6 +520,8 @@ func (c *Client) getJSON(ctx context.Context, u, repo, rev string, v any, hdr *h
 }
 
 func (c *Client) getJSONOnce(ctx context.Context, u, repo, rev string, v any, hdr *http.Header) (retry bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, apiTimeout)
+	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return false, fmt.Errorf("building request: %w", err)

@@ -330,6 +330,7 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	elapsed := time.Since(start)
 	env.Detail("files", len(rec.Expected))
 	env.Detail("files_fetched", len(fetched))
+	env.Detail("files_kept", kept)
 	env.Detail("bytes", bytes)
 	env.Detail("duration", elapsed.Round(time.Millisecond).String())
 	env.Log.Info("download complete", "files", len(rec.Expected), "fetched", len(fetched), "bytes", fetch.FormatBytes(bytes), "took", elapsed.Round(time.Millisecond))
