@@ -48,6 +48,12 @@ type Manager interface {
 	Close() error
 }
 
+var (
+	_ Manager = (*Systemd)(nil)
+	_ Manager = (*Offline)(nil)
+	_ Manager = (*Exec)(nil)
+)
+
 // Options selects and configures a manager.
 type Options struct {
 	// Kind is KindSystemd (the default when empty) or KindExec. Root or Offline select the

@@ -1,0 +1,98 @@
+package systemd
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/gpu"
+	"github.com/sglprov/sglprov/pkg/recipe"
+)
+
+// quantization returns the model's quantization: the value of --quantization in the
+// step's args ("" when not set).
+func (s *Step) quantization() string {
+	q, _ := flagValue(s.spec.Args, "--quantization")
+	return q
+}
+
+// mismatch says why profile p does not fit the host and model ("" when it does).
+func (s *Step) mismatch(env *engine.Env, name string, p recipe.Profile) (string, error) {
+	if expr := p.Match.ComputeCapability; expr != "" {
+		ccs := env.Facts.ComputeCapabilities()
+		if len(ccs) == 0 {
+			return fmt.Sprintf("%s needs compute capability %s and no GPU was found", name, expr), nil
+		}
+		for _, cc := range ccs {
+			ok, err := gpu.MatchCC(expr, cc)
+			if err != nil {
+				return "", fmt.Errorf("%w: profile %s: compute_capability %q: %w", engine.ErrUsage, name, expr, err)
+			}
+			if !ok {
+				return fmt.Sprintf("%s needs compute capability %s", name, expr), nil
+			}
+		}
+	}
+	if want := p.Match.Quantization; want != "" {
+		if have := s.quantization(); have != want {
+			if have == "" {
+				have = "none"
+			}
+			return fmt.Sprintf("%s needs quantization %s (the step's --quantization is %s)", name, want, have), nil
+		}
+	}
+	return "", nil
+}
+
+// matching returns the step's profiles that match the host and model, in recipe order;
+// nil when the step names no profiles. None matching is an error (wrapping engine.ErrHost)
+// naming the GPUs' compute capability and why each profile was passed over.
+func (s *Step) matching(env *engine.Env) ([]string, error) {
+	if len(s.spec.Profiles) == 0 {
+		return nil, nil
+	}
+	var out, why []string
+	for _, name := range s.spec.Profiles {
+		p, ok := env.Profiles[name]
+		if !ok {
+			return nil, fmt.Errorf("%w: profile %q is not defined in the recipe's profiles", engine.ErrUsage, name)
+		}
+		reason, err := s.mismatch(env, name, p)
+		if err != nil {
+			return nil, err
+		}
+		if reason != "" {
+			why = append(why, reason)
+			continue
+		}
+		out = append(out, name)
+	}
+	if len(out) == 0 {
+		cc := strings.Join(env.Facts.ComputeCapabilities(), ", ")
+		if cc == "" {
+			cc = "none (no GPU found)"
+		}
+		return nil, fmt.Errorf("%w: none of the profiles %s matches this host (GPU compute capability %s): %s",
+			engine.ErrHost, strings.Join(s.spec.Profiles, ", "), cc, strings.Join(why, "; "))
+	}
+	return out, nil
+}
+
+// candidates returns the matching profiles with the recorded winner first.
+func (s *Step) candidates(env *engine.Env) ([]string, error) {
+	m, err := s.matching(env)
+	if err != nil || len(m) == 0 {
+		return m, err
+	}
+	rec := s.load(env)
+	if rec.Winner == "" || rec.Winner == m[0] {
+		return m, nil
+	}
+	for i, p := range m {
+		if p == rec.Winner {
+			out := append([]string{p}, m[:i]...)
+			return append(out, m[i+1:]...), nil
+		}
+	}
+	return m, nil
+}

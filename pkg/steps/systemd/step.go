@@ -1,0 +1,441 @@
+package systemd
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/service"
+	"github.com/sglprov/sglprov/templates"
+)
+
+// Step installs and starts the SGLang server unit. It implements engine.ServiceStep.
+//
+// The step owns a service manager, made on first use from the Env (under --root: offline).
+// With the exec manager the server is a child of this process: the runner must call Close
+// when the run (or the daemon) ends, which stops it.
+type Step struct {
+	name string
+	spec Spec
+	port int
+
+	// newManager makes the service manager (service.New; tests replace it).
+	newManager func(context.Context, service.Options) (service.Manager, error)
+
+	mu  sync.Mutex
+	mgr service.Manager
+}
+
+var _ engine.ServiceStep = (*Step)(nil)
+
+// New checks spec and builds the step called name.
+func New(name string, spec Spec) (*Step, error) {
+	port, err := spec.check()
+	if err != nil {
+		return nil, fmt.Errorf("systemd: %w: %w", engine.ErrUsage, err)
+	}
+	return &Step{name: name, spec: spec, port: port, newManager: service.New}, nil
+}
+
+// record is what the step keeps in the state between runs.
+type record struct {
+	// Winner is the profile that last passed the gate; it is tried first.
+	Winner string `json:"winner,omitempty"`
+	// Active is the profile the installed unit was rendered with.
+	Active string `json:"active,omitempty"`
+	// LastKnownGood is the profile of the last-known-good unit.
+	LastKnownGood string `json:"last_known_good,omitempty"`
+}
+
+func (s *Step) load(env *engine.Env) record {
+	var r record
+	env.LoadStepData(s.name, &r)
+	return r
+}
+
+func (s *Step) save(env *engine.Env, r record) error {
+	if err := env.SaveStepData(s.name, r); err != nil {
+		return fmt.Errorf("recording the service's profile: %w", err)
+	}
+	return nil
+}
+
+// manager returns the step's service manager, made on first use.
+func (s *Step) manager(ctx context.Context, env *engine.Env) (service.Manager, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mgr != nil {
+		return s.mgr, nil
+	}
+	m, err := s.newManager(ctx, service.Options{Kind: s.spec.Manager, Root: env.Root, Offline: env.Offline, StateDir: env.StateDir})
+	if err != nil {
+		return nil, err
+	}
+	s.mgr = m
+	return m, nil
+}
+
+// Close releases the service manager; with the exec manager it stops the server.
+func (s *Step) Close() error {
+	s.mu.Lock()
+	m := s.mgr
+	s.mgr = nil
+	s.mu.Unlock()
+	if m == nil {
+		return nil
+	}
+	return m.Close()
+}
+
+// template returns the unit template, its name and its digest.
+func (s *Step) template(env *engine.Env) (name string, text []byte, digest string, err error) {
+	if s.spec.Template == "" {
+		text, err = templates.Read(templates.SGLangService)
+		name = "builtin:" + templates.SGLangService
+	} else {
+		name = env.RecipePath(s.spec.Template)
+		text, err = os.ReadFile(name)
+		if err != nil {
+			err = fmt.Errorf("%w: reading unit template: %w", engine.ErrUsage, err)
+		}
+	}
+	if err != nil {
+		return "", nil, "", err
+	}
+	sum := sha256.Sum256(text)
+	return name, text, "sha256:" + hex.EncodeToString(sum[:]), nil
+}
+
+// pick returns the profile to install now: the first candidate (the recorded winner when
+// it still matches), "" with no profiles.
+func (s *Step) pick(env *engine.Env) (string, error) {
+	c, err := s.candidates(env)
+	if err != nil || len(c) == 0 {
+		return "", err
+	}
+	return c[0], nil
+}
+
+// data returns the template data for profile.
+func (s *Step) data(env *engine.Env, profile string) (service.Data, error) {
+	d := service.Data{
+		Recipe:           env.RecipeName,
+		Unit:             s.spec.Unit,
+		Command:          s.spec.Command,
+		User:             s.spec.User,
+		WorkingDirectory: s.spec.WorkingDirectory,
+		ModelPath:        s.spec.ModelPath,
+		Host:             s.spec.Host,
+		Port:             s.port,
+		Env:              map[string]string{},
+	}
+	if len(d.Command) == 0 {
+		d.Command = service.DefaultCommand()
+	}
+	d.Python = d.Command[0]
+	if d.Host == "" {
+		d.Host = DefaultHost
+	}
+	if profile != "" {
+		p, ok := env.Profiles[profile]
+		if !ok {
+			return d, fmt.Errorf("%w: profile %q is not defined in the recipe's profiles", engine.ErrUsage, profile)
+		}
+		d.Profile = service.Profile{Name: profile, Args: p.Args, Env: p.Env}
+		for k, v := range p.Env {
+			d.Env[k] = v
+		}
+	}
+	for k, v := range s.spec.Env {
+		d.Env[k] = v
+	}
+	all := append(append([]string(nil), d.Profile.Args...), s.spec.Args...)
+	if v, ok := flagValue(all, "--model-path", "--model"); ok {
+		d.ModelPath = v
+	} else {
+		d.Args = append(d.Args, "--model-path", d.ModelPath)
+	}
+	if v, ok := flagValue(all, "--host"); ok {
+		d.Host = v
+	} else {
+		d.Args = append(d.Args, "--host", d.Host)
+	}
+	if v, ok := flagValue(all, "--port"); ok {
+		p, err := strconv.Atoi(v)
+		if err != nil {
+			return d, fmt.Errorf("%w: --port %q is not a number", engine.ErrUsage, v)
+		}
+		d.Port = p
+	} else {
+		d.Args = append(d.Args, "--port", strconv.Itoa(d.Port))
+	}
+	if !hasFlag(all, "--tp", "--tp-size", "--tensor-parallel-size") && env.Facts.Count() > 0 {
+		d.Args = append(d.Args, "--tp", strconv.Itoa(env.Facts.Count()))
+	}
+	d.Args = append(d.Args, all...)
+	return d, nil
+}
+
+// render renders the unit for profile.
+func (s *Step) render(env *engine.Env, profile string) ([]byte, error) {
+	name, text, digest, err := s.template(env)
+	if err != nil {
+		return nil, err
+	}
+	d, err := s.data(env, profile)
+	if err != nil {
+		return nil, err
+	}
+	inputs, err := json.Marshal(struct {
+		Template string
+		Data     service.Data
+	}{digest, d})
+	if err != nil {
+		return nil, fmt.Errorf("digesting the unit's inputs: %w", err)
+	}
+	sum := sha256.Sum256(inputs)
+	d.Fingerprint = hex.EncodeToString(sum[:8])
+	out, err := service.Render(filepath.Base(name), text, d)
+	if err != nil {
+		return nil, fmt.Errorf("rendering unit %q: %w", s.spec.Unit, err)
+	}
+	return out, nil
+}
+
+// displayPath returns path as the host will see it (without --root).
+func displayPath(env *engine.Env, path string) string {
+	if env.Root == "" || env.Root == "/" {
+		return path
+	}
+	rel, err := filepath.Rel(env.Root, path)
+	if err != nil || strings.HasPrefix(rel, "..") {
+		return path
+	}
+	return "/" + rel
+}
+
+// ServiceName returns the unit's name.
+func (s *Step) ServiceName() string { return s.spec.Unit }
+
+// Fingerprint names the profile the unit would be installed with, the template's digest
+// and the rendered unit's digest (which covers the profile's flags, the GPU count behind
+// --tp, the command and every other value).
+func (s *Step) Fingerprint(_ context.Context, env *engine.Env) (map[string]string, error) {
+	_, _, digest, err := s.template(env)
+	if err != nil {
+		return nil, err
+	}
+	p, err := s.pick(env)
+	if err != nil {
+		return nil, err
+	}
+	unit, err := s.render(env, p)
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(unit)
+	return map[string]string{"profile": p, "template": digest, "unit": "sha256:" + hex.EncodeToString(sum[:])}, nil
+}
+
+// Intact reports whether the installed unit is the one that would be rendered now (and,
+// offline, enabled), and whether the service runs.
+func (s *Step) Intact(ctx context.Context, env *engine.Env) (bool, string, error) {
+	p, err := s.pick(env)
+	if err != nil {
+		return false, "", err
+	}
+	want, err := s.render(env, p)
+	if err != nil {
+		return false, "", err
+	}
+	m, err := s.manager(ctx, env)
+	if err != nil {
+		return false, "", err
+	}
+	path := m.UnitPath(s.spec.Unit)
+	have, err := os.ReadFile(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return false, "outputs changed: " + displayPath(env, path) + " (missing)", nil
+	case err != nil:
+		return false, "", fmt.Errorf("reading unit %q: %w", s.spec.Unit, err)
+	case !bytes.Equal(have, want):
+		return false, "outputs changed: " + displayPath(env, path), nil
+	}
+	if off, ok := m.(*service.Offline); ok {
+		links, target, err := off.EnableLinks(s.spec.Unit, want)
+		if err != nil {
+			return false, "", err
+		}
+		for _, l := range links {
+			if t, err := os.Readlink(l); err != nil || t != target {
+				return false, "outputs changed: " + displayPath(env, l), nil
+			}
+		}
+		return true, "", nil
+	}
+	active, sub, err := m.State(ctx, s.spec.Unit)
+	if err != nil {
+		return false, "", err
+	}
+	switch active {
+	case "active", "activating", "reloading", service.KindOffline:
+		return true, "", nil
+	}
+	return false, fmt.Sprintf("service %s is %s (%s)", s.spec.Unit, active, sub), nil
+}
+
+// Run installs the unit with the first candidate profile (the recorded winner when it
+// still matches) and starts the service. It restarts the service only when the unit
+// changed: an apply with nothing changed restarts nothing.
+func (s *Step) Run(ctx context.Context, env *engine.Env) error {
+	p, err := s.pick(env)
+	if err != nil {
+		return err
+	}
+	changed, err := s.install(ctx, env, p, false)
+	if err != nil {
+		return err
+	}
+	m, _ := s.manager(ctx, env)
+	env.Detail("unit", displayPath(env, m.UnitPath(s.spec.Unit)))
+	env.Detail("profile", p)
+	env.Detail("manager", m.Kind())
+	env.Detail("changed", changed)
+	return nil
+}
+
+// install renders the unit for profile, installs it and starts the service: restarting it
+// when the unit changed or restart is set. It records profile as the active one.
+func (s *Step) install(ctx context.Context, env *engine.Env, profile string, restart bool) (bool, error) {
+	unit, err := s.render(env, profile)
+	if err != nil {
+		return false, err
+	}
+	m, err := s.manager(ctx, env)
+	if err != nil {
+		return false, err
+	}
+	changed, err := m.Install(ctx, s.spec.Unit, unit)
+	if err != nil {
+		return false, err
+	}
+	if changed || restart {
+		err = m.Restart(ctx, s.spec.Unit)
+	} else {
+		err = m.Start(ctx, s.spec.Unit)
+	}
+	if err != nil {
+		return changed, err
+	}
+	rec := s.load(env)
+	rec.Active = profile
+	if err := s.save(env, rec); err != nil {
+		return changed, err
+	}
+	if env.Log != nil {
+		env.Log.Info("service installed", "unit", s.spec.Unit, "profile", profile, "manager", m.Kind(),
+			"changed", changed, "path", displayPath(env, m.UnitPath(s.spec.Unit)))
+	}
+	return changed, nil
+}
+
+// Candidates returns the profiles that match the host and model, the recorded winner
+// first; nil when the step names no profiles or none matches.
+func (s *Step) Candidates(env *engine.Env) []string {
+	c, err := s.candidates(env)
+	if err != nil {
+		return nil
+	}
+	return c
+}
+
+// Active returns the profile the installed unit was rendered with.
+func (s *Step) Active(env *engine.Env) string {
+	return s.load(env).Active
+}
+
+// Activate renders and installs the unit with profile and restarts the service.
+func (s *Step) Activate(ctx context.Context, env *engine.Env, profile string) error {
+	c, err := s.candidates(env)
+	if err != nil {
+		return err
+	}
+	found := false
+	for _, p := range c {
+		found = found || p == profile
+	}
+	if !found {
+		return fmt.Errorf("%w: profile %q is not a candidate of %s (candidates: %s)",
+			engine.ErrUsage, profile, s.spec.Unit, strings.Join(c, ", "))
+	}
+	_, err = s.install(ctx, env, profile, true)
+	return err
+}
+
+// Failed reports whether the service has failed, with its last log lines. Before the step
+// has made its manager (nothing installed or checked in this run) it reports false.
+func (s *Step) Failed(ctx context.Context) (bool, string, error) {
+	s.mu.Lock()
+	m := s.mgr
+	s.mu.Unlock()
+	if m == nil {
+		return false, "", nil
+	}
+	return m.Failed(ctx, s.spec.Unit)
+}
+
+// Won records profile as the one that passed the gate and keeps the installed unit as
+// last-known-good.
+func (s *Step) Won(ctx context.Context, env *engine.Env, profile string) error {
+	rec := s.load(env)
+	if rec.Active != profile {
+		return fmt.Errorf("profile %q won the gate but the installed unit has profile %q", profile, rec.Active)
+	}
+	m, err := s.manager(ctx, env)
+	if err != nil {
+		return err
+	}
+	unit, err := os.ReadFile(m.UnitPath(s.spec.Unit))
+	if err != nil {
+		return fmt.Errorf("reading the installed unit %q: %w", s.spec.Unit, err)
+	}
+	if err := service.SaveLastKnownGood(env.StateDir, s.spec.Unit, unit); err != nil {
+		return err
+	}
+	rec.Winner, rec.LastKnownGood = profile, profile
+	return s.save(env, rec)
+}
+
+// RestoreLastKnownGood reinstalls the last unit that passed the gate and restarts the
+// service; it reports false when there is none.
+func (s *Step) RestoreLastKnownGood(ctx context.Context, env *engine.Env) (bool, error) {
+	unit, ok, err := service.LoadLastKnownGood(env.StateDir, s.spec.Unit)
+	if err != nil || !ok {
+		return false, err
+	}
+	m, err := s.manager(ctx, env)
+	if err != nil {
+		return false, err
+	}
+	if _, err := m.Install(ctx, s.spec.Unit, unit); err != nil {
+		return false, fmt.Errorf("restoring the last-known-good unit: %w", err)
+	}
+	if err := m.Restart(ctx, s.spec.Unit); err != nil {
+		return false, fmt.Errorf("restarting the last-known-good unit: %w", err)
+	}
+	rec := s.load(env)
+	rec.Active = rec.LastKnownGood
+	return true, s.save(env, rec)
+}
