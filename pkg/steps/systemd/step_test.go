@@ -124,7 +124,11 @@ func (f *fakeManager) Install(_ context.Context, unit string, content []byte) (b
 	f.op(fmt.Sprintf("install changed=%v", changed))
 	return changed, err
 }
-func (f *fakeManager) Start(context.Context, string) error { f.op("start"); f.state = "active"; return nil }
+func (f *fakeManager) Start(context.Context, string) error {
+	f.op("start")
+	f.state = "active"
+	return nil
+}
 func (f *fakeManager) Restart(_ context.Context, unit string) error {
 	f.op("restart")
 	if f.failRestart != "" {
@@ -137,7 +141,11 @@ func (f *fakeManager) Restart(_ context.Context, unit string) error {
 	f.state = "active"
 	return nil
 }
-func (f *fakeManager) Stop(context.Context, string) error { f.op("stop"); f.state = "inactive"; return nil }
+func (f *fakeManager) Stop(context.Context, string) error {
+	f.op("stop")
+	f.state = "inactive"
+	return nil
+}
 func (f *fakeManager) State(context.Context, string) (string, string, error) {
 	if f.state == "" {
 		return "inactive", "dead", nil
