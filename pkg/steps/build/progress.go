@@ -121,13 +121,17 @@ func (m *monitor) addLocked(line string) {
 	m.next = (m.next + 1) % cap(m.ring)
 }
 
-// tail returns the last lines, oldest first.
+// tail returns the last lines, oldest first, without trailing blank ones.
 func (m *monitor) tail() []string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	out := make([]string, 0, len(m.ring))
 	out = append(out, m.ring[m.next:]...)
-	return append(out, m.ring[:m.next]...)
+	out = append(out, m.ring[:m.next]...)
+	for len(out) > 0 && strings.TrimSpace(out[len(out)-1]) == "" {
+		out = out[:len(out)-1]
+	}
+	return out
 }
 
 // snapshot returns the elapsed time, line count and last progress line.

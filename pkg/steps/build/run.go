@@ -45,8 +45,11 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 		return fmt.Errorf("finding %s: %w", s.spec.Argv[0], err)
 	}
 	if env.Log != nil {
-		env.Log.Info("building", "dir", dir, "argv", strings.Join(s.spec.Argv, " "),
-			"jobs", jobs, "jobs_from", how, envArchList, vars[envArchList], "ccache", vars[envCCacheDir] != "")
+		kv := []any{"dir", dir, "argv", strings.Join(s.spec.Argv, " "), "jobs", jobs, "jobs_from", how}
+		if al := vars[envArchList]; al != "" {
+			kv = append(kv, "arch_list", al)
+		}
+		env.Log.Info("building", append(kv, "ccache", vars[envCCacheDir] != "")...)
 	}
 	env.Detail("jobs", jobs)
 	if al := vars[envArchList]; al != "" {
