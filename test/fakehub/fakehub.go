@@ -54,18 +54,26 @@ type Options struct {
 
 // Entry is a tree-listing entry in the hub's JSON shape.
 type Entry struct {
+	// Type is "file" or "directory".
 	Type string `json:"type"`
-	OID  string `json:"oid"`
-	Size int64  `json:"size"`
+	// OID is the git object id (a file's blob sha1; for an LFS file, its pointer's).
+	OID string `json:"oid"`
+	// Size is the file's size in bytes.
+	Size int64 `json:"size"`
+	// Path is the path in the repository.
 	Path string `json:"path"`
-	LFS  *LFS   `json:"lfs,omitempty"`
+	// LFS is set for LFS files (in expanded listings).
+	LFS *LFS `json:"lfs,omitempty"`
 }
 
 // LFS is an entry's large-file metadata.
 type LFS struct {
-	OID         string `json:"oid"`
-	Size        int64  `json:"size"`
-	PointerSize int64  `json:"pointerSize"`
+	// OID is the file's sha256, hex.
+	OID string `json:"oid"`
+	// Size is the file's size in bytes.
+	Size int64 `json:"size"`
+	// PointerSize is the size of the git pointer file.
+	PointerSize int64 `json:"pointerSize"`
 }
 
 type fileInfo struct {
