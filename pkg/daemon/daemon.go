@@ -95,6 +95,25 @@ func (d *Daemon) Health() Health { return d.health }
 // Run applies the recipe, reports READY, then checks at every interval until ctx ends.
 // It returns nil when ctx is cancelled.
 func (d *Daemon) Run(ctx context.Context) error {
+	// The watchdog is fed from the start: the first apply can take hours (kernel builds,
+	// downloads) and is not a hang.
+	if d.o.WatchdogInterval > 0 {
+		wctx, stop := context.WithCancel(ctx)
+		defer stop()
+		go func() {
+			t := time.NewTicker(d.o.WatchdogInterval)
+			defer t.Stop()
+			_ = d.o.Notify("WATCHDOG=1")
+			for {
+				select {
+				case <-wctx.Done():
+					return
+				case <-t.C:
+					_ = d.o.Notify("WATCHDOG=1")
+				}
+			}
+		}()
+	}
 	d.status("applying the recipe")
 	d.apply(ctx, "start")
 	if f, err := d.detect(ctx); err == nil && f != nil {
@@ -105,20 +124,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 
 	tick := time.NewTicker(d.o.Interval)
 	defer tick.Stop()
-	var wd <-chan time.Time
-	if d.o.WatchdogInterval > 0 {
-		t := time.NewTicker(d.o.WatchdogInterval)
-		defer t.Stop()
-		wd = t.C
-		_ = d.o.Notify("WATCHDOG=1")
-	}
 	for {
 		select {
 		case <-ctx.Done():
 			_ = d.o.Notify("STOPPING=1")
 			return nil
-		case <-wd:
-			_ = d.o.Notify("WATCHDOG=1")
 		case <-tick.C:
 			d.Check(ctx)
 			d.status(string(d.health))
