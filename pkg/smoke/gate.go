@@ -278,12 +278,17 @@ func WaitReady(ctx context.Context, cfg Config) (time.Duration, error) {
 	defer cancel()
 	path := "/health_generate"
 	delay := cfg.PollInitial
-	last := "no answer yet"
+	last := noAnswer
 	for {
 		pctx, pcancel := context.WithTimeout(ctx, min(cfg.RequestTimeout, time.Minute))
 		code, err := get(pctx, cfg, path)
 		pcancel()
 		switch {
+		case ctx.Err() != nil:
+			// The wait ended during this poll: keep what the last complete poll saw.
+			if last == noAnswer && err != nil {
+				last = fmt.Sprintf("%s: %s", path, shortErr(err))
+			}
 		case err == nil && code == http.StatusOK:
 			return time.Since(start), nil
 		case err == nil && code == http.StatusNotFound && path == "/health_generate":
@@ -318,6 +323,8 @@ func WaitReady(ctx context.Context, cfg Config) (time.Duration, error) {
 		delay = min(delay*2, cfg.PollMax)
 	}
 }
+
+const noAnswer = "no answer yet"
 
 // parentDone tells a cancelled caller from a ready timeout that ran out.
 func parentDone(ctx context.Context, start time.Time, timeout time.Duration) bool {
