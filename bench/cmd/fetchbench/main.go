@@ -1,0 +1,94 @@
+// Command fetchbench downloads a list of files with pkg/fetch, for bench/run.sh.
+//
+// The list has one file a line: URL SHA256 SIZE PATH. With -verify, files already present
+// are also hashed (VerifyFile), as `sglprov apply --verify` does.
+package main
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sglprov/sglprov/pkg/fetch"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "fetchbench:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	list := flag.String("list", "", "file list: URL SHA256 SIZE PATH per line")
+	dest := flag.String("dest", "", "destination folder")
+	files := flag.Int("files", 0, "files at once (0: default)")
+	conns := flag.Int("conns", 0, "connections per large file (0: default)")
+	verify := flag.Bool("verify", false, "hash files that are already present")
+	quiet := flag.Bool("q", false, "no progress lines")
+	flag.Parse()
+	if *list == "" || *dest == "" {
+		return fmt.Errorf("usage: fetchbench -list FILE -dest DIR [-files N] [-conns N] [-verify]")
+	}
+	fl, err := readList(*list)
+	if err != nil {
+		return err
+	}
+	opt := fetch.Options{Dest: *dest, Files: *files, Conns: *conns}
+	var pipe *fetch.PipeReporter
+	if !*quiet {
+		pipe = fetch.NewPipeReporter(func(format string, args ...any) {
+			fmt.Fprintf(os.Stderr, format+"\n", args...)
+		}, 5*time.Second)
+		opt.Progress = pipe
+	}
+	start := time.Now()
+	res, err := fetch.Fetch(context.Background(), fl, opt)
+	if pipe != nil {
+		pipe.Close()
+	}
+	if err != nil {
+		return err
+	}
+	var bytes int64
+	for i, r := range res {
+		bytes += r.Bytes
+		if r.Present && *verify {
+			if err := fetch.VerifyFile(*dest+"/"+r.Path, fl[i]); err != nil {
+				return err
+			}
+		}
+	}
+	fmt.Fprintf(os.Stderr, "fetchbench: %d files, %s transferred in %s\n", len(res), fetch.FormatBytes(bytes), time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+func readList(path string) ([]fetch.File, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading list: %w", err)
+	}
+	defer f.Close()
+	var out []fetch.File
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) == 0 {
+			continue
+		}
+		if len(fields) != 4 {
+			return nil, fmt.Errorf("list line %q: want URL SHA256 SIZE PATH", sc.Text())
+		}
+		size, err := strconv.ParseInt(fields[2], 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("list line %q: %w", sc.Text(), err)
+		}
+		out = append(out, fetch.File{URL: fields[0], SHA256: fields[1], Size: size, Path: fields[3]})
+	}
+	return out, sc.Err()
+}

@@ -1,0 +1,246 @@
+#!/usr/bin/env bash
+# bench/run.sh: download throughput of sglprov's fetch against its peers, on loopback.
+#
+# A real nginx (its own config in a temporary folder, sendfile on) serves random files on
+# 127.0.0.1. The same files are downloaded by:
+#   sglprov  bench/cmd/fetchbench (pkg/fetch: parallel ranges, sha256 while writing, fsync)
+#   curl     curl URL | tee FILE | sha256sum, one file after another, digest compared
+#   aria2c   aria2c -x8 -s8 with --checksum=sha-256=... per file (it hashes after download)
+#   cat      the ceiling: cat of the same bytes (from the page cache) into the same file system
+# Every tool ends with its files durable (pkg/fetch fsyncs; the others run `sync FILES`).
+#
+# Cases:
+#   1  4 files of BENCH_SIZE_MB (default 512) MiB, no rate limit
+#   2  2 files, nginx limit_rate 50m per connection (aria2c -x8, sglprov 8 connections)
+#   3  re-run over files already present: sglprov's presence check (stat, size), against
+#      sha256sum of the files (warm and cold page cache) and sglprov with VerifyFile
+#
+# Environment: BENCH_SIZE_MB (512), BENCH_DIR (base for the temporary folder, /tmp),
+# BENCH_OUT (also write the table there), BENCH_CASES ("1 2 3").
+# Columns: wall seconds, MB/s (10^6 bytes per second of the bytes downloaded or hashed),
+# CPU seconds (user+system of the command and its children, /usr/bin/time), peak RSS (the
+# largest single process, /usr/bin/time -v), the load average when the row started.
+set -euo pipefail
+
+SIZE_MB=${BENCH_SIZE_MB:-512}
+BASE=${BENCH_DIR:-/tmp}
+CASES=${BENCH_CASES:-1 2 3}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+
+log() { printf '%s\n' "$*" >&2; }
+
+# --- tools -----------------------------------------------------------------------------
+missing=()
+command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing+=(nginx-light)
+command -v aria2c >/dev/null 2>&1 || missing+=(aria2)
+command -v curl >/dev/null 2>&1 || missing+=(curl)
+[ -x /usr/bin/time ] || missing+=(time)
+command -v python3 >/dev/null 2>&1 || missing+=(python3)
+if ((${#missing[@]})); then
+	log "installing ${missing[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	if ! apt-get install -y -qq "${missing[@]}"; then
+		# Some releases have no nginx-light: take plain nginx.
+		apt-get install -y -qq "${missing[@]/nginx-light/nginx}"
+	fi
+fi
+NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+command -v go >/dev/null 2>&1 || { log "go is needed to build the bench driver"; exit 1; }
+
+# --- space and folders -----------------------------------------------------------------
+need_kb=$(( (8 * SIZE_MB + 1024) * 1024 ))
+avail_kb=$(df -Pk "$BASE" | awk 'NR==2 {print $4}')
+if (( avail_kb < need_kb )); then
+	log "not enough space in $BASE: need $((need_kb / 1024)) MiB, $((avail_kb / 1024)) MiB free"
+	exit 1
+fi
+WORK=$(mktemp -d "$BASE/sglprov-bench.XXXXXX")
+NGINX_PID=
+cleanup() {
+	if [ -n "$NGINX_PID" ] && kill -0 "$NGINX_PID" 2>/dev/null; then
+		kill "$NGINX_PID"
+	fi
+	rm -rf "$WORK"
+}
+trap cleanup EXIT
+chmod 755 "$WORK"
+mkdir -p "$WORK/srv" "$WORK/dst" "$WORK/bin" "$WORK/logs"
+
+log "building the driver"
+(cd "$ROOT" && GOTOOLCHAIN=local go build -o "$WORK/bin/fetchbench" ./bench/cmd/fetchbench)
+
+log "generating 4 files of $SIZE_MB MiB"
+for i in 1 2 3 4; do
+	head -c "$((SIZE_MB << 20))" /dev/urandom >"$WORK/srv/f$i.bin"
+	chmod 644 "$WORK/srv/f$i.bin"
+	sha256sum "$WORK/srv/f$i.bin" | awk '{print $1}' >"$WORK/srv/f$i.sha256"
+done
+chmod 755 "$WORK/srv"
+
+# --- nginx -----------------------------------------------------------------------------
+PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+cat >"$WORK/nginx.conf" <<EOF
+worker_processes 2;
+pid $WORK/nginx.pid;
+error_log $WORK/logs/nginx-error.log warn;
+events { worker_connections 512; }
+http {
+	access_log off;
+	sendfile on;
+	tcp_nopush on;
+	keepalive_requests 100000;
+	default_type application/octet-stream;
+	server {
+		listen 127.0.0.1:$PORT;
+		root $WORK/srv;
+		location /limited/ {
+			alias $WORK/srv/;
+			limit_rate 50m;
+		}
+	}
+}
+EOF
+"$NGINX" -p "$WORK" -c "$WORK/nginx.conf"
+for _ in $(seq 50); do [ -s "$WORK/nginx.pid" ] && break; sleep 0.1; done
+NGINX_PID=$(cat "$WORK/nginx.pid")
+URL="http://127.0.0.1:$PORT"
+curl -sSf -o /dev/null -r 0-0 "$URL/f1.bin" || { log "nginx does not answer"; exit 1; }
+
+# --- helpers ---------------------------------------------------------------------------
+RESULTS=$WORK/results.tsv
+: >"$RESULTS"
+
+# lists N PREFIX: writes $WORK/list.N.PREFIX (fetchbench) and $WORK/aria.N.PREFIX (aria2c).
+lists() {
+	local n=$1 prefix=$2 i key
+	key=$n${prefix//\//_}
+	: >"$WORK/list.$key"
+	: >"$WORK/aria.$key"
+	for i in $(seq "$n"); do
+		local sum
+		sum=$(cat "$WORK/srv/f$i.sha256")
+		echo "$URL$prefix/f$i.bin $sum $((SIZE_MB << 20)) f$i.bin" >>"$WORK/list.$key"
+		printf '%s\n  out=f%d.bin\n  checksum=sha-256=%s\n' "$URL$prefix/f$i.bin" "$i" "$sum" >>"$WORK/aria.$key"
+	done
+}
+
+clean_dst() { rm -rf "$WORK/dst"; mkdir -p "$WORK/dst"; sync -f "$WORK" 2>/dev/null || sync; }
+
+# drop_cache FILES: evict these files (only these) from the page cache.
+drop_cache() {
+	sync "$@"
+	python3 - "$@" <<'EOF'
+import os, sys
+for p in sys.argv[1:]:
+    fd = os.open(p, os.O_RDONLY)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
+EOF
+}
+
+# measure CASE TOOL BYTES SCRIPT: runs SCRIPT under /usr/bin/time -v, records a row.
+measure() {
+	local case=$1 tool=$2 bytes=$3 script=$4 tf load t0 t1
+	tf=$WORK/logs/time.$case.$tool
+	load=$(cut -d' ' -f1 /proc/loadavg)
+	t0=$(date +%s.%N)
+	if ! /usr/bin/time -v -o "$tf" bash -euo pipefail -c "$script" >"$WORK/logs/out.$case.$tool" 2>&1; then
+		log "case $case, $tool failed:"
+		tail -20 "$WORK/logs/out.$case.$tool" >&2
+		exit 1
+	fi
+	t1=$(date +%s.%N)
+	local user sys rss
+	user=$(awk -F': ' '/User time/ {print $2}' "$tf")
+	sys=$(awk -F': ' '/System time/ {print $2}' "$tf")
+	rss=$(awk -F': ' '/Maximum resident set size/ {print $2}' "$tf")
+	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$case" "$tool" "$(echo "$t1 - $t0" | bc -l)" "$bytes" \
+		"$(echo "$user + $sys" | bc -l)" "$rss" "$load" >>"$RESULTS"
+	log "$(tail -1 "$RESULTS")"
+}
+
+curl_script() { # N PREFIX
+	local n=$1 prefix=$2 i s=""
+	for i in $(seq "$n"); do
+		s+="h=\$(curl -sSf '$URL$prefix/f$i.bin' | tee '$WORK/dst/f$i.bin' | sha256sum | cut -d' ' -f1); "
+		s+="[ \"\$h\" = \"$(cat "$WORK/srv/f$i.sha256")\" ] || { echo 'digest mismatch f$i'; exit 1; }; "
+	done
+	s+="sync $WORK/dst/*.bin"
+	echo "$s"
+}
+cat_script() { # N
+	local n=$1 i s=""
+	for i in $(seq "$n"); do s+="cat '$WORK/srv/f$i.bin' >'$WORK/dst/f$i.bin'; "; done
+	s+="sync $WORK/dst/*.bin"
+	echo "$s"
+}
+aria_script() { # N PREFIX
+	echo "aria2c -q -i '$WORK/aria.$1${2//\//_}' -d '$WORK/dst' -j $1 -x 8 -s 8 --file-allocation=falloc --allow-overwrite=true --auto-file-renaming=false --summary-interval=0 && sync $WORK/dst/*.bin"
+}
+sglprov_script() { # N PREFIX [extra flags]
+	echo "'$WORK/bin/fetchbench' -q -list '$WORK/list.$1${2//\//_}' -dest '$WORK/dst' -conns 8 ${3:-}"
+}
+
+B=$((SIZE_MB << 20))
+uptime >&2
+for c in $CASES; do
+	case $c in
+	1)
+		lists 4 ""
+		for tool in cat sglprov curl aria2c; do
+			clean_dst
+			case $tool in
+			cat) measure 1 cat $((4 * B)) "$(cat_script 4)" ;;
+			sglprov) measure 1 sglprov $((4 * B)) "$(sglprov_script 4 "")" ;;
+			curl) measure 1 curl $((4 * B)) "$(curl_script 4 "")" ;;
+			aria2c) measure 1 aria2c $((4 * B)) "$(aria_script 4 "")" ;;
+			esac
+		done
+		;;
+	2)
+		lists 2 /limited
+		for tool in cat sglprov aria2c curl; do
+			clean_dst
+			case $tool in
+			cat) measure 2 cat $((2 * B)) "$(cat_script 2)" ;;
+			sglprov) measure 2 sglprov $((2 * B)) "$(sglprov_script 2 /limited)" ;;
+			aria2c) measure 2 aria2c $((2 * B)) "$(aria_script 2 /limited)" ;;
+			curl) measure 2 curl $((2 * B)) "$(curl_script 2 /limited)" ;;
+			esac
+		done
+		;;
+	3)
+		lists 4 ""
+		clean_dst
+		"$WORK/bin/fetchbench" -q -list "$WORK/list.4" -dest "$WORK/dst" -conns 8
+		sync "$WORK"/dst/*.bin
+		sums=""
+		for i in 1 2 3 4; do sums+="$(cat "$WORK/srv/f$i.sha256")  $WORK/dst/f$i.bin"$'\n'; done
+		printf '%s' "$sums" >"$WORK/dst.sha256"
+		measure 3 sglprov-present 0 "$(sglprov_script 4 "")"
+		measure 3 sha256sum-warm $((4 * B)) "sha256sum --quiet -c '$WORK/dst.sha256'"
+		drop_cache "$WORK"/dst/*.bin
+		measure 3 sha256sum-cold $((4 * B)) "sha256sum --quiet -c '$WORK/dst.sha256'"
+		measure 3 sglprov-verify-warm $((4 * B)) "$(sglprov_script 4 "" -verify)"
+		;;
+	esac
+done
+
+# --- table -----------------------------------------------------------------------------
+table=$(awk -F'\t' '
+	{ n++; c[n]=$1; t[n]=$2; s[n]=$3; b[n]=$4; cpu[n]=$5; rss[n]=$6; ld[n]=$7
+	  if ($2=="cat") ceil[$1]=$4/$3; if ($2=="sglprov") me[$1]=$4/$3 }
+	END {
+		print "| case | tool | seconds | MB/s | CPU s | peak RSS MB | load | sglprov speed / this | fraction of ceiling |"
+		print "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+		for (i=1; i<=n; i++) {
+			mbs = b[i] > 0 ? sprintf("%.0f", b[i]/s[i]/1e6) : "-"
+			ratio = (me[c[i]] > 0 && b[i] > 0 && t[i] != "sglprov") ? sprintf("%.2fx", me[c[i]]/(b[i]/s[i])) : "-"
+			frac = (ceil[c[i]] > 0 && b[i] > 0) ? sprintf("%.2f", (b[i]/s[i])/ceil[c[i]]) : "-"
+			printf "| %s | %s | %.2f | %s | %.2f | %.0f | %s | %s | %s |\n", c[i], t[i], s[i], mbs, cpu[i], rss[i]/1024, ld[i], ratio, frac
+		}
+	}' "$RESULTS")
+echo "$table"
+if [ -n "${BENCH_OUT:-}" ]; then echo "$table" >"$BENCH_OUT"; fi
+uptime >&2
