@@ -202,6 +202,9 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 			return fmt.Errorf("fetching %s: the git command is needed: %w", s.spec.URL, err)
 		}
 	}
+	if err := checkReplaceable(ctx, dest, r.git); err != nil {
+		return err
+	}
 	parent := filepath.Dir(dest)
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		return fmt.Errorf("creating %s: %w", parent, err)
@@ -242,6 +245,30 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	}
 	env.Log.Info("source tree in place", "dest", dest, "ref", r.ref)
 	return nil
+}
+
+// checkReplaceable refuses to replace a dest that this kind of step did not make: a
+// folder that is neither empty, nor a git work tree (git sources), nor marked with an
+// archive's checksum (archive sources). A mistyped dest must not delete someone's data.
+func checkReplaceable(ctx context.Context, dest string, git bool) error {
+	entries, err := os.ReadDir(dest)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("checking %s: %w", dest, err)
+	}
+	if len(entries) == 0 {
+		return nil
+	}
+	if git {
+		if _, err := gitHead(ctx, dest); err == nil {
+			return nil
+		}
+	} else if _, err := readMarker(dest); err == nil {
+		return nil
+	}
+	return fmt.Errorf("%s exists and does not hold a source tree this step fetched; move it away or choose another dest", dest)
 }
 
 // fetchGit clones the repository into dst and checks out the commit.

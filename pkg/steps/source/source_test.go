@@ -214,6 +214,20 @@ func TestGitFetchFailureKeepsDest(t *testing.T) {
 	}
 }
 
+func TestForeignDestRefused(t *testing.T) {
+	needGit(t)
+	repo, first, _ := newRepo(t)
+	dest := filepath.Join(t.TempDir(), "data")
+	write(t, filepath.Join(dest, "precious.txt"), "keep me\n")
+	err := mustNew(t, Spec{URL: "git::file://" + repo + "?ref=" + first, Dest: dest}).Run(context.Background(), newEnv(t))
+	if err == nil || !strings.Contains(err.Error(), "does not hold a source tree") {
+		t.Fatalf("Run error = %v; want a refusal to replace the folder", err)
+	}
+	if got := read(t, filepath.Join(dest, "precious.txt")); got != "keep me\n" {
+		t.Errorf("precious.txt = %q", got)
+	}
+}
+
 func TestRefRefused(t *testing.T) {
 	tests := []struct {
 		name string
