@@ -570,3 +570,18 @@ func TestSeriesNames(t *testing.T) {
 		})
 	}
 }
+
+func TestKind(t *testing.T) {
+	k := Kind()
+	spec, ok := k.NewSpec().(*Spec)
+	if !ok {
+		t.Fatalf("NewSpec returned %T", k.NewSpec())
+	}
+	if _, err := k.New("p", spec); !errors.Is(err, engine.ErrUsage) {
+		t.Errorf("New with an empty spec: %v; want a usage error", err)
+	}
+	spec.Dir, spec.Series = "/opt/sglang", "patches/series"
+	if _, err := k.New("p", spec); err != nil {
+		t.Errorf("New: %v", err)
+	}
+}

@@ -223,7 +223,7 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 		tree, err = fetchArchive(ctx, r, tree)
 	}
 	if err != nil {
-		return fmt.Errorf("fetching %s: %w", redact(s.spec.URL), err)
+		return fmt.Errorf("fetching %s: %w", redact(s.spec.URL), scrub(err, s.spec.URL))
 	}
 	if r.git {
 		head, err := gitHead(ctx, tree)
@@ -378,6 +378,23 @@ func replace(tree, dest string) error {
 		return fmt.Errorf("moving the fetched tree to %s: %w", dest, err)
 	}
 	return os.RemoveAll(old)
+}
+
+// scrub returns err with the URL's password (if any) replaced, since go-getter's errors
+// quote the URL they were given.
+func scrub(err error, raw string) error {
+	if i := strings.Index(raw, "::"); i > 0 && !strings.Contains(raw[:i], "/") {
+		raw = raw[i+2:]
+	}
+	u, perr := url.Parse(raw)
+	if perr != nil || u.User == nil {
+		return err
+	}
+	pass, ok := u.User.Password()
+	if !ok || pass == "" || !strings.Contains(err.Error(), pass) {
+		return err
+	}
+	return errors.New(strings.ReplaceAll(err.Error(), pass, "xxxxx"))
 }
 
 // redact removes a password from a URL, for logs and errors.

@@ -386,3 +386,29 @@ func TestRedact(t *testing.T) {
 		}
 	}
 }
+
+func TestScrub(t *testing.T) {
+	err := scrub(errors.New("error downloading 'https://u:hunter2@example.com/x.tar.gz'"), "https://u:hunter2@example.com/x.tar.gz")
+	if strings.Contains(err.Error(), "hunter2") {
+		t.Errorf("password left in %q", err)
+	}
+	plain := errors.New("no route")
+	if got := scrub(plain, "https://example.com/x.tar.gz"); got != plain {
+		t.Errorf("scrub changed an error without a password: %v", got)
+	}
+}
+
+func TestKind(t *testing.T) {
+	k := Kind()
+	spec, ok := k.NewSpec().(*Spec)
+	if !ok {
+		t.Fatalf("NewSpec returned %T", k.NewSpec())
+	}
+	spec.URL, spec.Dest = "git::https://github.com/sgl-project/sglang?ref="+strings.Repeat("a", 40), "/opt/sglang"
+	if _, err := k.New("sglang-src", spec); err != nil {
+		t.Errorf("New: %v", err)
+	}
+	if _, err := k.New("sglang-src", Spec{}); err == nil {
+		t.Error("New accepted a spec of the wrong type")
+	}
+}
