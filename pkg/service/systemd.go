@@ -101,8 +101,9 @@ func (s *Systemd) Install(ctx context.Context, unit string, content []byte) (boo
 	return changed, nil
 }
 
-// Start starts the unit and waits for the job's result.
+// Start starts the unit (clearing a failed state first) and waits for the job's result.
 func (s *Systemd) Start(ctx context.Context, unit string) error {
+	_ = s.conn.ResetFailedUnitContext(ctx, unit)
 	return s.job(ctx, "starting", unit, s.conn.StartUnitContext)
 }
 
