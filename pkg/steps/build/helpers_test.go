@@ -119,6 +119,8 @@ func newStep(t *testing.T, spec Spec) *Step {
 		t.Fatalf("New: %v", err)
 	}
 	s.host = fixedHost(16, 64*gb)
+	// The host may have a real ccache; tests that want one write a fake and set "ccache".
+	s.ccache = "ccache-not-in-tests"
 	return s
 }
 

@@ -31,7 +31,7 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 
 	jobs, how := s.jobs()
 	vars := s.buildEnv(env, jobs, false)
-	if _, err := lookPath("ccache", dir, environ(vars)); err == nil {
+	if _, err := lookPath(s.ccache, dir, environ(vars)); err == nil {
 		vars = s.buildEnv(env, jobs, true)
 		if cd := vars[envCCacheDir]; cd != "" {
 			if err := os.MkdirAll(cd, 0o755); err != nil {

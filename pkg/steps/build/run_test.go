@@ -182,6 +182,9 @@ func TestRunEnvironment(t *testing.T) {
 			spec.Dir, spec.Argv, spec.Outputs = src, []string{"./build.sh"}, []string{"out/env.txt"}
 			s := newStep(t, spec)
 			s.host = tc.host
+			if tc.ccache {
+				s.ccache = "ccache"
+			}
 			if err := s.Run(context.Background(), env); err != nil {
 				t.Fatalf("Run: %v", err)
 			}

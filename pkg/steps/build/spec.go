@@ -12,7 +12,15 @@
 //	CCACHE_DIR                  STATE_DIR/ccache, when ccache is on PATH
 //	CMAKE_{C,CXX,CUDA}_COMPILER_LAUNCHER  ccache, when ccache is on PATH
 //
-// The rest of the environment is the process's own (PATH included).
+// The rest of the environment is the process's own (PATH included); the defaults replace
+// the process's values (a CUDA image's TORCH_CUDA_ARCH_LIST, say), the recipe's env
+// replaces both.
+//
+// sgl-kernel's CMakeLists.txt reads SGL_KERNEL_COMPILE_THREADS as a CMake cache variable
+// (default 32), not from the environment, and turns ccache on by itself when CCACHE_DIR is
+// set (ccache 4.1 and later accept the doubled "ccache ccache nvcc" this gives). A recipe
+// that builds it passes the thread count as a define too:
+// -Ccmake.define.SGL_KERNEL_COMPILE_THREADS=1.
 package build
 
 import (
@@ -85,6 +93,8 @@ type Step struct {
 	killGrace time.Duration
 	// probeTimeout bounds each toolchain probe.
 	probeTimeout time.Duration
+	// ccache is the name of the compiler cache looked up on PATH.
+	ccache string
 }
 
 // New validates spec and returns the step. Problems are wrapped with engine.ErrUsage.
@@ -139,6 +149,7 @@ func New(name string, spec *Spec) (*Step, error) {
 		logEvery:     30 * time.Second,
 		killGrace:    10 * time.Second,
 		probeTimeout: 2 * time.Minute,
+		ccache:       "ccache",
 	}, nil
 }
 
