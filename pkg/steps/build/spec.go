@@ -17,10 +17,10 @@
 // replaces both.
 //
 // sgl-kernel's CMakeLists.txt reads SGL_KERNEL_COMPILE_THREADS as a CMake cache variable
-// (default 32), not from the environment, and turns ccache on by itself when CCACHE_DIR is
-// set (ccache 4.1 and later accept the doubled "ccache ccache nvcc" this gives). A recipe
-// that builds it passes the thread count as a define too:
-// -Ccmake.define.SGL_KERNEL_COMPILE_THREADS=1.
+// (default 32), not from the environment, so a recipe that builds it passes the thread
+// count as a define too: -Ccmake.define.SGL_KERNEL_COMPILE_THREADS=1. It also turns ccache
+// on by itself when CCACHE_DIR is set; ccache 4.7.5 runs the doubled "ccache ccache nvcc"
+// this gives (ccache 4.0 refused it).
 package build
 
 import (
