@@ -32,6 +32,7 @@ var errNotFound = errors.New("executable file not found in PATH")
 //	toolchain.python  `PYTHON --version`, when the spec names a python
 //	toolchain.torch   torch.__version__ and torch.version.cuda, when the spec names a python
 //	toolchain.NAME    each custom probe
+//	inputs            "PATH SHA256" of each file the inputs globs match, when there are any
 //
 // The driver version is deliberately not a part: kernels built for an arch run on any
 // newer driver, and a driver upgrade alone must not rebuild them.
@@ -63,6 +64,14 @@ func (s *Step) Fingerprint(ctx context.Context, env *engine.Env) (map[string]str
 		return nil, err
 	}
 	parts["tree"] = tree
+
+	if len(s.spec.Inputs) > 0 {
+		inputs, err := s.inputsDigest(env, dir)
+		if err != nil {
+			return nil, err
+		}
+		parts["inputs"] = inputs
+	}
 
 	environ := environ(vars)
 	for _, p := range s.probes() {
@@ -285,8 +294,8 @@ var buildDirs = map[string]bool{
 }
 
 // excluded reports whether rel (slash-separated, relative to dir) is left out of the
-// tree's digest: it or a folder above it is a build folder, an output or an output's
-// folder, or matches an exclude glob.
+// tree's digest: it or a folder above it is a build folder, an output or input or the
+// folder of one, or matches an exclude glob. Inputs have their own fingerprint part.
 func (s *Step) excluded(dir, rel string) bool {
 	parts := strings.Split(rel, "/")
 	for i, part := range parts {
@@ -299,7 +308,7 @@ func (s *Step) excluded(dir, rel string) bool {
 				return true
 			}
 		}
-		for _, g := range s.spec.Outputs {
+		for _, g := range s.outputsAndInputs() {
 			if filepath.IsAbs(g) {
 				if rg, err := filepath.Rel(dir, g); err == nil && !strings.HasPrefix(rg, "..") {
 					g = filepath.ToSlash(rg)
@@ -319,6 +328,10 @@ func (s *Step) excluded(dir, rel string) bool {
 	return false
 }
 
+func (s *Step) outputsAndInputs() []string {
+	return append(append([]string(nil), s.spec.Outputs...), s.spec.Inputs...)
+}
+
 // path2dir returns the slash-separated folder of an output glob, "" for a top-level one.
 func path2dir(g string) string {
 	g = filepath.ToSlash(filepath.Clean(g))
@@ -326,4 +339,34 @@ func path2dir(g string) string {
 		return g[:i]
 	}
 	return ""
+}
+
+// inputsDigest lists each file the inputs globs match with its sha256; a glob that matches
+// nothing is listed as such (a wheel not built yet).
+func (s *Step) inputsDigest(env *engine.Env, dir string) (string, error) {
+	var lines []string
+	for _, g := range s.spec.Inputs {
+		matches, err := filepath.Glob(s.outputPath(env, dir, g))
+		if err != nil {
+			return "", fmt.Errorf("matching input %q: %w", g, err)
+		}
+		found := false
+		for _, m := range matches {
+			fi, err := os.Stat(m)
+			if err != nil || !fi.Mode().IsRegular() {
+				continue
+			}
+			sum, err := fileSHA256(m)
+			if err != nil {
+				return "", err
+			}
+			lines = append(lines, m+" "+sum)
+			found = true
+		}
+		if !found {
+			lines = append(lines, g+" none")
+		}
+	}
+	sort.Strings(lines)
+	return strings.Join(lines, "\n"), nil
 }

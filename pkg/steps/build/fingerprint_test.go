@@ -248,3 +248,32 @@ func TestProbeNames(t *testing.T) {
 		t.Errorf("probes (-want +got):\n%s", diff)
 	}
 }
+
+func TestFingerprintInputs(t *testing.T) {
+	f := newFPFixture(t, true)
+	f.spec.Argv = []string{"python3", "-m", "pip", "install", "--no-index", "--find-links", "dist", "sgl-kernel"}
+	f.spec.Inputs = []string{"dist/*.whl"}
+	f.spec.Outputs = nil
+	whl := filepath.Join(f.src, "dist", "sgl_kernel-0.3-cp310-abi3-linux_x86_64.whl")
+
+	none := f.fingerprint(t)
+	if got := none["inputs"]; got != "dist/*.whl none" {
+		t.Errorf("inputs before the wheel exists = %q", got)
+	}
+	writeFile(t, whl, "wheel v1")
+	built := f.fingerprint(t)
+	if diff := cmp.Diff([]string{"inputs"}, changed(none, built)); diff != "" {
+		t.Errorf("wheel appeared: changed parts (-want +got):\n%s", diff)
+	}
+	if !strings.HasPrefix(built["inputs"], whl+" ") {
+		t.Errorf("inputs = %q, want the wheel's path and digest", built["inputs"])
+	}
+	if again := f.fingerprint(t); !cmp.Equal(built, again) {
+		t.Error("fingerprint not stable while the wheel is unchanged")
+	}
+	writeFile(t, whl, "wheel v2")
+	rebuilt := f.fingerprint(t)
+	if diff := cmp.Diff([]string{"inputs"}, changed(built, rebuilt)); diff != "" {
+		t.Errorf("wheel rebuilt: changed parts (-want +got):\n%s", diff)
+	}
+}

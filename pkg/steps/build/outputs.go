@@ -150,12 +150,12 @@ func (s *Step) recordOutputs(env *engine.Env) (record, error) {
 func fileSHA256(p string) (string, error) {
 	f, err := os.Open(p)
 	if err != nil {
-		return "", fmt.Errorf("hashing output: %w", err)
+		return "", fmt.Errorf("hashing file: %w", err)
 	}
 	defer f.Close()
 	h := sha256.New()
 	if _, err := io.Copy(h, f); err != nil {
-		return "", fmt.Errorf("hashing output %s: %w", p, err)
+		return "", fmt.Errorf("hashing %s: %w", p, err)
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
 }

@@ -50,6 +50,10 @@ type Spec struct {
 	// Outputs are the paths or globs (relative to Dir, or absolute) of the files the build
 	// makes, e.g. "dist/*.whl". After a run each must match at least one file.
 	Outputs []string `yaml:"outputs" json:"outputs,omitempty"`
+	// Inputs are paths or globs (relative to Dir, or absolute) of files outside the source
+	// tree whose content decides the result, e.g. "dist/*.whl" for a step that installs
+	// the wheel another step built. Their digests are the fingerprint part "inputs".
+	Inputs []string `yaml:"inputs" json:"inputs,omitempty"`
 	// Exclude are extra globs, relative to Dir, left out of the source tree's digest (build
 	// trees the command writes besides its outputs).
 	Exclude []string `yaml:"exclude" json:"exclude,omitempty"`
@@ -115,9 +119,9 @@ func New(name string, spec *Spec) (*Step, error) {
 			problems = append(problems, fmt.Sprintf("env name %q is not valid", k))
 		}
 	}
-	for _, g := range append(append([]string(nil), s.Outputs...), s.Exclude...) {
+	for _, g := range append(append(append([]string(nil), s.Outputs...), s.Exclude...), s.Inputs...) {
 		if g == "" {
-			problems = append(problems, "an outputs or exclude entry is empty")
+			problems = append(problems, "an outputs, inputs or exclude entry is empty")
 			continue
 		}
 		if _, err := filepath.Match(g, ""); err != nil {
