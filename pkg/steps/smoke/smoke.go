@@ -146,6 +146,11 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	if err != nil {
 		return err
 	}
+	if env.Offline {
+		env.Log.Warn("offline (--root): no server was started, so the smoke gate does not run", "url", gate.RedactURL(cfg.URL))
+		env.Detail("skipped", "offline: nothing was started")
+		return nil
+	}
 	svc := serviceDep(env)
 	if svc == nil {
 		res, err := s.gate(ctx, env, cfg, "")

@@ -345,3 +345,21 @@ type (
 	gateCase   = gatepkg.Case
 	gateExpect = gatepkg.Expect
 )
+
+func TestOfflineDoesNotGate(t *testing.T) {
+	var hits atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { hits.Add(1) }))
+	defer srv.Close()
+	step, err := New("smoke", testSpec(srv.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, out := newEnv(t, nil)
+	env.Offline = true
+	if err := step.Run(context.Background(), env); err != nil {
+		t.Fatal(err)
+	}
+	if hits.Load() != 0 || !strings.Contains(out.String(), "smoke gate does not run") {
+		t.Errorf("offline gate asked the server %d times; output:\n%s", hits.Load(), out)
+	}
+}
