@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -85,18 +86,12 @@ func TestScripts(t *testing.T) {
 				if _, err := fmt.Sscanf(args[0], "%d", &want); err != nil {
 					ts.Fatalf("exits: bad status %q", args[0])
 				}
-				path, err := exec.LookPath(args[1])
-				if err != nil {
-					path = args[1]
-				}
-				if p, err := exec.LookPath(filepath.Join(ts.Getenv("WORK"), args[1])); err == nil && !filepath.IsAbs(args[1]) {
-					path = p
-				}
+				path := lookPath(ts, args[1])
 				cmd := exec.Command(path, args[2:]...)
 				cmd.Dir = ts.MkAbs(".")
 				cmd.Env = environ(ts)
 				cmd.Stdout, cmd.Stderr = ts.Stdout(), ts.Stderr()
-				err = cmd.Run()
+				err := cmd.Run()
 				got := 0
 				if ee, ok := err.(*exec.ExitError); ok {
 					got = ee.ExitCode()
@@ -118,6 +113,20 @@ func TestScripts(t *testing.T) {
 			},
 		},
 	})
+}
+
+// lookPath finds a program on the script's PATH (not the test process's).
+func lookPath(ts *testscript.TestScript, name string) string {
+	if strings.Contains(name, "/") {
+		return ts.MkAbs(name)
+	}
+	for _, dir := range filepath.SplitList(ts.Getenv("PATH")) {
+		p := filepath.Join(dir, name)
+		if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
+			return p
+		}
+	}
+	return name
 }
 
 // environ returns the script's environment for a child process.

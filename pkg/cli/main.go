@@ -44,7 +44,7 @@ func commands() []command {
 		{"plan", "plan -f RECIPE            what apply would do, step by step, and why", runPlan},
 		{"apply", "apply -f RECIPE           do it; re-runs skip what is already done and intact", runApply},
 		{"detect", "detect [--json]           the GPUs, driver and CUDA version of this host", runDetect},
-		{"smoke", "smoke --url URL | -f RECIPE  the correctness gate alone, against a running server", runSmoke},
+		{"smoke", "smoke --url URL | -f RECIPE  the correctness gate alone, against a running server", runSmokeCommand},
 		{"status", "status [--json]           the last run: each step, its result, time and reason", runStatus},
 		{"daemon", "daemon -f RECIPE          apply, then keep watching the node", runDaemon},
 		{"version", "version                   print the version", runVersion},

@@ -4,13 +4,23 @@ package steps
 import (
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/recipe"
+	"github.com/sglprov/sglprov/pkg/steps/build"
 	"github.com/sglprov/sglprov/pkg/steps/command"
+	"github.com/sglprov/sglprov/pkg/steps/download"
+	"github.com/sglprov/sglprov/pkg/steps/patch"
+	"github.com/sglprov/sglprov/pkg/steps/smoke"
+	"github.com/sglprov/sglprov/pkg/steps/source"
 )
 
 // Registry returns every step kind by the key a recipe step uses for it.
 func Registry() engine.Registry {
 	return engine.Registry{
-		"command": command.Kind(),
+		"command":  command.Kind(),
+		"source":   source.Kind(),
+		"patch":    patch.Kind(),
+		"build":    build.Kind(),
+		"download": download.Kind(),
+		"smoke":    smoke.Kind(),
 	}
 }
 
