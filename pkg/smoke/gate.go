@@ -239,7 +239,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	res := &Result{URL: RedactURL(cfg.URL), Model: cfg.Model}
+	res := &Result{URL: RedactURL(cfg.URL), Model: cfg.Model, Cases: []CaseResult{}}
 	ttr, err := WaitReady(ctx, cfg)
 	res.TimeToReady = ttr
 	if err != nil {
