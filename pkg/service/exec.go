@@ -432,6 +432,7 @@ func (p *proc) supervise(started chan<- error) {
 			started <- err
 			first = false
 			if err != nil {
+				_ = logf.Close()
 				p.set("failed", "failed")
 				return
 			}

@@ -228,24 +228,43 @@ func displayPath(env *engine.Env, path string) string {
 // ServiceName returns the unit's name.
 func (s *Step) ServiceName() string { return s.spec.Unit }
 
-// Fingerprint names the profile the unit would be installed with, the template's digest
-// and the rendered unit's digest (which covers the profile's flags, the GPU count behind
-// --tp, the command and every other value).
+// Fingerprint names the candidate profiles (those that match the host and model, in
+// recipe order), the template's digest, and a digest of the unit rendered for each
+// candidate, which covers the profiles' flags and environment, the GPU count behind --tp,
+// the command and every other value.
+//
+// It does not depend on which candidate won the gate: the engine records a step's
+// fingerprint when the step has run, before the smoke step picks the winner, so a
+// winner-dependent part would re-run this step on every apply after a fallback. The
+// winner is installed through Activate, and Intact compares the installed unit with the
+// winner's.
 func (s *Step) Fingerprint(_ context.Context, env *engine.Env) (map[string]string, error) {
 	_, _, digest, err := s.template(env)
 	if err != nil {
 		return nil, err
 	}
-	p, err := s.pick(env)
+	cands, err := s.matching(env)
 	if err != nil {
 		return nil, err
 	}
-	unit, err := s.render(env, p)
-	if err != nil {
-		return nil, err
+	renders := cands
+	if len(renders) == 0 {
+		renders = []string{""}
 	}
-	sum := sha256.Sum256(unit)
-	return map[string]string{"profile": p, "template": digest, "unit": "sha256:" + hex.EncodeToString(sum[:])}, nil
+	h := sha256.New()
+	for _, p := range renders {
+		unit, err := s.render(env, p)
+		if err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(h, "%s\x00%d\x00", p, len(unit))
+		h.Write(unit)
+	}
+	return map[string]string{
+		"profiles": strings.Join(cands, ","),
+		"template": digest,
+		"unit":     "sha256:" + hex.EncodeToString(h.Sum(nil)),
+	}, nil
 }
 
 // Intact reports whether the installed unit is the one that would be rendered now (and,

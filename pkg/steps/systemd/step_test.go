@@ -344,7 +344,7 @@ func TestRunRestartsOnlyOnChange(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fp1["profile"] != "sm120-fp4-cudnn" || !strings.HasPrefix(fp1["template"], "sha256:") {
+	if fp1["profiles"] != "sm120-fp4-cudnn,sm120-fp4-cutlass" || !strings.HasPrefix(fp1["template"], "sha256:") {
 		t.Errorf("fingerprint %v", fp1)
 	}
 
@@ -394,6 +394,10 @@ func TestProfileFallbackAndLastKnownGood(t *testing.T) {
 	if ok, err := s.RestoreLastKnownGood(ctx, env); ok || err != nil {
 		t.Fatalf("RestoreLastKnownGood with none = %v %v", ok, err)
 	}
+	fpBefore, err := s.Fingerprint(ctx, env)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := s.Run(ctx, env); err != nil {
 		t.Fatal(err)
 	}
@@ -421,9 +425,10 @@ func TestProfileFallbackAndLastKnownGood(t *testing.T) {
 	if diff := cmp.Diff([]string{"sm120-fp4-cutlass", "sm120-fp4-cudnn"}, s.Candidates(env)); diff != "" {
 		t.Errorf("candidates after a winner (-want +got):\n%s", diff)
 	}
-	fp, _ := s.Fingerprint(ctx, env)
-	if fp["profile"] != "sm120-fp4-cutlass" {
-		t.Errorf("fingerprint profile %q", fp["profile"])
+	// The fingerprint does not move with the winner: the next apply skips the step.
+	fpAfter, _ := s.Fingerprint(ctx, env)
+	if diff := cmp.Diff(fpBefore, fpAfter); diff != "" {
+		t.Errorf("fingerprint changed with the winner (-before +after):\n%s", diff)
 	}
 	if ok, reason, _ := s.Intact(ctx, env); !ok {
 		t.Errorf("not intact after the winner was recorded: %s", reason)
