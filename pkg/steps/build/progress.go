@@ -19,6 +19,36 @@ import (
 // `[ 42%] Building CUDA object ...` and Ninja's `[123/456] Building CUDA object ...`.
 var progressLine = regexp.MustCompile(`^\[\s*(\d+%|\d+/\d+)\]\s+\S`)
 
+// ansiEscape matches terminal escape sequences (colours) that tools print even to a pipe.
+var ansiEscape = regexp.MustCompile(`\x1b\[[0-9;?]*[ -/]*[@-~]`)
+
+// compileSource and compileOutput find the file a verbose compile command line works on
+// (CMAKE_VERBOSE_MAKEFILE makes Ninja print whole nvcc command lines).
+var (
+	compileSource = regexp.MustCompile(`\s-c\s+(\S+)`)
+	compileOutput = regexp.MustCompile(`\s-o\s+(\S+)`)
+)
+
+// maxTarget is the length beyond which a progress line is shortened to its counter and
+// the file it compiles.
+const maxTarget = 160
+
+// target returns the progress line as the status shows it: as it is, or for a long
+// command line, the counter and the source (or output) file.
+func target(line string) string {
+	if len(line) <= maxTarget {
+		return line
+	}
+	counter := progressLine.FindString(line)
+	counter = strings.TrimSpace(counter[:strings.IndexByte(counter, ']')+1])
+	for _, re := range []*regexp.Regexp{compileSource, compileOutput} {
+		if m := re.FindStringSubmatch(line); m != nil {
+			return counter + " " + m[1]
+		}
+	}
+	return line[:maxTarget] + "…"
+}
+
 // maxLine bounds one line kept for the tail and the status; longer ones are cut.
 const maxLine = 4096
 
@@ -106,9 +136,12 @@ func (m *monitor) flush() {
 // addLocked records one line.
 func (m *monitor) addLocked(line string) {
 	line = strings.ToValidUTF8(line, "\uFFFD")
+	if strings.IndexByte(line, 0x1b) >= 0 {
+		line = ansiEscape.ReplaceAllString(line, "")
+	}
 	m.lines++
 	if progressLine.MatchString(line) {
-		m.last = strings.TrimSpace(line)
+		m.last = target(strings.TrimSpace(line))
 	}
 	if len(m.ring) < cap(m.ring) {
 		m.ring = append(m.ring, line)

@@ -429,6 +429,27 @@ func TestMonitor(t *testing.T) {
 			t.Errorf("progressLine.MatchString(%q) = %t, want %t", line, got, want)
 		}
 	}
+	long := "[12/456] /usr/local/cuda/bin/nvcc -forward-unknown-to-host-compiler " + strings.Repeat("-DX=1 ", 30) +
+		"-c /opt/sglang/sgl-kernel/csrc/gemm/nvfp4_scaled_mm_kernels.cu -o CMakeFiles/x.dir/nvfp4.cu.o"
+	linkOnly := "[455/456] : && /usr/bin/g++ " + strings.Repeat("-Wl,x ", 30) + "-o sm100/common_ops.abi3.so x.o"
+	for in, want := range map[string]string{
+		long:                                 "[12/456] /opt/sglang/sgl-kernel/csrc/gemm/nvfp4_scaled_mm_kernels.cu",
+		linkOnly:                             "[455/456] sm100/common_ops.abi3.so",
+		"[ 42%] Building CUDA object x.cu.o": "[ 42%] Building CUDA object x.cu.o",
+		"[1/9] " + strings.Repeat("y", 200):  "[1/9] " + strings.Repeat("y", maxTarget-6) + "…",
+	} {
+		if got := target(in); got != want {
+			t.Errorf("target(%.40q…) = %q, want %q", in, got, want)
+		}
+	}
+	c := newMonitor(time.Unix(0, 0), 2)
+	c.feed([]byte("\x1b[1m\x1b[32m[ 50%] Building C object a.o\x1b[0m\n\x1b[31merror:\x1b[0m boom\n"))
+	if _, _, last := c.snapshot(time.Unix(0, 0)); last != "[ 50%] Building C object a.o" {
+		t.Errorf("last with colours = %q", last)
+	}
+	if diff := cmp.Diff([]string{"[ 50%] Building C object a.o", "error: boom"}, c.tail()); diff != "" {
+		t.Errorf("tail with colours (-want +got):\n%s", diff)
+	}
 	if got := truncate("abcdef", 4); got != "abc…" {
 		t.Errorf("truncate = %q", got)
 	}
