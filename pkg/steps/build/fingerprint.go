@@ -118,8 +118,8 @@ func (s *Step) probes() []probeSpec {
 	return list
 }
 
-// probe runs argv and returns its trimmed standard output, "absent" when the program is
-// not there, or "error: ..." when it fails.
+// probe runs argv and returns its trimmed standard output (standard error when that is
+// all it printed), "absent" when the program is not there, or "error: ..." when it fails.
 func (s *Step) probe(ctx context.Context, dir string, environ []string, argv []string) string {
 	path, err := lookPath(argv[0], dir, environ)
 	if err != nil {
@@ -145,7 +145,11 @@ func (s *Step) probe(ctx context.Context, dir string, environ []string, argv []s
 		}
 		return fmt.Sprintf("error: %v", err)
 	}
-	return strings.TrimSpace(stdout.String())
+	if out := strings.TrimSpace(stdout.String()); out != "" {
+		return out
+	}
+	// Some tools print their version to standard error.
+	return strings.TrimSpace(stderr.String())
 }
 
 // treeDigest digests the source tree in dir.

@@ -190,7 +190,9 @@ func TestFingerprintNonChanges(t *testing.T) {
 func TestFingerprintValues(t *testing.T) {
 	f := newFPFixture(t, true)
 	writeScript(t, filepath.Join(f.bin, "failing"), "echo 'boom: no such module' >&2\nexit 4\n")
-	f.spec.Probes = [][]string{{"failing"}, {"missing-tool", "--version"}, {"/opt/cuda-12.8/bin/nvcc", "--version"}}
+	writeScript(t, filepath.Join(f.bin, "javac"), "echo 'javac 21.0.2' >&2\n")
+	f.spec.Probes = [][]string{{"failing"}, {"missing-tool", "--version"}, {"/opt/cuda-12.8/bin/nvcc", "--version"},
+		{"javac", "-version"}}
 	f.spec.Env = map[string]string{"MAX_JOBS": "3", "CMAKE_ARGS": "-DENABLE_BELOW_SM90=OFF"}
 	parts := f.fingerprint(t)
 
@@ -201,6 +203,7 @@ func TestFingerprintValues(t *testing.T) {
 		"toolchain.torch":        "2.9.1+cu129 12.9",
 		"toolchain.failing":      "error: exit status 4: boom: no such module",
 		"toolchain.missing-tool": "absent",
+		"toolchain.javac":        "javac 21.0.2",
 		// The custom nvcc probe replaces the default one; that nvcc does not exist here.
 		"toolchain.nvcc": "absent",
 	}

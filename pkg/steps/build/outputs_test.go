@@ -108,3 +108,19 @@ func TestRelativeDirAndAbsoluteOutputUnderRoot(t *testing.T) {
 		t.Errorf("Intact = %t, %q, %v", ok, reason, err)
 	}
 }
+
+func TestRelativeDirFromRelativeRecipeDir(t *testing.T) {
+	fakeTools(t)
+	env, _, _ := testEnv(t)
+	base := t.TempDir()
+	t.Chdir(base)
+	env.RecipeDir = "."
+	writeScript(t, filepath.Join(base, "proj", "build.sh"), "mkdir -p out && echo ok > out/ok.txt\n")
+	s := newStep(t, Spec{Dir: "proj", Argv: []string{"./build.sh"}, Outputs: []string{"out/ok.txt"}})
+	if err := s.Run(context.Background(), env); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(base, "proj", "out", "ok.txt")); err != nil {
+		t.Error(err)
+	}
+}

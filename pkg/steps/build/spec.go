@@ -157,10 +157,14 @@ func New(name string, spec *Spec) (*Step, error) {
 	}, nil
 }
 
-// dir returns the build directory as a path on this machine.
+// dir returns the build directory as an absolute path on this machine.
 func (s *Step) dir(env *engine.Env) string {
 	if filepath.IsAbs(s.spec.Dir) {
 		return env.HostPath(s.spec.Dir)
 	}
-	return env.RecipePath(s.spec.Dir)
+	d := env.RecipePath(s.spec.Dir)
+	if abs, err := filepath.Abs(d); err == nil {
+		d = abs
+	}
+	return d
 }
