@@ -17,6 +17,7 @@ import (
 	"charm.land/log/v2"
 	"github.com/charmbracelet/x/term"
 
+	sglprov "github.com/sglprov/sglprov"
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/recipe"
@@ -187,8 +188,13 @@ func (c *common) loadRecipe() (*recipe.Recipe, error) {
 	if c.recipe == "" {
 		return nil, fmt.Errorf("%w: no recipe: give -f RECIPE", engine.ErrUsage)
 	}
-	if err := checkPerms(c.recipe, c.insecure); err != nil {
-		return nil, err
+	if !c.insecure {
+		if err := engine.CheckPermissions(c.recipe); err != nil {
+			if errors.Is(err, engine.ErrUsage) {
+				return nil, err
+			}
+			return nil, fmt.Errorf("%w: reading recipe: %v", engine.ErrUsage, err)
+		}
 	}
 	r, err := recipe.Load(c.recipe, steps.Specs(steps.Registry()), c.sets)
 	if err != nil {
@@ -199,20 +205,6 @@ func (c *common) loadRecipe() (*recipe.Recipe, error) {
 		return nil, fmt.Errorf("%w: %v", engine.ErrUsage, err)
 	}
 	return r, nil
-}
-
-// checkPerms refuses a file that group or others can write (as sshd's StrictModes does),
-// unless insecure is set.
-func checkPerms(path string, insecure bool) error {
-	st, err := os.Stat(path)
-	if err != nil {
-		return fmt.Errorf("%w: reading recipe: %v", engine.ErrUsage, err)
-	}
-	if insecure || st.Mode().Perm()&0o022 == 0 {
-		return nil
-	}
-	return fmt.Errorf("%w: %s is writable by group or others (mode %04o): anyone who can change it can run commands as this user; `chmod go-w %s`, or pass --insecure-permissions",
-		engine.ErrUsage, path, st.Mode().Perm(), path)
 }
 
 // hostFacts detects the GPUs when the recipe needs them and checks the requirements.
@@ -257,15 +249,17 @@ func (c *common) newEngine(ctx context.Context, stdio IO, mod func(*engine.Optio
 		return nil, nil, fmt.Errorf("locating recipe: %w", err)
 	}
 	opts := engine.Options{
-		Recipe:     r,
-		RecipeDir:  dir,
-		Registry:   steps.Registry(),
-		Facts:      facts,
-		Root:       c.root,
-		StateDir:   c.stateDirPath(),
-		NewLogger:  newLogger,
-		Console:    stdio.Stderr,
-		IsTerminal: isTerminal(stdio.Stderr),
+		Recipe:              r,
+		RecipeDir:           dir,
+		Registry:            steps.Registry(),
+		Facts:               facts,
+		Root:                c.root,
+		StateDir:            c.stateDirPath(),
+		NewLogger:           newLogger,
+		Console:             stdio.Stderr,
+		IsTerminal:          isTerminal(stdio.Stderr),
+		Builtin:             sglprov.Assets,
+		InsecurePermissions: c.insecure,
 	}
 	if mod != nil {
 		mod(&opts)

@@ -15,7 +15,6 @@ import (
 	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/recipe"
 	gate "github.com/sglprov/sglprov/pkg/smoke"
-	"github.com/sglprov/sglprov/pkg/steps"
 	smokestep "github.com/sglprov/sglprov/pkg/steps/smoke"
 )
 
@@ -142,20 +141,10 @@ func smokeConfig(ctx context.Context, stdio IO, o smokeOptions) (gate.Config, er
 // recipeSmokeSpec reads the recipe and renders its smoke step (the one named by --step,
 // else the first).
 func recipeSmokeSpec(ctx context.Context, stdio IO, o smokeOptions) (*smokestep.Spec, error) {
-	if err := checkPerms(o.recipe, o.insecure); err != nil {
-		return nil, err
-	}
-	kinds := steps.Specs(steps.Registry())
-	if _, ok := kinds["smoke"]; !ok {
-		kinds["smoke"] = smokestep.Kind().NewSpec
-	}
-	r, err := recipe.Load(o.recipe, kinds, o.sets)
+	c := common{recipe: o.recipe, sets: o.sets, insecure: o.insecure}
+	r, err := c.loadRecipe()
 	if err != nil {
-		var ps recipe.Problems
-		if errors.As(err, &ps) {
-			return nil, fmt.Errorf("%w: %d problem(s) in the recipe:\n%v", engine.ErrUsage, len(ps), ps)
-		}
-		return nil, fmt.Errorf("%w: %v", engine.ErrUsage, err)
+		return nil, err
 	}
 	var st *recipe.Step
 	var names []string

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -44,6 +45,10 @@ type Options struct {
 	IsTerminal bool
 	// Now is the clock (time.Now by default).
 	Now func() time.Time
+	// Builtin holds the files shipped in the binary; InsecurePermissions accepts recipe
+	// files that group or others can write.
+	Builtin             fs.FS
+	InsecurePermissions bool
 }
 
 // Engine plans and applies one recipe.
@@ -143,23 +148,25 @@ func (e *Engine) env(n *node, logw io.Writer, logPath string) *Env {
 		logw = io.Discard
 	}
 	return &Env{
-		Root:       e.opts.Root,
-		StateDir:   e.opts.StateDir,
-		RecipeName: e.opts.Recipe.Name,
-		RecipeDir:  e.opts.RecipeDir,
-		StepName:   n.step.Name,
-		Facts:      e.opts.Facts,
-		Profiles:   e.opts.Recipe.Profiles,
-		Log:        e.opts.NewLogger(io.MultiWriter(e.opts.Console, logw)).With("step", n.step.Name),
-		Out:        logw,
-		LogPath:    logPath,
-		Console:    e.opts.Console,
-		IsTerminal: e.opts.IsTerminal,
-		Deps:       n.deps,
-		Verify:     e.opts.Verify,
-		Force:      contains(e.opts.Force, n.step.Name),
-		Offline:    e.opts.Root != "" && e.opts.Root != "/",
-		store:      e.store,
+		Root:                e.opts.Root,
+		StateDir:            e.opts.StateDir,
+		RecipeName:          e.opts.Recipe.Name,
+		RecipeDir:           e.opts.RecipeDir,
+		StepName:            n.step.Name,
+		Facts:               e.opts.Facts,
+		Profiles:            e.opts.Recipe.Profiles,
+		Log:                 e.opts.NewLogger(io.MultiWriter(e.opts.Console, logw)).With("step", n.step.Name),
+		Out:                 logw,
+		LogPath:             logPath,
+		Console:             e.opts.Console,
+		IsTerminal:          e.opts.IsTerminal,
+		Deps:                n.deps,
+		Verify:              e.opts.Verify,
+		Force:               contains(e.opts.Force, n.step.Name),
+		Offline:             e.opts.Root != "" && e.opts.Root != "/",
+		Builtin:             e.opts.Builtin,
+		InsecurePermissions: e.opts.InsecurePermissions,
+		store:               e.store,
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"io/fs"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -81,6 +82,11 @@ type Env struct {
 	Force bool
 	// Offline is set under --root: nothing is started on the host.
 	Offline bool
+	// Builtin holds the files shipped in the binary (patches, templates, recipes), read
+	// through ReadRecipeFile with the "builtin:" prefix.
+	Builtin fs.FS
+	// InsecurePermissions accepts recipe files that group or others can write.
+	InsecurePermissions bool
 
 	store *Store
 }

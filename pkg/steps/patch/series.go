@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 
@@ -66,21 +65,21 @@ func seriesNames(data []byte) ([]string, error) {
 	return names, nil
 }
 
-// loadSeries reads the series file at path and every patch it names, and checks that no
+// loadSeries reads the series file at path and every patch it names (through read, which
+// resolves recipe paths and "builtin:" names and checks permissions), and checks that no
 // patch writes outside the tree.
-func loadSeries(path string) (*series, error) {
-	data, err := os.ReadFile(path)
+func loadSeries(path string, read func(string) ([]byte, string, error)) (*series, error) {
+	data, resolved, err := read(path)
 	if err != nil {
 		return nil, fmt.Errorf("reading series: %w", err)
 	}
 	names, err := seriesNames(data)
 	if err != nil {
-		return nil, fmt.Errorf("series %s: %w: %w", path, err, engine.ErrUsage)
+		return nil, fmt.Errorf("series %s: %w: %w", resolved, err, engine.ErrUsage)
 	}
-	s := &series{Path: path, Digest: digest(data)}
-	dir := filepath.Dir(path)
+	s := &series{Path: resolved, Digest: digest(data)}
 	for _, name := range names {
-		raw, err := os.ReadFile(filepath.Join(dir, name))
+		raw, _, err := read(engine.JoinRecipePath(path, name))
 		if err != nil {
 			return nil, fmt.Errorf("reading patch %q: %w", name, err)
 		}

@@ -23,7 +23,7 @@ func TestShippedSeriesParse(t *testing.T) {
 	}
 	for _, path := range all {
 		t.Run(path, func(t *testing.T) {
-			s, err := loadSeries(path)
+			s, err := loadSeries(path, readFile)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -104,4 +104,10 @@ func copyTree(t *testing.T, src, dst string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// readFile reads a series or patch from disk, as a recipe beside it would.
+func readFile(p string) ([]byte, string, error) {
+	b, err := os.ReadFile(p)
+	return b, p, err
 }

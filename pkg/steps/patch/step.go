@@ -33,7 +33,7 @@ type fileRecord struct {
 func (s *Step) root(env *engine.Env) string { return env.HostPath(s.spec.Dir) }
 
 func (s *Step) load(env *engine.Env) (*series, error) {
-	return loadSeries(env.RecipePath(s.spec.Series))
+	return loadSeries(s.spec.Series, env.ReadRecipeFile)
 }
 
 // Fingerprint digests the series file and every patch it names.
