@@ -21,7 +21,8 @@ import (
 
 var errNotFound = errors.New("executable file not found in PATH")
 
-// Fingerprint parts, by name:
+// Fingerprint returns the named inputs that decide the build's result. Probes that fail
+// are recorded as values ("absent", "error: ..."), not returned as errors. The parts:
 //
 //	argv              the command, as JSON
 //	env               the variables the step sets (defaults and the recipe's env), as
@@ -36,9 +37,6 @@ var errNotFound = errors.New("executable file not found in PATH")
 //
 // The driver version is deliberately not a part: kernels built for an arch run on any
 // newer driver, and a driver upgrade alone must not rebuild them.
-
-// Fingerprint returns the named inputs that decide the build's result. Probes that fail
-// are recorded as values ("absent", "error: ..."), not returned as errors.
 func (s *Step) Fingerprint(ctx context.Context, env *engine.Env) (map[string]string, error) {
 	dir := s.dir(env)
 	parts := map[string]string{}

@@ -30,6 +30,9 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	}
 
 	jobs, how := s.jobs()
+	if v, ok := s.spec.Env[envMaxJobs]; ok {
+		how = "MAX_JOBS=" + v + " in the recipe's env"
+	}
 	vars := s.buildEnv(env, jobs, false)
 	if _, err := lookPath(s.ccache, dir, environ(vars)); err == nil {
 		vars = s.buildEnv(env, jobs, true)
