@@ -16,7 +16,8 @@
 #      sha256sum of the files (warm and cold page cache) and sglprov with VerifyFile
 #
 # Environment: BENCH_SIZE_MB (512), BENCH_DIR (base for the temporary folder, /tmp),
-# BENCH_OUT (also write the table there), BENCH_CASES ("1 2 3").
+# BENCH_OUT (also write the table there), BENCH_CASES ("1 2 3"), FETCHBENCH_FLAGS (more
+# flags for fetchbench, e.g. "-chunk-mb 4 -buffer-mb 32").
 # Columns: wall seconds, MB/s (10^6 bytes per second of the bytes downloaded or hashed),
 # CPU seconds (user+system of the command and its children, /usr/bin/time), peak RSS (the
 # largest single process, /usr/bin/time -v), the load average when the row started.
@@ -179,7 +180,7 @@ aria_script() { # N PREFIX
 	echo "aria2c -q -i '$WORK/aria.$1${2//\//_}' -d '$WORK/dst' -j $1 -x 8 -s 8 --file-allocation=falloc --allow-overwrite=true --auto-file-renaming=false --summary-interval=0 && sync $WORK/dst/*.bin"
 }
 sglprov_script() { # N PREFIX [extra flags]
-	echo "'$WORK/bin/fetchbench' -q -list '$WORK/list.$1${2//\//_}' -dest '$WORK/dst' -conns 8 ${3:-}"
+	echo "'$WORK/bin/fetchbench' -q -list '$WORK/list.$1${2//\//_}' -dest '$WORK/dst' -conns 8 ${FETCHBENCH_FLAGS:-} ${3:-}"
 }
 
 B=$((SIZE_MB << 20))

@@ -26,8 +26,8 @@ const (
 	defaultFiles      = 4
 	defaultConns      = 8
 	defaultMinChunk   = 64 << 20
-	defaultChunkSize  = 4 << 20
-	defaultMaxBuffer  = 32 << 20
+	defaultChunkSize  = 2 << 20
+	defaultMaxBuffer  = 48 << 20
 	defaultStall      = 60 * time.Second
 	defaultRetries    = 3
 	defaultRetryWait  = time.Second
@@ -212,6 +212,8 @@ type job struct {
 	// downloaded from 0 on one connection.
 	noRanges bool
 	net      atomic.Int64
+	// target is where the file's URL last redirected to, or nil.
+	target atomic.Pointer[string]
 }
 
 func fetch(ctx context.Context, files []File, opt Options) ([]Result, error) {
@@ -676,7 +678,14 @@ func (j *job) request(ctx context.Context, s *stream, pos *int64, b int64) error
 		return &transientError{err}
 	}
 
-	req, err := http.NewRequestWithContext(rctx, http.MethodGet, j.f.URL, nil)
+	// After a redirect, later ranges of the file go straight to where it led (a CDN URL
+	// signed for a while), saving a round trip per range; when that stops working the
+	// original URL is asked again.
+	target, cached := j.f.URL, false
+	if t := j.target.Load(); t != nil {
+		target, cached = *t, true
+	}
+	req, err := http.NewRequestWithContext(rctx, http.MethodGet, target, nil)
 	if err != nil {
 		return fmt.Errorf("downloading %s: bad URL %s", j.f.Path, redact(j.f.URL))
 	}
@@ -697,9 +706,21 @@ func (j *job) request(ctx context.Context, s *stream, pos *int64, b int64) error
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
+		if cached {
+			j.target.Store(nil)
+		}
 		return transient(fmt.Errorf("requesting %s: %w", redact(j.f.URL), err))
 	}
 	defer resp.Body.Close()
+	if cached && resp.StatusCode >= 400 && resp.StatusCode < 500 {
+		j.target.Store(nil)
+		return transient(fmt.Errorf("redirect target of %s answered %s", redact(j.f.URL), resp.Status))
+	}
+	if !cached && (resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusPartialContent) {
+		if final := resp.Request.URL.String(); final != j.f.URL {
+			j.target.Store(&final)
+		}
+	}
 
 	want := int64(-1) // bytes this answer should carry
 	switch {

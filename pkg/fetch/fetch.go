@@ -38,10 +38,11 @@ type Options struct {
 	Conns int
 	// MinChunk: files smaller than this use one connection (default 64 MiB).
 	MinChunk int64
-	// ChunkSize is the size of one range request of a large file (default 4 MiB).
+	// ChunkSize is the size of one range request of a large file (default 2 MiB).
 	ChunkSize int64
 	// MaxBuffer bounds the bytes held in memory, over all files, for ranges that arrived
-	// ahead of the hashed prefix (default 32 MiB).
+	// ahead of the hashed prefix (default 48 MiB). With N connections of equal speed a
+	// file holds up to about (N-1)*ChunkSize ahead; beyond MaxBuffer the connections wait.
 	MaxBuffer int64
 	// StallTimeout cancels and retries a request that received no byte for this long
 	// (default 60s). There is no total timeout.

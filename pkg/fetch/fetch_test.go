@@ -390,6 +390,35 @@ func TestFetchTokenOnlyToItsHost(t *testing.T) {
 			}
 		}
 	})
+	t.Run("later ranges go straight to the redirect target, and back when it expires", func(t *testing.T) {
+		big := randomBytes(t, 3<<20)
+		cdn2 := newFaultServer(t, map[string][]byte{"blob": big})
+		cdn2.configure(func() {
+			cdn2.plan = func(n int, r *http.Request) action {
+				if n == 6 {
+					return action{status: http.StatusForbidden} // the signature expired
+				}
+				return action{}
+			}
+		})
+		hub2 := newFaultServer(t, nil)
+		hub2.configure(func() {
+			hub2.plan = func(int, *http.Request) action { return action{redirect: cdn2.url("blob") + "?X-Signature=SIGSECRET"} }
+		})
+		opt := testOptions(t.TempDir())
+		f := File{URL: hub2.url("resolve/big.bin"), Path: "big.bin", Size: int64(len(big)), SHA256: sha256Hex(big)}
+		if _, err := Fetch(context.Background(), []File{f}, opt); err != nil {
+			t.Fatal(err)
+		}
+		// 12 ranges: about one hub request per connection before the target is known, and
+		// again after the 403; not one per range.
+		if n := len(hub2.requests()); n < 2 || n > 2*opt.Conns {
+			t.Errorf("hub got %d requests, want 2..%d", n, 2*opt.Conns)
+		}
+		if n := len(cdn2.requests()); n != 13 {
+			t.Errorf("redirect target got %d requests, want 12 ranges and the refused one", n)
+		}
+	})
 	t.Run("no token to a host that is not TokenHost", func(t *testing.T) {
 		dest := t.TempDir()
 		opt := testOptions(dest)

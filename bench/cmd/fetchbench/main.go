@@ -29,6 +29,8 @@ func run() error {
 	dest := flag.String("dest", "", "destination folder")
 	files := flag.Int("files", 0, "files at once (0: default)")
 	conns := flag.Int("conns", 0, "connections per large file (0: default)")
+	chunkMB := flag.Int64("chunk-mb", 0, "range size in MiB (0: default)")
+	bufferMB := flag.Int64("buffer-mb", 0, "read-ahead memory bound in MiB (0: default)")
 	verify := flag.Bool("verify", false, "hash files that are already present")
 	quiet := flag.Bool("q", false, "no progress lines")
 	flag.Parse()
@@ -39,7 +41,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	opt := fetch.Options{Dest: *dest, Files: *files, Conns: *conns}
+	opt := fetch.Options{Dest: *dest, Files: *files, Conns: *conns, ChunkSize: *chunkMB << 20, MaxBuffer: *bufferMB << 20}
 	var pipe *fetch.PipeReporter
 	if !*quiet {
 		pipe = fetch.NewPipeReporter(func(format string, args ...any) {
