@@ -50,6 +50,7 @@ func apply(ctx context.Context, stdio IO, c *common, mod func(*engine.Options)) 
 	if err != nil {
 		return nil, err
 	}
+	defer e.Close()
 	rep, runErr := e.Apply(ctx)
 	if rep != nil {
 		fmt.Fprintf(stdio.Stdout, "\n%s", rep.Summary())

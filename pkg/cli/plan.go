@@ -26,6 +26,7 @@ func runPlan(ctx context.Context, stdio IO, args []string) error {
 	if err != nil {
 		return err
 	}
+	defer e.Close()
 	p, err := e.Plan(ctx)
 	if err != nil {
 		return err
@@ -51,6 +52,14 @@ func runPlan(ctx context.Context, stdio IO, args []string) error {
 		fmt.Fprintf(w, "  %s\t%s\t%s\t%s\n", s.Name, s.Kind, action, s.Reason)
 	}
 	w.Flush()
+	for _, s := range p.Steps {
+		for i, d := range s.Details {
+			if i == 0 {
+				fmt.Fprintf(stdio.Stdout, "  %s:\n", s.Name)
+			}
+			fmt.Fprintf(stdio.Stdout, "    %s\n", d)
+		}
+	}
 	fmt.Fprintf(stdio.Stdout, "%d of %d steps would run.\n", runs, len(p.Steps))
 	return nil
 }

@@ -285,6 +285,8 @@ type PlannedStep struct {
 	// Fingerprint is empty when it could not be computed before the step's needs ran.
 	Fingerprint string `json:"fingerprint,omitempty"`
 	Error       string `json:"error,omitempty"`
+	// Details are the step's own description (the service's command line).
+	Details []string `json:"details,omitempty"`
 }
 
 // Plan is what apply would do.
@@ -312,7 +314,11 @@ func (e *Engine) Plan(ctx context.Context) (*Plan, error) {
 				upstream = append(upstream, d)
 			}
 		}
-		d, err := e.decide(ctx, n, e.env(n, nil, ""))
+		env := e.env(n, nil, "")
+		if ds, ok := n.impl.(Describer); ok {
+			ps.Details = ds.Describe(env)
+		}
+		d, err := e.decide(ctx, n, env)
 		switch {
 		case err != nil && len(upstream) == 0:
 			ps.Error = err.Error()
@@ -451,4 +457,18 @@ func (e *Engine) EnvFor(name string) *Env {
 		return nil
 	}
 	return e.env(n, nil, "")
+}
+
+// Close releases what the steps hold (a service manager's connection; with the exec
+// manager, the server it supervises). Call it when done with the engine.
+func (e *Engine) Close() error {
+	var first error
+	for _, n := range e.nodes {
+		if c, ok := n.impl.(io.Closer); ok {
+			if err := c.Close(); err != nil && first == nil {
+				first = fmt.Errorf("closing step %s: %w", n.step.Name, err)
+			}
+		}
+	}
+	return first
 }

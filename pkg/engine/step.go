@@ -225,3 +225,9 @@ func NewTestEnv(dir string, out io.Writer) *Env {
 		store:    NewStore(nil),
 	}
 }
+
+// Describer is implemented by steps that can say in a line or two what they would do
+// (the service's command line with its profile); plan prints it under the step.
+type Describer interface {
+	Describe(env *Env) []string
+}

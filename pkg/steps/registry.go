@@ -10,6 +10,7 @@ import (
 	"github.com/sglprov/sglprov/pkg/steps/patch"
 	"github.com/sglprov/sglprov/pkg/steps/smoke"
 	"github.com/sglprov/sglprov/pkg/steps/source"
+	"github.com/sglprov/sglprov/pkg/steps/systemd"
 )
 
 // Registry returns every step kind by the key a recipe step uses for it.
@@ -20,6 +21,7 @@ func Registry() engine.Registry {
 		"patch":    patch.Kind(),
 		"build":    build.Kind(),
 		"download": download.Kind(),
+		"systemd":  systemd.Kind(),
 		"smoke":    smoke.Kind(),
 	}
 }
