@@ -60,7 +60,7 @@ func TestRenderShippedTemplate(t *testing.T) {
 			t.Errorf("Environment %s = %q, want %q", k, svc.Env[k], v)
 		}
 	}
-	if svc.Env["HOME"] != "/var/cache/sglang" || svc.Restart != "on-failure" || svc.RestartSec.Seconds() != 10 {
+	if svc.Env["HOME"] != "/var/cache/sglang" || svc.Restart != "on-failure" || svc.RestartSec.Seconds() != 5 {
 		t.Errorf("service settings: HOME=%q Restart=%q RestartSec=%s", svc.Env["HOME"], svc.Restart, svc.RestartSec)
 	}
 	if strings.Contains(string(out), "User=") {
