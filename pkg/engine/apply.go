@@ -148,8 +148,16 @@ func (e *Engine) runNode(ctx context.Context, n *node, sem chan struct{}, runDir
 	}
 	defer func() { <-sem }()
 
+	var ran []string
+	for _, d := range n.needs {
+		if d.res.Result == ResultOK {
+			ran = append(ran, d.step.Name)
+		}
+	}
 	// The step log is opened only for a step that runs: a no-op re-run writes no logs.
-	dec, err := e.decide(ctx, n, e.env(n, nil, ""))
+	denv := e.env(n, nil, "")
+	denv.DepsRan = ran
+	dec, err := e.decide(ctx, n, denv)
 	if err != nil {
 		res.Result, res.err, res.Error, res.Reason = ResultFailed, err, err.Error(), "cannot tell whether to run"
 		e.log.Error("step failed", "step", n.step.Name, "err", err)
@@ -169,6 +177,7 @@ func (e *Engine) runNode(ctx context.Context, n *node, sem chan struct{}, runDir
 	}
 	defer logf.Close()
 	env := e.env(n, logf, logPath)
+	env.DepsRan = ran
 	res.Log = logPath
 	res.Started = e.opts.Now().UTC()
 	env.Log.Info("running", "reason", dec.Reason)

@@ -204,6 +204,11 @@ func (e *Engine) decide(ctx context.Context, n *node, env *Env) (Decision, error
 	case rec.Result != ResultOK:
 		d.Run, d.Reason = true, "last run "+rec.Result
 		return d, nil
+	case len(env.DepsRan) > 0:
+		// What a needed step made is this step's input: a rebuilt kernel is reinstalled,
+		// a reinstalled server restarted.
+		d.Run, d.Reason = true, "needs "+strings.Join(env.DepsRan, ", ")+", which ran"
+		return d, nil
 	}
 	if changed := changedParts(rec.Parts, parts); len(changed) > 0 {
 		d.Run, d.Reason = true, "fingerprint changed: "+strings.Join(changed, ", ")
@@ -324,11 +329,11 @@ func (e *Engine) Plan(ctx context.Context) (*Plan, error) {
 			ps.Error = err.Error()
 			ps.Run, ps.Reason = true, "cannot tell: "+err.Error()
 		case err != nil:
-			ps.Run, ps.Reason = true, "after "+strings.Join(upstream, ", ")
+			ps.Run, ps.Reason = true, "needs "+strings.Join(upstream, ", ")+", which runs"
 		default:
 			ps.Run, ps.Reason, ps.Fingerprint = d.Run, d.Reason, d.Fingerprint
 			if !d.Run && len(upstream) > 0 {
-				ps.Run, ps.Reason = true, "re-checked after "+strings.Join(upstream, ", ")+" runs"
+				ps.Run, ps.Reason = true, "needs "+strings.Join(upstream, ", ")+", which runs"
 			}
 		}
 		runs[n.step.Name] = ps.Run

@@ -200,20 +200,20 @@ func TestSkipReasons(t *testing.T) {
 		{
 			name:   "var changed",
 			change: func(w *world) []string { return []string{"v=2"} },
-			want: map[string]string{"src": "unchanged", "patch": "fingerprint changed: vars.v", "build": "re-checked after patch runs",
-				"weights": "unchanged", "service": "re-checked after build runs"},
+			want: map[string]string{"src": "unchanged", "patch": "fingerprint changed: vars.v", "build": "needs patch, which runs",
+				"weights": "unchanged", "service": "needs build, which runs"},
 		},
 		{
 			name:   "outputs changed",
 			change: func(w *world) []string { w.broken["weights"] = true; return nil },
 			want: map[string]string{"src": "unchanged", "patch": "unchanged", "build": "unchanged",
-				"weights": "outputs changed: /out/weights", "service": "re-checked after weights runs"},
+				"weights": "outputs changed: /out/weights", "service": "needs weights, which runs"},
 		},
 		{
 			name:   "step input changed",
 			change: func(w *world) []string { w.external["build"] = "nvcc 12.9"; return nil },
 			want: map[string]string{"src": "unchanged", "patch": "unchanged", "build": "fingerprint changed: toolchain",
-				"weights": "unchanged", "service": "re-checked after build runs"},
+				"weights": "unchanged", "service": "needs build, which runs"},
 		},
 	}
 	for _, tc := range tests {

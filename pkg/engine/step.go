@@ -76,6 +76,9 @@ type Env struct {
 	IsTerminal bool
 	// Deps are the built steps this step needs, by name (whether they ran or were skipped).
 	Deps map[string]Step
+	// DepsRan names the needed steps that ran in this run: their outputs are new, so this
+	// step runs too (a service restarts rather than only starting).
+	DepsRan []string
 	// Verify asks steps to re-check outputs fully (e.g. re-hash downloads).
 	Verify bool
 	// Force is set when the user asked to run this step even though it would be skipped.
