@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"testing"
@@ -101,6 +102,51 @@ func TestScripts(t *testing.T) {
 				if (got == want) == neg {
 					ts.Fatalf("%s exited %d, want %d", args[1], got, want)
 				}
+			},
+			// waitgrep PATTERN PATH waits up to 30 s for the file's content to match PATTERN.
+			"waitgrep": func(ts *testscript.TestScript, neg bool, args []string) {
+				if len(args) != 2 {
+					ts.Fatalf("usage: waitgrep PATTERN PATH")
+				}
+				re, err := regexp.Compile(args[0])
+				if err != nil {
+					ts.Fatalf("waitgrep: %v", err)
+				}
+				path := ts.MkAbs(args[1])
+				var last []byte
+				for i := 0; i < 600; i++ {
+					if b, err := os.ReadFile(path); err == nil {
+						last = b
+						if re.Match(b) {
+							return
+						}
+					}
+					time.Sleep(50 * time.Millisecond)
+				}
+				ts.Fatalf("%s never matched %q; last content:\n%s", args[1], args[0], last)
+			},
+			// waitexec PATTERN PROG ARGS... re-runs a program until its output matches PATTERN
+			// (up to 30 s).
+			"waitexec": func(ts *testscript.TestScript, neg bool, args []string) {
+				if len(args) < 2 {
+					ts.Fatalf("usage: waitexec PATTERN PROG [ARGS...]")
+				}
+				re, err := regexp.Compile(args[0])
+				if err != nil {
+					ts.Fatalf("waitexec: %v", err)
+				}
+				var out []byte
+				for i := 0; i < 150; i++ {
+					cmd := exec.Command(lookPath(ts, args[1]), args[2:]...)
+					cmd.Dir = ts.MkAbs(".")
+					cmd.Env = environ(ts)
+					out, _ = cmd.CombinedOutput()
+					if re.Match(out) {
+						return
+					}
+					time.Sleep(200 * time.Millisecond)
+				}
+				ts.Fatalf("%s never printed %q; last output:\n%s", args[1], args[0], out)
 			},
 			// waitfile PATH waits up to 20 s for a file to exist (a fake server's port file).
 			"waitfile": func(ts *testscript.TestScript, neg bool, args []string) {

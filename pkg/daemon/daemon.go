@@ -40,6 +40,8 @@ type Options struct {
 	MaxRestarts int
 	// Metrics records what happens (may be nil).
 	Metrics *Metrics
+	// AfterCheck is called after every round (to write the metrics textfile); may be nil.
+	AfterCheck func()
 	// Log is the daemon's logger.
 	Log *log.Logger
 }
@@ -132,6 +134,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 		case <-tick.C:
 			d.Check(ctx)
 			d.status(string(d.health))
+			if d.o.AfterCheck != nil {
+				d.o.AfterCheck()
+			}
 		}
 	}
 }

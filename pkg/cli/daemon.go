@@ -1,0 +1,162 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	sddaemon "github.com/coreos/go-systemd/v22/daemon"
+
+	"github.com/sglprov/sglprov/pkg/daemon"
+	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/gpu"
+	gate "github.com/sglprov/sglprov/pkg/smoke"
+)
+
+func runDaemon(ctx context.Context, stdio IO, args []string) error {
+	var c common
+	var interval, canaryTimeout time.Duration
+	var metricsAddr, textfile string
+	var failures, restarts int
+	fs := newFlags("daemon", stdio)
+	c.register(fs)
+	fs.DurationVar(&interval, "interval", time.Minute, "time between checks (driver facts, canary)")
+	fs.DurationVar(&canaryTimeout, "canary-timeout", 2*time.Minute, "how long the canary case may take")
+	fs.StringVar(&metricsAddr, "metrics-addr", "127.0.0.1:9477", "serve Prometheus metrics on `ADDR` (empty: none)")
+	fs.StringVar(&textfile, "textfile", "", "also write the metrics to `FILE` for node_exporter's textfile collector")
+	fs.IntVar(&failures, "failures-before-restart", 3, "consecutive canary failures that restart the service")
+	fs.IntVar(&restarts, "max-restarts", 3, "restarts without a passing canary before the node is marked unhealthy")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if interval <= 0 || canaryTimeout <= 0 {
+		return fmt.Errorf("%w: --interval and --canary-timeout must be positive", engine.ErrUsage)
+	}
+	newLogger, err := c.newLoggerFunc()
+	if err != nil {
+		return err
+	}
+	r, err := c.loadRecipe()
+	if err != nil {
+		return err
+	}
+	logger := newLogger(stdio.Stderr).With("component", "daemon")
+	metrics := daemon.NewMetrics()
+	if metricsAddr != "" {
+		addr, stop, err := metrics.Serve(metricsAddr)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		logger.Info("serving metrics", "addr", "http://"+addr.String()+"/metrics")
+	}
+
+	opts := daemon.Options{
+		Apply: func(ctx context.Context) (*engine.Report, error) {
+			rep, err := apply(ctx, stdio, &c, nil)
+			if werr := metricsTextfile(metrics, textfile); werr != nil {
+				logger.Warn("writing metrics textfile", "err", werr)
+			}
+			return rep, err
+		},
+		Canary:                canary(stdio, &c, canaryTimeout),
+		RestartService:        restartService(stdio, &c),
+		Notify:                func(s string) error { _, err := sddaemon.SdNotify(false, s); return err },
+		Interval:              interval,
+		FailuresBeforeRestart: failures,
+		MaxRestarts:           restarts,
+		Metrics:               metrics,
+		Log:                   logger,
+		AfterCheck: func() {
+			if err := metricsTextfile(metrics, textfile); err != nil {
+				logger.Warn("writing metrics textfile", "err", err)
+			}
+		},
+	}
+	if r.NeedsFacts() {
+		opts.Detect = func(ctx context.Context) (*gpu.Facts, error) { return gpu.Detect(ctx, stdio.Getenv) }
+	}
+	if wd, err := sddaemon.SdWatchdogEnabled(false); err == nil && wd > 0 {
+		opts.WatchdogInterval = wd / 2
+	}
+	return daemon.New(opts).Run(ctx)
+}
+
+func metricsTextfile(m *daemon.Metrics, path string) error {
+	if path == "" {
+		return nil
+	}
+	return m.WriteTextfile(path)
+}
+
+// canary returns the daemon's canary: the first case of the recipe's smoke step, with a
+// short readiness wait (the service is expected to be up already).
+func canary(stdio IO, c *common, timeout time.Duration) func(ctx context.Context) (time.Duration, error) {
+	return func(ctx context.Context) (time.Duration, error) {
+		spec, err := recipeSmokeSpec(ctx, stdio, smokeOptions{recipe: c.recipe, sets: c.sets, insecure: c.insecure})
+		if err != nil {
+			return 0, err
+		}
+		cfg, err := spec.Config(stdio.Getenv)
+		if err != nil {
+			return 0, err
+		}
+		cases := cfg.Cases
+		if len(cases) == 0 {
+			cases = gate.BuiltinCases()
+		}
+		cfg.Cases = cases[:1]
+		cfg.ReadyTimeout = timeout
+		cfg.RequestTimeout = timeout
+		start := time.Now()
+		res, err := gate.Run(ctx, cfg)
+		lat := time.Since(start)
+		if err != nil {
+			return lat, err
+		}
+		if !res.Pass {
+			return lat, errors.New(res.Summary())
+		}
+		if len(res.Cases) > 0 {
+			lat = res.Cases[0].Latency
+		}
+		return lat, nil
+	}
+}
+
+// restartService restarts the recipe's service steps with the profile they run.
+func restartService(stdio IO, c *common) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		quiet := stdio
+		quiet.Stderr = io.Discard
+		e, _, err := c.newEngine(ctx, quiet, nil)
+		if err != nil {
+			return err
+		}
+		defer e.Close()
+		names := e.StepsOfKind("systemd")
+		if len(names) == 0 {
+			return errors.New("the recipe has no service step to restart")
+		}
+		for _, name := range names {
+			st, _ := e.StepNamed(name)
+			svc, ok := st.(engine.ServiceStep)
+			if !ok {
+				continue
+			}
+			env := e.EnvFor(name)
+			profile := svc.Active(env)
+			if profile == "" {
+				if cands := svc.Candidates(env); len(cands) > 0 {
+					profile = cands[0]
+				}
+			}
+			if err := svc.Activate(ctx, env, profile); err != nil {
+				return fmt.Errorf("restarting %s: %w", svc.ServiceName(), err)
+			}
+		}
+		return nil
+	}
+}
