@@ -317,13 +317,14 @@ func (s *Step) Intact(ctx context.Context, env *engine.Env) (bool, string, error
 
 // Run installs the unit with the first candidate profile (the recorded winner when it
 // still matches) and starts the service. It restarts the service only when the unit
-// changed: an apply with nothing changed restarts nothing.
+// changed or a step it needs ran in this run (a rebuilt kernel, new weights: the running
+// server still has the old ones): an apply with nothing changed restarts nothing.
 func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	p, err := s.pick(env)
 	if err != nil {
 		return err
 	}
-	changed, err := s.install(ctx, env, p, false)
+	changed, err := s.install(ctx, env, p, len(env.DepsRan) > 0)
 	if err != nil {
 		return err
 	}

@@ -356,6 +356,16 @@ func TestRunRestartsOnlyOnChange(t *testing.T) {
 		t.Errorf("second run (-want +got):\n%s", diff)
 	}
 
+	// A needed step ran (a rebuilt kernel): the unit is the same, the server restarts.
+	env.DepsRan = []string{"sgl-kernel"}
+	if err := s.Run(ctx, env); err != nil {
+		t.Fatal(err)
+	}
+	env.DepsRan = nil
+	if diff := cmp.Diff([]string{"install changed=false", "restart"}, fm.take()); diff != "" {
+		t.Errorf("run after a needed step ran (-want +got):\n%s", diff)
+	}
+
 	// The service stopped: not intact.
 	fm.state = "failed"
 	if ok, reason, _ := s.Intact(ctx, env); ok || reason != "service sglang-qwen.service is failed ()" {
