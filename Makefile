@@ -15,9 +15,9 @@ all: build
 build:
 	$(GO) build -o $(BIN) ./cmd/sglprov
 
-# test is everything CI runs: lint, unit and CLI tests, a short fuzz run, the demo and the
-# real-systemd end-to-end test.
-test: lint unit fuzz demo-test e2e
+# test is everything CI runs: lint, unit and CLI tests (the demo's test among them), a short
+# fuzz run and the real-systemd end-to-end test.
+test: lint unit fuzz e2e
 
 unit:
 	$(GO) test -count=1 $(PKGS)
@@ -43,9 +43,6 @@ bench: build
 
 demo: build
 	demo/run.sh
-
-demo-test: build
-	$(GO) test -count=1 ./demo
 
 deps:
 	./.ci/deps.sh

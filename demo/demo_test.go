@@ -1,0 +1,59 @@
+// Package demo holds `make demo` (run.sh) and its test: the whole flow on a machine
+// without a GPU, checked by its exit code and its key lines.
+package demo
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"testing"
+)
+
+func TestDemo(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the demo builds three binaries; skipped with -short")
+	}
+	for _, tool := range []string{"git", "make", "cc", "go"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("the demo needs %s", tool)
+		}
+	}
+	bin := filepath.Join(t.TempDir(), "sglprov")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/sglprov")
+	build.Dir = ".."
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building sglprov: %v\n%s", err, out)
+	}
+	cmd := exec.Command("bash", "demo/run.sh")
+	cmd.Dir = ".."
+	cmd.Env = append(os.Environ(), "SGLPROV="+bin, "TMPDIR="+t.TempDir())
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("demo failed: %v\n%s", err, out)
+	}
+	for _, want := range []string{
+		// plan: every step new, the first SM120 profile with --tp 8
+		`sglang-src +source +run +new`,
+		`ExecStart: .*--fp4-gemm-backend flashinfer_cudnn .*--tp 8 `,
+		// the gate rejects the profile that answers "!!!!" and passes the second
+		`prime +FAIL +degenerate reasoning_content`,
+		`activating profile .*profile=sm120-fp4-cutlass`,
+		`smoke gate passed .*profile=sm120-fp4-cutlass`,
+		`fact +PASS`,
+		// the second apply skips what is done and starts with the winner
+		`sglang-src +skipped +- +unchanged`,
+		`sm120-patches +skipped +- +unchanged`,
+		`sgl-kernel +skipped +- +unchanged`,
+		`weights +skipped +- +unchanged`,
+		`(?s)second run.*smoke gate step=smoke url=\S+ profile=sm120-fp4-cutlass`,
+		`last run: ok`,
+	} {
+		if !regexp.MustCompile(want).Match(out) {
+			t.Errorf("demo output lacks %q", want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("demo output:\n%s", out)
+	}
+}

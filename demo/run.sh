@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# make demo: the whole flow of the SM120 recipe on this machine, no GPU and no network.
+# An 8 x RTX PRO 6000 host (GPU fixture), SGLang's stand-in tree from a local git
+# repository, a patch series, a small real build, a download from a local fake hub, the
+# server run by the exec manager (a fake SGLang whose answers are "!!!!" with the first
+# profile's flags), the gate rejecting that profile and passing the second; then a second
+# apply that redoes nothing but start the server and gate it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export GOTOOLCHAIN=local
+
+SGLPROV=${SGLPROV:-$PWD/bin/sglprov}
+[ -x "$SGLPROV" ] || { echo "build sglprov first: make build" >&2; exit 1; }
+ROOT=$(mktemp -d "${TMPDIR:-/tmp}/sglprov-demo.XXXXXX")
+HUB_PID=""
+cleanup() {
+  [ -n "$HUB_PID" ] && kill "$HUB_PID" 2>/dev/null || true
+  if [ -z "${KEEP:-}" ]; then rm -rf "$ROOT"; else echo "demo files kept in $ROOT"; fi
+}
+trap cleanup EXIT
+say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+
+say "building the fakes (SGLang server, Hugging Face hub) into $ROOT/bin"
+go build -o "$ROOT/bin/fake-sglang" ./test/fakesglang/cmd/fake-sglang
+go build -o "$ROOT/bin/fake-hub" ./test/fakehub/cmd/fake-hub
+
+say "a local git repository stands in for github.com/sgl-project/sglang"
+cp -r demo/upstream "$ROOT/upstream"
+git -C "$ROOT/upstream" init -q
+git -C "$ROOT/upstream" add -A
+GIT_AUTHOR_DATE="2026-01-01T00:00:00Z" GIT_COMMITTER_DATE="2026-01-01T00:00:00Z" \
+  git -C "$ROOT/upstream" -c user.name=demo -c user.email=demo@sglprov.invalid commit -qm "stand-in tree"
+COMMIT=$(git -C "$ROOT/upstream" rev-parse HEAD)
+echo "commit $COMMIT"
+
+say "a fake hub serves a generated model (real safetensors shards with an index)"
+"$ROOT/bin/fake-hub" --generate "$ROOT/hub-model" --shards 4 --shard-bytes $((4 << 20))
+"$ROOT/bin/fake-hub" --dir "$ROOT/hub-model" --repo nvidia/Qwen3.5-397B-A17B-NVFP4 \
+  --port-file "$ROOT/hub.url" 2>"$ROOT/hub.log" &
+HUB_PID=$!
+for _ in $(seq 100); do [ -s "$ROOT/hub.url" ] && break; sleep 0.1; done
+export HF_ENDPOINT=$(cat "$ROOT/hub.url")
+echo "hub at $HF_ENDPOINT"
+
+export SGLPROV_GPU_FIXTURE=$PWD/testdata/gpu/rtx-pro-6000-x8.json
+PORT=$(( 20000 + RANDOM % 20000 ))
+ARGS=(-f recipes/demo.yaml --state-dir "$ROOT/state"
+  --set "sglang_url=git::file://$ROOT/upstream" --set "sglang_commit=$COMMIT"
+  --set "src=$ROOT/opt/sglang" --set "python=$ROOT/bin/fake-sglang"
+  --set "models=$ROOT/models" --set "port=$PORT")
+
+say "sglprov detect (the GPU fixture: 8 x RTX PRO 6000 Blackwell)"
+"$SGLPROV" detect
+
+say "sglprov plan"
+"$SGLPROV" plan "${ARGS[@]}"
+
+say "sglprov apply (first run)"
+"$SGLPROV" apply "${ARGS[@]}"
+
+say "the gate's verdicts, per profile"
+grep -h -A8 '^profile ' "$ROOT"/state/runs/*/smoke.log | sed 's/^/  /'
+
+say "sglprov apply (second run: nothing changed)"
+"$SGLPROV" apply "${ARGS[@]}"
+
+say "sglprov status"
+"$SGLPROV" status --state-dir "$ROOT/state"
