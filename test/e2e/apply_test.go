@@ -400,6 +400,15 @@ func TestApply(t *testing.T) {
 			t.Errorf("apply with a crashing server took %s, want well under the ready timeout %s (< %s)\n%s",
 				a.took.Round(time.Second), readyTimeout, readyTimeout/3, a.out)
 		}
+		v := verdicts(t, h.lastReport())
+		if len(v) != 2 {
+			t.Errorf("the gate tried %v, want both profiles", v)
+		}
+		for _, p := range v {
+			if p.pass() {
+				t.Errorf("a crashing server passed the gate: %v", p)
+			}
+		}
 		if !strings.Contains(a.out, "no kernel image is available") {
 			t.Errorf("apply output lacks the crashed server's journal lines:\n%s\n%s", a.out, h.journal())
 		}

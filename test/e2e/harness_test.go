@@ -179,7 +179,9 @@ func bootContainer(t *testing.T) *Container {
 	// 127.0.0.1 without clashing with the host or with other containers.
 	cmd := exec.Command("systemd-nspawn", "--register=no", "--keep-unit", "-q",
 		"--private-network", "-D", root, "-b", "--console=pipe")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Its own process group, so that a kill reaches nspawn's helpers too; SIGTERM (an
+	// orderly poweroff) when the test process dies before its clean-up runs.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	console := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = console, console
 	if err := cmd.Start(); err != nil {
