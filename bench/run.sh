@@ -17,7 +17,8 @@
 #
 # Environment: BENCH_SIZE_MB (512), BENCH_DIR (base for the temporary folder, /tmp),
 # BENCH_OUT (also write the table there), BENCH_CASES ("1 2 3"), FETCHBENCH_FLAGS (more
-# flags for fetchbench, e.g. "-chunk-mb 4 -buffer-mb 32").
+# flags for fetchbench, e.g. "-chunk-mb 4 -buffer-mb 32"), BENCH_TOOLS (only these rows,
+# e.g. "cat sglprov").
 # Columns: wall seconds, MB/s (10^6 bytes per second of the bytes downloaded or hashed),
 # CPU seconds (user+system of the command and its children, /usr/bin/time), peak RSS (the
 # largest single process, /usr/bin/time -v), the load average when the row started.
@@ -143,6 +144,7 @@ EOF
 # measure CASE TOOL BYTES SCRIPT: runs SCRIPT under /usr/bin/time -v, records a row.
 measure() {
 	local case=$1 tool=$2 bytes=$3 script=$4 tf load t0 t1
+	if [ -n "${BENCH_TOOLS:-}" ] && [[ " $BENCH_TOOLS " != *" $tool "* ]]; then return 0; fi
 	tf=$WORK/logs/time.$case.$tool
 	load=$(cut -d' ' -f1 /proc/loadavg)
 	t0=$(date +%s.%N)

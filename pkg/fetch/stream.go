@@ -14,11 +14,12 @@ import (
 // a file's hashed frontier count against max; the piece at the frontier may use a small
 // per-file reserve instead, so that the frontier always moves and nothing deadlocks.
 type pool struct {
-	mu   sync.Mutex
-	cond *sync.Cond
-	used int
-	max  int
-	free [][]byte
+	mu      sync.Mutex
+	cond    *sync.Cond // connections waiting for memory
+	waiting int        // how many wait on cond
+	used    int
+	max     int
+	free    [][]byte
 }
 
 func newPool(maxBuffer int64) *pool {
@@ -36,6 +37,13 @@ func (p *pool) get() []byte {
 	return make([]byte, pieceSize)
 }
 
+// wake wakes the connections waiting for memory, if any; p.mu is held.
+func (p *pool) wake() {
+	if p.waiting > 0 {
+		p.cond.Broadcast()
+	}
+}
+
 // piece is a run of bytes of a file at offset off.
 type piece struct {
 	buf     []byte
@@ -51,6 +59,8 @@ type stream struct {
 	p  *pool
 	pf *os.File
 	h  *hashers
+	// sinkCond wakes the sink (on p.mu) when pieces are queued or the stream ends.
+	sinkCond *sync.Cond
 
 	// Guarded by p.mu.
 	contig      int64 // end of the bytes delivered without a gap
@@ -68,7 +78,7 @@ type stream struct {
 
 func newStream(j *job, pf *os.File, h *hashers, have, size int64) *stream {
 	return &stream{j: j, p: j.pool, pf: pf, h: h, contig: have, written: have, lastCk: have,
-		size: size, ahead: map[int64]*piece{}}
+		size: size, ahead: map[int64]*piece{}, sinkCond: sync.NewCond(&j.pool.mu)}
 }
 
 // acquire returns an empty piece for bytes at pos, waiting while the memory bound is reached.
@@ -104,7 +114,9 @@ func (s *stream) acquire(ctx context.Context, pos int64) (*piece, error) {
 				p.mu.Unlock()
 			})
 		}
+		p.waiting++
 		p.cond.Wait()
+		p.waiting--
 	}
 }
 
@@ -122,7 +134,7 @@ func (s *stream) releaseLocked(pc *piece) {
 func (s *stream) release(pc *piece) {
 	s.p.mu.Lock()
 	s.releaseLocked(pc)
-	s.p.cond.Broadcast()
+	s.p.wake()
 	s.p.mu.Unlock()
 }
 
@@ -131,15 +143,19 @@ func (s *stream) deliver(pc *piece) {
 	p := s.p
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	defer p.cond.Broadcast()
 	if s.err != nil || s.finished {
 		s.releaseLocked(pc)
+		p.wake()
 		return
 	}
 	if pc.off != s.contig {
 		s.ahead[pc.off] = pc
 		return
 	}
+	// The frontier moves: a connection waiting at the new frontier may go on, and the
+	// sink has work.
+	defer p.wake()
+	defer s.sinkCond.Signal()
 	s.queue = append(s.queue, pc)
 	s.contig += int64(len(pc.data))
 	for {
@@ -160,6 +176,7 @@ func (s *stream) fail(err error) {
 		s.err = err
 	}
 	s.p.cond.Broadcast()
+	s.sinkCond.Broadcast()
 	s.p.mu.Unlock()
 }
 
@@ -168,6 +185,7 @@ func (s *stream) finish() {
 	s.p.mu.Lock()
 	s.finished = true
 	s.p.cond.Broadcast()
+	s.sinkCond.Broadcast()
 	s.p.mu.Unlock()
 }
 
@@ -199,7 +217,7 @@ func (s *stream) sink(cancel context.CancelFunc) error {
 	for err == nil {
 		p.mu.Lock()
 		for len(s.queue) == 0 && !s.finished && s.err == nil {
-			p.cond.Wait()
+			s.sinkCond.Wait()
 		}
 		batch := s.queue
 		s.queue = nil
@@ -224,7 +242,7 @@ func (s *stream) sink(cancel context.CancelFunc) error {
 		for _, pc := range batch {
 			s.releaseLocked(pc)
 		}
-		p.cond.Broadcast()
+		p.wake()
 		p.mu.Unlock()
 		rep.Add(s.j.f.Path, n)
 		if err == nil && s.written-s.lastCk >= s.j.c.CheckpointBytes {
