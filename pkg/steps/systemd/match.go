@@ -20,6 +20,9 @@ func (s *Step) quantization() string {
 func (s *Step) mismatch(env *engine.Env, name string, p recipe.Profile) (string, error) {
 	if expr := p.Match.ComputeCapability; expr != "" {
 		ccs := env.Facts.ComputeCapabilities()
+		if env.Facts == nil {
+			return fmt.Sprintf("%s needs compute capability %s and no GPU facts were gathered (does the recipe have a requires: gpu section?)", name, expr), nil
+		}
 		if len(ccs) == 0 {
 			return fmt.Sprintf("%s needs compute capability %s and no GPU was found", name, expr), nil
 		}

@@ -75,7 +75,11 @@ func testEnv(t *testing.T, fixture string) *engine.Env {
 	env := engine.NewTestEnv(t.TempDir(), nil)
 	env.RecipeName = "qwen3.5-397b-a17b-nvfp4-sm120"
 	env.RecipeDir = t.TempDir()
-	if fixture != "" {
+	switch fixture {
+	case "":
+	case "zero":
+		env.Facts = &gpu.Facts{DriverVersion: "580.95.05"}
+	default:
 		env.Facts = facts(t, fixture)
 	}
 	env.Profiles = recipeProfiles()
@@ -237,8 +241,10 @@ func TestMatching(t *testing.T) {
 			wantErr: engine.ErrHost, mention: []string{"needs quantization modelopt_fp4", "is none"}},
 		{name: "undefined profile", fixture: "rtx-pro-6000-x8.json",
 			profiles: []string{"nope"}, wantErr: engine.ErrUsage, mention: []string{`"nope"`}},
-		{name: "no GPUs", fixture: "",
-			profiles: []string{"sm120-fp4-cudnn"}, wantErr: engine.ErrHost, mention: []string{"no GPU"}},
+		{name: "no GPU facts", fixture: "",
+			profiles: []string{"sm120-fp4-cudnn"}, wantErr: engine.ErrHost, mention: []string{"no GPU facts were gathered", "requires: gpu"}},
+		{name: "no GPUs", fixture: "zero",
+			profiles: []string{"sm120-fp4-cudnn"}, wantErr: engine.ErrHost, mention: []string{"no GPU was found"}},
 		{name: "no profiles", fixture: "rtx-pro-6000-x8.json"},
 	}
 	for _, tt := range tests {
