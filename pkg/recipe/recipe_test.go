@@ -14,14 +14,16 @@ import (
 
 var update = flag.Bool("update", false, "rewrite golden files")
 
+// command is a test kind's spec, shaped like the command step's.
+type command struct {
+	Argv    []string          `yaml:"argv"`
+	Dir     string            `yaml:"dir"`
+	Env     map[string]string `yaml:"env"`
+	Creates []string          `yaml:"creates"`
+}
+
 // testKinds stands in for the registry: two kinds with strict specs.
 func testKinds() recipe.KindSpecs {
-	type command struct {
-		Argv    []string          `yaml:"argv"`
-		Dir     string            `yaml:"dir"`
-		Env     map[string]string `yaml:"env"`
-		Creates []string          `yaml:"creates"`
-	}
 	type source struct {
 		URL  string `yaml:"url"`
 		Dest string `yaml:"dest"`
@@ -85,12 +87,7 @@ steps:
 	if err := r.Steps[0].Render(d, spec); err != nil {
 		t.Fatal(err)
 	}
-	got := spec.(*struct {
-		Argv    []string          `yaml:"argv"`
-		Dir     string            `yaml:"dir"`
-		Env     map[string]string `yaml:"env"`
-		Creates []string          `yaml:"creates"`
-	}).Argv
+	got := spec.(*command).Argv
 	if d := cmp.Diff([]string{"run", "--tp", "8", "/srv/sglang/x"}, got); d != "" {
 		t.Errorf("argv (-want +got):\n%s", d)
 	}

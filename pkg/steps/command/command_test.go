@@ -1,0 +1,58 @@
+package command
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sglprov/sglprov/pkg/engine"
+)
+
+func TestCommandCreatesAndIntact(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "out.txt")
+	step, err := Kind().New("mk", &Spec{Argv: []string{"sh", "-c", "echo $GREETING > " + out}, Env: map[string]string{"GREETING": "hello"}, Creates: []string{out}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := engine.NewTestEnv(dir, nil)
+	ctx := context.Background()
+	if ok, why, _ := step.Intact(ctx, env); ok || !strings.HasPrefix(why, "outputs missing: ") {
+		t.Errorf("before run: intact=%v %q", ok, why)
+	}
+	if err := step.Run(ctx, env); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(out); string(b) != "hello\n" {
+		t.Errorf("output %q: env not passed", b)
+	}
+	if ok, why, err := step.Intact(ctx, env); !ok || err != nil {
+		t.Errorf("after run: intact=%v %q %v", ok, why, err)
+	}
+	os.WriteFile(out, []byte("edited\n"), 0o644)
+	if ok, why, _ := step.Intact(ctx, env); ok || why != "outputs changed: "+out {
+		t.Errorf("after edit: intact=%v %q", ok, why)
+	}
+}
+
+func TestCommandFailureShowsLastLines(t *testing.T) {
+	var log bytes.Buffer
+	step, _ := Kind().New("bad", &Spec{Argv: []string{"sh", "-c", "for i in $(seq 1 50); do echo line $i; done; exit 7"}})
+	env := engine.NewTestEnv(t.TempDir(), &log)
+	err := step.Run(context.Background(), env)
+	if err == nil || !strings.Contains(err.Error(), "exit status 7") || !strings.Contains(err.Error(), "line 50") || strings.Contains(err.Error(), "line 10\n") {
+		t.Errorf("error %v", err)
+	}
+	if !strings.Contains(log.String(), "line 1\n") {
+		t.Errorf("the step log lacks the full output")
+	}
+}
+
+func TestCommandSpecErrors(t *testing.T) {
+	if _, err := Kind().New("x", &Spec{}); err == nil {
+		t.Error("empty argv accepted")
+	}
+}
