@@ -265,11 +265,16 @@ func (r *Recipe) Step(name string) *Step {
 	return nil
 }
 
-// NeedsFacts reports whether the recipe needs GPU facts: it has requirements or a
-// template that uses a fact.
+// NeedsFacts reports whether the recipe needs GPU facts: it has requirements, a profile
+// chosen by compute capability, or a template that uses a fact.
 func (r *Recipe) NeedsFacts() bool {
 	if r.RequiresSet {
 		return true
+	}
+	for _, p := range r.Profiles {
+		if p.Match.ComputeCapability != "" {
+			return true
+		}
 	}
 	for _, s := range r.Steps {
 		for _, ref := range s.Refs {
