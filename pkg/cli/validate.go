@@ -3,6 +3,12 @@ package cli
 import (
 	"context"
 	"fmt"
+	"path/filepath"
+
+	sglprov "github.com/sglprov/sglprov"
+	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/gpu"
+	"github.com/sglprov/sglprov/pkg/steps"
 )
 
 func runValidate(ctx context.Context, stdio IO, args []string) error {
@@ -16,6 +22,27 @@ func runValidate(ctx context.Context, stdio IO, args []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdio.Stdout, "%s: recipe %q is valid (%d steps, %d profiles)\n", c.recipe, r.Name, len(r.Steps), len(r.Profiles))
+	// Build every step too, so that a bad value inside a step (a branch where a commit is
+	// needed, a path that leaves its folder) is found now, not at apply. Templates that use
+	// GPU facts need them: without a GPU (or a fixture) those steps are left to plan.
+	var facts *gpu.Facts
+	checked := "every step built"
+	if r.NeedsFacts() {
+		if f, err := gpu.Detect(ctx, stdio.Getenv); err == nil || f != nil {
+			facts = f
+		} else {
+			checked = "steps not built: no GPU facts here (" + err.Error() + ")"
+		}
+	}
+	if !r.NeedsFacts() || facts != nil {
+		dir, _ := filepath.Abs(filepath.Dir(c.recipe))
+		e, err := engine.New(engine.Options{Recipe: r, RecipeDir: dir, Registry: steps.Registry(), Facts: facts,
+			Root: c.root, StateDir: c.stateDirPath(), Builtin: sglprov.Assets, InsecurePermissions: c.insecure})
+		if err != nil {
+			return err
+		}
+		e.Close()
+	}
+	fmt.Fprintf(stdio.Stdout, "%s: recipe %q is valid (%d steps, %d profiles; %s)\n", c.recipe, r.Name, len(r.Steps), len(r.Profiles), checked)
 	return nil
 }
