@@ -27,7 +27,7 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzHeader -fuzztime=$(FUZZTIME) ./pkg/safetensors
 
 e2e: build
-	$(GO) test -count=1 -timeout 20m ./test/e2e -e2e
+	SGLPROV_E2E_SGLPROV=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 20m ./test/e2e -e2e
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi

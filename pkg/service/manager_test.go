@@ -86,11 +86,13 @@ func TestNewUnknownKind(t *testing.T) {
 
 // fakeConn is a systemd D-Bus connection whose jobs end with a set result.
 type fakeConn struct {
-	mu       sync.Mutex
-	results  map[string]string // job ("restart") -> result
-	props    map[string]any
-	calls    []string
-	startErr error
+	mu      sync.Mutex
+	results map[string]string // job ("restart") -> result
+	props   map[string]any
+	// serviceProps are the Service-type properties (Result).
+	serviceProps map[string]any
+	calls        []string
+	startErr     error
 }
 
 func (f *fakeConn) record(s string) {
@@ -131,6 +133,9 @@ func (f *fakeConn) StopUnitContext(_ context.Context, n, _ string, ch chan<- str
 func (f *fakeConn) ResetFailedUnitContext(context.Context, string) error { return nil }
 func (f *fakeConn) GetUnitPropertiesContext(context.Context, string) (map[string]any, error) {
 	return f.props, nil
+}
+func (f *fakeConn) GetUnitTypePropertiesContext(context.Context, string, string) (map[string]any, error) {
+	return f.serviceProps, nil
 }
 func (f *fakeConn) Close() { f.record("close") }
 
@@ -216,6 +221,25 @@ func TestSystemdInstallAndState(t *testing.T) {
 	if err != nil || !failed || lines != "boom" {
 		t.Errorf("Failed = %v %q %v", failed, lines, err)
 	}
+	// A server that exited with an error and waits for its restart has failed for the
+	// gate; one that waits after a clean exit, or runs, has not.
+	for _, tc := range []struct {
+		active, sub, result string
+		want                bool
+	}{
+		{"activating", "auto-restart", "exit-code", true},
+		{"activating", "auto-restart", "signal", true},
+		{"activating", "auto-restart", "success", false},
+		{"active", "running", "success", false},
+		{"activating", "start", "", false},
+	} {
+		conn.props["ActiveState"], conn.props["SubState"] = tc.active, tc.sub
+		conn.serviceProps = map[string]any{"Result": tc.result}
+		if failed, _, err := s.Failed(ctx, "u.service"); err != nil || failed != tc.want {
+			t.Errorf("%s/%s result %s: Failed = %v, %v; want %v", tc.active, tc.sub, tc.result, failed, err, tc.want)
+		}
+	}
+	conn.props["ActiveState"], conn.props["SubState"] = "failed", "failed"
 	verifyErr := errors.New("bad unit")
 	s = NewSystemdConn(conn, dir, func(context.Context, string, []byte) (bool, error) { return true, verifyErr }, nil)
 	if _, err := s.Install(ctx, "v.service", []byte(offlineUnit)); !errors.Is(err, verifyErr) {

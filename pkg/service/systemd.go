@@ -21,6 +21,7 @@ type Conn interface {
 	StopUnitContext(ctx context.Context, name, mode string, ch chan<- string) (int, error)
 	ResetFailedUnitContext(ctx context.Context, name string) error
 	GetUnitPropertiesContext(ctx context.Context, unit string) (map[string]any, error)
+	GetUnitTypePropertiesContext(ctx context.Context, unit, unitType string) (map[string]any, error)
 	Close()
 }
 
@@ -168,13 +169,26 @@ func (s *Systemd) State(ctx context.Context, unit string) (string, string, error
 	return active, sub, nil
 }
 
-// Failed reports whether the unit is in the failed state, with its last journal lines.
+// Failed reports whether the unit has failed, with its last journal lines: it is in the
+// failed state, or its process exited with an error and systemd waits to restart it (a
+// server that crashes on start would crash again: the gate need not wait for systemd's
+// start limit to give up).
 func (s *Systemd) Failed(ctx context.Context, unit string) (bool, string, error) {
-	active, _, err := s.State(ctx, unit)
+	active, sub, err := s.State(ctx, unit)
 	if err != nil {
 		return false, "", err
 	}
-	if active != "failed" {
+	switch {
+	case active == "failed":
+	case sub == "auto-restart":
+		props, err := s.conn.GetUnitTypePropertiesContext(ctx, unit, "Service")
+		if err != nil {
+			return false, "", fmt.Errorf("reading the service state of unit %q: %w", unit, err)
+		}
+		if result, _ := props["Result"].(string); result == "" || result == "success" {
+			return false, "", nil
+		}
+	default:
 		return false, "", nil
 	}
 	return true, s.lastLines(ctx, unit), nil
