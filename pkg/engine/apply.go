@@ -11,6 +11,8 @@ import (
 	"sync"
 	"text/tabwriter"
 	"time"
+
+	"github.com/sglprov/sglprov/pkg/atomicfile"
 )
 
 // Report is what one apply did; it is written to runs/<time>/report.json.
@@ -266,7 +268,7 @@ func writeReport(rep *Report) error {
 	if err != nil {
 		return fmt.Errorf("encoding report: %w", err)
 	}
-	if err := WriteFileAtomic(filepath.Join(rep.Dir, "report.json"), append(b, '\n'), 0o600); err != nil {
+	if err := atomicfile.Write(filepath.Join(rep.Dir, "report.json"), append(b, '\n'), 0o600); err != nil {
 		return fmt.Errorf("writing report: %w", err)
 	}
 	return nil

@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/sglprov/sglprov/pkg/atomicfile"
 )
 
 // StateVersion is the version of state.json this build writes.
@@ -86,51 +88,10 @@ func (s *State) Save(dir string) error {
 	if err != nil {
 		return fmt.Errorf("encoding state: %w", err)
 	}
-	if err := WriteFileAtomic(StatePath(dir), append(b, '\n'), 0o600); err != nil {
+	if err := atomicfile.Write(StatePath(dir), append(b, '\n'), 0o600); err != nil {
 		return fmt.Errorf("writing state: %w", err)
 	}
 	return nil
-}
-
-// WriteFileAtomic writes data to path so that a crash leaves either the old file or the
-// new one: temp file in the same directory, fsync, rename, fsync of the directory.
-func WriteFileAtomic(path string, data []byte, perm fs.FileMode) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // no-op after the rename
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Chmod(perm); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	return SyncDir(dir)
-}
-
-// SyncDir fsyncs a directory so that a rename in it is durable.
-func SyncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // EnsureStateDir creates the state directory with mode 0700 (and corrects the mode of an

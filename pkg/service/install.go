@@ -1,7 +1,6 @@
 package service
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,77 +10,17 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/sglprov/sglprov/pkg/atomicfile"
 )
 
 // SystemUnitDir is where system units are installed, before --root is applied.
 const SystemUnitDir = "/etc/systemd/system"
 
-// WriteFileIfChanged writes content to path unless the file already holds exactly that:
-// through a temporary file in the same folder, fsynced, renamed over path, and the folder
-// fsynced, so that a crash leaves the old file or the new one, never a mix. It reports
-// whether it wrote.
+// WriteFileIfChanged writes content to path atomically unless the file already holds
+// exactly that, and reports whether it wrote.
 func WriteFileIfChanged(path string, content []byte, perm fs.FileMode) (bool, error) {
-	old, err := os.ReadFile(path)
-	if err == nil && bytes.Equal(old, content) {
-		return false, nil
-	}
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return false, fmt.Errorf("reading %s: %w", path, err)
-	}
-	if err := WriteFileAtomic(path, content, perm); err != nil {
-		return false, err
-	}
-	return true, nil
-}
-
-// WriteFileAtomic writes content to path through a temporary file, fsync and rename, then
-// fsyncs the folder.
-func WriteFileAtomic(path string, content []byte, perm fs.FileMode) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("creating %s: %w", dir, err)
-	}
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	tmp := f.Name()
-	ok := false
-	defer func() {
-		if !ok {
-			_ = f.Close()
-			_ = os.Remove(tmp)
-		}
-	}()
-	if _, err := f.Write(content); err != nil {
-		return fmt.Errorf("writing %s: %w", tmp, err)
-	}
-	if err := f.Chmod(perm); err != nil {
-		return fmt.Errorf("setting the mode of %s: %w", tmp, err)
-	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("syncing %s: %w", tmp, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("closing %s: %w", tmp, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("renaming %s to %s: %w", tmp, path, err)
-	}
-	ok = true
-	return syncDir(dir)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("opening %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("syncing %s: %w", dir, err)
-	}
-	return nil
+	return atomicfile.WriteIfChanged(path, content, perm)
 }
 
 // Verify checks a rendered unit with `systemd-analyze verify`: the unit is written under

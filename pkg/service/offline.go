@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/sglprov/sglprov/pkg/atomicfile"
 	"github.com/sglprov/sglprov/pkg/engine"
 )
 
@@ -96,7 +97,7 @@ func ensureSymlink(link, target string) (bool, error) {
 		_ = os.Remove(tmp)
 		return false, fmt.Errorf("linking %s: %w", link, err)
 	}
-	return true, syncDir(filepath.Dir(link))
+	return true, atomicfile.SyncDir(filepath.Dir(link))
 }
 
 // Start does nothing: under --root nothing is started.

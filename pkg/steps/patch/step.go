@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/sglprov/sglprov/pkg/atomicfile"
 	"github.com/sglprov/sglprov/pkg/engine"
 )
 
@@ -193,45 +194,10 @@ func write(root string, t *tree) error {
 				return fmt.Errorf("setting the mode of %s: %w", p, err)
 			}
 		default:
-			if err := writeAtomic(p, want.data, want.perm); err != nil {
+			if err := atomicfile.Write(p, want.data, want.perm); err != nil {
 				return err
 			}
 		}
-	}
-	return nil
-}
-
-func writeAtomic(p string, data []byte, perm fs.FileMode) error {
-	dir := filepath.Dir(p)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("creating %s: %w", dir, err)
-	}
-	f, err := os.CreateTemp(dir, "."+filepath.Base(p)+".sglprov-*")
-	if err != nil {
-		return fmt.Errorf("writing %s: %w", p, err)
-	}
-	tmp := f.Name()
-	fail := func(err error) error {
-		f.Close()
-		os.Remove(tmp)
-		return fmt.Errorf("writing %s: %w", p, err)
-	}
-	if _, err := f.Write(data); err != nil {
-		return fail(err)
-	}
-	if err := f.Chmod(perm); err != nil {
-		return fail(err)
-	}
-	if err := f.Sync(); err != nil {
-		return fail(err)
-	}
-	if err := f.Close(); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("writing %s: %w", p, err)
-	}
-	if err := os.Rename(tmp, p); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("writing %s: %w", p, err)
 	}
 	return nil
 }
