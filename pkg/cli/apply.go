@@ -16,7 +16,7 @@ func runApply(ctx context.Context, stdio IO, args []string) error {
 	var verify bool
 	var jobs int
 	fs := newFlags("apply", stdio)
-	c.register(fs)
+	c.register(fs, stdio)
 	fs.Var(&only, "only", "run just these steps, `STEP[,STEP]` (repeatable)")
 	fs.Var(&force, "force", "run this step even when it would be skipped, `STEP[,STEP]` (repeatable)")
 	fs.BoolVar(&verify, "verify", false, "re-check every output fully (re-hash downloads)")

@@ -21,7 +21,7 @@ func runDaemon(ctx context.Context, stdio IO, args []string) error {
 	var metricsAddr, textfile string
 	var failures, restarts int
 	fs := newFlags("daemon", stdio)
-	c.register(fs)
+	c.register(fs, stdio)
 	fs.DurationVar(&interval, "interval", time.Minute, "time between checks (driver facts, canary)")
 	fs.DurationVar(&canaryTimeout, "canary-timeout", 2*time.Minute, "how long the canary case may take")
 	fs.StringVar(&metricsAddr, "metrics-addr", "127.0.0.1:9477", "serve Prometheus metrics on `ADDR` (empty: none)")

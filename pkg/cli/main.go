@@ -131,11 +131,15 @@ func newFlags(name string, stdio IO) *flag.FlagSet {
 	return fs
 }
 
-func (c *common) register(fs *flag.FlagSet) {
+func (c *common) register(fs *flag.FlagSet, stdio IO) {
+	stateDir := DefaultStateDir
+	if v := stdio.Getenv("SGLPROV_STATE_DIR"); v != "" {
+		stateDir = v
+	}
 	fs.StringVar(&c.recipe, "f", "", "recipe `FILE`")
 	fs.StringVar(&c.recipe, "recipe", "", "recipe `FILE`")
 	fs.Var(&c.sets, "set", "override a recipe var, `KEY=VALUE` (repeatable)")
-	fs.StringVar(&c.stateDir, "state-dir", DefaultStateDir, "state `DIR`")
+	fs.StringVar(&c.stateDir, "state-dir", stateDir, "state `DIR` (default $SGLPROV_STATE_DIR, else "+DefaultStateDir+")")
 	fs.StringVar(&c.root, "root", "", "write every host path under `DIR`; start nothing")
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text, json or logfmt")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn or error")

@@ -13,7 +13,7 @@ func runPlan(ctx context.Context, stdio IO, args []string) error {
 	var asJSON bool
 	var only, force string
 	fs := newFlags("plan", stdio)
-	c.register(fs)
+	c.register(fs, stdio)
 	fs.BoolVar(&asJSON, "json", false, "print the plan as JSON")
 	fs.StringVar(&only, "only", "", "plan just these steps, `STEP[,STEP]`")
 	fs.StringVar(&force, "force", "", "plan these steps as forced, `STEP[,STEP]`")

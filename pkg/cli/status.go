@@ -15,7 +15,7 @@ func runStatus(ctx context.Context, stdio IO, args []string) error {
 	var c common
 	var asJSON bool
 	fs := newFlags("status", stdio)
-	c.register(fs)
+	c.register(fs, stdio)
 	fs.BoolVar(&asJSON, "json", false, "print the status as JSON")
 	if err := parse(fs, args); err != nil {
 		return err

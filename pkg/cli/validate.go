@@ -14,7 +14,7 @@ import (
 func runValidate(ctx context.Context, stdio IO, args []string) error {
 	var c common
 	fs := newFlags("validate", stdio)
-	c.register(fs)
+	c.register(fs, stdio)
 	if err := parse(fs, args); err != nil {
 		return err
 	}

@@ -104,9 +104,10 @@ func (s *Step) template(env *engine.Env) (name string, text []byte, digest strin
 		text, err = templates.Read(templates.SGLangService)
 		name = "builtin:" + templates.SGLangService
 	} else {
-		name = env.RecipePath(s.spec.Template)
-		text, err = os.ReadFile(name)
-		if err != nil {
+		// A recipe's own template (or a shipped one named builtin:templates/...), with the
+		// permission check every recipe file gets.
+		text, name, err = env.ReadRecipeFile(s.spec.Template)
+		if err != nil && !errors.Is(err, engine.ErrUsage) {
 			err = fmt.Errorf("%w: reading unit template: %w", engine.ErrUsage, err)
 		}
 	}
