@@ -24,7 +24,7 @@ unit:
 
 fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./pkg/recipe
-	$(GO) test -run='^$$' -fuzz=FuzzHeader -fuzztime=$(FUZZTIME) ./pkg/safetensors
+	$(GO) test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./pkg/safetensors
 
 e2e: build
 	SGLPROV_E2E_SGLPROV=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 20m ./test/e2e -e2e
