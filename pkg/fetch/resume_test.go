@@ -25,7 +25,7 @@ func TestResumeAfterInterruptedRun(t *testing.T) {
 		{name: "one connection", wantSidecar: true},
 		{name: "parallel ranges", parallel: true, wantSidecar: true},
 		{name: "sidecar lost: the part is hashed once", loseSidecar: true},
-		{name: "sidecar does not match: the part is hashed once", corruptState: true},
+		{name: "sidecar state unusable: the part is hashed once", corruptState: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -179,6 +179,33 @@ func TestResumeAfterKill(t *testing.T) {
 	}
 	if !res[0].Resumed {
 		t.Errorf("result %+v: want Resumed", res[0])
+	}
+	assertOnly(t, dest, "w.bin")
+}
+
+func TestResumeIgnoresPartOfAnotherVersion(t *testing.T) {
+	const size = 1 << 20
+	data := randomBytes(t, size)
+	dest := t.TempDir()
+	// A part and sidecar left by a download of another version of the file.
+	if err := os.WriteFile(filepath.Join(dest, "w.bin.part"), randomBytes(t, size/2), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	side := `{"version":1,"size":1048576,"sha256":"` + sha256Hex([]byte("old")) + `","hashed":0,"state":""}`
+	if err := os.WriteFile(filepath.Join(dest, "w.bin.part.json"), []byte(side), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	srv := newFaultServer(t, map[string][]byte{"w": data})
+	f := File{URL: srv.url("w"), Path: "w.bin", Size: size, SHA256: sha256Hex(data)}
+	res, err := Fetch(context.Background(), []File{f}, testOptions(dest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[0].Resumed || srv.served.Load() != size {
+		t.Errorf("result %+v, served %d: want a fresh download of %d bytes", res[0], srv.served.Load(), size)
+	}
+	if !bytes.Equal(readFile(t, filepath.Join(dest, "w.bin")), data) {
+		t.Error("file differs")
 	}
 	assertOnly(t, dest, "w.bin")
 }

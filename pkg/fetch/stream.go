@@ -356,8 +356,14 @@ func (j *job) openPart(size int64) (pf *os.File, h *hashers, have int64, resumed
 	}
 	h = j.newHashers(size)
 	var hashed int64
-	if sc, ok := j.readSidecar(); ok && sc.Size == size && sc.SHA256 == j.f.SHA256 && sc.Hashed <= st.Size() {
-		if u, ok := h.sha256.(encoding.BinaryUnmarshaler); ok && u.UnmarshalBinary(sc.State) == nil {
+	if sc, ok := j.readSidecar(); ok {
+		if sc.Size != size || sc.SHA256 != j.f.SHA256 {
+			// The part belongs to another version of the file.
+			f.Close()
+			j.c.Logf("%s: the part file is of another version; starting over", j.f.Path)
+			return fresh()
+		}
+		if u, ok := h.sha256.(encoding.BinaryUnmarshaler); ok && sc.Hashed <= st.Size() && u.UnmarshalBinary(sc.State) == nil {
 			hashed = sc.Hashed
 		} else {
 			h = j.newHashers(size)
