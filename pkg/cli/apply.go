@@ -8,8 +8,6 @@ import (
 	"github.com/sglprov/sglprov/pkg/engine"
 )
 
-type engineOptions = engine.Options
-
 func runApply(ctx context.Context, stdio IO, args []string) error {
 	var c common
 	var only, force multi

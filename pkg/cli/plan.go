@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/sglprov/sglprov/pkg/engine"
 )
 
 func runPlan(ctx context.Context, stdio IO, args []string) error {
@@ -20,7 +22,7 @@ func runPlan(ctx context.Context, stdio IO, args []string) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	e, _, err := c.newEngine(ctx, stdio, func(o *engineOptions) {
+	e, _, err := c.newEngine(ctx, stdio, func(o *engine.Options) {
 		o.Only, o.Force = splitList(only), splitList(force)
 	})
 	if err != nil {
