@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"charm.land/log/v2"
 	"github.com/charmbracelet/x/term"
@@ -168,9 +169,11 @@ func (c *common) stateDirPath() string {
 // logger returns a logger for the chosen format writing to w.
 func (c *common) newLoggerFunc() (func(w io.Writer) *log.Logger, error) {
 	var fmtr log.Formatter
+	// Machines get whole timestamps; people on a terminal get the time of day.
+	timeFormat := time.RFC3339
 	switch c.logFormat {
 	case "text", "":
-		fmtr = log.TextFormatter
+		fmtr, timeFormat = log.TextFormatter, "15:04:05"
 	case "json":
 		fmtr = log.JSONFormatter
 	case "logfmt":
@@ -183,7 +186,7 @@ func (c *common) newLoggerFunc() (func(w io.Writer) *log.Logger, error) {
 		return nil, fmt.Errorf("%w: --log-level %q: want debug, info, warn or error", engine.ErrUsage, c.logLevel)
 	}
 	return func(w io.Writer) *log.Logger {
-		return log.NewWithOptions(w, log.Options{Formatter: fmtr, Level: level, ReportTimestamp: true, TimeFormat: "15:04:05"})
+		return log.NewWithOptions(w, log.Options{Formatter: fmtr, Level: level, ReportTimestamp: true, TimeFormat: timeFormat})
 	}, nil
 }
 
