@@ -512,3 +512,55 @@ func TestVerifyFile(t *testing.T) {
 		})
 	}
 }
+
+func TestRedactAndHosts(t *testing.T) {
+	redactions := map[string]string{
+		"https://huggingface.co/a/b?token=x":            "https://huggingface.co/a/b",
+		"https://user:pass@mirror.example/x.bin#frag":   "https://mirror.example/x.bin",
+		"http://127.0.0.1:8080/blob":                    "http://127.0.0.1:8080/blob",
+		"https://cdn.example/x?X-Amz-Signature=abc&b=c": "https://cdn.example/x",
+	}
+	for in, want := range redactions {
+		if got := redact(in); got != want {
+			t.Errorf("redact(%q) = %q, want %q", in, got, want)
+		}
+	}
+	hosts := []struct {
+		scheme, host, tokenHost string
+		same                    bool
+	}{
+		{"https", "huggingface.co", "huggingface.co", true},
+		{"https", "huggingface.co:443", "huggingface.co", true},
+		{"https", "HuggingFace.co", "huggingface.co:443", true},
+		{"http", "127.0.0.1:8080", "127.0.0.1:8080", true},
+		{"http", "127.0.0.1:8081", "127.0.0.1:8080", false},
+		{"https", "cdn-lfs.huggingface.co", "huggingface.co", false},
+		{"http", "huggingface.co", "huggingface.co:443", false},
+	}
+	for _, h := range hosts {
+		if got := canonicalHost(h.scheme, h.host) == canonicalHost(h.scheme, h.tokenHost); got != h.same {
+			t.Errorf("%s://%s against token host %s: same = %v, want %v", h.scheme, h.host, h.tokenHost, got, h.same)
+		}
+	}
+}
+
+func TestParseContentRange(t *testing.T) {
+	tests := []struct {
+		in                string
+		start, end, total int64
+		bad               bool
+	}{
+		{in: "bytes 0-99/1000", start: 0, end: 99, total: 1000},
+		{in: "bytes 100-199/*", start: 100, end: 199, total: -1},
+		{in: "bytes */1000", bad: true},
+		{in: "bytes 5-1/10", bad: true},
+		{in: "items 0-1/2", bad: true},
+		{in: "", bad: true},
+	}
+	for _, tc := range tests {
+		s, e, total, err := parseContentRange(tc.in)
+		if (err != nil) != tc.bad || (!tc.bad && (s != tc.start || e != tc.end || total != tc.total)) {
+			t.Errorf("parseContentRange(%q) = %d, %d, %d, %v", tc.in, s, e, total, err)
+		}
+	}
+}
