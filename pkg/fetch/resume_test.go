@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -206,6 +208,40 @@ func TestResumeIgnoresPartOfAnotherVersion(t *testing.T) {
 	}
 	if !bytes.Equal(readFile(t, filepath.Join(dest, "w.bin")), data) {
 		t.Error("file differs")
+	}
+	assertOnly(t, dest, "w.bin")
+}
+
+func TestResumeAgainstServerIgnoringRange(t *testing.T) {
+	const size = 1 << 20
+	data := randomBytes(t, size)
+	dest := t.TempDir()
+	// A good half of the file from an earlier run.
+	if err := os.WriteFile(filepath.Join(dest, "w.bin.part"), data[:size/2], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	srv := newFaultServer(t, map[string][]byte{"w": data})
+	srv.configure(func() { srv.plan = func(int, *http.Request) action { return action{ignoreRange: true} } })
+	var logs lines
+	opt := testOptions(dest)
+	opt.Logf = logs.logf
+	f := File{URL: srv.url("w"), Path: "w.bin", Size: size, SHA256: sha256Hex(data)}
+	res, err := Fetch(context.Background(), []File{f}, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := readFile(t, filepath.Join(dest, "w.bin")); !bytes.Equal(got, data) {
+		t.Fatalf("file differs (len %d): the 200 answer was appended?", len(got))
+	}
+	if res[0].Resumed {
+		t.Errorf("result %+v: want a fresh download", res[0])
+	}
+	reqs := srv.requests()
+	if len(reqs) != 2 || reqs[0].rng != "bytes=524288-1048575" || reqs[1].rng != "" {
+		t.Errorf("requests = %+v: want the ranged resume, then one plain GET", reqs)
+	}
+	if !strings.Contains(strings.Join(logs.get(), "\n"), "ignored the Range header") {
+		t.Errorf("logs %q do not say the server ignored Range", logs.get())
 	}
 	assertOnly(t, dest, "w.bin")
 }
