@@ -2,6 +2,16 @@
 // parallel byte ranges, sha256 computed in order while the bytes arrive (never by a second
 // pass), written as NAME.part beside the destination and renamed only when size and digest
 // match. An interrupted download resumes from its verified prefix.
+//
+// On disk, a file in progress is NAME.part (always a contiguous prefix of the file: ranges
+// that arrive early wait in memory, within Options.MaxBuffer, until the bytes before them
+// are written and hashed) and NAME.part.json, the resume record: how many bytes of the part
+// are hashed and the sha256 state after them, written after an fsync of the part. A later
+// run restores that state and hashes only the bytes written after the record; without a
+// record it hashes the part once; with a record of another version it starts over.
+//
+// Errors name the file; a URL in an error or a log line has no query string or user
+// information, and the token is never in either.
 package fetch
 
 import (
@@ -97,8 +107,9 @@ type Result struct {
 
 // Reporter receives progress events. Calls for different files may come concurrently.
 type Reporter interface {
-	// Start is called when a file's download begins: size is its total (-1 unknown) and
-	// have the bytes already there from an earlier run.
+	// Start is called when a file's download begins, and again when it starts over after
+	// a mismatch: size is its total (-1 unknown) and have the bytes already there from an
+	// earlier run.
 	Start(file string, size, have int64)
 	// Add reports n more bytes of file written (n is negative when a file starts over).
 	Add(file string, n int64)
