@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sglprov/sglprov/pkg/atomicfile"
 )
 
 const (
@@ -569,25 +571,13 @@ func (j *job) finalize(pf *os.File, s *stream) error {
 	if err := os.Rename(j.part, j.final); err != nil {
 		return fmt.Errorf("renaming %s: %w", j.part, err)
 	}
-	if err := syncDir(filepath.Dir(j.final)); err != nil {
+	if err := atomicfile.SyncDir(filepath.Dir(j.final)); err != nil {
 		return err
 	}
 	_ = os.Remove(j.side)
 	_ = os.Remove(j.side + ".tmp")
 	j.result.Size = got
 	j.result.SHA256 = sum
-	return nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("syncing folder %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("syncing folder %s: %w", dir, err)
-	}
 	return nil
 }
 
