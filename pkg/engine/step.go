@@ -5,6 +5,7 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"io/fs"
 	"path/filepath"
@@ -233,4 +234,23 @@ func NewTestEnv(dir string, out io.Writer) *Env {
 // (the service's command line with its profile); plan prints it under the step.
 type Describer interface {
 	Describe(env *Env) []string
+}
+
+// KindOf makes a Kind from a step kind's spec type S and its constructor: the recipe body
+// decodes into an S, and newStep builds the step from it.
+func KindOf[S any, T Step](newStep func(name string, spec S) (T, error)) Kind {
+	return Kind{
+		NewSpec: func() any { return new(S) },
+		New: func(name string, spec any) (Step, error) {
+			s, ok := spec.(*S)
+			if !ok || s == nil {
+				return nil, fmt.Errorf("%w: step %q: spec is %T, want %T", ErrUsage, name, spec, new(S))
+			}
+			st, err := newStep(name, *s)
+			if err != nil {
+				return nil, err
+			}
+			return st, nil
+		},
+	}
 }

@@ -73,16 +73,7 @@ type Spec struct {
 
 // Kind returns the build step kind for the registry.
 func Kind() engine.Kind {
-	return engine.Kind{
-		NewSpec: func() any { return &Spec{} },
-		New: func(name string, spec any) (engine.Step, error) {
-			s, ok := spec.(*Spec)
-			if !ok {
-				return nil, fmt.Errorf("build step %q: spec is %T, not *build.Spec: %w", name, spec, engine.ErrUsage)
-			}
-			return New(name, s)
-		},
-	}
+	return engine.KindOf(func(name string, s Spec) (*Step, error) { return New(name, &s) })
 }
 
 // Step is a build step ready to be fingerprinted, checked and run.

@@ -36,16 +36,12 @@ type Spec struct {
 
 // Kind returns the command step kind.
 func Kind() engine.Kind {
-	return engine.Kind{
-		NewSpec: func() any { return &Spec{} },
-		New: func(name string, spec any) (engine.Step, error) {
-			s := spec.(*Spec)
-			if len(s.Argv) == 0 || s.Argv[0] == "" {
-				return nil, errors.New("command: argv must name a program")
-			}
-			return &Step{spec: *s}, nil
-		},
-	}
+	return engine.KindOf(func(name string, s Spec) (*Step, error) {
+		if len(s.Argv) == 0 || s.Argv[0] == "" {
+			return nil, fmt.Errorf("command step %q: argv must name a program: %w", name, engine.ErrUsage)
+		}
+		return &Step{spec: s}, nil
+	})
 }
 
 // Step is a command step.

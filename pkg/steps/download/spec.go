@@ -69,16 +69,7 @@ type FileSpec struct {
 
 // Kind returns the download step kind.
 func Kind() engine.Kind {
-	return engine.Kind{
-		NewSpec: func() any { return &Spec{} },
-		New: func(name string, spec any) (engine.Step, error) {
-			s, ok := spec.(*Spec)
-			if !ok {
-				return nil, fmt.Errorf("download: spec is %T, want *download.Spec", spec)
-			}
-			return New(*s)
-		},
-	}
+	return engine.KindOf(func(_ string, s Spec) (*Step, error) { return New(s) })
 }
 
 var sha256RE = regexp.MustCompile(`^[0-9a-f]{64}$`)

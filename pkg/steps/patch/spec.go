@@ -23,16 +23,7 @@ type Spec struct {
 
 // Kind returns the patch step kind for the registry.
 func Kind() engine.Kind {
-	return engine.Kind{
-		NewSpec: func() any { return &Spec{} },
-		New: func(name string, spec any) (engine.Step, error) {
-			s, ok := spec.(*Spec)
-			if !ok {
-				return nil, fmt.Errorf("patch step %q: spec is %T, not *patch.Spec", name, spec)
-			}
-			return New(name, *s)
-		},
-	}
+	return engine.KindOf(New)
 }
 
 // New builds a patch step from its spec.

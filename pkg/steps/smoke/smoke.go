@@ -79,16 +79,7 @@ func duration(field, v string) (time.Duration, error) {
 
 // Kind returns the smoke step kind for the registry.
 func Kind() engine.Kind {
-	return engine.Kind{
-		NewSpec: func() any { return &Spec{} },
-		New: func(name string, spec any) (engine.Step, error) {
-			s, ok := spec.(*Spec)
-			if !ok || s == nil {
-				return nil, fmt.Errorf("smoke step %q: spec is %T, want *smoke.Spec: %w", name, spec, engine.ErrUsage)
-			}
-			return New(name, *s)
-		},
-	}
+	return engine.KindOf(New)
 }
 
 // Step is a smoke gate step.

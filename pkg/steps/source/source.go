@@ -38,16 +38,7 @@ type Spec struct {
 
 // Kind returns the source step kind for the registry.
 func Kind() engine.Kind {
-	return engine.Kind{
-		NewSpec: func() any { return &Spec{} },
-		New: func(name string, spec any) (engine.Step, error) {
-			s, ok := spec.(*Spec)
-			if !ok {
-				return nil, fmt.Errorf("source step %q: spec is %T, not *source.Spec", name, spec)
-			}
-			return New(name, *s)
-		},
-	}
+	return engine.KindOf(New)
 }
 
 // New builds a source step from its spec. The ref is checked when the step is planned or

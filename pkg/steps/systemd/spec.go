@@ -55,16 +55,7 @@ const (
 
 // Kind returns the systemd step kind.
 func Kind() engine.Kind {
-	return engine.Kind{
-		NewSpec: func() any { return &Spec{} },
-		New: func(name string, spec any) (engine.Step, error) {
-			s, ok := spec.(*Spec)
-			if !ok {
-				return nil, fmt.Errorf("systemd: spec is %T, want *systemd.Spec", spec)
-			}
-			return New(name, *s)
-		},
-	}
+	return engine.KindOf(New)
 }
 
 var unitNameRE = regexp.MustCompile(`^[A-Za-z0-9:_.@\\-]+\.service$`)
