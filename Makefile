@@ -15,9 +15,9 @@ all: build
 build:
 	$(GO) build -o $(BIN) ./cmd/sglprov
 
-# test is everything CI runs: lint, unit and CLI tests (the demo's test among them), a short
-# fuzz run and the real-systemd end-to-end test.
-test: lint unit fuzz e2e
+# test is everything CI runs: the Debian packages it needs (as root), lint, unit and CLI
+# tests (the demo's test among them), a short fuzz run and the real-systemd end-to-end test.
+test: deps lint unit fuzz e2e
 
 unit:
 	$(GO) test -count=1 $(PKGS)

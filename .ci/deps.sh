@@ -11,8 +11,8 @@ command -v systemd-nspawn >/dev/null || need+=(systemd-container)
 command -v nsenter >/dev/null || need+=(util-linux)
 if [ "${#need[@]}" -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
-    echo "missing: ${need[*]}; run as root or install them" >&2
-    exit 1
+    echo "note: ${need[*]} missing and not root: the tests that need them skip themselves" >&2
+    exit 0
   fi
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
