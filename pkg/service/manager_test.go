@@ -331,6 +331,12 @@ func TestExecRunsAndStopsTheGroup(t *testing.T) {
 	if err := m.Start(ctx, "x.service"); err != nil {
 		t.Fatal(err)
 	}
+	// The script echoes its environment after writing the args file: wait for the line
+	// before stopping it.
+	waitFor(t, "the environment line in the log", func() bool {
+		b, _ := os.ReadFile(m.LogPath("x.service"))
+		return strings.Contains(string(b), "env=")
+	})
 	if err := m.Stop(ctx, "x.service"); err != nil {
 		t.Fatal(err)
 	}
