@@ -22,8 +22,6 @@ var fakes = map[string]string{
 	"fake-hub":    "./test/fakehub/cmd/fake-hub",
 }
 
-var binDir string
-
 func TestMain(m *testing.M) {
 	os.Exit(testscript.RunMain(m, map[string]func() int{
 		"sglprov": func() int {
@@ -39,9 +37,6 @@ func repoRoot(t *testing.T) string {
 
 // buildFakes builds the fake servers into one folder that the scripts get on PATH.
 func buildFakes(t *testing.T) string {
-	if binDir != "" {
-		return binDir
-	}
 	root := repoRoot(t)
 	dir := t.TempDir()
 	for name, pkg := range fakes {
@@ -54,7 +49,6 @@ func buildFakes(t *testing.T) string {
 			t.Fatalf("building %s: %v\n%s", name, err, out)
 		}
 	}
-	binDir = dir
 	return dir
 }
 
