@@ -245,21 +245,37 @@ func (e *Engine) warnUnmetNeeds() {
 	}
 }
 
+// KeepRuns is how many run folders (report and step logs) the state directory keeps.
+const KeepRuns = 50
+
 func (e *Engine) newRunDir(start time.Time) (string, error) {
-	base := filepath.Join(e.opts.StateDir, "runs", start.UTC().Format("20060102T150405Z"))
+	runs := filepath.Join(e.opts.StateDir, "runs")
+	if err := os.MkdirAll(runs, 0o700); err != nil {
+		return "", fmt.Errorf("creating run folder: %w", err)
+	}
+	base := filepath.Join(runs, start.UTC().Format("20060102T150405.000Z"))
 	dir := base
 	for i := 1; ; i++ {
-		err := os.MkdirAll(filepath.Dir(dir), 0o700)
+		err := os.Mkdir(dir, 0o700)
 		if err == nil {
-			err = os.Mkdir(dir, 0o700)
-		}
-		if err == nil {
+			pruneRuns(runs, KeepRuns)
 			return dir, nil
 		}
-		if !errors.Is(err, os.ErrExist) || i > 100 {
+		if !errors.Is(err, os.ErrExist) || i > 1000 {
 			return "", fmt.Errorf("creating run folder: %w", err)
 		}
 		dir = fmt.Sprintf("%s-%d", base, i)
+	}
+}
+
+// pruneRuns removes the oldest run folders beyond keep (names sort by time).
+func pruneRuns(runs string, keep int) {
+	entries, err := os.ReadDir(runs)
+	if err != nil || len(entries) <= keep {
+		return
+	}
+	for _, ent := range entries[:len(entries)-keep] {
+		_ = os.RemoveAll(filepath.Join(runs, ent.Name()))
 	}
 }
 

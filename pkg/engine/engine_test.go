@@ -409,3 +409,25 @@ steps:
 		}
 	}
 }
+
+func TestRunFoldersArePruned(t *testing.T) {
+	w := newWorld()
+	dir := t.TempDir()
+	r := load(t, w, diamond)
+	var last string
+	for i := 0; i < engine.KeepRuns+5; i++ {
+		rep, err := newEngine(t, w, r, dir, nil).Apply(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = rep.Dir
+	}
+	entries, _ := os.ReadDir(filepath.Join(dir, "runs"))
+	if len(entries) != engine.KeepRuns {
+		t.Errorf("%d run folders, want %d", len(entries), engine.KeepRuns)
+	}
+	rep, err := engine.LatestReport(dir)
+	if err != nil || rep.Dir != last {
+		t.Errorf("latest report %v, %v; want the last run %s", rep, err, last)
+	}
+}
