@@ -121,11 +121,10 @@ func (e *Engine) Apply(ctx context.Context) (*Report, error) {
 
 func (e *Engine) runNode(ctx context.Context, n *node, sem chan struct{}, runDir string) {
 	res := n.res
+	// Needed steps always finish (a cancelled run cancels them too), so waiting for them
+	// is safe, and their results are read only once they are final.
 	for _, d := range n.needs {
-		select {
-		case <-d.done:
-		case <-ctx.Done():
-		}
+		<-d.done
 	}
 	if len(e.opts.Only) > 0 && !contains(e.opts.Only, n.step.Name) {
 		res.Result, res.Reason = ResultNotSelected, "not in --only"

@@ -61,8 +61,9 @@ type Engine struct {
 	byName map[string]*node
 	log    *log.Logger
 
-	mu     sync.Mutex // guards state writes
-	ranAny bool       // a step ran (and its record changed) in this run
+	facts  map[string]string // the host facts as recorded in the state
+	mu     sync.Mutex        // guards state writes
+	ranAny bool              // a step ran (and its record changed) in this run
 }
 
 type node struct {
@@ -93,7 +94,7 @@ func New(opts Options) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Engine{opts: opts, state: st, byName: map[string]*node{}, log: opts.NewLogger(opts.Console)}
+	e := &Engine{opts: opts, state: st, byName: map[string]*node{}, log: opts.NewLogger(opts.Console), facts: recordedFacts(opts.Facts)}
 	data := map[string]json.RawMessage{}
 	for name, rec := range st.Steps {
 		data[name] = rec.Data
@@ -186,7 +187,7 @@ func (e *Engine) decide(ctx context.Context, n *node, env *Env) (Decision, error
 		return Decision{}, err
 	}
 	d := Decision{Parts: parts, Fingerprint: fingerprintOf(parts)}
-	rec := e.state.Steps[n.step.Name]
+	rec := e.currentRecord(n.step.Name)
 	if ar, ok := n.impl.(AlwaysRunner); ok && ar.AlwaysRun() {
 		d.Run, d.Reason = true, "always runs"
 		return d, nil
@@ -244,6 +245,19 @@ func (e *Engine) fingerprint(ctx context.Context, n *node, env *Env) (map[string
 		parts[k] = digest(v)
 	}
 	return parts, nil
+}
+
+// currentRecord returns a copy of a step's record as it stands (nil when there is none); other
+// steps' goroutines update records under e.mu while this one decides.
+func (e *Engine) currentRecord(name string) *StepRecord {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	r := e.state.Steps[name]
+	if r == nil {
+		return nil
+	}
+	c := *r
+	return &c
 }
 
 func changedParts(old, cur map[string]string) []string {
@@ -377,12 +391,18 @@ func (e *Engine) FactsChanged() []string {
 }
 
 func (e *Engine) factsMap() map[string]string {
+	return e.facts
+}
+
+// recordedFacts returns the facts recorded in the state and compared between runs.
+func recordedFacts(f *gpu.Facts) map[string]string {
 	out := map[string]string{}
-	if e.opts.Facts == nil {
+	if f == nil {
 		return out
 	}
-	for _, k := range []string{"gpu.count", "gpu.cc", "gpu.name", "gpu.memory_gib", "gpu.arch_list", "driver.version", "cuda.version"} {
-		if v := recipe.Data(e.opts.Facts.TemplateData()).Lookup(k); v != "" {
+	data := recipe.Data(f.TemplateData())
+	for _, k := range recipe.FactNames() {
+		if v := data.Lookup(k); v != "" {
 			out[k] = v
 		}
 	}

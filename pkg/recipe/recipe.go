@@ -390,7 +390,7 @@ func (p *parser) checkRefs(at *yaml.Node, path string, refs []string, r *Recipe)
 			}
 		case "gpu", "driver", "cuda":
 			if !knownFacts[ref] {
-				p.addf(at, path, "template refers to unknown fact %q (facts: %s)", ref, strings.Join(factNames(), ", "))
+				p.addf(at, path, "template refers to unknown fact %q (facts: %s)", ref, strings.Join(FactNames(), ", "))
 			}
 		default:
 			p.addf(at, path, "template refers to %q: templates see .vars, .gpu, .driver and .cuda", ref)

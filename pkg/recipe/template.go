@@ -17,7 +17,8 @@ var knownFacts = map[string]bool{
 	"driver.version": true, "cuda.version": true,
 }
 
-func factNames() []string { return sortedKeys(knownFacts) }
+// FactNames returns the names of the host facts templates may use, sorted.
+func FactNames() []string { return sortedKeys(knownFacts) }
 
 // templateRefs returns the data fields a template string refers to ("vars.src",
 // "gpu.count"), or the parse error.

@@ -86,23 +86,23 @@ func (s *Step) resolve() (*resolved, error) {
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		return nil, fmt.Errorf("source url %q: %v: %w", s.spec.URL, err, engine.ErrUsage)
+		return nil, fmt.Errorf("source url %q is not a URL: %w", redact(s.spec.URL), engine.ErrUsage)
 	}
 	isGit := forced == "git" || strings.HasSuffix(u.Path, ".git") ||
 		(u.Host == "github.com" && len(strings.Split(strings.Trim(u.Path, "/"), "/")) == 2)
 	if forced != "" && forced != "git" {
-		return nil, fmt.Errorf("source url %q: getter %q is not supported (git:: or a plain archive URL): %w", s.spec.URL, forced, engine.ErrUsage)
+		return nil, fmt.Errorf("source url %q: getter %q is not supported (git:: or a plain archive URL): %w", redact(s.spec.URL), forced, engine.ErrUsage)
 	}
 	q := u.Query()
 	if isGit {
 		ref := q.Get("ref")
 		switch {
 		case ref == "" && s.spec.Ref == "":
-			return nil, fmt.Errorf("source %q has no ref: recipes pin a 40-hex commit (?ref=<commit> or ref:): %w", s.spec.URL, engine.ErrUsage)
+			return nil, fmt.Errorf("source %q has no ref: recipes pin a 40-hex commit (?ref=<commit> or ref:): %w", redact(s.spec.URL), engine.ErrUsage)
 		case ref == "":
 			ref = s.spec.Ref
 		case s.spec.Ref != "" && !strings.EqualFold(s.spec.Ref, ref):
-			return nil, fmt.Errorf("source %q: the url's ref %q and ref %q differ: %w", s.spec.URL, ref, s.spec.Ref, engine.ErrUsage)
+			return nil, fmt.Errorf("source %q: the url's ref %q and ref %q differ: %w", redact(s.spec.URL), ref, s.spec.Ref, engine.ErrUsage)
 		}
 		if !commitRE.MatchString(ref) {
 			return nil, fmt.Errorf("source ref %q is not a commit: recipes pin a full 40-hex commit, not a branch or tag, so that every host builds the same tree: %w", ref, engine.ErrUsage)
@@ -113,14 +113,14 @@ func (s *Step) resolve() (*resolved, error) {
 		return &resolved{git: true, src: "git::" + u.String(), ref: ref}, nil
 	}
 	if s.spec.SHA256 == "" {
-		return nil, fmt.Errorf("archive source %q needs sha256: %w", s.spec.URL, engine.ErrUsage)
+		return nil, fmt.Errorf("archive source %q needs sha256: %w", redact(s.spec.URL), engine.ErrUsage)
 	}
 	if !sha256RE.MatchString(s.spec.SHA256) {
-		return nil, fmt.Errorf("archive source %q: sha256 %q is not 64 hex digits: %w", s.spec.URL, s.spec.SHA256, engine.ErrUsage)
+		return nil, fmt.Errorf("archive source %q: sha256 %q is not 64 hex digits: %w", redact(s.spec.URL), s.spec.SHA256, engine.ErrUsage)
 	}
 	sum := strings.ToLower(s.spec.SHA256)
 	if q.Get("checksum") != "" {
-		return nil, fmt.Errorf("archive source %q: give the checksum as sha256:, not in the url: %w", s.spec.URL, engine.ErrUsage)
+		return nil, fmt.Errorf("archive source %q: give the checksum as sha256:, not in the url: %w", redact(s.spec.URL), engine.ErrUsage)
 	}
 	q.Set("checksum", "sha256:"+sum)
 	u.RawQuery = q.Encode()
@@ -190,7 +190,7 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	}
 	if r.git {
 		if _, err := exec.LookPath("git"); err != nil {
-			return fmt.Errorf("fetching %s: the git command is needed: %w", s.spec.URL, err)
+			return fmt.Errorf("fetching %s: the git command is needed: %w", redact(s.spec.URL), err)
 		}
 	}
 	if err := checkReplaceable(ctx, dest, r.git); err != nil {
@@ -395,8 +395,14 @@ func redact(raw string) string {
 		prefix, raw = raw[:i+2], raw[i+2:]
 	}
 	u, err := url.Parse(raw)
-	if err != nil || u.User == nil {
+	if err != nil {
+		// Not a URL: still hide whatever stands between "://" and "@".
+		return prefix + userinfoRE.ReplaceAllString(raw, "${1}xxxxx@")
+	}
+	if u.User == nil {
 		return prefix + raw
 	}
 	return prefix + u.Redacted()
 }
+
+var userinfoRE = regexp.MustCompile(`(://)[^/@]*@`)
