@@ -157,7 +157,7 @@ func (p *parser) parse(data []byte, sets []string) *Recipe {
 	if stepsNode != nil {
 		p.parseSteps(stepsNode, r)
 	}
-	// Templates in vars may refer to facts and to other vars.
+	// Templates in vars may refer to facts and to other vars, without a cycle.
 	for _, name := range r.VarOrder {
 		if refs, bad := templateRefs(r.Vars[name]); bad != nil {
 			p.addf(nodeAt(varsNode, name), "vars."+name, "bad template: %v", bad)
@@ -165,7 +165,58 @@ func (p *parser) parse(data []byte, sets []string) *Recipe {
 			p.checkRefs(nodeAt(varsNode, name), "vars."+name, refs, r)
 		}
 	}
+	if cycle := varCycle(r); cycle != nil {
+		p.addf(nodeAt(varsNode, cycle[0]), "vars."+cycle[0], "vars refer to each other in a cycle: %s", strings.Join(cycle, " -> "))
+	}
 	return r
+}
+
+// varDeps returns the vars the template of var name uses.
+func varDeps(r *Recipe, name string) []string {
+	refs, _ := templateRefs(r.Vars[name])
+	var out []string
+	for _, ref := range refs {
+		if v, ok := strings.CutPrefix(ref, "vars."); ok {
+			if _, known := r.Vars[v]; known {
+				out = append(out, v)
+			}
+		}
+	}
+	return out
+}
+
+// varCycle returns a cycle among the vars' references, or nil.
+func varCycle(r *Recipe) []string {
+	state := map[string]int{} // 0 unseen, 1 on the stack, 2 done
+	var stack []string
+	var found []string
+	var visit func(string) bool
+	visit = func(n string) bool {
+		state[n] = 1
+		stack = append(stack, n)
+		for _, d := range varDeps(r, n) {
+			if state[d] == 1 {
+				for i, x := range stack {
+					if x == d {
+						found = append(append([]string{}, stack[i:]...), d)
+					}
+				}
+				return true
+			}
+			if state[d] == 0 && visit(d) {
+				return true
+			}
+		}
+		stack = stack[:len(stack)-1]
+		state[n] = 2
+		return false
+	}
+	for _, n := range r.VarOrder {
+		if state[n] == 0 && visit(n) {
+			return found
+		}
+	}
+	return nil
 }
 
 func (p *parser) addYAMLError(err error) {
@@ -276,7 +327,6 @@ func (p *parser) parseSteps(n *yaml.Node, r *Recipe) {
 		}
 		s := &Step{Pos: Pos{File: p.file, Line: sn.Line, Col: sn.Column}}
 		var kindKeys []*yaml.Node
-		var needsNode *yaml.Node
 		for j := 0; j+1 < len(sn.Content); j += 2 {
 			k, v := sn.Content[j], sn.Content[j+1]
 			switch k.Value {
@@ -286,7 +336,6 @@ func (p *parser) parseSteps(n *yaml.Node, r *Recipe) {
 				}
 				s.Name = v.Value
 			case "needs":
-				needsNode = v
 				if v.Kind != yaml.SequenceNode {
 					p.addf(v, path+".needs", "needs must be a list of step names, not %s", kindName(v))
 					continue
@@ -339,7 +388,6 @@ func (p *parser) parseSteps(n *yaml.Node, r *Recipe) {
 		}
 		s.Refs = uniqSorted(s.Refs)
 		r.Steps = append(r.Steps, s)
-		_ = needsNode
 	}
 	// needs: names that exist, then no cycles.
 	for i, sn := range n.Content {

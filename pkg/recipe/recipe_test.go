@@ -132,3 +132,36 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+func TestVarsChainAndCycle(t *testing.T) {
+	text := `apiVersion: sglprov/v1
+name: t
+vars:
+  c: "{{ .vars.b }}/c"
+  b: "{{ .vars.a }}/b"
+  a: "{{ .gpu.count }}"
+steps:
+  - name: s
+    command: {argv: ["{{ .vars.c }}"]}
+`
+	r, err := recipe.Parse("t.yaml", []byte(text), testKinds(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := r.NewData(map[string]any{"gpu": map[string]any{"count": 8}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := d.Vars()["c"]; got != "8/b/c" {
+		t.Errorf("c = %q, want 8/b/c", got)
+	}
+	cyclic := strings.Replace(text, `a: "{{ .gpu.count }}"`, `a: "{{ .vars.c }}"`, 1)
+	_, err = recipe.Parse("t.yaml", []byte(cyclic), testKinds(), nil)
+	if err == nil || !strings.Contains(err.Error(), "vars refer to each other in a cycle: c -> b -> a -> c") {
+		t.Errorf("cycle: %v", err)
+	}
+	self := strings.Replace(text, `a: "{{ .gpu.count }}"`, `a: "{{ .vars.a }}x"`, 1)
+	if _, err := recipe.Parse("t.yaml", []byte(self), testKinds(), nil); err == nil || !strings.Contains(err.Error(), "cycle: a -> a") {
+		t.Errorf("self reference: %v", err)
+	}
+}

@@ -136,22 +136,33 @@ func (r *Recipe) NewData(facts map[string]any) (Data, error) {
 	for k, v := range facts {
 		d[k] = v
 	}
-	raw := map[string]string{}
-	for k, v := range r.Vars {
-		raw[k] = v
-	}
-	d["vars"] = raw
-	// Two passes let a var use another var that itself uses a fact.
-	for pass := 0; pass < 2; pass++ {
-		out := map[string]string{}
-		for _, name := range r.VarOrder {
-			v, err := render(r.Vars[name], d)
-			if err != nil {
-				return nil, fmt.Errorf("%s: rendering vars.%s: %w", r.VarPos[name], name, err)
-			}
-			out[name] = v
+	// Each var is rendered after the vars it uses (the parser refused cycles).
+	out := map[string]string{}
+	d["vars"] = out
+	var renderVar func(name string, depth int) error
+	renderVar = func(name string, depth int) error {
+		if _, done := out[name]; done {
+			return nil
 		}
-		d["vars"] = out
+		if depth > len(r.VarOrder) {
+			return fmt.Errorf("%s: vars.%s: vars refer to each other in a cycle", r.VarPos[name], name)
+		}
+		for _, dep := range varDeps(r, name) {
+			if err := renderVar(dep, depth+1); err != nil {
+				return err
+			}
+		}
+		v, err := render(r.Vars[name], d)
+		if err != nil {
+			return fmt.Errorf("%s: rendering vars.%s: %w", r.VarPos[name], name, err)
+		}
+		out[name] = v
+		return nil
+	}
+	for _, name := range r.VarOrder {
+		if err := renderVar(name, 0); err != nil {
+			return nil, err
+		}
 	}
 	return d, nil
 }
