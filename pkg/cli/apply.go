@@ -44,7 +44,7 @@ func apply(ctx context.Context, stdio IO, c *common, mod func(*engine.Options)) 
 		return nil, err
 	}
 	defer lock.Release()
-	e, _, err := c.newEngine(ctx, stdio, mod)
+	e, _, err := c.newEngine(ctx, stdio, r, mod)
 	if err != nil {
 		return nil, err
 	}

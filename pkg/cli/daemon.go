@@ -42,6 +42,16 @@ func runDaemon(ctx context.Context, stdio IO, args []string) error {
 	if err != nil {
 		return err
 	}
+	// An exec-managed server lives only as long as the apply that started it: the daemon
+	// needs a service manager that keeps it running between checks.
+	for _, st := range r.Steps {
+		var spec struct {
+			Manager string `yaml:"manager"`
+		}
+		if st.Kind == "systemd" && st.Body.Decode(&spec) == nil && spec.Manager == "exec" {
+			return fmt.Errorf("%w: %s: step %q uses manager: exec, whose server stops when each apply ends; the daemon needs manager: systemd", engine.ErrUsage, st.Pos, st.Name)
+		}
+	}
 	logger := newLogger(stdio.Stderr).With("component", "daemon")
 	metrics := daemon.NewMetrics()
 	if metricsAddr != "" {
@@ -55,11 +65,7 @@ func runDaemon(ctx context.Context, stdio IO, args []string) error {
 
 	opts := daemon.Options{
 		Apply: func(ctx context.Context) (*engine.Report, error) {
-			rep, err := apply(ctx, stdio, &c, nil)
-			if werr := metricsTextfile(metrics, textfile); werr != nil {
-				logger.Warn("writing metrics textfile", "err", werr)
-			}
-			return rep, err
+			return apply(ctx, stdio, &c, nil)
 		},
 		Canary:                canary(stdio, &c, canaryTimeout),
 		RestartService:        restartService(stdio, &c),
@@ -129,9 +135,15 @@ func canary(stdio IO, c *common, timeout time.Duration) func(ctx context.Context
 // restartService restarts the recipe's service steps with the profile they run.
 func restartService(stdio IO, c *common) func(ctx context.Context) error {
 	return func(ctx context.Context) error {
+		// The restart rewrites the unit: not while an apply holds the lock.
+		lock, err := engine.AcquireLock(c.stateDirPath())
+		if err != nil {
+			return err
+		}
+		defer lock.Release()
 		quiet := stdio
 		quiet.Stderr = io.Discard
-		e, _, err := c.newEngine(ctx, quiet, nil)
+		e, _, err := c.newEngine(ctx, quiet, nil, nil)
 		if err != nil {
 			return err
 		}

@@ -3,10 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
 
-	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/gpu"
 )
 
@@ -17,16 +14,9 @@ func runDetect(ctx context.Context, stdio IO, args []string) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	facts, err := gpu.Detect(ctx, stdio.Getenv)
-	switch {
-	case errors.Is(err, gpu.ErrDriverMismatch):
-		return fmt.Errorf("%w: %v", engine.ErrReboot, err)
-	case errors.Is(err, gpu.ErrNoGPU):
-		// zero GPUs is an answer
-	case errors.Is(err, gpu.ErrNoLibrary):
-		return fmt.Errorf("%w: %v", engine.ErrHost, err)
-	case err != nil:
-		return fmt.Errorf("detecting GPUs: %w", err)
+	facts, err := detectFacts(ctx, stdio)
+	if err != nil {
+		return err
 	}
 	if asJSON {
 		enc := json.NewEncoder(stdio.Stdout)

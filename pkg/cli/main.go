@@ -214,22 +214,31 @@ func (c *common) loadRecipe() (*recipe.Recipe, error) {
 	return r, nil
 }
 
-// hostFacts detects the GPUs when the recipe needs them and checks the requirements.
-// It maps a driver mismatch to exit 6 and an unfit host to exit 4.
+// detectFacts reads the host's GPU facts and maps NVML's failures to the exit-code
+// contract: a driver/library mismatch is exit 6, no NVML library exit 4. A host where NVML
+// works but finds no GPU returns its facts (zero GPUs) without error.
+func detectFacts(ctx context.Context, stdio IO) (*gpu.Facts, error) {
+	facts, err := gpu.Detect(ctx, stdio.Getenv)
+	switch {
+	case err == nil, errors.Is(err, gpu.ErrNoGPU):
+		return facts, nil
+	case errors.Is(err, gpu.ErrDriverMismatch):
+		return nil, fmt.Errorf("%w: %v", engine.ErrReboot, err)
+	case errors.Is(err, gpu.ErrNoLibrary):
+		return nil, fmt.Errorf("%w: %v (SGLPROV_GPU_FIXTURE=FILE describes a host without a GPU)", engine.ErrHost, err)
+	}
+	return nil, fmt.Errorf("detecting GPUs: %w", err)
+}
+
+// hostFacts detects the GPUs when the recipe needs them and checks the requirements:
+// a host that falls short is exit 4.
 func hostFacts(ctx context.Context, stdio IO, r *recipe.Recipe) (*gpu.Facts, error) {
 	if !r.NeedsFacts() {
 		return nil, nil
 	}
-	facts, err := gpu.Detect(ctx, stdio.Getenv)
-	switch {
-	case errors.Is(err, gpu.ErrDriverMismatch):
-		return nil, fmt.Errorf("%w: %v", engine.ErrReboot, err)
-	case errors.Is(err, gpu.ErrNoGPU):
-		// facts with zero GPUs: the requirements say what is missing
-	case errors.Is(err, gpu.ErrNoLibrary):
-		return nil, fmt.Errorf("%w: %v (this recipe needs GPU facts; SGLPROV_GPU_FIXTURE=FILE describes a host without one)", engine.ErrHost, err)
-	case err != nil:
-		return nil, fmt.Errorf("detecting GPUs: %w", err)
+	facts, err := detectFacts(ctx, stdio)
+	if err != nil {
+		return nil, err
 	}
 	if problems := r.Requires.Check(facts); len(problems) > 0 {
 		return nil, fmt.Errorf("%w:\n  %s", engine.ErrHost, strings.Join(problems, "\n  "))
@@ -237,11 +246,13 @@ func hostFacts(ctx context.Context, stdio IO, r *recipe.Recipe) (*gpu.Facts, err
 	return facts, nil
 }
 
-// newEngine loads the recipe and facts and builds the engine.
-func (c *common) newEngine(ctx context.Context, stdio IO, mod func(*engine.Options)) (*engine.Engine, *recipe.Recipe, error) {
-	r, err := c.loadRecipe()
-	if err != nil {
-		return nil, nil, err
+// newEngine loads the recipe (unless r is given) and the facts, and builds the engine.
+func (c *common) newEngine(ctx context.Context, stdio IO, r *recipe.Recipe, mod func(*engine.Options)) (*engine.Engine, *recipe.Recipe, error) {
+	if r == nil {
+		var err error
+		if r, err = c.loadRecipe(); err != nil {
+			return nil, nil, err
+		}
 	}
 	facts, err := hostFacts(ctx, stdio, r)
 	if err != nil {

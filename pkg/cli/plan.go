@@ -22,7 +22,7 @@ func runPlan(ctx context.Context, stdio IO, args []string) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	e, _, err := c.newEngine(ctx, stdio, func(o *engine.Options) {
+	e, _, err := c.newEngine(ctx, stdio, nil, func(o *engine.Options) {
 		o.Only, o.Force = splitList(only), splitList(force)
 	})
 	if err != nil {

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/engine"
-	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/recipe"
 	gate "github.com/sglprov/sglprov/pkg/smoke"
 	smokestep "github.com/sglprov/sglprov/pkg/steps/smoke"
@@ -188,12 +187,9 @@ func smokeData(ctx context.Context, stdio IO, r *recipe.Recipe, st *recipe.Step)
 			return data, nil
 		}
 	}
-	f, err := gpu.Detect(ctx, stdio.Getenv)
-	switch {
-	case errors.Is(err, gpu.ErrDriverMismatch):
-		return nil, fmt.Errorf("%w: %v", engine.ErrReboot, err)
-	case err != nil && !errors.Is(err, gpu.ErrNoGPU):
-		return nil, fmt.Errorf("%w: detecting GPUs for the templates of step %q: %v", engine.ErrHost, st.Name, err)
+	f, err := detectFacts(ctx, stdio)
+	if err != nil {
+		return nil, fmt.Errorf("facts for the templates of step %q: %w", st.Name, err)
 	}
 	data, err := r.NewData(f.TemplateData())
 	if err != nil {

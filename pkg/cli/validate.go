@@ -28,7 +28,7 @@ func runValidate(ctx context.Context, stdio IO, args []string) error {
 	var facts *gpu.Facts
 	checked := "every step built"
 	if r.NeedsFacts() {
-		if f, err := gpu.Detect(ctx, stdio.Getenv); err == nil || f != nil {
+		if f, err := detectFacts(ctx, stdio); err == nil {
 			facts = f
 		} else {
 			checked = "steps not built: no GPU facts here (" + err.Error() + ")"
@@ -37,7 +37,7 @@ func runValidate(ctx context.Context, stdio IO, args []string) error {
 	if !r.NeedsFacts() || facts != nil {
 		dir, _ := filepath.Abs(filepath.Dir(c.recipe))
 		e, err := engine.New(engine.Options{Recipe: r, RecipeDir: dir, Registry: steps.Registry(), Facts: facts,
-			Root: c.root, StateDir: c.stateDirPath(), Builtin: sglprov.Assets, InsecurePermissions: c.insecure})
+			Root: c.root, StateDir: c.stateDirPath(), Builtin: sglprov.Assets, InsecurePermissions: c.insecure, IgnoreState: true})
 		if err != nil {
 			return err
 		}

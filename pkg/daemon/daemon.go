@@ -40,7 +40,8 @@ type Options struct {
 	MaxRestarts int
 	// Metrics records what happens (may be nil).
 	Metrics *Metrics
-	// AfterCheck is called after every round (to write the metrics textfile); may be nil.
+	// AfterCheck is called after the first apply and after every round (to write the
+	// metrics textfile); may be nil.
 	AfterCheck func()
 	// Log is the daemon's logger.
 	Log *log.Logger
@@ -123,6 +124,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	_ = d.o.Notify("READY=1")
 	d.status(string(d.health))
+	if d.o.AfterCheck != nil {
+		d.o.AfterCheck()
+	}
 
 	tick := time.NewTicker(d.o.Interval)
 	defer tick.Stop()

@@ -49,6 +49,9 @@ type Options struct {
 	// files that group or others can write.
 	Builtin             fs.FS
 	InsecurePermissions bool
+	// IgnoreState builds the steps without reading the state directory (validate, which
+	// may run as a user who cannot read it).
+	IgnoreState bool
 }
 
 // Engine plans and applies one recipe.
@@ -90,9 +93,12 @@ func New(opts Options) (*Engine, error) {
 	if opts.Console == nil {
 		opts.Console = io.Discard
 	}
-	st, err := LoadState(opts.StateDir)
-	if err != nil {
-		return nil, err
+	st := &State{Version: StateVersion, Steps: map[string]*StepRecord{}}
+	if !opts.IgnoreState {
+		var err error
+		if st, err = LoadState(opts.StateDir); err != nil {
+			return nil, err
+		}
 	}
 	e := &Engine{opts: opts, state: st, byName: map[string]*node{}, log: opts.NewLogger(opts.Console), facts: recordedFacts(opts.Facts)}
 	data := map[string]json.RawMessage{}
@@ -104,6 +110,7 @@ func New(opts Options) (*Engine, error) {
 	if opts.Facts != nil {
 		facts = opts.Facts.TemplateData()
 	}
+	var err error
 	e.data, err = opts.Recipe.NewData(facts)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
