@@ -94,13 +94,22 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	for _, k := range keys {
 		cmd.Env = append(cmd.Env, k+"="+s.spec.Env[k])
 	}
-	tail := &tailBuffer{max: 20}
-	out := io.MultiWriter(env.Out, tail)
+	tail := &tailBuffer{max: 40}
+	out := io.Writer(tail)
+	if env.Out != nil {
+		out = io.MultiWriter(env.Out, tail)
+	}
 	cmd.Stdout, cmd.Stderr = out, out
 	// The command's process group is its own, and it dies with sglprov.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM) }
-	cmd.WaitDelay = 10 * time.Second
+	// Cancelling stops the whole group: SIGTERM, then SIGKILL for what is left after the
+	// grace period.
+	cmd.Cancel = func() error {
+		pgid := cmd.Process.Pid
+		time.AfterFunc(killGrace, func() { _ = syscall.Kill(-pgid, syscall.SIGKILL) })
+		return syscall.Kill(-pgid, syscall.SIGTERM)
+	}
+	cmd.WaitDelay = killGrace + time.Second
 	env.Log.Info("running command", "argv", strings.Join(s.spec.Argv, " "))
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("running %s: %w\n--- last lines (full log: %s) ---\n%s", s.spec.Argv[0], err, env.LogPath, tail.String())
@@ -136,7 +145,13 @@ func digestPath(p string) (string, error) {
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
-// tailBuffer keeps the last max lines written to it.
+// killGrace is how long a cancelled command's group gets between SIGTERM and SIGKILL.
+const killGrace = 10 * time.Second
+
+// maxLine bounds one kept line: a progress bar redrawn with \r is one endless line.
+const maxLine = 4096
+
+// tailBuffer keeps the last max lines written to it, each cut to maxLine bytes.
 type tailBuffer struct {
 	max   int
 	lines []string
@@ -145,6 +160,10 @@ type tailBuffer struct {
 
 func (t *tailBuffer) Write(p []byte) (int, error) {
 	for _, c := range p {
+		if c == '\r' {
+			t.part.Reset()
+			continue
+		}
 		if c == '\n' {
 			t.lines = append(t.lines, t.part.String())
 			t.part.Reset()
@@ -153,7 +172,9 @@ func (t *tailBuffer) Write(p []byte) (int, error) {
 			}
 			continue
 		}
-		t.part.WriteByte(c)
+		if t.part.Len() < maxLine {
+			t.part.WriteByte(c)
+		}
 	}
 	return len(p), nil
 }
