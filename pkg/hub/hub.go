@@ -97,7 +97,7 @@ func New(opt Options) (*Client, error) {
 		c.retryWait = time.Second
 	}
 	hc := *base
-	hc.Transport = &authTransport{base: base.Transport, host: u.Host, token: token}
+	hc.Transport = &authTransport{base: base.Transport, scheme: u.Scheme, host: u.Host, token: token}
 	c.http = &hc
 	return c, nil
 }
@@ -156,9 +156,10 @@ func (c *Client) HTTPClient() *http.Client { return c.http }
 
 // authTransport adds the bearer token to requests whose host is exactly the hub's.
 type authTransport struct {
-	base  http.RoundTripper
-	host  string
-	token string
+	base   http.RoundTripper
+	scheme string
+	host   string
+	token  string
 }
 
 // RoundTrip implements http.RoundTripper.
@@ -167,7 +168,9 @@ func (t *authTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	if req.URL.Host == t.host && t.token != "" {
+	// Only to the endpoint itself: same host and port, and never downgraded to another
+	// scheme (https to http) by a redirect.
+	if req.URL.Host == t.host && req.URL.Scheme == t.scheme && t.token != "" {
 		req = req.Clone(req.Context())
 		req.Header.Set("Authorization", "Bearer "+t.token)
 	} else if req.Header.Get("Authorization") != "" {

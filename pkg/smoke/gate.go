@@ -251,6 +251,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		m, err := FirstModel(ctx, cfg)
 		if err != nil {
 			res.Reason = err.Error()
+			if cfg.APIKey != "" {
+				res.Reason = strings.ReplaceAll(res.Reason, cfg.APIKey, "[redacted]")
+			}
 			return res, nil
 		}
 		res.Model = m
