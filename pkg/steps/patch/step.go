@@ -116,6 +116,12 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 		}
 	}
 	after, before, outcomes, err := applySeries(base, ser)
+	var conflict *conflictError
+	if errors.As(err, &conflict) && head != "" && !env.Force {
+		// A hand edit, or a run killed between two files of the series: git holds the
+		// pristine files.
+		return fmt.Errorf("%w\n(the tree is a git checkout: `sglprov apply --force %s` restores the series' files from git and applies it again)", err, s.name)
+	}
 	if err != nil {
 		return err
 	}
