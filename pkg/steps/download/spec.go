@@ -155,6 +155,10 @@ type Step struct {
 	spec  Spec
 	stall time.Duration
 
+	// hashed holds the files this process has already hashed and found right, with
+	// their stat then: Run does not hash again what Intact just did.
+	hashed map[string]fileRecord
+
 	// getenv reads the environment (tests replace it).
 	getenv func(string) string
 	// client carries the requests (nil: the defaults of hub and fetch).

@@ -138,13 +138,23 @@ func (s *Step) hubClient(env *engine.Env, retries int) (*hub.Client, error) {
 // a file whose size, mtime and inode are as recorded is taken as is (unless env.Verify);
 // one whose stat changed is re-hashed, and its record refreshed when the digest still
 // matches.
-func (s *Step) Intact(ctx context.Context, env *engine.Env) (bool, string, error) {
+func (s *Step) Intact(ctx context.Context, env *engine.Env) (intact bool, reason string, err error) {
 	rec, ok := s.loadRecord(env)
 	if !ok || len(rec.Expected) == 0 {
 		return false, "no record of an earlier download", nil
 	}
 	dest := env.HostPath(s.spec.Dest)
+	s.hashed = nil // only what this check hashes counts for the run that follows it
 	refreshed := false
+	// What was re-hashed is recorded whatever the answer: a re-run must not read the
+	// same hundreds of GB again.
+	defer func() {
+		if refreshed && err == nil {
+			if serr := env.SaveData(rec); serr != nil {
+				intact, reason, err = false, "", fmt.Errorf("recording verified files: %w", serr)
+			}
+		}
+	}()
 	for _, rel := range rec.Expected {
 		if err := ctx.Err(); err != nil {
 			return false, "", err
@@ -172,18 +182,28 @@ func (s *Step) Intact(ctx context.Context, env *engine.Env) (bool, string, error
 			}
 			return false, "", fmt.Errorf("verifying %s: %w", shown, err)
 		}
+		s.rememberHashed(rel, cur)
 		if !cur.sameStat(fr) {
 			cur.SHA256, cur.GitSHA1 = fr.SHA256, fr.GitSHA1
 			rec.Files[rel] = cur
 			refreshed = true
 		}
 	}
-	if refreshed {
-		if err := env.SaveData(rec); err != nil {
-			return false, "", fmt.Errorf("recording verified files: %w", err)
-		}
-	}
 	return true, "", nil
+}
+
+// rememberHashed notes that the file at rel, with stat cur, was hashed and found right.
+func (s *Step) rememberHashed(rel string, cur fileRecord) {
+	if s.hashed == nil {
+		s.hashed = map[string]fileRecord{}
+	}
+	s.hashed[rel] = cur
+}
+
+// hashedNow reports whether this process already hashed the file at rel, unchanged since.
+func (s *Step) hashedNow(rel string, cur fileRecord) bool {
+	prev, ok := s.hashed[rel]
+	return ok && prev.sameStat(cur)
 }
 
 // Run lists the files (from the hub at the resolved commit, or the recipe), keeps those
@@ -360,7 +380,7 @@ func (s *Step) sortOut(ctx context.Context, env *engine.Env, dest string, files 
 		if serr != nil {
 			return nil, 0, fmt.Errorf("checking %s: %w", shown, serr)
 		}
-		if fr, ok := rec.Files[f.Path]; ok && fr.matches(f) && fr.sameStat(cur) && !env.Verify {
+		if fr, ok := rec.Files[f.Path]; ok && fr.matches(f) && fr.sameStat(cur) && (!env.Verify || s.hashedNow(f.Path, cur)) {
 			kept++
 			continue
 		}
