@@ -32,10 +32,7 @@ e2e: build
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
-	@cp go.mod /tmp/sglprov.go.mod.bak; cp go.sum /tmp/sglprov.go.sum.bak; \
-	$(GO) mod tidy; \
-	if ! git diff --quiet -- go.mod go.sum; then echo "go mod tidy changes go.mod/go.sum:"; git --no-pager diff -- go.mod go.sum; \
-	  cp /tmp/sglprov.go.mod.bak go.mod; cp /tmp/sglprov.go.sum.bak go.sum; exit 1; fi
+	@$(GO) mod tidy -diff || { echo "go mod tidy would change go.mod/go.sum (above): run go mod tidy"; exit 1; }
 
 bench: build
 	$(GO) test -run='^$$' -bench=. -benchmem ./pkg/engine ./pkg/fetch
