@@ -17,6 +17,7 @@ import (
 	"strings"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/gitrepo"
 )
 
 var errNotFound = errors.New("executable file not found in PATH")
@@ -210,10 +211,7 @@ func (s *Step) gitTreeDigest(ctx context.Context, dir, head string) (string, err
 // gitOutput runs git in dir and returns its standard output; ok is false when git is
 // missing, dir is not in a work tree, or the command fails.
 func gitOutput(ctx context.Context, dir string, args ...string) ([]byte, bool) {
-	cmd := exec.CommandContext(ctx, "git", append([]string{"-C", dir}, args...)...)
-	// Keep the user's and system's git settings that could rewrite the output out of it.
-	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_OPTIONAL_LOCKS=0", "LC_ALL=C")
-	out, err := cmd.Output()
+	out, err := gitrepo.Output(ctx, dir, args...)
 	return out, err == nil
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sglprov/sglprov/pkg/atomicfile"
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/gitrepo"
 )
 
 // record is the data a patch step keeps in the state between runs.
@@ -210,11 +211,11 @@ func write(root string, t *tree) error {
 
 // gitHead returns the tree's HEAD commit, or "" when dir is not a git work tree.
 func gitHead(ctx context.Context, dir string) string {
-	out, err := exec.CommandContext(ctx, "git", "-C", dir, "rev-parse", "--verify", "-q", "HEAD").Output()
+	head, err := gitrepo.Head(ctx, dir)
 	if err != nil {
 		return ""
 	}
-	return strings.TrimSpace(string(out))
+	return head
 }
 
 // restore puts the files the series touches back as git's HEAD has them: tracked files

@@ -20,6 +20,7 @@ import (
 	getter "github.com/hashicorp/go-getter/v2"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/gitrepo"
 )
 
 // Spec is the recipe body of a source step.
@@ -154,7 +155,7 @@ func (s *Step) Intact(ctx context.Context, env *engine.Env) (bool, string, error
 		return false, "", fmt.Errorf("checking %s: %w", dest, err)
 	}
 	if r.git {
-		head, err := gitHead(ctx, dest)
+		head, err := gitrepo.Head(ctx, dest)
 		if err != nil {
 			return false, "outputs changed: " + dest + " is not a git work tree", nil
 		}
@@ -217,7 +218,7 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 		return fmt.Errorf("fetching %s: %w", redact(s.spec.URL), scrub(err, s.spec.URL))
 	}
 	if r.git {
-		head, err := gitHead(ctx, tree)
+		head, err := gitrepo.Head(ctx, tree)
 		if err != nil {
 			return fmt.Errorf("checking the fetched tree: %w", err)
 		}
@@ -253,7 +254,7 @@ func checkReplaceable(ctx context.Context, dest string, git bool) error {
 		return nil
 	}
 	if git {
-		if _, err := gitHead(ctx, dest); err == nil {
+		if _, err := gitrepo.Head(ctx, dest); err == nil {
 			return nil
 		}
 	} else if _, err := readMarker(dest); err == nil {
@@ -298,19 +299,6 @@ func fetchArchive(ctx context.Context, r *resolved, dst string) (string, error) 
 		return filepath.Join(dst, entries[0].Name()), nil
 	}
 	return dst, nil
-}
-
-func gitHead(ctx context.Context, dir string) (string, error) {
-	cmd := exec.CommandContext(ctx, "git", "-C", dir, "rev-parse", "--verify", "HEAD")
-	out, err := cmd.Output()
-	if err != nil {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			return "", fmt.Errorf("git rev-parse HEAD in %s: %s", dir, strings.TrimSpace(string(ee.Stderr)))
-		}
-		return "", fmt.Errorf("git rev-parse HEAD in %s: %w", dir, err)
-	}
-	return strings.ToLower(strings.TrimSpace(string(out))), nil
 }
 
 // marker records where an archive tree came from.
