@@ -15,6 +15,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/sglprov/sglprov/pkg/atomicfile"
 )
 
 // ExecService is what the exec manager runs, read from a unit's [Service] section.
@@ -196,7 +198,7 @@ func (m *Exec) Install(_ context.Context, unit string, content []byte) (bool, er
 	if _, err := ReadService(unit, content, m.opts.CacheDir); err != nil {
 		return false, err
 	}
-	changed, err := WriteFileIfChanged(m.UnitPath(unit), content, 0o644)
+	changed, err := atomicfile.WriteIfChanged(m.UnitPath(unit), content, 0o644)
 	if err != nil {
 		return false, fmt.Errorf("writing unit %q: %w", unit, err)
 	}

@@ -17,12 +17,6 @@ import (
 // SystemUnitDir is where system units are installed, before --root is applied.
 const SystemUnitDir = "/etc/systemd/system"
 
-// WriteFileIfChanged writes content to path atomically unless the file already holds
-// exactly that, and reports whether it wrote.
-func WriteFileIfChanged(path string, content []byte, perm fs.FileMode) (bool, error) {
-	return atomicfile.WriteIfChanged(path, content, perm)
-}
-
 // Verify checks a rendered unit with `systemd-analyze verify`: the unit is written under
 // its own name to a temporary folder and checked there (it checks, among others, that the
 // executable exists). It reports false, and no error, when systemd-analyze is not
@@ -61,7 +55,7 @@ func LastKnownGoodPath(stateDir, unit string) string {
 
 // SaveLastKnownGood keeps content as the last-known-good unit.
 func SaveLastKnownGood(stateDir, unit string, content []byte) error {
-	if _, err := WriteFileIfChanged(LastKnownGoodPath(stateDir, unit), content, 0o644); err != nil {
+	if _, err := atomicfile.WriteIfChanged(LastKnownGoodPath(stateDir, unit), content, 0o644); err != nil {
 		return fmt.Errorf("keeping last-known-good unit %q: %w", unit, err)
 	}
 	return nil

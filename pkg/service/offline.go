@@ -59,7 +59,7 @@ func (o *Offline) Install(_ context.Context, unit string, content []byte) (bool,
 	if err != nil {
 		return false, err
 	}
-	changed, err := WriteFileIfChanged(o.UnitPath(unit), content, 0o644)
+	changed, err := atomicfile.WriteIfChanged(o.UnitPath(unit), content, 0o644)
 	if err != nil {
 		return false, fmt.Errorf("writing unit %q: %w", unit, err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/sglprov/sglprov/pkg/atomicfile"
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/templates"
 )
@@ -148,7 +149,7 @@ func TestWriteFileIfChanged(t *testing.T) {
 		content string
 		want    bool
 	}{{"a\n", true}, {"a\n", false}, {"b\n", true}} {
-		changed, err := WriteFileIfChanged(path, []byte(tt.content), 0o644)
+		changed, err := atomicfile.WriteIfChanged(path, []byte(tt.content), 0o644)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	sddbus "github.com/coreos/go-systemd/v22/dbus"
+
+	"github.com/sglprov/sglprov/pkg/atomicfile"
 )
 
 // Conn is the part of go-systemd's D-Bus connection the systemd manager uses; *dbus.Conn
@@ -78,7 +80,7 @@ func (s *Systemd) Install(ctx context.Context, unit string, content []byte) (boo
 			return false, err
 		}
 	}
-	changed, err := WriteFileIfChanged(s.UnitPath(unit), content, 0o644)
+	changed, err := atomicfile.WriteIfChanged(s.UnitPath(unit), content, 0o644)
 	if err != nil {
 		return false, fmt.Errorf("writing unit %q: %w", unit, err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/sglprov/sglprov/pkg/atomicfile"
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/recipe"
@@ -124,7 +125,7 @@ func (f *fakeManager) take() []string {
 func (f *fakeManager) Kind() string                { return "fake" }
 func (f *fakeManager) UnitPath(unit string) string { return filepath.Join(f.dir, unit) }
 func (f *fakeManager) Install(_ context.Context, unit string, content []byte) (bool, error) {
-	changed, err := service.WriteFileIfChanged(f.UnitPath(unit), content, 0o644)
+	changed, err := atomicfile.WriteIfChanged(f.UnitPath(unit), content, 0o644)
 	f.op(fmt.Sprintf("install changed=%v", changed))
 	return changed, err
 }
