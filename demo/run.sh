@@ -18,7 +18,11 @@ cleanup() {
   if [ -z "${KEEP:-}" ]; then rm -rf "$ROOT"; else echo "demo files kept in $ROOT"; fi
 }
 trap cleanup EXIT
-say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+if [ -t 1 ]; then
+  say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+else
+  say() { printf '\n== %s\n' "$*"; }
+fi
 
 say "building the fakes (SGLang server, Hugging Face hub) into $ROOT/bin"
 go build -o "$ROOT/bin/fake-sglang" ./test/fakesglang/cmd/fake-sglang
