@@ -218,7 +218,7 @@ func (s *Step) startProgress(env *engine.Env, mon *monitor) (stop func()) {
 				}
 				elapsed, lines, last := mon.snapshot(now)
 				if env.Log != nil {
-					env.Log.Info("building", "elapsed", elapsed.String(), "lines", lines, "last", last)
+					env.Log.Info("still running", "elapsed", elapsed.String(), "lines", lines, "last", last)
 				} else {
 					fmt.Fprintln(env.Console, mon.status(s.name, now))
 				}

@@ -79,6 +79,20 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	return nil
 }
 
+// Exec runs argv (argv[0] looked up in envList's PATH, or relative to dir) in dir with
+// envList as its whole environment, the way a build step runs its command: output to the
+// step log (env.Out), progress to env.Console, the process group killed when ctx ends
+// (SIGTERM, then SIGKILL), and on failure a *Failure with the last lines and the log's
+// path. The command step kind runs its commands through it.
+func Exec(ctx context.Context, env *engine.Env, name string, argv []string, dir string, envList []string) error {
+	path, err := lookPath(argv[0], dir, envList)
+	if err != nil {
+		return fmt.Errorf("finding %s: %w", argv[0], err)
+	}
+	s := &Step{name: name, spec: Spec{Argv: argv}, statusEvery: time.Second, logEvery: 30 * time.Second, killGrace: 10 * time.Second}
+	return s.execute(ctx, env, path, dir, envList)
+}
+
 // execute runs the command in its own process group with its output going to the step log,
 // and kills the group when ctx is canceled: SIGTERM, then SIGKILL after the grace period.
 func (s *Step) execute(ctx context.Context, env *engine.Env, path, dir string, envList []string) error {
@@ -92,7 +106,9 @@ func (s *Step) execute(ctx context.Context, env *engine.Env, path, dir string, e
 	cmd.Dir = dir
 	cmd.Env = envList
 	cmd.Stdout, cmd.Stderr = pw, pw
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Its own process group, killed as a whole on cancel; and it dies with sglprov, so a
+	// killed run leaves no build behind to race the next one.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		pw.Close()
 		return fmt.Errorf("starting %s: %w", s.spec.Argv[0], err)

@@ -3,7 +3,6 @@
 package command
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -12,13 +11,12 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"os/exec"
+	"path/filepath"
 	"sort"
 	"strings"
-	"syscall"
-	"time"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/steps/build"
 )
 
 // Spec is a command step's recipe body.
@@ -78,41 +76,30 @@ func (s *Step) Intact(ctx context.Context, env *engine.Env) (bool, string, error
 	return true, "", nil
 }
 
-// Run runs the command; its output goes to the step log, and its last lines into the
-// error when it fails.
+// Run runs the command as a build step runs its own (build.Exec): output to the step log,
+// the process group killed on cancel, the last lines in the error when it fails.
 func (s *Step) Run(ctx context.Context, env *engine.Env) error {
-	cmd := exec.CommandContext(ctx, s.spec.Argv[0], s.spec.Argv[1:]...)
+	dir := "."
 	if s.spec.Dir != "" {
-		cmd.Dir = env.HostPath(s.spec.Dir)
+		dir = env.HostPath(s.spec.Dir)
 	}
-	cmd.Env = os.Environ()
+	if abs, err := filepath.Abs(dir); err == nil {
+		dir = abs
+	}
+	envList := os.Environ()
 	keys := make([]string, 0, len(s.spec.Env))
 	for k := range s.spec.Env {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		cmd.Env = append(cmd.Env, k+"="+s.spec.Env[k])
+		envList = append(envList, k+"="+s.spec.Env[k])
 	}
-	tail := &tailBuffer{max: 40}
-	out := io.Writer(tail)
-	if env.Out != nil {
-		out = io.MultiWriter(env.Out, tail)
+	if env.Log != nil {
+		env.Log.Info("running command", "argv", strings.Join(s.spec.Argv, " "))
 	}
-	cmd.Stdout, cmd.Stderr = out, out
-	// The command's process group is its own, and it dies with sglprov.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	// Cancelling stops the whole group: SIGTERM, then SIGKILL for what is left after the
-	// grace period.
-	cmd.Cancel = func() error {
-		pgid := cmd.Process.Pid
-		time.AfterFunc(killGrace, func() { _ = syscall.Kill(-pgid, syscall.SIGKILL) })
-		return syscall.Kill(-pgid, syscall.SIGTERM)
-	}
-	cmd.WaitDelay = killGrace + time.Second
-	env.Log.Info("running command", "argv", strings.Join(s.spec.Argv, " "))
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("running %s: %w\n--- last lines (full log: %s) ---\n%s", s.spec.Argv[0], err, env.LogPath, tail.String())
+	if err := build.Exec(ctx, env, env.StepName, s.spec.Argv, dir, envList); err != nil {
+		return err
 	}
 	rec := record{Created: map[string]string{}}
 	for _, p := range s.spec.Creates {
@@ -143,46 +130,4 @@ func digestPath(p string) (string, error) {
 		return "", err
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
-}
-
-// killGrace is how long a cancelled command's group gets between SIGTERM and SIGKILL.
-const killGrace = 10 * time.Second
-
-// maxLine bounds one kept line: a progress bar redrawn with \r is one endless line.
-const maxLine = 4096
-
-// tailBuffer keeps the last max lines written to it, each cut to maxLine bytes.
-type tailBuffer struct {
-	max   int
-	lines []string
-	part  bytes.Buffer
-}
-
-func (t *tailBuffer) Write(p []byte) (int, error) {
-	for _, c := range p {
-		if c == '\r' {
-			t.part.Reset()
-			continue
-		}
-		if c == '\n' {
-			t.lines = append(t.lines, t.part.String())
-			t.part.Reset()
-			if len(t.lines) > t.max {
-				t.lines = t.lines[len(t.lines)-t.max:]
-			}
-			continue
-		}
-		if t.part.Len() < maxLine {
-			t.part.WriteByte(c)
-		}
-	}
-	return len(p), nil
-}
-
-func (t *tailBuffer) String() string {
-	lines := t.lines
-	if t.part.Len() > 0 {
-		lines = append(lines, t.part.String())
-	}
-	return strings.Join(lines, "\n")
 }

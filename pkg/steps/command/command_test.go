@@ -56,19 +56,3 @@ func TestCommandSpecErrors(t *testing.T) {
 		t.Error("empty argv accepted")
 	}
 }
-
-func TestTailBoundsLines(t *testing.T) {
-	tb := &tailBuffer{max: 1}
-	tb.Write([]byte("progress 1%\rprogress 2%\rprogress 100%\n"))
-	tb.Write(bytes.Repeat([]byte("x"), 3*maxLine))
-	tb.Write([]byte("\nlast"))
-	lines := strings.Split(tb.String(), "\n")
-	if len(lines) != 2 || len(lines[0]) != maxLine || lines[1] != "last" {
-		t.Errorf("tail = %d lines, first %d bytes: %q", len(lines), len(lines[0]), lines[len(lines)-1])
-	}
-	tb2 := &tailBuffer{max: 5}
-	tb2.Write([]byte("progress 1%\rprogress 100%\n"))
-	if tb2.String() != "progress 100%" {
-		t.Errorf("carriage returns: %q", tb2.String())
-	}
-}
