@@ -3,10 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
-	"io"
 	"os"
 	"strings"
 	"time"
@@ -16,20 +13,6 @@ import (
 	gate "github.com/sglprov/sglprov/pkg/smoke"
 	smokestep "github.com/sglprov/sglprov/pkg/steps/smoke"
 )
-
-// SmokeMain runs `sglprov smoke` with args (the arguments after "smoke") and returns the
-// exit code: 0 when the gate passed, 3 when it failed (wrong or degenerate answers, or a
-// server that never got ready), 2 for bad usage or an invalid recipe.
-func SmokeMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	err := runSmokeCommand(ctx, IO{Stdout: stdout, Stderr: stderr, Getenv: os.Getenv}, args)
-	if errors.Is(err, flag.ErrHelp) {
-		return engine.ExitOK
-	}
-	if err != nil && !errors.Is(err, errReported) {
-		fmt.Fprintf(stderr, "sglprov smoke: %v\n", err)
-	}
-	return engine.ExitCode(err)
-}
 
 // smokeOptions are the flags of `sglprov smoke`.
 type smokeOptions struct {
