@@ -8,8 +8,6 @@ import (
 	"io"
 	"os"
 	"sync"
-
-	"github.com/sglprov/sglprov/pkg/atomicfile"
 )
 
 // pool bounds the bytes held in memory over all files of a Fetch call: pieces read ahead of
@@ -302,10 +300,33 @@ func (s *stream) checkpoint() error {
 	if err != nil {
 		return fmt.Errorf("saving resume point of %s: %w", j.part, err)
 	}
-	if err := atomicfile.Write(j.side, data, 0o644); err != nil {
+	tmp := j.side + ".tmp"
+	if err := writeFileSync(tmp, data); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, j.side); err != nil {
 		return fmt.Errorf("saving resume point of %s: %w", j.part, err)
 	}
 	s.lastCk = s.written
+	return nil
+}
+
+func writeFileSync(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("syncing %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
 	return nil
 }
 
