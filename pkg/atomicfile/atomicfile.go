@@ -14,19 +14,36 @@ import (
 
 // Write writes data to path atomically with mode perm, creating the folder if needed.
 func Write(path string, data []byte, perm fs.FileMode) error {
+	st, err := Stage(path, data, perm)
+	if err != nil {
+		return err
+	}
+	return st.Commit()
+}
+
+// Staged is a file written and fsynced under a temporary name beside its target, not yet
+// in place: several files can be staged first and committed together, so that a failure
+// while writing any of them leaves every target as it was.
+type Staged struct {
+	path, tmp string
+}
+
+// Stage writes data to a temporary file beside path (creating the folder if needed) and
+// fsyncs it.
+func Stage(path string, data []byte, perm fs.FileMode) (*Staged, error) {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("creating %s: %w", dir, err)
+		return nil, fmt.Errorf("creating %s: %w", dir, err)
 	}
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
+		return nil, fmt.Errorf("writing %s: %w", path, err)
 	}
 	tmp := f.Name()
-	fail := func(doing string, err error) error {
+	fail := func(doing string, err error) (*Staged, error) {
 		f.Close()
 		os.Remove(tmp)
-		return fmt.Errorf("%s %s: %w", doing, tmp, err)
+		return nil, fmt.Errorf("%s %s: %w", doing, tmp, err)
 	}
 	if _, err := f.Write(data); err != nil {
 		return fail("writing", err)
@@ -39,13 +56,23 @@ func Write(path string, data []byte, perm fs.FileMode) error {
 	}
 	if err := f.Close(); err != nil {
 		os.Remove(tmp)
-		return fmt.Errorf("closing %s: %w", tmp, err)
+		return nil, fmt.Errorf("closing %s: %w", tmp, err)
 	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("renaming %s to %s: %w", tmp, path, err)
+	return &Staged{path: path, tmp: tmp}, nil
+}
+
+// Commit renames the staged file over its target and fsyncs the folder.
+func (s *Staged) Commit() error {
+	if err := os.Rename(s.tmp, s.path); err != nil {
+		os.Remove(s.tmp)
+		return fmt.Errorf("renaming %s to %s: %w", s.tmp, s.path, err)
 	}
-	return SyncDir(dir)
+	return SyncDir(filepath.Dir(s.path))
+}
+
+// Abort removes the staged file; the target is untouched.
+func (s *Staged) Abort() {
+	os.Remove(s.tmp)
 }
 
 // WriteIfChanged writes data to path atomically unless the file already holds exactly

@@ -35,3 +35,30 @@ func TestWriteAndWriteIfChanged(t *testing.T) {
 		t.Error("writing under a file succeeded")
 	}
 }
+
+func TestStageAbortLeavesTargetAlone(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "f")
+	if err := os.WriteFile(p, []byte("old"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	st, err := Stage(p, []byte("new"), 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(p); string(b) != "old" {
+		t.Errorf("staging changed the target: %q", b)
+	}
+	st.Abort()
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 1 {
+		t.Errorf("abort left %v", entries)
+	}
+	st, _ = Stage(p, []byte("new"), 0o644)
+	if err := st.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(p); string(b) != "new" {
+		t.Errorf("after commit: %q", b)
+	}
+}

@@ -182,28 +182,66 @@ func sortedKeys[V any](m map[string]V) []string {
 // write puts the files of t that differ from the disk in place: each through a temporary
 // file in the same folder, fsynced and renamed; deleted files are removed.
 func write(root string, t *tree) error {
+	// Every new content is staged (written and fsynced beside its file) before any file is
+	// touched: a failure while writing leaves the tree as it was, and what remains is a
+	// run of renames.
+	type change struct {
+		p      string
+		remove bool
+		chmod  fs.FileMode
+		staged *atomicfile.Staged
+	}
+	var changes []change
+	abort := func() {
+		for _, c := range changes {
+			if c.staged != nil {
+				c.staged.Abort()
+			}
+		}
+	}
 	for _, rel := range sortedKeys(t.files) {
 		want := t.files[rel]
 		have, err := readEntry(root, rel)
 		if err != nil {
+			abort()
 			return err
 		}
 		p := filepath.Join(root, rel)
 		switch {
 		case !want.exists && !have.exists:
 		case !want.exists:
-			if err := os.Remove(p); err != nil {
-				return fmt.Errorf("removing %s: %w", p, err)
-			}
+			changes = append(changes, change{p: p, remove: true})
 		case have.exists && bytes.Equal(have.data, want.data) && have.perm == want.perm:
 		case have.exists && bytes.Equal(have.data, want.data):
-			if err := os.Chmod(p, want.perm); err != nil {
-				return fmt.Errorf("setting the mode of %s: %w", p, err)
-			}
+			changes = append(changes, change{p: p, chmod: want.perm})
 		default:
-			if err := atomicfile.Write(p, want.data, want.perm); err != nil {
+			st, err := atomicfile.Stage(p, want.data, want.perm)
+			if err != nil {
+				abort()
 				return err
 			}
+			changes = append(changes, change{p: p, staged: st})
+		}
+	}
+	for _, c := range changes {
+		var err error
+		switch {
+		case c.staged != nil:
+			err = c.staged.Commit()
+		case c.remove:
+			if err = os.Remove(c.p); err != nil {
+				err = fmt.Errorf("removing %s: %w", c.p, err)
+			} else {
+				err = atomicfile.SyncDir(filepath.Dir(c.p))
+			}
+		default:
+			if err = os.Chmod(c.p, c.chmod); err != nil {
+				err = fmt.Errorf("setting the mode of %s: %w", c.p, err)
+			}
+		}
+		if err != nil {
+			abort()
+			return err
 		}
 	}
 	return nil
