@@ -218,7 +218,7 @@ func (e *Engine) decide(ctx context.Context, n *node, env *Env) (Decision, error
 		d.Run, d.Reason = true, "needs "+strings.Join(env.DepsRan, ", ")+", which ran"
 		return d, nil
 	}
-	if changed := changedParts(rec.Parts, parts); len(changed) > 0 {
+	if changed := ChangedParts(rec.Parts, parts); len(changed) > 0 {
 		d.Run, d.Reason = true, "fingerprint changed: "+strings.Join(changed, ", ")
 		return d, nil
 	}
@@ -267,7 +267,9 @@ func (e *Engine) currentRecord(name string) *StepRecord {
 	return &c
 }
 
-func changedParts(old, cur map[string]string) []string {
+// ChangedParts returns, sorted, the names of the fingerprint parts that differ between old
+// and cur (changed, added or gone): what plan names after "fingerprint changed:".
+func ChangedParts(old, cur map[string]string) []string {
 	var out []string
 	for k, v := range cur {
 		if old[k] != v {

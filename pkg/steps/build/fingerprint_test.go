@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"testing"
 
@@ -54,22 +53,6 @@ func (f *fpFixture) fingerprint(t *testing.T) map[string]string {
 		t.Fatalf("Fingerprint: %v", err)
 	}
 	return parts
-}
-
-func changed(a, b map[string]string) []string {
-	var out []string
-	for k, v := range b {
-		if a[k] != v {
-			out = append(out, k)
-		}
-	}
-	for k := range a {
-		if _, ok := b[k]; !ok {
-			out = append(out, k)
-		}
-	}
-	sort.Strings(out)
-	return out
 }
 
 func TestFingerprintChanges(t *testing.T) {
@@ -129,7 +112,7 @@ func TestFingerprintChanges(t *testing.T) {
 			before := f.fingerprint(t)
 			tc.change(t, f)
 			after := f.fingerprint(t)
-			if diff := cmp.Diff(tc.want, changed(before, after)); diff != "" {
+			if diff := cmp.Diff(tc.want, engine.ChangedParts(before, after)); diff != "" {
 				t.Errorf("changed parts (-want +got):\n%s", diff)
 			}
 		})
@@ -265,7 +248,7 @@ func TestFingerprintInputs(t *testing.T) {
 	}
 	writeFile(t, whl, "wheel v1")
 	built := f.fingerprint(t)
-	if diff := cmp.Diff([]string{"inputs"}, changed(none, built)); diff != "" {
+	if diff := cmp.Diff([]string{"inputs"}, engine.ChangedParts(none, built)); diff != "" {
 		t.Errorf("wheel appeared: changed parts (-want +got):\n%s", diff)
 	}
 	if !strings.HasPrefix(built["inputs"], whl+" ") {
@@ -276,7 +259,7 @@ func TestFingerprintInputs(t *testing.T) {
 	}
 	writeFile(t, whl, "wheel v2")
 	rebuilt := f.fingerprint(t)
-	if diff := cmp.Diff([]string{"inputs"}, changed(built, rebuilt)); diff != "" {
+	if diff := cmp.Diff([]string{"inputs"}, engine.ChangedParts(built, rebuilt)); diff != "" {
 		t.Errorf("wheel rebuilt: changed parts (-want +got):\n%s", diff)
 	}
 }
