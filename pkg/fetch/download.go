@@ -403,7 +403,8 @@ func (j *job) run(ctx context.Context) error {
 		if errors.As(err, &mm) {
 			j.removePart()
 		}
-		if ctx.Err() != nil && !errors.As(err, &mm) {
+		// A cancellation is said as such; any other error is the cause and stays.
+		if ctx.Err() != nil && !errors.As(err, &mm) && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
 			err = fmt.Errorf("downloading %s: %w", j.f.Path, ctx.Err())
 		}
 	}

@@ -9,12 +9,12 @@ import (
 
 func TestUserinfo(t *testing.T) {
 	tests := map[string]string{
-		"http://alice:pw@127.0.0.1:8080/x.bin":                      "http://127.0.0.1:8080/x.bin",
-		"see https://bob@hub.example/org/m and http://c:d@e/f":      "see https://hub.example/org/m and http://e/f",
+		"http://alice:pw@127.0.0.1:8080/x.bin":                     "http://127.0.0.1:8080/x.bin",
+		"see https://bob@hub.example/org/m and http://c:d@e/f":     "see https://hub.example/org/m and http://e/f",
 		`Get "http://bob:***@127.0.0.1:1/api": connection refused`: `Get "http://127.0.0.1:1/api": connection refused`,
-		"mail me at a@b.example, or at https://host/x?u=a@b":        "mail me at a@b.example, or at https://host/x?u=a@b",
-		"http://u:p%40ss@host/a":                                     "http://host/a",
-		"no url here":                                                "no url here",
+		"mail me at a@b.example, or at https://host/x?u=a@b":       "mail me at a@b.example, or at https://host/x?u=a@b",
+		"http://u:p%40ss@host/a":                                   "http://host/a",
+		"no url here":                                              "no url here",
 	}
 	for in, want := range tests {
 		if got := Userinfo(in); got != want {
