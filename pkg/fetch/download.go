@@ -445,9 +445,6 @@ func (h *hashers) Write(p []byte) (int, error) {
 // the connections and the in-order writer, and renames the part when it is complete and
 // matches.
 func (j *job) attempt(ctx context.Context, first bool) error {
-	if err := os.MkdirAll(filepath.Dir(j.final), 0o755); err != nil {
-		return fmt.Errorf("creating folder for %s: %w", j.f.Path, err)
-	}
 	if err := os.MkdirAll(filepath.Dir(j.part), 0o755); err != nil {
 		return fmt.Errorf("creating folder for the part file of %s: %w", j.f.Path, err)
 	}
@@ -609,6 +606,9 @@ func (j *job) finalize(pf *os.File, s *stream) error {
 	}
 	if err := pf.Sync(); err != nil {
 		return fmt.Errorf("syncing %s: %w", j.part, err)
+	}
+	if err := os.MkdirAll(filepath.Dir(j.final), 0o755); err != nil {
+		return fmt.Errorf("creating folder for %s: %w", j.f.Path, err)
 	}
 	if err := os.Rename(j.part, j.final); err != nil {
 		return fmt.Errorf("renaming %s: %w", j.part, err)
