@@ -483,9 +483,9 @@ func (j *job) attempt(ctx context.Context, first bool) error {
 			cancel()
 		}
 		// spread downloads [from, size) of a file of known size: in parallel ranges when
-		// the rest is large enough, else on one connection.
+		// what this attempt fetches (from have on) is large enough, else on one connection.
 		spread := func(from, size int64) {
-			if j.noRanges || size-from < j.c.MinChunk || j.c.Conns == 1 {
+			if j.noRanges || size-have < j.c.MinChunk || j.c.Conns == 1 {
 				if err := j.fetchRange(ctx, s, from, size); err != nil {
 					fail(err)
 				}
