@@ -47,6 +47,10 @@ const (
 // errRangeIgnored is returned when a server answered 200 to a Range request.
 var errRangeIgnored = errors.New("server ignored the Range header (answered 200 to a range request)")
 
+// errWholeFile is returned when the server refused the first range of a file of unknown
+// size (416, as for an empty file): the file is then asked for whole, on one connection.
+var errWholeFile = errors.New("server refused the first range (416); asking for the whole file")
+
 // errStartOver is returned when the server refuses the range of a resumed part (416).
 var errStartOver = errors.New("server refused the resumed range (416)")
 
@@ -378,10 +382,10 @@ func (j *job) run(ctx context.Context) error {
 		var mm *MismatchError
 		switch {
 		case err == nil:
-		case errors.Is(err, errRangeIgnored) || errors.Is(err, errStartOver):
+		case errors.Is(err, errRangeIgnored) || errors.Is(err, errStartOver) || errors.Is(err, errWholeFile):
 			restarts++
 			if restarts <= j.c.Retries+1 {
-				j.noRanges = j.noRanges || errors.Is(err, errRangeIgnored)
+				j.noRanges = j.noRanges || errors.Is(err, errRangeIgnored) || errors.Is(err, errWholeFile)
 				j.c.Logf("%s: %v; starting over from byte 0", j.f.Path, err)
 				j.removePart()
 				attempt--
@@ -563,7 +567,7 @@ func (j *job) attempt(ctx context.Context, first bool) error {
 			if s.written == 0 {
 				pf.Close()
 				j.removePart()
-			} else if !errors.Is(err, errRangeIgnored) && !errors.Is(err, errStartOver) {
+			} else if !errors.Is(err, errRangeIgnored) && !errors.Is(err, errStartOver) && !errors.Is(err, errWholeFile) {
 				if cerr := s.checkpoint(); cerr != nil {
 					j.c.Logf("%s: saving resume point: %v", j.f.Path, cerr)
 				}
@@ -816,7 +820,10 @@ func (j *job) request(ctx context.Context, s *stream, pos *int64, b int64) error
 			}
 			want = resp.ContentLength
 		}
-	case resp.StatusCode == http.StatusRequestedRangeNotSatisfiable && ranged && b < 0:
+	case resp.StatusCode == http.StatusRequestedRangeNotSatisfiable && ranged && *pos == 0 && size < 0:
+		// The first range of a file of unknown size is refused: an empty file.
+		return errWholeFile
+	case resp.StatusCode == http.StatusRequestedRangeNotSatisfiable && ranged && (b < 0 || size < 0):
 		return errStartOver
 	case resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusRequestTimeout:
 		return transient(fmt.Errorf("%s answered %s", redact.URL(j.f.URL), resp.Status))

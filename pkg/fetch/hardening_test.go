@@ -205,16 +205,18 @@ func TestUnknownSizeFansOut(t *testing.T) {
 	}
 }
 
-// The first range of a file of unknown size may be longer than the file, and the server
-// may ignore it: both still end with the right file, over one request.
+// The first range of a file of unknown size may be longer than the file, the server may
+// ignore it, and an empty file has no range at all: each still ends with the right file.
 func TestUnknownSizeSmallOrNoRanges(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
 		size        int
 		ignoreRange bool
+		requests    int
 	}{
-		{name: "shorter than the first range", size: 1000},
-		{name: "server ignores Range", size: 3 << 20, ignoreRange: true},
+		{name: "shorter than the first range", size: 1000, requests: 1},
+		{name: "server ignores Range", size: 3 << 20, ignoreRange: true, requests: 1},
+		{name: "empty", size: 0, requests: 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			data := randomBytes(t, tc.size)
@@ -230,8 +232,8 @@ func TestUnknownSizeSmallOrNoRanges(t *testing.T) {
 			if !bytes.Equal(readFile(t, filepath.Join(dest, "w.bin")), data) {
 				t.Fatal("file differs")
 			}
-			if reqs := srv.requests(); len(reqs) != 1 {
-				t.Errorf("requests %+v, want one", reqs)
+			if reqs := srv.requests(); len(reqs) != tc.requests {
+				t.Errorf("requests %+v, want %d", reqs, tc.requests)
 			}
 		})
 	}
