@@ -14,9 +14,11 @@
 #   2  2 files, nginx limit_rate 50m per connection (aria2c -x8, sglprov 8 connections)
 #   3  re-run over files already present: sglprov's presence check (stat, size), against
 #      sha256sum of the files (warm and cold page cache) and sglprov with VerifyFile
+#   4  as case 2, but no sizes given: sglprov learns each size from the first answer and
+#      then fans out (aria2c never takes sizes; its row is the same command as in case 2)
 #
 # Environment: BENCH_SIZE_MB (512), BENCH_DIR (base for the temporary folder, /tmp),
-# BENCH_OUT (also write the table there), BENCH_CASES ("1 2 3"), FETCHBENCH_FLAGS (more
+# BENCH_OUT (also write the table there), BENCH_CASES ("1 2 3 4"), FETCHBENCH_FLAGS (more
 # flags for fetchbench, e.g. "-chunk-mb 4 -buffer-mb 32"), BENCH_TOOLS (only these rows,
 # e.g. "cat sglprov").
 # Columns: wall seconds, MB/s (10^6 bytes per second of the bytes downloaded or hashed),
@@ -26,7 +28,7 @@ set -euo pipefail
 
 SIZE_MB=${BENCH_SIZE_MB:-512}
 BASE=${BENCH_DIR:-/tmp}
-CASES=${BENCH_CASES:-1 2 3}
+CASES=${BENCH_CASES:-1 2 3 4}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 
 log() { printf '%s\n' "$*" >&2; }
@@ -113,16 +115,20 @@ curl -sSf -o /dev/null -r 0-0 "$URL/f1.bin" || { log "nginx does not answer"; ex
 RESULTS=$WORK/results.tsv
 : >"$RESULTS"
 
-# lists N PREFIX: writes $WORK/list.N.PREFIX (fetchbench) and $WORK/aria.N.PREFIX (aria2c).
+# lists N PREFIX [nosize]: writes $WORK/list.N.PREFIX (fetchbench) and $WORK/aria.N.PREFIX
+# (aria2c); with "nosize", the fetchbench list gives every size as -1 (unknown), and its
+# key is N.PREFIX.nosize.
 lists() {
-	local n=$1 prefix=$2 i key
-	key=$n${prefix//\//_}
+	local n=$1 prefix=$2 nosize=${3:-} i key size
+	key=$n${prefix//\//_}${nosize:+.nosize}
+	size=$((SIZE_MB << 20))
+	[ -z "$nosize" ] || size=-1
 	: >"$WORK/list.$key"
 	: >"$WORK/aria.$key"
 	for i in $(seq "$n"); do
 		local sum
 		sum=$(cat "$WORK/srv/f$i.sha256")
-		echo "$URL$prefix/f$i.bin $sum $((SIZE_MB << 20)) f$i.bin" >>"$WORK/list.$key"
+		echo "$URL$prefix/f$i.bin $sum $size f$i.bin" >>"$WORK/list.$key"
 		printf '%s\n  out=f%d.bin\n  checksum=sha-256=%s\n' "$URL$prefix/f$i.bin" "$i" "$sum" >>"$WORK/aria.$key"
 	done
 }
@@ -184,6 +190,9 @@ aria_script() { # N PREFIX
 sglprov_script() { # N PREFIX [extra flags]
 	echo "'$WORK/bin/fetchbench' -q -list '$WORK/list.$1${2//\//_}' -dest '$WORK/dst' -conns 8 ${FETCHBENCH_FLAGS:-} ${3:-}"
 }
+sglprov_nosize_script() { # N PREFIX
+	echo "'$WORK/bin/fetchbench' -q -list '$WORK/list.$1${2//\//_}.nosize' -dest '$WORK/dst' -conns 8 ${FETCHBENCH_FLAGS:-}"
+}
 
 B=$((SIZE_MB << 20))
 uptime >&2
@@ -226,6 +235,18 @@ for c in $CASES; do
 		drop_cache "$WORK"/dst/*.bin
 		measure 3 sha256sum-cold $((4 * B)) "sha256sum --quiet -c '$WORK/dst.sha256'"
 		measure 3 sglprov-verify-warm $((4 * B)) "$(sglprov_script 4 "" -verify)"
+		;;
+	4)
+		lists 2 /limited
+		lists 2 /limited nosize
+		for tool in cat sglprov aria2c; do
+			clean_dst
+			case $tool in
+			cat) measure 4 cat $((2 * B)) "$(cat_script 2)" ;;
+			sglprov) measure 4 sglprov $((2 * B)) "$(sglprov_nosize_script 2 /limited)" ;;
+			aria2c) measure 4 aria2c $((2 * B)) "$(aria_script 2 /limited)" ;;
+			esac
+		done
 		;;
 	esac
 done

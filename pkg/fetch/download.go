@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sglprov/sglprov/pkg/atomicfile"
+	"github.com/sglprov/sglprov/pkg/redact"
 )
 
 const (
@@ -44,6 +46,10 @@ const (
 
 // errRangeIgnored is returned when a server answered 200 to a Range request.
 var errRangeIgnored = errors.New("server ignored the Range header (answered 200 to a range request)")
+
+// errWholeFile is returned when the server refused the first range of a file of unknown
+// size (416, as for an empty file): the file is then asked for whole, on one connection.
+var errWholeFile = errors.New("server refused the first range (416); asking for the whole file")
 
 // errStartOver is returned when the server refuses the range of a resumed part (416).
 var errStartOver = errors.New("server refused the resumed range (416)")
@@ -161,25 +167,6 @@ func canonicalHost(scheme, host string) string {
 	return net.JoinHostPort(strings.Trim(host, "[]"), port)
 }
 
-// redact returns u without user info and query, for errors and logs.
-func redact(u string) string {
-	if i := strings.IndexAny(u, "?#"); i >= 0 {
-		u = u[:i]
-	}
-	if i := strings.Index(u, "://"); i >= 0 {
-		rest := u[i+3:]
-		slash := strings.IndexByte(rest, '/')
-		hostPart := rest
-		if slash >= 0 {
-			hostPart = rest[:slash]
-		}
-		if at := strings.LastIndexByte(hostPart, '@'); at >= 0 {
-			u = u[:i+3] + rest[at+1:]
-		}
-	}
-	return u
-}
-
 func statfsFree(dir string) (uint64, error) {
 	var st unix.Statfs_t
 	if err := unix.Statfs(dir, &st); err != nil {
@@ -198,7 +185,19 @@ func safeJoin(dest, rel string) (string, error) {
 			return "", fmt.Errorf("unsafe file path %q", rel)
 		}
 	}
+	if first, _, _ := strings.Cut(rel, "/"); first == WorkDir {
+		return "", fmt.Errorf("file path %q is inside %s/, the folder that holds the part files; no listed file may be there", rel, WorkDir)
+	}
 	return filepath.Join(dest, filepath.FromSlash(rel)), nil
+}
+
+// partPaths returns the part file and the resume record of the file at rel (relative to
+// dest, already checked by safeJoin). They live under dest/.sglprov/parts, where no listed
+// file can be (safeJoin refuses that folder), and their names end in ".part" and
+// ".part.json" so that the part of one file is never the record of another.
+func partPaths(dest, rel string) (part, side string) {
+	base := filepath.Join(dest, WorkDir, partsDir, filepath.FromSlash(rel))
+	return base + partSuffix, base + sideSuffix
 }
 
 // job is one file of a Fetch call.
@@ -239,7 +238,8 @@ func fetch(ctx context.Context, files []File, opt Options) ([]Result, error) {
 		}
 		f.SHA256 = strings.ToLower(f.SHA256)
 		f.GitSHA1 = strings.ToLower(f.GitSHA1)
-		jobs[i] = &job{c: c, f: f, final: p, part: p + ".part", side: p + ".part.json",
+		part, side := partPaths(c.Dest, f.Path)
+		jobs[i] = &job{c: c, f: f, final: p, part: part, side: side,
 			result: Result{Path: f.Path, Size: f.Size, SHA256: f.SHA256}}
 	}
 
@@ -322,6 +322,13 @@ func fetch(ctx context.Context, files []File, opt Options) ([]Result, error) {
 	if first != nil {
 		return results, first
 	}
+	// Every file is in place: the part folders are empty unless another file's part is
+	// still there; remove the empty ones.
+	work := filepath.Join(c.Dest, WorkDir)
+	for _, j := range jobs {
+		for d := filepath.Dir(j.part); strings.HasPrefix(d, work) && os.Remove(d) == nil; d = filepath.Dir(d) {
+		}
+	}
 	return results, nil
 }
 
@@ -375,10 +382,10 @@ func (j *job) run(ctx context.Context) error {
 		var mm *MismatchError
 		switch {
 		case err == nil:
-		case errors.Is(err, errRangeIgnored) || errors.Is(err, errStartOver):
+		case errors.Is(err, errRangeIgnored) || errors.Is(err, errStartOver) || errors.Is(err, errWholeFile):
 			restarts++
 			if restarts <= j.c.Retries+1 {
-				j.noRanges = j.noRanges || errors.Is(err, errRangeIgnored)
+				j.noRanges = j.noRanges || errors.Is(err, errRangeIgnored) || errors.Is(err, errWholeFile)
 				j.c.Logf("%s: %v; starting over from byte 0", j.f.Path, err)
 				j.removePart()
 				attempt--
@@ -400,7 +407,8 @@ func (j *job) run(ctx context.Context) error {
 		if errors.As(err, &mm) {
 			j.removePart()
 		}
-		if ctx.Err() != nil && !errors.As(err, &mm) {
+		// A cancellation is said as such; any other error is the cause and stays.
+		if ctx.Err() != nil && !errors.As(err, &mm) && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
 			err = fmt.Errorf("downloading %s: %w", j.f.Path, ctx.Err())
 		}
 	}
@@ -441,8 +449,8 @@ func (h *hashers) Write(p []byte) (int, error) {
 // the connections and the in-order writer, and renames the part when it is complete and
 // matches.
 func (j *job) attempt(ctx context.Context, first bool) error {
-	if err := os.MkdirAll(filepath.Dir(j.final), 0o755); err != nil {
-		return fmt.Errorf("creating folder for %s: %w", j.f.Path, err)
+	if err := os.MkdirAll(filepath.Dir(j.part), 0o755); err != nil {
+		return fmt.Errorf("creating folder for the part file of %s: %w", j.f.Path, err)
 	}
 	size := j.f.Size
 	pf, h, have, resumed, err := j.openPart(size)
@@ -478,25 +486,26 @@ func (j *job) attempt(ctx context.Context, first bool) error {
 			}
 			cancel()
 		}
-		if size < 0 || j.noRanges || size-have < j.c.MinChunk || j.c.Conns == 1 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if err := j.fetchRange(ctx, s, have, size); err != nil {
+		// spread downloads [from, size) of a file of known size: in parallel ranges when
+		// what this attempt fetches (from have on) is large enough, else on one connection.
+		spread := func(from, size int64) {
+			if j.noRanges || size-have < j.c.MinChunk || j.c.Conns == 1 {
+				if err := j.fetchRange(ctx, s, from, size); err != nil {
 					fail(err)
 				}
-			}()
-		} else {
+				return
+			}
 			var next atomic.Int64
-			next.Store(have)
+			next.Store(from)
 			conns := j.c.Conns
-			if n := (size - have + j.c.ChunkSize - 1) / j.c.ChunkSize; int64(conns) > n {
+			if n := (size - from + j.c.ChunkSize - 1) / j.c.ChunkSize; int64(conns) > n {
 				conns = int(n)
 			}
+			var cw sync.WaitGroup
 			for range conns {
-				wg.Add(1)
+				cw.Add(1)
 				go func() {
-					defer wg.Done()
+					defer cw.Done()
 					for ctx.Err() == nil {
 						a := next.Add(j.c.ChunkSize) - j.c.ChunkSize
 						if a >= size {
@@ -510,12 +519,46 @@ func (j *job) attempt(ctx context.Context, first bool) error {
 					}
 				}()
 			}
+			cw.Wait()
 		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			switch {
+			case size >= 0:
+				spread(have, size)
+			case j.noRanges || j.c.Conns == 1:
+				if err := j.fetchRange(ctx, s, have, -1); err != nil {
+					fail(err)
+				}
+			default:
+				// The size is unknown: ask for the first chunk; the answer states the
+				// size (Content-Range, or the Content-Length of a 200 that carries the
+				// whole file), and the rest is fetched as for a known size.
+				end := have + j.c.ChunkSize
+				reached, err := j.fetchRangeTo(ctx, s, have, end)
+				if err != nil {
+					fail(err)
+					return
+				}
+				switch n := s.knownSize(); {
+				case n >= 0 && reached < n:
+					spread(reached, n)
+				case n < 0:
+					// Still unknown (Content-Range "bytes A-B/*"): the rest on one connection.
+					if err := j.fetchRange(ctx, s, reached, -1); err != nil {
+						fail(err)
+					}
+				}
+			}
+		}()
 		wg.Wait()
 		s.finish()
 		err := <-sinkErr
 		cancel()
-		if netErr != nil {
+		// The first cause ends the attempt: a write error (a full disk) cancels the
+		// connections, and their "context canceled" must not hide it.
+		if netErr != nil && (err == nil || !errors.Is(netErr, context.Canceled)) {
 			err = netErr
 		}
 		if err != nil {
@@ -524,7 +567,7 @@ func (j *job) attempt(ctx context.Context, first bool) error {
 			if s.written == 0 {
 				pf.Close()
 				j.removePart()
-			} else if !errors.Is(err, errRangeIgnored) && !errors.Is(err, errStartOver) {
+			} else if !errors.Is(err, errRangeIgnored) && !errors.Is(err, errStartOver) && !errors.Is(err, errWholeFile) {
 				if cerr := s.checkpoint(); cerr != nil {
 					j.c.Logf("%s: saving resume point: %v", j.f.Path, cerr)
 				}
@@ -568,11 +611,22 @@ func (j *job) finalize(pf *os.File, s *stream) error {
 	if err := pf.Sync(); err != nil {
 		return fmt.Errorf("syncing %s: %w", j.part, err)
 	}
+	if err := os.MkdirAll(filepath.Dir(j.final), 0o755); err != nil {
+		return fmt.Errorf("creating folder for %s: %w", j.f.Path, err)
+	}
 	if err := os.Rename(j.part, j.final); err != nil {
 		return fmt.Errorf("renaming %s: %w", j.part, err)
 	}
 	if err := atomicfile.SyncDir(filepath.Dir(j.final)); err != nil {
 		return err
+	}
+	// What was renamed must be the file whose bytes were hashed, not another one put at
+	// the part's name meanwhile.
+	if same, err := sameFile(pf, j.final); err != nil {
+		return err
+	} else if !same {
+		_ = os.Remove(j.final)
+		return fmt.Errorf("%s was replaced by another file while it was downloaded; removed it", j.final)
 	}
 	_ = os.Remove(j.side)
 	_ = os.Remove(j.side + ".tmp")
@@ -581,10 +635,31 @@ func (j *job) finalize(pf *os.File, s *stream) error {
 	return nil
 }
 
+// sameFile reports whether the open file f is the file at path.
+func sameFile(f *os.File, path string) (bool, error) {
+	a, err := f.Stat()
+	if err != nil {
+		return false, fmt.Errorf("checking %s: %w", f.Name(), err)
+	}
+	b, err := os.Stat(path)
+	if err != nil {
+		return false, fmt.Errorf("checking %s: %w", path, err)
+	}
+	return os.SameFile(a, b), nil
+}
+
 // fetchRange downloads bytes [a, b) (b < 0: to the end) with retries, delivering them to s.
 // A dropped connection, a 5xx answer or a stall is retried from the byte reached; the
 // count of retries starts again whenever bytes arrived.
 func (j *job) fetchRange(ctx context.Context, s *stream, a, b int64) error {
+	_, err := j.fetchRangeTo(ctx, s, a, b)
+	return err
+}
+
+// fetchRangeTo is fetchRange that also returns the position reached: past b when a 200
+// answer to the first request of a file carried the whole file, or the end of a file
+// shorter than b.
+func (j *job) fetchRangeTo(ctx context.Context, s *stream, a, b int64) (int64, error) {
 	pos := a
 	fails := 0
 	wait := j.c.RetryWait
@@ -592,14 +667,14 @@ func (j *job) fetchRange(ctx context.Context, s *stream, a, b int64) error {
 		before := pos
 		err := j.request(ctx, s, &pos, b)
 		if err == nil {
-			return nil
+			return pos, nil
 		}
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return pos, ctx.Err()
 		}
 		var te *transientError
 		if !errors.As(err, &te) {
-			return err
+			return pos, err
 		}
 		if pos > before {
 			fails = 0
@@ -607,15 +682,15 @@ func (j *job) fetchRange(ctx context.Context, s *stream, a, b int64) error {
 		}
 		fails++
 		if fails > j.c.Retries {
-			return fmt.Errorf("downloading %s from %s: %w (after %d retries)", j.f.Path, redact(j.f.URL), te.err, j.c.Retries)
+			return pos, fmt.Errorf("downloading %s from %s: %w (after %d retries)", j.f.Path, redact.URL(j.f.URL), te.err, j.c.Retries)
 		}
 		if j.noRanges && pos > 0 {
 			// The server cannot continue a range: start the file over.
-			return errRangeIgnored
+			return pos, errRangeIgnored
 		}
 		j.c.Logf("%s: retrying from byte %d in %s after: %v", j.f.Path, pos, wait, te.err)
 		if !sleepCtx(ctx, wait) {
-			return ctx.Err()
+			return pos, ctx.Err()
 		}
 		wait = min(2*wait, maxRetryWait)
 	}
@@ -677,7 +752,7 @@ func (j *job) request(ctx context.Context, s *stream, pos *int64, b int64) error
 	}
 	req, err := http.NewRequestWithContext(rctx, http.MethodGet, target, nil)
 	if err != nil {
-		return fmt.Errorf("downloading %s: bad URL %s", j.f.Path, redact(j.f.URL))
+		return fmt.Errorf("downloading %s: bad URL %s", j.f.Path, redact.URL(j.f.URL))
 	}
 	size := s.knownSize()
 	ranged := *pos > 0 || (b >= 0 && b != size)
@@ -699,12 +774,12 @@ func (j *job) request(ctx context.Context, s *stream, pos *int64, b int64) error
 		if cached {
 			j.target.Store(nil)
 		}
-		return transient(fmt.Errorf("requesting %s: %w", redact(j.f.URL), err))
+		return transient(fmt.Errorf("requesting %s: %w", redact.URL(j.f.URL), err))
 	}
 	defer resp.Body.Close()
 	if cached && resp.StatusCode >= 400 && resp.StatusCode < 500 {
 		j.target.Store(nil)
-		return transient(fmt.Errorf("redirect target of %s answered %s", redact(j.f.URL), resp.Status))
+		return transient(fmt.Errorf("redirect target of %s answered %s", redact.URL(j.f.URL), resp.Status))
 	}
 	if !cached && (resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusPartialContent) {
 		if final := resp.Request.URL.String(); final != j.f.URL {
@@ -717,10 +792,13 @@ func (j *job) request(ctx context.Context, s *stream, pos *int64, b int64) error
 	case resp.StatusCode == http.StatusPartialContent && ranged:
 		start, end, total, err := parseContentRange(resp.Header.Get("Content-Range"))
 		if err != nil {
-			return transient(fmt.Errorf("answer from %s: %w", redact(j.f.URL), err))
+			return transient(fmt.Errorf("answer from %s: %w", redact.URL(j.f.URL), err))
 		}
-		if start != *pos || (b >= 0 && end != b-1) {
-			return transient(fmt.Errorf("answer from %s has range %d-%d, asked %d-%d", redact(j.f.URL), start, end, *pos, b-1))
+		// A range may end early only where the file ends (a file of unknown size that is
+		// shorter than the first range asked for).
+		short := total >= 0 && end == total-1 && end < b-1
+		if start != *pos || (b >= 0 && end != b-1 && !short) {
+			return transient(fmt.Errorf("answer from %s has range %d-%d, asked %d-%d", redact.URL(j.f.URL), start, end, *pos, b-1))
 		}
 		if total >= 0 {
 			if err := s.setSize(total); err != nil {
@@ -728,21 +806,29 @@ func (j *job) request(ctx context.Context, s *stream, pos *int64, b int64) error
 			}
 		}
 		want = end + 1 - start
-	case resp.StatusCode == http.StatusOK && ranged:
+	case resp.StatusCode == http.StatusOK && ranged && !(*pos == 0 && size < 0):
 		return errRangeIgnored
 	case resp.StatusCode == http.StatusOK:
+		if ranged {
+			// The first request for a file of unknown size: the whole file comes on this
+			// connection, and the server cannot continue a range.
+			j.noRanges = true
+		}
 		if resp.ContentLength >= 0 {
 			if err := s.setSize(resp.ContentLength); err != nil {
 				return err
 			}
 			want = resp.ContentLength
 		}
-	case resp.StatusCode == http.StatusRequestedRangeNotSatisfiable && ranged && b < 0:
+	case resp.StatusCode == http.StatusRequestedRangeNotSatisfiable && ranged && *pos == 0 && size < 0:
+		// The first range of a file of unknown size is refused: an empty file.
+		return errWholeFile
+	case resp.StatusCode == http.StatusRequestedRangeNotSatisfiable && ranged && (b < 0 || size < 0):
 		return errStartOver
 	case resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusRequestTimeout:
-		return transient(fmt.Errorf("%s answered %s", redact(j.f.URL), resp.Status))
+		return transient(fmt.Errorf("%s answered %s", redact.URL(j.f.URL), resp.Status))
 	default:
-		return fmt.Errorf("downloading %s: %s answered %s", j.f.Path, redact(j.f.URL), resp.Status)
+		return fmt.Errorf("downloading %s: %s answered %s", j.f.Path, redact.URL(j.f.URL), resp.Status)
 	}
 
 	body := &stallReader{r: resp.Body, timer: timer, d: stall}
@@ -779,7 +865,7 @@ func (j *job) request(ctx context.Context, s *stream, pos *int64, b int64) error
 			if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
 				return transient(fmt.Errorf("connection closed after %d of %d bytes", got, want))
 			}
-			return transient(fmt.Errorf("reading from %s: %w", redact(j.f.URL), rerr))
+			return transient(fmt.Errorf("reading from %s: %w", redact.URL(j.f.URL), rerr))
 		}
 	}
 	return nil
@@ -868,3 +954,51 @@ type nopReporter struct{}
 func (nopReporter) Start(string, int64, int64) {}
 func (nopReporter) Add(string, int64)          {}
 func (nopReporter) Done(string, error)         {}
+
+func removeParts(dest string) ([]string, error) {
+	root := filepath.Join(dest, WorkDir, partsDir)
+	seen := map[string]bool{}
+	var dirs []string
+	err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if errors.Is(err, os.ErrNotExist) && p == root {
+			return filepath.SkipDir
+		}
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			dirs = append(dirs, p)
+			return nil
+		}
+		rel, err := filepath.Rel(root, p)
+		if err != nil {
+			return err
+		}
+		rel = filepath.ToSlash(rel)
+		for _, suf := range []string{sideSuffix + ".tmp", sideSuffix, partSuffix} {
+			if name, ok := strings.CutSuffix(rel, suf); ok {
+				rel = name
+				break
+			}
+		}
+		if err := os.Remove(p); err != nil {
+			return fmt.Errorf("removing %s: %w", p, err)
+		}
+		seen[rel] = true
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("removing part files under %s: %w", root, err)
+	}
+	// Deepest first; a folder that is not empty (something else put there) stays.
+	for i := len(dirs) - 1; i >= 0; i-- {
+		_ = os.Remove(dirs[i])
+	}
+	_ = os.Remove(filepath.Join(dest, WorkDir))
+	removed := make([]string, 0, len(seen))
+	for rel := range seen {
+		removed = append(removed, rel)
+	}
+	sort.Strings(removed)
+	return removed, nil
+}

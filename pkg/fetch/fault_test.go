@@ -38,9 +38,11 @@ type faultServer struct {
 	onServed func(total int64)
 
 	served atomic.Int64
-	mu     sync.Mutex
-	counts map[string]int
-	log    []reqLog
+	// active counts the requests being answered; peak is the most at one time.
+	active, peak atomic.Int64
+	mu           sync.Mutex
+	counts       map[string]int
+	log          []reqLog
 }
 
 type reqLog struct {
@@ -72,6 +74,14 @@ func (fs *faultServer) requests() []reqLog {
 }
 
 func (fs *faultServer) serve(w http.ResponseWriter, r *http.Request) {
+	n := fs.active.Add(1)
+	defer fs.active.Add(-1)
+	for p := fs.peak.Load(); n > p && !fs.peak.CompareAndSwap(p, n); p = fs.peak.Load() {
+	}
+	fs.serveCounted(w, r)
+}
+
+func (fs *faultServer) serveCounted(w http.ResponseWriter, r *http.Request) {
 	path := strings.TrimPrefix(r.URL.Path, "/")
 	fs.mu.Lock()
 	n := fs.counts[path]

@@ -1,14 +1,23 @@
 // Package fetch downloads files over HTTP(S): several files at once, large files in
 // parallel byte ranges, sha256 computed in order while the bytes arrive (never by a second
-// pass), written as NAME.part beside the destination and renamed only when size and digest
-// match. An interrupted download resumes from its verified prefix.
+// pass), written as a part file and renamed into place only when size and digest match. An
+// interrupted download resumes from its verified prefix.
 //
-// On disk, a file in progress is NAME.part (always a contiguous prefix of the file: ranges
-// that arrive early wait in memory, within Options.MaxBuffer, until the bytes before them
-// are written and hashed) and NAME.part.json, the resume record: how many bytes of the part
-// are hashed and the sha256 state after them, written after an fsync of the part. A later
-// run restores that state and hashes only the bytes written after the record; without a
-// record it hashes the part once; with a record of another version it starts over.
+// On disk, a file in progress is DEST/.sglprov/parts/NAME.part (always a contiguous prefix
+// of the file: ranges that arrive early wait in memory, within Options.MaxBuffer, until the
+// bytes before them are written and hashed) and NAME.part.json beside it, the resume
+// record: how many bytes of the part are hashed and the sha256 state after them, written
+// after an fsync of the part. The .sglprov folder is one no listed file may enter, so a
+// listed name can never be another file's part or record.
+//
+// A later run does not trust the recorded state over the bytes on disk: it hashes the part
+// again from its first byte and goes on only when the state after the recorded prefix is
+// the recorded one (else it starts the file over); without a record it hashes the part and
+// the final digest decides; with a record of another version it starts over.
+//
+// A file whose size is not given is asked for with a ranged request; the size the answer
+// states (Content-Range, or Content-Length of a 200) lets the rest come in parallel
+// ranges as for a known size.
 //
 // Errors name the file; a URL in an error or a log line has no query string or user
 // information, and the token is never in either.
@@ -19,6 +28,16 @@ import (
 	"fmt"
 	"net/http"
 	"time"
+)
+
+// WorkDir is the folder inside Options.Dest that holds the part files and resume records
+// (in WorkDir/parts). A File.Path inside it is refused.
+const WorkDir = ".sglprov"
+
+const (
+	partsDir   = "parts"
+	partSuffix = ".part"
+	sideSuffix = ".part.json"
 )
 
 // File is one file to download.
@@ -64,8 +83,8 @@ type Options struct {
 	// RetryWait is the first wait between retries; it doubles up to 30s (default 1s).
 	RetryWait time.Duration
 	// CheckpointBytes is how often (in hashed bytes) the part file is fsynced and its
-	// sidecar NAME.part.json written, so that a killed run resumes from there without
-	// re-reading the part (default 256 MiB).
+	// resume record NAME.part.json written, so that a killed run resumes from there
+	// (default 256 MiB).
 	CheckpointBytes int64
 	// Client is the HTTP client (default: a client with sane transport timeouts). Its
 	// CheckRedirect is wrapped so that the token never follows a redirect to another host.
@@ -174,4 +193,12 @@ func Fetch(ctx context.Context, files []File, opt Options) ([]Result, error) {
 // GitSHA1 when SHA256 is empty). A mismatch is a *MismatchError.
 func VerifyFile(path string, f File) error {
 	return verifyFile(path, f)
+}
+
+// RemoveParts removes every part file and resume record under dest/.sglprov/parts, then
+// the folders left empty (.sglprov included). Call it only once every file of dest is
+// complete: what is left then belongs to files that are no longer listed. It returns the
+// paths, relative to dest, of the files whose parts were removed, sorted.
+func RemoveParts(dest string) ([]string, error) {
+	return removeParts(dest)
 }

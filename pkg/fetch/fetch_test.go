@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sglprov/sglprov/pkg/redact"
 )
 
 // testOptions returns options for fast tests: short waits, small chunks.
@@ -37,6 +39,22 @@ func readFile(t *testing.T, path string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// partFile returns the part file of rel in dest, creating its folder.
+func partFile(t testing.TB, dest, rel string) string {
+	t.Helper()
+	p, _ := partPaths(dest, rel)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// partSide returns the resume record of rel in dest.
+func partSide(dest, rel string) string {
+	_, s := partPaths(dest, rel)
+	return s
 }
 
 // assertClean fails if dir holds anything but the named files.
@@ -521,7 +539,7 @@ func TestRedactAndHosts(t *testing.T) {
 		"https://cdn.example/x?X-Amz-Signature=abc&b=c": "https://cdn.example/x",
 	}
 	for in, want := range redactions {
-		if got := redact(in); got != want {
+		if got := redact.URL(in); got != want {
 			t.Errorf("redact(%q) = %q, want %q", in, got, want)
 		}
 	}

@@ -43,13 +43,14 @@ func TestResumeAfterInterruptedRun(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			first := newFaultServer(t, map[string][]byte{"w": data})
+			partPath, _ := partPaths(dest, "w.bin")
 			var once sync.Once
 			first.configure(func() {
 				first.throttle = time.Millisecond
 				first.onServed = func(total int64) {
 					// With parallel ranges, half the bytes served may all be ranges
 					// after the first: wait until some prefix is on disk too.
-					if st, err := os.Stat(filepath.Join(dest, "w.bin.part")); total >= size/2 && err == nil && st.Size() > 0 {
+					if st, err := os.Stat(partPath); total >= size/2 && err == nil && st.Size() > 0 {
 						once.Do(cancel)
 					}
 				}
@@ -59,7 +60,7 @@ func TestResumeAfterInterruptedRun(t *testing.T) {
 			if !errors.Is(err, context.Canceled) {
 				t.Fatalf("first run: err = %v, want context.Canceled", err)
 			}
-			part := filepath.Join(dest, "w.bin.part")
+			part := partFile(t, dest, "w.bin")
 			st, err := os.Stat(part)
 			if err != nil {
 				t.Fatalf("no part file after the interrupted run: %v", err)
@@ -71,7 +72,7 @@ func TestResumeAfterInterruptedRun(t *testing.T) {
 			if !bytes.Equal(readFile(t, part), data[:have]) {
 				t.Fatal("the part is not a prefix of the file")
 			}
-			side := filepath.Join(dest, "w.bin.part.json")
+			side := partSide(dest, "w.bin")
 			if _, err := os.Stat(side); (err == nil) != tc.wantSidecar && !tc.loseSidecar && !tc.corruptState {
 				t.Errorf("sidecar present = %v, want %v", err == nil, tc.wantSidecar)
 			}
@@ -159,13 +160,13 @@ func TestResumeAfterKill(t *testing.T) {
 	}
 	_ = cmd.Wait()
 
-	part := filepath.Join(dest, "w.bin.part")
+	part := partFile(t, dest, "w.bin")
 	st, err := os.Stat(part)
 	if err != nil {
 		t.Fatalf("no part file after the kill: %v\n%s", err, out.String())
 	}
 	have := st.Size()
-	if _, err := os.Stat(part + ".json"); err != nil {
+	if _, err := os.Stat(partSide(dest, "w.bin")); err != nil {
 		t.Logf("no sidecar after the kill (the part is hashed again): %v", err)
 	}
 
@@ -192,11 +193,11 @@ func TestResumeIgnoresPartOfAnotherVersion(t *testing.T) {
 	data := randomBytes(t, size)
 	dest := t.TempDir()
 	// A part and sidecar left by a download of another version of the file.
-	if err := os.WriteFile(filepath.Join(dest, "w.bin.part"), randomBytes(t, size/2), 0o644); err != nil {
+	if err := os.WriteFile(partFile(t, dest, "w.bin"), randomBytes(t, size/2), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	side := `{"version":1,"size":1048576,"sha256":"` + sha256Hex([]byte("old")) + `","hashed":0,"state":""}`
-	if err := os.WriteFile(filepath.Join(dest, "w.bin.part.json"), []byte(side), 0o644); err != nil {
+	if err := os.WriteFile(partSide(dest, "w.bin"), []byte(side), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	srv := newFaultServer(t, map[string][]byte{"w": data})
@@ -219,7 +220,7 @@ func TestResumeAgainstServerIgnoringRange(t *testing.T) {
 	data := randomBytes(t, size)
 	dest := t.TempDir()
 	// A good half of the file from an earlier run.
-	if err := os.WriteFile(filepath.Join(dest, "w.bin.part"), data[:size/2], 0o644); err != nil {
+	if err := os.WriteFile(partFile(t, dest, "w.bin"), data[:size/2], 0o644); err != nil {
 		t.Fatal(err)
 	}
 	srv := newFaultServer(t, map[string][]byte{"w": data})

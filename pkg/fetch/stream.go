@@ -1,7 +1,9 @@
 package fetch
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding"
 	"encoding/json"
 	"fmt"
@@ -52,13 +54,19 @@ type piece struct {
 	reserve bool
 }
 
+// wrapPartWriter, when set (by tests only), wraps the writer of every part file, to inject
+// write errors such as a full disk.
+var wrapPartWriter func(io.Writer) io.Writer
+
 // stream is one attempt at one file: connections deliver pieces in any order; the sink
 // writes and hashes them in order.
 type stream struct {
 	j  *job
 	p  *pool
 	pf *os.File
-	h  *hashers
+	// w is where the sink writes the part's bytes: pf, or what wrapPartWriter makes of it.
+	w io.Writer
+	h *hashers
 	// sinkCond wakes the sink (on p.mu) when pieces are queued or the stream ends.
 	sinkCond *sync.Cond
 
@@ -77,7 +85,11 @@ type stream struct {
 }
 
 func newStream(j *job, pf *os.File, h *hashers, have, size int64) *stream {
-	return &stream{j: j, p: j.pool, pf: pf, h: h, contig: have, written: have, lastCk: have,
+	var w io.Writer = pf
+	if wrapPartWriter != nil {
+		w = wrapPartWriter(pf)
+	}
+	return &stream{j: j, p: j.pool, pf: pf, w: w, h: h, contig: have, written: have, lastCk: have,
 		size: size, ahead: map[int64]*piece{}, sinkCond: sync.NewCond(&j.pool.mu)}
 }
 
@@ -230,7 +242,7 @@ func (s *stream) sink(cancel context.CancelFunc) error {
 			if err != nil {
 				break
 			}
-			if _, werr := s.pf.Write(pc.data); werr != nil {
+			if _, werr := s.w.Write(pc.data); werr != nil {
 				err = fmt.Errorf("writing %s: %w", s.j.part, werr)
 				break
 			}
@@ -330,10 +342,12 @@ func writeFileSync(path string, data []byte) error {
 	return nil
 }
 
-// openPart opens the part file for this attempt. A part left by an earlier run is resumed:
-// the sidecar's hash state covers its prefix, and only the bytes after that (written but
-// not yet recorded when the run stopped) are read and hashed again; without a usable
-// sidecar the whole part is hashed once. It returns the file positioned at its end.
+// openPart opens the part file for this attempt. A part left by an earlier run is resumed,
+// but only from bytes this run has read and hashed itself: the whole part is hashed again
+// from disk (at disk speed, far faster than the network). When a resume record exists, the
+// hash state after its recorded prefix must be the recorded one; a difference means the
+// bytes on disk changed since they were checked, and the file starts over. It returns the
+// file positioned at its end.
 func (j *job) openPart(size int64) (pf *os.File, h *hashers, have int64, resumed bool, err error) {
 	fresh := func() (*os.File, *hashers, int64, bool, error) {
 		_ = os.Remove(j.side)
@@ -346,7 +360,7 @@ func (j *job) openPart(size int64) (pf *os.File, h *hashers, have int64, resumed
 	if j.f.SHA256 == "" || j.noRanges {
 		return fresh()
 	}
-	st, err := os.Stat(j.part)
+	st, err := os.Lstat(j.part)
 	if err != nil || !st.Mode().IsRegular() || st.Size() == 0 || (size >= 0 && st.Size() > size) {
 		return fresh()
 	}
@@ -355,7 +369,10 @@ func (j *job) openPart(size int64) (pf *os.File, h *hashers, have int64, resumed
 		return fresh()
 	}
 	h = j.newHashers(size)
-	var hashed int64
+	var (
+		recorded []byte // the hash state after the recorded prefix, to compare
+		hashed   int64
+	)
 	if sc, ok := j.readSidecar(); ok {
 		if sc.Size != size || sc.SHA256 != j.f.SHA256 {
 			// The part belongs to another version of the file.
@@ -363,15 +380,32 @@ func (j *job) openPart(size int64) (pf *os.File, h *hashers, have int64, resumed
 			j.c.Logf("%s: the part file is of another version; starting over", j.f.Path)
 			return fresh()
 		}
-		if u, ok := h.sha256.(encoding.BinaryUnmarshaler); ok && sc.Hashed <= st.Size() && u.UnmarshalBinary(sc.State) == nil {
-			hashed = sc.Hashed
-		} else {
-			h = j.newHashers(size)
+		// A record whose state is not a sha256 state at all is a damaged record, not a
+		// sign of damaged bytes: the part is then hashed and the final digest decides.
+		if u, ok := sha256.New().(encoding.BinaryUnmarshaler); ok && sc.Hashed > 0 && sc.Hashed <= st.Size() && u.UnmarshalBinary(sc.State) == nil {
+			recorded, hashed = sc.State, sc.Hashed
+		}
+	}
+	j.c.Logf("%s: hashing the %s of the earlier part file", j.f.Path, FormatBytes(st.Size()))
+	buf := make([]byte, 1<<20)
+	if hashed > 0 {
+		if _, err := io.CopyBuffer(h, io.NewSectionReader(f, 0, hashed), buf); err != nil {
+			f.Close()
+			return nil, nil, 0, false, fmt.Errorf("reading %s: %w", j.part, err)
+		}
+		m, ok := h.sha256.(encoding.BinaryMarshaler)
+		var state []byte
+		if ok {
+			state, _ = m.MarshalBinary()
+		}
+		if !bytes.Equal(state, recorded) {
+			f.Close()
+			j.c.Logf("%s: the first %s of the part file changed since they were checked; starting over", j.f.Path, FormatBytes(hashed))
+			return fresh()
 		}
 	}
 	if tail := st.Size() - hashed; tail > 0 {
-		j.c.Logf("%s: hashing %s of the earlier part file", j.f.Path, FormatBytes(tail))
-		if _, err := io.CopyBuffer(h, io.NewSectionReader(f, hashed, tail), make([]byte, 1<<20)); err != nil {
+		if _, err := io.CopyBuffer(h, io.NewSectionReader(f, hashed, tail), buf); err != nil {
 			f.Close()
 			return nil, nil, 0, false, fmt.Errorf("reading %s: %w", j.part, err)
 		}

@@ -17,6 +17,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/sglprov/sglprov/pkg/redact"
 )
 
 // DefaultEndpoint is the hub used when neither the recipe nor HF_ENDPOINT names one.
@@ -73,7 +75,7 @@ func New(opt Options) (*Client, error) {
 	}
 	u, err := url.Parse(strings.TrimRight(ep, "/"))
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("parsing hub endpoint %q: want an http(s) URL", ep)
+		return nil, fmt.Errorf("parsing hub endpoint %q: want an http(s) URL", redact.URL(ep))
 	}
 	token := opt.Token
 	if token == "" {
@@ -569,14 +571,14 @@ func (c *Client) apiError(resp *http.Response, repo, rev string) error {
 	e.Message = c.redact(e.Message)
 	switch {
 	case e.Code == "GatedRepo" || (resp.StatusCode == http.StatusForbidden):
-		e.Hint = fmt.Sprintf("%s is gated or private: accept its licence at %s/%s with your account, and set HF_TOKEN (or hf.token_file) to a token of that account", repo, c.Endpoint(), repo)
+		e.Hint = fmt.Sprintf("%s is gated or private: accept its licence at %s/%s with your account, and set HF_TOKEN (or hf.token_file) to a token of that account", repo, c.shownEndpoint(), repo)
 	case e.Code == "RevisionNotFound" || e.Code == "EntryNotFound":
 		e.Hint = fmt.Sprintf("check the revision %q of %s (a branch, tag or 40-hex commit that exists)", rev, repo)
 	case resp.StatusCode == http.StatusUnauthorized:
 		if c.token == "" {
-			e.Hint = fmt.Sprintf("check that the repository %q exists; if it is private or gated, accept its licence at %s/%s and set HF_TOKEN (or hf.token_file)", repo, c.Endpoint(), repo)
+			e.Hint = fmt.Sprintf("check that the repository %q exists; if it is private or gated, accept its licence at %s/%s and set HF_TOKEN (or hf.token_file)", repo, c.shownEndpoint(), repo)
 		} else {
-			e.Hint = fmt.Sprintf("the token was refused or has no access to %q: check that the repository exists, that the token is valid, and that its account accepted the licence at %s/%s", repo, c.Endpoint(), repo)
+			e.Hint = fmt.Sprintf("the token was refused or has no access to %q: check that the repository exists, that the token is valid, and that its account accepted the licence at %s/%s", repo, c.shownEndpoint(), repo)
 		}
 	case resp.StatusCode == http.StatusNotFound:
 		e.Hint = fmt.Sprintf("check the repository name %q and the revision %q", repo, rev)
@@ -586,18 +588,23 @@ func (c *Client) apiError(resp *http.Response, repo, rev string) error {
 	return e
 }
 
-// redact removes the token from s.
+// redact removes the token, and the user information of every URL, from s.
 func (c *Client) redact(s string) string {
+	s = redact.Userinfo(s)
 	if c.token == "" {
 		return s
 	}
 	return strings.ReplaceAll(s, c.token, "[token]")
 }
 
-// scrub returns err with the token removed from its text.
+// scrub returns err with the token, and the user information of every URL, removed from
+// its text.
 func (c *Client) scrub(err error) error {
-	if c.token == "" || !strings.Contains(err.Error(), c.token) {
-		return err
+	if c.token != "" && strings.Contains(err.Error(), c.token) {
+		return errors.New(c.redact(err.Error()))
 	}
-	return errors.New(c.redact(err.Error()))
+	return redact.Error(err)
 }
+
+// shownEndpoint is the endpoint as errors and hints show it: without user information.
+func (c *Client) shownEndpoint() string { return redact.URL(c.Endpoint()) }

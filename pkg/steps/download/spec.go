@@ -15,7 +15,9 @@ import (
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/fetch"
 	"github.com/sglprov/sglprov/pkg/hub"
+	"github.com/sglprov/sglprov/pkg/redact"
 )
 
 // Spec is a download step's recipe body. Exactly one of HF and Files is set.
@@ -117,7 +119,7 @@ func (s *Spec) check() error {
 		if s.HF.Endpoint != "" {
 			u, err := url.Parse(s.HF.Endpoint)
 			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-				return fmt.Errorf("hf.endpoint %q: want an http(s) URL", s.HF.Endpoint)
+				return fmt.Errorf("hf.endpoint %q: want an http(s) URL", redact.URL(s.HF.Endpoint))
 			}
 		}
 		return nil
@@ -127,7 +129,7 @@ func (s *Spec) check() error {
 		f := &s.Files[i]
 		u, err := url.Parse(f.URL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("files[%d].url %q: want an http(s) URL", i, f.URL)
+			return fmt.Errorf("files[%d].url %q: want an http(s) URL", i, redact.URL(f.URL))
 		}
 		if !sha256RE.MatchString(strings.ToLower(f.SHA256)) {
 			return fmt.Errorf("files[%d].sha256 %q: want 64 hex digits", i, f.SHA256)
@@ -139,6 +141,9 @@ func (s *Spec) check() error {
 		if err := hub.CheckName(f.Path); err != nil {
 			return fmt.Errorf("files[%d].path: %w", i, err)
 		}
+		if err := checkNotWorkDir(f.Path); err != nil {
+			return fmt.Errorf("files[%d].path: %w", i, err)
+		}
 		if seen[f.Path] {
 			return fmt.Errorf("files[%d].path %q: named twice", i, f.Path)
 		}
@@ -146,6 +151,14 @@ func (s *Spec) check() error {
 		if f.Size < 0 {
 			return fmt.Errorf("files[%d].size must not be negative", i)
 		}
+	}
+	return nil
+}
+
+// checkNotWorkDir refuses a file path inside the folder of dest that holds the part files.
+func checkNotWorkDir(p string) error {
+	if first, _, _ := strings.Cut(p, "/"); first == fetch.WorkDir {
+		return fmt.Errorf("%q is inside %s/, the folder of dest that holds the part files; no downloaded file may be there", p, fetch.WorkDir)
 	}
 	return nil
 }

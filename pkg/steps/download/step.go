@@ -16,6 +16,7 @@ import (
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/fetch"
 	"github.com/sglprov/sglprov/pkg/hub"
+	"github.com/sglprov/sglprov/pkg/redact"
 	"github.com/sglprov/sglprov/pkg/safetensors"
 )
 
@@ -104,10 +105,10 @@ func (s *Step) Fingerprint(ctx context.Context, env *engine.Env) (map[string]str
 		}
 	}
 	if rec, ok := s.loadRecord(env); ok && rec.Repo == s.spec.HF.Repo && rec.Revision == rev && rec.Commit != "" {
-		env.Log.Warn("cannot resolve the revision now; using the commit recorded for it", "revision", rev, "commit", rec.Commit, "err", err)
+		env.Log.Warn("cannot resolve the revision now; using the commit recorded for it", "revision", rev, "commit", rec.Commit, "err", redact.Error(err))
 		return map[string]string{"hf.commit": rec.Commit}, nil
 	}
-	env.Log.Warn("cannot resolve the revision now", "revision", rev, "err", err)
+	env.Log.Warn("cannot resolve the revision now", "revision", rev, "err", redact.Error(err))
 	return map[string]string{"hf.commit": "unresolved " + rev}, nil
 }
 
@@ -207,9 +208,14 @@ func (s *Step) hashedNow(rel string, cur fileRecord) bool {
 }
 
 // Run lists the files (from the hub at the resolved commit, or the recipe), keeps those
-// recorded intact, downloads the rest, records each verified file, and checks the
-// safetensors headers and index.
+// recorded intact, downloads the rest, records each verified file, removes the part files
+// of files no longer listed, and checks the safetensors headers and index. No URL in its
+// error or log lines carries user information.
 func (s *Step) Run(ctx context.Context, env *engine.Env) error {
+	return redact.Error(s.run(ctx, env))
+}
+
+func (s *Step) run(ctx context.Context, env *engine.Env) error {
 	start := time.Now()
 	dest := env.HostPath(s.spec.Dest)
 	rec := record{Files: map[string]fileRecord{}}
@@ -243,6 +249,9 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 			return fmt.Errorf("no file of %s at %s matches include %q and exclude %q", s.spec.HF.Repo, commit, s.spec.HF.Include, s.spec.HF.Exclude)
 		}
 		for _, f := range listed {
+			if err := checkNotWorkDir(f.Path); err != nil {
+				return fmt.Errorf("the listing of %s at %s: %w; leave it out with hf.exclude", s.spec.HF.Repo, commit, err)
+			}
 			files = append(files, fetch.File{URL: f.URL, Path: f.Path, Size: f.Size, SHA256: f.SHA256, GitSHA1: f.GitSHA1})
 		}
 		rec.Repo, rec.Revision, rec.Commit = s.spec.HF.Repo, rev, commit
@@ -296,7 +305,7 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 			Dest: dest, Files: s.spec.FilesAtOnce, Conns: s.spec.Connections,
 			StallTimeout: s.stall, Retries: s.spec.Retries, Client: s.client,
 			Token: token, TokenHost: tokenHost, Progress: rep, FreeSpace: s.freeSpace,
-			Logf: func(format string, args ...any) { env.Log.Info(fmt.Sprintf(format, args...)) },
+			Logf: func(format string, args ...any) { env.Log.Info(redact.Userinfo(fmt.Sprintf(format, args...))) },
 		})
 		closeRep()
 		byPath := map[string]fetch.File{}
@@ -325,8 +334,18 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 				}
 				continue
 			}
+			if !r.Present {
+				// Recorded as verified only from the digest of the bytes the downloader
+				// wrote and renamed into place, never from the listing alone.
+				if bad := ownDigestDiffers(f, r, st); bad != "" {
+					if ferr == nil {
+						ferr = fmt.Errorf("%s: %s; run again to download it again", filepath.Join(s.spec.Dest, r.Path), bad)
+					}
+					continue
+				}
+			}
 			st.SHA256, st.GitSHA1 = f.SHA256, f.GitSHA1
-			if st.SHA256 == "" && r.SHA256 != "" && f.GitSHA1 == "" {
+			if r.SHA256 != "" && !r.Present {
 				st.SHA256 = r.SHA256
 			}
 			rec.Files[r.Path] = st
@@ -347,6 +366,15 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 			return fmt.Errorf("downloading into %s: %s was not downloaded", s.spec.Dest, p)
 		}
 	}
+	// Every listed file is complete: what is left in the part folder belongs to files
+	// that left the listing.
+	removed, err := fetch.RemoveParts(dest)
+	for _, rel := range removed {
+		env.Log.Info("removed the part file of a file no longer listed", "file", filepath.Join(s.spec.Dest, filepath.FromSlash(rel)))
+	}
+	if err != nil {
+		env.Log.Warn("cannot remove leftover part files", "err", err)
+	}
 	elapsed := time.Since(start)
 	env.Detail("files", len(rec.Expected))
 	env.Detail("files_fetched", len(fetched))
@@ -359,6 +387,20 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 		return fmt.Errorf("checking downloaded weights: %w", err)
 	}
 	return nil
+}
+
+// ownDigestDiffers says what is wrong when a downloaded file's result does not vouch for
+// the bytes now at its path: a digest other than the listed one, or another size.
+func ownDigestDiffers(f fetch.File, r fetch.Result, st fileRecord) string {
+	switch {
+	case r.SHA256 == "":
+		return "the downloader computed no digest for it"
+	case f.SHA256 != "" && r.SHA256 != f.SHA256:
+		return fmt.Sprintf("its bytes hash to %s, not the listed %s", r.SHA256, f.SHA256)
+	case st.Size != r.Size:
+		return fmt.Sprintf("it has %d bytes, not the %d that were hashed", st.Size, r.Size)
+	}
+	return ""
 }
 
 // sortOut splits files into those to download and those already verified at dest. A file
