@@ -70,6 +70,12 @@ func Main(args []string, stdio IO) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// The first SIGINT or SIGTERM cancels the command, which stops its children and
+	// records what it did; a second one ends the process at once, whatever it waits on.
+	go func() {
+		<-ctx.Done()
+		stop()
+	}()
 	for _, c := range commands() {
 		if c.name == args[1] {
 			err := c.run(ctx, stdio, args[2:])
@@ -144,7 +150,7 @@ func (c *common) register(fs *flag.FlagSet, stdio IO) {
 	fs.StringVar(&c.root, "root", "", "write every host path under `DIR`; start nothing")
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text, json or logfmt")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	fs.BoolVar(&c.insecure, "insecure-permissions", false, "accept recipe files that group or others can write")
+	fs.BoolVar(&c.insecure, "insecure-permissions", false, "accept recipe files and a state dir that other users own or can write")
 }
 
 // parse parses args, with a usage error (exit 2) for bad flags or stray arguments.

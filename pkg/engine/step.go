@@ -89,7 +89,7 @@ type Env struct {
 	// Builtin holds the files shipped in the binary (patches, templates, recipes), read
 	// through ReadRecipeFile with the "builtin:" prefix.
 	Builtin fs.FS
-	// InsecurePermissions accepts recipe files that group or others can write.
+	// InsecurePermissions accepts recipe files that other users own or can write.
 	InsecurePermissions bool
 
 	store *Store
