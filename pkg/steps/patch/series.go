@@ -98,6 +98,9 @@ func loadSeries(path string, read func(string) ([]byte, string, error)) (*series
 				if !filepath.IsLocal(p) {
 					return nil, fmt.Errorf("patch %q: path %q leaves the tree: %w", name, p, engine.ErrUsage)
 				}
+				if first, _, _ := strings.Cut(filepath.ToSlash(p), "/"); first == stageDir {
+					return nil, fmt.Errorf("patch %q: path %q is inside %s, the folder the patch step writes through: %w", name, p, stageDir, engine.ErrUsage)
+				}
 			}
 		}
 		s.Patches = append(s.Patches, patchFile{Name: name, Digest: digest(raw), Files: files})
