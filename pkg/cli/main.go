@@ -237,12 +237,18 @@ func detectFacts(ctx context.Context, stdio IO) (*gpu.Facts, error) {
 }
 
 // hostFacts detects the GPUs when the recipe needs them and checks the requirements:
-// a host that falls short is exit 4.
+// a host that falls short is exit 4. A recipe that needs the facts only for a step kind
+// that always uses them (a build step's arch list) goes on without them on a host without
+// NVML: that step says what is missing when it runs.
 func hostFacts(ctx context.Context, stdio IO, r *recipe.Recipe) (*gpu.Facts, error) {
-	if !r.NeedsFacts() {
+	reg := steps.Registry()
+	if !reg.NeedsFacts(r) {
 		return nil, nil
 	}
 	facts, err := detectFacts(ctx, stdio)
+	if err != nil && !r.NeedsFacts() && errors.Is(err, engine.ErrHost) {
+		return nil, nil
+	}
 	if err != nil {
 		return nil, err
 	}
