@@ -22,6 +22,8 @@ type patchFile struct {
 	Digest string
 	// Files are the file diffs of the patch, in patch order.
 	Files []*gitdiff.File
+	// reverse marks the undo of a patch (applied exactly, never merged).
+	reverse bool
 }
 
 // series is a parsed series file with its patches.

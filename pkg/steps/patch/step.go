@@ -122,6 +122,9 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	}
 
 	base := newTree(root)
+	if head != "" {
+		base.merge = gitMerger{ctx: ctx, dir: root}
+	}
 	for _, rel := range ser.touched() {
 		if _, err := base.get(rel); err != nil {
 			return err
@@ -157,6 +160,10 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 		return fmt.Errorf("recording patched files: %w", err)
 	}
 	for _, o := range outcomes {
+		if len(o.Merged) > 0 {
+			env.Log.Info("patch "+o.Result, "patch", o.Patch, "files", strings.Join(o.Merged, ", "))
+			continue
+		}
 		env.Log.Info("patch "+o.Result, "patch", o.Patch)
 	}
 	env.Detail("patches", outcomes)
@@ -188,6 +195,18 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// gitMerger finds preimage blobs in the tree's git object store and merges with git.
+type gitMerger struct {
+	ctx context.Context
+	dir string
+}
+
+func (g gitMerger) Blob(oid string) ([]byte, error) { return gitrepo.Blob(g.ctx, g.dir, oid) }
+
+func (g gitMerger) Merge(ours, base, theirs []byte) ([]byte, int, error) {
+	return gitrepo.MergeFile(g.ctx, ours, base, theirs)
 }
 
 // gitHead returns the tree's HEAD commit, or "" when dir is not a git work tree.
