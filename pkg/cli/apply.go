@@ -36,7 +36,7 @@ func apply(ctx context.Context, stdio IO, c *common, mod func(*engine.Options)) 
 		return nil, err
 	}
 	dir := c.stateDirPath()
-	if err := engine.EnsureStateDir(dir); err != nil {
+	if err := engine.EnsureStateDir(dir, c.insecure); err != nil {
 		return nil, err
 	}
 	lock, err := engine.AcquireLock(dir)

@@ -70,6 +70,12 @@ func Main(args []string, stdio IO) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// The first SIGINT or SIGTERM cancels the command, which stops its children and
+	// records what it did; a second one ends the process at once, whatever it waits on.
+	go func() {
+		<-ctx.Done()
+		stop()
+	}()
 	for _, c := range commands() {
 		if c.name == args[1] {
 			err := c.run(ctx, stdio, args[2:])
@@ -144,7 +150,7 @@ func (c *common) register(fs *flag.FlagSet, stdio IO) {
 	fs.StringVar(&c.root, "root", "", "write every host path under `DIR`; start nothing")
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text, json or logfmt")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	fs.BoolVar(&c.insecure, "insecure-permissions", false, "accept recipe files that group or others can write")
+	fs.BoolVar(&c.insecure, "insecure-permissions", false, "accept recipe files and a state dir that other users own or can write")
 }
 
 // parse parses args, with a usage error (exit 2) for bad flags or stray arguments.
@@ -231,12 +237,18 @@ func detectFacts(ctx context.Context, stdio IO) (*gpu.Facts, error) {
 }
 
 // hostFacts detects the GPUs when the recipe needs them and checks the requirements:
-// a host that falls short is exit 4.
+// a host that falls short is exit 4. A recipe that needs the facts only for a step kind
+// that always uses them (a build step's arch list) goes on without them on a host without
+// NVML: that step says what is missing when it runs.
 func hostFacts(ctx context.Context, stdio IO, r *recipe.Recipe) (*gpu.Facts, error) {
-	if !r.NeedsFacts() {
+	reg := steps.Registry()
+	if !reg.NeedsFacts(r) {
 		return nil, nil
 	}
 	facts, err := detectFacts(ctx, stdio)
+	if err != nil && !r.NeedsFacts() && errors.Is(err, engine.ErrHost) {
+		return nil, nil
+	}
 	if err != nil {
 		return nil, err
 	}

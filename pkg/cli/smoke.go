@@ -39,7 +39,7 @@ func runSmokeCommand(ctx context.Context, stdio IO, args []string) error {
 	fs.StringVar(&o.recipe, "recipe", "", "take the gate from the smoke step of recipe `FILE`")
 	fs.StringVar(&o.step, "step", "", "with -f: the smoke step's `NAME` (default: the first smoke step)")
 	fs.Var(&o.sets, "set", "with -f: override a recipe var, `KEY=VALUE` (repeatable)")
-	fs.BoolVar(&o.insecure, "insecure-permissions", false, "with -f: accept a recipe that group or others can write")
+	fs.BoolVar(&o.insecure, "insecure-permissions", false, "with -f: accept a recipe that other users own or can write")
 	fs.BoolVar(&o.json, "json", false, "print the verdict as JSON")
 	fs.DurationVar(&o.readyTimeout, "ready-timeout", 0, "how long to wait for readiness (default 20m)")
 	fs.DurationVar(&o.requestTimeout, "request-timeout", 0, "how long each question may take (default 2m)")

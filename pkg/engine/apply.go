@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/atomicfile"
+	"github.com/sglprov/sglprov/pkg/safefile"
 )
 
 // Report is what one apply did; it is written to runs/<time>/report.json.
@@ -249,6 +250,9 @@ const KeepRuns = 50
 
 func (e *Engine) newRunDir(start time.Time) (string, error) {
 	runs := filepath.Join(e.opts.StateDir, "runs")
+	if err := safefile.NoSymlinks(e.opts.StateDir, "runs"); err != nil {
+		return "", fmt.Errorf("%w: creating run folder: %v", ErrUsage, err)
+	}
 	if err := os.MkdirAll(runs, 0o700); err != nil {
 		return "", fmt.Errorf("creating run folder: %w", err)
 	}
@@ -296,7 +300,7 @@ func LatestReport(stateDir string) (*Report, error) {
 		return nil, fmt.Errorf("reading runs: %w", err)
 	}
 	for i := len(entries) - 1; i >= 0; i-- {
-		b, err := os.ReadFile(filepath.Join(stateDir, "runs", entries[i].Name(), "report.json"))
+		b, err := safefile.ReadNoFollow(filepath.Join(stateDir, "runs", entries[i].Name(), "report.json"))
 		if err != nil {
 			continue
 		}

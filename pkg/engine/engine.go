@@ -19,6 +19,7 @@ import (
 
 	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/recipe"
+	"github.com/sglprov/sglprov/pkg/safefile"
 )
 
 // Options configure an Engine.
@@ -46,7 +47,7 @@ type Options struct {
 	// Now is the clock (time.Now by default).
 	Now func() time.Time
 	// Builtin holds the files shipped in the binary; InsecurePermissions accepts recipe
-	// files that group or others can write.
+	// files that other users own or can write.
 	Builtin             fs.FS
 	InsecurePermissions bool
 	// IgnoreState builds the steps without reading the state directory (validate, which
@@ -456,7 +457,7 @@ func (e *Engine) saveState() error {
 
 func openStepLog(dir, step string) (*os.File, string, error) {
 	path := filepath.Join(dir, step+".log")
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	f, err := safefile.OpenNoFollow(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, "", fmt.Errorf("opening step log: %w", err)
 	}

@@ -1,11 +1,14 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path"
 	"strings"
+
+	"github.com/sglprov/sglprov/pkg/safefile"
 )
 
 // BuiltinPrefix marks a recipe path that names a file shipped inside the binary
@@ -13,24 +16,33 @@ import (
 // still finds its patches and templates.
 const BuiltinPrefix = "builtin:"
 
-// CheckPermissions refuses a file that group or others can write (as sshd's StrictModes
-// does): anyone who can change a recipe, patch or template can run commands as root.
+// CheckPermissions refuses a file that someone other than root or the invoking user owns
+// or can write, or that lies in a folder such a user can write (as sshd's StrictModes
+// does; see safefile.Owners.Check): anyone who can change a recipe, patch or template can
+// run commands as root.
 func CheckPermissions(p string) error {
-	st, err := os.Stat(p)
-	if err != nil {
-		return err
+	err := safefile.Invoker(os.Getenv).Check(p)
+	if errors.Is(err, safefile.ErrUntrusted) {
+		return fmt.Errorf("%w: %v (or pass --insecure-permissions)", ErrUsage, err)
 	}
-	if st.Mode().Perm()&0o022 != 0 {
-		return fmt.Errorf("%w: %s is writable by group or others (mode %04o): anyone who can change it can run commands as this user; `chmod go-w %s`, or pass --insecure-permissions",
-			ErrUsage, p, st.Mode().Perm(), p)
+	return err
+}
+
+// ReadTrusted reads a recipe file on disk: only a regular file (a FIFO or device is refused
+// at once, exit 2), of at most limit bytes when limit > 0.
+func ReadTrusted(p string, limit int64) ([]byte, error) {
+	b, err := safefile.ReadRegular(p, limit)
+	if errors.Is(err, safefile.ErrNotRegular) || errors.Is(err, safefile.ErrTooLarge) {
+		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
 	}
-	return nil
+	return b, err
 }
 
 // ReadRecipeFile reads a file the recipe names (a patch series or patch, a unit template):
 // "builtin:NAME" from the files shipped in the binary, anything else relative to the
-// recipe's folder. A file on disk that group or others can write is refused unless the
-// run was started with --insecure-permissions. It returns the data and the resolved name.
+// recipe's folder. A file on disk that is not a regular file is refused; one that other
+// users own or can write too, unless the run was started with --insecure-permissions. It
+// returns the data and the resolved name.
 func (e *Env) ReadRecipeFile(p string) ([]byte, string, error) {
 	if name, ok := strings.CutPrefix(p, BuiltinPrefix); ok {
 		if e.Builtin == nil {
@@ -48,7 +60,7 @@ func (e *Env) ReadRecipeFile(p string) ([]byte, string, error) {
 			return nil, full, err
 		}
 	}
-	b, err := os.ReadFile(full)
+	b, err := ReadTrusted(full, 0)
 	if err != nil {
 		return nil, full, err
 	}

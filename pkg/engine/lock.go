@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/sglprov/sglprov/pkg/safefile"
 )
 
 // Lock is the run lock of a state directory (flock on DIR/lock), held for a whole run.
@@ -19,15 +21,23 @@ type Lock struct {
 // holds it, the error wraps ErrLocked and names that run's pid.
 func AcquireLock(dir string) (*Lock, error) {
 	path := filepath.Join(dir, "lock")
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	// Never through a link: a `lock` symlink must not truncate its target.
+	f, err := safefile.OpenNoFollow(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if errors.Is(err, safefile.ErrSymlink) {
+		return nil, fmt.Errorf("%w: opening lock: %v", ErrUsage, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("opening lock: %w", err)
+	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("%w: %s is not a regular file; remove it", ErrUsage, path)
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
 			holder := "another process"
-			if b, rerr := os.ReadFile(path); rerr == nil {
+			if b, rerr := safefile.ReadNoFollow(path); rerr == nil {
 				if pid, perr := strconv.Atoi(strings.TrimSpace(string(b))); perr == nil {
 					holder = fmt.Sprintf("pid %d", pid)
 				}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/atomicfile"
+	"github.com/sglprov/sglprov/pkg/safefile"
 )
 
 // StateVersion is the version of state.json this build writes.
@@ -62,7 +63,7 @@ func StatePath(dir string) string { return filepath.Join(dir, "state.json") }
 // LoadState reads state.json from dir; a missing file is an empty state.
 func LoadState(dir string) (*State, error) {
 	st := &State{Version: StateVersion, Steps: map[string]*StepRecord{}}
-	b, err := os.ReadFile(StatePath(dir))
+	b, err := safefile.ReadNoFollow(StatePath(dir))
 	if errors.Is(err, fs.ErrNotExist) {
 		return st, nil
 	}
@@ -95,13 +96,23 @@ func (s *State) Save(dir string) error {
 }
 
 // EnsureStateDir creates the state directory with mode 0700 (and corrects the mode of an
-// existing one).
-func EnsureStateDir(dir string) error {
+// existing one). It refuses a state directory that holds a symbolic link, and, unless
+// insecure is set (--insecure-permissions), one that is owned by someone other than root
+// or the invoking user or lies in a folder others can write (see CheckPermissions).
+func EnsureStateDir(dir string, insecure bool) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("creating state dir: %w", err)
 	}
+	if !insecure {
+		if err := CheckPermissions(dir); err != nil {
+			return fmt.Errorf("state dir: %w", err)
+		}
+	}
 	if err := os.Chmod(dir, 0o700); err != nil {
 		return fmt.Errorf("setting state dir mode: %w", err)
+	}
+	if err := safefile.NoSymlinks(dir); err != nil {
+		return fmt.Errorf("%w: state dir: %v", ErrUsage, err)
 	}
 	return nil
 }

@@ -46,10 +46,30 @@ type Kind struct {
 	NewSpec func() any
 	// New builds the step from a decoded spec whose templates have been rendered.
 	New func(name string, spec any) (Step, error)
+	// UsesFacts says that a step of this kind always uses the host's GPU facts (the build
+	// step's arch list), whether or not the recipe mentions them.
+	UsesFacts bool
 }
 
 // Registry maps step kind names (the key in a recipe step: "command", "source", ...) to kinds.
 type Registry map[string]Kind
+
+// NeedsFacts reports whether running r needs the host's GPU facts: the recipe mentions
+// them (recipe.NeedsFacts), or one of its steps is of a kind that always uses them.
+func (reg Registry) NeedsFacts(r *recipe.Recipe) bool {
+	return r.NeedsFacts() || reg.KindsUseFacts(r)
+}
+
+// KindsUseFacts reports whether one of r's steps is of a kind that always uses the host's
+// GPU facts.
+func (reg Registry) KindsUseFacts(r *recipe.Recipe) bool {
+	for _, s := range r.Steps {
+		if reg[s.Kind].UsesFacts {
+			return true
+		}
+	}
+	return false
+}
 
 // Env is what a step sees while it is fingerprinted, checked and run.
 type Env struct {
@@ -89,7 +109,7 @@ type Env struct {
 	// Builtin holds the files shipped in the binary (patches, templates, recipes), read
 	// through ReadRecipeFile with the "builtin:" prefix.
 	Builtin fs.FS
-	// InsecurePermissions accepts recipe files that group or others can write.
+	// InsecurePermissions accepts recipe files that other users own or can write.
 	InsecurePermissions bool
 
 	store *Store

@@ -2,7 +2,6 @@ package recipe
 
 import (
 	"fmt"
-	"os"
 	"regexp"
 	"sort"
 	"strings"
@@ -10,6 +9,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sglprov/sglprov/pkg/gpu"
+	"github.com/sglprov/sglprov/pkg/safefile"
 )
 
 // APIVersion is the only recipe version this build reads.
@@ -57,9 +57,15 @@ type Step struct {
 // struct with yaml tags), used for strict decoding.
 type KindSpecs map[string]func() any
 
-// Load reads and parses the recipe at path. sets are --set KEY=VALUE overrides.
+// MaxSize is the largest recipe file sglprov reads (1 MiB): the shipped recipes are a few
+// KiB, and a limit keeps validation time bounded.
+const MaxSize = 1 << 20
+
+// Load reads and parses the recipe at path. sets are --set KEY=VALUE overrides. A path
+// that is not a regular file (a FIFO, a device) or holds more than MaxSize bytes is
+// refused without reading it.
 func Load(path string, kinds KindSpecs, sets []string) (*Recipe, error) {
-	data, err := os.ReadFile(path)
+	data, err := safefile.ReadRegular(path, MaxSize)
 	if err != nil {
 		return nil, fmt.Errorf("reading recipe: %w", err)
 	}
@@ -150,23 +156,25 @@ func (p *parser) parse(data []byte, sets []string) *Recipe {
 			p.addf(root, f, "missing required field %q", f)
 		}
 	}
+	varNodes := map[string]*yaml.Node{}
 	if varsNode != nil {
-		p.parseVars(varsNode, r)
+		p.parseVars(varsNode, r, varNodes)
 	}
 	p.applySets(r, sets)
 	if stepsNode != nil {
 		p.parseSteps(stepsNode, r)
 	}
 	// Templates in vars may refer to facts and to other vars, without a cycle.
+	// (varNodes, not nodeAt: a search of the mapping per var made validation quadratic.)
 	for _, name := range r.VarOrder {
 		if refs, bad := templateRefs(r.Vars[name]); bad != nil {
-			p.addf(nodeAt(varsNode, name), "vars."+name, "bad template: %v", bad)
+			p.addf(varNodes[name], "vars."+name, "bad template: %v", bad)
 		} else {
-			p.checkRefs(nodeAt(varsNode, name), "vars."+name, refs, r)
+			p.checkRefs(varNodes[name], "vars."+name, refs, r)
 		}
 	}
 	if cycle := varCycle(r); cycle != nil {
-		p.addf(nodeAt(varsNode, cycle[0]), "vars."+cycle[0], "vars refer to each other in a cycle: %s", strings.Join(cycle, " -> "))
+		p.addf(varNodes[cycle[0]], "vars."+cycle[0], "vars refer to each other in a cycle: %s", strings.Join(cycle, " -> "))
 	}
 	return r
 }
@@ -232,7 +240,8 @@ func (p *parser) addYAMLError(err error) {
 	p.problems = append(p.problems, Problem{Pos: Pos{File: p.file}, Msg: "YAML syntax: " + strings.TrimPrefix(msg, "yaml: ")})
 }
 
-func (p *parser) parseVars(n *yaml.Node, r *Recipe) {
+// parseVars reads the vars mapping into r, and the value node of each var into nodes.
+func (p *parser) parseVars(n *yaml.Node, r *Recipe, nodes map[string]*yaml.Node) {
 	if n.Kind != yaml.MappingNode {
 		p.addf(n, "vars", "vars must be a mapping of names to strings, not %s", kindName(n))
 		return
@@ -253,6 +262,7 @@ func (p *parser) parseVars(n *yaml.Node, r *Recipe) {
 			continue
 		}
 		r.Vars[k.Value] = v.Value
+		nodes[k.Value] = v
 		r.VarOrder = append(r.VarOrder, k.Value)
 		r.VarPos[k.Value] = Pos{File: p.file, Line: v.Line, Col: v.Column}
 	}
@@ -267,7 +277,7 @@ func (p *parser) applySets(r *Recipe, sets []string) {
 		}
 		k = strings.TrimPrefix(k, "vars.")
 		if _, known := r.Vars[k]; !known {
-			p.problems = append(p.problems, Problem{Pos: Pos{File: "--set"}, Msg: fmt.Sprintf("--set %s: the recipe has no var %q (vars: %s)", k, k, strings.Join(r.VarOrder, ", "))})
+			p.problems = append(p.problems, Problem{Pos: Pos{File: "--set"}, Msg: fmt.Sprintf("--set %s: the recipe has no var %q (vars: %s)", k, k, varList(r))})
 			continue
 		}
 		r.Vars[k] = v
@@ -434,7 +444,7 @@ func (p *parser) checkRefs(at *yaml.Node, path string, refs []string, r *Recipe)
 		switch root {
 		case "vars":
 			if _, ok := r.Vars[field]; !ok {
-				p.addf(at, path, "template refers to unknown var %q (vars: %s)", field, strings.Join(r.VarOrder, ", "))
+				p.addf(at, path, "template refers to unknown var %q (vars: %s)", field, varList(r))
 			}
 		case "gpu", "driver", "cuda":
 			if !knownFacts[ref] {
@@ -490,6 +500,16 @@ func findCycle(steps []*Step, byName map[string]*Step) []string {
 		}
 	}
 	return nil
+}
+
+// varList names the recipe's vars for a message, the first 20 only: a message per
+// problem that listed every var would make a recipe with many bad references quadratic.
+func varList(r *Recipe) string {
+	const most = 20
+	if len(r.VarOrder) <= most {
+		return strings.Join(r.VarOrder, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(r.VarOrder[:most], ", "), len(r.VarOrder)-most)
 }
 
 // nodeAt returns the value node of key in mapping n, or nil.

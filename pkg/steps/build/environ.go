@@ -141,6 +141,14 @@ func archList(f *gpu.Facts) string {
 	return f.ArchList()
 }
 
+// noArchWhy says why the facts give no arch list.
+func noArchWhy(env *engine.Env) string {
+	if env.Facts == nil {
+		return "no GPU facts: NVML is not available and no fixture is set"
+	}
+	return "NVML lists no GPU"
+}
+
 // buildEnv returns the variables the step sets for the build: its defaults overridden by
 // the recipe's env. jobs <= 0 leaves the job variables out (as the fingerprint does).
 func (s *Step) buildEnv(env *engine.Env, jobs int, ccache bool) map[string]string {

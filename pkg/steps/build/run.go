@@ -34,6 +34,10 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 		how = "MAX_JOBS=" + v + " in the recipe's env"
 	}
 	vars := s.buildEnv(env, jobs, false)
+	if vars[envArchList] == "" {
+		return fmt.Errorf("%w: no GPU found on this host (%s), so there is no arch list to build for: set TORCH_CUDA_ARCH_LIST in the step's env (e.g. \"12.0a\"), or describe the target host with SGLPROV_GPU_FIXTURE=FILE",
+			engine.ErrHost, noArchWhy(env))
+	}
 	if _, err := lookPath(s.ccache, dir, environ(vars)); err == nil {
 		vars = s.buildEnv(env, jobs, true)
 		if cd := vars[envCCacheDir]; cd != "" {

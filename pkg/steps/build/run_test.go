@@ -17,6 +17,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/gpu"
 )
 
 func TestJobCount(t *testing.T) {
@@ -156,8 +157,8 @@ func TestRunEnvironment(t *testing.T) {
 			"TORCH_CUDA_ARCH_LIST": "12.0a", "MAX_JOBS": "2", "CMAKE_BUILD_PARALLEL_LEVEL": "2",
 			"SGL_KERNEL_COMPILE_THREADS": "1", "CCACHE_DIR": "STATE/ccache", "CMAKE_C_COMPILER_LAUNCHER": "ccache",
 			"CMAKE_CXX_COMPILER_LAUNCHER": "ccache", "CMAKE_CUDA_COMPILER_LAUNCHER": "ccache", "FROM_PROCESS": "yes"}},
-		{"no GPU facts", "", false, Spec{}, fixedHost(16, 64*gb), map[string]string{
-			"MAX_JOBS": "16", "CMAKE_BUILD_PARALLEL_LEVEL": "16", "SGL_KERNEL_COMPILE_THREADS": "1", "FROM_PROCESS": "yes"}},
+		{"no GPU facts, the recipe sets the arch list", "", false, Spec{Env: map[string]string{"TORCH_CUDA_ARCH_LIST": "9.0a"}}, fixedHost(16, 64*gb), map[string]string{
+			"TORCH_CUDA_ARCH_LIST": "9.0a", "MAX_JOBS": "16", "CMAKE_BUILD_PARALLEL_LEVEL": "16", "SGL_KERNEL_COMPILE_THREADS": "1", "FROM_PROCESS": "yes"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -452,5 +453,38 @@ func TestMonitor(t *testing.T) {
 	}
 	if got := truncate("abcdef", 4); got != "abc…" {
 		t.Errorf("truncate = %q", got)
+	}
+}
+
+// Without GPU facts (no NVML, no fixture) and no TORCH_CUDA_ARCH_LIST in the recipe, the
+// build does not start: it would build for no arch, or for whatever the process's
+// environment says. The error says what to set.
+func TestRunWithoutArchListFails(t *testing.T) {
+	fakeTools(t)
+	src := t.TempDir()
+	writeScript(t, filepath.Join(src, "build.sh"), "touch ran\n")
+	for _, tc := range []struct {
+		name  string
+		facts bool
+		want  string
+	}{
+		{"no facts", false, "NVML is not available and no fixture is set"},
+		{"no GPU", true, "NVML lists no GPU"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env, _, _ := testEnv(t)
+			env.Facts = nil
+			if tc.facts {
+				env.Facts = &gpu.Facts{DriverVersion: "580.95.05"}
+			}
+			s := newStep(t, Spec{Dir: src, Argv: []string{"./build.sh"}})
+			err := s.Run(context.Background(), env)
+			if engine.ExitCode(err) != engine.ExitHost || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "set TORCH_CUDA_ARCH_LIST in the step's env") {
+				t.Fatalf("Run = %v, want exit 4 naming the fix", err)
+			}
+			if _, err := os.Stat(filepath.Join(src, "ran")); err == nil {
+				t.Error("the build ran")
+			}
+		})
 	}
 }

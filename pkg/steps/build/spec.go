@@ -73,7 +73,11 @@ type Spec struct {
 
 // Kind returns the build step kind for the registry.
 func Kind() engine.Kind {
-	return engine.KindOf(func(name string, s Spec) (*Step, error) { return New(name, &s) })
+	k := engine.KindOf(func(name string, s Spec) (*Step, error) { return New(name, &s) })
+	// The arch list comes from the facts for every recipe with a build step, not only
+	// those that mention a GPU; the facts are part of the fingerprint through it.
+	k.UsesFacts = true
+	return k
 }
 
 // Step is a build step ready to be fingerprinted, checked and run.

@@ -28,6 +28,20 @@ type entry struct {
 type tree struct {
 	root  string
 	files map[string]*entry
+	// merge finds preimage blobs and merges three-way (nil: hunks apply exactly or not).
+	merge merger
+	// merged lists the files applied by a three-way merge, in order.
+	merged []string
+}
+
+// merger is what a three-way apply needs from git: the preimage blob a diff's `index`
+// line names, and a three-way file merge.
+type merger interface {
+	// Blob returns the blob oid names, or an error when the object store lacks it.
+	Blob(oid string) ([]byte, error)
+	// Merge applies the changes from base to theirs to ours; it returns the result and
+	// the number of conflicts.
+	Merge(ours, base, theirs []byte) ([]byte, int, error)
 }
 
 func newTree(root string) *tree {
@@ -37,7 +51,7 @@ func newTree(root string) *tree {
 // clone returns a copy whose changes do not affect t (file contents are never modified
 // in place, so they are shared).
 func (t *tree) clone() *tree {
-	c := &tree{root: t.root, files: make(map[string]*entry, len(t.files))}
+	c := &tree{root: t.root, files: make(map[string]*entry, len(t.files)), merge: t.merge, merged: append([]string(nil), t.merged...)}
 	for k, v := range t.files {
 		e := *v
 		c.files[k] = &e
@@ -137,7 +151,7 @@ func hunkHeader(f *gitdiff.TextFragment) string {
 // callers apply to a clone.
 func applyPatch(t *tree, p patchFile) error {
 	for _, f := range p.Files {
-		if err := applyFile(t, p.Name, f); err != nil {
+		if err := applyFile(t, p.Name, f, !p.reverse); err != nil {
 			return err
 		}
 	}
@@ -151,7 +165,11 @@ func fileName(f *gitdiff.File) string {
 	return f.OldName
 }
 
-func applyFile(t *tree, patch string, f *gitdiff.File) error {
+// applyFile applies one file diff to t. When its hunks do not apply exactly and threeWay is
+// set (never for an undo: a merge that "undoes" a patch from its postimage would succeed
+// on a tree that never had it), the diff is applied to its preimage blob and the result
+// merged three-way into the file, as `git apply --3way` does.
+func applyFile(t *tree, patch string, f *gitdiff.File, threeWay bool) error {
 	name := fileName(f)
 	conflict := func(detail string) error {
 		return &conflictError{Patch: patch, File: name, Detail: detail}
@@ -187,8 +205,18 @@ func applyFile(t *tree, patch string, f *gitdiff.File) error {
 	}
 
 	out, err := applyContent(src.data, f)
+	var hunk *hunkError
+	if errors.As(err, &hunk) && threeWay {
+		merged, ok, merr := mergeFromPreimage(t, patch, name, src.data, f)
+		if merr != nil {
+			return merr
+		}
+		if ok {
+			out, err = merged, nil
+			t.merged = append(t.merged, name)
+		}
+	}
 	if err != nil {
-		var hunk *hunkError
 		if errors.As(err, &hunk) {
 			return &conflictError{Patch: patch, File: name, Hunk: hunkHeader(hunk.frag), Detail: diagnose(src.data, hunk.frag, hunk.err)}
 		}
@@ -211,6 +239,47 @@ func applyFile(t *tree, patch string, f *gitdiff.File) error {
 	}
 	t.set(f.NewName, entry{exists: true, data: out, perm: perm})
 	return nil
+}
+
+// mergeFromPreimage merges f into cur from the preimage blob its `index` line names. It
+// reports false (and no error) when there is nothing to merge from: no merger, no index
+// line, a blob the clone lacks, or a diff that does not even apply to its own preimage. A
+// real conflict is an error naming the first hunk that conflicts.
+func mergeFromPreimage(t *tree, patch, name string, cur []byte, f *gitdiff.File) ([]byte, bool, error) {
+	if t.merge == nil || f.OldOIDPrefix == "" || f.IsNew || f.IsBinary || strings.Trim(f.OldOIDPrefix, "0") == "" {
+		return nil, false, nil
+	}
+	pre, err := t.merge.Blob(f.OldOIDPrefix)
+	if err != nil {
+		return nil, false, nil
+	}
+	post, err := applyContent(pre, f)
+	if err != nil {
+		return nil, false, nil
+	}
+	merged, conflicts, err := t.merge.Merge(cur, pre, post)
+	if err != nil {
+		return nil, false, fmt.Errorf("patch %s: %s: three-way merge: %w", patch, name, err)
+	}
+	if conflicts == 0 {
+		return merged, true, nil
+	}
+	// Name the hunk: merge each hunk alone until one conflicts.
+	frags := append([]*gitdiff.TextFragment(nil), f.TextFragments...)
+	sort.SliceStable(frags, func(i, j int) bool { return frags[i].OldPosition < frags[j].OldPosition })
+	detail := fmt.Sprintf("the file differs from the patch's preimage (blob %s) where the hunk changes it: the three-way merge has %d conflict(s)", f.OldOIDPrefix, conflicts)
+	for _, frag := range frags {
+		one := *f
+		one.TextFragments = []*gitdiff.TextFragment{frag}
+		post1, err := applyContent(pre, &one)
+		if err != nil {
+			continue
+		}
+		if _, n, err := t.merge.Merge(cur, pre, post1); err == nil && n > 0 {
+			return nil, false, &conflictError{Patch: patch, File: name, Hunk: hunkHeader(frag), Detail: detail}
+		}
+	}
+	return nil, false, &conflictError{Patch: patch, File: name, Detail: detail}
 }
 
 // hunkError is a failed text fragment.
@@ -363,7 +432,7 @@ func reverseFile(f *gitdiff.File) *gitdiff.File {
 
 // reversePatch returns the patch that undoes p (its files in reverse order).
 func reversePatch(p patchFile) patchFile {
-	r := patchFile{Name: p.Name, Digest: p.Digest, Files: make([]*gitdiff.File, len(p.Files))}
+	r := patchFile{Name: p.Name, Digest: p.Digest, Files: make([]*gitdiff.File, len(p.Files)), reverse: true}
 	for i, f := range p.Files {
 		r.Files[len(p.Files)-1-i] = reverseFile(f)
 	}
@@ -374,12 +443,15 @@ func reversePatch(p patchFile) patchFile {
 const (
 	resultApplied        = "applied"
 	resultAlreadyApplied = "already applied"
+	resultMerged         = "applied by a three-way merge"
 )
 
 // outcome is what happened to one patch.
 type outcome struct {
 	Patch  string `json:"patch"`
 	Result string `json:"result"`
+	// Merged names the files of the patch that were merged three-way from their preimage.
+	Merged []string `json:"merged,omitempty"`
 }
 
 // applySeries applies the series to base in memory. It returns the tree after the
@@ -411,8 +483,12 @@ func applySeries(base *tree, s *series) (after, before *tree, outcomes []outcome
 		next := cur.clone()
 		ferr := applyPatch(next, p)
 		if ferr == nil {
+			o := outcome{Patch: p.Name, Result: resultApplied}
+			if extra := next.merged[len(cur.merged):]; len(extra) > 0 {
+				o.Result, o.Merged = resultMerged, extra
+			}
 			cur = next
-			outcomes = append(outcomes, outcome{Patch: p.Name, Result: resultApplied})
+			outcomes = append(outcomes, o)
 			continue
 		}
 		var c *conflictError

@@ -22,6 +22,8 @@ type patchFile struct {
 	Digest string
 	// Files are the file diffs of the patch, in patch order.
 	Files []*gitdiff.File
+	// reverse marks the undo of a patch (applied exactly, never merged).
+	reverse bool
 }
 
 // series is a parsed series file with its patches.
@@ -97,6 +99,9 @@ func loadSeries(path string, read func(string) ([]byte, string, error)) (*series
 				}
 				if !filepath.IsLocal(p) {
 					return nil, fmt.Errorf("patch %q: path %q leaves the tree: %w", name, p, engine.ErrUsage)
+				}
+				if first, _, _ := strings.Cut(filepath.ToSlash(p), "/"); first == stageDir {
+					return nil, fmt.Errorf("patch %q: path %q is inside %s, the folder the patch step writes through: %w", name, p, stageDir, engine.ErrUsage)
 				}
 			}
 		}

@@ -3,7 +3,10 @@
 // without fuzz and at the exact positions the hunks name; files are written only when the
 // whole series applies. A patch that is already applied is recognised (it applies in
 // reverse) and left alone; a conflict names the patch, file, hunk and first differing line
-// and changes nothing.
+// and changes nothing. In a git checkout, a hunk whose lines moved is merged three-way from
+// the preimage blob the diff's index line names. Files are staged in one folder in the tree
+// and renamed into place after a journal is written, so that a killed run is finished by
+// the next (see journal.go).
 package patch
 
 import (

@@ -1,7 +1,6 @@
 package patch
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,7 +11,6 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/sglprov/sglprov/pkg/atomicfile"
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/gitrepo"
 )
@@ -89,6 +87,19 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	}
 	head := gitHead(ctx, root)
 
+	// What an earlier run killed while writing left: finish its journalled renames (the
+	// whole series had applied in memory), or drop what it staged.
+	recovered, err := recoverJournal(root)
+	if err != nil {
+		return err
+	}
+	if recovered {
+		env.Log.Info("finished the patch write an earlier run left among its renames", "dir", root)
+	}
+	if n := removeLitter(root, ser.touched()); n > 0 {
+		env.Log.Info("removed temporary files an earlier run left", "dir", root, "files", n)
+	}
+
 	var rec record
 	hasRec := env.LoadData(&rec) && rec.Files != nil
 	switch {
@@ -97,7 +108,7 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 			return err
 		}
 		env.Log.Info("restored the patched files from git", "dir", root)
-	case hasRec && rec.Base == head:
+	case hasRec && rec.Base == head && !recovered:
 		for _, rel := range sortedKeys(rec.Files) {
 			d, err := fileDigest(root, rel)
 			if err != nil {
@@ -111,6 +122,9 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	}
 
 	base := newTree(root)
+	if head != "" {
+		base.merge = gitMerger{ctx: ctx, dir: root}
+	}
 	for _, rel := range ser.touched() {
 		if _, err := base.get(rel); err != nil {
 			return err
@@ -146,6 +160,10 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 		return fmt.Errorf("recording patched files: %w", err)
 	}
 	for _, o := range outcomes {
+		if len(o.Merged) > 0 {
+			env.Log.Info("patch "+o.Result, "patch", o.Patch, "files", strings.Join(o.Merged, ", "))
+			continue
+		}
 		env.Log.Info("patch "+o.Result, "patch", o.Patch)
 	}
 	env.Detail("patches", outcomes)
@@ -179,72 +197,16 @@ func sortedKeys[V any](m map[string]V) []string {
 	return keys
 }
 
-// write puts the files of t that differ from the disk in place: each through a temporary
-// file in the same folder, fsynced and renamed; deleted files are removed.
-func write(root string, t *tree) error {
-	// Every new content is staged (written and fsynced beside its file) before any file is
-	// touched: a failure while writing leaves the tree as it was, and what remains is a
-	// run of renames.
-	type change struct {
-		p      string
-		remove bool
-		chmod  fs.FileMode
-		staged *atomicfile.Staged
-	}
-	var changes []change
-	abort := func() {
-		for _, c := range changes {
-			if c.staged != nil {
-				c.staged.Abort()
-			}
-		}
-	}
-	for _, rel := range sortedKeys(t.files) {
-		want := t.files[rel]
-		have, err := readEntry(root, rel)
-		if err != nil {
-			abort()
-			return err
-		}
-		p := filepath.Join(root, rel)
-		switch {
-		case !want.exists && !have.exists:
-		case !want.exists:
-			changes = append(changes, change{p: p, remove: true})
-		case have.exists && bytes.Equal(have.data, want.data) && have.perm == want.perm:
-		case have.exists && bytes.Equal(have.data, want.data):
-			changes = append(changes, change{p: p, chmod: want.perm})
-		default:
-			st, err := atomicfile.Stage(p, want.data, want.perm)
-			if err != nil {
-				abort()
-				return err
-			}
-			changes = append(changes, change{p: p, staged: st})
-		}
-	}
-	for _, c := range changes {
-		var err error
-		switch {
-		case c.staged != nil:
-			err = c.staged.Commit()
-		case c.remove:
-			if err = os.Remove(c.p); err != nil {
-				err = fmt.Errorf("removing %s: %w", c.p, err)
-			} else {
-				err = atomicfile.SyncDir(filepath.Dir(c.p))
-			}
-		default:
-			if err = os.Chmod(c.p, c.chmod); err != nil {
-				err = fmt.Errorf("setting the mode of %s: %w", c.p, err)
-			}
-		}
-		if err != nil {
-			abort()
-			return err
-		}
-	}
-	return nil
+// gitMerger finds preimage blobs in the tree's git object store and merges with git.
+type gitMerger struct {
+	ctx context.Context
+	dir string
+}
+
+func (g gitMerger) Blob(oid string) ([]byte, error) { return gitrepo.Blob(g.ctx, g.dir, oid) }
+
+func (g gitMerger) Merge(ours, base, theirs []byte) ([]byte, int, error) {
+	return gitrepo.MergeFile(g.ctx, ours, base, theirs)
 }
 
 // gitHead returns the tree's HEAD commit, or "" when dir is not a git work tree.

@@ -1,0 +1,90 @@
+package engine_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sglprov/sglprov/pkg/engine"
+)
+
+// A `lock` symlink in the state dir must not truncate (or lock) its target.
+func TestLockRefusesSymlink(t *testing.T) {
+	dir := t.TempDir()
+	target := filepath.Join(t.TempDir(), "precious")
+	if err := os.WriteFile(target, []byte("keep me\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, filepath.Join(dir, "lock")); err != nil {
+		t.Fatal(err)
+	}
+	l, err := engine.AcquireLock(dir)
+	if err == nil {
+		l.Release()
+	}
+	if err == nil || engine.ExitCode(err) != engine.ExitUsage || !strings.Contains(err.Error(), "symbolic link") {
+		t.Errorf("AcquireLock with a lock symlink = %v, want exit 2 naming the link", err)
+	}
+	if b, _ := os.ReadFile(target); string(b) != "keep me\n" {
+		t.Errorf("the link's target now holds %q", b)
+	}
+}
+
+func TestStateDirRefusesSymlinkEntries(t *testing.T) {
+	for _, name := range []string{"state.json", "runs", "lock", "other"} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := os.Symlink(t.TempDir(), filepath.Join(dir, name)); err != nil {
+				t.Fatal(err)
+			}
+			err := engine.EnsureStateDir(dir, false)
+			if engine.ExitCode(err) != engine.ExitUsage || !strings.Contains(err.Error(), "symbolic link") {
+				t.Errorf("EnsureStateDir with a %s symlink = %v, want exit 2", name, err)
+			}
+			// --insecure-permissions does not open this door.
+			if err := engine.EnsureStateDir(dir, true); err == nil {
+				t.Errorf("EnsureStateDir(insecure) with a %s symlink succeeded", name)
+			}
+		})
+	}
+	dir := t.TempDir()
+	if err := os.Symlink("/nonexistent", engine.StatePath(dir)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := engine.LoadState(dir); err == nil || !strings.Contains(err.Error(), "symbolic link") {
+		t.Errorf("LoadState through a symlink = %v, want refused", err)
+	}
+}
+
+func TestStateDirOwnership(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("chown to another user needs root")
+	}
+	parent := t.TempDir()
+	dir := filepath.Join(parent, "state")
+	if err := engine.EnsureStateDir(dir, false); err != nil {
+		t.Fatalf("a new state dir: %v", err)
+	}
+	if err := os.Chown(dir, 4242, 4242); err != nil {
+		t.Fatal(err)
+	}
+	err := engine.EnsureStateDir(dir, false)
+	if engine.ExitCode(err) != engine.ExitUsage || !strings.Contains(err.Error(), "owned by uid 4242") {
+		t.Errorf("a state dir of another user = %v, want exit 2 naming the owner", err)
+	}
+	if err := engine.EnsureStateDir(dir, true); err != nil {
+		t.Errorf("--insecure-permissions: %v", err)
+	}
+	if err := os.Chown(dir, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(parent, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	err = engine.EnsureStateDir(dir, false)
+	if !errors.Is(err, engine.ErrUsage) || !strings.Contains(err.Error(), "not sticky") {
+		t.Errorf("a state dir in a world-writable folder = %v, want refused", err)
+	}
+}

@@ -1,0 +1,80 @@
+package patch
+
+import (
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// A run killed while staging left temporary files beside the patched files (the old
+// ".NAME.tmp-NNN" names) and a stage folder without a journal: the next run removes both,
+// keeps what is not its own, and patches the tree.
+func TestRunRemovesWhatAKilledRunLeft(t *testing.T) {
+	f := newFixture(t, map[string]string{"a.txt": baseA, "b.txt": baseB}, [2]string{"a.patch", patchA}, [2]string{"b.patch", patchB})
+	litter := []string{".a.txt.tmp-123456789", ".a.txt.tmp-1", ".b.txt.tmp-42"}
+	for _, name := range litter {
+		writeFile(t, filepath.Join(f.tree, name), "half", 0o600)
+	}
+	writeFile(t, filepath.Join(f.tree, ".keep.tmp-1"), "not ours", 0o644)
+	writeFile(t, filepath.Join(f.tree, "a.txt.tmp-1"), "not ours", 0o644)
+	writeFile(t, filepath.Join(f.tree, stageDir, "0"), "staged, never journalled", 0o600)
+
+	if err := f.run(t); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.read(t, "a.txt"); !strings.Contains(got, "THREE") {
+		t.Errorf("a.txt = %q, want patched", got)
+	}
+	var names []string
+	entries, _ := os.ReadDir(f.tree)
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	sort.Strings(names)
+	want := []string{".keep.tmp-1", "a.txt", "a.txt.tmp-1", "b.txt"}
+	if strings.Join(names, " ") != strings.Join(want, " ") {
+		t.Errorf("the tree holds %v, want %v", names, want)
+	}
+	if !strings.Contains(f.log.String(), "files=3") {
+		t.Errorf("the log does not say what was removed:\n%s", f.log)
+	}
+}
+
+// A journalled write whose target changed since (someone edited it after the kill) is not
+// finished over the edit: the run stops and names the file.
+func TestRecoverRefusesChangedTarget(t *testing.T) {
+	f := newFixture(t, map[string]string{"a.txt": baseA, "b.txt": baseB}, [2]string{"a.patch", patchA})
+	// Stage a journal by hand: a.txt to be written, from baseA.
+	stage := filepath.Join(f.tree, stageDir)
+	writeFile(t, filepath.Join(stage, "0"), "new\n", 0o644)
+	j := `{"version":1,"changes":[{"op":"write","path":"a.txt","staged":"0","mode":420,"pre":"` + digest([]byte(baseA)) + `","post":"` + digest([]byte("new\n")) + `"}]}`
+	writeFile(t, filepath.Join(stage, journalName), j, 0o600)
+	writeFile(t, filepath.Join(f.tree, "a.txt"), "edited after the kill\n", 0o644)
+	err := f.run(t)
+	if err == nil || !strings.Contains(err.Error(), filepath.Join(f.tree, "a.txt")+" changed since it was journalled") {
+		t.Fatalf("run = %v, want the changed file named", err)
+	}
+	if got := f.read(t, "a.txt"); got != "edited after the kill\n" {
+		t.Errorf("a.txt = %q, want the edit kept", got)
+	}
+}
+
+// Staging writes nothing beside the tree's files: every staged content is in the one
+// stage folder, which is gone after the run.
+func TestWriteStagesInOneFolder(t *testing.T) {
+	f := newFixture(t, map[string]string{"a.txt": baseA, "b.txt": baseB}, [2]string{"a.patch", patchA})
+	if err := f.run(t); err != nil {
+		t.Fatal(err)
+	}
+	err := filepath.WalkDir(f.tree, func(p string, d os.DirEntry, err error) error {
+		if strings.Contains(d.Name(), ".tmp-") || d.Name() == stageDir {
+			t.Errorf("left behind: %s", p)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
