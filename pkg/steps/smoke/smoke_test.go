@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/sglprov/sglprov/pkg/recipe"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -424,5 +425,43 @@ func TestQuestionFileBesideRecipe(t *testing.T) {
 	err = step.Run(context.Background(), env)
 	if !errors.Is(err, engine.ErrUsage) || !strings.Contains(err.Error(), "writable by group or others") {
 		t.Errorf("group-writable file: %v", err)
+	}
+}
+
+// TestShippedRecipesUseEveryKind: the SM120 recipe's gate (and the demo's) has a load, a
+// tool-call, a reasoning and an accuracy case, and they validate.
+func TestShippedRecipesUseEveryKind(t *testing.T) {
+	for _, file := range []string{"qwen3.5-397b-a17b-nvfp4-sm120.yaml", "demo.yaml"} {
+		t.Run(file, func(t *testing.T) {
+			r, err := recipe.Load(filepath.Join("..", "..", "..", "recipes", file),
+				recipe.KindSpecs{"smoke": func() any { return new(Spec) }, "source": func() any { return new(map[string]any) },
+					"patch": func() any { return new(map[string]any) }, "build": func() any { return new(map[string]any) },
+					"download": func() any { return new(map[string]any) }, "systemd": func() any { return new(map[string]any) },
+					"command": func() any { return new(map[string]any) }}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := r.Step("smoke")
+			data, err := r.NewData(nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var spec Spec
+			if err := st.Render(data, &spec); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := New("smoke", spec); err != nil {
+				t.Fatal(err)
+			}
+			kinds := map[string]bool{}
+			for _, k := range spec.Cases {
+				kinds[k.Kind()] = true
+			}
+			for _, k := range []string{gatepkg.KindLoad, gatepkg.KindTool, gatepkg.KindReasoning, gatepkg.KindAccuracy} {
+				if !kinds[k] {
+					t.Errorf("no %s case in %s", k, file)
+				}
+			}
+		})
 	}
 }
