@@ -215,6 +215,18 @@ func BuiltinSet() []Case {
 	)
 }
 
+// CanaryCase returns the first of cases that sends one request (no concurrency, no
+// sweep), for a check that must stay light on a serving node; the first built-in case
+// when there is none.
+func CanaryCase(cases []Case) Case {
+	for _, k := range cases {
+		if k.Accuracy == nil && k.Concurrency <= 1 {
+			return k
+		}
+	}
+	return BuiltinCases()[0]
+}
+
 // Miss is a question of an accuracy case that was answered wrongly.
 type Miss struct {
 	Prompt string   `json:"prompt"`

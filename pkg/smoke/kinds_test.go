@@ -502,3 +502,16 @@ func TestKindsTableAndJSON(t *testing.T) {
 		}
 	}
 }
+
+func TestCanaryCase(t *testing.T) {
+	set := BuiltinSet()
+	if got := CanaryCase(set[3:]); got.Name != "tool-call" {
+		t.Errorf("after the load case: %q", got.Name)
+	}
+	if got := CanaryCase([]Case{caseNamed(t, "load"), caseNamed(t, "sweep")}); got.Name != "arithmetic" || got.Concurrency != 0 {
+		t.Errorf("only heavy cases: %+v", got)
+	}
+	if got := CanaryCase(nil); got.Name != "arithmetic" {
+		t.Errorf("none: %q", got.Name)
+	}
+}
