@@ -466,7 +466,7 @@ func TestValidateKinds(t *testing.T) {
 // TestKindsTableAndJSON: the table shows kind, answers judged and the latency spread;
 // report.json carries the same per case.
 func TestKindsTableAndJSON(t *testing.T) {
-	_, _, cfg := fakeServer(t, fakesglang.Options{Mode: fakesglang.ModeCrowded, Latency: 5 * time.Millisecond})
+	_, _, cfg := fakeServer(t, fakesglang.Options{Mode: fakesglang.ModeCrowded})
 	cfg.Cases = []Case{caseNamed(t, "load"), caseNamed(t, "sweep")}
 	cfg.Cases[1].Accuracy.Limit = 20
 	res, err := Run(context.Background(), cfg)

@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -126,13 +125,14 @@ type Options struct {
 
 // Server is the fake's http.Handler.
 type Server struct {
-	opts     Options
-	start    time.Time
-	mu       sync.Mutex
-	seq      int
-	inflight atomic.Int64
-	// peak is the most chat requests seen in flight at once.
-	peak atomic.Int64
+	opts  Options
+	start time.Time
+	mu    sync.Mutex
+	seq   int
+	// active holds, for each chat request in flight, the most requests it has seen in
+	// flight with it; peak is the most ever.
+	active map[*int]struct{}
+	peak   int
 }
 
 // New returns a fake server.
@@ -159,21 +159,37 @@ func New(opts Options) *Server {
 	case ModeInlineThink:
 		opts.InlineThink = true
 	}
-	return &Server{opts: opts, start: opts.Now()}
+	return &Server{opts: opts, start: opts.Now(), active: map[*int]struct{}{}}
 }
 
 // Peak returns the most chat requests that were in flight at once.
-func (s *Server) Peak() int { return int(s.peak.Load()) }
+func (s *Server) Peak() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.peak
+}
 
-// enter counts a chat request in; it returns how many are in flight with it.
-func (s *Server) enter() int64 {
-	n := s.inflight.Add(1)
-	for {
-		p := s.peak.Load()
-		if n <= p || s.peak.CompareAndSwap(p, n) {
-			return n
-		}
+// enter counts a chat request in. Until leave, *seen is the most requests that were in
+// flight at any moment of its life (a batch it was part of).
+func (s *Server) enter() (seen *int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	seen = new(int)
+	s.active[seen] = struct{}{}
+	n := len(s.active)
+	for r := range s.active {
+		*r = max(*r, n)
 	}
+	s.peak = max(s.peak, n)
+	return seen
+}
+
+// leave counts a chat request out and returns the most requests it saw in flight.
+func (s *Server) leave(seen *int) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.active, seen)
+	return *seen
 }
 
 // Ready reports whether health checks answer 200 now.
@@ -346,18 +362,21 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, "Internal server error")
 		return
 	}
-	n := s.enter()
-	defer s.inflight.Add(-1)
+	// A batching window: requests that arrive together are in flight together, and the
+	// answer depends on the largest batch the request was part of.
+	seen := s.enter()
 	if s.opts.Latency > 0 {
 		t := time.NewTimer(s.opts.Latency)
 		select {
 		case <-t.C:
 		case <-r.Context().Done():
 			t.Stop()
+			s.leave(seen)
 			return
 		}
 	}
-	crowded := s.opts.Mode == ModeCrowded && max(n, s.inflight.Load()) > int64(s.opts.CrowdedAbove)
+	batch := s.leave(seen)
+	crowded := s.opts.Mode == ModeCrowded && batch > s.opts.CrowdedAbove
 	maxTokens := 128
 	if req.MaxTokens != nil && *req.MaxTokens > 0 {
 		maxTokens = min(*req.MaxTokens, 4096)
