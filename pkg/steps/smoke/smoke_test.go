@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"github.com/sglprov/sglprov/pkg/recipe"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/recipe"
 	gatepkg "github.com/sglprov/sglprov/pkg/smoke"
 	"github.com/sglprov/sglprov/test/fakesglang"
 )
