@@ -137,7 +137,7 @@ func smokeConfig(ctx context.Context, stdio IO, o smokeOptions) (gate.Config, er
 				return nil, err
 			}
 		}
-		return os.ReadFile(name)
+		return engine.ReadTrusted(name, 0)
 	}
 	return cfg, nil
 }
