@@ -37,10 +37,15 @@ func TestDemo(t *testing.T) {
 		`sglang-src +source +run +new`,
 		`ExecStart: .*--fp4-gemm-backend flashinfer_cudnn .*--tp 8 `,
 		// the gate rejects the profile that answers "!!!!" and passes the second
-		`prime +FAIL +degenerate reasoning_content`,
+		`prime +chat +FAIL +1 +\S+ +degenerate reasoning_content`,
 		`activating profile .*profile=sm120-fp4-cutlass`,
 		`smoke gate passed .*profile=sm120-fp4-cutlass`,
-		`fact +PASS`,
+		`fact +chat +PASS`,
+		// the gate's other kinds pass on the good profile
+		`load +load +PASS +64 `,
+		`weather +tool +PASS`,
+		`thinking +reasoning +PASS`,
+		`sweep +accuracy +PASS +60 `,
 		// the second apply skips what is done and starts with the winner
 		`sglang-src +skipped +- +unchanged`,
 		`sm120-patches +skipped +- +unchanged`,
@@ -48,6 +53,10 @@ func TestDemo(t *testing.T) {
 		`weights +skipped +- +unchanged`,
 		`(?s)second run.*smoke gate step=smoke url=\S+ profile=sm120-fp4-cutlass`,
 		`last run: ok`,
+		// the gate under load: right on each sequential case, garbage with 64 at once
+		`(?s)profile sm120-fp4-gemm-cutlass\n.*arithmetic +chat +PASS.*load +load +FAIL +64 \(\d+ failed\) +p50 \S+ p99 \S+ +\d+ of 64 answers failed; first: degenerate content`,
+		`activating profile .*profile=sm120-fp4-gemm-cudnn`,
+		`smoke gate passed .*profile=sm120-fp4-gemm-cudnn`,
 	} {
 		if !regexp.MustCompile(want).Match(out) {
 			t.Errorf("demo output lacks %q", want)

@@ -4,7 +4,8 @@
 # repository, a patch series, a small real build, a download from a local fake hub, the
 # server run by the exec manager (a fake SGLang whose answers are "!!!!" with the first
 # profile's flags), the gate rejecting that profile and passing the second; then a second
-# apply that redoes nothing but start the server and gate it.
+# apply that redoes nothing but start the server and gate it. Last, the gate under load: a
+# profile right on every sequential question and wrong with 64 at once is rejected.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export GOTOOLCHAIN=local
@@ -63,10 +64,18 @@ say "sglprov apply (first run)"
 "$SGLPROV" apply "${ARGS[@]}"
 
 say "the gate's verdicts, per profile"
-grep -h -A8 '^profile ' "$ROOT"/state/runs/*/smoke.log | sed 's/^/  /'
+sed -n '/^profile /,/^smoke: /p' "$ROOT"/state/runs/*/smoke.log | sed 's/^/  /'
 
 say "sglprov apply (second run: nothing changed)"
 "$SGLPROV" apply "${ARGS[@]}"
 
 say "sglprov status"
 "$SGLPROV" status --state-dir "$ROOT/state"
+
+say "the gate under load: a profile right on every sequential question, garbage with 64 at once"
+# recipes/demo-load.yaml: with the CUTLASS FP4 GEMM the fake answers each request alone right
+# and garbage once more than 32 are in flight (flashinfer#2708); the load case rejects it.
+LOAD_ARGS=(-f recipes/demo-load.yaml --state-dir "$ROOT/load-state"
+  --set "python=$ROOT/bin/fake-sglang" --set "models=$ROOT/models" --set "port=$((PORT + 1))")
+"$SGLPROV" apply "${LOAD_ARGS[@]}"
+sed -n '/^profile /,/^smoke: /p' "$ROOT"/load-state/runs/*/smoke.log | sed 's/^/  /'

@@ -109,11 +109,9 @@ func canary(stdio IO, c *common, timeout time.Duration) func(ctx context.Context
 		if err != nil {
 			return 0, err
 		}
-		cases := cfg.Cases
-		if len(cases) == 0 {
-			cases = gate.BuiltinCases()
-		}
-		cfg.Cases = cases[:1]
+		// One request on a serving node: the first case that sends a single prompt, never
+		// a load case or an accuracy sweep.
+		cfg.Cases = []gate.Case{gate.CanaryCase(cfg.Cases)}
 		cfg.ReadyTimeout = timeout
 		cfg.RequestTimeout = timeout
 		start := time.Now()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -18,7 +19,7 @@ import (
 type smokeOptions struct {
 	url, model, recipe, step string
 	sets                     multi
-	insecure, json           bool
+	insecure, json, builtin  bool
 	readyTimeout             time.Duration
 	requestTimeout           time.Duration
 	maxTokens                int
@@ -39,8 +40,9 @@ func runSmokeCommand(ctx context.Context, stdio IO, args []string) error {
 	fs.StringVar(&o.recipe, "recipe", "", "take the gate from the smoke step of recipe `FILE`")
 	fs.StringVar(&o.step, "step", "", "with -f: the smoke step's `NAME` (default: the first smoke step)")
 	fs.Var(&o.sets, "set", "with -f: override a recipe var, `KEY=VALUE` (repeatable)")
-	fs.BoolVar(&o.insecure, "insecure-permissions", false, "with -f: accept a recipe that other users own or can write")
+	fs.BoolVar(&o.insecure, "insecure-permissions", false, "with -f: accept a recipe or question file that other users own or can write")
 	fs.BoolVar(&o.json, "json", false, "print the verdict as JSON")
+	fs.BoolVar(&o.builtin, "builtin", false, "ask the built-in cases of every kind (chat, load, tool call, thinking, accuracy sweep) in place of the recipe's or the three default ones")
 	fs.DurationVar(&o.readyTimeout, "ready-timeout", 0, "how long to wait for readiness (default 20m)")
 	fs.DurationVar(&o.requestTimeout, "request-timeout", 0, "how long each question may take (default 2m)")
 	fs.IntVar(&o.maxTokens, "max-tokens", 0, "max_tokens of each question (default 1024)")
@@ -117,7 +119,27 @@ func smokeConfig(ctx context.Context, stdio IO, o smokeOptions) (gate.Config, er
 	if o.requestTimeout > 0 {
 		spec.RequestTimeout = o.requestTimeout.String()
 	}
-	return spec.Config(stdio.Getenv)
+	if o.builtin {
+		spec.Cases = gate.BuiltinSet()
+	}
+	cfg, err := spec.Config(stdio.Getenv)
+	if err != nil {
+		return cfg, err
+	}
+	// An accuracy case's question file is named relative to the recipe's folder, and
+	// refused when group or others can write it, as the recipe's other files are.
+	cfg.ReadFile = func(name string) ([]byte, error) {
+		if o.recipe != "" && !filepath.IsAbs(name) {
+			name = filepath.Join(filepath.Dir(o.recipe), name)
+		}
+		if !o.insecure {
+			if err := engine.CheckPermissions(name); err != nil {
+				return nil, err
+			}
+		}
+		return engine.ReadTrusted(name, 0)
+	}
+	return cfg, nil
 }
 
 // recipeSmokeSpec reads the recipe and renders its smoke step (the one named by --step,

@@ -1,7 +1,6 @@
 package smoke
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,7 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"regexp"
+	"os"
 	"strings"
 	"time"
 )
@@ -28,37 +27,6 @@ const (
 // NaNStop is the matched_stop value SGLang reports when the logits were NaN.
 const NaNStop = "NaN happened"
 
-// Expect is what a case's answer (the message content) must satisfy; every part that is
-// set must hold.
-type Expect struct {
-	// Regex must match somewhere in the content (Go syntax; use (?i) for case-insensitive).
-	Regex string `yaml:"regex" json:"regex,omitempty"`
-	// Contains are substrings that must all appear (case-insensitive).
-	Contains []string `yaml:"contains" json:"contains,omitempty"`
-	// ContainsAny are substrings of which at least one must appear (case-insensitive).
-	ContainsAny []string `yaml:"contains_any" json:"contains_any,omitempty"`
-}
-
-// Case is one question of the gate.
-type Case struct {
-	Name   string `yaml:"name" json:"name"`
-	Prompt string `yaml:"prompt" json:"prompt"`
-	Expect Expect `yaml:"expect" json:"expect"`
-}
-
-// BuiltinCases returns the cases used when a config names none: arithmetic with a single
-// right number, a well-known fact, and a short Python function.
-func BuiltinCases() []Case {
-	return []Case{
-		{Name: "arithmetic", Prompt: "What is 17 * 23? Answer with the number only.",
-			Expect: Expect{Regex: `\b391\b`}},
-		{Name: "fact", Prompt: "What is the capital of France? Answer with one word.",
-			Expect: Expect{ContainsAny: []string{"Paris"}}},
-		{Name: "code", Prompt: "Write a short Python function that returns the sum of a list of numbers. Reply with the code only.",
-			Expect: Expect{Regex: `def \w+\(`}},
-	}
-}
-
 // Config describes one run of the gate.
 type Config struct {
 	// URL is the server's base URL, e.g. http://127.0.0.1:30000.
@@ -76,6 +44,9 @@ type Config struct {
 	ChatTemplateKwargs map[string]any
 	// Cases are the questions; BuiltinCases when empty.
 	Cases []Case
+	// ReadFile reads an accuracy case's JSONL question file (default os.ReadFile); the
+	// smoke step resolves names against the recipe's folder.
+	ReadFile func(name string) ([]byte, error)
 	// Failed, when set, is asked between readiness polls whether the service has failed
 	// for good; when it has, the wait ends at once with lastLines in the verdict.
 	Failed func(ctx context.Context) (failed bool, lastLines string, err error)
@@ -108,7 +79,13 @@ func (c Config) withDefaults() Config {
 		c.PollMax = c.PollInitial
 	}
 	if c.Client == nil {
-		c.Client = &http.Client{}
+		// Load and accuracy cases hold many requests at once: keep their connections.
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConnsPerHost = MaxConcurrency
+		c.Client = &http.Client{Transport: tr}
+	}
+	if c.ReadFile == nil {
+		c.ReadFile = os.ReadFile
 	}
 	c.URL = strings.TrimRight(c.URL, "/")
 	return c
@@ -130,13 +107,8 @@ func (c Config) Validate() error {
 			return fmt.Errorf("case %q: name used twice", k.Name)
 		}
 		seen[k.Name] = true
-		if strings.TrimSpace(k.Prompt) == "" {
-			return fmt.Errorf("case %q: prompt is empty", k.Name)
-		}
-		if k.Expect.Regex != "" {
-			if _, err := regexp.Compile(k.Expect.Regex); err != nil {
-				return fmt.Errorf("case %q: expect.regex: %w", k.Name, err)
-			}
+		if err := k.validate(); err != nil {
+			return fmt.Errorf("case %q: %w", k.Name, err)
 		}
 	}
 	return nil
@@ -150,31 +122,6 @@ func RedactURL(u string) string {
 	}
 	p.User = nil
 	return p.String()
-}
-
-// CaseResult is the verdict of one case.
-type CaseResult struct {
-	Name string `json:"name"`
-	Pass bool   `json:"pass"`
-	// Reason says why the case failed ("ok" when it passed).
-	Reason string `json:"reason"`
-	// Latency is the time the chat request took.
-	Latency time.Duration `json:"-"`
-	// Sample is a short escaped excerpt of what the model said (content, else reasoning).
-	Sample string `json:"sample"`
-	// FinishReason is the choice's finish_reason, when there was one.
-	FinishReason string `json:"finish_reason,omitempty"`
-}
-
-// MarshalJSON encodes the result with its latency as "latency" (e.g. "1.25s") and
-// "latency_ms".
-func (r CaseResult) MarshalJSON() ([]byte, error) {
-	type plain CaseResult
-	return json.Marshal(struct {
-		plain
-		Latency   string `json:"latency"`
-		LatencyMS int64  `json:"latency_ms"`
-	}{plain(r), r.Latency.Round(time.Millisecond).String(), r.Latency.Milliseconds()})
 }
 
 // Result is the verdict of one run of the gate.
@@ -233,11 +180,24 @@ func (r *Result) Summary() string {
 }
 
 // Run runs the gate: it waits for readiness, finds the model, and runs every case. Gate
-// failures are in the result (Pass false); the error is for an invalid config only.
+// failures are in the result (Pass false); the error is for an invalid config or an
+// accuracy case's question file that cannot be read or parsed.
 func Run(ctx context.Context, cfg Config) (*Result, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	// Question files are read before the wait: a missing one is bad input, not a verdict.
+	sets := map[string][]Question{}
+	for _, k := range cfg.Cases {
+		if k.Accuracy == nil {
+			continue
+		}
+		qs, err := LoadQuestions(k.Accuracy.Questions, cfg.ReadFile)
+		if err != nil {
+			return nil, fmt.Errorf("case %q: %w", k.Name, err)
+		}
+		sets[k.Name] = qs
 	}
 	res := &Result{URL: RedactURL(cfg.URL), Model: cfg.Model, Cases: []CaseResult{}}
 	ttr, err := WaitReady(ctx, cfg)
@@ -260,10 +220,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	res.Pass = true
 	for _, k := range cfg.Cases {
-		cr := runCase(ctx, cfg, res.Model, k)
+		cr := runCase(ctx, cfg, res.Model, k, sets[k.Name])
 		if cfg.APIKey != "" {
-			cr.Reason = strings.ReplaceAll(cr.Reason, cfg.APIKey, "[redacted]")
-			cr.Sample = strings.ReplaceAll(cr.Sample, cfg.APIKey, "[redacted]")
+			cr.redact(cfg.APIKey)
 		}
 		res.Pass = res.Pass && cr.Pass
 		res.Cases = append(res.Cases, cr)
@@ -398,189 +357,4 @@ func FirstModel(ctx context.Context, cfg Config) (string, error) {
 		return "", errors.New("asking /v1/models: no model served")
 	}
 	return list.Data[0].ID, nil
-}
-
-type chatMessage struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
-}
-
-type chatRequest struct {
-	Model              string         `json:"model"`
-	Messages           []chatMessage  `json:"messages"`
-	Temperature        float64        `json:"temperature"`
-	MaxTokens          int            `json:"max_tokens"`
-	ChatTemplateKwargs map[string]any `json:"chat_template_kwargs,omitempty"`
-}
-
-// chatResponse is the part of SGLang's ChatCompletionResponse the gate reads.
-type chatResponse struct {
-	Choices []struct {
-		Message struct {
-			Content          *string         `json:"content"`
-			ReasoningContent *string         `json:"reasoning_content"`
-			ToolCalls        json.RawMessage `json:"tool_calls"`
-		} `json:"message"`
-		FinishReason *string `json:"finish_reason"`
-		// MatchedStop is a string (a stop string, or "NaN happened"), an int (a stop
-		// token id) or null.
-		MatchedStop json.RawMessage `json:"matched_stop"`
-	} `json:"choices"`
-}
-
-func runCase(ctx context.Context, cfg Config, model string, k Case) CaseResult {
-	cr := CaseResult{Name: k.Name}
-	body, _ := json.Marshal(chatRequest{
-		Model:              model,
-		Messages:           []chatMessage{{Role: "user", Content: k.Prompt}},
-		Temperature:        0,
-		MaxTokens:          cfg.MaxTokens,
-		ChatTemplateKwargs: cfg.ChatTemplateKwargs,
-	})
-	ctx, cancel := context.WithTimeout(ctx, cfg.RequestTimeout)
-	defer cancel()
-	start := time.Now()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, cfg.URL+"/v1/chat/completions", bytes.NewReader(body))
-	if err != nil {
-		cr.Reason = "building request: " + err.Error()
-		return cr
-	}
-	req.Header.Set("Content-Type", "application/json")
-	auth(req, cfg)
-	resp, err := cfg.Client.Do(req)
-	if err != nil {
-		cr.Latency = time.Since(start)
-		if errors.Is(err, context.DeadlineExceeded) {
-			cr.Reason = fmt.Sprintf("no answer within the request timeout (%s)", cfg.RequestTimeout)
-		} else {
-			cr.Reason = "request failed: " + shortErr(err)
-		}
-		return cr
-	}
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
-	resp.Body.Close()
-	cr.Latency = time.Since(start)
-	if err != nil {
-		cr.Reason = "reading answer: " + shortErr(err)
-		return cr
-	}
-	if resp.StatusCode != http.StatusOK {
-		body := strings.TrimSpace(string(raw))
-		if cfg.APIKey != "" {
-			body = strings.ReplaceAll(body, cfg.APIKey, "[redacted]")
-		}
-		cr.Reason = fmt.Sprintf("HTTP %d: %s", resp.StatusCode, Sample(body, SampleRunes))
-		return cr
-	}
-	var cresp chatResponse
-	if err := json.Unmarshal(raw, &cresp); err != nil {
-		cr.Reason = "answer is not JSON: " + Sample(string(raw), SampleRunes)
-		return cr
-	}
-	judge(&cr, cresp, k.Expect)
-	return cr
-}
-
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
-}
-
-// matchedStop returns matched_stop as text: a string as it is, a number in decimal, ""
-// for null or absent.
-func matchedStop(raw json.RawMessage) string {
-	if len(raw) == 0 || string(raw) == "null" {
-		return ""
-	}
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		return s
-	}
-	return string(raw)
-}
-
-// judge fills cr's verdict from a decoded answer.
-func judge(cr *CaseResult, resp chatResponse, exp Expect) {
-	if len(resp.Choices) == 0 {
-		cr.Reason = "answer has no choices"
-		return
-	}
-	ch := resp.Choices[0]
-	content, reasoning := deref(ch.Message.Content), deref(ch.Message.ReasoningContent)
-	cr.FinishReason = deref(ch.FinishReason)
-	if strings.TrimSpace(content) != "" {
-		cr.Sample = Sample(content, SampleRunes)
-	} else {
-		cr.Sample = Sample(reasoning, SampleRunes)
-	}
-	if cr.FinishReason == "abort" {
-		cr.Reason = "finish_reason abort: the server aborted the request"
-		return
-	}
-	if matchedStop(ch.MatchedStop) == NaNStop {
-		cr.Reason = `matched_stop "NaN happened": the model produced NaN logits`
-		return
-	}
-	if strings.TrimSpace(content) == "" && strings.TrimSpace(reasoning) == "" {
-		if len(ch.Message.ToolCalls) > 0 && string(ch.Message.ToolCalls) != "null" && string(ch.Message.ToolCalls) != "[]" {
-			cr.Reason = "answered with a tool call instead of text"
-			return
-		}
-		cr.Reason = "empty answer: content and reasoning_content are both empty"
-		return
-	}
-	for _, f := range []struct{ name, text string }{{"content", content}, {"reasoning_content", reasoning}} {
-		if d := Detect(f.text); d != nil {
-			cr.Reason = fmt.Sprintf("degenerate %s (%s): %s", f.name, d.Detector, d.Detail)
-			return
-		}
-	}
-	if strings.TrimSpace(content) == "" {
-		if cr.FinishReason == "length" {
-			cr.Reason = "answer cut off while reasoning (finish_reason length, content empty): raise max_tokens or set chat_template_kwargs enable_thinking: false"
-		} else {
-			cr.Reason = "content empty: the model answered only in reasoning_content"
-		}
-		return
-	}
-	if msg := unmet(content, exp); msg != "" {
-		cr.Reason = msg
-		return
-	}
-	cr.Pass = true
-	cr.Reason = "ok"
-}
-
-// unmet returns what content lacks of exp, or "".
-func unmet(content string, exp Expect) string {
-	if exp.Regex != "" {
-		re, err := regexp.Compile(exp.Regex)
-		if err != nil {
-			return "expect.regex: " + err.Error()
-		}
-		if !re.MatchString(content) {
-			return fmt.Sprintf("content does not match regex %s", exp.Regex)
-		}
-	}
-	lower := strings.ToLower(content)
-	for _, s := range exp.Contains {
-		if !strings.Contains(lower, strings.ToLower(s)) {
-			return fmt.Sprintf("content does not contain %q", s)
-		}
-	}
-	if len(exp.ContainsAny) > 0 {
-		found := false
-		for _, s := range exp.ContainsAny {
-			if strings.Contains(lower, strings.ToLower(s)) {
-				found = true
-				break
-			}
-		}
-		if !found {
-			return fmt.Sprintf("content contains none of %q", exp.ContainsAny)
-		}
-	}
-	return ""
 }

@@ -9,8 +9,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -53,13 +51,26 @@ const (
 	ModeCrash Mode = "crash"
 	// ModeCrashAfter makes the binary exit 1 after a while ("crash-after=DUR").
 	ModeCrashAfter Mode = "crash-after"
+	// ModeCrowded answers as good while few requests run, and garbage (" , , (!!!!…")
+	// once more than Options.CrowdedAbove are in flight, as FlashInfer's SM120 CUTLASS FP4
+	// GEMM did with 64 requests at once (flashinfer#2708).
+	ModeCrowded Mode = "crowded"
+	// ModeRawToolCalls answers as good, but leaves tool calls as raw <tool_call> text in
+	// the content, as a server with a wrong --tool-call-parser or chat template does.
+	ModeRawToolCalls Mode = "raw-tool-calls"
+	// ModeInlineThink answers as good, but leaves the thinking inline in the content
+	// between <think> tags, as a server with a wrong --reasoning-parser does.
+	ModeInlineThink Mode = "inline-think"
+	// ModeFluentWrong answers the gate's fixed prompts right and a third of other
+	// questions slightly wrong, as a kernel that is a little off does.
+	ModeFluentWrong Mode = "fluent-wrong"
 )
 
 // Modes lists every mode, for usage messages and tests.
 func Modes() []Mode {
 	return []Mode{ModeGood, ModeBang, ModePlus, ModeCommaBang, ModeApostropheS, ModeNaN, ModeAbort,
 		ModeEmpty, ModeWrong, ModeThinkCutoff, ModeSlowReady, ModeNeverReady, ModeHang, ModeHTTP500,
-		ModeCrash, ModeCrashAfter}
+		ModeCrash, ModeCrashAfter, ModeCrowded, ModeRawToolCalls, ModeInlineThink, ModeFluentWrong}
 }
 
 // Valid reports whether m is a known mode.
@@ -79,6 +90,13 @@ const EOSTokenID = 151645
 // DefaultReadyAfter is how long ModeSlowReady stays unready when Options.ReadyAfter is 0.
 const DefaultReadyAfter = 2 * time.Second
 
+// DefaultCrowdedAbove is how many requests in flight ModeCrowded still answers well.
+const DefaultCrowdedAbove = 32
+
+// DefaultCrowdedLatency is how long ModeCrowded holds each request when Options.Latency
+// is 0: a batching window, so that requests sent together are in flight together.
+const DefaultCrowdedLatency = 40 * time.Millisecond
+
 // Options configure a Server.
 type Options struct {
 	// Mode is the behaviour (default ModeGood).
@@ -90,6 +108,15 @@ type Options struct {
 	ReadyAfter time.Duration
 	// NoHealthGenerate makes /health_generate answer 404, as older servers do.
 	NoHealthGenerate bool
+	// RawToolCalls leaves tool calls as raw <tool_call> text in the content (no
+	// --tool-call-parser qwen3_coder); InlineThink leaves the thinking inline in the
+	// content (no --reasoning-parser qwen3).
+	RawToolCalls, InlineThink bool
+	// CrowdedAbove is how many requests in flight ModeCrowded still answers well
+	// (default DefaultCrowdedAbove).
+	CrowdedAbove int
+	// Latency is how long each chat request is held before it is answered.
+	Latency time.Duration
 	// Log, when set, receives one line per request.
 	Log io.Writer
 	// Now is the clock (default time.Now).
@@ -102,6 +129,10 @@ type Server struct {
 	start time.Time
 	mu    sync.Mutex
 	seq   int
+	// active holds, for each chat request in flight, the most requests it has seen in
+	// flight with it; peak is the most ever.
+	active map[*int]struct{}
+	peak   int
 }
 
 // New returns a fake server.
@@ -115,7 +146,50 @@ func New(opts Options) *Server {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Server{opts: opts, start: opts.Now()}
+	switch opts.Mode {
+	case ModeCrowded:
+		if opts.CrowdedAbove <= 0 {
+			opts.CrowdedAbove = DefaultCrowdedAbove
+		}
+		if opts.Latency <= 0 {
+			opts.Latency = DefaultCrowdedLatency
+		}
+	case ModeRawToolCalls:
+		opts.RawToolCalls = true
+	case ModeInlineThink:
+		opts.InlineThink = true
+	}
+	return &Server{opts: opts, start: opts.Now(), active: map[*int]struct{}{}}
+}
+
+// Peak returns the most chat requests that were in flight at once.
+func (s *Server) Peak() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.peak
+}
+
+// enter counts a chat request in. Until leave, *seen is the most requests that were in
+// flight at any moment of its life (a batch it was part of).
+func (s *Server) enter() (seen *int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	seen = new(int)
+	s.active[seen] = struct{}{}
+	n := len(s.active)
+	for r := range s.active {
+		*r = max(*r, n)
+	}
+	s.peak = max(s.peak, n)
+	return seen
+}
+
+// leave counts a chat request out and returns the most requests it saw in flight.
+func (s *Server) leave(seen *int) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.active, seen)
+	return *seen
 }
 
 // Ready reports whether health checks answer 200 now.
@@ -208,14 +282,36 @@ type ChatRequest struct {
 	Temperature        *float64       `json:"temperature"`
 	MaxTokens          *int           `json:"max_tokens"`
 	ChatTemplateKwargs map[string]any `json:"chat_template_kwargs"`
+	Tools              []RequestTool  `json:"tools"`
+}
+
+// RequestTool is an OpenAI function tool of a request.
+type RequestTool struct {
+	Type     string `json:"type"`
+	Function struct {
+		Name        string         `json:"name"`
+		Description string         `json:"description"`
+		Parameters  map[string]any `json:"parameters"`
+	} `json:"function"`
+}
+
+// ToolCall is an OpenAI tool call of an answer.
+type ToolCall struct {
+	ID       string `json:"id"`
+	Index    int    `json:"index"`
+	Type     string `json:"type"`
+	Function struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
 }
 
 // Message is SGLang's ChatMessage.
 type Message struct {
-	Role             string  `json:"role"`
-	Content          *string `json:"content"`
-	ReasoningContent *string `json:"reasoning_content"`
-	ToolCalls        []any   `json:"tool_calls"`
+	Role             string     `json:"role"`
+	Content          *string    `json:"content"`
+	ReasoningContent *string    `json:"reasoning_content"`
+	ToolCalls        []ToolCall `json:"tool_calls"`
 }
 
 // Choice is SGLang's ChatCompletionResponseChoice.
@@ -266,6 +362,21 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, "Internal server error")
 		return
 	}
+	// A batching window: requests that arrive together are in flight together, and the
+	// answer depends on the largest batch the request was part of.
+	seen := s.enter()
+	if s.opts.Latency > 0 {
+		t := time.NewTimer(s.opts.Latency)
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			t.Stop()
+			s.leave(seen)
+			return
+		}
+	}
+	batch := s.leave(seen)
+	crowded := s.opts.Mode == ModeCrowded && batch > s.opts.CrowdedAbove
 	maxTokens := 128
 	if req.MaxTokens != nil && *req.MaxTokens > 0 {
 		maxTokens = min(*req.MaxTokens, 4096)
@@ -275,7 +386,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		thinking = v
 	}
 	prompt := req.Messages[len(req.Messages)-1].Content
-	msg, finish, stop := s.answer(prompt, maxTokens, thinking)
+	msg, finish, stop := s.answer(prompt, maxTokens, thinking, req.Tools, crowded)
 	msg.Role = "assistant"
 	s.mu.Lock()
 	s.seq++
@@ -298,9 +409,13 @@ func deref(s *string) string {
 }
 
 // answer returns the message, finish_reason and matched_stop for prompt in the server's mode.
-func (s *Server) answer(prompt string, maxTokens int, thinking bool) (Message, *string, any) {
+func (s *Server) answer(prompt string, maxTokens int, thinking bool, tools []RequestTool, crowded bool) (Message, *string, any) {
 	length, stop := ptr("length"), ptr("stop")
-	switch s.opts.Mode {
+	mode := s.opts.Mode
+	if crowded {
+		mode = ModeCommaBang
+	}
+	switch mode {
 	case ModeBang:
 		return Message{Content: nil, ReasoningContent: ptr(strings.Repeat("!", maxTokens))}, length, nil
 	case ModePlus:
@@ -320,46 +435,44 @@ func (s *Server) answer(prompt string, maxTokens int, thinking bool) (Message, *
 	case ModeThinkCutoff:
 		return Message{ReasoningContent: ptr("Okay, the user is asking a question. Let me think about it carefully, step by step, before I write the answer.")}, length, nil
 	}
-	content := GoodAnswer(prompt)
-	m := Message{Content: ptr(content)}
-	if thinking {
-		m.ReasoningContent = ptr("The user asks: " + firstLine(prompt) + " I will answer briefly.")
+	var m Message
+	finish := stop
+	var matched any = EOSTokenID
+	var content string
+	if call, ok := pickToolCall(prompt, tools); ok {
+		if s.opts.RawToolCalls {
+			content = call.raw()
+		} else {
+			s.mu.Lock()
+			s.seq++
+			id := fmt.Sprintf("call_%024x", s.seq)
+			s.mu.Unlock()
+			tc := ToolCall{ID: id, Type: "function"}
+			tc.Function.Name, tc.Function.Arguments = call.name, call.json()
+			m.ToolCalls = []ToolCall{tc}
+			finish, matched = ptr("tool_calls"), nil
+		}
+	} else {
+		content = GoodAnswer(prompt)
+		if mode == ModeFluentWrong {
+			content = fluentWrong(prompt, content)
+		}
 	}
-	return m, stop, EOSTokenID
+	if content != "" {
+		m.Content = ptr(content)
+	}
+	if thinking {
+		thought := "The user asks: " + firstLine(prompt) + " I will answer briefly."
+		if s.opts.InlineThink {
+			m.Content = ptr("<think>\n" + thought + "\n</think>\n\n" + content)
+		} else {
+			m.ReasoningContent = ptr(thought)
+		}
+	}
+	return m, finish, matched
 }
 
 func firstLine(s string) string {
 	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
 	return s
-}
-
-var arith = regexp.MustCompile(`(-?\d+)\s*([*x×+\-])\s*(-?\d+)`)
-
-// GoodAnswer is what a working model says to prompt: arithmetic is computed, the capital
-// of France is Paris, a prime or other function request gets Python code.
-func GoodAnswer(prompt string) string {
-	lower := strings.ToLower(prompt)
-	if m := arith.FindStringSubmatch(prompt); m != nil && strings.Contains(lower, "what is") {
-		a, errA := strconv.Atoi(m[1])
-		b, errB := strconv.Atoi(m[3])
-		if errA == nil && errB == nil {
-			switch m[2] {
-			case "+":
-				return strconv.Itoa(a + b)
-			case "-":
-				return strconv.Itoa(a - b)
-			default:
-				return strconv.Itoa(a * b)
-			}
-		}
-	}
-	switch {
-	case strings.Contains(lower, "capital of france"):
-		return "Paris"
-	case strings.Contains(lower, "prime"):
-		return "```python\ndef is_prime(n: int) -> bool:\n    if n < 2:\n        return False\n    i = 2\n    while i * i <= n:\n        if n % i == 0:\n            return False\n        i += 1\n    return True\n```"
-	case strings.Contains(lower, "python") || strings.Contains(lower, "function"):
-		return "```python\ndef total(numbers):\n    return sum(numbers)\n```"
-	}
-	return "I am a small test server; I can add, multiply, name the capital of France and write a Python function."
 }

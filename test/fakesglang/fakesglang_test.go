@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -17,7 +19,8 @@ import (
 func TestParseConfig(t *testing.T) {
 	launch := []string{"-m", "sglang.launch_server", "--model-path", "/models/qwen", "--host", "0.0.0.0",
 		"--port", "30001", "--tp", "8", "--quantization", "modelopt_fp4", "--attention-backend", "triton",
-		"--moe-runner-backend", "flashinfer_cutlass", "--enable-metrics", "--trust-remote-code"}
+		"--moe-runner-backend", "flashinfer_cutlass", "--enable-metrics", "--trust-remote-code",
+		"--reasoning-parser", "qwen3", "--tool-call-parser", "qwen3_coder"}
 	tests := []struct {
 		name  string
 		args  []string
@@ -41,14 +44,23 @@ func TestParseConfig(t *testing.T) {
 			Config{Host: "0.0.0.0", Port: "30001", Model: "/models/qwen", Mode: ModeGood}, ""},
 		{"served name, env mode", []string{"--served-model-name", "qwen3.5", "--model-path", "/m"},
 			map[string]string{"SGLANG_FAKE_MODE": "plus"},
-			Config{Host: "127.0.0.1", Port: "30000", Model: "qwen3.5", Mode: ModePlus}, ""},
+			Config{Host: "127.0.0.1", Port: "30000", Model: "qwen3.5", Mode: ModePlus, RawToolCalls: true, InlineThink: true}, ""},
 		{"flag beats env", []string{"--fake-mode", "hang"}, map[string]string{"SGLANG_FAKE_MODE": "plus"},
-			Config{Host: "127.0.0.1", Port: "30000", Model: "default", Mode: ModeHang}, ""},
+			Config{Host: "127.0.0.1", Port: "30000", Model: "default", Mode: ModeHang, RawToolCalls: true, InlineThink: true}, ""},
 		{"crash-after", []string{"--fake-mode", "crash-after=1.5s", "--fake-ready-after", "2"}, nil,
 			Config{Host: "127.0.0.1", Port: "30000", Model: "default", Mode: ModeCrashAfter,
-				CrashAfter: 1500 * time.Millisecond, ReadyAfter: 2 * time.Second}, ""},
+				CrashAfter: 1500 * time.Millisecond, ReadyAfter: 2 * time.Second, RawToolCalls: true, InlineThink: true}, ""},
 		{"port file, no health_generate", []string{"--port", "0", "--fake-port-file", "/tmp/p", "--fake-no-health-generate"}, nil,
-			Config{Host: "127.0.0.1", Port: "0", Model: "default", Mode: ModeGood, PortFile: "/tmp/p", NoHealthGenerate: true}, ""},
+			Config{Host: "127.0.0.1", Port: "0", Model: "default", Mode: ModeGood, PortFile: "/tmp/p", NoHealthGenerate: true, RawToolCalls: true, InlineThink: true}, ""},
+		{"wrong parsers", []string{"--tool-call-parser", "hermes", "--reasoning-parser", "deepseek-r1"}, nil,
+			Config{Host: "127.0.0.1", Port: "30000", Model: "default", Mode: ModeGood, RawToolCalls: true, InlineThink: true}, ""},
+		{"crowded under one backend", append(launch, "--fake-broken-if", "fp4-gemm-backend=flashinfer_cutlass",
+			"--fake-broken-mode", "crowded", "--fake-crowded-above", "48", "--fake-latency", "30ms",
+			"--fp4-gemm-backend", "flashinfer_cutlass"), nil,
+			Config{Host: "0.0.0.0", Port: "30001", Model: "/models/qwen", Mode: ModeCrowded,
+				BrokenBy: "--fp4-gemm-backend=flashinfer_cutlass", CrowdedAbove: 48, Latency: 30 * time.Millisecond}, ""},
+		{"bad crowded-above", []string{"--fake-crowded-above", "many"}, nil, Config{}, "--fake-crowded-above"},
+		{"bad latency", []string{"--fake-latency", "soon"}, nil, Config{}, "--fake-latency"},
 		{"unknown mode", []string{"--fake-mode", "sideways"}, nil, Config{}, `unknown mode`},
 		{"bad broken-if", []string{"--fake-broken-if", "nonsense"}, nil, Config{}, "want FLAG=VALUE"},
 		{"bad ready-after", []string{"--fake-ready-after", "soon"}, nil, Config{}, "--fake-ready-after"},
@@ -310,5 +322,120 @@ func TestMainCrashes(t *testing.T) {
 	var stderr bytes.Buffer
 	if code := Main(context.Background(), []string{"--fake-mode", "bogus"}, &stderr, nil); code != 2 {
 		t.Errorf("bad mode: exit %d", code)
+	}
+}
+
+const weatherRequest = `{"messages":[{"role":"user","content":"What is the weather in Paris right now? Use the tool."}],` +
+	`"chat_template_kwargs":{"enable_thinking":false},"tools":[{"type":"function","function":{"name":"get_weather",` +
+	`"parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}}]}`
+
+func TestToolCalls(t *testing.T) {
+	srv := httptest.NewServer(New(Options{}))
+	defer srv.Close()
+	_, cr, raw := chat(t, srv.URL, weatherRequest)
+	ch := cr.Choices[0]
+	if len(ch.Message.ToolCalls) != 1 || ch.Message.Content != nil || deref(ch.FinishReason) != "tool_calls" {
+		t.Fatalf("parsed: %v", raw)
+	}
+	if f := ch.Message.ToolCalls[0].Function; f.Name != "get_weather" || f.Arguments != `{"city":"Paris"}` {
+		t.Errorf("call %+v", f)
+	}
+
+	raw2 := httptest.NewServer(New(Options{RawToolCalls: true}))
+	defer raw2.Close()
+	_, cr, _ = chat(t, raw2.URL, weatherRequest)
+	ch = cr.Choices[0]
+	want := "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>"
+	if len(ch.Message.ToolCalls) != 0 || deref(ch.Message.Content) != want {
+		t.Errorf("raw: %+v", ch.Message)
+	}
+	// Without tools, or with tools the prompt does not ask for, the fake answers in text.
+	_, cr, _ = chat(t, srv.URL, `{"messages":[{"role":"user","content":"What is 2 + 2?"}],"tools":[{"type":"function","function":{"name":"get_weather"}}]}`)
+	if deref(cr.Choices[0].Message.Content) != "4" || len(cr.Choices[0].Message.ToolCalls) != 0 {
+		t.Errorf("no call wanted: %+v", cr.Choices[0].Message)
+	}
+}
+
+func TestInlineThink(t *testing.T) {
+	srv := httptest.NewServer(New(Options{InlineThink: true}))
+	defer srv.Close()
+	_, cr, _ := chat(t, srv.URL, `{"messages":[{"role":"user","content":"What is 17 * 23?"}],"chat_template_kwargs":{"enable_thinking":true}}`)
+	m := cr.Choices[0].Message
+	if m.ReasoningContent != nil || !strings.HasPrefix(deref(m.Content), "<think>\n") || !strings.HasSuffix(deref(m.Content), "</think>\n\n391") {
+		t.Errorf("message %+v", m)
+	}
+	_, cr, _ = chat(t, srv.URL, `{"messages":[{"role":"user","content":"What is 17 * 23?"}],"chat_template_kwargs":{"enable_thinking":false}}`)
+	if deref(cr.Choices[0].Message.Content) != "391" {
+		t.Errorf("thinking off: %+v", cr.Choices[0].Message)
+	}
+}
+
+func TestCrowded(t *testing.T) {
+	s := New(Options{Mode: ModeCrowded, CrowdedAbove: 4, Latency: 50 * time.Millisecond})
+	srv := httptest.NewServer(s)
+	defer srv.Close()
+	body := `{"messages":[{"role":"user","content":"What is 17 * 23?"}]}`
+	if _, cr, _ := chat(t, srv.URL, body); deref(cr.Choices[0].Message.Content) != "391" {
+		t.Fatalf("alone: %+v", cr.Choices[0].Message)
+	}
+	var wg sync.WaitGroup
+	contents := make([]string, 8)
+	for i := range contents {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, cr, _ := chat(t, srv.URL, body)
+			contents[i] = deref(cr.Choices[0].Message.Content)
+		}()
+	}
+	wg.Wait()
+	bad := 0
+	for _, c := range contents {
+		if strings.HasPrefix(c, " , , (!!!") {
+			bad++
+		}
+	}
+	if bad == 0 || s.Peak() < 5 {
+		t.Errorf("8 at once above 4: %d garbage answers, peak %d", bad, s.Peak())
+	}
+}
+
+func TestFluentWrong(t *testing.T) {
+	srv := httptest.NewServer(New(Options{Mode: ModeFluentWrong}))
+	defer srv.Close()
+	ask := func(q string) string {
+		b, _ := json.Marshal(map[string]any{"messages": []any{map[string]any{"role": "user", "content": q}},
+			"chat_template_kwargs": map[string]any{"enable_thinking": false}})
+		_, cr, _ := chat(t, srv.URL, string(b))
+		return deref(cr.Choices[0].Message.Content)
+	}
+	for q, want := range map[string]string{"What is 17 * 23? Answer with the number only.": "391",
+		"What is the capital of France? Answer with one word.": "Paris"} {
+		if got := ask(q); got != want {
+			t.Errorf("fixed prompt %q: %q", q, got)
+		}
+	}
+	wrong := 0
+	for a := 10; a < 70; a++ {
+		if ask(fmt.Sprintf("What is %d + 9?", a)) != strconv.Itoa(a+9) {
+			wrong++
+		}
+	}
+	if wrong < 10 || wrong > 30 {
+		t.Errorf("%d of 60 other questions wrong, want about a third", wrong)
+	}
+}
+
+func TestGoodAnswerKnowledge(t *testing.T) {
+	for prompt, want := range map[string]string{
+		"How many centimeters are in 7 meters? Answer with the number only.":         "700",
+		"How many seconds are in 3 minutes?":                                         "180",
+		"What is the capital of the Czech Republic? Answer with the city name only.": "Prague",
+		"What is the capital of New Zealand?":                                        "Wellington",
+		"What is 60 - 11? Answer with the number only.":                              "49",
+	} {
+		if got := GoodAnswer(prompt); got != want {
+			t.Errorf("GoodAnswer(%q) = %q, want %q", prompt, got, want)
+		}
 	}
 }

@@ -69,13 +69,30 @@ type Config struct {
 	// BrokenBy names the launch flag that made the server broken ("" when none did).
 	BrokenBy         string
 	NoHealthGenerate bool
+	// RawToolCalls is set when the launch line lacks --tool-call-parser qwen3_coder;
+	// InlineThink when it lacks --reasoning-parser qwen3 (as a real server, the fake then
+	// leaves tool calls and thinking as text in the content).
+	RawToolCalls, InlineThink bool
+	// CrowdedAbove and Latency are --fake-crowded-above and --fake-latency.
+	CrowdedAbove int
+	Latency      time.Duration
 }
+
+// The parsers a launch line must name for tool calls and thinking to come back split
+// from the content (Qwen3.5's formats).
+const (
+	ToolCallParser  = "qwen3_coder"
+	ReasoningParser = "qwen3"
+)
 
 // ParseConfig turns a command line (and the environment, through getenv) into a Config.
 // The fake's own flags: --fake-mode MODE (or SGLANG_FAKE_MODE), --fake-broken-if FLAG=VALUE
 // (repeatable; default fp4-gemm-backend=flashinfer_cudnn; "none" for no condition),
 // --fake-broken-mode MODE (what a broken server does, default bang), --fake-ready-after DUR,
-// --fake-port-file PATH, --fake-no-health-generate.
+// --fake-port-file PATH, --fake-no-health-generate, --fake-crowded-above N (mode crowded:
+// garbage once more than N requests are in flight), --fake-latency DUR (each request's
+// time). SGLang's own --tool-call-parser and --reasoning-parser decide whether tool calls
+// and thinking come back parsed (qwen3_coder, qwen3) or as raw text in the content.
 func ParseConfig(args []string, getenv func(string) string) (Config, error) {
 	a := ParseArgs(args)
 	c := Config{
@@ -83,6 +100,22 @@ func ParseConfig(args []string, getenv func(string) string) (Config, error) {
 		Port:             a.Get("port", "30000"),
 		PortFile:         a.Get("fake-port-file", ""),
 		NoHealthGenerate: a.Has("fake-no-health-generate"),
+		RawToolCalls:     a.Get("tool-call-parser", "") != ToolCallParser,
+		InlineThink:      a.Get("reasoning-parser", "") != ReasoningParser,
+	}
+	if v := a.Get("fake-crowded-above", ""); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return c, fmt.Errorf("--fake-crowded-above %q: want a whole number above 0", v)
+		}
+		c.CrowdedAbove = n
+	}
+	if v := a.Get("fake-latency", ""); v != "" {
+		d, err := parseDuration(v)
+		if err != nil || d < 0 {
+			return c, fmt.Errorf("--fake-latency %q: want a duration such as 20ms", v)
+		}
+		c.Latency = d
 	}
 	c.Model = a.Get("served-model-name", a.Get("model-path", a.Get("model", "default")))
 	mode := a.Get("fake-mode", "")
@@ -178,7 +211,8 @@ func Main(ctx context.Context, args []string, stderr io.Writer, getenv func(stri
 	}
 	srv := &http.Server{
 		Handler: New(Options{Mode: cfg.Mode, Model: cfg.Model, ReadyAfter: cfg.ReadyAfter,
-			NoHealthGenerate: cfg.NoHealthGenerate, Log: stderr}),
+			NoHealthGenerate: cfg.NoHealthGenerate, Log: stderr, RawToolCalls: cfg.RawToolCalls,
+			InlineThink: cfg.InlineThink, CrowdedAbove: cfg.CrowdedAbove, Latency: cfg.Latency}),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	why := ""
@@ -187,6 +221,12 @@ func Main(ctx context.Context, args []string, stderr io.Writer, getenv func(stri
 	}
 	fmt.Fprintf(stderr, "fake-sglang: serving %s on http://%s mode=%s%s\n", cfg.Model,
 		net.JoinHostPort(cfg.Host, port), cfg.Mode, why)
+	if cfg.RawToolCalls {
+		fmt.Fprintf(stderr, "fake-sglang: no --tool-call-parser %s: tool calls stay raw text in the content\n", ToolCallParser)
+	}
+	if cfg.InlineThink {
+		fmt.Fprintf(stderr, "fake-sglang: no --reasoning-parser %s: thinking stays inline in the content\n", ReasoningParser)
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	var crash <-chan time.Time

@@ -34,7 +34,9 @@ type Spec struct {
 	// APIKeyEnv names an environment variable holding the server's API key (the key
 	// itself never goes in a recipe).
 	APIKeyEnv string `yaml:"api_key_env" json:"api_key_env,omitempty"`
-	// Cases are the questions; the built-in set when empty.
+	// Cases are the questions; the built-in set when empty. A case may send its prompt
+	// many times at once (concurrency), offer tools (expect.tool_call), ask for the
+	// reasoning split (expect.reasoning), or be an accuracy sweep (accuracy).
 	Cases []gate.Case `yaml:"cases" json:"cases,omitempty"`
 }
 
@@ -136,6 +138,12 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	cfg, err := s.spec.Config(s.getenv)
 	if err != nil {
 		return err
+	}
+	// An accuracy case's JSONL file is named like the recipe's other files: relative to
+	// the recipe's folder, refused when group or others can write it.
+	cfg.ReadFile = func(name string) ([]byte, error) {
+		b, _, err := env.ReadRecipeFile(name)
+		return b, err
 	}
 	if env.Offline {
 		env.Log.Warn("offline (--root): no server was started, so the smoke gate does not run", "url", gate.RedactURL(cfg.URL))

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/recipe"
 	gatepkg "github.com/sglprov/sglprov/pkg/smoke"
 	"github.com/sglprov/sglprov/test/fakesglang"
 )
@@ -361,5 +364,104 @@ func TestOfflineDoesNotGate(t *testing.T) {
 	}
 	if hits.Load() != 0 || !strings.Contains(out.String(), "smoke gate does not run") {
 		t.Errorf("offline gate asked the server %d times; output:\n%s", hits.Load(), out)
+	}
+}
+
+// TestLoadCaseRejectsCrowdedProfile: a profile that answers every sequential case right
+// and garbage under load is rejected for its load case; the next profile wins.
+func TestLoadCaseRejectsCrowdedProfile(t *testing.T) {
+	svc := newFakeService(t, []string{"cutlass", "cudnn"},
+		map[string]fakesglang.Mode{"cutlass": fakesglang.ModeCrowded, "cudnn": fakesglang.ModeGood})
+	spec := testSpec(svc.srv.URL)
+	spec.RequestTimeout = "10s"
+	spec.Cases = append(gatepkg.BuiltinCases(), gateCase{Name: "load", Prompt: "What is 17 * 23? Answer with the number only.",
+		Concurrency: 64, Expect: gateExpect{Regex: `\b391\b`}})
+	step, err := New("smoke", spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, out := newEnv(t, map[string]engine.Step{"sglang-service": svc})
+	if err := step.Run(context.Background(), env); err != nil {
+		t.Fatalf("Run: %v\n%s", err, out)
+	}
+	if strings.Join(svc.activated, ",") != "cudnn" || strings.Join(svc.won, ",") != "cudnn" {
+		t.Errorf("activated %v won %v", svc.activated, svc.won)
+	}
+	table := out.String()
+	for _, want := range []string{"profile cutlass", "arithmetic  chat  PASS", "load        load  FAIL     64 (",
+		"of 64 answers failed; first: degenerate content (punct-run)", "profile cudnn", "smoke: PASS: 4/4"} {
+		if !strings.Contains(table, want) {
+			t.Errorf("output lacks %q:\n%s", want, table)
+		}
+	}
+}
+
+// TestQuestionFileBesideRecipe: an accuracy case's JSONL file is read relative to the
+// recipe's folder, and refused when others can write it.
+func TestQuestionFileBesideRecipe(t *testing.T) {
+	srv := httptest.NewServer(fakesglang.New(fakesglang.Options{Model: "qwen"}))
+	defer srv.Close()
+	spec := testSpec(srv.URL)
+	spec.Cases = []gateCase{{Name: "own", Accuracy: &gatepkg.Accuracy{Questions: "q.jsonl"}}}
+	step, err := New("smoke", spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, out := newEnv(t, nil)
+	env.RecipeDir = t.TempDir()
+	p := filepath.Join(env.RecipeDir, "q.jsonl")
+	if err := os.WriteFile(p, []byte(`{"prompt": "What is 6 * 7?", "answer": 42}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := step.Run(context.Background(), env); err != nil {
+		t.Fatalf("Run: %v\n%s", err, out)
+	}
+	if !strings.Contains(out.String(), "score 1.00 (1/1 right)") {
+		t.Errorf("output:\n%s", out)
+	}
+	if err := os.Chmod(p, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	err = step.Run(context.Background(), env)
+	if !errors.Is(err, engine.ErrUsage) || !strings.Contains(err.Error(), "writable by group or others") {
+		t.Errorf("group-writable file: %v", err)
+	}
+}
+
+// TestShippedRecipesUseEveryKind: the SM120 recipe's gate (and the demo's) has a load, a
+// tool-call, a reasoning and an accuracy case, and they validate.
+func TestShippedRecipesUseEveryKind(t *testing.T) {
+	for _, file := range []string{"qwen3.5-397b-a17b-nvfp4-sm120.yaml", "demo.yaml"} {
+		t.Run(file, func(t *testing.T) {
+			r, err := recipe.Load(filepath.Join("..", "..", "..", "recipes", file),
+				recipe.KindSpecs{"smoke": func() any { return new(Spec) }, "source": func() any { return new(map[string]any) },
+					"patch": func() any { return new(map[string]any) }, "build": func() any { return new(map[string]any) },
+					"download": func() any { return new(map[string]any) }, "systemd": func() any { return new(map[string]any) },
+					"command": func() any { return new(map[string]any) }}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := r.Step("smoke")
+			data, err := r.NewData(nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var spec Spec
+			if err := st.Render(data, &spec); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := New("smoke", spec); err != nil {
+				t.Fatal(err)
+			}
+			kinds := map[string]bool{}
+			for _, k := range spec.Cases {
+				kinds[k.Kind()] = true
+			}
+			for _, k := range []string{gatepkg.KindLoad, gatepkg.KindTool, gatepkg.KindReasoning, gatepkg.KindAccuracy} {
+				if !kinds[k] {
+					t.Errorf("no %s case in %s", k, file)
+				}
+			}
+		})
 	}
 }

@@ -1,0 +1,299 @@
+package smoke
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// Limits of a case's fields.
+const (
+	// MaxConcurrency is the most requests a load or accuracy case may hold at once.
+	MaxConcurrency = 1024
+	// DefaultMinScore is an accuracy case's threshold when it sets none.
+	DefaultMinScore = 0.9
+	// DefaultAccuracyConcurrency is how many questions of a sweep run at once by default.
+	DefaultAccuracyConcurrency = 8
+	// MissesShown is how many misses of an accuracy case the verdict lists.
+	MissesShown = 5
+)
+
+// Case kinds, as CaseResult.Kind names them.
+const (
+	KindChat      = "chat"
+	KindLoad      = "load"
+	KindTool      = "tool"
+	KindReasoning = "reasoning"
+	KindAccuracy  = "accuracy"
+)
+
+// Expect is what a case's answer must satisfy; every part that is set must hold.
+type Expect struct {
+	// Regex must match somewhere in the content (Go syntax; use (?i) for case-insensitive).
+	Regex string `yaml:"regex" json:"regex,omitempty"`
+	// Contains are substrings that must all appear (case-insensitive).
+	Contains []string `yaml:"contains" json:"contains,omitempty"`
+	// ContainsAny are substrings of which at least one must appear (case-insensitive).
+	ContainsAny []string `yaml:"contains_any" json:"contains_any,omitempty"`
+	// ToolCall is a call the answer must carry in tool_calls, as the server's tool-call
+	// parser returns it; a call left as raw <tool_call> text in the content fails.
+	ToolCall *ToolCallExpect `yaml:"tool_call" json:"tool_call,omitempty"`
+	// Reasoning asks for the reasoning split: reasoning_content non-empty, and no think
+	// tags in the content.
+	Reasoning bool `yaml:"reasoning" json:"reasoning,omitempty"`
+}
+
+// ToolCallExpect is an expected tool call.
+type ToolCallExpect struct {
+	// Name is the function's name.
+	Name string `yaml:"name" json:"name"`
+	// Arguments must be a subset of the call's arguments (a JSON object): every key given
+	// here must be there with an equal value; objects are compared the same way, deeply.
+	Arguments map[string]any `yaml:"arguments" json:"arguments,omitempty"`
+}
+
+// Tool is an OpenAI function tool offered to the model.
+type Tool struct {
+	Name        string `yaml:"name" json:"name"`
+	Description string `yaml:"description" json:"description,omitempty"`
+	// Parameters is the function's JSON schema.
+	Parameters map[string]any `yaml:"parameters" json:"parameters,omitempty"`
+}
+
+// Accuracy makes a case a sweep over many questions, scored.
+type Accuracy struct {
+	// Questions is "builtin:NAME" (see BuiltinQuestionSets) or a JSONL file, one
+	// {"prompt": ..., "answer": ...} per line.
+	Questions string `yaml:"questions" json:"questions"`
+	// MinScore is the share of right answers the case needs, 0 to 1 (default 0.9).
+	MinScore float64 `yaml:"min_score" json:"min_score,omitempty"`
+	// Concurrency is how many questions are asked at once (default 8).
+	Concurrency int `yaml:"concurrency" json:"concurrency,omitempty"`
+	// Limit asks only the first Limit questions (0: all).
+	Limit int `yaml:"limit" json:"limit,omitempty"`
+}
+
+// Case is one question of the gate, or one sweep of questions (Accuracy).
+type Case struct {
+	Name   string `yaml:"name" json:"name"`
+	Prompt string `yaml:"prompt" json:"prompt,omitempty"`
+	Expect Expect `yaml:"expect" json:"expect"`
+	// Concurrency sends the prompt this many times at once (a load case); every answer is
+	// judged, and one bad answer fails the case.
+	Concurrency int `yaml:"concurrency" json:"concurrency,omitempty"`
+	// Tools are offered with the prompt (OpenAI function tools).
+	Tools []Tool `yaml:"tools" json:"tools,omitempty"`
+	// ChatTemplateKwargs are merged over the gate's for this case (e.g. enable_thinking: true).
+	ChatTemplateKwargs map[string]any `yaml:"chat_template_kwargs" json:"chat_template_kwargs,omitempty"`
+	// MaxTokens overrides the gate's max_tokens for this case (a thinking case needs more).
+	MaxTokens int `yaml:"max_tokens" json:"max_tokens,omitempty"`
+	// Accuracy makes the case a scored sweep over a question set; it takes no prompt.
+	Accuracy *Accuracy `yaml:"accuracy" json:"accuracy,omitempty"`
+}
+
+// Kind says what sort of case c is: accuracy, tool, reasoning, load or chat.
+func (c Case) Kind() string {
+	switch {
+	case c.Accuracy != nil:
+		return KindAccuracy
+	case len(c.Tools) > 0 || c.Expect.ToolCall != nil:
+		return KindTool
+	case c.Expect.Reasoning:
+		return KindReasoning
+	case c.Concurrency > 1:
+		return KindLoad
+	}
+	return KindChat
+}
+
+var toolName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
+
+func (c Case) validate() error {
+	if c.Concurrency < 0 || c.Concurrency > MaxConcurrency {
+		return fmt.Errorf("concurrency %d: want 1 to %d", c.Concurrency, MaxConcurrency)
+	}
+	if c.MaxTokens < 0 {
+		return fmt.Errorf("max_tokens %d must not be negative", c.MaxTokens)
+	}
+	if a := c.Accuracy; a != nil {
+		if strings.TrimSpace(c.Prompt) != "" || len(c.Tools) > 0 || c.Concurrency != 0 ||
+			c.Expect.Regex != "" || len(c.Expect.Contains) > 0 || len(c.Expect.ContainsAny) > 0 ||
+			c.Expect.ToolCall != nil || c.Expect.Reasoning {
+			return errors.New("an accuracy case takes no prompt, tools, concurrency or expect: its questions carry their answers")
+		}
+		if strings.TrimSpace(a.Questions) == "" {
+			return errors.New(`accuracy.questions is empty: want "builtin:NAME" or a JSONL file`)
+		}
+		if name, ok := strings.CutPrefix(a.Questions, BuiltinPrefix); ok {
+			if _, err := BuiltinQuestions(name); err != nil {
+				return fmt.Errorf("accuracy.questions: %w", err)
+			}
+		}
+		if a.MinScore < 0 || a.MinScore > 1 {
+			return fmt.Errorf("accuracy.min_score %g: want 0 to 1", a.MinScore)
+		}
+		if a.Concurrency < 0 || a.Concurrency > MaxConcurrency {
+			return fmt.Errorf("accuracy.concurrency %d: want 1 to %d", a.Concurrency, MaxConcurrency)
+		}
+		if a.Limit < 0 {
+			return fmt.Errorf("accuracy.limit %d must not be negative", a.Limit)
+		}
+		return nil
+	}
+	if strings.TrimSpace(c.Prompt) == "" {
+		return errors.New("prompt is empty")
+	}
+	if c.Expect.Regex != "" {
+		if _, err := regexp.Compile(c.Expect.Regex); err != nil {
+			return fmt.Errorf("expect.regex: %w", err)
+		}
+	}
+	names := map[string]bool{}
+	for i, t := range c.Tools {
+		if !toolName.MatchString(t.Name) {
+			return fmt.Errorf("tools[%d]: name %q: want letters, digits, _ . or -, up to 64", i, t.Name)
+		}
+		if names[t.Name] {
+			return fmt.Errorf("tools[%d]: name %q used twice", i, t.Name)
+		}
+		names[t.Name] = true
+		if _, err := json.Marshal(t.Parameters); err != nil {
+			return fmt.Errorf("tools[%d] (%s): parameters: %w", i, t.Name, err)
+		}
+	}
+	if tc := c.Expect.ToolCall; tc != nil {
+		if tc.Name == "" {
+			return errors.New("expect.tool_call.name is empty")
+		}
+		if !names[tc.Name] {
+			return fmt.Errorf("expect.tool_call.name %q is not among the case's tools", tc.Name)
+		}
+		if _, err := json.Marshal(tc.Arguments); err != nil {
+			return fmt.Errorf("expect.tool_call.arguments: %w", err)
+		}
+	}
+	return nil
+}
+
+// BuiltinCases returns the cases used when a config names none: arithmetic with a single
+// right number, a well-known fact, and a short Python function.
+func BuiltinCases() []Case {
+	return []Case{
+		{Name: "arithmetic", Prompt: "What is 17 * 23? Answer with the number only.",
+			Expect: Expect{Regex: `\b391\b`}},
+		{Name: "fact", Prompt: "What is the capital of France? Answer with one word.",
+			Expect: Expect{ContainsAny: []string{"Paris"}}},
+		{Name: "code", Prompt: "Write a short Python function that returns the sum of a list of numbers. Reply with the code only.",
+			Expect: Expect{Regex: `def \w+\(`}},
+	}
+}
+
+// WeatherTool is the function tool of the built-in tool-call case.
+func WeatherTool() Tool {
+	return Tool{Name: "get_weather", Description: "Get the current weather in a city.",
+		Parameters: map[string]any{"type": "object",
+			"properties": map[string]any{"city": map[string]any{"type": "string", "description": "the city's name"}},
+			"required":   []any{"city"}}}
+}
+
+// BuiltinSet returns BuiltinCases and one case of each other kind: 64 requests at once, a
+// tool call, the reasoning split with thinking on, and a sweep of builtin:arithmetic.
+func BuiltinSet() []Case {
+	return append(BuiltinCases(),
+		Case{Name: "load", Prompt: "What is 17 * 23? Answer with the number only.", Concurrency: 64,
+			Expect: Expect{Regex: `\b391\b`}},
+		Case{Name: "tool-call", Prompt: "What is the weather in Paris right now? Use the tool.",
+			Tools:  []Tool{WeatherTool()},
+			Expect: Expect{ToolCall: &ToolCallExpect{Name: "get_weather", Arguments: map[string]any{"city": "Paris"}}}},
+		Case{Name: "thinking", Prompt: "What is 17 * 23?", MaxTokens: 4096,
+			ChatTemplateKwargs: map[string]any{"enable_thinking": true},
+			Expect:             Expect{Reasoning: true, Regex: `\b391\b`}},
+		Case{Name: "sweep", Accuracy: &Accuracy{Questions: "builtin:arithmetic", MinScore: DefaultMinScore, Concurrency: 16}},
+	)
+}
+
+// CanaryCase returns the first of cases that sends one request (no concurrency, no
+// sweep), for a check that must stay light on a serving node; the first built-in case
+// when there is none.
+func CanaryCase(cases []Case) Case {
+	for _, k := range cases {
+		if k.Accuracy == nil && k.Concurrency <= 1 {
+			return k
+		}
+	}
+	return BuiltinCases()[0]
+}
+
+// Miss is a question of an accuracy case that was answered wrongly.
+type Miss struct {
+	Prompt string   `json:"prompt"`
+	Want   []string `json:"want"`
+	// Got is a short escaped excerpt of the content.
+	Got string `json:"got"`
+}
+
+// CaseResult is the verdict of one case.
+type CaseResult struct {
+	Name string `json:"name"`
+	// Kind is chat, load, tool, reasoning or accuracy.
+	Kind string `json:"kind"`
+	Pass bool   `json:"pass"`
+	// Reason says why the case failed ("ok" when it passed; an accuracy case's score).
+	Reason string `json:"reason"`
+	// Latency is the time the case took: its one request, or all of its requests.
+	Latency time.Duration `json:"-"`
+	// Answers is how many answers were judged; Failed how many of them failed (a wrong
+	// answer of an accuracy case is a miss, not a failure).
+	Answers int `json:"answers"`
+	Failed  int `json:"failed"`
+	// P50 and P99 are the spread of the requests' latencies when there were several.
+	P50, P99 time.Duration `json:"-"`
+	// Sample is a short escaped excerpt of what the model said (the first failing answer
+	// when one failed): the content, else the reasoning, or the tool call.
+	Sample string `json:"sample"`
+	// FinishReason is the choice's finish_reason, when there was one.
+	FinishReason string `json:"finish_reason,omitempty"`
+	// ToolCalls are the calls the server parsed, for a tool case.
+	ToolCalls []ToolCall `json:"tool_calls,omitempty"`
+	// Score, MinScore, Correct and Misses are an accuracy case's: the share of right
+	// answers, the threshold, the count of right answers and the first misses.
+	Score    *float64 `json:"score,omitempty"`
+	MinScore float64  `json:"min_score,omitempty"`
+	Correct  int      `json:"correct,omitempty"`
+	Misses   []Miss   `json:"misses,omitempty"`
+}
+
+// MarshalJSON encodes the result with its latency as "latency" (e.g. "1.25s") and
+// "latency_ms", and the spread as "latency_p50_ms" and "latency_p99_ms" when the case
+// sent several requests.
+func (r CaseResult) MarshalJSON() ([]byte, error) {
+	type plain CaseResult
+	out := struct {
+		plain
+		Latency   string `json:"latency"`
+		LatencyMS int64  `json:"latency_ms"`
+		P50MS     *int64 `json:"latency_p50_ms,omitempty"`
+		P99MS     *int64 `json:"latency_p99_ms,omitempty"`
+	}{plain: plain(r), Latency: r.Latency.Round(time.Millisecond).String(), LatencyMS: r.Latency.Milliseconds()}
+	if r.Answers > 1 {
+		p50, p99 := r.P50.Milliseconds(), r.P99.Milliseconds()
+		out.P50MS, out.P99MS = &p50, &p99
+	}
+	return json.Marshal(out)
+}
+
+// redact removes key from every text of the result.
+func (r *CaseResult) redact(key string) {
+	red := func(s string) string { return strings.ReplaceAll(s, key, "[redacted]") }
+	r.Reason, r.Sample = red(r.Reason), red(r.Sample)
+	for i := range r.Misses {
+		r.Misses[i].Got = red(r.Misses[i].Got)
+		r.Misses[i].Prompt = red(r.Misses[i].Prompt)
+	}
+	for i := range r.ToolCalls {
+		r.ToolCalls[i].Arguments = red(r.ToolCalls[i].Arguments)
+	}
+}
