@@ -94,8 +94,10 @@ func Main(args []string, stdio IO) int {
 }
 
 // ForceExitAfter is how long a command may take to stop after SIGINT or SIGTERM before the
-// process ends without waiting for it (steps stop their children within 10 s).
-const ForceExitAfter = 30 * time.Second
+// process ends without waiting for it: longer than any clean stop takes (a build's children
+// get 10 s, a server under the exec manager its unit's TimeoutStopSec, 90 s by default), so
+// that it ends only what waits on something deaf to the cancel.
+const ForceExitAfter = 2 * time.Minute
 
 // endAfterSignal waits for the first signal (ctx done), then gives the signals back their
 // default action, so that a second one ends the process at once, and calls exit when the
