@@ -70,12 +70,12 @@ func Main(args []string, stdio IO) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	// The first SIGINT or SIGTERM cancels the command, which stops its children and
-	// records what it did; a second one ends the process at once, whatever it waits on.
-	go func() {
-		<-ctx.Done()
-		stop()
-	}()
+	finished := make(chan struct{})
+	defer close(finished)
+	go endAfterSignal(ctx, stop, finished, ForceExitAfter, func() {
+		fmt.Fprintf(stdio.Stderr, "sglprov: still running %s after the signal; exiting now\n", ForceExitAfter)
+		os.Exit(engine.ExitFailed)
+	})
 	for _, c := range commands() {
 		if c.name == args[1] {
 			err := c.run(ctx, stdio, args[2:])
@@ -91,6 +91,31 @@ func Main(args []string, stdio IO) int {
 	fmt.Fprintf(stdio.Stderr, "sglprov: unknown command %q\n\n", args[1])
 	usage(stdio.Stderr)
 	return engine.ExitUsage
+}
+
+// ForceExitAfter is how long a command may take to stop after SIGINT or SIGTERM before the
+// process ends without waiting for it: longer than any clean stop takes (a build's children
+// get 10 s, a server under the exec manager its unit's TimeoutStopSec, 90 s by default), so
+// that it ends only what waits on something deaf to the cancel.
+const ForceExitAfter = 2 * time.Minute
+
+// endAfterSignal waits for the first signal (ctx done), then gives the signals back their
+// default action, so that a second one ends the process at once, and calls exit when the
+// command has not finished within grace.
+func endAfterSignal(ctx context.Context, stop func(), finished <-chan struct{}, grace time.Duration, exit func()) {
+	select {
+	case <-ctx.Done():
+	case <-finished:
+		return
+	}
+	stop()
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-finished:
+	case <-t.C:
+		exit()
+	}
 }
 
 // errReported marks an error whose message was already printed.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/atomicfile"
+	"github.com/sglprov/sglprov/pkg/safefile"
 )
 
 // stageDir is the one folder, at the top of the tree, where the step stages new file
@@ -192,7 +193,7 @@ func recoverJournal(root string) (bool, error) {
 	if !fi.IsDir() {
 		return false, fmt.Errorf("%s is not a folder the patch step made; remove it", stage)
 	}
-	b, err := os.ReadFile(filepath.Join(stage, journalName))
+	b, err := safefile.ReadRegular(filepath.Join(stage, journalName), 16<<20)
 	if errors.Is(err, fs.ErrNotExist) {
 		if err := os.RemoveAll(stage); err != nil {
 			return false, fmt.Errorf("removing %s: %w", stage, err)
