@@ -39,7 +39,7 @@ const SchemaID = "https://github.com/sglprov/sglprov/docs/recipe.schema.json"
 // durationPattern matches what time.ParseDuration reads.
 const durationPattern = `^[-+]?(0|([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|ms|s|m|h))+$`
 
-// JSONSchema returns the JSON Schema (draft 2020-12) of recipe files, made by reflection
+// JSONSchema returns the JSON Schema (draft-07, which editors read) of recipe files, made by reflection
 // from File and the spec types of kinds: the fields, shapes and scalar types the parser
 // checks. A string field takes any YAML scalar, as the parser does; templates
 // ("{{ .vars.x }}") are strings. What only the parser can check (references between
@@ -56,7 +56,7 @@ func JSONSchema(kinds KindSpecs) map[string]any {
 	}
 	props["steps"] = map[string]any{"type": "array", "items": stepSchema(kinds)}
 	top["required"] = []string{"apiVersion", "name", "steps"}
-	top["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+	top["$schema"] = "http://json-schema.org/draft-07/schema#"
 	top["$id"] = SchemaID
 	top["title"] = "sglprov recipe (" + APIVersion + ")"
 	return top
@@ -92,7 +92,10 @@ func scalar() map[string]any {
 	return map[string]any{"type": []string{"string", "number", "boolean"}}
 }
 
-var unmarshalerType = reflect.TypeOf((*yaml.Unmarshaler)(nil)).Elem()
+var (
+	unmarshalerType = reflect.TypeOf((*yaml.Unmarshaler)(nil)).Elem()
+	yamlNodeType    = reflect.TypeOf(yaml.Node{})
+)
 
 // typeSchema mirrors the parser's strict check of t (see check in strict.go).
 func typeSchema(t reflect.Type) map[string]any {
@@ -104,6 +107,9 @@ func typeSchema(t reflect.Type) map[string]any {
 	}
 	if t == durationType {
 		return map[string]any{"type": "string", "pattern": durationPattern}
+	}
+	if t == yamlNodeType {
+		return map[string]any{} // kept as YAML, checked where it is used
 	}
 	switch t.Kind() {
 	case reflect.Struct:
