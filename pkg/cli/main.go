@@ -109,6 +109,10 @@ func Main(args []string, stdio IO) int {
 	}
 	c, ok := lookup(args[1])
 	if !ok {
+		if strings.HasPrefix(args[1], "-") {
+			fmt.Fprintf(stdio.Stderr, "sglprov: unknown flag %q: a command comes first, its flags after it (sglprov apply -f RECIPE)\nRun 'sglprov --help' for the list of commands.\n", args[1])
+			return engine.ExitUsage
+		}
 		fmt.Fprintf(stdio.Stderr, "sglprov: %v\n", unknownCommand(args[1]))
 		return engine.ExitUsage
 	}
