@@ -40,24 +40,39 @@ func writeMan(w io.Writer, cmds []describedCommand, version string) error {
 	b.WriteString(".PP\n" + roff("It reads a YAML recipe: it checks the GPUs, fetches and patches SGLang, builds its kernels for the GPU at hand, downloads the weights, installs the service, and calls the host ready only when real chat completions come back correct. A re-run does only what changed.") + "\n")
 	b.WriteString(".PP\n" + roff("Every flag takes one dash or two (-json, --json); a flag's value follows it (--state-dir DIR or --state-dir=DIR).") + "\n")
 	b.WriteString(".SH COMMANDS\n")
+	// The common flags are the same for every command that takes them: listed once.
+	var common []flagInfo
+	var takers []string
 	for _, c := range cmds {
 		fmt.Fprintf(&b, ".SS \"%s\"\n%s\n", roff(c.synopsis()), roff(c.summary))
-		common := false
+		var own, shared []flagInfo
 		for _, f := range c.flags {
-			if f.Common && !common {
-				b.WriteString(".PP\nCommon flags:\n")
-				common = true
+			if f.Common {
+				shared = append(shared, f)
+			} else {
+				own = append(own, f)
 			}
-			b.WriteString(".TP\n")
-			var names []string
-			for _, n := range flagWords(f) {
-				names = append(names, `\fB`+roff(n)+`\fR`)
+		}
+		for _, f := range own {
+			writeManFlag(&b, f)
+		}
+		if len(shared) > 0 {
+			if len(own) == 0 {
+				b.WriteString(".PP\nIts flags are the common flags (see \\fBCOMMON FLAGS\\fR).\n")
+			} else {
+				b.WriteString(".PP\nAlso the common flags (see \\fBCOMMON FLAGS\\fR).\n")
 			}
-			line := strings.Join(names, ", ")
-			if f.ValueName != "" {
-				line += ` \fI` + roff(f.ValueName) + `\fR`
+			takers = append(takers, c.name)
+			if common == nil {
+				common = shared
 			}
-			b.WriteString(line + "\n" + roff(flagUsage(f)) + "\n")
+		}
+	}
+	if len(common) > 0 {
+		b.WriteString(".SH \"COMMON FLAGS\"\n")
+		b.WriteString(roff("Taken by "+strings.Join(takers, ", ")+".") + "\n")
+		for _, f := range common {
+			writeManFlag(&b, f)
 		}
 	}
 	b.WriteString(".SH \"EXIT STATUS\"\n")
@@ -75,4 +90,18 @@ func writeMan(w io.Writer, cmds []describedCommand, version string) error {
 	b.WriteString(".SH \"SEE ALSO\"\n.BR systemctl (1),\n.BR journalctl (1),\n.BR nvidia\\-smi (1)\n")
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// writeManFlag writes one flag as a tagged paragraph.
+func writeManFlag(b *strings.Builder, f flagInfo) {
+	b.WriteString(".TP\n")
+	var names []string
+	for _, n := range flagWords(f) {
+		names = append(names, `\fB`+roff(n)+`\fR`)
+	}
+	line := strings.Join(names, ", ")
+	if f.ValueName != "" {
+		line += ` \fI` + roff(f.ValueName) + `\fR`
+	}
+	b.WriteString(line + "\n" + roff(flagUsage(f)) + "\n")
 }
