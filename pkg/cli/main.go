@@ -105,7 +105,7 @@ func Main(args []string, stdio IO) int {
 		usage(stdio.Stdout)
 		return engine.ExitOK
 	case "-version", "--version":
-		args = []string{args[0], "version"}
+		args = append([]string{args[0], "version"}, args[2:]...)
 	}
 	c, ok := lookup(args[1])
 	if !ok {
