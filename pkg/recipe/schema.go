@@ -14,12 +14,18 @@ import (
 // fields, and JSONSchema is made from them: a top-level field added here is known to both.
 // Steps are checked against the step kinds (KindSpecs).
 type File struct {
-	APIVersion string             `yaml:"apiVersion"`
-	Name       string             `yaml:"name"`
-	Vars       map[string]string  `yaml:"vars"`
-	Requires   gpu.Requirements   `yaml:"requires"`
-	Profiles   map[string]Profile `yaml:"profiles"`
-	Steps      []yaml.Node        `yaml:"steps"`
+	// APIVersion is "sglprov/v1".
+	APIVersion string `yaml:"apiVersion"`
+	// Name is the recipe's name.
+	Name string `yaml:"name"`
+	// Vars are strings that templates use; --set overrides them.
+	Vars map[string]string `yaml:"vars"`
+	// Requires is what the host must have.
+	Requires gpu.Requirements `yaml:"requires"`
+	// Profiles are the backend profiles by name.
+	Profiles map[string]Profile `yaml:"profiles"`
+	// Steps are the steps, each with a name, optional needs and one kind.
+	Steps []yaml.Node `yaml:"steps"`
 }
 
 // topLevelFields returns the names of File's fields, in their order.
