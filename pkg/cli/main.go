@@ -179,7 +179,7 @@ func (inv *invocation) permissionHint(err error) string {
 		return ""
 	}
 	if inv.stateDirChosen {
-		return fmt.Sprintf("this user cannot write the state dir %s: run as its owner or root, or give another --state-dir DIR", inv.stateDir)
+		return fmt.Sprintf("this user cannot use the state dir %s: run as its owner or root, or give another --state-dir DIR", inv.stateDir)
 	}
 	return fmt.Sprintf("the state dir %s is root's: run as root (sudo sglprov ...), or give --state-dir DIR (or set SGLPROV_STATE_DIR)", inv.stateDir)
 }

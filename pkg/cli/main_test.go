@@ -138,7 +138,7 @@ func TestNonRootStateDirSaysRootIsNeeded(t *testing.T) {
 		args       []string
 	}{
 		{"default", "the state dir " + DefaultStateDir + " is root's: run as root (sudo sglprov ...), or give --state-dir DIR", nil},
-		{"chosen", "cannot write the state dir /var/lib/sglprov-test-nobody", []string{"--state-dir", "/var/lib/sglprov-test-nobody"}},
+		{"chosen", "cannot use the state dir /var/lib/sglprov-test-nobody", []string{"--state-dir", "/var/lib/sglprov-test-nobody"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cmd := exec.Command(bin, append([]string{"apply", "-f", recipe}, tc.args...)...)
