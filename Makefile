@@ -8,12 +8,23 @@ BIN     := bin/sglprov
 PKGS    := ./...
 FUZZTIME ?= 5s
 
-.PHONY: all build test unit e2e fuzz lint bench demo deps clean
+.PHONY: all build test unit e2e fuzz lint bench demo deps clean schema man
 
 all: build
 
+# -buildvcs=auto: the binary records the commit it was built from (sglprov version),
+# whatever GOFLAGS says.
 build:
-	$(GO) build -o $(BIN) ./cmd/sglprov
+	$(GO) build -buildvcs=auto -o $(BIN) ./cmd/sglprov
+
+# schema regenerates the recipes' JSON Schema that the shipped recipes name (a test fails
+# while it differs from what `sglprov schema` prints).
+schema: build
+	$(BIN) schema > docs/recipe.schema.json
+
+# man writes the man page sglprov(1), made from the same text as the help.
+man: build
+	$(BIN) man > docs/sglprov.1
 
 # test is everything CI runs: the Debian packages it needs (as root), lint, unit and CLI
 # tests (the demo's test among them), a short fuzz run and the real-systemd end-to-end test.

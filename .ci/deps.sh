@@ -9,6 +9,10 @@ command -v gcc >/dev/null || need+=(gcc)
 command -v debootstrap >/dev/null || need+=(debootstrap)
 command -v systemd-nspawn >/dev/null || need+=(systemd-container)
 command -v nsenter >/dev/null || need+=(util-linux)
+# The completion and man page tests load the scripts into each shell and render the page.
+command -v zsh >/dev/null || need+=(zsh)
+command -v fish >/dev/null || need+=(fish)
+command -v groff >/dev/null || need+=(groff-base)
 if [ "${#need[@]}" -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "note: ${need[*]} missing and not root: the tests that need them skip themselves" >&2

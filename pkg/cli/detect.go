@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 
 	"github.com/sglprov/sglprov/pkg/gpu"
 )
@@ -22,6 +23,12 @@ func runDetect(ctx context.Context, stdio IO, args []string) error {
 		enc := json.NewEncoder(stdio.Stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(facts)
+	}
+	if len(facts.GPUs) == 0 {
+		fmt.Fprintf(stdio.Stdout, "No NVIDIA GPU found: NVML works (driver %s) but reports no GPU.\n"+
+			"  Check that the GPUs are visible to this host or container (lspci | grep -i nvidia, nvidia-smi -L).\n",
+			facts.DriverVersion)
+		return nil
 	}
 	return gpu.FormatTable(stdio.Stdout, facts)
 }

@@ -4,6 +4,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -19,6 +21,7 @@ import (
 	"github.com/charmbracelet/x/term"
 
 	sglprov "github.com/sglprov/sglprov"
+	"github.com/sglprov/sglprov/pkg/buildinfo"
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/recipe"
@@ -30,67 +33,161 @@ type IO struct {
 	Stdin          io.Reader
 	Stdout, Stderr io.Writer
 	Getenv         func(string) string
+
+	// describe, when set, receives the command's flags in place of its help (--help).
+	describe func(*flagSet)
+	// run is what Main learns of the command while it runs (nil outside Main).
+	run *invocation
 }
 
 // DefaultStateDir is where state lives unless --state-dir says otherwise.
 const DefaultStateDir = "/var/lib/sglprov"
 
+// command is one sglprov command: its name, the arguments its synopsis shows, the one
+// line that says what it does, and its body. Every body parses its flags (parse) before it
+// does anything else: help and the man page are made by running it with --help.
 type command struct {
-	name, usage string
-	run         func(ctx context.Context, io IO, args []string) error
+	name, args, summary string
+	run                 func(ctx context.Context, io IO, args []string) error
+}
+
+// synopsis is the command's usage line.
+func (c command) synopsis() string {
+	s := "sglprov " + c.name
+	if c.args != "" {
+		s += " " + c.args
+	}
+	return s + " [flags]"
 }
 
 func commands() []command {
 	return []command{
-		{"validate", "validate -f RECIPE        check a recipe; errors as file:line:col: message", runValidate},
-		{"plan", "plan -f RECIPE            what apply would do, step by step, and why", runPlan},
-		{"apply", "apply -f RECIPE           do it; re-runs skip what is already done and intact", runApply},
-		{"detect", "detect [--json]           the GPUs, driver and CUDA version of this host", runDetect},
-		{"smoke", "smoke --url URL | -f RECIPE  the correctness gate alone, against a running server", runSmokeCommand},
-		{"status", "status [--json]           the last run: each step, its result, time and reason", runStatus},
-		{"daemon", "daemon -f RECIPE          apply, then keep watching the node", runDaemon},
-		{"version", "version                   print the version", runVersion},
+		{"validate", "-f RECIPE", "check a recipe; every problem as file:line:col: message", runValidate},
+		{"plan", "-f RECIPE", "what apply would do, step by step, and why (changes nothing)", runPlan},
+		{"apply", "-f RECIPE", "do it; re-runs skip what is already done and still intact", runApply},
+		{"detect", "", "the GPUs, driver and CUDA version of this host (NVML)", runDetect},
+		{"smoke", "--url URL | -f RECIPE", "the correctness gate alone, against a running server", runSmokeCommand},
+		{"status", "", "the last run: each step, its result, time and reason", runStatus},
+		{"daemon", "-f RECIPE", "apply, then keep watching the node (driver changes, canary smoke, metrics)", runDaemon},
+		{"version", "", "the version and the commit this binary was built from", runVersion},
+		{"help", "[COMMAND]", "sglprov's help, or a command's", runHelp},
+		{"completion", "bash|zsh|fish", "a shell completion script", runCompletion},
+		{"man", "", "the man page, sglprov(1), in roff", runMan},
+		{"schema", "", "the JSON Schema of recipes, for editors", runSchema},
 	}
 }
 
-// Version is the build's version, set with -ldflags "-X ...cli.Version=...".
-var Version = "dev"
+// lookup returns the command named name.
+func lookup(name string) (command, bool) {
+	for _, c := range commands() {
+		if c.name == name {
+			return c, true
+		}
+	}
+	return command{}, false
+}
+
+// ExitInterrupted is the exit code of a run stopped by Ctrl-C (SIGINT): 128 + 2, as
+// shells report it.
+const ExitInterrupted = 130
 
 // Main runs sglprov with args (args[0] is the program name) and returns the exit code.
 func Main(args []string, stdio IO) int {
 	if stdio.Getenv == nil {
 		stdio.Getenv = os.Getenv
 	}
-	if len(args) < 2 || args[1] == "-h" || args[1] == "--help" || args[1] == "help" {
+	if len(args) < 2 {
 		usage(stdio.Stderr)
-		if len(args) < 2 {
+		return engine.ExitUsage
+	}
+	switch args[1] {
+	case "-h", "-help", "--help":
+		usage(stdio.Stdout)
+		return engine.ExitOK
+	case "-version", "--version":
+		args = append([]string{args[0], "version"}, args[2:]...)
+	}
+	c, ok := lookup(args[1])
+	if !ok {
+		if strings.HasPrefix(args[1], "-") {
+			fmt.Fprintf(stdio.Stderr, "sglprov: unknown flag %q: a command comes first, its flags after it (sglprov apply -f RECIPE)\nRun 'sglprov --help' for the list of commands.\n", args[1])
 			return engine.ExitUsage
 		}
-		return engine.ExitOK
+		fmt.Fprintf(stdio.Stderr, "sglprov: %v\n", unknownCommand(args[1]))
+		return engine.ExitUsage
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	var interrupted atomic.Bool
+	go func() {
+		select {
+		case s := <-sigs:
+			interrupted.Store(s == os.Interrupt)
+			cancel(fmt.Errorf("stopped by %s", signalName(s)))
+			// The first SIGINT or SIGTERM cancels the command, which stops its children and
+			// records what it did; a second one ends the process at once, whatever it
+			// waits on (the default action: a shell sees 130 for SIGINT).
+			signal.Stop(sigs)
+		case <-ctx.Done():
+		}
+	}()
 	finished := make(chan struct{})
 	defer close(finished)
-	go endAfterSignal(ctx, stop, finished, ForceExitAfter, func() {
+	go endAfterSignal(ctx, func() { signal.Stop(sigs) }, finished, ForceExitAfter, func() {
 		fmt.Fprintf(stdio.Stderr, "sglprov: still running %s after the signal; exiting now\n", ForceExitAfter)
 		os.Exit(engine.ExitFailed)
 	})
-	for _, c := range commands() {
-		if c.name == args[1] {
-			err := c.run(ctx, stdio, args[2:])
-			if err != nil && !errors.Is(err, errReported) {
-				fmt.Fprintf(stdio.Stderr, "sglprov %s: %v\n", c.name, err)
-			}
-			if errors.Is(err, flag.ErrHelp) {
-				return engine.ExitOK
-			}
-			return engine.ExitCode(err)
-		}
+	stdio.run = &invocation{}
+	err := c.run(ctx, stdio, args[2:])
+	if errors.Is(err, errHelpShown) {
+		return engine.ExitOK
 	}
-	fmt.Fprintf(stdio.Stderr, "sglprov: unknown command %q\n\n", args[1])
-	usage(stdio.Stderr)
-	return engine.ExitUsage
+	if err != nil && !errors.Is(err, errReported) {
+		fmt.Fprintf(stdio.Stderr, "sglprov %s: %v\n", c.name, err)
+	}
+	if hint := stdio.run.permissionHint(err); hint != "" {
+		fmt.Fprintf(stdio.Stderr, "sglprov %s: %s\n", c.name, hint)
+	}
+	if err != nil && interrupted.Load() {
+		return ExitInterrupted
+	}
+	return engine.ExitCode(err)
+}
+
+func signalName(s os.Signal) string {
+	switch s {
+	case os.Interrupt:
+		return "SIGINT"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	}
+	return s.String()
+}
+
+// invocation is what one run of Main learns while the command parses its flags.
+type invocation struct {
+	// stateDir is the state directory the command uses ("" for commands without one);
+	// stateDirChosen says whether --state-dir or SGLPROV_STATE_DIR chose it.
+	stateDir       string
+	stateDirChosen bool
+}
+
+// permissionHint says what to do when err is a permission error on the state directory
+// of a run that is not root's.
+func (inv *invocation) permissionHint(err error) string {
+	if err == nil || inv == nil || inv.stateDir == "" || !errors.Is(err, os.ErrPermission) || os.Geteuid() == 0 {
+		return ""
+	}
+	if !strings.Contains(err.Error(), inv.stateDir) {
+		return ""
+	}
+	if inv.stateDirChosen {
+		return fmt.Sprintf("this user cannot use the state dir %s: run as its owner or root, or give another --state-dir DIR", inv.stateDir)
+	}
+	return fmt.Sprintf("the state dir %s is root's: run as root (sudo sglprov ...), or give --state-dir DIR (or set SGLPROV_STATE_DIR)", inv.stateDir)
 }
 
 // ForceExitAfter is how long a command may take to stop after SIGINT or SIGTERM before the
@@ -129,22 +226,10 @@ func reported(err error) error {
 	return fmt.Errorf("%w%w", errReported, err)
 }
 
-func usage(w io.Writer) {
-	fmt.Fprintln(w, "sglprov provisions GPU hosts to serve LLMs with SGLang, and gates on correct answers.")
-	fmt.Fprintln(w, "\nUsage: sglprov COMMAND [flags]")
-	for _, c := range commands() {
-		fmt.Fprintln(w, "  sglprov "+c.usage)
-	}
-	fmt.Fprintln(w, "\nCommon flags: -f/--recipe FILE, --set KEY=VALUE, --state-dir DIR, --root DIR,")
-	fmt.Fprintln(w, "  --log-format text|json|logfmt, --log-level debug|info|warn|error")
-	fmt.Fprintln(w, "Exit codes: 0 ok, 1 step failed, 2 bad usage or recipe, 3 smoke gate failed,")
-	fmt.Fprintln(w, "  4 host does not meet the recipe, 5 locked by another run, 6 reboot required")
-}
-
 // common are the flags every recipe command takes.
 type common struct {
 	recipe    string
-	sets      multi
+	sets      kvList
 	stateDir  string
 	root      string
 	logFormat string
@@ -152,44 +237,38 @@ type common struct {
 	insecure  bool
 }
 
+// multi is a repeatable flag whose values are kept in order.
 type multi []string
 
 func (m *multi) String() string     { return strings.Join(*m, ",") }
 func (m *multi) Set(v string) error { *m = append(*m, v); return nil }
 
-func newFlags(name string, stdio IO) *flag.FlagSet {
-	fs := flag.NewFlagSet("sglprov "+name, flag.ContinueOnError)
-	fs.SetOutput(stdio.Stderr)
-	return fs
-}
-
-func (c *common) register(fs *flag.FlagSet, stdio IO) {
+// register adds the common flags to fs.
+func (c *common) register(fs *flagSet, stdio IO) {
 	stateDir := DefaultStateDir
-	if v := stdio.Getenv("SGLPROV_STATE_DIR"); v != "" {
-		stateDir = v
+	envStateDir := stdio.Getenv("SGLPROV_STATE_DIR")
+	if envStateDir != "" {
+		stateDir = envStateDir
 	}
 	fs.StringVar(&c.recipe, "f", "", "recipe `FILE`")
 	fs.StringVar(&c.recipe, "recipe", "", "recipe `FILE`")
 	fs.Var(&c.sets, "set", "override a recipe var, `KEY=VALUE` (repeatable)")
-	fs.StringVar(&c.stateDir, "state-dir", stateDir, "state `DIR` (default $SGLPROV_STATE_DIR, else "+DefaultStateDir+")")
+	fs.StringVar(&c.stateDir, "state-dir", stateDir, "state `DIR`; $SGLPROV_STATE_DIR sets the default")
 	fs.StringVar(&c.root, "root", "", "write every host path under `DIR`; start nothing")
-	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text, json or logfmt")
-	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.StringVar(&c.logFormat, "log-format", "text", "log `FORMAT`: text, json or logfmt")
+	fs.StringVar(&c.logLevel, "log-level", "info", "log `LEVEL`: debug, info, warn or error")
 	fs.BoolVar(&c.insecure, "insecure-permissions", false, "accept recipe files and a state dir that other users own or can write")
-}
-
-// parse parses args, with a usage error (exit 2) for bad flags or stray arguments.
-func parse(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
+	for _, n := range []string{"f", "recipe", "set", "state-dir", "root", "log-format", "log-level", "insecure-permissions"} {
+		fs.common[n] = true
+	}
+	fs.after = append(fs.after, func() error {
+		if stdio.run != nil {
+			chosen := envStateDir != ""
+			fs.Visit(func(f *flag.Flag) { chosen = chosen || f.Name == "state-dir" })
+			stdio.run.stateDir, stdio.run.stateDirChosen = c.stateDirPath(), chosen
 		}
-		return fmt.Errorf("%w: %v", engine.ErrUsage, err)
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected argument %q", engine.ErrUsage, fs.Arg(0))
-	}
-	return nil
+		return nil
+	})
 }
 
 // stateDir returns the state directory with --root applied.
@@ -246,20 +325,30 @@ func (c *common) loadRecipe() (*recipe.Recipe, error) {
 }
 
 // detectFacts reads the host's GPU facts and maps NVML's failures to the exit-code
-// contract: a driver/library mismatch is exit 6, no NVML library exit 4. A host where NVML
-// works but finds no GPU returns its facts (zero GPUs) without error.
+// contract: a driver/library mismatch is exit 6, no NVML library exit 4, a bad
+// SGLPROV_GPU_FIXTURE file exit 2. A host where NVML works but finds no GPU returns its
+// facts (zero GPUs) without error.
 func detectFacts(ctx context.Context, stdio IO) (*gpu.Facts, error) {
 	facts, err := gpu.Detect(ctx, stdio.Getenv)
 	switch {
 	case err == nil, errors.Is(err, gpu.ErrNoGPU):
 		return facts, nil
 	case errors.Is(err, gpu.ErrDriverMismatch):
-		return nil, fmt.Errorf("%w: %v", engine.ErrReboot, err)
+		// The mismatch's own message ends in "reboot required": say it once.
+		return nil, &exitError{msg: err.Error(), kind: engine.ErrReboot}
 	case errors.Is(err, gpu.ErrNoLibrary):
-		return nil, fmt.Errorf("%w: %v (SGLPROV_GPU_FIXTURE=FILE describes a host without a GPU)", engine.ErrHost, err)
+		return nil, &exitError{msg: noNVML, kind: engine.ErrHost}
+	case stdio.Getenv(gpu.FixtureEnv) != "":
+		return nil, &exitError{msg: fmt.Sprintf("%v (%s names the file)", err, gpu.FixtureEnv), kind: engine.ErrUsage}
 	}
 	return nil, fmt.Errorf("detecting GPUs: %w", err)
 }
+
+// noNVML is what sglprov says when the NVML library cannot be loaded.
+const noNVML = `NVML (libnvidia-ml.so.1) could not be loaded.
+  Check the NVIDIA driver: nvidia-smi should list the GPUs; ldconfig -p | grep libnvidia-ml
+  should find the library; lsmod | grep nvidia should show the kernel module.
+  On a host without a GPU, SGLPROV_GPU_FIXTURE=FILE describes one (see testdata/gpu/).`
 
 // hostFacts detects the GPUs when the recipe needs them and checks the requirements:
 // a host that falls short is exit 4. A recipe that needs the facts only for a step kind
@@ -332,6 +421,18 @@ func isTerminal(w io.Writer) bool {
 }
 
 func runVersion(ctx context.Context, stdio IO, args []string) error {
-	fmt.Fprintln(stdio.Stdout, "sglprov", Version)
-	return nil
+	var asJSON bool
+	fs := newFlags("version", stdio)
+	fs.BoolVar(&asJSON, "json", false, "print the build's facts as JSON")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	info := buildinfo.Read()
+	if asJSON {
+		enc := json.NewEncoder(stdio.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(info)
+	}
+	_, err := io.WriteString(stdio.Stdout, info.String())
+	return err
 }

@@ -18,7 +18,7 @@ import (
 // smokeOptions are the flags of `sglprov smoke`.
 type smokeOptions struct {
 	url, model, recipe, step string
-	sets                     multi
+	sets                     kvList
 	insecure, json, builtin  bool
 	readyTimeout             time.Duration
 	requestTimeout           time.Duration

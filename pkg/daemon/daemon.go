@@ -151,7 +151,8 @@ func (d *Daemon) Check(ctx context.Context) {
 	switch {
 	case errors.Is(err, gpu.ErrDriverMismatch):
 		if d.health != RebootRequired {
-			d.o.Log.Error("reboot required; the service is left as it is", "err", err)
+			// err says "reboot required" itself.
+			d.o.Log.Error("the NVIDIA driver and its kernel module differ; the service is left as it is", "err", err)
 		}
 		d.setHealth(RebootRequired)
 		d.o.Metrics.setRebootRequired(true)
@@ -181,7 +182,7 @@ func (d *Daemon) apply(ctx context.Context, why string) {
 	d.o.Metrics.observeApply(rep, err)
 	switch {
 	case errors.Is(err, engine.ErrReboot):
-		d.o.Log.Error("apply: reboot required", "err", err)
+		d.o.Log.Error("apply refused", "why", why, "err", err)
 		d.setHealth(RebootRequired)
 		d.o.Metrics.setRebootRequired(true)
 	case err != nil:

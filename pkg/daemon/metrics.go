@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/sglprov/sglprov/pkg/buildinfo"
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/smoke"
 )
@@ -67,7 +68,17 @@ func NewMetrics() *Metrics {
 		Help: "1 for the node's current health state, 0 for the others."}, []string{"state"})
 	m.reg.MustRegister(m.health)
 	m.reboot = g("reboot_required", "1 when NVML reports a driver/library mismatch.")
+	m.reg.MustRegister(buildInfoGauge(buildinfo.Read()))
 	return m
+}
+
+// buildInfoGauge is sglprov_build_info: always 1, with the build's version, commit,
+// commit time and modified flag as labels (those of `sglprov version`).
+func buildInfoGauge(info buildinfo.Info) prometheus.Gauge {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "sglprov", Name: "build_info",
+		Help: "Always 1; the labels say which build of sglprov runs.", ConstLabels: info.Labels()})
+	g.Set(1)
+	return g
 }
 
 // Registry returns the metrics' registry.

@@ -3,6 +3,7 @@ package recipe
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -127,6 +128,10 @@ func (p *parser) parse(data []byte, sets []string) *Recipe {
 			continue
 		}
 		seen[k.Value] = k
+		if !slices.Contains(topLevelFields(), k.Value) {
+			p.addf(k, k.Value, "unknown field %q (known: %s)", k.Value, strings.Join(topLevelFields(), ", "))
+			continue
+		}
 		switch k.Value {
 		case "apiVersion":
 			if v.Kind != yaml.ScalarNode || v.Value != APIVersion {
@@ -147,8 +152,6 @@ func (p *parser) parse(data []byte, sets []string) *Recipe {
 			p.parseProfiles(v, r)
 		case "steps":
 			stepsNode = v
-		default:
-			p.addf(k, k.Value, "unknown field %q (known: apiVersion, name, vars, requires, profiles, steps)", k.Value)
 		}
 	}
 	for _, f := range []string{"apiVersion", "name", "steps"} {

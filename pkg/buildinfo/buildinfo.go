@@ -1,0 +1,98 @@
+// Package buildinfo says which build of sglprov is running: its version and the VCS
+// commit, commit time and modified flag that Go records in the binary.
+package buildinfo
+
+import (
+	"fmt"
+	"runtime/debug"
+	"strings"
+)
+
+// Version is the release version, set with
+// -ldflags "-X github.com/sglprov/sglprov/pkg/buildinfo.Version=v1.2.3". Without it the
+// main module's version from the build info is used ("(devel)" becomes "dev").
+var Version = ""
+
+// Info is what a build says of itself. Fields the binary does not record are "".
+type Info struct {
+	// Version is the release version, or "dev".
+	Version string `json:"version"`
+	// Commit is the VCS revision the binary was built from.
+	Commit string `json:"commit"`
+	// Time is the commit's time (RFC 3339), as the VCS reports it.
+	Time string `json:"commit_time"`
+	// Modified is "true" when the working tree had changes, "false" when it had none, and
+	// "" when unknown.
+	Modified string `json:"modified"`
+	// GoVersion is the Go toolchain that built the binary.
+	GoVersion string `json:"go_version"`
+}
+
+// Read returns the running binary's Info.
+func Read() Info {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		bi = nil
+	}
+	return FromBuildInfo(bi, Version)
+}
+
+// FromBuildInfo returns the Info of bi (nil: nothing recorded), with version as the
+// release version when it is set.
+func FromBuildInfo(bi *debug.BuildInfo, version string) Info {
+	info := Info{Version: version}
+	if bi != nil {
+		info.GoVersion = bi.GoVersion
+		if info.Version == "" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+			info.Version = bi.Main.Version
+		}
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				info.Commit = s.Value
+			case "vcs.time":
+				info.Time = s.Value
+			case "vcs.modified":
+				info.Modified = s.Value
+			}
+		}
+	}
+	if info.Version == "" {
+		info.Version = "dev"
+	}
+	return info
+}
+
+// String is the multi-line form `sglprov version` prints.
+func (i Info) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "sglprov %s\n", i.Version)
+	switch {
+	case i.Commit == "":
+		b.WriteString("commit:   unknown (built without VCS information, e.g. by go test or -buildvcs=false)\n")
+	default:
+		fmt.Fprintf(&b, "commit:   %s\n", i.Commit)
+		fmt.Fprintf(&b, "time:     %s\n", orUnknown(i.Time))
+		fmt.Fprintf(&b, "modified: %s\n", orUnknown(i.Modified))
+	}
+	fmt.Fprintf(&b, "go:       %s\n", orUnknown(i.GoVersion))
+	return b.String()
+}
+
+// Labels are the labels of the sglprov_build_info metric.
+func (i Info) Labels() map[string]string {
+	return map[string]string{
+		"version":     i.Version,
+		"commit":      orUnknown(i.Commit),
+		"commit_time": orUnknown(i.Time),
+		"modified":    orUnknown(i.Modified),
+		"goversion":   orUnknown(i.GoVersion),
+	}
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
+}

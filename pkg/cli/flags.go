@@ -1,0 +1,217 @@
+package cli
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"reflect"
+	"regexp"
+	"sort"
+	"strings"
+
+	"github.com/sglprov/sglprov/pkg/engine"
+)
+
+// flagSet is a command's flags: the standard library's flag.FlagSet, so that every flag
+// keeps taking both -name and --name, with GNU-style help on top. Two flags that store
+// into the same variable are one flag with two names (-f and --recipe): help shows them
+// once, as "-f, --recipe FILE". Help goes to stdout; errors are returned to Main, which
+// prints them once.
+type flagSet struct {
+	*flag.FlagSet
+	cmd   string
+	stdio IO
+	// common names the flags that every recipe command shares (listed apart in help).
+	common map[string]bool
+	// after runs once the flags are parsed (checks that need every flag's value).
+	after []func() error
+}
+
+// newFlags returns the flag set of command name.
+func newFlags(name string, stdio IO) *flagSet {
+	fs := flag.NewFlagSet("sglprov "+name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	return &flagSet{FlagSet: fs, cmd: name, stdio: stdio, common: map[string]bool{}}
+}
+
+// errHelpShown marks a --help that was answered: Main exits 0 and prints nothing more.
+var errHelpShown = errors.New("help shown")
+
+// parse parses args, with a usage error (exit 2) for bad flags or stray arguments. -h and
+// --help print the command's help to stdout and return errHelpShown.
+func parse(fs *flagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return fs.flagError(err)
+	}
+	if fs.NArg() > 0 {
+		return usageError(fs.cmd, fmt.Sprintf("unexpected argument %q", fs.Arg(0)))
+	}
+	for _, check := range fs.after {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// flagError answers an error of fs.Parse: -h and --help print the command's help (or hand
+// the flags to the describe hook) and return errHelpShown; any other is a usage error.
+func (fs *flagSet) flagError(err error) error {
+	if !errors.Is(err, flag.ErrHelp) {
+		return usageError(fs.cmd, gnuFlagNames(err.Error()))
+	}
+	if fs.stdio.describe != nil {
+		fs.stdio.describe(fs)
+	} else {
+		writeCommandHelp(fs.stdio.Stdout, fs)
+	}
+	return errHelpShown
+}
+
+// usageError is a bad-usage error (exit 2) that says where the command's help is.
+func usageError(cmd, msg string) error {
+	return &exitError{msg: fmt.Sprintf("%s\nRun 'sglprov %s --help' for usage.", msg, cmd), kind: engine.ErrUsage}
+}
+
+// exitError is an error with its own message that carries the exit code of kind (one of
+// engine's Err* values) without repeating kind's text.
+type exitError struct {
+	msg  string
+	kind error
+}
+
+func (e *exitError) Error() string { return e.msg }
+func (e *exitError) Unwrap() error { return e.kind }
+
+// flagNameInError finds the flag the standard library's error messages name ("-name").
+var flagNameInError = regexp.MustCompile(`(flag(?: provided but not defined:| needs an argument:)? )-([A-Za-z0-9][A-Za-z0-9_-]+)`)
+
+// gnuFlagNames rewrites the "-name" of a flag error to "--name", the form help shows.
+func gnuFlagNames(msg string) string {
+	return flagNameInError.ReplaceAllString(msg, "$1--$2")
+}
+
+// flagInfo is one flag as help shows it: its names, value name, usage and default.
+type flagInfo struct {
+	Long, Short string
+	ValueName   string
+	Usage       string
+	Default     string
+	Common      bool
+	Bool        bool
+}
+
+// Names returns "-f, --recipe" or "    --json".
+func (f flagInfo) Names() string {
+	if f.Short != "" && f.Long != "" {
+		return "-" + f.Short + ", --" + f.Long
+	}
+	if f.Long == "" {
+		return "-" + f.Short
+	}
+	return "    --" + f.Long
+}
+
+// flags returns the set's flags, one entry per variable: the command's own flags first,
+// then the common ones, each group by long name.
+func (fs *flagSet) flags() []flagInfo {
+	byPtr := map[uintptr]*flagInfo{}
+	var order []*flagInfo
+	fs.VisitAll(func(f *flag.Flag) {
+		key := storage(f.Value)
+		info := byPtr[key]
+		if info == nil || key == 0 {
+			name, usage := flag.UnquoteUsage(f)
+			info = &flagInfo{ValueName: name, Usage: usage, Default: shownDefault(f)}
+			if bf, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && bf.IsBoolFlag() {
+				info.Bool, info.ValueName = true, ""
+			} else {
+				info.ValueName = valueName(info.ValueName)
+			}
+			order = append(order, info)
+			if key != 0 {
+				byPtr[key] = info
+			}
+		}
+		if len(f.Name) == 1 && info.Short == "" {
+			info.Short = f.Name
+		} else if info.Long == "" {
+			info.Long = f.Name
+		}
+		if fs.common[f.Name] {
+			info.Common = true
+		}
+	})
+	out := make([]flagInfo, 0, len(order))
+	for _, f := range order {
+		out = append(out, *f)
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].Common != out[j].Common {
+			return !out[i].Common
+		}
+		return sortName(out[i]) < sortName(out[j])
+	})
+	return out
+}
+
+func sortName(f flagInfo) string {
+	if f.Long != "" {
+		return f.Long
+	}
+	return f.Short
+}
+
+// storage returns the address a flag's value stores into: flag.Value implementations are
+// pointers to (a conversion of) the variable, so two flags on one variable share it.
+func storage(v flag.Value) uintptr {
+	rv := reflect.ValueOf(v)
+	if rv.Kind() != reflect.Pointer || rv.IsNil() {
+		return 0
+	}
+	return rv.Pointer()
+}
+
+// shownDefault is the default help shows: none for zero values, or when the usage text
+// already says it.
+func shownDefault(f *flag.Flag) string {
+	switch f.DefValue {
+	case "", "0", "0s", "false", "[]":
+		return ""
+	}
+	if strings.Contains(f.Usage, "(default") {
+		return ""
+	}
+	return f.DefValue
+}
+
+// kvList is a repeatable KEY=VALUE flag (--set).
+type kvList []string
+
+func (m *kvList) String() string { return strings.Join(*m, ",") }
+
+// Set takes one KEY=VALUE; a value without "=" is a usage error.
+func (m *kvList) Set(v string) error {
+	k, _, ok := strings.Cut(v, "=")
+	if !ok || strings.TrimSpace(k) == "" {
+		return fmt.Errorf("want KEY=VALUE, e.g. --set port=30001")
+	}
+	*m = append(*m, v)
+	return nil
+}
+
+// valueName turns the type names flag.UnquoteUsage gives a value into the capitals help
+// uses for a value ("int" is N, "duration" DURATION).
+func valueName(s string) string {
+	switch s {
+	case "int", "uint", "int64", "uint64":
+		return "N"
+	case "float":
+		return "NUMBER"
+	case "string", "value":
+		return "VALUE"
+	}
+	return strings.ToUpper(s)
+}
