@@ -307,6 +307,9 @@ func (p *parser) parseProfiles(n *yaml.Node, r *Recipe) {
 					p.addf(v, path+".match.compute_capability", "%v", err)
 				}
 			}
+			if c := prof.Match.Check; len(c) > 0 && strings.TrimSpace(c[0]) == "" {
+				p.addf(v, path+".match.check", "check's command (its first element) is empty")
+			}
 		}
 		r.Profiles[k.Value] = prof
 	}
