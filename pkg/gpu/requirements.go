@@ -24,6 +24,9 @@ type GPURequirements struct {
 	MinCount int `yaml:"min_count" json:"min_count"`
 	// MinMemoryGiB is the least total memory of each GPU, in GiB.
 	MinMemoryGiB float64 `yaml:"min_memory_gib" json:"min_memory_gib"`
+	// MinTotalMemoryGiB is the least memory of all GPUs together, in GiB: what a model
+	// split over tensor-parallel ranks needs for its weights and KV cache.
+	MinTotalMemoryGiB float64 `yaml:"min_total_memory_gib" json:"min_total_memory_gib,omitempty"`
 	// Counts, when set, are the only numbers of GPUs the recipe runs on, e.g. [4, 8] for a
 	// model whose attention heads only those tensor-parallel sizes divide; a host with
 	// another number is refused.
@@ -35,7 +38,7 @@ type GPURequirements struct {
 // IsZero reports whether r requires nothing.
 func (r Requirements) IsZero() bool {
 	g := r.GPU
-	return g.ComputeCapability == "" && g.MinCount == 0 && g.MinMemoryGiB == 0 && len(g.Counts) == 0 &&
+	return g.ComputeCapability == "" && g.MinCount == 0 && g.MinMemoryGiB == 0 && g.MinTotalMemoryGiB == 0 && len(g.Counts) == 0 &&
 		g.CountsReason == "" && r.Driver == "" && r.CUDA == ""
 }
 
@@ -61,6 +64,9 @@ func (r Requirements) Validate() error {
 	if r.GPU.MinMemoryGiB < 0 {
 		return fmt.Errorf("requires.gpu.min_memory_gib: %g is negative", r.GPU.MinMemoryGiB)
 	}
+	if r.GPU.MinTotalMemoryGiB < 0 {
+		return fmt.Errorf("requires.gpu.min_total_memory_gib: %g is negative", r.GPU.MinTotalMemoryGiB)
+	}
 	for _, n := range r.GPU.Counts {
 		if n < 1 {
 			return fmt.Errorf("requires.gpu.counts: %d is not a number of GPUs", n)
@@ -78,7 +84,7 @@ func (r Requirements) Validate() error {
 // minCount is the effective least number of GPUs: a recipe that says anything about GPUs
 // needs at least one.
 func (g GPURequirements) minCount() int {
-	if g.MinCount == 0 && (g.ComputeCapability != "" || g.MinMemoryGiB > 0 || len(g.Counts) > 0) {
+	if g.MinCount == 0 && (g.ComputeCapability != "" || g.MinMemoryGiB > 0 || g.MinTotalMemoryGiB > 0 || len(g.Counts) > 0) {
 		return 1
 	}
 	return g.MinCount
@@ -142,6 +148,16 @@ func (r Requirements) Check(f *Facts) []string {
 			case d.MemoryGiB() < need:
 				add("%s has %s GiB of memory; this recipe needs %s", d.Label(), formatHave(d.MemoryGiB()), formatGiB(need))
 			}
+		}
+	}
+	if need := r.GPU.MinTotalMemoryGiB; need > 0 && f.Count() > 0 {
+		total := 0.0
+		for _, d := range f.gpus() {
+			total += d.MemoryGiB()
+		}
+		if total < need {
+			add("host has %s with %s GiB of memory in all; this recipe needs %s GiB", plural(f.Count(), "GPU"),
+				formatHave(total), formatGiB(need))
 		}
 	}
 	driver := ""

@@ -234,3 +234,27 @@ func TestValidateCounts(t *testing.T) {
 		}
 	}
 }
+
+// The weights of a tensor-parallel model need the GPUs' memory together: two H100s fall
+// short of what two H200s hold.
+func TestCheckMinTotalMemory(t *testing.T) {
+	req := Requirements{GPU: GPURequirements{ComputeCapability: "9.0", MinCount: 2, MinTotalMemoryGiB: 260}}
+	if got := req.Check(loadFixture(t, "h100-x8.json")); len(got) != 0 {
+		t.Errorf("8 x H100: %q", got)
+	}
+	two := loadFixture(t, "h100-x8.json")
+	two.GPUs = two.GPUs[:2]
+	want := []string{"host has 2 GPUs with 159.2 GiB of memory in all; this recipe needs 260 GiB"}
+	if diff := cmp.Diff(want, req.Check(two)); diff != "" {
+		t.Errorf("2 x H100 (-want +got):\n%s", diff)
+	}
+	h200 := loadFixture(t, "h200-x1.json")
+	h200.GPUs = append(h200.GPUs, h200.GPUs[0])
+	h200.GPUs[1].Index = 1
+	if got := req.Check(h200); len(got) != 0 {
+		t.Errorf("2 x H200: %q", got)
+	}
+	if err := (Requirements{GPU: GPURequirements{MinTotalMemoryGiB: -1}}).Validate(); err == nil {
+		t.Error("negative min_total_memory_gib is valid")
+	}
+}
