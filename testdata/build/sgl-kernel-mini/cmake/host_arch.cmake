@@ -69,6 +69,9 @@ function(sgl_kernel_host_gencodes _sgl_flags)
     set(fa3 ON)
   endif()
   set(SGL_KERNEL_ENABLE_FA3 ${fa3} PARENT_SCOPE)
+  # Recorded in the cache too, where a configured build can be checked.
+  set(SGL_KERNEL_HOST_GENCODES "${_sgl_flags}: ${before} -> ${after} (${targets})" CACHE INTERNAL
+    "-gencode targets before and after the host-arch filter")
   message(STATUS "sgl-kernel: TORCH_CUDA_ARCH_LIST=\"$ENV{TORCH_CUDA_ARCH_LIST}\": "
     "${_sgl_flags} -gencode targets ${before} -> ${after}; FA3 ${fa3}")
 endfunction()
