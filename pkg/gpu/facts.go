@@ -177,6 +177,8 @@ func (f *Facts) Count() int {
 //	.gpu.count       int     number of GPUs
 //	.gpu.cc          string  common compute capability, the lowest when they differ ("12.0")
 //	.gpu.arch_list   string  TORCH_CUDA_ARCH_LIST value ("12.0a")
+//	.gpu.sgl_kernel_cmake_args  string  sgl-kernel's CMake defines for these GPUs
+//	                 ("-DENABLE_BELOW_SM90=OFF ... -DSGL_KERNEL_ENABLE_FP4=ON"; see SGLKernelCMakeArgs)
 //	.gpu.memory_gib  int     memory of the smallest GPU, whole GiB rounded down (95)
 //	.gpu.name        string  name of GPU 0 ("" with none)
 //	.driver.version  string  driver version ("580.95.05")
@@ -197,6 +199,8 @@ func (f *Facts) TemplateData() map[string]any {
 			"arch_list":  f.ArchList(),
 			"memory_gib": int(math.Floor(f.MinMemoryGiB())),
 			"name":       name,
+			// sgl-kernel's switches for these GPUs, for scikit-build-core's CMAKE_ARGS.
+			"sgl_kernel_cmake_args": f.SGLKernelCMakeArgs(),
 		},
 		"driver": map[string]any{"version": driver},
 		"cuda":   map[string]any{"version": f.CUDAVersion()},

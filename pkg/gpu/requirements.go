@@ -24,11 +24,22 @@ type GPURequirements struct {
 	MinCount int `yaml:"min_count" json:"min_count"`
 	// MinMemoryGiB is the least total memory of each GPU, in GiB.
 	MinMemoryGiB float64 `yaml:"min_memory_gib" json:"min_memory_gib"`
+	// MinTotalMemoryGiB is the least memory of all GPUs together, in GiB: what a model
+	// split over tensor-parallel ranks needs for its weights and KV cache.
+	MinTotalMemoryGiB float64 `yaml:"min_total_memory_gib" json:"min_total_memory_gib,omitempty"`
+	// Counts, when set, are the only numbers of GPUs the recipe runs on, e.g. [4, 8] for a
+	// model whose attention heads only those tensor-parallel sizes divide; a host with
+	// another number is refused.
+	Counts []int `yaml:"counts" json:"counts,omitempty"`
+	// CountsReason says why only Counts work; the refusal quotes it.
+	CountsReason string `yaml:"counts_reason" json:"counts_reason,omitempty"`
 }
 
 // IsZero reports whether r requires nothing.
 func (r Requirements) IsZero() bool {
-	return r == Requirements{}
+	g := r.GPU
+	return g.ComputeCapability == "" && g.MinCount == 0 && g.MinMemoryGiB == 0 && g.MinTotalMemoryGiB == 0 && len(g.Counts) == 0 &&
+		g.CountsReason == "" && r.Driver == "" && r.CUDA == ""
 }
 
 // Validate checks the ranges and numbers of r, naming the field of the first bad one:
@@ -53,16 +64,54 @@ func (r Requirements) Validate() error {
 	if r.GPU.MinMemoryGiB < 0 {
 		return fmt.Errorf("requires.gpu.min_memory_gib: %g is negative", r.GPU.MinMemoryGiB)
 	}
+	if r.GPU.MinTotalMemoryGiB < 0 {
+		return fmt.Errorf("requires.gpu.min_total_memory_gib: %g is negative", r.GPU.MinTotalMemoryGiB)
+	}
+	for _, n := range r.GPU.Counts {
+		if n < 1 {
+			return fmt.Errorf("requires.gpu.counts: %d is not a number of GPUs", n)
+		}
+		if n < r.GPU.MinCount {
+			return fmt.Errorf("requires.gpu.counts: %d is below min_count %d", n, r.GPU.MinCount)
+		}
+	}
+	if r.GPU.CountsReason != "" && len(r.GPU.Counts) == 0 {
+		return fmt.Errorf("requires.gpu.counts_reason: set without counts")
+	}
 	return nil
 }
 
 // minCount is the effective least number of GPUs: a recipe that says anything about GPUs
 // needs at least one.
 func (g GPURequirements) minCount() int {
-	if g.MinCount == 0 && (g.ComputeCapability != "" || g.MinMemoryGiB > 0) {
+	if g.MinCount == 0 && (g.ComputeCapability != "" || g.MinMemoryGiB > 0 || g.MinTotalMemoryGiB > 0 || len(g.Counts) > 0) {
 		return 1
 	}
 	return g.MinCount
+}
+
+// countRefusal says why a host with n GPUs is refused by Counts ("" when it is not):
+// `host has 6 GPUs; this recipe runs on 4 or 8 GPUs only (REASON)`.
+func (g GPURequirements) countRefusal(n int) string {
+	if len(g.Counts) == 0 || n < g.minCount() {
+		return ""
+	}
+	names := make([]string, len(g.Counts))
+	for i, c := range g.Counts {
+		if c == n {
+			return ""
+		}
+		names[i] = strconv.Itoa(c)
+	}
+	list := names[0]
+	if len(names) > 1 {
+		list = strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+	}
+	msg := fmt.Sprintf("host has %s; this recipe runs on %s GPUs only", plural(n, "GPU"), list)
+	if g.CountsReason != "" {
+		msg += " (" + g.CountsReason + ")"
+	}
+	return msg
 }
 
 // Check returns every way the host falls short of r, one message each, nil when it meets
@@ -75,6 +124,9 @@ func (r Requirements) Check(f *Facts) []string {
 
 	if need := r.GPU.minCount(); f.Count() < need {
 		add("host has %s; this recipe needs at least %d", plural(f.Count(), "GPU"), need)
+	}
+	if msg := r.GPU.countRefusal(f.Count()); msg != "" {
+		add("%s", msg)
 	}
 	if cc := strings.TrimSpace(r.GPU.ComputeCapability); cc != "" {
 		rng, err := ParseRange(cc)
@@ -96,6 +148,16 @@ func (r Requirements) Check(f *Facts) []string {
 			case d.MemoryGiB() < need:
 				add("%s has %s GiB of memory; this recipe needs %s", d.Label(), formatHave(d.MemoryGiB()), formatGiB(need))
 			}
+		}
+	}
+	if need := r.GPU.MinTotalMemoryGiB; need > 0 && f.Count() > 0 {
+		total := 0.0
+		for _, d := range f.gpus() {
+			total += d.MemoryGiB()
+		}
+		if total < need {
+			add("host has %s with %s GiB of memory in all; this recipe needs %s GiB", plural(f.Count(), "GPU"),
+				formatHave(total), formatGiB(need))
 		}
 	}
 	driver := ""

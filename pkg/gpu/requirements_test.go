@@ -177,3 +177,84 @@ func TestMatchCC(t *testing.T) {
 		})
 	}
 }
+
+// A recipe whose model only some tensor-parallel sizes divide refuses the other GPU
+// counts, with the reason, and accepts its own.
+func TestCheckCounts(t *testing.T) {
+	req := Requirements{GPU: GPURequirements{ComputeCapability: "12.0", MinCount: 4, Counts: []int{4, 8},
+		CountsReason: "--tp must divide the model's 32 attention heads"}}
+	for n := 1; n <= 9; n++ {
+		ccs := make([]string, n)
+		for i := range ccs {
+			ccs[i] = "12.0"
+		}
+		got := req.Check(factsWithCCs(ccs...))
+		var want []string
+		switch {
+		case n < 4:
+			want = []string{fmt.Sprintf("host has %s; this recipe needs at least 4", plural(n, "GPU"))}
+		case n == 4 || n == 8:
+		default:
+			want = []string{fmt.Sprintf("host has %d GPUs; this recipe runs on 4 or 8 GPUs only (--tp must divide the model's 32 attention heads)", n)}
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("%d GPUs (-want +got):\n%s", n, diff)
+		}
+	}
+	three := Requirements{GPU: GPURequirements{Counts: []int{2, 4, 8}}}
+	if got := three.Check(factsWithCCs("9.0", "9.0", "9.0")); len(got) != 1 ||
+		got[0] != "host has 3 GPUs; this recipe runs on 2, 4 or 8 GPUs only" {
+		t.Errorf("3 GPUs with counts [2 4 8]: %q", got)
+	}
+	if three.IsZero() {
+		t.Error("IsZero is true for a requirement with counts only")
+	}
+	if !(Requirements{}).IsZero() {
+		t.Error("IsZero is false for no requirement")
+	}
+}
+
+func TestValidateCounts(t *testing.T) {
+	for _, tt := range []struct {
+		req  GPURequirements
+		want string
+	}{
+		{GPURequirements{Counts: []int{0, 4}}, "requires.gpu.counts: 0 is not a number of GPUs"},
+		{GPURequirements{MinCount: 4, Counts: []int{2, 4}}, "requires.gpu.counts: 2 is below min_count 4"},
+		{GPURequirements{CountsReason: "why"}, "requires.gpu.counts_reason: set without counts"},
+		{GPURequirements{MinCount: 4, Counts: []int{4, 8}, CountsReason: "why"}, ""},
+	} {
+		err := Requirements{GPU: tt.req}.Validate()
+		got := ""
+		if err != nil {
+			got = err.Error()
+		}
+		if got != tt.want {
+			t.Errorf("Validate(%+v) = %q, want %q", tt.req, got, tt.want)
+		}
+	}
+}
+
+// The weights of a tensor-parallel model need the GPUs' memory together: two H100s fall
+// short of what two H200s hold.
+func TestCheckMinTotalMemory(t *testing.T) {
+	req := Requirements{GPU: GPURequirements{ComputeCapability: "9.0", MinCount: 2, MinTotalMemoryGiB: 260}}
+	if got := req.Check(loadFixture(t, "h100-x8.json")); len(got) != 0 {
+		t.Errorf("8 x H100: %q", got)
+	}
+	two := loadFixture(t, "h100-x8.json")
+	two.GPUs = two.GPUs[:2]
+	want := []string{"host has 2 GPUs with 159.2 GiB of memory in all; this recipe needs 260 GiB"}
+	if diff := cmp.Diff(want, req.Check(two)); diff != "" {
+		t.Errorf("2 x H100 (-want +got):\n%s", diff)
+	}
+	h200 := loadFixture(t, "h200-x1.json")
+	h200.GPUs = append(h200.GPUs, h200.GPUs[0])
+	h200.GPUs[1].Index = 1
+	if got := req.Check(h200); len(got) != 0 {
+		t.Errorf("2 x H200: %q", got)
+	}
+	if err := (Requirements{GPU: GPURequirements{MinTotalMemoryGiB: -1}}).Validate(); err == nil {
+		t.Error("negative min_total_memory_gib is valid")
+	}
+}

@@ -20,4 +20,9 @@ type ProfileMatch struct {
 	ComputeCapability string `yaml:"compute_capability" json:"compute_capability,omitempty"`
 	// Quantization is the server's --quantization value, e.g. "modelopt_fp4".
 	Quantization string `yaml:"quantization" json:"quantization,omitempty"`
+	// Check is a command (argv, no shell) run on the host when the rest matches: the
+	// profile matches only if it exits 0; otherwise the last line it printed is the
+	// reason it was passed over. For profiles that need what GPU facts cannot tell (a
+	// library's support for the architecture, peer access between every pair of GPUs).
+	Check []string `yaml:"check" json:"check,omitempty"`
 }

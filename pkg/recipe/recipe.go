@@ -307,6 +307,9 @@ func (p *parser) parseProfiles(n *yaml.Node, r *Recipe) {
 					p.addf(v, path+".match.compute_capability", "%v", err)
 				}
 			}
+			if c := prof.Match.Check; len(c) > 0 && strings.TrimSpace(c[0]) == "" {
+				p.addf(v, path+".match.check", "check's command (its first element) is empty")
+			}
 		}
 		r.Profiles[k.Value] = prof
 	}
@@ -324,6 +327,16 @@ func (p *parser) checkRanges(n *yaml.Node, req *gpu.Requirements) {
 	check("requires.gpu.compute_capability", req.GPU.ComputeCapability, nodeAt(nodeAt(n, "gpu"), "compute_capability"))
 	check("requires.driver", req.Driver, nodeAt(n, "driver"))
 	check("requires.cuda", req.CUDA, nodeAt(n, "cuda"))
+	counts := gpu.Requirements{GPU: gpu.GPURequirements{MinCount: req.GPU.MinCount, Counts: req.GPU.Counts,
+		CountsReason: req.GPU.CountsReason}}
+	if err := counts.Validate(); err != nil {
+		at := nodeAt(nodeAt(n, "gpu"), "counts")
+		if at == nil {
+			at = nodeAt(n, "gpu")
+		}
+		field, msg, _ := strings.Cut(err.Error(), ": ")
+		p.addf(at, field, "%s", msg)
+	}
 }
 
 func (p *parser) parseSteps(n *yaml.Node, r *Recipe) {

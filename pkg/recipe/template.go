@@ -14,7 +14,8 @@ import (
 // knownFacts are the host facts templates may use.
 var knownFacts = map[string]bool{
 	"gpu.count": true, "gpu.cc": true, "gpu.arch_list": true, "gpu.memory_gib": true, "gpu.name": true,
-	"driver.version": true, "cuda.version": true,
+	"gpu.sgl_kernel_cmake_args": true,
+	"driver.version":            true, "cuda.version": true,
 }
 
 // FactNames returns the names of the host facts templates may use, sorted.

@@ -1,6 +1,7 @@
 package systemd
 
 import (
+	"context"
 	"fmt"
 	"strings"
 
@@ -42,6 +43,12 @@ func (s *Step) mismatch(env *engine.Env, name string, p recipe.Profile) (string,
 				have = "none"
 			}
 			return fmt.Sprintf("%s needs quantization %s (the step's --quantization is %s)", name, want, have), nil
+		}
+	}
+	if len(p.Match.Check) > 0 {
+		if why := runCheck(context.Background(), p.Match.Check); why != "" {
+			env.Log.Warn("profile refused by its check", "profile", name, "reason", why)
+			return fmt.Sprintf("%s refused by its check: %s", name, why), nil
 		}
 	}
 	return "", nil
