@@ -7,6 +7,7 @@ import (
 	"io"
 	"time"
 
+	"charm.land/log/v2"
 	sddaemon "github.com/coreos/go-systemd/v22/daemon"
 
 	"github.com/sglprov/sglprov/pkg/daemon"
@@ -67,7 +68,7 @@ func runDaemon(ctx context.Context, stdio IO, args []string) error {
 		Apply: func(ctx context.Context) (*engine.Report, error) {
 			return apply(ctx, stdio, &c, nil)
 		},
-		Canary:                canary(stdio, &c, canaryTimeout),
+		Canary:                canary(stdio, &c, canaryTimeout, logger),
 		RestartService:        restartService(stdio, &c),
 		Notify:                func(s string) error { _, err := sddaemon.SdNotify(false, s); return err },
 		Interval:              interval,
@@ -98,9 +99,10 @@ func metricsTextfile(m *daemon.Metrics, path string) error {
 }
 
 // canary returns the daemon's canary: the first case of the recipe's smoke step, with a
-// short readiness wait (the service is expected to be up already).
-func canary(stdio IO, c *common, timeout time.Duration) func(ctx context.Context) (time.Duration, error) {
-	return func(ctx context.Context) (time.Duration, error) {
+// readiness wait of at most timeout (the service is expected to be up already). While it
+// waits it calls notReady after every poll, and logs what it sees at least every 30 s.
+func canary(stdio IO, c *common, timeout time.Duration, logger *log.Logger) func(ctx context.Context, notReady func(string)) (time.Duration, error) {
+	return func(ctx context.Context, notReady func(string)) (time.Duration, error) {
 		spec, err := recipeSmokeSpec(ctx, stdio, smokeOptions{recipe: c.recipe, sets: c.sets, insecure: c.insecure})
 		if err != nil {
 			return 0, err
@@ -114,6 +116,14 @@ func canary(stdio IO, c *common, timeout time.Duration) func(ctx context.Context
 		cfg.Cases = []gate.Case{gate.CanaryCase(cfg.Cases)}
 		cfg.ReadyTimeout = timeout
 		cfg.RequestTimeout = timeout
+		wait := gate.NewWaitReporter(gate.RedactURL(cfg.URL), nil, func(line string) { logger.Info("canary " + line) }, 0)
+		defer wait.Stop()
+		cfg.Waiting = func(s gate.WaitStatus) {
+			wait.Update(s)
+			if notReady != nil {
+				notReady(s.Last)
+			}
+		}
 		start := time.Now()
 		res, err := gate.Run(ctx, cfg)
 		lat := time.Since(start)

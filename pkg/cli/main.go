@@ -271,8 +271,13 @@ func (c *common) register(fs *flagSet, stdio IO) {
 	})
 }
 
-// stateDir returns the state directory with --root applied.
+// stateDirPath returns the state directory. Under --root the built-in default
+// (/var/lib/sglprov) moves under the root with every other host path; a directory given
+// with --state-dir or SGLPROV_STATE_DIR stays where it was given.
 func (c *common) stateDirPath() string {
+	if c.stateDir != DefaultStateDir {
+		return c.stateDir
+	}
 	return engine.HostPath(c.root, c.stateDir)
 }
 

@@ -61,6 +61,10 @@ func (e *Engine) Apply(ctx context.Context) (*Report, error) {
 		return nil, err
 	}
 	rep.Dir = runDir
+	if root := e.opts.Root; root != "" && root != "/" {
+		// One convention for the whole log: the node's paths, as the recipe names them.
+		e.log.Info("offline: every host path is written under the root; paths below are the node's", "root", root)
+	}
 	for _, c := range rep.FactsChanged {
 		e.log.Info("host fact changed", "fact", c)
 	}
@@ -188,7 +192,13 @@ func (e *Engine) runNode(ctx context.Context, n *node, sem chan struct{}, runDir
 	})
 	runErr := n.impl.Run(ctx, env)
 	res.Duration = e.opts.Now().Sub(res.Started)
+	var skip *SkipError
 	switch {
+	case errors.As(runErr, &skip):
+		// The step chose not to do its work: it is skipped, with its reason, and its
+		// fingerprint is not recorded (it did not produce what it stands for).
+		res.Result, res.Reason = ResultSkipped, skip.Reason
+		env.Log.Info("skipped", "reason", skip.Reason)
 	case runErr == nil:
 		res.Result = ResultOK
 		// Outputs may have changed what the step fingerprints (a tree it patched):
@@ -209,6 +219,9 @@ func (e *Engine) runNode(ctx context.Context, n *node, sem chan struct{}, runDir
 	}
 	e.record(n.step.Name, func(r *StepRecord) {
 		r.Result, r.PID, r.Duration, r.Error = res.Result, 0, res.Duration, res.Error
+		if res.Result == ResultSkipped {
+			r.Reason = res.Reason
+		}
 		if res.Result == ResultOK {
 			r.Fingerprint, r.Parts = dec.Fingerprint, dec.Parts
 		}

@@ -146,9 +146,8 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 		return b, err
 	}
 	if env.Offline {
-		env.Log.Warn("offline (--root): no server was started, so the smoke gate does not run", "url", gate.RedactURL(cfg.URL))
 		env.Detail("skipped", "offline: nothing was started")
-		return nil
+		return engine.Skipped("offline (--root): no server was started, the gate did not run")
 	}
 	svc := serviceDep(env)
 	if svc == nil {
@@ -232,7 +231,10 @@ func (s *Step) gate(ctx context.Context, env *engine.Env, cfg gate.Config, profi
 	} else {
 		env.Log.Info("smoke gate", "url", gate.RedactURL(cfg.URL))
 	}
+	wait := newWaitReporter(env, cfg)
+	cfg.Waiting = wait.Update
 	res, err := gate.Run(ctx, cfg)
+	wait.Stop()
 	if err != nil {
 		return nil, fmt.Errorf("running the smoke gate: %w: %w", engine.ErrUsage, err)
 	}
@@ -275,4 +277,14 @@ func serviceDep(env *engine.Env) engine.ServiceStep {
 		}
 	}
 	return nil
+}
+
+// newWaitReporter reports the readiness wait: a live line on a terminal, else a log line
+// at least every 30 s.
+func newWaitReporter(env *engine.Env, cfg gate.Config) *gate.WaitReporter {
+	label := gate.RedactURL(cfg.URL)
+	if env.IsTerminal && env.Console != nil {
+		return gate.NewWaitReporter(label, env.Console, nil, 0)
+	}
+	return gate.NewWaitReporter(label, nil, func(line string) { env.Log.Info(line) }, 0)
 }
