@@ -284,8 +284,9 @@ func (c *common) stateDirPath() string {
 // logger returns a logger for the chosen format writing to w.
 func (c *common) newLoggerFunc() (func(w io.Writer) *log.Logger, error) {
 	var fmtr log.Formatter
-	// Machines get whole timestamps; people on a terminal get the time of day.
-	timeFormat := time.RFC3339
+	// Machines get whole timestamps (RFC 3339, UTC offset, milliseconds); people on a
+	// terminal get the time of day.
+	timeFormat := "2006-01-02T15:04:05.000Z07:00"
 	switch c.logFormat {
 	case "text", "":
 		fmtr, timeFormat = log.TextFormatter, "15:04:05"

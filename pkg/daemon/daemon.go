@@ -16,6 +16,7 @@ import (
 
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/gpu"
+	"github.com/sglprov/sglprov/pkg/logval"
 )
 
 // Options are the daemon's parts; every side effect is a function so that tests can
@@ -243,7 +244,7 @@ func (d *Daemon) canary(ctx context.Context) {
 	d.o.Metrics.observeCanary(lat, err)
 	if err == nil {
 		if d.failures > 0 || d.health != Healthy {
-			d.o.Log.Info("canary passes again", "latency", lat.Round(time.Millisecond))
+			d.o.Log.Info("canary passes again", "seconds", logval.Seconds(lat))
 		}
 		d.failures, d.restarts = 0, 0
 		d.setHealth(Healthy)

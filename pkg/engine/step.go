@@ -162,6 +162,13 @@ func (e *Env) Detail(key string, v any) {
 	e.store.detail(e.StepName, key, v)
 }
 
+// StepDetail attaches a value to another step's entry in the run report (a service step
+// called by the gate recording the profile it installed, so that the report says what
+// the state says).
+func (e *Env) StepDetail(step, key string, v any) {
+	e.store.detail(step, key, v)
+}
+
 // Store holds each step's recorded data and report details for one run; it is safe for
 // concurrent use.
 type Store struct {

@@ -8,6 +8,8 @@ import (
 
 	"github.com/vbauerster/mpb/v8"
 	"github.com/vbauerster/mpb/v8/decor"
+
+	"github.com/sglprov/sglprov/pkg/logval"
 )
 
 // TerminalReporter draws one progress bar per active file and one for the total on a
@@ -131,10 +133,11 @@ func (r *TerminalReporter) Close() {
 	r.p.Wait()
 }
 
-// PipeReporter writes, every interval, one line per active file with its bytes, rate and
-// ETA, for output that is not a terminal (cloud-init, journald). Call Close when done.
+// PipeReporter logs, every interval, one line per active file with its bytes, rate and
+// ETA as fields, for output that is not a terminal (cloud-init, journald, JSON logs).
+// Call Close when done.
 type PipeReporter struct {
-	logf     func(format string, args ...any)
+	log      func(msg string, keyvals ...any)
 	interval time.Duration
 	now      func() time.Time
 
@@ -154,13 +157,15 @@ type pipeFile struct {
 	lastAt          time.Time
 }
 
-// NewPipeReporter returns a reporter that calls logf for each active file every interval
-// (10s when interval is 0), and once when a file is done.
-func NewPipeReporter(logf func(format string, args ...any), interval time.Duration) *PipeReporter {
+// NewPipeReporter returns a reporter that calls log for each active file every interval
+// (10s when interval is 0), and once when a file is done. The fields are "file",
+// "bytes", "total_bytes", "percent", "bytes_per_second", "eta_seconds" and "seconds";
+// sizes and times are logval values (numbers in JSON logs).
+func NewPipeReporter(log func(msg string, keyvals ...any), interval time.Duration) *PipeReporter {
 	if interval <= 0 {
 		interval = 10 * time.Second
 	}
-	r := &PipeReporter{logf: logf, interval: interval, now: time.Now, files: map[string]*pipeFile{},
+	r := &PipeReporter{log: log, interval: interval, now: time.Now, files: map[string]*pipeFile{},
 		stop: make(chan struct{}), done: make(chan struct{})}
 	go r.loop()
 	return r
@@ -217,10 +222,11 @@ func (r *PipeReporter) Done(file string, err error) {
 	}
 	d := r.now().Sub(f.start)
 	if err != nil {
-		r.logf("%s: failed after %s: %v", file, FormatBytes(f.cur), err)
+		r.log("download failed", "file", file, "bytes", logval.Bytes(f.cur), "err", err)
 		return
 	}
-	r.logf("%s: done, %s in %s (%s/s)", file, FormatBytes(f.cur), d.Round(time.Millisecond), FormatBytes(rate(f.cur-f.have, d)))
+	r.log("downloaded", "file", file, "bytes", logval.Bytes(f.cur), "seconds", logval.Seconds(d),
+		"bytes_per_second", logval.Bytes(rate(f.cur-f.have, d)))
 }
 
 // Report writes one line per active file now: bytes, rate since the last line, and ETA.
@@ -234,18 +240,20 @@ func (r *PipeReporter) Report() {
 		bps := rate(f.cur-f.lastCur, now.Sub(f.lastAt))
 		f.lastCur, f.lastAt = f.cur, now
 		if f.size < 0 {
-			r.logf("%s: %s, %s/s", name, FormatBytes(f.cur), FormatBytes(bps))
+			r.log("downloading", "file", name, "bytes", logval.Bytes(f.cur), "bytes_per_second", logval.Bytes(bps))
 			continue
 		}
-		eta := "unknown"
-		if bps > 0 {
-			eta = (time.Duration(float64(f.size-f.cur) / float64(bps) * float64(time.Second))).Round(time.Second).String()
-		}
-		pct := 100.0
+		pct := 100
 		if f.size > 0 {
-			pct = 100 * float64(f.cur) / float64(f.size)
+			pct = int(100 * float64(f.cur) / float64(f.size))
 		}
-		r.logf("%s: %s of %s (%.0f%%), %s/s, ETA %s", name, FormatBytes(f.cur), FormatBytes(f.size), pct, FormatBytes(bps), eta)
+		kv := []any{"file", name, "bytes", logval.Bytes(f.cur), "total_bytes", logval.Bytes(f.size), "percent", pct,
+			"bytes_per_second", logval.Bytes(bps)}
+		if bps > 0 {
+			eta := time.Duration(float64(f.size-f.cur) / float64(bps) * float64(time.Second)).Round(time.Second)
+			kv = append(kv, "eta_seconds", logval.Seconds(eta))
+		}
+		r.log("downloading", kv...)
 	}
 }
 

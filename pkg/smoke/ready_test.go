@@ -3,6 +3,7 @@ package smoke
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -96,5 +97,17 @@ func TestWaitReporterLiveLine(t *testing.T) {
 	out := term.String()
 	if !strings.HasPrefix(out, "\r\033[Kwaiting for http://x: not ready after 0s of 1m0s (last: /health: HTTP 503)") || !strings.HasSuffix(out, "\r\033[K") {
 		t.Errorf("terminal output %q", out)
+	}
+}
+
+// TestSampleJSONQuotedOnce: a verdict's sample is plain text in JSON (quoted once, by
+// JSON), with sample_truncated when the answer was cut.
+func TestSampleJSONQuotedOnce(t *testing.T) {
+	b, err := json.Marshal(CaseResult{Name: "x", Sample: Sample(`say "hi"`+strings.Repeat("!", 100), 10)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(b, []byte(`"sample":"say \"hi\"!!","sample_truncated":true`)) {
+		t.Errorf("JSON %s", b)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/logval"
 )
 
 // progressLine matches the lines by which build tools report progress: Make's
@@ -218,7 +219,7 @@ func (s *Step) startProgress(env *engine.Env, mon *monitor) (stop func()) {
 				}
 				elapsed, lines, last := mon.snapshot(now)
 				if env.Log != nil {
-					env.Log.Info("still running", "elapsed", elapsed.String(), "lines", lines, "last", last)
+					env.Log.Info("still running", "seconds", logval.Seconds(elapsed), "lines", lines, "last", last)
 				} else {
 					fmt.Fprintln(env.Console, mon.status(s.name, now))
 				}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/logval"
 	gate "github.com/sglprov/sglprov/pkg/smoke"
 )
 
@@ -252,12 +253,13 @@ func (s *Step) gate(ctx context.Context, env *engine.Env, cfg gate.Config, profi
 	env.Detail("smoke", res)
 	if res.Pass {
 		env.Log.Info("smoke gate passed", "profile", profile, "model", res.Model,
-			"time_to_ready", res.TimeToReady.Round(time.Millisecond))
+			"ready_seconds", logval.Seconds(res.TimeToReady))
 	} else {
 		env.Log.Warn("smoke gate failed", "profile", profile, "verdict", res.Summary())
 		for _, c := range res.Cases {
 			if !c.Pass {
-				env.Log.Warn("case failed", "case", c.Name, "reason", c.Reason, "sample", c.Sample)
+				sample, _ := gate.SampleText(c.Sample)
+				env.Log.Warn("case failed", "case", c.Name, "reason", c.Reason, "sample", sample)
 			}
 		}
 	}
