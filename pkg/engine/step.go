@@ -39,6 +39,13 @@ type AlwaysRunner interface {
 	AlwaysRun() bool
 }
 
+// Preflighter is implemented by steps that can tell before anything runs that they
+// cannot succeed on this host (a pinned model revision that the hub says does not exist).
+// plan calls it for every selected step; its error carries the exit code (ErrHost).
+type Preflighter interface {
+	Preflight(ctx context.Context, env *Env) error
+}
+
 // Kind describes one step kind: how to decode its recipe body and build the step.
 type Kind struct {
 	// NewSpec returns a pointer to a zero spec value; the recipe body is decoded into it
