@@ -152,11 +152,13 @@ func (d *Daemon) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
+			d.o.Log.Info("stopping", "cause", context.Cause(ctx))
 			_ = d.o.Notify("STOPPING=1")
 			return nil
 		case <-tick.C:
 			d.Check(ctx)
 			if ctx.Err() != nil {
+				d.o.Log.Info("stopping", "cause", context.Cause(ctx))
 				_ = d.o.Notify("STOPPING=1")
 				return nil
 			}
