@@ -22,6 +22,7 @@ import (
 
 	sglprov "github.com/sglprov/sglprov"
 	"github.com/sglprov/sglprov/pkg/buildinfo"
+	"github.com/sglprov/sglprov/pkg/console"
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/recipe"
@@ -406,7 +407,7 @@ func (c *common) newEngine(ctx context.Context, stdio IO, r *recipe.Recipe, mod 
 		Root:                c.root,
 		StateDir:            c.stateDirPath(),
 		NewLogger:           newLogger,
-		Console:             stdio.Stderr,
+		Console:             console.New(stdio.Stderr), // shared by the steps' logs and progress bars
 		IsTerminal:          isTerminal(stdio.Stderr),
 		Builtin:             sglprov.Assets,
 		InsecurePermissions: c.insecure,
