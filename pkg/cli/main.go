@@ -68,7 +68,7 @@ func commands() []command {
 		{"apply", "-f RECIPE", "do it; re-runs skip what is already done and still intact", runApply},
 		{"detect", "", "the GPUs, driver and CUDA version of this host (NVML)", runDetect},
 		{"smoke", "--url URL | -f RECIPE", "the correctness gate alone, against a running server", runSmokeCommand},
-		{"status", "", "the last run: each step, its result, time and reason", runStatus},
+		{"status", "", "the last run: each step, its result, time and reason; exits with that run's code", runStatus},
 		{"daemon", "-f RECIPE", "apply, then keep watching the node (driver changes, canary smoke, metrics)", runDaemon},
 		{"version", "", "the version and the commit this binary was built from", runVersion},
 		{"help", "[COMMAND]", "sglprov's help, or a command's", runHelp},
