@@ -115,7 +115,12 @@ func canary(stdio IO, c *common, timeout time.Duration, logger *log.Logger) func
 		cfg.Cases = []gate.Case{gate.CanaryCase(cfg.Cases)}
 		cfg.ReadyTimeout = timeout
 		cfg.RequestTimeout = timeout
-		wait := gate.NewWaitReporter(gate.RedactURL(cfg.URL), nil, func(line string) { logger.Info("canary " + line) }, 0)
+		var wait *gate.WaitReporter
+		if isTerminal(stdio.Stderr) {
+			wait = gate.NewWaitReporter(gate.RedactURL(cfg.URL), stdio.Stderr, nil, 0)
+		} else {
+			wait = gate.NewWaitReporter(gate.RedactURL(cfg.URL), nil, func(line string) { logger.Info("canary " + line) }, 0)
+		}
 		defer wait.Stop()
 		cfg.Waiting = func(s gate.WaitStatus) {
 			wait.Update(s)

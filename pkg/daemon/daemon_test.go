@@ -381,3 +381,23 @@ func TestHealthLeavesHealthyWhenServerDies(t *testing.T) {
 	cancel()
 	<-done
 }
+
+// TestSkippedGateIsNotAPass: an apply whose gate was skipped (--root) is not reported as a
+// passing gate.
+func TestSkippedGateIsNotAPass(t *testing.T) {
+	m := NewMetrics()
+	m.observeApply(&engine.Report{Started: time.Unix(1700000000, 0), Steps: []*engine.StepReport{
+		{Name: "unit", Kind: "systemd", Result: engine.ResultSkipped, Reason: "unchanged"},
+		{Name: "smoke", Kind: "smoke", Result: engine.ResultSkipped, Reason: "offline (--root): no server was started"},
+	}}, nil)
+	path := filepath.Join(t.TempDir(), "m.prom")
+	if err := m.WriteTextfile(path); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(path)
+	for _, want := range []string{"sglprov_gate_pass 0", "sglprov_gate_skipped 1", `sglprov_step_ok{step="smoke"} 0`, `sglprov_step_ok{step="unit"} 1`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("metrics lack %q:\n%s", want, b)
+		}
+	}
+}

@@ -141,8 +141,9 @@ func (m *Metrics) observeApply(rep *engine.Report, err error) {
 	gateRan := false
 	for _, s := range rep.Steps {
 		m.stepDuration.WithLabelValues(s.Name).Set(s.Duration.Seconds())
+		// A skipped gate did not run (it runs on every apply unless it cannot): not ok.
 		ok := 0.0
-		if s.Result == engine.ResultOK || s.Result == engine.ResultSkipped {
+		if s.Result == engine.ResultOK || s.Result == engine.ResultSkipped && s.Kind != "smoke" {
 			ok = 1
 		}
 		m.stepResult.WithLabelValues(s.Name).Set(ok)
