@@ -57,6 +57,12 @@ func TestDemo(t *testing.T) {
 		`(?s)profile sm120-fp4-gemm-cutlass\n.*arithmetic +chat +PASS.*load +load +FAIL +64 \(\d+ failed\) +p50 \S+ p99 \S+ +\d+ of 64 answers failed; first: degenerate content`,
 		`activating profile .*profile=sm120-fp4-gemm-cudnn`,
 		`smoke gate passed .*profile=sm120-fp4-gemm-cudnn`,
+		// the daemon watches the demo node: one canary, the metrics, a clean stop
+		`healthz: ok node_health=healthy`,
+		`sglprov_canary_runs_total [1-9]`,
+		`sglprov_canary_failures_total 0`,
+		`sglprov_node_health\{state="healthy"\} 1`,
+		`daemon stopped on SIGTERM, exit 0`,
 	} {
 		if !regexp.MustCompile(want).Match(out) {
 			t.Errorf("demo output lacks %q", want)

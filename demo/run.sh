@@ -79,3 +79,26 @@ LOAD_ARGS=(-f recipes/demo-load.yaml --state-dir "$ROOT/load-state"
   --set "python=$ROOT/bin/fake-sglang" --set "models=$ROOT/models" --set "port=$((PORT + 1))")
 "$SGLPROV" apply "${LOAD_ARGS[@]}"
 sed -n '/^profile /,/^smoke: /p' "$ROOT"/load-state/runs/*/smoke.log | sed 's/^/  /'
+
+say "sglprov daemon: a short watch of the demo node (one canary, the metrics once, a clean stop)"
+# The daemon applies first (nothing to redo but start the server with the winning profile
+# and gate it), then runs one canary case every 2 s and serves its metrics. The exec
+# manager's server lives as long as the daemon; SIGTERM stops both.
+MPORT=$(( PORT + 2 ))
+"$SGLPROV" daemon "${ARGS[@]}" --interval 2s --metrics-addr "127.0.0.1:$MPORT" \
+  --textfile "$ROOT/sglprov.prom" >"$ROOT/daemon.out" 2>"$ROOT/daemon.log" &
+DAEMON_PID=$!
+trap 'kill "$DAEMON_PID" 2>/dev/null || true; cleanup' EXIT
+for _ in $(seq 600); do
+  grep -q '^sglprov_canary_runs_total [1-9]' "$ROOT/sglprov.prom" 2>/dev/null && break
+  kill -0 "$DAEMON_PID" 2>/dev/null || { cat "$ROOT/daemon.log" >&2; exit 1; }
+  sleep 0.1
+done
+echo "curl http://127.0.0.1:$MPORT/healthz: $(curl -fsS "http://127.0.0.1:$MPORT/healthz")"
+curl -fsS "http://127.0.0.1:$MPORT/metrics" |
+  grep -E '^sglprov_(apply_success|gate_pass|canary_runs_total|canary_failures_total|node_health)' | sed 's/^/  /'
+kill -TERM "$DAEMON_PID"
+rc=0; wait "$DAEMON_PID" || rc=$?
+grep -E 'apply done|canary|stopping' "$ROOT/daemon.log" | sed 's/^/  /' || true
+echo "daemon stopped on SIGTERM, exit $rc"
+[ "$rc" = 0 ]

@@ -1,7 +1,7 @@
 package main
 
 import (
-	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,9 +25,11 @@ type cloudConfig struct {
 }
 
 // TestCloudInitRuncmd runs the #cloud-config of docs/cloud-init.md as cloud-init would
-// (write_files, then each runcmd line), with every host path moved under a temporary
-// root and a small recipe in place of the model's, and checks the exit code it records
-// and what `sglprov status` says.
+// (write_files, then the runcmd lines as one shell script whose exit status cloud-init
+// records), with every host path moved under a temporary root and a small recipe in place
+// of the model's: once with a recipe that works, once with one whose step fails. The
+// script must exit as sglprov did, record the result in /var/log/sglprov/last-result and
+// the journal (logger), and `sglprov status` must say the same with the same exit code.
 func TestCloudInitRuncmd(t *testing.T) {
 	repo := repoRoot(t)
 	doc, err := os.ReadFile(filepath.Join(repo, "docs", "cloud-init.md"))
@@ -46,9 +48,45 @@ func TestCloudInitRuncmd(t *testing.T) {
 		t.Fatalf("no write_files or runcmd: %+v", cfg)
 	}
 
+	// The recipe it writes uses the token file it writes, through the shipped recipe's
+	// hf_token_file var.
+	written := map[string]string{}
+	for _, f := range cfg.WriteFiles {
+		written[f.Path] = f.Content
+	}
+	tm := regexp.MustCompile(`(?m)^\s*hf_token_file:\s*(\S+)`).FindStringSubmatch(written["/etc/sglprov/recipe.yaml"])
+	if tm == nil {
+		t.Error("the recipe written does not set hf_token_file")
+	} else if _, ok := written[tm[1]]; !ok {
+		t.Errorf("hf_token_file %s is not a file the #cloud-config writes", tm[1])
+	}
+	shipped, err := os.ReadFile(filepath.Join(repo, "recipes", "qwen3.5-397b-a17b-nvfp4-sm120.yaml"))
+	if err != nil || !strings.Contains(string(shipped), `token_file: "{{ .vars.hf_token_file }}"`) {
+		t.Errorf("the shipped recipe does not read its hub token from the hf_token_file var (%v)", err)
+	}
+
+	for _, tc := range []struct {
+		name     string
+		argv     string
+		wantExit int
+		wantStep string
+	}{
+		{name: "ok", argv: "[touch, HELLO]", wantExit: 0, wantStep: `hello +ok`},
+		{name: "failing apply", argv: "[sh, -c, 'echo broken >&2; exit 9']", wantExit: 1, wantStep: `hello +failed`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			runCloudConfig(t, repo, cfg, tc.argv, tc.wantExit, tc.wantStep)
+		})
+	}
+}
+
+// runCloudConfig plays cfg on a fresh root with a recipe of one command step (argv, where
+// HELLO is a file under the root) and checks the exit code and the result's records.
+func runCloudConfig(t *testing.T, repo string, cfg cloudConfig, argv string, wantExit int, wantStep string) {
 	root := t.TempDir()
-	moved := regexp.MustCompile(`(^|[\s"'=])(/(?:etc|opt|usr/local|var/lib)/)`)
+	moved := regexp.MustCompile(`(^|[\s"'=])(/(?:etc|opt|usr/local|var/lib|var/log)/)`)
 	under := func(s string) string { return moved.ReplaceAllString(s, "${1}"+root+"${2}") }
+	hello := filepath.Join(root, "hello")
 
 	// What the image or a write_files entry would have put in /opt/sglprov.
 	bin := filepath.Join(root, "opt", "sglprov", "sglprov")
@@ -60,22 +98,28 @@ func TestCloudInitRuncmd(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(root, "opt", "sglprov", "sglprov.service"), []byte("[Service]\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for _, d := range []string{"usr/local/bin", "etc/systemd/system", "var/lib"} {
+	for _, d := range []string{"usr/local/bin", "etc/systemd/system", "var/lib", "var/log", "shim"} {
 		os.MkdirAll(filepath.Join(root, d), 0o755)
+	}
+	// logger stands in for the journal: it appends its tag and message to a file.
+	journal := filepath.Join(root, "journal")
+	shim := "#!/bin/sh\nwhile [ $# -gt 1 ]; do case $1 in -t) tag=$2; shift 2;; *) break;; esac; done\necho \"$tag: $*\" >> " + journal + "\n"
+	if err := os.WriteFile(filepath.Join(root, "shim", "logger"), []byte(shim), 0o755); err != nil {
+		t.Fatal(err)
 	}
 
 	for _, f := range cfg.WriteFiles {
 		content := f.Content
 		if strings.HasSuffix(f.Path, "recipe.yaml") {
 			content = "apiVersion: sglprov/v1\nname: cloud\nsteps:\n" +
-				"  - name: hello\n    command: {argv: [touch, " + filepath.Join(root, "hello") + "], creates: [" + filepath.Join(root, "hello") + "]}\n"
+				"  - name: hello\n    command: {argv: " + strings.ReplaceAll(argv, "HELLO", hello) + "}\n"
 		}
 		perm, err := strconv.ParseUint(f.Permissions, 8, 32)
 		if err != nil {
 			t.Fatalf("write_files %s: permissions %q: %v", f.Path, f.Permissions, err)
 		}
 		if perm&0o077 != 0 {
-			t.Errorf("write_files %s is mode %s: recipe and token files must be 0600", f.Path, f.Permissions)
+			t.Errorf("write_files %s is mode %s: recipe, token and environment files must be 0600", f.Path, f.Permissions)
 		}
 		p := under(f.Path)
 		os.MkdirAll(filepath.Dir(p), 0o755)
@@ -83,31 +127,44 @@ func TestCloudInitRuncmd(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	env := append(os.Environ(), "SGLPROV_STATE_DIR="+filepath.Join(root, "var", "lib", "sglprov"))
+	env := append(os.Environ(), "SGLPROV_STATE_DIR="+filepath.Join(root, "var", "lib", "sglprov"),
+		"PATH="+filepath.Join(root, "shim")+string(os.PathListSeparator)+os.Getenv("PATH"))
+
+	// cloud-init writes runcmd as one shell script, each list item's words quoted, and
+	// records the script's exit status.
+	script := "#!/bin/sh\n"
 	for _, line := range cfg.Runcmd {
-		args := make([]string, len(line))
+		words := make([]string, len(line))
 		for i, a := range line {
-			args[i] = under(a)
+			words[i] = "'" + strings.ReplaceAll(under(a), "'", `'\''`) + "'"
 		}
-		cmd := exec.Command(args[0], args[1:]...)
-		cmd.Env = env
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Run(); err != nil {
-			t.Fatalf("runcmd %q: %v\n%s", args, err, out.String())
-		}
+		script += strings.Join(words, " ") + "\n"
 	}
-	code, err := os.ReadFile(filepath.Join(root, "var", "lib", "sglprov-exit"))
-	if err != nil || strings.TrimSpace(string(code)) != "sglprov exit 0" {
-		t.Errorf("recorded exit: %q, %v", code, err)
+	scriptPath := filepath.Join(root, "runcmd")
+	if err := os.WriteFile(scriptPath, []byte(script), 0o700); err != nil {
+		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(root, "hello")); err != nil {
-		t.Errorf("the recipe did not run: %v", err)
+	cmd := exec.Command("sh", scriptPath)
+	cmd.Env = env
+	out, _ := cmd.CombinedOutput()
+	if got := cmd.ProcessState.ExitCode(); got != wantExit {
+		t.Errorf("the runcmd script exited %d, want sglprov's %d: cloud-init would record the wrong result\n%s", got, wantExit, out)
+	}
+
+	want := fmt.Sprintf("sglprov apply exit %d at ", wantExit)
+	if b, err := os.ReadFile(filepath.Join(root, "var", "log", "sglprov", "last-result")); err != nil || !strings.HasPrefix(string(b), want) {
+		t.Errorf("/var/log/sglprov/last-result: %q, %v; want %q...", b, err, want)
+	}
+	if b, err := os.ReadFile(journal); err != nil || !strings.Contains(string(b), "sglprov: "+want) {
+		t.Errorf("journal (logger): %q, %v; want a line tagged sglprov: %q...", b, err, want)
+	}
+	if _, err := os.Stat(hello); (err == nil) != (wantExit == 0) {
+		t.Errorf("the recipe's step: %v", err)
 	}
 	status := exec.Command(filepath.Join(root, "usr", "local", "bin", "sglprov"), "status")
 	status.Env = env
-	out, err := status.CombinedOutput()
-	if err != nil || !regexp.MustCompile(`last run: ok`).Match(out) || !regexp.MustCompile(`hello +ok`).Match(out) {
-		t.Errorf("sglprov status: %v\n%s", err, out)
+	sout, _ := status.CombinedOutput()
+	if got := status.ProcessState.ExitCode(); got != wantExit || !regexp.MustCompile(wantStep).Match(sout) {
+		t.Errorf("sglprov status exited %d (want %d):\n%s", got, wantExit, sout)
 	}
 }

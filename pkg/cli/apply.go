@@ -31,31 +31,37 @@ func runApply(ctx context.Context, stdio IO, args []string) error {
 
 // apply runs one apply under the state lock and prints its summary.
 func apply(ctx context.Context, stdio IO, c *common, mod func(*engine.Options)) (*engine.Report, error) {
+	rep, e, err := applyKeep(ctx, stdio, c, mod)
+	if e != nil {
+		e.Close()
+	}
+	return rep, err
+}
+
+// applyKeep is apply that hands back the engine, not closed, when one was made: what its
+// steps hold (an exec-managed server) lives until the caller closes it.
+func applyKeep(ctx context.Context, stdio IO, c *common, mod func(*engine.Options)) (*engine.Report, *engine.Engine, error) {
 	r, err := c.loadRecipe()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	dir := c.stateDirPath()
 	if err := engine.EnsureStateDir(dir, c.insecure); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	lock, err := engine.AcquireLock(dir)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer lock.Release()
 	e, _, err := c.newEngine(ctx, stdio, r, mod)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	defer e.Close()
 	rep, runErr := e.Apply(ctx)
 	if rep != nil {
 		fmt.Fprintf(stdio.Stdout, "\n%s", rep.Summary())
 		fmt.Fprintf(stdio.Stdout, "\n%s: %s in %s; report: %s\n", r.Name, rep.Result, rep.Duration.Round(1e6), rep.Dir+string(os.PathSeparator)+"report.json")
 	}
-	if runErr != nil {
-		return rep, runErr
-	}
-	return rep, nil
+	return rep, e, runErr
 }

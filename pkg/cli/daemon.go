@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 
+	"charm.land/log/v2"
 	sddaemon "github.com/coreos/go-systemd/v22/daemon"
 
 	"github.com/sglprov/sglprov/pkg/daemon"
@@ -42,16 +44,6 @@ func runDaemon(ctx context.Context, stdio IO, args []string) error {
 	if err != nil {
 		return err
 	}
-	// An exec-managed server lives only as long as the apply that started it: the daemon
-	// needs a service manager that keeps it running between checks.
-	for _, st := range r.Steps {
-		var spec struct {
-			Manager string `yaml:"manager"`
-		}
-		if st.Kind == "systemd" && st.Body.Decode(&spec) == nil && spec.Manager == "exec" {
-			return fmt.Errorf("%w: %s: step %q uses manager: exec, whose server stops when each apply ends; the daemon needs manager: systemd", engine.ErrUsage, st.Pos, st.Name)
-		}
-	}
 	logger := newLogger(stdio.Stderr).With("component", "daemon")
 	metrics := daemon.NewMetrics()
 	if metricsAddr != "" {
@@ -63,12 +55,20 @@ func runDaemon(ctx context.Context, stdio IO, args []string) error {
 		logger.Info("serving metrics", "addr", "http://"+addr.String()+"/metrics")
 	}
 
+	// The engine of the last apply stays open until the next one, and the daemon's end:
+	// a server that the exec manager runs lives as long as the daemon (containers without
+	// systemd, the demo); a systemd unit does not depend on it.
+	var held heldEngine
+	defer held.set(nil)
 	opts := daemon.Options{
 		Apply: func(ctx context.Context) (*engine.Report, error) {
-			return apply(ctx, stdio, &c, nil)
+			held.set(nil)
+			rep, e, err := applyKeep(ctx, stdio, &c, nil)
+			held.set(e)
+			return rep, err
 		},
-		Canary:                canary(stdio, &c, canaryTimeout),
-		RestartService:        restartService(stdio, &c),
+		Canary:                canary(stdio, &c, canaryTimeout, logger),
+		RestartService:        restartService(stdio, &c, &held),
 		Notify:                func(s string) error { _, err := sddaemon.SdNotify(false, s); return err },
 		Interval:              interval,
 		FailuresBeforeRestart: failures,
@@ -98,9 +98,10 @@ func metricsTextfile(m *daemon.Metrics, path string) error {
 }
 
 // canary returns the daemon's canary: the first case of the recipe's smoke step, with a
-// short readiness wait (the service is expected to be up already).
-func canary(stdio IO, c *common, timeout time.Duration) func(ctx context.Context) (time.Duration, error) {
-	return func(ctx context.Context) (time.Duration, error) {
+// readiness wait of at most timeout (the service is expected to be up already). While it
+// waits it calls notReady after every poll, and logs what it sees at least every 30 s.
+func canary(stdio IO, c *common, timeout time.Duration, logger *log.Logger) func(ctx context.Context, notReady func(string)) (time.Duration, error) {
+	return func(ctx context.Context, notReady func(string)) (time.Duration, error) {
 		spec, err := recipeSmokeSpec(ctx, stdio, smokeOptions{recipe: c.recipe, sets: c.sets, insecure: c.insecure})
 		if err != nil {
 			return 0, err
@@ -114,6 +115,19 @@ func canary(stdio IO, c *common, timeout time.Duration) func(ctx context.Context
 		cfg.Cases = []gate.Case{gate.CanaryCase(cfg.Cases)}
 		cfg.ReadyTimeout = timeout
 		cfg.RequestTimeout = timeout
+		var wait *gate.WaitReporter
+		if isTerminal(stdio.Stderr) {
+			wait = gate.NewWaitReporter(gate.RedactURL(cfg.URL), stdio.Stderr, nil, 0)
+		} else {
+			wait = gate.NewWaitReporter(gate.RedactURL(cfg.URL), nil, func(line string) { logger.Info("canary " + line) }, 0)
+		}
+		defer wait.Stop()
+		cfg.Waiting = func(s gate.WaitStatus) {
+			wait.Update(s)
+			if notReady != nil {
+				notReady(s.Last)
+			}
+		}
 		start := time.Now()
 		res, err := gate.Run(ctx, cfg)
 		lat := time.Since(start)
@@ -130,8 +144,25 @@ func canary(stdio IO, c *common, timeout time.Duration) func(ctx context.Context
 	}
 }
 
-// restartService restarts the recipe's service steps with the profile they run.
-func restartService(stdio IO, c *common) func(ctx context.Context) error {
+// heldEngine is the engine of the daemon's last apply, kept open.
+type heldEngine struct {
+	mu sync.Mutex
+	e  *engine.Engine
+}
+
+// set closes the engine held (stopping what it supervises) and holds e instead.
+func (h *heldEngine) set(e *engine.Engine) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.e != nil {
+		h.e.Close()
+	}
+	h.e = e
+}
+
+// restartService restarts the recipe's service steps with the profile they run, through
+// the engine of the last apply when there is one (an exec-managed server is its child).
+func restartService(stdio IO, c *common, held *heldEngine) func(ctx context.Context) error {
 	return func(ctx context.Context) error {
 		// The restart rewrites the unit: not while an apply holds the lock.
 		lock, err := engine.AcquireLock(c.stateDirPath())
@@ -139,13 +170,17 @@ func restartService(stdio IO, c *common) func(ctx context.Context) error {
 			return err
 		}
 		defer lock.Release()
-		quiet := stdio
-		quiet.Stderr = io.Discard
-		e, _, err := c.newEngine(ctx, quiet, nil, nil)
-		if err != nil {
-			return err
+		held.mu.Lock()
+		defer held.mu.Unlock()
+		e := held.e
+		if e == nil {
+			quiet := stdio
+			quiet.Stderr = io.Discard
+			if e, _, err = c.newEngine(ctx, quiet, nil, nil); err != nil {
+				return err
+			}
+			defer e.Close()
 		}
-		defer e.Close()
 		names := e.StepsOfKind("systemd")
 		if len(names) == 0 {
 			return errors.New("the recipe has no service step to restart")

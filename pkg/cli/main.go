@@ -22,6 +22,7 @@ import (
 
 	sglprov "github.com/sglprov/sglprov"
 	"github.com/sglprov/sglprov/pkg/buildinfo"
+	"github.com/sglprov/sglprov/pkg/console"
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/recipe"
@@ -67,7 +68,7 @@ func commands() []command {
 		{"apply", "-f RECIPE", "do it; re-runs skip what is already done and still intact", runApply},
 		{"detect", "", "the GPUs, driver and CUDA version of this host (NVML)", runDetect},
 		{"smoke", "--url URL | -f RECIPE", "the correctness gate alone, against a running server", runSmokeCommand},
-		{"status", "", "the last run: each step, its result, time and reason", runStatus},
+		{"status", "", "the last run: each step, its result, time and reason; exits with that run's code", runStatus},
 		{"daemon", "-f RECIPE", "apply, then keep watching the node (driver changes, canary smoke, metrics)", runDaemon},
 		{"version", "", "the version and the commit this binary was built from", runVersion},
 		{"help", "[COMMAND]", "sglprov's help, or a command's", runHelp},
@@ -271,16 +272,22 @@ func (c *common) register(fs *flagSet, stdio IO) {
 	})
 }
 
-// stateDir returns the state directory with --root applied.
+// stateDirPath returns the state directory. Under --root the built-in default
+// (/var/lib/sglprov) moves under the root with every other host path; a directory given
+// with --state-dir or SGLPROV_STATE_DIR stays where it was given.
 func (c *common) stateDirPath() string {
+	if c.stateDir != DefaultStateDir {
+		return c.stateDir
+	}
 	return engine.HostPath(c.root, c.stateDir)
 }
 
 // logger returns a logger for the chosen format writing to w.
 func (c *common) newLoggerFunc() (func(w io.Writer) *log.Logger, error) {
 	var fmtr log.Formatter
-	// Machines get whole timestamps; people on a terminal get the time of day.
-	timeFormat := time.RFC3339
+	// Machines get whole timestamps (RFC 3339, UTC offset, milliseconds); people on a
+	// terminal get the time of day.
+	timeFormat := "2006-01-02T15:04:05.000Z07:00"
 	switch c.logFormat {
 	case "text", "":
 		fmtr, timeFormat = log.TextFormatter, "15:04:05"
@@ -400,7 +407,7 @@ func (c *common) newEngine(ctx context.Context, stdio IO, r *recipe.Recipe, mod 
 		Root:                c.root,
 		StateDir:            c.stateDirPath(),
 		NewLogger:           newLogger,
-		Console:             stdio.Stderr,
+		Console:             console.New(stdio.Stderr), // shared by the steps' logs and progress bars
 		IsTerminal:          isTerminal(stdio.Stderr),
 		Builtin:             sglprov.Assets,
 		InsecurePermissions: c.insecure,

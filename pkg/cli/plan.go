@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"text/tabwriter"
@@ -22,21 +23,49 @@ func runPlan(ctx context.Context, stdio IO, args []string) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	// Shared with other readers; an apply that holds the lock is named, and the steps it
+	// runs now are shown as running, not as interrupted.
+	running := 0
+	lock, err := engine.AcquireSharedLock(c.stateDirPath())
+	switch {
+	case errors.Is(err, engine.ErrLocked):
+		running = engine.LockHolder(c.stateDirPath())
+		if running == 0 {
+			running = -1
+		}
+	case err != nil:
+		return err
+	}
+	defer lock.Release()
 	e, _, err := c.newEngine(ctx, stdio, nil, func(o *engine.Options) {
 		o.Only, o.Force = splitList(only), splitList(force)
+		o.ApplyRunning = running
 	})
 	if err != nil {
 		return err
 	}
 	defer e.Close()
-	p, err := e.Plan(ctx)
-	if err != nil {
-		return err
+	p, planErr := e.Plan(ctx)
+	if p == nil {
+		return planErr
 	}
 	if asJSON {
+		out := struct {
+			*engine.Plan
+			ApplyRunning int `json:"apply_running_pid,omitempty"`
+		}{p, running}
 		enc := json.NewEncoder(stdio.Stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(p)
+		if err := enc.Encode(out); err != nil {
+			return fmt.Errorf("writing the plan: %w", err)
+		}
+		return planErr
+	}
+	switch {
+	case running > 0:
+		fmt.Fprintf(stdio.Stdout, "an apply is running, pid %d: this plan is the state as it stands now\n", running)
+	case running < 0:
+		fmt.Fprintln(stdio.Stdout, "an apply is running: this plan is the state as it stands now")
 	}
 	fmt.Fprintf(stdio.Stdout, "Plan for %s:\n", p.Recipe)
 	for _, f := range p.FactsChanged {
@@ -63,7 +92,7 @@ func runPlan(ctx context.Context, stdio IO, args []string) error {
 		}
 	}
 	fmt.Fprintf(stdio.Stdout, "%d of %d steps would run.\n", runs, len(p.Steps))
-	return nil
+	return planErr
 }
 
 func splitList(s string) []string {

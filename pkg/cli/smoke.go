@@ -56,7 +56,15 @@ func runSmokeCommand(ctx context.Context, stdio IO, args []string) error {
 	if !o.json {
 		fmt.Fprintf(stdio.Stderr, "waiting for %s to get ready (up to %s)\n", gate.RedactURL(cfg.URL), readyTimeoutOf(cfg))
 	}
+	var wait *gate.WaitReporter
+	if isTerminal(stdio.Stderr) {
+		wait = gate.NewWaitReporter(gate.RedactURL(cfg.URL), stdio.Stderr, nil, 0)
+	} else {
+		wait = gate.NewWaitReporter(gate.RedactURL(cfg.URL), nil, func(line string) { fmt.Fprintln(stdio.Stderr, line) }, 0)
+	}
+	cfg.Waiting = wait.Update
 	res, err := gate.Run(ctx, cfg)
+	wait.Stop()
 	if err != nil {
 		return fmt.Errorf("%w: %w", engine.ErrUsage, err)
 	}

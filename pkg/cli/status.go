@@ -3,14 +3,31 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"sort"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/engine"
 )
 
+// statusJSON is what `status --json` prints.
+type statusJSON struct {
+	StateDir string `json:"state_dir"`
+	// Message says that no run was recorded (then State and Report are absent).
+	Message string         `json:"message,omitempty"`
+	State   *engine.State  `json:"state,omitempty"`
+	Report  *engine.Report `json:"last_run,omitempty"`
+	// ExitCode is the last run's exit code, which is also status's own.
+	ExitCode int `json:"exit_code"`
+	// Profile is the profile the service runs and whether it passed the gate.
+	Profile *profileStatus `json:"profile,omitempty"`
+}
+
+// runStatus prints the last run; its exit code is that run's (0 when none finished).
 func runStatus(ctx context.Context, stdio IO, args []string) error {
 	var c common
 	var asJSON bool
@@ -26,25 +43,43 @@ func runStatus(ctx context.Context, stdio IO, args []string) error {
 		return err
 	}
 	rep, repErr := engine.LatestReport(dir)
+	if repErr != nil {
+		rep = nil
+	}
+	none := len(st.Steps) == 0 && rep == nil
+	code := 0
+	if rep != nil {
+		code = rep.ExitCode
+	}
+	prof := profileOf(rep, st)
 	if asJSON {
-		out := struct {
-			State  *engine.State  `json:"state"`
-			Report *engine.Report `json:"last_run,omitempty"`
-		}{st, rep}
+		out := statusJSON{StateDir: dir, Report: rep, ExitCode: code, Profile: prof}
+		if none {
+			out.Message = "no run recorded in " + dir
+		} else {
+			out.State = st
+		}
 		enc := json.NewEncoder(stdio.Stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(out)
+		if err := enc.Encode(out); err != nil {
+			return fmt.Errorf("writing the status: %w", err)
+		}
+		return exitAs(code)
 	}
-	if len(st.Steps) == 0 {
+	if none {
 		fmt.Fprintf(stdio.Stdout, "no run recorded in %s\n", dir)
 		return nil
 	}
 	fmt.Fprintf(stdio.Stdout, "recipe %s, state updated %s\n", st.Recipe, st.Updated.Format(time.RFC3339))
-	if repErr == nil {
+	if rep != nil {
 		fmt.Fprintf(stdio.Stdout, "last run: %s at %s, exit %d, took %s\n  report: %s/report.json\n",
 			rep.Result, rep.Started.Format(time.RFC3339), rep.ExitCode, rep.Duration.Round(time.Millisecond), rep.Dir)
+		writeProfile(stdio.Stdout, prof)
 		fmt.Fprintf(stdio.Stdout, "\n%s", rep.Summary())
-		return nil
+		if f := rep.Failures(10); f != "" {
+			fmt.Fprintf(stdio.Stdout, "\n%s", f)
+		}
+		return exitAs(code)
 	}
 	names := make([]string, 0, len(st.Steps))
 	for n := range st.Steps {
@@ -58,4 +93,106 @@ func runStatus(ctx context.Context, stdio IO, args []string) error {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", n, r.Result, r.Started.Format(time.RFC3339), r.Duration.Round(time.Millisecond), r.Reason)
 	}
 	return w.Flush()
+}
+
+// exitAs returns an error that carries exit code code and prints nothing more.
+func exitAs(code int) error {
+	var mark error
+	switch code {
+	case engine.ExitOK:
+		return nil
+	case engine.ExitUsage:
+		mark = engine.ErrUsage
+	case engine.ExitGate:
+		mark = engine.ErrGate
+	case engine.ExitHost:
+		mark = engine.ErrHost
+	case engine.ExitLocked:
+		mark = engine.ErrLocked
+	case engine.ExitReboot:
+		mark = engine.ErrReboot
+	default:
+		mark = errors.New("the last run failed")
+	}
+	return reported(fmt.Errorf("last run exited %d: %w", code, mark))
+}
+
+// profileStatus is the backend profile of the recipe's service as the last run left it.
+type profileStatus struct {
+	// Step is the service step.
+	Step string `json:"step"`
+	// Running is the profile the installed unit has (the state's record).
+	Running string `json:"running,omitempty"`
+	// Won is the profile that passed the gate in the last run ("" when none did).
+	Won string `json:"won,omitempty"`
+	// Failed lists the profiles the last run's gate rejected.
+	Failed []string `json:"failed,omitempty"`
+	// AllFailed is true when every candidate failed the gate in the last run.
+	AllFailed bool `json:"all_failed,omitempty"`
+}
+
+// profileOf reads the service's profile from the state and the last report's gate.
+func profileOf(rep *engine.Report, st *engine.State) *profileStatus {
+	var p *profileStatus
+	for name, rec := range st.Steps {
+		var data struct {
+			Active string `json:"active"`
+			Winner string `json:"winner"`
+		}
+		if len(rec.Data) == 0 || json.Unmarshal(rec.Data, &data) != nil || data.Active == "" && data.Winner == "" {
+			continue
+		}
+		if p == nil || name < p.Step {
+			p = &profileStatus{Step: name, Running: data.Active}
+		}
+	}
+	if rep == nil {
+		return p
+	}
+	for _, s := range rep.Steps {
+		if s.Kind != "smoke" || s.Details == nil {
+			continue
+		}
+		tried, _ := s.Details["profiles"].([]any)
+		if len(tried) == 0 {
+			continue
+		}
+		if p == nil {
+			p = &profileStatus{}
+		}
+		won, _ := s.Details["profile"].(string)
+		p.Won = won
+		for _, t := range tried {
+			m, _ := t.(map[string]any)
+			name, _ := m["profile"].(string)
+			if name != "" && name != won {
+				p.Failed = append(p.Failed, name)
+			}
+		}
+		p.AllFailed = won == "" && s.Result == engine.ResultFailed
+		break
+	}
+	return p
+}
+
+func writeProfile(w io.Writer, p *profileStatus) {
+	if p == nil {
+		return
+	}
+	switch {
+	case p.AllFailed:
+		fmt.Fprintf(w, "profile: every candidate failed the gate (%s)", strings.Join(p.Failed, ", "))
+		if p.Running != "" {
+			fmt.Fprintf(w, "; the unit runs %s", p.Running)
+		}
+		fmt.Fprintln(w)
+	case p.Won != "":
+		fmt.Fprintf(w, "profile: %s passed the gate", p.Won)
+		if len(p.Failed) > 0 {
+			fmt.Fprintf(w, " (failed before it: %s)", strings.Join(p.Failed, ", "))
+		}
+		fmt.Fprintln(w)
+	case p.Running != "":
+		fmt.Fprintf(w, "profile: %s (installed; the last run did not gate it)\n", p.Running)
+	}
 }

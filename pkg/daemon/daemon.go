@@ -8,12 +8,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
 	"time"
 
 	"charm.land/log/v2"
 
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/gpu"
+	"github.com/sglprov/sglprov/pkg/logval"
 )
 
 // Options are the daemon's parts; every side effect is a function so that tests can
@@ -23,8 +26,11 @@ type Options struct {
 	Apply func(ctx context.Context) (*engine.Report, error)
 	// Detect reads the GPU facts (nil when the recipe needs none).
 	Detect func(ctx context.Context) (*gpu.Facts, error)
-	// Canary runs one smoke case against the service.
-	Canary func(ctx context.Context) (time.Duration, error)
+	// Canary runs one smoke case against the service. While it waits for the server to
+	// answer, it calls notReady with what it last saw ("connection refused", "HTTP 503"):
+	// the node is not healthy from that moment, not only once the wait gives up. A canary
+	// cut short because ctx ended (the daemon stopping) is neither a pass nor a failure.
+	Canary func(ctx context.Context, notReady func(last string)) (time.Duration, error)
 	// RestartService restarts the served model's service (nil: none to restart).
 	RestartService func(ctx context.Context) error
 	// Notify sends an sd_notify message ("READY=1", "STATUS=...", "WATCHDOG=1").
@@ -68,14 +74,18 @@ func (o *Options) defaults() {
 // Health is what the daemon says of the node.
 type Health string
 
-// The node's health states.
+// The node's health states; they are label values of sglprov_node_health, so they have
+// no spaces.
 const (
 	Healthy        Health = "healthy"
 	Degraded       Health = "degraded"
 	Unhealthy      Health = "unhealthy"
-	RebootRequired Health = "reboot required"
-	ApplyFailed    Health = "apply failed"
+	RebootRequired Health = "reboot_required"
+	ApplyFailed    Health = "apply_failed"
 )
+
+// Words returns the state for people (systemctl status): "reboot required".
+func (h Health) Words() string { return strings.ReplaceAll(string(h), "_", " ") }
 
 // Daemon is one running daemon.
 type Daemon struct {
@@ -83,6 +93,7 @@ type Daemon struct {
 	driver   string
 	failures int
 	restarts int
+	mu       sync.Mutex // guards health, which notReady may set from the canary's goroutine
 	health   Health
 }
 
@@ -93,7 +104,11 @@ func New(opts Options) *Daemon {
 }
 
 // Health returns the node's health as the daemon last saw it.
-func (d *Daemon) Health() Health { return d.health }
+func (d *Daemon) Health() Health {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.health
+}
 
 // Run applies the recipe, reports READY, then checks at every interval until ctx ends.
 // It returns nil when ctx is cancelled.
@@ -119,11 +134,15 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	d.status("applying the recipe")
 	d.apply(ctx, "start")
+	if ctx.Err() != nil {
+		_ = d.o.Notify("STOPPING=1")
+		return nil
+	}
 	if f, err := d.detect(ctx); err == nil && f != nil {
 		d.driver = f.DriverVersion
 	}
 	_ = d.o.Notify("READY=1")
-	d.status(string(d.health))
+	d.status(d.health.Words())
 	if d.o.AfterCheck != nil {
 		d.o.AfterCheck()
 	}
@@ -133,11 +152,17 @@ func (d *Daemon) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
+			d.o.Log.Info("stopping", "cause", context.Cause(ctx))
 			_ = d.o.Notify("STOPPING=1")
 			return nil
 		case <-tick.C:
 			d.Check(ctx)
-			d.status(string(d.health))
+			if ctx.Err() != nil {
+				d.o.Log.Info("stopping", "cause", context.Cause(ctx))
+				_ = d.o.Notify("STOPPING=1")
+				return nil
+			}
+			d.status(d.health.Words())
 			if d.o.AfterCheck != nil {
 				d.o.AfterCheck()
 			}
@@ -179,6 +204,11 @@ func (d *Daemon) Check(ctx context.Context) {
 
 func (d *Daemon) apply(ctx context.Context, why string) {
 	rep, err := d.o.Apply(ctx)
+	if ctx.Err() != nil {
+		// Stopping: an apply cut short says nothing about the node.
+		d.o.Log.Info("apply interrupted: the daemon is stopping", "why", why)
+		return
+	}
 	d.o.Metrics.observeApply(rep, err)
 	switch {
 	case errors.Is(err, engine.ErrReboot):
@@ -199,11 +229,24 @@ func (d *Daemon) canary(ctx context.Context) {
 	if d.o.Canary == nil {
 		return
 	}
-	lat, err := d.o.Canary(ctx)
+	notReady := func(last string) {
+		if ctx.Err() != nil || d.health != Healthy {
+			return
+		}
+		d.o.Log.Warn("canary: the server does not answer", "last", last)
+		d.setHealth(Degraded)
+		d.status("canary waiting for the server: " + last)
+	}
+	lat, err := d.o.Canary(ctx, notReady)
+	if ctx.Err() != nil {
+		// Stopping: the canary was cut short, not failed; nothing is restarted.
+		d.o.Log.Info("canary cancelled: the daemon is stopping")
+		return
+	}
 	d.o.Metrics.observeCanary(lat, err)
 	if err == nil {
 		if d.failures > 0 || d.health != Healthy {
-			d.o.Log.Info("canary passes again", "latency", lat.Round(time.Millisecond))
+			d.o.Log.Info("canary passes again", "seconds", logval.Seconds(lat))
 		}
 		d.failures, d.restarts = 0, 0
 		d.setHealth(Healthy)
@@ -244,7 +287,9 @@ func (d *Daemon) detect(ctx context.Context) (*gpu.Facts, error) {
 }
 
 func (d *Daemon) setHealth(h Health) {
+	d.mu.Lock()
 	d.health = h
+	d.mu.Unlock()
 	d.o.Metrics.setHealth(h)
 }
 

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/gpu"
+	"github.com/sglprov/sglprov/pkg/smoke"
 )
 
 // node is a fake node: its driver, whether its canary passes, and what the daemon did.
@@ -54,7 +56,7 @@ func (n *node) options() Options {
 			}
 			return &gpu.Facts{DriverVersion: n.driver}, nil
 		},
-		Canary: func(ctx context.Context) (time.Duration, error) {
+		Canary: func(ctx context.Context, _ func(string)) (time.Duration, error) {
 			n.mu.Lock()
 			defer n.mu.Unlock()
 			if !n.canaryOK {
@@ -211,18 +213,29 @@ func TestRunNotifiesAndServesMetrics(t *testing.T) {
 	// Wait for a canary round, then scrape.
 	time.Sleep(60 * time.Millisecond)
 	fams := scrape(t, fmt.Sprintf("http://%s/metrics", addr))
+	resp, err := http.Get(fmt.Sprintf("http://%s/healthz", addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || string(body) != "ok node_health=healthy\n" {
+		t.Errorf("/healthz: %d %q", resp.StatusCode, body)
+	}
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("Run: %v", err)
 	}
 	for name, want := range map[string]float64{
-		"sglprov_apply_success":                       1,
-		"sglprov_apply_exit_code":                     0,
-		"sglprov_gate_pass":                           1,
-		"sglprov_canary_latency_seconds":              0.007,
-		`sglprov_node_health{state="healthy"}`:        1,
-		`sglprov_step_duration_seconds{step="smoke"}`: 2,
-		"sglprov_reboot_required":                     0,
+		"sglprov_apply_success":                        1,
+		"sglprov_apply_exit_code":                      0,
+		"sglprov_gate_pass":                            1,
+		"sglprov_canary_latency_seconds":               0.007,
+		`sglprov_node_health{state="healthy"}`:         1,
+		`sglprov_node_health{state="apply_failed"}`:    0,
+		`sglprov_node_health{state="reboot_required"}`: 0,
+		`sglprov_step_duration_seconds{step="smoke"}`:  2,
+		"sglprov_reboot_required":                      0,
 	} {
 		got, ok := fams[name]
 		if !ok {
@@ -291,4 +304,102 @@ func value(m *dto.Metric) float64 {
 		return m.Counter.GetValue()
 	}
 	return 0
+}
+
+// TestStopCancelsCanary stops the daemon while its canary waits: the canary is cut short,
+// counted neither as a run nor as a failure, and the service is not restarted.
+func TestStopCancelsCanary(t *testing.T) {
+	n := &node{driver: "580.95.05", canaryOK: true}
+	o := n.options()
+	o.Metrics = NewMetrics()
+	o.Interval = 10 * time.Millisecond
+	o.FailuresBeforeRestart = 1
+	started := make(chan struct{}, 1)
+	o.Canary = func(ctx context.Context, _ func(string)) (time.Duration, error) {
+		select {
+		case started <- struct{}{}:
+		default:
+		}
+		<-ctx.Done()
+		return time.Second, fmt.Errorf("waiting for readiness: %w", context.Cause(ctx))
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	d := New(o)
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	<-started
+	cancel(errors.New("signal received: terminated"))
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if n.restarts != 0 || d.Health() != Healthy {
+		t.Errorf("after a stop: %d restarts, health %s", n.restarts, d.Health())
+	}
+	path := filepath.Join(t.TempDir(), "m.prom")
+	o.Metrics.WriteTextfile(path)
+	b, _ := os.ReadFile(path)
+	for _, want := range []string{"sglprov_canary_failures_total 0", "sglprov_canary_runs_total 0", "sglprov_service_restarts_total 0"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("metrics lack %q:\n%s", want, b)
+		}
+	}
+}
+
+// TestHealthLeavesHealthyWhenServerDies runs the daemon with a canary that waits on a
+// real server through the gate's readiness wait (up to a minute): once the server is
+// gone, node_health leaves healthy within one interval, long before the wait gives up.
+func TestHealthLeavesHealthyWhenServerDies(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	url := srv.URL
+	n := &node{driver: "580.95.05", canaryOK: true}
+	o := n.options()
+	o.Metrics = NewMetrics()
+	const interval = 300 * time.Millisecond
+	o.Interval = interval
+	o.Canary = func(ctx context.Context, notReady func(string)) (time.Duration, error) {
+		_, err := smoke.WaitReady(ctx, smoke.Config{URL: url, ReadyTimeout: time.Minute,
+			PollInitial: 50 * time.Millisecond, Waiting: func(s smoke.WaitStatus) { notReady(s.Last) }})
+		return 0, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	d := New(o)
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	time.Sleep(interval + interval/2) // one canary passed
+	if h := d.Health(); h != Healthy {
+		t.Fatalf("health %s before the server died", h)
+	}
+	srv.Close()
+	died := time.Now()
+	for d.Health() == Healthy && time.Since(died) < 5*time.Second {
+		time.Sleep(10 * time.Millisecond)
+	}
+	took := time.Since(died)
+	t.Logf("node_health left healthy %s after the server died (interval %s)", took.Round(time.Millisecond), interval)
+	if d.Health() != Degraded || took > interval+interval/2 {
+		t.Errorf("health %s %s after the server died; want degraded within one interval (%s)", d.Health(), took, interval)
+	}
+	cancel()
+	<-done
+}
+
+// TestSkippedGateIsNotAPass: an apply whose gate was skipped (--root) is not reported as a
+// passing gate.
+func TestSkippedGateIsNotAPass(t *testing.T) {
+	m := NewMetrics()
+	m.observeApply(&engine.Report{Started: time.Unix(1700000000, 0), Steps: []*engine.StepReport{
+		{Name: "unit", Kind: "systemd", Result: engine.ResultSkipped, Reason: "unchanged"},
+		{Name: "smoke", Kind: "smoke", Result: engine.ResultSkipped, Reason: "offline (--root): no server was started"},
+	}}, nil)
+	path := filepath.Join(t.TempDir(), "m.prom")
+	if err := m.WriteTextfile(path); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(path)
+	for _, want := range []string{"sglprov_gate_pass 0", "sglprov_gate_skipped 1", `sglprov_step_ok{step="smoke"} 0`, `sglprov_step_ok{step="unit"} 1`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("metrics lack %q:\n%s", want, b)
+		}
+	}
 }

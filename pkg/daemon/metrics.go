@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,6 +28,7 @@ type Metrics struct {
 	stepDuration  *prometheus.GaugeVec
 	stepResult    *prometheus.GaugeVec
 	gatePass      prometheus.Gauge
+	gateSkipped   prometheus.Gauge
 	timeToReady   prometheus.Gauge
 	canaryLatency prometheus.Gauge
 	canaryFails   prometheus.Counter
@@ -34,6 +36,9 @@ type Metrics struct {
 	restarts      prometheus.Counter
 	health        *prometheus.GaugeVec
 	reboot        prometheus.Gauge
+
+	mu        sync.Mutex
+	curHealth Health // for /healthz
 }
 
 // NewMetrics returns the daemon's metrics in a fresh registry.
@@ -59,6 +64,7 @@ func NewMetrics() *Metrics {
 		Help: "1 when the step succeeded or was skipped as intact in the last apply."}, []string{"step"})
 	m.reg.MustRegister(m.stepDuration, m.stepResult)
 	m.gatePass = g("gate_pass", "1 when the smoke gate passed in the last apply.")
+	m.gateSkipped = g("gate_skipped", "1 when the last apply skipped the smoke gate (--root: nothing was started); gate_pass is 0 then.")
 	m.timeToReady = g("time_to_ready_seconds", "Seconds the service took to become ready in the last gate.")
 	m.canaryLatency = g("canary_latency_seconds", "Latency of the last canary smoke case.")
 	m.canaryFails = c("canary_failures_total", "Canary smoke cases that failed.")
@@ -84,8 +90,10 @@ func buildInfoGauge(info buildinfo.Info) prometheus.Gauge {
 // Registry returns the metrics' registry.
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
-// Serve serves /metrics on addr (a loopback address) until the listener fails; it
-// returns the bound address.
+// Serve serves /metrics and /healthz on addr (a loopback address) until the listener
+// fails; it returns the bound address. /healthz answers 200 while the daemon runs (it is
+// the daemon's liveness, not the node's): its body names the node's health, e.g.
+// "ok node_health=degraded".
 func (m *Metrics) Serve(addr string) (net.Addr, func() error, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -93,6 +101,7 @@ func (m *Metrics) Serve(addr string) (net.Addr, func() error, error) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", m.healthz)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -132,14 +141,19 @@ func (m *Metrics) observeApply(rep *engine.Report, err error) {
 	gateRan := false
 	for _, s := range rep.Steps {
 		m.stepDuration.WithLabelValues(s.Name).Set(s.Duration.Seconds())
+		// A skipped gate did not run (it runs on every apply unless it cannot): not ok.
 		ok := 0.0
-		if s.Result == engine.ResultOK || s.Result == engine.ResultSkipped {
+		if s.Result == engine.ResultOK || s.Result == engine.ResultSkipped && s.Kind != "smoke" {
 			ok = 1
 		}
 		m.stepResult.WithLabelValues(s.Name).Set(ok)
 		if s.Kind == "smoke" && s.Result != engine.ResultNotSelected {
 			gateRan = true
-			m.gatePass.Set(ok)
+			// The gate runs on every apply: skipped means it did not run at all
+			// (offline), which is not a pass.
+			skipped := s.Result == engine.ResultSkipped
+			m.gateSkipped.Set(b2f(skipped))
+			m.gatePass.Set(b2f(s.Result == engine.ResultOK))
 			if ttr, found := timeToReady(s.Details); found {
 				m.timeToReady.Set(ttr.Seconds())
 			}
@@ -175,10 +189,24 @@ func (m *Metrics) incRestarts() {
 	}
 }
 
+func (m *Metrics) healthz(w http.ResponseWriter, _ *http.Request) {
+	m.mu.Lock()
+	h := m.curHealth
+	m.mu.Unlock()
+	if h == "" {
+		h = "starting"
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	fmt.Fprintf(w, "ok node_health=%s\n", h)
+}
+
 func (m *Metrics) setHealth(h Health) {
 	if m == nil {
 		return
 	}
+	m.mu.Lock()
+	m.curHealth = h
+	m.mu.Unlock()
 	for _, s := range []Health{Healthy, Degraded, Unhealthy, RebootRequired, ApplyFailed} {
 		v := 0.0
 		if s == h {
@@ -197,4 +225,11 @@ func (m *Metrics) setRebootRequired(b bool) {
 	} else {
 		m.reboot.Set(0)
 	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

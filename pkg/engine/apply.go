@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/atomicfile"
+	"github.com/sglprov/sglprov/pkg/logval"
 	"github.com/sglprov/sglprov/pkg/safefile"
 )
 
@@ -61,6 +63,10 @@ func (e *Engine) Apply(ctx context.Context) (*Report, error) {
 		return nil, err
 	}
 	rep.Dir = runDir
+	if root := e.opts.Root; root != "" && root != "/" {
+		// One convention for the whole log: the node's paths, as the recipe names them.
+		e.log.Info("offline: every host path is written under the root; paths below are the node's", "root", root)
+	}
 	for _, c := range rep.FactsChanged {
 		e.log.Info("host fact changed", "fact", c)
 	}
@@ -188,7 +194,13 @@ func (e *Engine) runNode(ctx context.Context, n *node, sem chan struct{}, runDir
 	})
 	runErr := n.impl.Run(ctx, env)
 	res.Duration = e.opts.Now().Sub(res.Started)
+	var skip *SkipError
 	switch {
+	case errors.As(runErr, &skip):
+		// The step chose not to do its work: it is skipped, with its reason, and its
+		// fingerprint is not recorded (it did not produce what it stands for).
+		res.Result, res.Reason = ResultSkipped, skip.Reason
+		env.Log.Info("skipped", "reason", skip.Reason)
 	case runErr == nil:
 		res.Result = ResultOK
 		// Outputs may have changed what the step fingerprints (a tree it patched):
@@ -196,7 +208,7 @@ func (e *Engine) runNode(ctx context.Context, n *node, sem chan struct{}, runDir
 		if parts, err := e.fingerprint(context.WithoutCancel(ctx), n, env); err == nil {
 			dec.Parts, dec.Fingerprint = parts, fingerprintOf(parts)
 		}
-		env.Log.Info("done", "took", res.Duration.Round(time.Millisecond))
+		env.Log.Info("done", "seconds", logval.Seconds(res.Duration))
 	case ctx.Err() != nil:
 		res.Result, res.err = ResultInterrupted, fmt.Errorf("interrupted: %w", runErr)
 		env.Log.Warn("interrupted", "err", runErr)
@@ -209,6 +221,9 @@ func (e *Engine) runNode(ctx context.Context, n *node, sem chan struct{}, runDir
 	}
 	e.record(n.step.Name, func(r *StepRecord) {
 		r.Result, r.PID, r.Duration, r.Error = res.Result, 0, res.Duration, res.Error
+		if res.Result == ResultSkipped {
+			r.Reason = res.Reason
+		}
 		if res.Result == ResultOK {
 			r.Fingerprint, r.Parts = dec.Fingerprint, dec.Parts
 		}
@@ -336,4 +351,65 @@ func (r *Report) Summary() string {
 func firstLine(s string) string {
 	line, _, _ := strings.Cut(s, "\n")
 	return line
+}
+
+// Failures describes each failed step in full: its error with every line, the path of its
+// log and, when the error is one line, the last tail lines of that log. Empty when no
+// step failed.
+func (r *Report) Failures(tail int) string {
+	var b strings.Builder
+	for _, s := range r.Steps {
+		if s.Result != ResultFailed {
+			continue
+		}
+		msg := s.Error
+		if msg == "" {
+			msg = s.Reason
+		}
+		lines := strings.Split(strings.TrimRight(msg, "\n"), "\n")
+		fmt.Fprintf(&b, "%s failed: %s\n", s.Name, lines[0])
+		for _, l := range lines[1:] {
+			fmt.Fprintf(&b, "  %s\n", l)
+		}
+		if s.Log == "" {
+			continue
+		}
+		if !strings.Contains(msg, s.Log) {
+			fmt.Fprintf(&b, "  log: %s\n", s.Log)
+		}
+		if len(lines) > 1 || tail <= 0 {
+			continue
+		}
+		if last := lastLines(s.Log, tail); len(last) > 0 {
+			fmt.Fprintf(&b, "  last %d lines of the log:\n", len(last))
+			for _, l := range last {
+				fmt.Fprintf(&b, "    %s\n", l)
+			}
+		}
+	}
+	return b.String()
+}
+
+// lastLines returns up to n last non-empty lines of the file at path (its last 64 KiB).
+func lastLines(path string, n int) []string {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	const window = 64 << 10
+	if fi, err := f.Stat(); err == nil && fi.Size() > window {
+		_, _ = f.Seek(fi.Size()-window, 0)
+	}
+	b, _ := io.ReadAll(io.LimitReader(f, window))
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if l = strings.TrimRight(l, "\r "); l != "" {
+			out = append(out, l)
+		}
+	}
+	if len(out) > n {
+		out = out[len(out)-n:]
+	}
+	return out
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -50,6 +51,10 @@ type Options struct {
 	// files that other users own or can write.
 	Builtin             fs.FS
 	InsecurePermissions bool
+	// ApplyRunning is the pid of an apply that held the lock when this engine was made
+	// (plan while an apply runs): the steps the state records as running are running
+	// now, not interrupted. -1 when the pid is unknown.
+	ApplyRunning int
 	// IgnoreState builds the steps without reading the state directory (validate, which
 	// may run as a user who cannot read it).
 	IgnoreState bool
@@ -207,6 +212,12 @@ func (e *Engine) decide(ctx context.Context, n *node, env *Env) (Decision, error
 	case rec == nil:
 		d.Run, d.Reason = true, "new"
 		return d, nil
+	case rec.Result == ResultRunning && e.opts.ApplyRunning != 0:
+		d.Run, d.Reason = true, "running now in the apply that holds the lock"
+		if e.opts.ApplyRunning > 0 {
+			d.Reason = fmt.Sprintf("running now (an apply is running, pid %d)", e.opts.ApplyRunning)
+		}
+		return d, nil
 	case rec.Result == ResultRunning:
 		d.Run, d.Reason = true, "interrupted in an earlier run"
 		return d, nil
@@ -326,9 +337,12 @@ type Plan struct {
 }
 
 // Plan says, step by step, what Apply would do and why. It changes nothing. A step whose
-// needs will run is shown as running: its inputs are only known after they ran.
+// needs will run is shown as running: its inputs are only known after they ran. The
+// error joins the preflight failures of the steps (see Preflighter); the plan is
+// complete even then.
 func (e *Engine) Plan(ctx context.Context) (*Plan, error) {
 	p := &Plan{Recipe: e.opts.Recipe.Name, FactsChanged: e.FactsChanged()}
+	var preflight []error
 	runs := map[string]bool{}
 	for _, n := range e.order() {
 		ps := PlannedStep{Name: n.step.Name, Kind: n.step.Kind, Needs: n.step.Needs}
@@ -360,10 +374,16 @@ func (e *Engine) Plan(ctx context.Context) (*Plan, error) {
 				ps.Run, ps.Reason = true, "needs "+strings.Join(upstream, ", ")+", which runs"
 			}
 		}
+		if pf, ok := n.impl.(Preflighter); ok {
+			if err := pf.Preflight(ctx, env); err != nil {
+				ps.Error = err.Error()
+				preflight = append(preflight, fmt.Errorf("step %s: %w", n.step.Name, err))
+			}
+		}
 		runs[n.step.Name] = ps.Run
 		p.Steps = append(p.Steps, ps)
 	}
-	return p, nil
+	return p, errors.Join(preflight...)
 }
 
 // order returns the steps in a topological order that keeps the file order where it can.

@@ -14,7 +14,8 @@ import (
 
 // Lock is the run lock of a state directory (flock on DIR/lock), held for a whole run.
 type Lock struct {
-	f *os.File
+	f      *os.File
+	shared bool
 }
 
 // AcquireLock takes the lock of the state directory without waiting. When another run
@@ -36,11 +37,9 @@ func AcquireLock(dir string) (*Lock, error) {
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			holder := "another process"
-			if b, rerr := safefile.ReadNoFollow(path); rerr == nil {
-				if pid, perr := strconv.Atoi(strings.TrimSpace(string(b))); perr == nil {
-					holder = fmt.Sprintf("pid %d", pid)
-				}
+			holder := holderOf(path)
+			if holder == "another process" {
+				holder = "another process (a plan, or a run starting)"
 			}
 			return nil, fmt.Errorf("%w: %s holds %s; wait for it to finish", ErrLocked, holder, path)
 		}
@@ -52,12 +51,53 @@ func AcquireLock(dir string) (*Lock, error) {
 	return &Lock{f: f}, nil
 }
 
+// AcquireSharedLock takes the lock of the state directory in shared mode without waiting,
+// for a command that reads the state (plan): several readers may hold it at once, an
+// apply may not start meanwhile. When an apply holds it, the error wraps ErrLocked and
+// LockHolder names the apply's pid. A state directory without a lock file (no apply ever
+// ran there) or one this user cannot read needs no lock: (nil, nil).
+func AcquireSharedLock(dir string) (*Lock, error) {
+	path := filepath.Join(dir, "lock")
+	f, err := safefile.OpenNoFollow(path, os.O_RDONLY, 0)
+	if err != nil {
+		return nil, nil
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%w: an apply is running (%s)", ErrLocked, holderOf(path))
+		}
+		return nil, fmt.Errorf("locking %s: %w", path, err)
+	}
+	return &Lock{f: f, shared: true}, nil
+}
+
+// LockHolder returns the pid written in the state directory's lock by the apply holding
+// it (0 when none is written).
+func LockHolder(dir string) int {
+	b, err := safefile.ReadNoFollow(filepath.Join(dir, "lock"))
+	if err != nil {
+		return 0
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	return pid
+}
+
+func holderOf(path string) string {
+	if pid := LockHolder(filepath.Dir(path)); pid > 0 {
+		return fmt.Sprintf("pid %d", pid)
+	}
+	return "another process"
+}
+
 // Release gives the lock up.
 func (l *Lock) Release() error {
 	if l == nil || l.f == nil {
 		return nil
 	}
-	_ = l.f.Truncate(0)
+	if !l.shared {
+		_ = l.f.Truncate(0)
+	}
 	err := l.f.Close() // closing drops the flock
 	l.f = nil
 	return err

@@ -39,6 +39,13 @@ type AlwaysRunner interface {
 	AlwaysRun() bool
 }
 
+// Preflighter is implemented by steps that can tell before anything runs that they
+// cannot succeed on this host (a pinned model revision that the hub says does not exist).
+// plan calls it for every selected step; its error carries the exit code (ErrHost).
+type Preflighter interface {
+	Preflight(ctx context.Context, env *Env) error
+}
+
 // Kind describes one step kind: how to decode its recipe body and build the step.
 type Kind struct {
 	// NewSpec returns a pointer to a zero spec value; the recipe body is decoded into it
@@ -160,6 +167,13 @@ func (e *Env) SaveStepData(step string, v any) error { return e.store.save(step,
 // resolved commits, files fetched).
 func (e *Env) Detail(key string, v any) {
 	e.store.detail(e.StepName, key, v)
+}
+
+// StepDetail attaches a value to another step's entry in the run report (a service step
+// called by the gate recording the profile it installed, so that the report says what
+// the state says).
+func (e *Env) StepDetail(step, key string, v any) {
+	e.store.detail(step, key, v)
 }
 
 // Store holds each step's recorded data and report details for one run; it is safe for

@@ -1,6 +1,9 @@
 package fetch
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"io"
 	"math"
 	"sync"
@@ -8,24 +11,104 @@ import (
 
 	"github.com/vbauerster/mpb/v8"
 	"github.com/vbauerster/mpb/v8/decor"
+
+	"github.com/sglprov/sglprov/pkg/logval"
 )
 
 // TerminalReporter draws one progress bar per active file and one for the total on a
-// terminal (github.com/vbauerster/mpb/v8). Call Close once the Fetch calls are over.
+// terminal (github.com/vbauerster/mpb/v8). The speed is a moving average of the bytes
+// actually written over the last SpeedWindow; a file that ends with an error keeps its bar,
+// marked "interrupted" or "failed". When the terminal is a SharedConsole, lines that other
+// steps log while the bars are up are printed above them and stay. Call Close once the
+// Fetch calls are over.
 type TerminalReporter struct {
-	p *mpb.Progress
+	p       *mpb.Progress
+	restore func()
+	now     func() time.Time
 
 	mu    sync.Mutex
 	bars  map[string]*termBar
-	total *mpb.Bar
+	total *termBar
 	sum   int64
-	last  time.Time
 }
 
+// SharedConsole is a terminal shared with concurrent log output (pkg/console): the bars
+// draw on Raw, and lines written to the console meanwhile go through Divert's writer.
+type SharedConsole interface {
+	Raw() io.Writer
+	Divert(above io.Writer) (restore func())
+}
+
+// SpeedWindow is the span the bars' speed is averaged over.
+const SpeedWindow = 5 * time.Second
+
 type termBar struct {
-	bar  *mpb.Bar
-	last time.Time
-	cur  int64
+	bar *mpb.Bar
+	ok  bool // guarded by the reporter's mu
+
+	// mu guards what the bar's decorator reads while mpb draws; it is never held while
+	// calling mpb (whose drawing goroutine calls the decorator).
+	mu     sync.Mutex
+	meter  meter
+	cur    int64
+	size   int64
+	status string // "interrupted" or "failed" once the file ended without completing
+}
+
+// set updates the bar's numbers for its decorator and returns the new count.
+func (b *termBar) set(f func(b *termBar)) int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	f(b)
+	return b.cur
+}
+
+// meter is a moving average of bytes written: cumulative counts at the times they were
+// reached, the oldest kept being the last one before the window.
+type meter struct {
+	samples []sample
+}
+
+type sample struct {
+	at time.Time
+	n  int64
+}
+
+func (m *meter) add(at time.Time, n int64) {
+	m.samples = append(m.samples, sample{at, n})
+	// Keep one sample at or before the window's start as the base.
+	cut := 0
+	for i := 1; i < len(m.samples) && !m.samples[i].at.After(at.Add(-SpeedWindow)); i++ {
+		cut = i
+	}
+	m.samples = m.samples[cut:]
+}
+
+// shift moves every sample by d bytes: bytes that count for the position but were not
+// written in the window (a file resumed from disk).
+func (m *meter) shift(d int64) {
+	for i := range m.samples {
+		m.samples[i].n += d
+	}
+}
+
+// rate returns bytes per second over the window ending at now (0 without two samples).
+func (m *meter) rate(now time.Time, cur int64) float64 {
+	if len(m.samples) == 0 {
+		return 0
+	}
+	base := m.samples[0]
+	for _, s := range m.samples {
+		if s.at.After(now.Add(-SpeedWindow)) {
+			break
+		}
+		base = s
+	}
+	d := now.Sub(base.at).Seconds()
+	if d <= 0 {
+		return 0
+	}
+	return float64(cur-base.n) / d
 }
 
 // NewTerminalReporter returns a reporter that draws bars on w (a terminal).
@@ -35,15 +118,27 @@ func NewTerminalReporter(w io.Writer) *TerminalReporter {
 
 // newTerminalReporter can force drawing on a writer that is not a terminal (tests).
 func newTerminalReporter(w io.Writer, forceTTY bool) *TerminalReporter {
-	return &TerminalReporter{
-		p: mpb.New(mpb.WithOutput(w), mpb.WithRefreshRate(200*time.Millisecond),
-			mpb.ContainerOptional(mpb.WithAutoRefresh(), forceTTY), mpb.ContainerOptional(mpb.WithWidth(100), forceTTY)),
-		bars: map[string]*termBar{},
+	out := w
+	shared, isShared := w.(SharedConsole)
+	if isShared {
+		out = shared.Raw()
 	}
+	r := &TerminalReporter{
+		p: mpb.New(mpb.WithOutput(out), mpb.WithRefreshRate(200*time.Millisecond),
+			mpb.ContainerOptional(mpb.ForceTTY(), forceTTY), mpb.ContainerOptional(mpb.WithAutoRefresh(), forceTTY),
+			mpb.ContainerOptional(mpb.WithWidth(100), forceTTY)),
+		bars:    map[string]*termBar{},
+		now:     time.Now,
+		restore: func() {},
+	}
+	if isShared {
+		r.restore = shared.Divert(r.p)
+	}
+	return r
 }
 
-func (r *TerminalReporter) newBar(name string, total int64, priority int, removeOnComplete bool) *mpb.Bar {
-	return r.p.AddBar(max(total, 0),
+func (r *TerminalReporter) newBar(name string, b *termBar, priority int, removeOnComplete bool) *mpb.Bar {
+	return r.p.AddBar(max(b.size, 0),
 		mpb.BarPriority(priority),
 		mpb.BarOptional(mpb.BarRemoveOnComplete(), removeOnComplete),
 		mpb.PrependDecorators(
@@ -51,37 +146,62 @@ func (r *TerminalReporter) newBar(name string, total int64, priority int, remove
 			decor.Counters(decor.SizeB1024(0), "% .1f / % .1f", decor.WCSyncSpace),
 		),
 		mpb.AppendDecorators(
-			decor.EwmaSpeed(decor.SizeB1024(0), "% .1f", 30, decor.WCSyncSpace),
-			decor.Name(" ETA "),
-			decor.EwmaETA(decor.ET_STYLE_GO, 30, decor.WCSyncSpace),
+			decor.Any(func(decor.Statistics) string { return r.tail(b) }, decor.WCSyncSpace),
 		),
 	)
+}
+
+// tail is what follows a bar: its speed and ETA, or how it ended. mpb's drawing calls it.
+func (r *TerminalReporter) tail(b *termBar) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.status != "" {
+		return b.status
+	}
+	bps := b.meter.rate(r.now(), b.cur)
+	eta := "-"
+	if bps > 0 && b.size > 0 {
+		eta = time.Duration(float64(b.size-b.cur) / bps * float64(time.Second)).Round(time.Second).String()
+	}
+	return fmt.Sprintf("%s/s ETA %s", FormatBytes(int64(bps)), eta)
 }
 
 // Start implements Reporter.
 func (r *TerminalReporter) Start(file string, size, have int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	now := time.Now()
+	now := r.now()
 	if r.total == nil {
-		r.total = r.newBar("total", 0, math.MaxInt32, false)
-		r.last = now
+		r.total = &termBar{}
+		r.total.meter.add(now, 0)
+		r.total.bar = r.newBar("total", r.total, math.MaxInt32, false)
 	}
 	if b, ok := r.bars[file]; ok { // the file starts over
+		var delta int64
+		b.set(func(b *termBar) {
+			delta = have - b.cur
+			b.cur, b.status, b.meter = have, "", meter{}
+			b.meter.add(now, have)
+		})
+		b.ok = false
 		b.bar.SetCurrent(have)
-		r.total.IncrInt64(have - b.cur)
-		b.cur, b.last = have, now
+		r.total.bar.SetCurrent(r.total.set(func(t *termBar) { t.cur += delta; t.meter.shift(delta) }))
 		return
 	}
-	b := &termBar{bar: r.newBar(file, size, len(r.bars), true), last: now, cur: have}
+	b := &termBar{size: size, cur: have}
+	b.meter.add(now, have)
+	b.bar = r.newBar(file, b, len(r.bars), true)
 	b.bar.SetCurrent(have)
 	r.bars[file] = b
 	r.sum += max(size, 0)
-	r.total.SetTotal(r.sum, false)
-	r.total.IncrInt64(have)
+	r.total.set(func(t *termBar) { t.size = r.sum })
+	r.total.bar.SetTotal(r.sum, false)
+	// Bytes already on disk are not speed: the total's meter starts past them.
+	cur := r.total.set(func(t *termBar) { t.cur += have; t.meter.shift(have) })
+	r.total.bar.SetCurrent(cur)
 }
 
-// Add implements Reporter.
+// Add implements Reporter: n bytes of file were written (negative: dropped).
 func (r *TerminalReporter) Add(file string, n int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -89,19 +209,27 @@ func (r *TerminalReporter) Add(file string, n int64) {
 	if !ok {
 		return
 	}
-	now := time.Now()
-	b.cur += n
-	if n < 0 {
-		b.bar.SetCurrent(b.cur)
-		r.total.IncrInt64(n)
-		return
-	}
-	b.bar.EwmaIncrInt64(n, now.Sub(b.last))
-	r.total.EwmaIncrInt64(n, now.Sub(r.last))
-	b.last, r.last = now, now
+	now := r.now()
+	cur := b.set(func(b *termBar) {
+		b.cur += n
+		if n < 0 { // dropped bytes restart the file's average
+			b.meter = meter{}
+		}
+		b.meter.add(now, b.cur)
+	})
+	total := r.total.set(func(t *termBar) {
+		t.cur += n
+		if n < 0 {
+			t.meter = meter{}
+		}
+		t.meter.add(now, t.cur)
+	})
+	b.bar.SetCurrent(cur)
+	r.total.bar.SetCurrent(total)
 }
 
-// Done implements Reporter.
+// Done implements Reporter. A file that ended with an error keeps its bar, marked
+// "interrupted" (the run was cancelled) or "failed".
 func (r *TerminalReporter) Done(file string, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -110,31 +238,52 @@ func (r *TerminalReporter) Done(file string, err error) {
 		return
 	}
 	if err != nil {
+		status := "failed"
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			status = "interrupted"
+		}
+		b.set(func(b *termBar) { b.status = status })
 		b.bar.Abort(false)
 		return
 	}
+	b.ok = true
 	b.bar.SetTotal(-1, true)
 }
 
-// Close waits for the bars to be drawn a last time and stops drawing.
+// Close draws the bars a last time and stops drawing: a file that did not finish is
+// marked interrupted, and the total is complete only when every file is.
 func (r *TerminalReporter) Close() {
 	r.mu.Lock()
+	all := true
 	for _, b := range r.bars {
-		if !b.bar.Completed() {
+		if !b.ok {
+			b.set(func(b *termBar) {
+				if b.status == "" {
+					b.status = "interrupted"
+				}
+			})
 			b.bar.Abort(false)
 		}
+		all = all && b.ok
 	}
 	if r.total != nil {
-		r.total.SetTotal(-1, true)
+		if all {
+			r.total.bar.SetTotal(-1, true)
+		} else {
+			r.total.set(func(t *termBar) { t.status = "interrupted" })
+			r.total.bar.Abort(false)
+		}
 	}
 	r.mu.Unlock()
 	r.p.Wait()
+	r.restore()
 }
 
-// PipeReporter writes, every interval, one line per active file with its bytes, rate and
-// ETA, for output that is not a terminal (cloud-init, journald). Call Close when done.
+// PipeReporter logs, every interval, one line per active file with its bytes, rate and
+// ETA as fields, for output that is not a terminal (cloud-init, journald, JSON logs).
+// Call Close when done.
 type PipeReporter struct {
-	logf     func(format string, args ...any)
+	log      func(msg string, keyvals ...any)
 	interval time.Duration
 	now      func() time.Time
 
@@ -154,13 +303,15 @@ type pipeFile struct {
 	lastAt          time.Time
 }
 
-// NewPipeReporter returns a reporter that calls logf for each active file every interval
-// (10s when interval is 0), and once when a file is done.
-func NewPipeReporter(logf func(format string, args ...any), interval time.Duration) *PipeReporter {
+// NewPipeReporter returns a reporter that calls log for each active file every interval
+// (10s when interval is 0), and once when a file is done. The fields are "file",
+// "bytes", "total_bytes", "percent", "bytes_per_second", "eta_seconds" and "seconds";
+// sizes and times are logval values (numbers in JSON logs).
+func NewPipeReporter(log func(msg string, keyvals ...any), interval time.Duration) *PipeReporter {
 	if interval <= 0 {
 		interval = 10 * time.Second
 	}
-	r := &PipeReporter{logf: logf, interval: interval, now: time.Now, files: map[string]*pipeFile{},
+	r := &PipeReporter{log: log, interval: interval, now: time.Now, files: map[string]*pipeFile{},
 		stop: make(chan struct{}), done: make(chan struct{})}
 	go r.loop()
 	return r
@@ -217,10 +368,11 @@ func (r *PipeReporter) Done(file string, err error) {
 	}
 	d := r.now().Sub(f.start)
 	if err != nil {
-		r.logf("%s: failed after %s: %v", file, FormatBytes(f.cur), err)
+		r.log("download failed", "file", file, "bytes", logval.Bytes(f.cur), "err", err)
 		return
 	}
-	r.logf("%s: done, %s in %s (%s/s)", file, FormatBytes(f.cur), d.Round(time.Millisecond), FormatBytes(rate(f.cur-f.have, d)))
+	r.log("downloaded", "file", file, "bytes", logval.Bytes(f.cur), "seconds", logval.Seconds(d),
+		"bytes_per_second", logval.Bytes(rate(f.cur-f.have, d)))
 }
 
 // Report writes one line per active file now: bytes, rate since the last line, and ETA.
@@ -234,18 +386,20 @@ func (r *PipeReporter) Report() {
 		bps := rate(f.cur-f.lastCur, now.Sub(f.lastAt))
 		f.lastCur, f.lastAt = f.cur, now
 		if f.size < 0 {
-			r.logf("%s: %s, %s/s", name, FormatBytes(f.cur), FormatBytes(bps))
+			r.log("downloading", "file", name, "bytes", logval.Bytes(f.cur), "bytes_per_second", logval.Bytes(bps))
 			continue
 		}
-		eta := "unknown"
-		if bps > 0 {
-			eta = (time.Duration(float64(f.size-f.cur) / float64(bps) * float64(time.Second))).Round(time.Second).String()
-		}
-		pct := 100.0
+		pct := 100
 		if f.size > 0 {
-			pct = 100 * float64(f.cur) / float64(f.size)
+			pct = int(100 * float64(f.cur) / float64(f.size))
 		}
-		r.logf("%s: %s of %s (%.0f%%), %s/s, ETA %s", name, FormatBytes(f.cur), FormatBytes(f.size), pct, FormatBytes(bps), eta)
+		kv := []any{"file", name, "bytes", logval.Bytes(f.cur), "total_bytes", logval.Bytes(f.size), "percent", pct,
+			"bytes_per_second", logval.Bytes(bps)}
+		if bps > 0 {
+			eta := time.Duration(float64(f.size-f.cur) / float64(bps) * float64(time.Second)).Round(time.Second)
+			kv = append(kv, "eta_seconds", logval.Seconds(eta))
+		}
+		r.log("downloading", kv...)
 	}
 }
 

@@ -17,10 +17,16 @@ type lines struct {
 	l  []string
 }
 
-func (l *lines) logf(format string, args ...any) {
+// logf renders a structured line as the text log does: msg, then key=value.
+func (l *lines) logf(msg string, keyvals ...any) {
+	var b strings.Builder
+	b.WriteString(msg)
+	for i := 0; i+1 < len(keyvals); i += 2 {
+		fmt.Fprintf(&b, " %v=%v", keyvals[i], keyvals[i+1])
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.l = append(l.l, fmt.Sprintf(format, args...))
+	l.l = append(l.l, b.String())
 }
 
 func (l *lines) get() []string {
@@ -51,12 +57,12 @@ func TestPipeReporterLines(t *testing.T) {
 	r.Report() // nothing active: no line
 
 	want := []string{
-		"a.safetensors: 400.0 MiB of 1000.0 MiB (40%), 30.0 MiB/s, ETA 20s",
-		"b.json: 2.0 KiB, 204 B/s",
-		"a.safetensors: 500.0 MiB of 1000.0 MiB (50%), 10.0 MiB/s, ETA 50s",
-		"b.json: 2.0 KiB, 0 B/s",
-		"b.json: done, 2.0 KiB in 20s (102 B/s)",
-		"a.safetensors: failed after 500.0 MiB: connection reset",
+		"downloading file=a.safetensors bytes=400.0 MiB total_bytes=1000.0 MiB percent=40 bytes_per_second=30.0 MiB eta_seconds=20.000",
+		"downloading file=b.json bytes=2.0 KiB bytes_per_second=204 B",
+		"downloading file=a.safetensors bytes=500.0 MiB total_bytes=1000.0 MiB percent=50 bytes_per_second=10.0 MiB eta_seconds=50.000",
+		"downloading file=b.json bytes=2.0 KiB bytes_per_second=0 B",
+		"downloaded file=b.json bytes=2.0 KiB seconds=20.000 bytes_per_second=102 B",
+		"download failed file=a.safetensors bytes=500.0 MiB err=connection reset",
 	}
 	if got := out.get(); strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("lines:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
@@ -72,7 +78,7 @@ func TestPipeReporterTicks(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	r.Close()
-	if got := out.get(); len(got) < 2 || !strings.HasPrefix(got[0], "w.bin: 0 B of 10 B (0%)") {
+	if got := out.get(); len(got) < 2 || !strings.HasPrefix(got[0], "downloading file=w.bin bytes=0 B total_bytes=10 B percent=0") {
 		t.Errorf("lines = %q, want periodic lines for w.bin", got)
 	}
 }
@@ -107,7 +113,7 @@ func TestReportersDuringFetch(t *testing.T) {
 		}
 		r.Close()
 		got := strings.Join(out.get(), "\n")
-		for _, w := range []string{"a.bin: done, 3.0 MiB in", "b.bin: done, 1.0 MiB in"} {
+		for _, w := range []string{"downloaded file=a.bin bytes=3.0 MiB seconds=", "downloaded file=b.bin bytes=1.0 MiB seconds="} {
 			if !strings.Contains(got, w) {
 				t.Errorf("lines %q lack %q", got, w)
 			}

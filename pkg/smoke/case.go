@@ -271,13 +271,17 @@ type CaseResult struct {
 // sent several requests.
 func (r CaseResult) MarshalJSON() ([]byte, error) {
 	type plain CaseResult
+	sample, cut := SampleText(r.Sample)
 	out := struct {
 		plain
+		// The sample as plain text (JSON quotes it once), and whether the answer was cut.
+		Sample    string `json:"sample"`
+		Truncated bool   `json:"sample_truncated,omitempty"`
 		Latency   string `json:"latency"`
 		LatencyMS int64  `json:"latency_ms"`
 		P50MS     *int64 `json:"latency_p50_ms,omitempty"`
 		P99MS     *int64 `json:"latency_p99_ms,omitempty"`
-	}{plain: plain(r), Latency: r.Latency.Round(time.Millisecond).String(), LatencyMS: r.Latency.Milliseconds()}
+	}{plain: plain(r), Sample: sample, Truncated: cut, Latency: r.Latency.Round(time.Millisecond).String(), LatencyMS: r.Latency.Milliseconds()}
 	if r.Answers > 1 {
 		p50, p99 := r.P50.Milliseconds(), r.P99.Milliseconds()
 		out.P50MS, out.P99MS = &p50, &p99

@@ -50,6 +50,9 @@ type Config struct {
 	// Failed, when set, is asked between readiness polls whether the service has failed
 	// for good; when it has, the wait ends at once with lastLines in the verdict.
 	Failed func(ctx context.Context) (failed bool, lastLines string, err error)
+	// Waiting, when set, is called after every readiness poll that did not find the
+	// server ready, with what the wait has seen so far (see WaitReporter).
+	Waiting func(WaitStatus)
 	// PollInitial and PollMax are the readiness backoff's first and longest delay.
 	PollInitial, PollMax time.Duration
 	// Client is the HTTP client (default: a plain client; timeouts come from the contexts).
@@ -228,84 +231,6 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		res.Cases = append(res.Cases, cr)
 	}
 	return res, nil
-}
-
-// WaitReady polls /health_generate (or /health where the server answers 404 to it) with
-// backoff until it answers 200, the ready timeout passes, ctx ends, or cfg.Failed reports
-// the service failed. It returns the time waited.
-func WaitReady(ctx context.Context, cfg Config) (time.Duration, error) {
-	cfg = cfg.withDefaults()
-	start := time.Now()
-	ctx, cancel := context.WithTimeout(ctx, cfg.ReadyTimeout)
-	defer cancel()
-	path := "/health_generate"
-	delay := cfg.PollInitial
-	last := noAnswer
-	for {
-		pctx, pcancel := context.WithTimeout(ctx, min(cfg.RequestTimeout, time.Minute))
-		code, err := get(pctx, cfg, path)
-		pcancel()
-		switch {
-		case ctx.Err() != nil:
-			// The wait ended during this poll: keep what the last complete poll saw.
-			if last == noAnswer && err != nil {
-				last = fmt.Sprintf("%s: %s", path, shortErr(err))
-			}
-		case err == nil && code == http.StatusOK:
-			return time.Since(start), nil
-		case err == nil && code == http.StatusNotFound && path == "/health_generate":
-			path = "/health"
-			last = "/health_generate: HTTP 404"
-			continue
-		case err == nil:
-			last = fmt.Sprintf("%s: HTTP %d", path, code)
-		default:
-			last = fmt.Sprintf("%s: %s", path, shortErr(err))
-		}
-		if cfg.Failed != nil {
-			failed, lines, ferr := cfg.Failed(ctx)
-			if ferr == nil && failed {
-				msg := "service failed while waiting for readiness"
-				if lines = strings.TrimSpace(lines); lines != "" {
-					msg += ":\n" + lines
-				}
-				return time.Since(start), errors.New(msg)
-			}
-		}
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			if parentDone(ctx, start, cfg.ReadyTimeout) {
-				return time.Since(start), fmt.Errorf("waiting for readiness: %w", context.Cause(ctx))
-			}
-			return time.Since(start), fmt.Errorf("not ready after %s (last: %s)", cfg.ReadyTimeout, last)
-		case <-t.C:
-		}
-		delay = min(delay*2, cfg.PollMax)
-	}
-}
-
-const noAnswer = "no answer yet"
-
-// parentDone tells a cancelled caller from a ready timeout that ran out.
-func parentDone(ctx context.Context, start time.Time, timeout time.Duration) bool {
-	return !errors.Is(ctx.Err(), context.DeadlineExceeded) && time.Since(start) < timeout
-}
-
-func get(ctx context.Context, cfg Config, path string) (int, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, cfg.URL+path, nil)
-	if err != nil {
-		return 0, err
-	}
-	auth(req, cfg)
-	resp, err := cfg.Client.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
-	resp.Body.Close()
-	return resp.StatusCode, nil
 }
 
 func auth(req *http.Request, cfg Config) {

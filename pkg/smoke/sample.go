@@ -2,6 +2,7 @@ package smoke
 
 import (
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -19,4 +20,15 @@ func Sample(s string, n int) string {
 		i++
 	}
 	return strconv.Quote(s)
+}
+
+// SampleText undoes Sample's quoting: the excerpt as plain text, for JSON and structured
+// logs that quote values themselves, and whether the answer was cut.
+func SampleText(sample string) (text string, cut bool) {
+	q, cut := strings.CutSuffix(sample, "…")
+	t, err := strconv.Unquote(q)
+	if err != nil {
+		return sample, false
+	}
+	return t, cut
 }

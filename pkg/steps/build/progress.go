@@ -3,7 +3,6 @@ package build
 import (
 	"fmt"
 	"io"
-	"os"
 	"regexp"
 	"strings"
 	"sync"
@@ -13,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/logval"
 )
 
 // progressLine matches the lines by which build tools report progress: Make's
@@ -218,7 +218,7 @@ func (s *Step) startProgress(env *engine.Env, mon *monitor) (stop func()) {
 				}
 				elapsed, lines, last := mon.snapshot(now)
 				if env.Log != nil {
-					env.Log.Info("still running", "elapsed", elapsed.String(), "lines", lines, "last", last)
+					env.Log.Info("still running", "seconds", logval.Seconds(elapsed), "lines", lines, "last", last)
 				} else {
 					fmt.Fprintln(env.Console, mon.status(s.name, now))
 				}
@@ -233,7 +233,7 @@ func (s *Step) startProgress(env *engine.Env, mon *monitor) (stop func()) {
 
 // terminalWidth returns the width of the terminal w writes to, 80 when unknown.
 func terminalWidth(w io.Writer) int {
-	if f, ok := w.(*os.File); ok {
+	if f, ok := w.(interface{ Fd() uintptr }); ok {
 		if ws, err := unix.IoctlGetWinsize(int(f.Fd()), unix.TIOCGWINSZ); err == nil && ws.Col > 0 {
 			return int(ws.Col)
 		}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -52,7 +53,11 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 		return fmt.Errorf("finding %s: %w", s.spec.Argv[0], err)
 	}
 	if env.Log != nil {
-		kv := []any{"dir", dir, "argv", strings.Join(s.spec.Argv, " "), "jobs", jobs, "jobs_from", how}
+		shown := dir // the node's path, as the recipe names it, also under --root
+		if filepath.IsAbs(s.spec.Dir) {
+			shown = s.spec.Dir
+		}
+		kv := []any{"dir", shown, "argv", strings.Join(s.spec.Argv, " "), "jobs", jobs, "jobs_from", how}
 		if al := vars[envArchList]; al != "" {
 			kv = append(kv, "arch_list", al)
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/fetch"
 	"github.com/sglprov/sglprov/pkg/hub"
+	"github.com/sglprov/sglprov/pkg/logval"
 	"github.com/sglprov/sglprov/pkg/redact"
 	"github.com/sglprov/sglprov/pkg/safetensors"
 )
@@ -299,7 +300,7 @@ func (s *Step) run(ctx context.Context, env *engine.Env) error {
 		for _, f := range todo {
 			total += max(f.Size, 0)
 		}
-		env.Log.Info("downloading", "files", len(todo), "bytes", fetch.FormatBytes(total), "kept", kept, "dest", s.spec.Dest)
+		env.Log.Info("downloading", "files", len(todo), "bytes", logval.Bytes(total), "kept", kept, "dest", s.spec.Dest)
 		rep, closeRep := s.reporter(env)
 		results, ferr := fetch.Fetch(ctx, todo, fetch.Options{
 			Dest: dest, Files: s.spec.FilesAtOnce, Conns: s.spec.Connections,
@@ -381,7 +382,7 @@ func (s *Step) run(ctx context.Context, env *engine.Env) error {
 	env.Detail("files_kept", kept)
 	env.Detail("bytes", bytes)
 	env.Detail("duration", elapsed.Round(time.Millisecond).String())
-	env.Log.Info("download complete", "files", len(rec.Expected), "fetched", len(fetched), "bytes", fetch.FormatBytes(bytes), "took", elapsed.Round(time.Millisecond))
+	env.Log.Info("download complete", "files", len(rec.Expected), "fetched", len(fetched), "bytes", logval.Bytes(bytes), "seconds", logval.Seconds(elapsed))
 
 	if err := s.checkWeights(dest, rec.Expected); err != nil {
 		return fmt.Errorf("checking downloaded weights: %w", err)
@@ -471,8 +472,6 @@ func (s *Step) reporter(env *engine.Env) (fetch.Reporter, func()) {
 		r := fetch.NewTerminalReporter(env.Console)
 		return r, r.Close
 	}
-	r := fetch.NewPipeReporter(func(format string, args ...any) {
-		env.Log.Info(fmt.Sprintf(format, args...))
-	}, 0)
+	r := fetch.NewPipeReporter(func(msg string, keyvals ...any) { env.Log.Info(msg, keyvals...) }, 0)
 	return r, r.Close
 }

@@ -107,7 +107,7 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 		if err := restore(ctx, root, ser); err != nil {
 			return err
 		}
-		env.Log.Info("restored the patched files from git", "dir", root)
+		env.Log.Info("restored the patched files from git", "dir", s.spec.Dir)
 	case hasRec && rec.Base == head && !recovered:
 		for _, rel := range sortedKeys(rec.Files) {
 			d, err := fileDigest(root, rel)

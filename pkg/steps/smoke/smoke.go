@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/logval"
 	gate "github.com/sglprov/sglprov/pkg/smoke"
 )
 
@@ -146,9 +147,8 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 		return b, err
 	}
 	if env.Offline {
-		env.Log.Warn("offline (--root): no server was started, so the smoke gate does not run", "url", gate.RedactURL(cfg.URL))
 		env.Detail("skipped", "offline: nothing was started")
-		return nil
+		return engine.Skipped("offline (--root): no server was started, the gate did not run")
 	}
 	svc := serviceDep(env)
 	if svc == nil {
@@ -232,7 +232,10 @@ func (s *Step) gate(ctx context.Context, env *engine.Env, cfg gate.Config, profi
 	} else {
 		env.Log.Info("smoke gate", "url", gate.RedactURL(cfg.URL))
 	}
+	wait := newWaitReporter(env, cfg)
+	cfg.Waiting = wait.Update
 	res, err := gate.Run(ctx, cfg)
+	wait.Stop()
 	if err != nil {
 		return nil, fmt.Errorf("running the smoke gate: %w: %w", engine.ErrUsage, err)
 	}
@@ -250,12 +253,13 @@ func (s *Step) gate(ctx context.Context, env *engine.Env, cfg gate.Config, profi
 	env.Detail("smoke", res)
 	if res.Pass {
 		env.Log.Info("smoke gate passed", "profile", profile, "model", res.Model,
-			"time_to_ready", res.TimeToReady.Round(time.Millisecond))
+			"ready_seconds", logval.Seconds(res.TimeToReady))
 	} else {
 		env.Log.Warn("smoke gate failed", "profile", profile, "verdict", res.Summary())
 		for _, c := range res.Cases {
 			if !c.Pass {
-				env.Log.Warn("case failed", "case", c.Name, "reason", c.Reason, "sample", c.Sample)
+				sample, _ := gate.SampleText(c.Sample)
+				env.Log.Warn("case failed", "case", c.Name, "reason", c.Reason, "sample", sample)
 			}
 		}
 	}
@@ -275,4 +279,14 @@ func serviceDep(env *engine.Env) engine.ServiceStep {
 		}
 	}
 	return nil
+}
+
+// newWaitReporter reports the readiness wait: a live line on a terminal, else a log line
+// at least every 30 s.
+func newWaitReporter(env *engine.Env, cfg gate.Config) *gate.WaitReporter {
+	label := gate.RedactURL(cfg.URL)
+	if env.IsTerminal && env.Console != nil {
+		return gate.NewWaitReporter(label, env.Console, nil, 0)
+	}
+	return gate.NewWaitReporter(label, nil, func(line string) { env.Log.Info(line) }, 0)
 }

@@ -185,7 +185,7 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	dest := env.HostPath(s.spec.Dest)
 	if !env.Force {
 		if ok, _, err := s.Intact(ctx, env); err == nil && ok {
-			env.Log.Info("source tree already at its pin", "dest", dest, "ref", r.ref)
+			env.Log.Info("source tree already at its pin", "dest", s.spec.Dest, "ref", r.ref)
 			return nil
 		}
 	}
@@ -208,7 +208,7 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	defer os.RemoveAll(tmp)
 	tree := filepath.Join(tmp, "tree")
 
-	env.Log.Info("fetching source", "url", redact(s.spec.URL), "dest", dest)
+	env.Log.Info("fetching source", "url", redact(s.spec.URL), "dest", s.spec.Dest)
 	if r.git {
 		err = fetchGit(ctx, r, tree)
 	} else {
@@ -235,7 +235,7 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	if !r.git {
 		env.Detail("sha256", r.sha256)
 	}
-	env.Log.Info("source tree in place", "dest", dest, "ref", r.ref)
+	env.Log.Info("source tree in place", "dest", s.spec.Dest, "ref", r.ref)
 	return nil
 }
 

@@ -365,6 +365,9 @@ func (s *Step) install(ctx context.Context, env *engine.Env, profile string, res
 	if err := s.save(env, rec); err != nil {
 		return changed, err
 	}
+	// The gate may install another profile through this step: the report then names
+	// the profile the state records, not the one the step itself installed first.
+	env.StepDetail(s.name, "profile", profile)
 	if env.Log != nil {
 		env.Log.Info("service installed", "unit", s.spec.Unit, "profile", profile, "manager", m.Kind(),
 			"changed", changed, "path", displayPath(env, m.UnitPath(s.spec.Unit)))
@@ -458,5 +461,6 @@ func (s *Step) RestoreLastKnownGood(ctx context.Context, env *engine.Env) (bool,
 	}
 	rec := s.load(env)
 	rec.Active = rec.LastKnownGood
+	env.StepDetail(s.name, "profile", rec.Active)
 	return true, s.save(env, rec)
 }
