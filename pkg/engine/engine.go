@@ -379,7 +379,9 @@ func (e *Engine) Plan(ctx context.Context) (*Plan, error) {
 			}
 		}
 		if pf, ok := n.impl.(Preflighter); ok {
-			if err := pf.Preflight(ctx, env); err != nil {
+			lines, err := pf.Preflight(ctx, env)
+			ps.Details = append(ps.Details, lines...)
+			if err != nil {
 				ps.Error = err.Error()
 				preflight = append(preflight, fmt.Errorf("step %s: %w", n.step.Name, err))
 			}
