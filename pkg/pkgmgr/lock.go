@@ -116,7 +116,7 @@ func (w LockWait) Wait(ctx context.Context, paths ...string) (time.Duration, err
 				held, holder, waited.Round(time.Second), w.Timeout)
 		}
 		if lastLog.IsZero() || time.Since(lastLog) >= every {
-			logf("waiting for %s, held by %s (waited %s of at most %s)", held, holder, waited.Round(time.Second), w.Timeout)
+			logf("waiting for %s, held by %s (waited %s of at most %s)", held, holder, waited.Round(time.Second), w.Timeout.Round(time.Second))
 			lastLog = time.Now()
 		}
 		t := time.NewTimer(poll)
