@@ -15,6 +15,7 @@ func TestParseVersionRealOutputs(t *testing.T) {
 		file, cmd, want string
 	}{
 		{"nvcc-12.8.93.txt", "nvcc", "12.8.93"},
+		{"nvcc-13.0.88.txt", "nvcc", "13.0.88"}, // captured on the H200 host, /usr/local/cuda/bin/nvcc
 		{"python3-3.11.2-debian12.txt", "python3", "3.11.2"},
 		{"python3-3.11.7-pyenv.txt", "python3", "3.11.7"},
 		{"git-2.39.5-debian12.txt", "git", "2.39.5"},
