@@ -20,9 +20,10 @@ func runDetect(ctx context.Context, stdio IO, args []string) error {
 	if err != nil {
 		return err
 	}
-	// The CUDA toolkit (nvcc) is not the driver's CUDA: show both when nvcc is on the PATH.
+	// The CUDA toolkit (nvcc) is not the driver's CUDA: show both when nvcc is found (on the
+	// PATH, or where CUDA builds look for it).
 	var nvcc *hostcmd.Found
-	if f := (hostcmd.PathLooker{Path: stdio.Getenv("PATH")}).Lookup(ctx, "nvcc"); f.Path != "" {
+	if f := (hostcmd.PathLooker{Path: stdio.Getenv("PATH"), Getenv: stdio.Getenv}).Lookup(ctx, "nvcc"); f.Path != "" {
 		nvcc = &f
 	}
 	if asJSON {
@@ -45,7 +46,11 @@ func runDetect(ctx context.Context, stdio IO, args []string) error {
 		if v == "" {
 			v = "version unknown (" + nvcc.Err + ")"
 		}
-		fmt.Fprintf(stdio.Stdout, "nvcc:   %s at %s (the CUDA toolkit; CUDA above is the driver's, which requires.cuda checks)\n", v, nvcc.Path)
+		where := nvcc.Path
+		if nvcc.OffPath {
+			where += ", not on the PATH"
+		}
+		fmt.Fprintf(stdio.Stdout, "nvcc:   %s at %s (the CUDA toolkit; CUDA above is the driver's, which requires.cuda checks)\n", v, where)
 	}
 	return nil
 }

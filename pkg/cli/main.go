@@ -448,7 +448,7 @@ func (c *common) newEngine(ctx context.Context, stdio IO, r *recipe.Recipe, mod 
 	// is listed at once; a command a packages step installs is not required yet.
 	c.commands = nil
 	if len(r.Commands) > 0 {
-		c.commands = hostcmd.Check(ctx, r.Commands, providedCommands(e, r), hostcmd.PathLooker{Path: stdio.Getenv("PATH")})
+		c.commands = hostcmd.Check(ctx, r.Commands, providedCommands(e, r), hostcmd.PathLooker{Path: stdio.Getenv("PATH"), Getenv: stdio.Getenv})
 		problems = append(problems, hostcmd.Problems(c.commands)...)
 	}
 	if len(problems) > 0 {

@@ -60,6 +60,9 @@ type Found struct {
 	// Err says why the version could not be read (the command failed or printed
 	// something else).
 	Err string `json:"error,omitempty"`
+	// OffPath is set when the command is not on the PATH but was found where builds look
+	// for it (nvcc in /usr/local/cuda/bin).
+	OffPath bool `json:"off_path,omitempty"`
 }
 
 // Looker finds commands and reads their versions; Lookup is the real one.
@@ -68,18 +71,42 @@ type Looker interface {
 }
 
 // PathLooker looks commands up in a PATH list and runs `NAME --version` to read their
-// version, with a time limit.
+// version, with a time limit. nvcc not on the PATH is looked for where CUDA builds find it
+// too (see CUDADirs): NVIDIA's packages install it in /usr/local/cuda/bin without putting
+// that on the PATH.
 type PathLooker struct {
 	// Path is the PATH list to search (the process's when empty).
 	Path string
+	// Getenv reads CUDA_HOME and CUDA_PATH (os.Getenv when nil).
+	Getenv func(string) string
 	// Timeout bounds each --version run (10 s when zero).
 	Timeout time.Duration
+}
+
+// CUDADirs are the folders searched for nvcc when it is not on the PATH, in order:
+// $CUDA_HOME/bin, $CUDA_PATH/bin (torch's cpp_extension reads both) and /usr/local/cuda/bin
+// (where CMake and torch look last).
+func CUDADirs(getenv func(string) string) []string {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	var out []string
+	for _, k := range []string{"CUDA_HOME", "CUDA_PATH"} {
+		if v := getenv(k); v != "" {
+			out = append(out, filepath.Join(v, "bin"))
+		}
+	}
+	return append(out, "/usr/local/cuda/bin")
 }
 
 // Lookup finds name on the PATH and reads its version when a parser for it is known.
 func (l PathLooker) Lookup(ctx context.Context, name string) Found {
 	f := Found{Name: name}
-	p, err := l.lookPath(name)
+	p, err := l.lookPath(name, l.Path)
+	if err != nil && name == "nvcc" {
+		p, err = l.lookPath(name, strings.Join(CUDADirs(l.Getenv), string(os.PathListSeparator)))
+		f.OffPath = err == nil
+	}
 	if err != nil {
 		return f
 	}
@@ -114,8 +141,7 @@ func (l PathLooker) Lookup(ctx context.Context, name string) Found {
 	return f
 }
 
-func (l PathLooker) lookPath(name string) (string, error) {
-	path := l.Path
+func (l PathLooker) lookPath(name, path string) (string, error) {
 	if path == "" {
 		path = os.Getenv("PATH")
 	}
@@ -205,6 +231,8 @@ type Result struct {
 	// Path and Version are what the host has ("" when absent or unread).
 	Path    string `json:"path,omitempty"`
 	Version string `json:"version,omitempty"`
+	// OffPath is set when the command was found off the PATH (see PathLooker).
+	OffPath bool `json:"off_path,omitempty"`
 	// InstalledBy names the recipe step whose packages install the command, when the
 	// command is missing now and that step provides it.
 	InstalledBy string `json:"installed_by,omitempty"`
@@ -226,11 +254,15 @@ func (r Result) String() string {
 		return want + ": " + r.Problem
 	case r.InstalledBy != "":
 		return want + ": not on the PATH yet; step " + r.InstalledBy + " installs it"
-	case r.Version != "":
-		return want + ": " + r.Version + " at " + r.Path
-	default:
-		return want + ": " + r.Path
 	}
+	where := r.Path
+	if r.OffPath {
+		where += " (not on the PATH)"
+	}
+	if r.Version != "" {
+		return want + ": " + r.Version + " at " + where
+	}
+	return want + ": " + where
 }
 
 // Check checks every required command with look. provided maps commands that a step of
@@ -242,7 +274,7 @@ func Check(ctx context.Context, reqs Requirements, provided map[string]string, l
 		want := strings.TrimSpace(reqs[name].Version)
 		r := Result{Name: name, Want: want}
 		f := look.Lookup(ctx, name)
-		r.Path, r.Version = f.Path, f.Version
+		r.Path, r.Version, r.OffPath = f.Path, f.Version, f.OffPath
 		step := provided[name]
 		switch {
 		case f.Path == "":

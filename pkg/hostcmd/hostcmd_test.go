@@ -138,3 +138,31 @@ func TestCommandsOf(t *testing.T) {
 		}
 	}
 }
+
+// TestNVCCOffThePath: NVIDIA's packages put nvcc in /usr/local/cuda/bin, off the PATH;
+// it is found there, or under $CUDA_HOME/bin first.
+func TestNVCCOffThePath(t *testing.T) {
+	home := t.TempDir()
+	os.MkdirAll(filepath.Join(home, "bin"), 0o755)
+	out, _ := os.ReadFile("testdata/nvcc-13.0.88.txt")
+	fakeBin(t, filepath.Join(home, "bin"), "nvcc", string(out))
+	empty := t.TempDir()
+	l := PathLooker{Path: empty, Getenv: func(k string) string {
+		if k == "CUDA_HOME" {
+			return home
+		}
+		return ""
+	}}
+	f := l.Lookup(context.Background(), "nvcc")
+	if f.Path != filepath.Join(home, "bin", "nvcc") || f.Version != "13.0.88" {
+		t.Errorf("nvcc under CUDA_HOME: %+v", f)
+	}
+	if got := CUDADirs(func(string) string { return "" }); len(got) != 1 || got[0] != "/usr/local/cuda/bin" {
+		t.Errorf("CUDADirs without env = %q", got)
+	}
+	// Other commands are looked for on the PATH only.
+	fakeBin(t, filepath.Join(home, "bin"), "cmake", "cmake version 3.28.3\n")
+	if f := l.Lookup(context.Background(), "cmake"); f.Path != "" {
+		t.Errorf("cmake found off the PATH: %+v", f)
+	}
+}

@@ -3,6 +3,7 @@ package build
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"sync"
 
@@ -89,6 +90,17 @@ func (s *Step) checkToolchain(ctx context.Context, env *engine.Env, dir string, 
 	}
 	nvccArgv := []string{"nvcc", "--version"}
 	nvccPath, err := lookPath("nvcc", dir, envList)
+	if err != nil {
+		// Off the PATH, where torch and CMake look for it too ($CUDA_HOME/bin,
+		// /usr/local/cuda/bin): NVIDIA's packages put it there.
+		getenv := func(k string) string { return getenv(envList, k) }
+		for _, d := range hostcmd.CUDADirs(getenv) {
+			if p := filepath.Join(d, "nvcc"); isExecutable(p) == nil {
+				nvccPath, nvccArgv, err = p, []string{p, "--version"}, nil
+				break
+			}
+		}
+	}
 	if err != nil {
 		return nil
 	}

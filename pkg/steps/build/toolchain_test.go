@@ -121,3 +121,23 @@ esac
 		t.Errorf("torch imported %d times, want 1", n)
 	}
 }
+
+// TestToolchainCheckFindsNVCCUnderCUDAHome: nvcc off the build's PATH, under the
+// CUDA_HOME the build sets, as torch's extension builder finds it, is checked too.
+func TestToolchainCheckFindsNVCCUnderCUDAHome(t *testing.T) {
+	bin := fakeTools(t)
+	home := t.TempDir()
+	realNVCC(t, filepath.Join(home, "bin"), "12.4, V12.4.131")
+	py := filepath.Join(bin, "python3")
+	writeScript(t, py, `case "$1" in
+--version) echo "Python 3.12.3" ;;
+-c) echo "2.9.1+cu130 13.0" ;;
+esac
+`)
+	s := newStep(t, Spec{Dir: t.TempDir(), Argv: []string{"true"}, Python: py, Env: map[string]string{"CUDA_HOME": home}})
+	env, _, _ := testEnv(t)
+	err := s.Run(context.Background(), env)
+	if err == nil || !strings.Contains(err.Error(), "nvcc at "+filepath.Join(home, "bin", "nvcc")+" is CUDA 12.4.131") {
+		t.Fatalf("Run: %v", err)
+	}
+}
