@@ -252,8 +252,10 @@ func (r Result) String() string {
 	switch {
 	case r.Problem != "":
 		return want + ": " + r.Problem
-	case r.InstalledBy != "":
+	case r.InstalledBy != "" && r.Path == "":
 		return want + ": not on the PATH yet; step " + r.InstalledBy + " installs it"
+	case r.InstalledBy != "":
+		return want + ": " + r.Version + " at " + r.Path + " now; step " + r.InstalledBy + " installs it"
 	}
 	where := r.Path
 	if r.OffPath {

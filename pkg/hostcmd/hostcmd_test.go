@@ -119,7 +119,7 @@ func TestCheckTooOldButInstalledByAStep(t *testing.T) {
 	dir := t.TempDir()
 	fakeBin(t, dir, "cmake", "cmake version 3.22.1\n")
 	res := Check(context.Background(), Requirements{"cmake": {Version: ">=3.26"}}, map[string]string{"cmake": "host-packages"}, PathLooker{Path: dir})
-	if !res[0].OK() || res[0].InstalledBy != "host-packages" {
+	if !res[0].OK() || res[0].InstalledBy != "host-packages" || res[0].String() != "cmake >=3.26: 3.22.1 at "+dir+"/cmake now; step host-packages installs it" {
 		t.Errorf("cmake too old but provided: %+v", res[0])
 	}
 }
