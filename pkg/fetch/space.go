@@ -15,7 +15,8 @@ func Remaining(dest string, files []File) (need uint64, unknown int, err error) 
 		if err != nil {
 			return 0, 0, fmt.Errorf("fetch: %w", err)
 		}
-		j := &job{f: f, final: p, part: p + ".part"}
+		part, _ := partPaths(dest, f.Path)
+		j := &job{f: f, final: p, part: part}
 		if f.Size < 0 {
 			if _, err := os.Stat(p); err != nil {
 				unknown++
@@ -36,6 +37,13 @@ func Remaining(dest string, files []File) (need uint64, unknown int, err error) 
 		need += uint64(left)
 	}
 	return need, unknown, nil
+}
+
+// PartPath returns where Fetch keeps the part of the file at rel (relative to dest) while
+// it downloads it.
+func PartPath(dest, rel string) string {
+	part, _ := partPaths(dest, rel)
+	return part
 }
 
 // FreeSpace returns the bytes free to an unprivileged user on the file system that holds

@@ -57,7 +57,9 @@ func TestPreflightPlanText(t *testing.T) {
 	shard := filepath.Join(fx.dest, "model-00001-of-00003.safetensors")
 	b, _ := os.ReadFile(shard)
 	os.Remove(shard)
-	os.WriteFile(shard+".part", b[:len(b)/2], 0o644)
+	part := fetch.PartPath(fx.dest, "model-00001-of-00003.safetensors")
+	os.MkdirAll(filepath.Dir(part), 0o755)
+	os.WriteFile(part, b[:len(b)/2], 0o644)
 	lines, _ = st.Preflight(ctx, fx.env)
 	want := "to fetch: " + formatLike(int64(len(b)-len(b)/2))
 	if !strings.HasPrefix(lines[0], want+" of ") {
