@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -278,5 +280,39 @@ func TestInstallWaitsForTheDpkgLock(t *testing.T) {
 	}
 	if !strings.Contains(log.String(), "waiting for "+lock) {
 		t.Errorf("log:\n%s", log.String())
+	}
+}
+
+// TestLockHolderNamesAnotherProcess: a classic record lock (the kind apt takes) held by
+// another process is reported with that process's pid and name.
+func TestLockHolderNamesAnotherProcess(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("no python3 to hold a lock with fcntl.lockf")
+	}
+	path := filepath.Join(t.TempDir(), "lock-frontend")
+	cmd := exec.Command(py, "-c", `import fcntl, sys, time
+f = open(sys.argv[1], "w")
+fcntl.lockf(f, fcntl.LOCK_EX)
+print("locked", flush=True)
+time.sleep(30)`, path)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	line := make([]byte, 7)
+	if _, err := io.ReadFull(out, line); err != nil || string(line) != "locked\n" {
+		t.Fatalf("the lock holder did not start: %q, %v", line, err)
+	}
+	h, held, err := LockHolder(path)
+	if err != nil || !held || h.PID != cmd.Process.Pid || !strings.HasPrefix(h.Comm, "python3") {
+		t.Fatalf("LockHolder = %+v, %v, %v; want pid %d (python3)", h, held, err, cmd.Process.Pid)
+	}
+	if want := fmt.Sprintf("pid %d (%s)", cmd.Process.Pid, h.Comm); h.String() != want {
+		t.Errorf("String() = %q, want %q", h.String(), want)
 	}
 }
