@@ -34,6 +34,9 @@ type Apt struct {
 	Logf func(format string, args ...any)
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
+
+	// lookPath finds apt-get (exec.LookPath when nil; tests with a fake runner replace it).
+	lookPath func(string) (string, error)
 }
 
 // Name returns "apt".
@@ -143,7 +146,11 @@ func (a *Apt) Install(ctx context.Context, pkgs []string) error {
 	if len(pkgs) == 0 {
 		return nil
 	}
-	if _, err := exec.LookPath("apt-get"); err != nil {
+	lookPath := a.lookPath
+	if lookPath == nil {
+		lookPath = exec.LookPath
+	}
+	if _, err := lookPath("apt-get"); err != nil {
 		return fmt.Errorf("installing %s: apt-get not found (apt packages need a Debian or Ubuntu host): %w", strings.Join(pkgs, ", "), ErrNoManager)
 	}
 	deadline := a.now().Add(a.lockTimeout())

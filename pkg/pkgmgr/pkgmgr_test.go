@@ -204,7 +204,8 @@ func aptIn(t *testing.T, r Runner, listsAge time.Duration) *Apt {
 		old := time.Now().Add(-listsAge)
 		os.Chtimes(p, old, old)
 	}
-	return &Apt{Runner: r, AdminDir: admin, ListsDir: lists, LockTimeout: 5 * time.Second, LockPoll: 20 * time.Millisecond}
+	return &Apt{Runner: r, AdminDir: admin, ListsDir: lists, LockTimeout: 5 * time.Second, LockPoll: 20 * time.Millisecond,
+		lookPath: func(string) (string, error) { return "/usr/bin/apt-get", nil }}
 }
 
 const helloPolicy = "hello:\n  Installed: (none)\n  Candidate: 2.10-3\n"
@@ -314,5 +315,14 @@ time.sleep(30)`, path)
 	}
 	if want := fmt.Sprintf("pid %d (%s)", cmd.Process.Pid, h.Comm); h.String() != want {
 		t.Errorf("String() = %q, want %q", h.String(), want)
+	}
+}
+
+func TestInstallWithoutAptGet(t *testing.T) {
+	a := aptIn(t, &fakeRunner{}, time.Hour)
+	a.lookPath = func(f string) (string, error) { return "", exec.ErrNotFound }
+	err := a.Install(context.Background(), []string{"hello"})
+	if !errors.Is(err, ErrNoManager) || !strings.Contains(err.Error(), "apt-get not found (apt packages need a Debian or Ubuntu host)") {
+		t.Errorf("err = %v", err)
 	}
 }
