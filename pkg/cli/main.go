@@ -67,7 +67,7 @@ func commands() []command {
 		{"validate", "-f RECIPE", "check a recipe; every problem as file:line:col: message", runValidate},
 		{"plan", "-f RECIPE", "what apply would do, step by step, and why (changes nothing)", runPlan},
 		{"apply", "-f RECIPE", "do it; re-runs skip what is already done and still intact", runApply},
-		{"detect", "", "the GPUs, driver and CUDA version of this host (NVML)", runDetect},
+		{"detect", "", "the GPUs, driver and CUDA version of this host (NVML), and nvcc's", runDetect},
 		{"smoke", "--url URL | -f RECIPE", "the correctness gate alone, against a running server", runSmokeCommand},
 		{"status", "", "the last run: each step, its result, time and reason; exits with that run's code", runStatus},
 		{"daemon", "-f RECIPE", "apply, then keep watching the node (driver changes, canary smoke, metrics)", runDaemon},
