@@ -112,6 +112,14 @@ func TestPackagesStep(t *testing.T) {
 	if got := c.MustRun("hello"); strings.TrimSpace(got) != "Hello, world!" {
 		t.Errorf("hello after the second install printed %q", got)
 	}
+
+	// A package that does not exist fails the step with its name, after apt-get update.
+	const bad = "/etc/sglprov/bad-packages.yaml"
+	c.WriteFile(bad, []byte(strings.Replace(packagesRecipe, "apt: [hello]", "apt: [hello, sglprov-no-such-package]", 1)), 0o644)
+	out, code = c.Run(5*time.Minute, "sglprov", "apply", "-f", bad, "--state-dir", "/var/lib/sglprov-bad")
+	if code != 1 || !strings.Contains(out, "apt does not know package(s) sglprov-no-such-package, even after refreshing its lists") {
+		t.Errorf("apply with an unknown package: exit %d\n%s", code, out)
+	}
 }
 
 // holdDpkgLock write-locks the file at path (a path under the container's root, seen from
