@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/sglprov/sglprov/pkg/gpu"
+	"github.com/sglprov/sglprov/pkg/hostcmd"
 )
 
 func runDetect(ctx context.Context, stdio IO, args []string) error {
@@ -19,16 +20,37 @@ func runDetect(ctx context.Context, stdio IO, args []string) error {
 	if err != nil {
 		return err
 	}
+	// The CUDA toolkit (nvcc) is not the driver's CUDA: show both when nvcc is found (on the
+	// PATH, or where CUDA builds look for it).
+	var nvcc *hostcmd.Found
+	if f := (hostcmd.PathLooker{Path: stdio.Getenv("PATH"), Getenv: stdio.Getenv}).Lookup(ctx, "nvcc"); f.Path != "" {
+		nvcc = &f
+	}
 	if asJSON {
 		enc := json.NewEncoder(stdio.Stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(facts)
+		return enc.Encode(struct {
+			*gpu.Facts
+			NVCC *hostcmd.Found `json:"nvcc,omitempty"`
+		}{facts, nvcc})
 	}
 	if len(facts.GPUs) == 0 {
 		fmt.Fprintf(stdio.Stdout, "No NVIDIA GPU found: NVML works (driver %s) but reports no GPU.\n"+
 			"  Check that the GPUs are visible to this host or container (lspci | grep -i nvidia, nvidia-smi -L).\n",
 			facts.DriverVersion)
-		return nil
+	} else if err := gpu.FormatTable(stdio.Stdout, facts); err != nil {
+		return err
 	}
-	return gpu.FormatTable(stdio.Stdout, facts)
+	if nvcc != nil {
+		v := nvcc.Version
+		if v == "" {
+			v = "version unknown (" + nvcc.Err + ")"
+		}
+		where := nvcc.Path
+		if nvcc.OffPath {
+			where += ", not on the PATH"
+		}
+		fmt.Fprintf(stdio.Stdout, "nvcc:   %s at %s (the CUDA toolkit; CUDA above is the driver's, which requires.cuda checks)\n", v, where)
+	}
+	return nil
 }

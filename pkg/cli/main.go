@@ -25,6 +25,7 @@ import (
 	"github.com/sglprov/sglprov/pkg/console"
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/gpu"
+	"github.com/sglprov/sglprov/pkg/hostcmd"
 	"github.com/sglprov/sglprov/pkg/recipe"
 	"github.com/sglprov/sglprov/pkg/steps"
 )
@@ -66,7 +67,7 @@ func commands() []command {
 		{"validate", "-f RECIPE", "check a recipe; every problem as file:line:col: message", runValidate},
 		{"plan", "-f RECIPE", "what apply would do, step by step, and why (changes nothing)", runPlan},
 		{"apply", "-f RECIPE", "do it; re-runs skip what is already done and still intact", runApply},
-		{"detect", "", "the GPUs, driver and CUDA version of this host (NVML)", runDetect},
+		{"detect", "", "the GPUs, driver and CUDA version of this host (NVML), and nvcc's", runDetect},
 		{"smoke", "--url URL | -f RECIPE", "the correctness gate alone, against a running server", runSmokeCommand},
 		{"status", "", "the last run: each step, its result, time and reason; exits with that run's code", runStatus},
 		{"daemon", "-f RECIPE", "apply, then keep watching the node (driver changes, canary smoke, metrics)", runDaemon},
@@ -236,6 +237,9 @@ type common struct {
 	logFormat string
 	logLevel  string
 	insecure  bool
+
+	// commands is the verdict on the recipe's required commands, set by newEngine.
+	commands []hostcmd.Result
 }
 
 // multi is a repeatable flag whose values are kept in order.
@@ -357,26 +361,50 @@ const noNVML = `NVML (libnvidia-ml.so.1) could not be loaded.
   should find the library; lsmod | grep nvidia should show the kernel module.
   On a host without a GPU, SGLPROV_GPU_FIXTURE=FILE describes one (see testdata/gpu/).`
 
-// hostFacts detects the GPUs when the recipe needs them and checks the requirements:
-// a host that falls short is exit 4. A recipe that needs the facts only for a step kind
-// that always uses them (a build step's arch list) goes on without them on a host without
-// NVML: that step says what is missing when it runs.
-func hostFacts(ctx context.Context, stdio IO, r *recipe.Recipe) (*gpu.Facts, error) {
+// hostFacts detects the GPUs when the recipe needs them and checks the GPU requirements;
+// it returns the ways the host falls short (exit 4 once the commands are checked too). A
+// recipe that needs the facts only for a step kind that always uses them (a build step's
+// arch list) goes on without them on a host without NVML: that step says what is missing
+// when it runs.
+func hostFacts(ctx context.Context, stdio IO, r *recipe.Recipe) (*gpu.Facts, []string, error) {
 	reg := steps.Registry()
 	if !reg.NeedsFacts(r) {
-		return nil, nil
+		return nil, nil, nil
 	}
 	facts, err := detectFacts(ctx, stdio)
 	if err != nil && !r.NeedsFacts() && errors.Is(err, engine.ErrHost) {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if problems := r.Requires.Check(facts); len(problems) > 0 {
-		return nil, fmt.Errorf("%w:\n  %s", engine.ErrHost, strings.Join(problems, "\n  "))
+	return facts, r.Requires.Check(facts), nil
+}
+
+// providedCommands maps each command that a step of e installs (a packages step's
+// packages) to that step's name.
+func providedCommands(e *engine.Engine, r *recipe.Recipe) map[string]string {
+	out := map[string]string{}
+	if e == nil {
+		return out
 	}
-	return facts, nil
+	for _, name := range r.StepNames() {
+		st, _ := e.StepNamed(name)
+		if p, ok := st.(interface{ Provides() []string }); ok {
+			for _, c := range p.Provides() {
+				if out[c] == "" {
+					out[c] = name
+				}
+			}
+		}
+	}
+	return out
+}
+
+// hostProblems is the exit-4 error listing every way the host falls short, each on its
+// own line.
+func hostProblems(problems []string) error {
+	return fmt.Errorf("%w:\n  %s", engine.ErrHost, strings.Join(problems, "\n  "))
 }
 
 // newEngine loads the recipe (unless r is given) and the facts, and builds the engine.
@@ -387,7 +415,7 @@ func (c *common) newEngine(ctx context.Context, stdio IO, r *recipe.Recipe, mod 
 			return nil, nil, err
 		}
 	}
-	facts, err := hostFacts(ctx, stdio, r)
+	facts, problems, err := hostFacts(ctx, stdio, r)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -415,9 +443,22 @@ func (c *common) newEngine(ctx context.Context, stdio IO, r *recipe.Recipe, mod 
 	if mod != nil {
 		mod(&opts)
 	}
-	e, err := engine.New(opts)
-	if err != nil {
-		return nil, nil, err
+	e, engErr := engine.New(opts)
+	// The commands are checked with the GPUs, before any step runs, so that every problem
+	// is listed at once; a command a packages step installs is not required yet.
+	c.commands = nil
+	if len(r.Commands) > 0 {
+		c.commands = hostcmd.Check(ctx, r.Commands, providedCommands(e, r), hostcmd.PathLooker{Path: stdio.Getenv("PATH"), Getenv: stdio.Getenv})
+		problems = append(problems, hostcmd.Problems(c.commands)...)
+	}
+	if len(problems) > 0 {
+		if e != nil {
+			e.Close()
+		}
+		return nil, nil, hostProblems(problems)
+	}
+	if engErr != nil {
+		return nil, nil, engErr
 	}
 	return e, r, nil
 }

@@ -49,6 +49,7 @@ func runPlan(ctx context.Context, stdio IO, args []string) error {
 	if p == nil {
 		return planErr
 	}
+	p.Commands = c.commands
 	if asJSON {
 		out := struct {
 			*engine.Plan
@@ -70,6 +71,9 @@ func runPlan(ctx context.Context, stdio IO, args []string) error {
 	fmt.Fprintf(stdio.Stdout, "Plan for %s:\n", p.Recipe)
 	for _, f := range p.FactsChanged {
 		fmt.Fprintf(stdio.Stdout, "  host fact changed: %s\n", f)
+	}
+	for _, r := range p.Commands {
+		fmt.Fprintf(stdio.Stdout, "  command %s\n", r)
 	}
 	w := tabwriter.NewWriter(stdio.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "  STEP\tKIND\tACTION\tREASON")

@@ -19,6 +19,7 @@ import (
 	"charm.land/log/v2"
 
 	"github.com/sglprov/sglprov/pkg/gpu"
+	"github.com/sglprov/sglprov/pkg/hostcmd"
 	"github.com/sglprov/sglprov/pkg/recipe"
 	"github.com/sglprov/sglprov/pkg/safefile"
 )
@@ -334,6 +335,9 @@ type Plan struct {
 	Recipe       string        `json:"recipe"`
 	FactsChanged []string      `json:"facts_changed,omitempty"`
 	Steps        []PlannedStep `json:"steps"`
+	// Commands are the recipe's required commands as the host has them (the command
+	// line fills them in).
+	Commands []hostcmd.Result `json:"commands,omitempty"`
 }
 
 // Plan says, step by step, what Apply would do and why. It changes nothing. A step whose
@@ -375,7 +379,9 @@ func (e *Engine) Plan(ctx context.Context) (*Plan, error) {
 			}
 		}
 		if pf, ok := n.impl.(Preflighter); ok {
-			if err := pf.Preflight(ctx, env); err != nil {
+			lines, err := pf.Preflight(ctx, env)
+			ps.Details = append(ps.Details, lines...)
+			if err != nil {
 				ps.Error = err.Error()
 				preflight = append(preflight, fmt.Errorf("step %s: %w", n.step.Name, err))
 			}

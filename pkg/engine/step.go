@@ -39,11 +39,13 @@ type AlwaysRunner interface {
 	AlwaysRun() bool
 }
 
-// Preflighter is implemented by steps that can tell before anything runs that they
-// cannot succeed on this host (a pinned model revision that the hub says does not exist).
-// plan calls it for every selected step; its error carries the exit code (ErrHost).
+// Preflighter is implemented by steps that can tell before anything runs whether they can
+// succeed on this host: a pinned model revision that the hub says does not exist, a
+// download that cannot fit in the free space at its destination. plan calls it for every
+// selected step; the lines (the bytes still to fetch and the free space) go under the step,
+// and the error carries the exit code (ErrHost).
 type Preflighter interface {
-	Preflight(ctx context.Context, env *Env) error
+	Preflight(ctx context.Context, env *Env) (lines []string, err error)
 }
 
 // Kind describes one step kind: how to decode its recipe body and build the step.

@@ -10,6 +10,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sglprov/sglprov/pkg/gpu"
+	"github.com/sglprov/sglprov/pkg/hostcmd"
 	"github.com/sglprov/sglprov/pkg/safefile"
 )
 
@@ -29,8 +30,11 @@ type Recipe struct {
 	VarPos map[string]Pos
 	// Requires is what the host must have.
 	Requires gpu.Requirements
-	// RequiresSet reports whether the recipe has a requires section.
+	// RequiresSet reports whether the recipe has a requires section that asks something of
+	// the GPUs, the driver or CUDA (commands alone need no GPU facts).
 	RequiresSet bool
+	// Commands are the commands the host must already have (requires.commands).
+	Commands hostcmd.Requirements
 	// Profiles are the backend profiles by name.
 	Profiles map[string]Profile
 	// Steps are the steps in file order.
@@ -145,9 +149,13 @@ func (p *parser) parse(data []byte, sets []string) *Recipe {
 		case "vars":
 			varsNode = v
 		case "requires":
-			r.RequiresSet = true
-			p.decodeStrict(v, "requires", &r.Requires)
-			p.checkRanges(v, &r.Requires)
+			gpuPart, commands := splitCommands(v)
+			r.RequiresSet = commands == nil || gpuPart.Kind != yaml.MappingNode || len(gpuPart.Content) > 0
+			p.decodeStrict(gpuPart, "requires", &r.Requires)
+			p.checkRanges(gpuPart, &r.Requires)
+			if commands != nil {
+				r.Commands = p.parseCommands(commands)
+			}
 		case "profiles":
 			p.parseProfiles(v, r)
 		case "steps":
@@ -337,6 +345,59 @@ func (p *parser) checkRanges(n *yaml.Node, req *gpu.Requirements) {
 		field, msg, _ := strings.Cut(err.Error(), ": ")
 		p.addf(at, field, "%s", msg)
 	}
+}
+
+// splitCommands returns the requires mapping without its commands entry, and that entry's
+// value (nil when there is none).
+func splitCommands(n *yaml.Node) (rest, commands *yaml.Node) {
+	if n.Kind != yaml.MappingNode {
+		return n, nil
+	}
+	c := *n
+	c.Content = nil
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == "commands" {
+			commands = n.Content[i+1]
+			continue
+		}
+		c.Content = append(c.Content, n.Content[i], n.Content[i+1])
+	}
+	return &c, commands
+}
+
+// parseCommands reads requires.commands: command names mapped to {version: RANGE} or {}.
+func (p *parser) parseCommands(n *yaml.Node) hostcmd.Requirements {
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		return nil
+	}
+	if n.Kind != yaml.MappingNode {
+		p.addf(n, "requires.commands", "requires.commands must be a mapping of command names to {version: RANGE}, not %s", kindName(n))
+		return nil
+	}
+	out := hostcmd.Requirements{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		path := "requires.commands." + k.Value
+		if !hostcmd.ValidName(k.Value) {
+			p.addf(k, path, "%q is not a command name (a name on the PATH, without a folder)", k.Value)
+			continue
+		}
+		if _, dup := out[k.Value]; dup {
+			p.addf(k, path, "duplicate command %q", k.Value)
+			continue
+		}
+		var req hostcmd.Requirement
+		if !p.decodeStrict(v, path, &req) {
+			continue
+		}
+		if req.Version != "" {
+			if _, err := gpu.ParseRange(req.Version); err != nil {
+				p.addf(nodeAt(v, "version"), path+".version", "%v", err)
+			}
+		}
+		out[k.Value] = req
+	}
+	return out
 }
 
 func (p *parser) parseSteps(n *yaml.Node, r *Recipe) {

@@ -165,3 +165,51 @@ steps:
 		t.Errorf("self reference: %v", err)
 	}
 }
+
+func TestRequiresCommands(t *testing.T) {
+	text := `apiVersion: sglprov/v1
+name: t
+requires:
+  commands:
+    nvcc: {version: ">=12.8"}
+    git: {}
+steps:
+  - name: a
+    command: {argv: [true]}
+`
+	r, err := recipe.Parse("t.yaml", []byte(text), testKinds(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Commands["nvcc"].Version != ">=12.8" || len(r.Commands) != 2 {
+		t.Errorf("commands = %+v", r.Commands)
+	}
+	if r.NeedsFacts() {
+		t.Error("a recipe that requires only commands asks for GPU facts")
+	}
+	bad := `apiVersion: sglprov/v1
+name: t
+requires:
+  cuda: ">=12.8"
+  commands:
+    nvcc: {version: ">=12.8,,"}
+    /usr/bin/git: {}
+    cmake: {versoin: "3"}
+steps:
+  - name: a
+    command: {argv: [true]}
+`
+	_, err = recipe.Parse("t.yaml", []byte(bad), testKinds(), nil)
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, want := range []string{
+		`t.yaml:6:21: invalid version range ">=12.8,,": empty constraint at offset 7 (at requires.commands.nvcc.version)`,
+		`t.yaml:7:5: "/usr/bin/git" is not a command name`,
+		`t.yaml:8:13: unknown field "versoin" (known: version) (at requires.commands.cmake.versoin)`,
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("missing %q in:\n%v", want, err)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sglprov/sglprov/pkg/gpu"
+	"github.com/sglprov/sglprov/pkg/hostcmd"
 )
 
 // File is the top level of a recipe file, as written. The parser accepts exactly these
@@ -21,11 +22,20 @@ type File struct {
 	// Vars are strings that templates use; --set overrides them.
 	Vars map[string]string `yaml:"vars"`
 	// Requires is what the host must have.
-	Requires gpu.Requirements `yaml:"requires"`
+	Requires RequiresSection `yaml:"requires"`
 	// Profiles are the backend profiles by name.
 	Profiles map[string]Profile `yaml:"profiles"`
 	// Steps are the steps, each with a name, optional needs and one kind.
 	Steps []yaml.Node `yaml:"steps"`
+}
+
+// RequiresSection is the requires section as written: what the GPUs, the driver and CUDA
+// must be, and the commands the host must already have.
+type RequiresSection struct {
+	gpu.Requirements `yaml:",inline"`
+	// Commands are the commands the host must have before any step runs, each with an
+	// optional version range.
+	Commands hostcmd.Requirements `yaml:"commands"`
 }
 
 // topLevelFields returns the names of File's fields, in their order.

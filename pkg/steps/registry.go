@@ -7,6 +7,7 @@ import (
 	"github.com/sglprov/sglprov/pkg/steps/build"
 	"github.com/sglprov/sglprov/pkg/steps/command"
 	"github.com/sglprov/sglprov/pkg/steps/download"
+	"github.com/sglprov/sglprov/pkg/steps/packages"
 	"github.com/sglprov/sglprov/pkg/steps/patch"
 	"github.com/sglprov/sglprov/pkg/steps/smoke"
 	"github.com/sglprov/sglprov/pkg/steps/source"
@@ -21,6 +22,7 @@ func Registry() engine.Registry {
 		"patch":    patch.Kind(),
 		"build":    build.Kind(),
 		"download": download.Kind(),
+		"packages": packages.Kind(),
 		"systemd":  systemd.Kind(),
 		"smoke":    smoke.Kind(),
 	}

@@ -163,11 +163,28 @@ type Container struct {
 	exited  chan struct{}
 }
 
+// bootOption changes how bootContainer boots a container.
+type bootOption func(*bootConfig)
+
+type bootConfig struct {
+	hostNetwork bool
+}
+
+// withHostNetwork boots the container in the host's network namespace (for apt to reach
+// the host's package mirrors) instead of its own loopback-only one.
+func withHostNetwork() bootOption {
+	return func(c *bootConfig) { c.hostNetwork = true }
+}
+
 // bootContainer copies the cached root into a fresh folder, boots it with systemd-nspawn
 // and waits for systemd to finish starting up. It stops the container and removes the
 // copy when the test ends, whether or not it failed.
-func bootContainer(t *testing.T) *Container {
+func bootContainer(t *testing.T, opts ...bootOption) *Container {
 	t.Helper()
+	var cfg bootConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
 	base := cachedRoot(t)
 	start := time.Now()
 	root := freshRoot(t, base)
@@ -177,8 +194,11 @@ func bootContainer(t *testing.T) *Container {
 	}
 	// The container's network is its own (loopback only): servers inside listen on
 	// 127.0.0.1 without clashing with the host or with other containers.
-	cmd := exec.Command("systemd-nspawn", "--register=no", "--keep-unit", "-q",
-		"--private-network", "-D", root, "-b", "--console=pipe")
+	args := []string{"--register=no", "--keep-unit", "-q", "--private-network", "-D", root, "-b", "--console=pipe"}
+	if cfg.hostNetwork {
+		args = append(args[:3:3], args[4:]...)
+	}
+	cmd := exec.Command("systemd-nspawn", args...)
 	// Its own process group, so that a kill reaches nspawn's helpers too; SIGTERM (an
 	// orderly poweroff) when the test process dies before its clean-up runs.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}

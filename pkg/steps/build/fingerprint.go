@@ -75,6 +75,7 @@ func (s *Step) Fingerprint(ctx context.Context, env *engine.Env) (map[string]str
 	environ := environ(vars)
 	for _, p := range s.probes() {
 		parts[p.name] = s.probe(ctx, dir, environ, p.argv)
+		s.cache.put(p.argv, parts[p.name])
 	}
 	return parts, nil
 }
@@ -92,8 +93,7 @@ func (s *Step) probes() []probeSpec {
 	if s.spec.Python != "" {
 		list = append(list,
 			probeSpec{"toolchain.python", []string{s.spec.Python, "--version"}},
-			probeSpec{"toolchain.torch", []string{s.spec.Python, "-c",
-				"import torch; print(torch.__version__, torch.version.cuda)"}},
+			probeSpec{"toolchain.torch", []string{s.spec.Python, "-c", torchProbe}},
 		)
 	}
 	seen := map[string]int{}

@@ -48,6 +48,9 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 		}
 	}
 	envList := environ(vars)
+	if err := s.checkToolchain(ctx, env, dir, envList); err != nil {
+		return err
+	}
 	path, err := lookPath(s.spec.Argv[0], dir, envList)
 	if err != nil {
 		return fmt.Errorf("finding %s: %w", s.spec.Argv[0], err)

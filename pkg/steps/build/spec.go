@@ -94,6 +94,8 @@ type Step struct {
 	probeTimeout time.Duration
 	// ccache is the name of the compiler cache looked up on PATH.
 	ccache string
+	// cache holds the probe outputs of the last fingerprint for the toolchain check.
+	cache probeCache
 }
 
 // New validates spec and returns the step. Problems are wrapped with engine.ErrUsage.

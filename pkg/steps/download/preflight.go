@@ -4,29 +4,98 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/fetch"
 	"github.com/sglprov/sglprov/pkg/hub"
 )
 
-// Preflight asks the hub whether the pinned revision exists (a commit too, which the
-// fingerprint takes on trust). When the hub says it does not (RevisionNotFound), the
-// error is marked engine.ErrHost: plan exits 4 rather than promise a download that cannot
-// happen. A hub that cannot be reached now is not the recipe's fault: that is a nil error,
-// and the step finds out when it runs.
-func (s *Step) Preflight(ctx context.Context, env *engine.Env) error {
-	if s.spec.HF == nil {
-		return nil
+// preflightTimeout bounds plan's hub requests.
+const preflightTimeout = 30 * time.Second
+
+// Preflight says how many bytes are still to fetch into dest and how much space is free
+// there: "to fetch: 221.4 GiB of 223.1 GiB (97 files); free at /var/lib/sglprov/models:
+// 1.7 TiB". The sizes come from the hub's listing at the pinned revision (or the recipe's
+// files); when the hub cannot be reached now they are "unknown", which is not the recipe's
+// fault and no error. Two answers are errors marked engine.ErrHost, so that plan exits 4
+// rather than promise a download that cannot happen: the hub says the revision does not
+// exist (RevisionNotFound; a commit too, which the fingerprint takes on trust), or the
+// bytes still to fetch do not fit. apply refuses the latter too, before the first byte.
+func (s *Step) Preflight(ctx context.Context, env *engine.Env) ([]string, error) {
+	dest := env.HostPath(s.spec.Dest)
+	free, checked, ferr := fetch.FreeSpace(dest)
+	if s.freeSpace != nil && ferr == nil {
+		free, ferr = s.freeSpace(checked)
 	}
+	freeText := "unknown"
+	if ferr == nil {
+		freeText = fetch.FormatBytes(int64(free))
+	}
+	where := fmt.Sprintf("free at %s: %s", s.spec.Dest, freeText)
+
+	files, total, err := s.listForPlan(ctx, env)
+	if errors.Is(err, engine.ErrHost) {
+		return []string{"to fetch: unknown; " + where}, err
+	}
+	if err != nil {
+		return []string{"to fetch: unknown (" + err.Error() + "); " + where}, nil
+	}
+	need, unknown, err := fetch.Remaining(dest, files)
+	if err != nil {
+		return []string{"to fetch: unknown (" + err.Error() + "); " + where}, nil
+	}
+	line := fmt.Sprintf("to fetch: %s of %s (%d files", fetch.FormatBytes(int64(need)), fetch.FormatBytes(total), len(files))
+	if unknown > 0 {
+		line += fmt.Sprintf(", %d of unknown size", unknown)
+	}
+	line += "); " + where
+	if ferr == nil && need > free {
+		return []string{line}, fmt.Errorf("%w: not enough free space at %s: %s to fetch, %s free",
+			engine.ErrHost, s.spec.Dest, fetch.FormatBytes(int64(need)), fetch.FormatBytes(int64(free)))
+	}
+	return []string{line}, nil
+}
+
+// listForPlan returns the files the step would fetch and their total size, from the hub's
+// listing at the revision (one resolve and one listing, no retries) or the recipe's files.
+// A revision the hub says does not exist is an error marked engine.ErrHost.
+func (s *Step) listForPlan(ctx context.Context, env *engine.Env) ([]fetch.File, int64, error) {
+	var files []fetch.File
+	var total int64
+	if s.spec.HF == nil {
+		for _, f := range s.spec.Files {
+			size := f.Size
+			if size == 0 {
+				size = -1
+			}
+			files = append(files, fetch.File{URL: f.URL, Path: f.Path, Size: size, SHA256: f.SHA256})
+			total += max(size, 0)
+		}
+		return files, total, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, preflightTimeout)
+	defer cancel()
 	c, err := s.hubClient(env, -1)
 	if err != nil {
-		return nil
+		return nil, 0, err
 	}
 	rev := s.revision()
-	_, err = c.ResolveRevision(ctx, s.spec.HF.Repo, rev)
+	commit, err := c.ResolveRevision(ctx, s.spec.HF.Repo, rev)
 	var api *hub.APIError
 	if errors.As(err, &api) && api.Code == "RevisionNotFound" {
-		return fmt.Errorf("%w: the hub has no revision %q of %s: %w", engine.ErrHost, rev, s.spec.HF.Repo, err)
+		return nil, 0, fmt.Errorf("%w: the hub has no revision %q of %s: %w", engine.ErrHost, rev, s.spec.HF.Repo, err)
 	}
-	return nil
+	if err != nil {
+		return nil, 0, fmt.Errorf("hub not reachable: %w", err)
+	}
+	listed, err := c.Files(ctx, s.spec.HF.Repo, commit, s.spec.HF.Include, s.spec.HF.Exclude)
+	if err != nil {
+		return nil, 0, fmt.Errorf("hub not reachable: %w", err)
+	}
+	for _, f := range listed {
+		files = append(files, fetch.File{URL: f.URL, Path: f.Path, Size: f.Size, SHA256: f.SHA256, GitSHA1: f.GitSHA1})
+		total += max(f.Size, 0)
+	}
+	return files, total, nil
 }

@@ -1,0 +1,82 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/recipe"
+)
+
+// spaceSpec is a step that needs some bytes of a disk that has some free.
+type spaceSpec struct {
+	Need int `yaml:"need"`
+	Free int `yaml:"free"`
+}
+
+type spaceStep struct{ spec spaceSpec }
+
+func (s *spaceStep) Fingerprint(context.Context, *engine.Env) (map[string]string, error) {
+	return nil, nil
+}
+func (s *spaceStep) Intact(context.Context, *engine.Env) (bool, string, error) { return true, "", nil }
+func (s *spaceStep) Run(context.Context, *engine.Env) error                    { return nil }
+
+func (s *spaceStep) Preflight(ctx context.Context, env *engine.Env) ([]string, error) {
+	line := fmt.Sprintf("to fetch: %d B; free: %d B", s.spec.Need, s.spec.Free)
+	if s.spec.Free < 0 {
+		return []string{"to fetch: 1 B; free: unknown"}, nil
+	}
+	if s.spec.Need > s.spec.Free {
+		return []string{line}, fmt.Errorf("%w: not enough free space", engine.ErrHost)
+	}
+	return []string{line}, nil
+}
+
+// TestPlanPreflight: plan shows each step's preflight lines under it, and a problem marked
+// ErrHost is the step's error and plan's (exit 4), the plan complete all the same.
+func TestPlanPreflight(t *testing.T) {
+	reg := engine.Registry{"space": engine.KindOf(func(_ string, s spaceSpec) (*spaceStep, error) { return &spaceStep{s}, nil })}
+	r, err := recipe.Parse("t.yaml", []byte(`apiVersion: sglprov/v1
+name: t
+steps:
+  - name: fits
+    space: {need: 10, free: 100}
+  - name: too-big
+    space: {need: 200, free: 100}
+  - name: unknown
+    space: {need: 1, free: -1}
+`), recipe.KindSpecs{"space": reg["space"].NewSpec}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := engine.New(engine.Options{Recipe: r, Registry: reg, StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := e.Plan(context.Background())
+	if !errors.Is(err, engine.ErrHost) || err.Error() != "step too-big: host does not meet the recipe's requirements: not enough free space" {
+		t.Errorf("Plan error = %v", err)
+	}
+	got := map[string][]string{}
+	for _, s := range p.Steps {
+		got[s.Name] = s.Details
+	}
+	want := map[string][]string{
+		"fits":    {"to fetch: 10 B; free: 100 B"},
+		"too-big": {"to fetch: 200 B; free: 100 B"},
+		"unknown": {"to fetch: 1 B; free: unknown"},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("details (-want +got):\n%s", diff)
+	}
+	for _, s := range p.Steps {
+		if (s.Error != "") != (s.Name == "too-big") {
+			t.Errorf("step %s error %q", s.Name, s.Error)
+		}
+	}
+}

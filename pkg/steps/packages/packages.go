@@ -1,0 +1,177 @@
+// Package packages is the packages step kind: operating-system packages the later steps
+// need (python3-venv, python3-dev, a C++ toolchain, git), installed through the host's
+// package manager when they are missing. The step is intact while every package is
+// installed; under --root it plans but installs nothing.
+package packages
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/hostcmd"
+	"github.com/sglprov/sglprov/pkg/pkgmgr"
+	"github.com/sglprov/sglprov/pkg/steps/build"
+)
+
+// DefaultLockTimeout is how long the step waits for another apt (cloud-init,
+// unattended-upgrades) to release the dpkg lock.
+const DefaultLockTimeout = 15 * time.Minute
+
+// Spec is a packages step's recipe body.
+type Spec struct {
+	// Apt lists Debian/Ubuntu packages ("name", or "name=version").
+	Apt []string `yaml:"apt"`
+	// Provides lists commands these packages put on the PATH beyond those sglprov knows
+	// (git from git, gcc from build-essential, nvcc from cuda-toolkit-*): a
+	// requires.commands entry for one of them is not required before the run.
+	Provides []string `yaml:"provides"`
+	// LockTimeout bounds the wait for the dpkg lock, e.g. "30m" (default 15m).
+	LockTimeout string `yaml:"lock_timeout"`
+}
+
+// Kind returns the packages step kind.
+func Kind() engine.Kind {
+	return engine.KindOf(func(name string, s Spec) (*Step, error) { return New(name, s) })
+}
+
+var aptNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9+.-]+(:[a-z0-9-]+)?(=[A-Za-z0-9.+~:-]+)?$`)
+
+// New checks spec and builds the step.
+func New(name string, spec Spec) (*Step, error) {
+	var problems []string
+	if len(spec.Apt) == 0 {
+		problems = append(problems, "apt lists no package")
+	}
+	for _, p := range spec.Apt {
+		if !aptNameRE.MatchString(p) {
+			problems = append(problems, fmt.Sprintf("%q is not a Debian package name", p))
+		}
+	}
+	for _, c := range spec.Provides {
+		if !hostcmd.ValidName(c) {
+			problems = append(problems, fmt.Sprintf("provides: %q is not a command name", c))
+		}
+	}
+	timeout := DefaultLockTimeout
+	if spec.LockTimeout != "" {
+		d, err := time.ParseDuration(spec.LockTimeout)
+		if err != nil || d <= 0 {
+			problems = append(problems, fmt.Sprintf("lock_timeout %q is not a positive duration like 15m", spec.LockTimeout))
+		}
+		timeout = d
+	}
+	if len(problems) > 0 {
+		return nil, fmt.Errorf("packages step %q: %s: %w", name, strings.Join(problems, "; "), engine.ErrUsage)
+	}
+	return &Step{spec: spec, lockTimeout: timeout}, nil
+}
+
+// Step is a packages step.
+type Step struct {
+	spec        Spec
+	lockTimeout time.Duration
+	// manager replaces the apt manager (tests).
+	manager func(env *engine.Env) pkgmgr.Manager
+}
+
+// Provides returns the commands the step's packages install, sorted: those sglprov knows
+// for each package and the spec's provides.
+func (s *Step) Provides() []string {
+	seen := map[string]bool{}
+	for _, p := range s.spec.Apt {
+		for _, c := range hostcmd.CommandsOf(p) {
+			seen[c] = true
+		}
+	}
+	for _, c := range s.spec.Provides {
+		seen[c] = true
+	}
+	out := make([]string, 0, len(seen))
+	for c := range seen {
+		out = append(out, c)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// mgr returns the package manager for env: apt on the host, its database under --root.
+func (s *Step) mgr(env *engine.Env) pkgmgr.Manager {
+	if s.manager != nil {
+		return s.manager(env)
+	}
+	return &pkgmgr.Apt{
+		Runner:      stepRunner{env: env},
+		AdminDir:    env.HostPath("/var/lib/dpkg"),
+		ListsDir:    env.HostPath("/var/lib/apt/lists"),
+		LockTimeout: s.lockTimeout,
+		Logf:        func(format string, args ...any) { env.Log.Info(fmt.Sprintf(format, args...)) },
+	}
+}
+
+// Fingerprint adds nothing beyond the recipe text: what is installed is the outputs.
+func (s *Step) Fingerprint(ctx context.Context, env *engine.Env) (map[string]string, error) {
+	return nil, nil
+}
+
+// Intact reports whether every package is installed.
+func (s *Step) Intact(ctx context.Context, env *engine.Env) (bool, string, error) {
+	missing, err := s.mgr(env).Missing(ctx, s.spec.Apt)
+	if err != nil {
+		return false, "", err
+	}
+	if len(missing) > 0 {
+		return false, "not installed: " + strings.Join(missing, ", "), nil
+	}
+	return true, "", nil
+}
+
+// Run installs the missing packages (none under --root, where it only says what it would
+// install) and checks that they are installed afterwards.
+func (s *Step) Run(ctx context.Context, env *engine.Env) error {
+	m := s.mgr(env)
+	missing, err := m.Missing(ctx, s.spec.Apt)
+	if err != nil {
+		return err
+	}
+	env.Detail("missing", missing)
+	if len(missing) == 0 {
+		env.Log.Info("every package is installed", "packages", len(s.spec.Apt))
+		return nil
+	}
+	if env.Offline {
+		env.Log.Info("under --root: would install with "+m.Name()+"; installing nothing", "packages", strings.Join(missing, " "))
+		return nil
+	}
+	if err := m.Install(ctx, missing); err != nil {
+		return err
+	}
+	still, err := m.Missing(ctx, missing)
+	if err != nil {
+		return err
+	}
+	if len(still) > 0 {
+		return fmt.Errorf("%s install ran but %s is still not installed", m.Name(), strings.Join(still, ", "))
+	}
+	env.Detail("installed", missing)
+	return nil
+}
+
+// stepRunner runs apt's commands as the build and command steps run theirs (build.Exec):
+// output to the step log, the process group ended on cancel, the last lines in the error.
+type stepRunner struct {
+	env *engine.Env
+}
+
+func (r stepRunner) Run(ctx context.Context, argv []string, extra []string) error {
+	return build.Exec(ctx, r.env, r.env.StepName, argv, "/", append(os.Environ(), extra...))
+}
+
+func (stepRunner) Output(ctx context.Context, argv []string) ([]byte, []byte, error) {
+	return pkgmgr.ExecRunner{}.Output(ctx, argv)
+}

@@ -1,0 +1,212 @@
+package e2e
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// packagesRecipe installs one small real Debian package (hello) that the minbase root does
+// not have; the command it provides is required, and not required up front because the
+// step installs it.
+const packagesRecipe = `apiVersion: sglprov/v1
+name: e2e-packages
+requires:
+  commands:
+    hello: {}
+steps:
+  - name: host-packages
+    packages:
+      apt: [hello]
+      provides: [hello]
+      lock_timeout: 2m
+`
+
+// TestPackagesStep runs a packages step in the booted Debian container against the host's
+// own apt sources: it installs a package the container lacks, a re-run skips it, removing
+// the package makes plan say the step runs, and a dpkg lock held by another process for a
+// few seconds delays the step instead of failing it.
+func TestPackagesStep(t *testing.T) {
+	requireE2E(t)
+	b := buildBinaries(t)
+	c := bootContainer(t, withHostNetwork())
+	copyAptConfig(t, c)
+	c.CopyIn(b.sglprov, "/usr/local/bin/sglprov", 0o755)
+	const recipe = "/etc/sglprov/packages.yaml"
+	c.WriteFile(recipe, []byte(packagesRecipe), 0o644)
+	sglprov := func(cmd string, timeout time.Duration) (string, int) {
+		t.Helper()
+		start := time.Now()
+		out, code := c.Run(timeout, "sglprov", cmd, "-f", recipe, "--state-dir", stateDir)
+		t.Logf("sglprov %s: exit %d in %s", cmd, code, time.Since(start).Round(10*time.Millisecond))
+		return out, code
+	}
+
+	if out, code := c.Run(time.Minute, "dpkg-query", "-W", "hello"); code == 0 {
+		t.Fatalf("the container already has hello:\n%s", out)
+	}
+	// The root's package lists go: apt knows nothing until the step runs apt-get update
+	// against the host's sources.
+	lists, _ := filepath.Glob(filepath.Join(c.Root, "var/lib/apt/lists/*_*"))
+	for _, p := range lists {
+		if err := os.Remove(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, code := sglprov("plan", time.Minute)
+	if code != 0 || !strings.Contains(out, "command hello: not on the PATH yet; step host-packages installs it") ||
+		!regexp.MustCompile(`(?m)^  host-packages +packages +run +new$`).MatchString(out) {
+		t.Fatalf("first plan: exit %d\n%s", code, out)
+	}
+	out, code = sglprov("apply", 10*time.Minute)
+	if code != 0 || !regexp.MustCompile(`(?m)^host-packages +ok `).MatchString(out) ||
+		!strings.Contains(out, "running apt-get update: apt does not know hello yet") {
+		t.Fatalf("first apply: exit %d\n%s", code, out)
+	}
+	t.Logf("first apply:\n%s", out)
+	if got := c.MustRun("hello"); strings.TrimSpace(got) != "Hello, world!" {
+		t.Errorf("hello after the install printed %q", got)
+	}
+
+	// A re-run finds it installed.
+	out, code = sglprov("apply", 5*time.Minute)
+	if code != 0 || !regexp.MustCompile(`(?m)^host-packages +skipped +- +unchanged$`).MatchString(out) {
+		t.Fatalf("second apply: exit %d\n%s", code, out)
+	}
+
+	// Removed by hand: plan says the step runs, and why.
+	c.MustRun("dpkg", "-r", "hello")
+	out, code = sglprov("plan", time.Minute)
+	if code != 0 || !regexp.MustCompile(`(?m)^  host-packages +packages +run +not installed: hello$`).MatchString(out) {
+		t.Fatalf("plan after dpkg -r: exit %d\n%s", code, out)
+	}
+
+	// Another process holds dpkg's frontend lock for a few seconds, as apt does (a record
+	// lock on the whole file; flock(1) takes a different kind of lock that apt does not
+	// see): the step waits for it, says so, then installs.
+	const hold = 5 * time.Second
+	release := holdDpkgLock(t, filepath.Join(c.Root, "var/lib/dpkg/lock-frontend"))
+	timer := time.AfterFunc(hold, release)
+	defer timer.Stop()
+	start := time.Now()
+	out, code = sglprov("apply", 5*time.Minute)
+	took := time.Since(start)
+	if code != 0 || !regexp.MustCompile(`(?m)^host-packages +ok `).MatchString(out) {
+		t.Fatalf("apply under a held lock: exit %d\n%s", code, out)
+	}
+	t.Logf("apply under the held lock:\n%s", out)
+	if took < hold-500*time.Millisecond {
+		t.Errorf("apply took %s while the lock was held for %s", took, hold)
+	}
+	for _, want := range []string{"waiting for /var/lib/dpkg/lock-frontend, held by another process", "lock /var/lib/dpkg/lock-frontend, /var/lib/dpkg/lock is free after"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("apply's output lacks %q:\n%s", want, out)
+		}
+	}
+	if got := c.MustRun("hello"); strings.TrimSpace(got) != "Hello, world!" {
+		t.Errorf("hello after the second install printed %q", got)
+	}
+
+	// A package that does not exist fails the step with its name, after apt-get update.
+	const bad = "/etc/sglprov/bad-packages.yaml"
+	c.WriteFile(bad, []byte(strings.Replace(packagesRecipe, "apt: [hello]", "apt: [hello, sglprov-no-such-package]", 1)), 0o644)
+	out, code = c.Run(5*time.Minute, "sglprov", "apply", "-f", bad, "--state-dir", "/var/lib/sglprov-bad")
+	if code != 1 || !strings.Contains(out, "apt does not know package(s) sglprov-no-such-package, even after refreshing its lists") {
+		t.Errorf("apply with an unknown package: exit %d\n%s", code, out)
+	}
+}
+
+// holdDpkgLock write-locks the file at path (a path under the container's root, seen from
+// the host) the way apt does, until the returned function is called.
+func holdDpkgLock(t *testing.T, path string) func() {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o640)
+	if err != nil {
+		t.Fatalf("opening %s: %v", path, err)
+	}
+	lk := unix.Flock_t{Type: unix.F_WRLCK}
+	if err := unix.FcntlFlock(f.Fd(), unix.F_OFD_SETLK, &lk); err != nil {
+		f.Close()
+		t.Fatalf("locking %s: %v", path, err)
+	}
+	done := make(chan struct{})
+	release := func() {
+		select {
+		case <-done:
+		default:
+			close(done)
+			f.Close()
+		}
+	}
+	t.Cleanup(release)
+	return release
+}
+
+// copyAptConfig gives the container the host's apt sources and any proxy settings: the
+// sources lists (replacing the root's own), the keyrings they name that the root lacks, the
+// apt.conf.d files that set Acquire:: options, and the proxy variables of the environment.
+func copyAptConfig(t *testing.T, c *Container) {
+	t.Helper()
+	var sources []string
+	if _, err := os.Stat("/etc/apt/sources.list"); err == nil {
+		sources = append(sources, "/etc/apt/sources.list")
+	}
+	for _, pat := range []string{"/etc/apt/sources.list.d/*.list", "/etc/apt/sources.list.d/*.sources"} {
+		m, _ := filepath.Glob(pat)
+		sources = append(sources, m...)
+	}
+	if len(sources) == 0 {
+		t.Log("the host has no apt sources; the container keeps its own")
+	} else {
+		_ = os.Remove(filepath.Join(c.Root, "etc/apt/sources.list"))
+		old, _ := filepath.Glob(filepath.Join(c.Root, "etc/apt/sources.list.d/*"))
+		for _, p := range old {
+			_ = os.Remove(p)
+		}
+	}
+	keyRE := regexp.MustCompile(`(?i)(?:signed-by[:=]\s*)(/[^\s\]]+)`)
+	for _, src := range sources {
+		data, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatalf("reading %s: %v", src, err)
+		}
+		c.WriteFile(src, data, 0o644)
+		for _, m := range keyRE.FindAllSubmatch(data, -1) {
+			key := string(m[1])
+			if _, err := os.Stat(filepath.Join(c.Root, key)); err == nil {
+				continue
+			}
+			if _, err := os.Stat(key); err == nil {
+				c.CopyIn(key, key, 0o644)
+			}
+		}
+	}
+	confs, _ := filepath.Glob("/etc/apt/apt.conf.d/*")
+	for _, p := range confs {
+		data, err := os.ReadFile(p)
+		if err != nil || !bytes.Contains(data, []byte("Acquire::")) {
+			continue
+		}
+		c.WriteFile(p, data, 0o644)
+	}
+	var proxy strings.Builder
+	for _, kv := range []struct{ env, opt string }{{"http_proxy", "http"}, {"https_proxy", "https"}} {
+		v := os.Getenv(kv.env)
+		if v == "" {
+			v = os.Getenv(strings.ToUpper(kv.env))
+		}
+		if v != "" {
+			proxy.WriteString("Acquire::" + kv.opt + "::Proxy \"" + v + "\";\n")
+		}
+	}
+	if proxy.Len() > 0 {
+		c.WriteFile("/etc/apt/apt.conf.d/99sglprov-e2e-proxy", []byte(proxy.String()), 0o644)
+	}
+	t.Logf("apt configuration from the host: %s", strings.Join(sources, ", "))
+}
