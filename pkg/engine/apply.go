@@ -158,7 +158,7 @@ func (e *Engine) runNode(ctx context.Context, n *node, sem chan struct{}, runDir
 
 	var ran []string
 	for _, d := range n.needs {
-		if d.res.Result == ResultOK {
+		if d.res.Result == ResultOK && !converges(d) {
 			ran = append(ran, d.step.Name)
 		}
 	}

@@ -386,7 +386,7 @@ func (e *Engine) Plan(ctx context.Context) (*Plan, error) {
 				preflight = append(preflight, fmt.Errorf("step %s: %w", n.step.Name, err))
 			}
 		}
-		runs[n.step.Name] = ps.Run
+		runs[n.step.Name] = ps.Run && !converges(n)
 		p.Steps = append(p.Steps, ps)
 	}
 	return p, errors.Join(preflight...)

@@ -21,10 +21,12 @@ import (
 
 // fakeSpec is the body of a fake step: it records runs, can fail, sleep and keep outputs.
 type fakeSpec struct {
-	Fail   bool   `yaml:"fail"`
-	Sleep  string `yaml:"sleep"`
-	Input  string `yaml:"input"`
-	Output string `yaml:"output"`
+	Fail bool `yaml:"fail"`
+	// Converges makes the step an engine.Converger (like the packages step).
+	Converges bool   `yaml:"converges"`
+	Sleep     string `yaml:"sleep"`
+	Input     string `yaml:"input"`
+	Output    string `yaml:"output"`
 }
 
 // world is what the fake steps share in one test.
@@ -51,6 +53,8 @@ func (f *fakeStep) Fingerprint(ctx context.Context, env *engine.Env) (map[string
 	}
 	return nil, nil
 }
+
+func (f *fakeStep) Converges() bool { return f.spec.Converges }
 
 func (f *fakeStep) Intact(ctx context.Context, env *engine.Env) (bool, string, error) {
 	f.w.mu.Lock()
@@ -429,5 +433,47 @@ func TestRunFoldersArePruned(t *testing.T) {
 	rep, err := engine.LatestReport(dir)
 	if err != nil || rep.Dir != last {
 		t.Errorf("latest report %v, %v; want the last run %s", rep, err, last)
+	}
+}
+
+// A step that converges (installs packages) runs again when its outputs changed, and the
+// steps that need it do not run for its sake, in plan and in apply.
+func TestConvergingStepDoesNotRerunDependents(t *testing.T) {
+	const text = `apiVersion: sglprov/v1
+name: converge
+steps:
+  - name: pkgs
+    fake: {converges: true}
+  - name: src
+    needs: [pkgs]
+    fake: {}
+  - name: build
+    needs: [src]
+    fake: {}
+`
+	w := newWorld()
+	dir := t.TempDir()
+	if _, err := newEngine(t, w, load(t, w, text), dir, nil).Apply(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	w.broken["pkgs"] = true // a package was removed
+	p, err := newEngine(t, w, load(t, w, text), dir, nil).Plan(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, s := range p.Steps {
+		got[s.Name] = s.Reason
+	}
+	want := map[string]string{"pkgs": "outputs changed: /out/pkgs", "src": "unchanged", "build": "unchanged"}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("plan reasons (-want +got):\n%s", d)
+	}
+	w.ran = nil
+	if _, err := newEngine(t, w, load(t, w, text), dir, nil).Apply(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff([]string{"pkgs"}, w.ran); d != "" {
+		t.Errorf("steps that ran (-want +got):\n%s", d)
 	}
 }

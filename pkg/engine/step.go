@@ -39,6 +39,21 @@ type AlwaysRunner interface {
 	AlwaysRun() bool
 }
 
+// Converger is implemented by steps whose run only brings the host back to the state their
+// recipe text names (the packages step: the listed packages installed). When such a step
+// runs again, what the steps that need it read is what it was, so they do not run for its
+// sake; they still run for their own reasons (a toolchain version in a build's
+// fingerprint). A reinstalled package never costs an hour-long rebuild by itself.
+type Converger interface {
+	Converges() bool
+}
+
+// converges reports whether the step of n is a Converger that converges.
+func converges(n *node) bool {
+	c, ok := n.impl.(Converger)
+	return ok && c.Converges()
+}
+
 // Preflighter is implemented by steps that can tell before anything runs whether they can
 // succeed on this host: a pinned model revision that the hub says does not exist, a
 // download that cannot fit in the free space at its destination. plan calls it for every

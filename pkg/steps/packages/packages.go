@@ -119,6 +119,11 @@ func (s *Step) Fingerprint(ctx context.Context, env *engine.Env) (map[string]str
 	return nil, nil
 }
 
+// Converges says that installing the packages again changes nothing the steps that need
+// this one read: they do not run again for its sake (engine.Converger). A toolchain that a
+// reinstall did change still reruns a build, through the build's own fingerprint.
+func (s *Step) Converges() bool { return true }
+
 // Intact reports whether every package is installed.
 func (s *Step) Intact(ctx context.Context, env *engine.Env) (bool, string, error) {
 	missing, err := s.mgr(env).Missing(ctx, s.spec.Apt)
