@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/recipe"
 )
 
@@ -111,5 +112,48 @@ func TestSM120RecipeUpgradesCuDNN(t *testing.T) {
 	}
 	if svc := r.Step("sglang-service"); svc == nil || !slices.Contains(svc.Needs, step) {
 		t.Errorf("sglang-service does not need %s", step)
+	}
+}
+
+// TestShippedServicesUseTheBuildToolkit: the server compiles kernels at run time
+// (FlashInfer's FP4 GEMM and MoE modules on SM120, DeepGEMM on Hopper) with the nvcc that
+// CUDA_HOME names, and systemd's PATH has none, so the unit sets CUDA_HOME to the toolkit
+// sgl-kernel was built with (and torch is built for).
+func TestShippedServicesUseTheBuildToolkit(t *testing.T) {
+	for file, fixture := range map[string]string{
+		"qwen3.5-397b-a17b-nvfp4-sm120.yaml": "rtx-pro-6000-x8.json",
+		"qwen3-235b-a22b-fp8-sm90.yaml":      "h100-x8.json",
+	} {
+		t.Run(file, func(t *testing.T) {
+			r := loadShipped(t, file)
+			facts, err := gpu.LoadFixture(filepath.Join("..", "..", "..", "testdata", "gpu", fixture))
+			if err != nil {
+				t.Fatal(err)
+			}
+			data, err := r.NewData(facts.TemplateData())
+			if err != nil {
+				t.Fatal(err)
+			}
+			envOf := func(step string) map[string]string {
+				var body struct {
+					Env map[string]string `yaml:"env"`
+				}
+				st := r.Step(step)
+				if st == nil {
+					t.Fatalf("no step %s", step)
+				}
+				if err := st.Render(data, &body); err != nil {
+					t.Fatalf("step %s: %v", step, err)
+				}
+				return body.Env
+			}
+			built := envOf("sgl-kernel")["CUDA_HOME"]
+			if built == "" {
+				t.Fatal("sgl-kernel is built without CUDA_HOME")
+			}
+			if got := envOf("sglang-service")["CUDA_HOME"]; got != built {
+				t.Errorf("the service runs with CUDA_HOME=%q; sgl-kernel was built with %q", got, built)
+			}
+		})
 	}
 }
