@@ -1,4 +1,4 @@
-package command
+package steps_test
 
 import (
 	"path/filepath"
@@ -9,16 +9,14 @@ import (
 
 	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/recipe"
+	"github.com/sglprov/sglprov/pkg/steps"
+	"github.com/sglprov/sglprov/pkg/steps/command"
 )
 
-// loadShipped loads a shipped recipe with the command kind's real spec and every other
-// kind as a plain map.
+// loadShipped loads a shipped recipe with the registry's step kinds.
 func loadShipped(t *testing.T, file string) *recipe.Recipe {
 	t.Helper()
-	other := func() any { return new(map[string]any) }
-	r, err := recipe.Load(filepath.Join("..", "..", "..", "recipes", file), recipe.KindSpecs{
-		"command": func() any { return new(Spec) }, "source": other, "patch": other, "build": other,
-		"download": other, "systemd": other, "smoke": other}, nil)
+	r, err := recipe.Load(filepath.Join("..", "..", "recipes", file), steps.Specs(steps.Registry()), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +35,7 @@ func pipInstalls(t *testing.T, r *recipe.Recipe) map[string][]string {
 		if st.Kind != "command" {
 			continue
 		}
-		var spec Spec
+		var spec command.Spec
 		if err := st.Render(data, &spec); err != nil {
 			t.Fatalf("step %s: %v", st.Name, err)
 		}
@@ -126,7 +124,7 @@ func TestShippedServicesUseTheBuildToolkit(t *testing.T) {
 	} {
 		t.Run(file, func(t *testing.T) {
 			r := loadShipped(t, file)
-			facts, err := gpu.LoadFixture(filepath.Join("..", "..", "..", "testdata", "gpu", fixture))
+			facts, err := gpu.LoadFixture(filepath.Join("..", "..", "testdata", "gpu", fixture))
 			if err != nil {
 				t.Fatal(err)
 			}
