@@ -77,7 +77,8 @@ func TestShippedRecipesKeepTorchPinsOutOfSGLangInstall(t *testing.T) {
 // torch 2.9.1, whose start refuses a cuDNN below 9.15 (SGLang's
 // check_torch_2_9_1_cudnn_compatibility), and its first profile uses flashinfer_cudnn.
 // A step installs nvidia-cudnn-cu13 at least 9.15 with --no-deps, after SGLang's
-// requirements (so it runs again whenever they do) and before the server.
+// requirements (so it runs again whenever they do) and the kernel build, and before the
+// server.
 func TestSM120RecipeUpgradesCuDNN(t *testing.T) {
 	r := loadShipped(t, "qwen3.5-397b-a17b-nvfp4-sm120.yaml")
 	var step string
@@ -105,8 +106,19 @@ func TestSM120RecipeUpgradesCuDNN(t *testing.T) {
 	if step == "" {
 		t.Fatal("no step installs nvidia-cudnn-cu13==9.x with x >= 15")
 	}
-	if !slices.Contains(r.Step(step).Needs, "sglang-python") {
-		t.Errorf("step %s needs %v; it must follow sglang-python, which puts torch's pin back", step, r.Step(step).Needs)
+	needs := r.Step(step).Needs
+	if !slices.Contains(needs, "sglang-python") {
+		t.Errorf("step %s needs %v; it must follow sglang-python, which puts torch's pin back", step, needs)
+	}
+	// Not at the same time as the kernel build (which imports torch, and so libcudnn) or
+	// another pip in the venv; and not before it, or a new cuDNN would rebuild sgl-kernel.
+	if !slices.Contains(needs, "sgl-kernel-install") {
+		t.Errorf("step %s needs %v; it must follow sgl-kernel-install", step, needs)
+	}
+	for _, st := range r.Steps {
+		if slices.Contains(st.Needs, step) && (st.Kind == "build" || st.Kind == "command") {
+			t.Errorf("step %s (%s) needs %s: a cuDNN bump would run it again", st.Name, st.Kind, step)
+		}
 	}
 	if svc := r.Step("sglang-service"); svc == nil || !slices.Contains(svc.Needs, step) {
 		t.Errorf("sglang-service does not need %s", step)
