@@ -282,6 +282,9 @@ func (r *Registry) Pull(ctx context.Context, a *Artifact, dir string) error {
 	}
 	opt := r.fetchOpt
 	opt.Dest, opt.Client = dir, r.client
+	if opt.ChunkSize == 0 {
+		opt.ChunkSize = ChunkSize
+	}
 	if _, err := fetch.Fetch(ctx, files, opt); err != nil {
 		return fmt.Errorf("pulling %s: %w", a.Digest, err)
 	}

@@ -132,7 +132,7 @@ func (s *Step) fetchFromCache(ctx context.Context, env *engine.Env, dest string,
 			sem <- struct{}{}
 			defer func() { <-sem }()
 			res, ferr := fetch.Fetch(ctx, []fetch.File{reg}, fetch.Options{
-				Dest: dest, Files: 1, Conns: s.spec.Connections, StallTimeout: s.stall,
+				Dest: dest, Files: 1, Conns: s.spec.Connections, ChunkSize: cache.ChunkSize, StallTimeout: s.stall,
 				Retries: s.spec.Retries, Client: env.Cache.HTTPClient(), Progress: rep, FreeSpace: s.freeSpace,
 				Logf: func(format string, args ...any) { env.Log.Info(redact.Userinfo(fmt.Sprintf(format, args...))) },
 			})
