@@ -190,7 +190,7 @@ func (r *Registry) HasBlob(ctx context.Context, sha string) (bool, error) {
 	}
 	ok, err := r.repo.Blobs().Exists(ctx, ocispec.Descriptor{Digest: d})
 	if err != nil {
-		return false, fmt.Errorf("asking %s for blob %s: %w", r, d, err)
+		return false, fmt.Errorf("asking %s for blob %s: %w", r, d, r.hint(err))
 	}
 	return ok, nil
 }
@@ -202,7 +202,7 @@ func (r *Registry) Lookup(ctx context.Context, tag string) (*Artifact, error) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("looking up %s:%s: %w", r, short(tag), err)
+		return nil, fmt.Errorf("looking up %s:%s: %w", r, short(tag), r.hint(err))
 	}
 	b, err := readAll(rc, desc.Size)
 	rc.Close()
@@ -319,14 +319,14 @@ func (r *Registry) Push(ctx context.Context, tag, kind string, meta []byte, file
 		layers = append(layers, desc)
 		ok, err := r.repo.Blobs().Exists(pctx, desc)
 		if err != nil {
-			return nil, fmt.Errorf("pushing %s: %w", f.Name, err)
+			return nil, fmt.Errorf("pushing %s: %w", f.Name, r.hint(err))
 		}
 		if ok {
 			continue
 		}
 		start := time.Now()
 		if err := r.pushFile(pctx, f.Path, d, f.Size); err != nil {
-			return nil, fmt.Errorf("pushing %s: %w", f.Name, err)
+			return nil, fmt.Errorf("pushing %s: %w", f.Name, r.hint(err))
 		}
 		r.logf("pushed %s (%s) to %s in %s", f.Name, fetch.FormatBytes(f.Size), r, time.Since(start).Round(time.Millisecond))
 	}
@@ -359,6 +359,18 @@ func (r *Registry) Push(ctx context.Context, tag, kind string, meta []byte, file
 		out.Files = append(out.Files, f)
 	}
 	return out, nil
+}
+
+// hint adds the fix to an error that says the registry wants credentials.
+func (r *Registry) hint(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, auth.ErrBasicCredentialNotFound) || strings.Contains(err.Error(), "401") {
+		host, _, _ := strings.Cut(r.cfg.Repository, "/")
+		return fmt.Errorf("%w (the registry wants credentials: `docker login %s` writes them to ~/.docker/config.json, or $DOCKER_CONFIG/config.json)", err, host)
+	}
+	return err
 }
 
 // short shortens a fingerprint tag for messages.

@@ -34,9 +34,20 @@ type Registry struct {
 	done chan struct{}
 }
 
+// Options are a registry's optional settings.
+type Options struct {
+	// Htpasswd, when set, is the content of an htpasswd file (bcrypt hashes): the registry
+	// then answers 401 with a Basic challenge to requests without those credentials.
+	Htpasswd string
+}
+
 // Config returns the registry's config: storage under dir, listening on addr.
-func Config(dir, addr string) string {
-	return fmt.Sprintf(`version: 0.1
+func Config(dir, addr string, opt Options) string {
+	auth := ""
+	if opt.Htpasswd != "" {
+		auth = fmt.Sprintf("auth:\n  htpasswd:\n    realm: sglprov-test\n    path: %s\n", filepath.Join(dir, "htpasswd"))
+	}
+	return auth + fmt.Sprintf(`version: 0.1
 log:
   level: warn
   accesslog: {disabled: true}
@@ -53,6 +64,11 @@ http:
 
 // Start starts a registry with its files under dir and waits until it answers /v2/.
 func Start(dir string) (*Registry, error) {
+	return StartWith(dir, Options{})
+}
+
+// StartWith is Start with options.
+func StartWith(dir string, opt Options) (*Registry, error) {
 	bin, err := exec.LookPath(Binary)
 	if err != nil {
 		return nil, ErrMissing
@@ -65,8 +81,13 @@ func Start(dir string) (*Registry, error) {
 	if err := os.MkdirAll(filepath.Join(dir, "storage"), 0o755); err != nil {
 		return nil, err
 	}
+	if opt.Htpasswd != "" {
+		if err := os.WriteFile(filepath.Join(dir, "htpasswd"), []byte(opt.Htpasswd), 0o600); err != nil {
+			return nil, err
+		}
+	}
 	cfg := filepath.Join(dir, "config.yml")
-	if err := os.WriteFile(cfg, []byte(Config(dir, addr)), 0o644); err != nil {
+	if err := os.WriteFile(cfg, []byte(Config(dir, addr, opt)), 0o644); err != nil {
 		return nil, err
 	}
 	logf, err := os.Create(filepath.Join(dir, "registry.log"))
@@ -89,7 +110,7 @@ func Start(dir string) (*Registry, error) {
 		resp, err := http.DefaultClient.Do(req)
 		if err == nil {
 			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
+			if resp.StatusCode == http.StatusOK || opt.Htpasswd != "" && resp.StatusCode == http.StatusUnauthorized {
 				return r, nil
 			}
 		}

@@ -11,7 +11,13 @@ import (
 // installed it, and the test fails.
 func StartT(t testing.TB) *Registry {
 	t.Helper()
-	r, err := Start(t.TempDir())
+	return StartWithT(t, Options{})
+}
+
+// StartWithT is StartT with options.
+func StartWithT(t testing.TB, opt Options) *Registry {
+	t.Helper()
+	r, err := StartWith(t.TempDir(), opt)
 	if errors.Is(err, ErrMissing) && os.Geteuid() != 0 {
 		t.Skipf("skipping: %v", err)
 	}
