@@ -502,9 +502,12 @@ func newCache(r *recipe.Recipe, facts *gpu.Facts, logger *log.Logger) (cache.Cac
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", engine.ErrUsage, err)
 	}
-	cfg, _, err := r.CacheConfig(data)
+	cfg, ok, err := r.CacheConfig(data)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", engine.ErrUsage, err)
+	}
+	if !ok {
+		return nil, nil
 	}
 	c, err := cache.New(cache.Config{Repository: cfg.OCI, Push: cfg.Push, PlainHTTP: cfg.PlainHTTP, Digests: cfg.Digests},
 		cache.Options{Logf: func(format string, args ...any) { logger.Info(fmt.Sprintf(format, args...)) }})

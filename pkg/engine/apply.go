@@ -180,6 +180,7 @@ func (e *Engine) runNode(ctx context.Context, n *node, sem chan struct{}, runDir
 	if !dec.Run {
 		res.Result = ResultSkipped
 		e.log.Info("skipped", "step", n.step.Name, "reason", dec.Reason)
+		e.publishSkipped(ctx, n, denv, dec.Fingerprint, res)
 		return
 	}
 	logf, logPath, err := openStepLog(runDir, n.step.Name)
@@ -264,6 +265,25 @@ func (e *Engine) restoreOrRun(ctx context.Context, n *node, env *Env, res *StepR
 		}
 	}
 	return n.impl.Run(ctx, env)
+}
+
+// publishSkipped seeds the fleet cache from a node that pushes: a step that is up to date
+// here but whose artifact the registry lacks (it was made before the cache was configured,
+// or the registry was wiped) is published as if it had just run.
+func (e *Engine) publishSkipped(ctx context.Context, n *node, env *Env, fingerprint string, res *StepReport) {
+	if _, ok := n.impl.(Publisher); !ok || env.Cache == nil || !env.Cache.CanPush() {
+		return
+	}
+	a, err := env.Cache.Lookup(ctx, fingerprint)
+	if err != nil {
+		env.Log.Warn("cannot tell whether the cache holds this step's artifact; not pushing", "cache", env.Cache.String(), "err", err)
+		return
+	}
+	if a != nil {
+		return
+	}
+	env.Fingerprint = fingerprint
+	e.publish(ctx, n, env, res)
 }
 
 // publish pushes what a successful run made, when the step is a Publisher and this node

@@ -83,7 +83,7 @@ func (p *parser) parseCache(n *yaml.Node, r *Recipe) {
 }
 
 // CacheConfig renders the recipe's cache block with d (its vars); ok is false when the
-// recipe has none.
+// recipe has none, or its oci renders to nothing.
 func (r *Recipe) CacheConfig(d Data) (cfg CacheConfig, ok bool, err error) {
 	c := r.Cache
 	if c == nil {
@@ -112,7 +112,9 @@ func (r *Recipe) CacheConfig(d Data) (cfg CacheConfig, ok bool, err error) {
 		return cfg, true, err
 	}
 	if cfg.OCI == "" {
-		return cfg, true, fmt.Errorf("%s: cache.oci is empty after rendering", c.pos)
+		// A template that renders to nothing turns the cache off: one recipe for nodes
+		// with and without it (--set cache_oci=...).
+		return CacheConfig{}, false, nil
 	}
 	if cfg.Push, err = boolean("push", c.Push); err != nil {
 		return cfg, true, err
