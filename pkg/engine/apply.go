@@ -271,17 +271,6 @@ func (e *Engine) restoreOrRun(ctx context.Context, n *node, env *Env, res *StepR
 // here but whose artifact the registry lacks (it was made before the cache was configured,
 // or the registry was wiped) is published as if it had just run.
 func (e *Engine) publishSkipped(ctx context.Context, n *node, env *Env, fingerprint string, res *StepReport) {
-	if _, ok := n.impl.(Publisher); !ok || env.Cache == nil || !env.Cache.CanPush() {
-		return
-	}
-	a, err := env.Cache.Lookup(ctx, fingerprint)
-	if err != nil {
-		env.Log.Warn("cannot tell whether the cache holds this step's artifact; not pushing", "cache", env.Cache.String(), "err", err)
-		return
-	}
-	if a != nil {
-		return
-	}
 	env.Fingerprint = fingerprint
 	e.publish(ctx, n, env, res)
 }
@@ -291,6 +280,12 @@ func (e *Engine) publishSkipped(ctx context.Context, n *node, env *Env, fingerpr
 func (e *Engine) publish(ctx context.Context, n *node, env *Env, res *StepReport) {
 	p, ok := n.impl.(Publisher)
 	if !ok || env.Cache == nil || !env.Cache.CanPush() || res.FromCache != "" {
+		return
+	}
+	// A tag is never pushed twice: a build that is not bit-for-bit reproducible must not
+	// replace what other nodes may have taken already.
+	if a, err := env.Cache.Lookup(ctx, env.Fingerprint); err == nil && a != nil {
+		env.Log.Debug("the cache already holds this step's artifact; not pushing", "artifact", a.Digest)
 		return
 	}
 	start := e.opts.Now()
