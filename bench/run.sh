@@ -27,7 +27,7 @@
 # Environment: BENCH_SIZE_MB (512), BENCH_DIR (base for the temporary folder, /tmp),
 # BENCH_OUT (also write the table there), BENCH_CASES ("1 2 3 4 5 6"), FETCHBENCH_FLAGS (more
 # flags for fetchbench, e.g. "-chunk-mb 4 -buffer-mb 32"), BENCH_TOOLS (only these rows,
-# e.g. "cat sglprov"), BENCH_BUILD_UNITS (48: C files of case 6).
+# e.g. "cat sglprov"), BENCH_BUILD_UNITS (16: C files of case 6).
 # Columns: wall seconds, MB/s (10^6 bytes per second of the bytes downloaded or hashed),
 # CPU seconds (user+system of the command and its children, /usr/bin/time), peak RSS (the
 # largest single process, /usr/bin/time -v), the load average when the row started.
@@ -143,10 +143,10 @@ start_registry() {
 	log "registry at $REG"
 }
 
-# build_project DIR: a C project of BENCH_BUILD_UNITS (48) files with enough arithmetic for
+# build_project DIR: a C project of BENCH_BUILD_UNITS (16) files with enough arithmetic for
 # the optimizer to chew on, and a Makefile that links them into out/prog.
 build_project() {
-	local dir=$1 units=${BENCH_BUILD_UNITS:-48}
+	local dir=$1 units=${BENCH_BUILD_UNITS:-16}
 	mkdir -p "$dir"
 	python3 - "$dir" "$units" <<'EOF'
 import sys
