@@ -258,8 +258,12 @@ func (e *Engine) decide(ctx context.Context, n *node, env *Env) (Decision, error
 // fingerprint returns the digests of a step's named inputs: its recipe text, the vars and
 // facts that text uses, and the step's own inputs.
 func (e *Engine) fingerprint(ctx context.Context, n *node, env *Env) (map[string]string, error) {
-	parts := map[string]string{"spec": digest(n.step.BodyText())}
-	for _, ref := range e.opts.Recipe.ExpandRefs(n.step) {
+	st := n.step
+	if nl, ok := n.impl.(NodeLocal); ok {
+		st = st.Without(nl.NodeLocalFields()...)
+	}
+	parts := map[string]string{"spec": digest(st.BodyText())}
+	for _, ref := range e.opts.Recipe.ExpandRefs(st) {
 		parts[ref] = digest(e.data.Lookup(ref))
 	}
 	own, err := n.impl.Fingerprint(ctx, env)

@@ -34,6 +34,14 @@ type Step interface {
 	Run(ctx context.Context, env *Env) error
 }
 
+// NodeLocal is implemented by steps whose recipe body has fields that differ between
+// identical nodes without changing the result (a build's job count): the fingerprint
+// leaves them, and the vars only they use, out. Paths are top-level keys ("jobs") or keys
+// one mapping down ("env.MAX_JOBS").
+type NodeLocal interface {
+	NodeLocalFields() []string
+}
+
 // Restorer is implemented by steps whose outputs can come from the fleet cache instead of
 // a run: the artifact tagged with env.Fingerprint. Restore returns its digest, or ok false
 // when the cache has none; an error makes the engine run the step and say why.

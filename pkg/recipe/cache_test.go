@@ -62,3 +62,33 @@ steps:
 		})
 	}
 }
+
+func TestStepWithout(t *testing.T) {
+	text := `apiVersion: sglprov/v1
+name: t
+vars:
+  jobs: "4"
+  arg: "x"
+steps:
+  - name: s
+    command: {argv: ["{{ .vars.arg }}"], dir: "/d/{{ .vars.jobs }}", env: {MAX_JOBS: "{{ .vars.jobs }}", CC: gcc}}
+`
+	r, err := recipe.Parse("t.yaml", []byte(text), testKinds(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := r.Steps[0]
+	w := s.Without("dir", "env.MAX_JOBS", "env.NOPE", "nope.x")
+	if strings.Contains(w.BodyText(), "MAX_JOBS") || strings.Contains(w.BodyText(), "dir:") || !strings.Contains(w.BodyText(), "CC: gcc") {
+		t.Errorf("body without dir and env.MAX_JOBS:\n%s", w.BodyText())
+	}
+	if got := strings.Join(r.ExpandRefs(w), ","); got != "vars.arg" {
+		t.Errorf("refs = %s, want vars.arg alone", got)
+	}
+	if !strings.Contains(s.BodyText(), "MAX_JOBS") || strings.Join(s.Refs, ",") != "vars.arg,vars.jobs" {
+		t.Errorf("the step itself changed: %s %v", s.BodyText(), s.Refs)
+	}
+	if s.Without() != s {
+		t.Error("Without() copies the step")
+	}
+}
