@@ -39,13 +39,29 @@ type Options struct {
 	// Htpasswd, when set, is the content of an htpasswd file (bcrypt hashes): the registry
 	// then answers 401 with a Basic challenge to requests without those credentials.
 	Htpasswd string
+	// Token, when set, makes the registry ask for bearer tokens from a token service
+	// (distribution's token auth): 401 with a Bearer challenge naming Realm and Service.
+	Token *TokenAuth
+}
+
+// TokenAuth configures distribution's token auth.
+type TokenAuth struct {
+	// Realm is the token service's URL; Service and Issuer the "aud" and "iss" a token
+	// must carry.
+	Realm, Service, Issuer string
+	// RootCertPEM is the certificate whose key signs the tokens (the x5c chain's root).
+	RootCertPEM []byte
 }
 
 // Config returns the registry's config: storage under dir, listening on addr.
 func Config(dir, addr string, opt Options) string {
 	auth := ""
-	if opt.Htpasswd != "" {
+	switch {
+	case opt.Htpasswd != "":
 		auth = fmt.Sprintf("auth:\n  htpasswd:\n    realm: sglprov-test\n    path: %s\n", filepath.Join(dir, "htpasswd"))
+	case opt.Token != nil:
+		auth = fmt.Sprintf("auth:\n  token:\n    realm: %s\n    service: %s\n    issuer: %s\n    rootcertbundle: %s\n",
+			opt.Token.Realm, opt.Token.Service, opt.Token.Issuer, filepath.Join(dir, "token-root.pem"))
 	}
 	return auth + fmt.Sprintf(`version: 0.1
 log:
@@ -86,6 +102,11 @@ func StartWith(dir string, opt Options) (*Registry, error) {
 			return nil, err
 		}
 	}
+	if opt.Token != nil {
+		if err := os.WriteFile(filepath.Join(dir, "token-root.pem"), opt.Token.RootCertPEM, 0o600); err != nil {
+			return nil, err
+		}
+	}
 	cfg := filepath.Join(dir, "config.yml")
 	if err := os.WriteFile(cfg, []byte(Config(dir, addr, opt)), 0o644); err != nil {
 		return nil, err
@@ -110,7 +131,7 @@ func StartWith(dir string, opt Options) (*Registry, error) {
 		resp, err := http.DefaultClient.Do(req)
 		if err == nil {
 			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK || opt.Htpasswd != "" && resp.StatusCode == http.StatusUnauthorized {
+			if resp.StatusCode == http.StatusOK || (opt.Htpasswd != "" || opt.Token != nil) && resp.StatusCode == http.StatusUnauthorized {
 				return r, nil
 			}
 		}
