@@ -25,8 +25,8 @@ type cacheMeta struct {
 }
 
 // Restore takes the build's outputs from the fleet cache: the artifact tagged with the
-// step's fingerprint is pulled into a folder beside the outputs (every layer's size and
-// sha256 checked), and each file renamed into place. A file the artifact names must be
+// step's fingerprint is pulled into a folder in the state dir (every layer's size and
+// sha256 checked), and each file renamed (or, across file systems, copied) into place. A file the artifact names must be
 // one the step's outputs globs match; anything else refuses the artifact.
 func (s *Step) Restore(ctx context.Context, env *engine.Env) (string, bool, error) {
 	if len(s.spec.Outputs) == 0 || env.Cache == nil || env.Fingerprint == "" {
@@ -49,10 +49,12 @@ func (s *Step) Restore(ctx context.Context, env *engine.Env) (string, bool, erro
 			return "", false, fmt.Errorf("artifact %s: %w", a.Digest, err)
 		}
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", false, fmt.Errorf("creating build dir: %w", err)
+	// The pull is staged in the state dir, not in the source tree: a pull killed half way
+	// leaves nothing in the tree that its fingerprint would see.
+	if err := os.MkdirAll(env.StateDir, 0o700); err != nil {
+		return "", false, fmt.Errorf("creating the state dir: %w", err)
 	}
-	stage, err := os.MkdirTemp(dir, ".sglprov-cache-")
+	stage, err := os.MkdirTemp(env.StateDir, "cache-pull-")
 	if err != nil {
 		return "", false, fmt.Errorf("creating a folder for the pull: %w", err)
 	}
