@@ -338,8 +338,8 @@ steps:
       exclude: ["obj"]
 EOF
 		for node in a b; do mkdir -p "$WORK/node-$node"; cp -r "$WORK/build-src" "$WORK/node-$node/src"; done
-		measure 6 apply-build 0 "'$WORK/bin/sglprov' apply -f '$WORK/build.yaml' --root '$WORK/node-a' --state-dir /state --set push=true"
-		measure 6 apply-cache-hit 0 "'$WORK/bin/sglprov' apply -f '$WORK/build.yaml' --root '$WORK/node-b' --state-dir /state"
+		measure 6 apply-build 0 "'$WORK/bin/sglprov' apply -f '$WORK/build.yaml' --root '$WORK/node-a' --state-dir '$WORK/node-a/state' --set push=true"
+		measure 6 apply-cache-hit 0 "'$WORK/bin/sglprov' apply -f '$WORK/build.yaml' --root '$WORK/node-b' --state-dir '$WORK/node-b/state'"
 		cmp "$WORK/node-a/src/out/prog" "$WORK/node-b/src/out/prog"
 		python3 - "$WORK/node-a/state" "$WORK/node-b/state" "$WORK/node-a/src/out/prog" >"$WORK/build-steps.txt" <<'EOF'
 import glob, json, os, sys

@@ -301,7 +301,7 @@ func (e *Engine) publish(ctx context.Context, n *node, env *Env, res *StepReport
 	e.store.setArtifact(n.step.Name, digest, false)
 	res.Pushed = digest
 	env.Detail("cache_pushed", digest)
-	env.Log.Info("pushed to the cache", "artifact", digest, "tag", shortDigest(env.Fingerprint), "took", e.opts.Now().Sub(start).Round(time.Millisecond))
+	env.Log.Info("pushed to the cache", "artifact", digest, "tag", shortDigest(env.Fingerprint), "seconds", logval.Seconds(e.opts.Now().Sub(start)))
 }
 
 // record updates one step's record and writes the state.

@@ -11,6 +11,7 @@ import (
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/fetch"
 	"github.com/sglprov/sglprov/pkg/hub"
+	"github.com/sglprov/sglprov/pkg/logval"
 	"github.com/sglprov/sglprov/pkg/redact"
 )
 
@@ -108,7 +109,7 @@ func (s *Step) fetchFromCache(ctx context.Context, env *engine.Env, dest string,
 	for _, f := range inReg {
 		total += max(f.Size, 0)
 	}
-	env.Log.Info("downloading from the cache", "files", len(inReg), "bytes", fetch.FormatBytes(total), "cache", env.Cache.String())
+	env.Log.Info("downloading from the cache", "files", len(inReg), "bytes", logval.Bytes(total), "cache", env.Cache.String())
 	rep, closeRep := s.reporter(env)
 	defer closeRep()
 	type outcome struct {
