@@ -49,6 +49,9 @@ type Options struct {
 	Logf func(format string, args ...any)
 	// ChunkSize is the size of one chunk of a blob upload (default 64 MiB).
 	ChunkSize int64
+	// UploadDir, when set, keeps where each unfinished upload stands, so that a push that
+	// a killed run left half done continues there.
+	UploadDir string
 	// Fetch tunes the downloads of Pull (Dest and Client are set by Pull).
 	Fetch fetch.Options
 }
@@ -63,6 +66,7 @@ type Registry struct {
 	path      string // the repository's path
 	logf      func(string, ...any)
 	chunkSize int64
+	uploadDir string
 	fetchOpt  fetch.Options
 }
 
@@ -122,7 +126,7 @@ func New(cfg Config, opt Options) (*Registry, error) {
 	}
 	r := &Registry{
 		cfg: cfg, repo: repo, auth: ac, base: scheme + "://" + host, path: path,
-		logf: opt.Logf, chunkSize: opt.ChunkSize, fetchOpt: opt.Fetch,
+		logf: opt.Logf, chunkSize: opt.ChunkSize, uploadDir: opt.UploadDir, fetchOpt: opt.Fetch,
 	}
 	if r.logf == nil {
 		r.logf = func(string, ...any) {}

@@ -7,11 +7,13 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -154,5 +156,81 @@ func TestNewRejectsBadRepository(t *testing.T) {
 		if _, err := cache.New(cache.Config{Repository: repo}, cache.Options{}); err == nil {
 			t.Errorf("%q: accepted", repo)
 		}
+	}
+}
+
+// deadTransport fails every request once the Nth PATCH went through: a run killed in the
+// middle of a push.
+type deadTransport struct {
+	next    http.RoundTripper
+	patches atomic.Int32
+	after   int32
+}
+
+func (d *deadTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if d.patches.Load() >= d.after {
+		return nil, errors.New("killed")
+	}
+	if req.Method == http.MethodPatch {
+		d.patches.Add(1)
+	}
+	return d.next.RoundTrip(req)
+}
+
+// rangeRecorder records the Content-Range of each PATCH.
+type rangeRecorder struct {
+	next   http.RoundTripper
+	mu     sync.Mutex
+	ranges []string
+}
+
+func (r *rangeRecorder) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Method == http.MethodPatch {
+		r.mu.Lock()
+		r.ranges = append(r.ranges, req.Header.Get("Content-Range"))
+		r.mu.Unlock()
+	}
+	return r.next.RoundTrip(req)
+}
+
+// TestPushResumesAfterAKill: a push killed after 3 of 6 chunks continues, in the next
+// run, from what the registry holds, and the blob is whole.
+func TestPushResumesAfterAKill(t *testing.T) {
+	reg := ociregistry.StartT(t)
+	ctx := context.Background()
+	f := writeRandom(t, filepath.Join(t.TempDir(), "weights.bin"), 6<<20)
+	uploads := t.TempDir()
+	cfg := cache.Config{Repository: reg.Addr + "/fleet/sglprov", Push: true}
+	base := http.DefaultTransport.(*http.Transport).Clone()
+	dead := &deadTransport{next: base, after: 3}
+	first, err := cache.New(cfg, cache.Options{Transport: dead, ChunkSize: 1 << 20, UploadDir: uploads})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tag := strings.Repeat("4", 64)
+	if _, err := first.Push(ctx, tag, cache.KindDownload, []byte(`{}`), []cache.File{f}); err == nil {
+		t.Fatal("a push through a transport that dies succeeded")
+	}
+	rec := &rangeRecorder{next: base}
+	second, err := cache.New(cfg, cache.Options{Transport: rec, ChunkSize: 1 << 20, UploadDir: uploads})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := second.Push(ctx, tag, cache.KindDownload, []byte(`{}`), []cache.File{f}); err != nil {
+		t.Fatalf("the next run's push: %v", err)
+	}
+	if len(rec.ranges) != 3 || rec.ranges[0] != fmt.Sprintf("%d-%d", 3<<20, 4<<20-1) {
+		t.Errorf("the next run sent ranges %q; want the last 3 MiB only", rec.ranges)
+	}
+	if ents, _ := os.ReadDir(uploads); len(ents) != 0 {
+		t.Errorf("%d upload records left after the push completed", len(ents))
+	}
+	a, err := second.Lookup(ctx, tag)
+	if err != nil || a == nil {
+		t.Fatal(a, err)
+	}
+	dir := t.TempDir()
+	if err := second.Pull(ctx, a, dir); err != nil {
+		t.Fatalf("pulling the resumed blob (its sha256 is checked): %v", err)
 	}
 }

@@ -2,17 +2,21 @@ package cache
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/opencontainers/go-digest"
+
+	"github.com/sglprov/sglprov/pkg/atomicfile"
 )
 
 // uploadRetries bounds the chunk retries without progress.
@@ -20,7 +24,9 @@ const uploadRetries = 4
 
 // pushFile uploads the file at path as the blob d, streamed from disk in chunks (PATCH
 // with Content-Range). A chunk that fails is resumed from what the registry reports it
-// holds (GET on the upload's location); an upload the registry forgot starts over.
+// holds (GET on the upload's location); an upload the registry forgot starts over. With
+// Options.UploadDir, where each upload stands is kept there after every chunk, and a later
+// run (after a kill) continues it.
 func (r *Registry) pushFile(ctx context.Context, path string, d digest.Digest, size int64) error {
 	f, err := os.Open(path)
 	if err != nil {
@@ -34,11 +40,23 @@ func (r *Registry) pushFile(ctx context.Context, path string, d digest.Digest, s
 	if fi.Size() != size {
 		return fmt.Errorf("%s is %d bytes, want %d", path, fi.Size(), size)
 	}
-	loc, err := r.startUpload(ctx)
-	if err != nil {
-		return err
-	}
+	// An upload an earlier run left half done continues where the registry has it.
 	var off int64
+	loc := r.savedUpload(d)
+	if loc != "" {
+		have, nloc, serr := r.uploadStatus(ctx, loc)
+		if serr != nil || have > size {
+			loc = ""
+		} else {
+			loc, off = nloc, have
+			r.logf("resuming the upload of %s at byte %d", d, off)
+		}
+	}
+	if loc == "" {
+		if loc, err = r.startUpload(ctx); err != nil {
+			return err
+		}
+	}
 	failures := 0
 	wait := 500 * time.Millisecond
 	for off < size {
@@ -46,6 +64,7 @@ func (r *Registry) pushFile(ctx context.Context, path string, d digest.Digest, s
 		next, perr := r.patch(ctx, loc, f, off, n)
 		if perr == nil {
 			loc, off, failures = next, off+n, 0
+			r.saveUpload(d, loc)
 			continue
 		}
 		if ctx.Err() != nil {
@@ -93,7 +112,55 @@ func (r *Registry) pushFile(ctx context.Context, path string, d digest.Digest, s
 	if resp.StatusCode != http.StatusCreated {
 		return fmt.Errorf("completing the upload: %s", status(resp))
 	}
+	r.forgetUpload(d)
 	return nil
+}
+
+// uploadRecord is where an unfinished upload stands, kept in Options.UploadDir.
+type uploadRecord struct {
+	Repository string `json:"repository"`
+	Location   string `json:"location"`
+}
+
+// savedUpload returns the location of an upload of blob d that an earlier run left
+// unfinished ("" when there is none, or no UploadDir).
+func (r *Registry) savedUpload(d digest.Digest) string {
+	if r.uploadDir == "" {
+		return ""
+	}
+	b, err := os.ReadFile(r.uploadFile(d))
+	if err != nil {
+		return ""
+	}
+	var rec uploadRecord
+	if json.Unmarshal(b, &rec) != nil || rec.Repository != r.cfg.Repository {
+		return ""
+	}
+	return rec.Location
+}
+
+// saveUpload records where the upload of blob d stands, so that a killed run resumes it.
+// The location is a handle on that one upload, not a credential; the file is 0600.
+func (r *Registry) saveUpload(d digest.Digest, loc string) {
+	if r.uploadDir == "" {
+		return
+	}
+	b, err := json.Marshal(uploadRecord{Repository: r.cfg.Repository, Location: loc})
+	if err != nil || os.MkdirAll(r.uploadDir, 0o700) != nil {
+		return
+	}
+	_ = atomicfile.Write(r.uploadFile(d), b, 0o600)
+}
+
+// forgetUpload drops the record of a finished upload.
+func (r *Registry) forgetUpload(d digest.Digest) {
+	if r.uploadDir != "" {
+		_ = os.Remove(r.uploadFile(d))
+	}
+}
+
+func (r *Registry) uploadFile(d digest.Digest) string {
+	return filepath.Join(r.uploadDir, d.Encoded()+".json")
 }
 
 // startUpload opens an upload session and returns its location.

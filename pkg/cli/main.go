@@ -441,7 +441,7 @@ func (c *common) newEngine(ctx context.Context, stdio IO, r *recipe.Recipe, mod 
 		Builtin:             sglprov.Assets,
 		InsecurePermissions: c.insecure,
 	}
-	if opts.Cache, err = newCache(r, facts, newLogger(stdio.Stderr)); err != nil {
+	if opts.Cache, err = newCache(r, facts, c.stateDirPath(), newLogger(stdio.Stderr)); err != nil {
 		return nil, nil, err
 	}
 	if mod != nil {
@@ -489,8 +489,9 @@ func runVersion(ctx context.Context, stdio IO, args []string) error {
 	return err
 }
 
-// newCache returns the fleet cache the recipe's cache block names (nil when it has none).
-func newCache(r *recipe.Recipe, facts *gpu.Facts, logger *log.Logger) (cache.Cache, error) {
+// newCache returns the fleet cache the recipe's cache block names (nil when it has none);
+// unfinished uploads are kept in the state dir's cache-uploads.
+func newCache(r *recipe.Recipe, facts *gpu.Facts, stateDir string, logger *log.Logger) (cache.Cache, error) {
 	if r.Cache == nil {
 		return nil, nil
 	}
@@ -510,7 +511,8 @@ func newCache(r *recipe.Recipe, facts *gpu.Facts, logger *log.Logger) (cache.Cac
 		return nil, nil
 	}
 	c, err := cache.New(cache.Config{Repository: cfg.OCI, Push: cfg.Push, PlainHTTP: cfg.PlainHTTP, Digests: cfg.Digests},
-		cache.Options{Logf: func(format string, args ...any) { logger.Info(fmt.Sprintf(format, args...)) }})
+		cache.Options{UploadDir: filepath.Join(stateDir, "cache-uploads"),
+			Logf: func(format string, args ...any) { logger.Info(fmt.Sprintf(format, args...)) }})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", engine.ErrUsage, err)
 	}
