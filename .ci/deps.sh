@@ -14,6 +14,8 @@ command -v nsenter >/dev/null || need+=(util-linux)
 command -v zsh >/dev/null || need+=(zsh)
 command -v fish >/dev/null || need+=(fish)
 command -v groff >/dev/null || need+=(groff-base)
+# The fleet cache's tests run a real OCI registry (distribution 2.8).
+command -v docker-registry >/dev/null || need+=(docker-registry)
 if [ "${#need[@]}" -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "note: ${need[*]} missing and not root: the tests that need them skip themselves" >&2

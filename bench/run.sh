@@ -16,11 +16,18 @@
 #      sha256sum of the files (warm and cold page cache) and sglprov with VerifyFile
 #   4  as case 2, but no sizes given: sglprov learns each size from the first answer and
 #      then fans out (aria2c never takes sizes; its row is the same command as in case 2)
+#   5  the fleet cache: the same 4 files from a real OCI registry (Debian's docker-registry,
+#      distribution 2.8, filesystem storage) and from nginx, side by side: sglprov's fetch
+#      from nginx, then bench/cmd/cachebench pull (pkg/cache: lookup, then pkg/fetch through
+#      the registry's client, as a download step on a cache hit); the push is a row too
+#   6  a build step's time on a fleet cache hit against the build's own: a generated C
+#      project (BENCH_BUILD_UNITS files, make -j) built by `sglprov apply` on node A, which
+#      pushes it, then taken from the registry by node B (its own --root and state)
 #
 # Environment: BENCH_SIZE_MB (512), BENCH_DIR (base for the temporary folder, /tmp),
-# BENCH_OUT (also write the table there), BENCH_CASES ("1 2 3 4"), FETCHBENCH_FLAGS (more
+# BENCH_OUT (also write the table there), BENCH_CASES ("1 2 3 4 5 6"), FETCHBENCH_FLAGS (more
 # flags for fetchbench, e.g. "-chunk-mb 4 -buffer-mb 32"), BENCH_TOOLS (only these rows,
-# e.g. "cat sglprov").
+# e.g. "cat sglprov"), BENCH_BUILD_UNITS (16: C files of case 6).
 # Columns: wall seconds, MB/s (10^6 bytes per second of the bytes downloaded or hashed),
 # CPU seconds (user+system of the command and its children, /usr/bin/time), peak RSS (the
 # largest single process, /usr/bin/time -v), the load average when the row started.
@@ -28,7 +35,7 @@ set -euo pipefail
 
 SIZE_MB=${BENCH_SIZE_MB:-512}
 BASE=${BENCH_DIR:-/tmp}
-CASES=${BENCH_CASES:-1 2 3 4}
+CASES=${BENCH_CASES:-1 2 3 4 5 6}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 
 log() { printf '%s\n' "$*" >&2; }
@@ -40,6 +47,9 @@ command -v aria2c >/dev/null 2>&1 || missing+=(aria2)
 command -v curl >/dev/null 2>&1 || missing+=(curl)
 [ -x /usr/bin/time ] || missing+=(time)
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
+command -v docker-registry >/dev/null 2>&1 || missing+=(docker-registry)
+command -v make >/dev/null 2>&1 || missing+=(make)
+command -v cc >/dev/null 2>&1 || missing+=(gcc)
 if ((${#missing[@]})); then
 	log "installing ${missing[*]}"
 	export DEBIAN_FRONTEND=noninteractive
@@ -61,9 +71,14 @@ if (( avail_kb < need_kb )); then
 fi
 WORK=$(mktemp -d "$BASE/sglprov-bench.XXXXXX")
 NGINX_PID=
+REG_PID=
 cleanup() {
 	if [ -n "$NGINX_PID" ] && kill -0 "$NGINX_PID" 2>/dev/null; then
 		kill "$NGINX_PID"
+	fi
+	if [ -n "$REG_PID" ] && kill -0 "$REG_PID" 2>/dev/null; then
+		kill "$REG_PID"
+		wait "$REG_PID" 2>/dev/null || true
 	fi
 	rm -rf "$WORK"
 }
@@ -71,8 +86,11 @@ trap cleanup EXIT
 chmod 755 "$WORK"
 mkdir -p "$WORK/srv" "$WORK/dst" "$WORK/bin" "$WORK/logs"
 
-log "building the driver"
-(cd "$ROOT" && GOTOOLCHAIN=local go build -o "$WORK/bin/fetchbench" ./bench/cmd/fetchbench)
+log "building the drivers"
+(cd "$ROOT" && GOTOOLCHAIN=local go build -o "$WORK/bin/fetchbench" ./bench/cmd/fetchbench &&
+	GOTOOLCHAIN=local go build -o "$WORK/bin/cachebench" ./bench/cmd/cachebench &&
+	GOTOOLCHAIN=local go build -o "$WORK/bin/oci-registry" ./test/ociregistry/cmd/oci-registry &&
+	GOTOOLCHAIN=local CGO_ENABLED=1 go build -o "$WORK/bin/sglprov" ./cmd/sglprov)
 
 log "generating 4 files of $SIZE_MB MiB"
 for i in 1 2 3 4; do
@@ -110,6 +128,47 @@ for _ in $(seq 50); do [ -s "$WORK/nginx.pid" ] && break; sleep 0.1; done
 NGINX_PID=$(cat "$WORK/nginx.pid")
 URL="http://127.0.0.1:$PORT"
 curl -sSf -o /dev/null -r 0-0 "$URL/f1.bin" || { log "nginx does not answer"; exit 1; }
+
+# --- registry --------------------------------------------------------------------------
+# A real registry on a free loopback port, storage in $WORK/registry (started only for the
+# cases that use it).
+REG=
+start_registry() {
+	[ -n "$REG" ] && return 0
+	"$WORK/bin/oci-registry" --dir "$WORK/registry" --port-file "$WORK/registry.addr" 2>"$WORK/logs/registry.err" &
+	REG_PID=$!
+	for _ in $(seq 200); do [ -s "$WORK/registry.addr" ] && break; sleep 0.1; done
+	[ -s "$WORK/registry.addr" ] || { log "the registry did not start:"; cat "$WORK/logs/registry.err" >&2; exit 1; }
+	REG=$(cat "$WORK/registry.addr")
+	log "registry at $REG"
+}
+
+# build_project DIR: a C project of BENCH_BUILD_UNITS (16) files with enough arithmetic for
+# the optimizer to chew on, and a Makefile that links them into out/prog.
+build_project() {
+	local dir=$1 units=${BENCH_BUILD_UNITS:-16}
+	mkdir -p "$dir"
+	python3 - "$dir" "$units" <<'EOF'
+import sys
+d, units = sys.argv[1], int(sys.argv[2])
+for n in range(1, units + 1):
+    with open(f"{d}/u{n}.c", "w") as f:
+        f.write("#include <stdint.h>\n")
+        for k in range(40):
+            f.write(f"uint64_t u{n}_f{k}(uint64_t x) {{\n")
+            for j in range(60):
+                f.write(f"  x = (x * {6364136223846793005 + j + k}ULL + {1442695040888963407 ^ j}ULL) ^ (x >> {(j % 31) + 1});\n")
+                if k > 0 and j % 20 == 0:
+                    f.write(f"  if (x % {j + 3} == {j % 2}) x += u{n}_f{k - 1}(x >> 60);\n")
+            f.write("  return x;\n}\n")
+with open(f"{d}/main.c", "w") as f:
+    f.write("int main(void) { return 0; }\n")
+with open(f"{d}/Makefile", "w") as f:
+    f.write("SRCS := $(wildcard u*.c)\nOBJS := $(SRCS:%.c=obj/%.o)\n"
+            "out/prog: $(OBJS) main.c\n\tmkdir -p out && $(CC) -O2 -o $@ main.c $(OBJS)\n"
+            "obj/%.o: %.c\n\tmkdir -p obj && $(CC) -O2 -c -o $@ $<\n")
+EOF
+}
 
 # --- helpers ---------------------------------------------------------------------------
 RESULTS=$WORK/results.tsv
@@ -248,6 +307,56 @@ for c in $CASES; do
 			esac
 		done
 		;;
+	5)
+		lists 4 ""
+		start_registry
+		clean_dst
+		measure 5 registry-push $((4 * B)) "'$WORK/bin/cachebench' push -repo '$REG/bench/weights' -tag bench -src '$WORK/srv' -list '$WORK/list.4'"
+		# Twice each, alternating: on a shared host the load moves between rows.
+		for tool in sglprov sglprov-registry sglprov sglprov-registry; do
+			clean_dst
+			case $tool in
+			sglprov) measure 5 sglprov $((4 * B)) "$(sglprov_script 4 "")" ;;
+			sglprov-registry) measure 5 sglprov-registry $((4 * B)) "'$WORK/bin/cachebench' pull -repo '$REG/bench/weights' -tag bench -dest '$WORK/dst' -conns 8" ;;
+			esac
+		done
+		clean_dst
+		;;
+	6)
+		start_registry
+		build_project "$WORK/build-src"
+		cat >"$WORK/build.yaml" <<EOF
+apiVersion: sglprov/v1
+name: bench-build
+vars: {registry: "$REG", push: "false"}
+cache: {oci: "{{ .vars.registry }}/bench/build", push: "{{ .vars.push }}"}
+steps:
+  - name: build
+    build:
+      dir: /src
+      argv: [sh, -c, 'make -j"\$MAX_JOBS"']
+      env: {TORCH_CUDA_ARCH_LIST: "none"}
+      outputs: ["out/prog"]
+      exclude: ["obj"]
+EOF
+		for node in a b; do mkdir -p "$WORK/node-$node"; cp -r "$WORK/build-src" "$WORK/node-$node/src"; done
+		measure 6 apply-build 0 "'$WORK/bin/sglprov' apply -f '$WORK/build.yaml' --root '$WORK/node-a' --state-dir '$WORK/node-a/state' --set push=true"
+		measure 6 apply-cache-hit 0 "'$WORK/bin/sglprov' apply -f '$WORK/build.yaml' --root '$WORK/node-b' --state-dir '$WORK/node-b/state'"
+		cmp "$WORK/node-a/src/out/prog" "$WORK/node-b/src/out/prog"
+		python3 - "$WORK/node-a/state" "$WORK/node-b/state" "$WORK/node-a/src/out/prog" >"$WORK/build-steps.txt" <<'EOF'
+import glob, json, os, sys
+a, b, prog = sys.argv[1:]
+def step(d):
+    rep = json.load(open(sorted(glob.glob(d + "/runs/*/report.json"))[-1]))
+    return rep["steps"][0]
+sa, sb = step(a), step(b)
+assert sa["result"] == "ok" and not sa.get("from_cache"), sa
+assert sb["result"] == "ok" and sb.get("from_cache"), sb
+ta, tb = sa["duration_ns"] / 1e9, sb["duration_ns"] / 1e9
+print(f"build step {ta:.2f} s on node A (built), {tb:.2f} s on node B (from the cache, artifact {sb['from_cache'][:19]}): "
+      f"{ta / tb:.0f}x; output {os.path.getsize(prog) / 1e6:.1f} MB")
+EOF
+		;;
 	esac
 done
 
@@ -265,6 +374,10 @@ table=$(awk -F'\t' '
 			printf "| %s | %s | %.2f | %s | %.2f | %.0f | %s | %s | %s |\n", c[i], t[i], s[i], mbs, cpu[i], rss[i]/1024, ld[i], ratio, frac
 		}
 	}' "$RESULTS")
+notes=$(awk -F'\t' '$1==5 && $2=="sglprov" {ob+=$4; os+=$3} $1==5 && $2=="sglprov-registry" {rb+=$4; rs+=$3}
+	END { if (os > 0 && rs > 0) printf "case 5: registry / origin (nginx) = %.2fx (bytes over seconds of both rows of each)", (rb/rs)/(ob/os) }' "$RESULTS")
+if [ -s "$WORK/build-steps.txt" ]; then notes+=$'\n'"case 6: $(cat "$WORK/build-steps.txt")"; fi
+if [ -n "$notes" ]; then table+=$'\n\n'"$notes"; fi
 echo "$table"
 if [ -n "${BENCH_OUT:-}" ]; then echo "$table" >"$BENCH_OUT"; fi
 uptime >&2

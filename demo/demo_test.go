@@ -71,6 +71,19 @@ func TestDemo(t *testing.T) {
 			t.Errorf("demo output lacks %q", want)
 		}
 	}
+	// The fleet cache's part, where the registry is installed.
+	if _, err := exec.LookPath("docker-registry"); err == nil {
+		for _, want := range []string{
+			`(?s)node B: .*sgl-kernel +build +run +new; from cache sha256:`,
+			`sgl-kernel +ok \(from cache\) .*artifact sha256:[0-9a-f]{64}`,
+			`weights +ok \(from cache\) .*artifact sha256:[0-9a-f]{64}`,
+			`saved: \d+ ms here`,
+		} {
+			if !regexp.MustCompile(want).Match(out) {
+				t.Errorf("demo output lacks %q", want)
+			}
+		}
+	}
 	if t.Failed() {
 		t.Logf("demo output:\n%s", out)
 	}

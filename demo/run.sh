@@ -119,3 +119,61 @@ rc=0; wait "$DAEMON_PID" || rc=$?
 grep -E 'apply done|canary|stopping' "$ROOT/daemon.log" | sed 's/^/  /' || true
 echo "daemon stopped on SIGTERM, exit $rc"
 [ "$rc" = 0 ]
+
+# --- fleet cache ---------------------------------------------------------------------------
+# A fleet of two nodes and a local OCI registry (Debian's docker-registry). Node A starts
+# from nothing (a fresh state, no kernel build, no weights), with the hub throttled to 2 MiB/s
+# a connection as the real hub throttles, makes everything and pushes it (push: true). Node B
+# starts from nothing too, with the hub stopped, and takes the kernel build and every weight
+# file from the registry.
+say "a fleet: node A builds, downloads and publishes to a local OCI registry; node B takes it all from there"
+if ! command -v docker-registry >/dev/null; then
+  echo "docker-registry is not installed (apt-get install docker-registry, or make deps as root): skipped"
+else
+  go build -o "$ROOT/bin/oci-registry" ./test/ociregistry/cmd/oci-registry
+  "$ROOT/bin/oci-registry" --dir "$ROOT/registry" --port-file "$ROOT/registry.addr" 2>"$ROOT/registry.log" &
+  REG_PID=$!
+  trap 'kill "$REG_PID" 2>/dev/null || true; cleanup' EXIT
+  for _ in $(seq 200); do [ -s "$ROOT/registry.addr" ] && break; sleep 0.1; done
+  REG=$(cat "$ROOT/registry.addr")
+  echo "registry (distribution $(docker-registry --version | awk '{print $3}')) at $REG"
+  kill "$HUB_PID" 2>/dev/null || true; wait "$HUB_PID" 2>/dev/null || true
+  rm -f "$ROOT/hub.url"
+  "$ROOT/bin/fake-hub" --dir "$ROOT/hub-model" --repo nvidia/Qwen3.5-397B-A17B-NVFP4 --rate $((2 << 20)) \
+    --port-file "$ROOT/hub.url" 2>>"$ROOT/hub.log" &
+  HUB_PID=$!
+  for _ in $(seq 100); do [ -s "$ROOT/hub.url" ] && break; sleep 0.1; done
+  export HF_ENDPOINT=$(cat "$ROOT/hub.url")
+  # The weights pinned to the commit the first run resolved: node B needs no hub at all.
+  MODEL_COMMIT=$(grep -o '"commit": *"[0-9a-f]\{40\}"' "$ROOT/state/state.json" | head -1 | grep -o '[0-9a-f]\{40\}')
+  # node STATE: the demo's arguments with another state dir, and the cache.
+  node() {
+    local a out=()
+    for a in "${ARGS[@]}"; do [ "$a" = "$ROOT/state" ] && a=$1; out+=("$a"); done
+    NODE=("${out[@]}" --set "cache_oci=$REG/demo/sglprov" --set "model_revision=$MODEL_COMMIT")
+  }
+  # step_ms STATE STEP: the step's duration in ms in the state dir's newest report.
+  step_ms() {
+    awk -v s="$2" '/"name": /{n=$2; gsub(/[",]/, "", n)} /"duration_ns": /{if (n == s) {d=$2; gsub(/,/, "", d); printf "%d", d / 1e6; exit}}' \
+      "$(ls -d "$1"/runs/*/ | tail -1)report.json"
+  }
+  fresh() { rm -rf "$ROOT/models" "$ROOT/opt/sglang/sgl-kernel/dist"; }
+
+  say "node A: nothing on disk, the hub throttled; sglprov apply with push: true"
+  fresh; node "$ROOT/state-a"
+  "$SGLPROV" apply "${NODE[@]}" --set cache_push=true
+
+  say "node B: nothing on disk, the hub stopped; sglprov plan, then apply (pull only)"
+  kill "$HUB_PID"; wait "$HUB_PID" 2>/dev/null || true; HUB_PID=""
+  fresh; node "$ROOT/state-b"
+  "$SGLPROV" plan "${NODE[@]}"
+  "$SGLPROV" apply "${NODE[@]}"
+
+  say "time saved on node B"
+  ka=$(step_ms "$ROOT/state-a" sgl-kernel); wa=$(step_ms "$ROOT/state-a" weights)
+  kb=$(step_ms "$ROOT/state-b" sgl-kernel); wb=$(step_ms "$ROOT/state-b" weights)
+  printf '  %-11s %16s %20s\n' step "node A (made)" "node B (from cache)"
+  printf '  %-11s %13s ms %17s ms\n' sgl-kernel "$ka" "$kb" weights "$wa" "$wb"
+  echo "  saved: $(( ka + wa - kb - wb )) ms here (a toy kernel, 16 MiB of weights from a hub at 2 MiB/s a connection);"
+  echo "  on the SM120 recipe: the sgl-kernel build (an hour or more) and 223 GB from the hub, on every node but one"
+fi

@@ -14,6 +14,7 @@ import (
 	"github.com/rogpeppe/go-internal/testscript"
 
 	"github.com/sglprov/sglprov/pkg/cli"
+	"github.com/sglprov/sglprov/test/ociregistry"
 )
 
 // fakes are the test servers the scripts start, built once per test binary run.
@@ -58,6 +59,15 @@ func TestScripts(t *testing.T) {
 	testscript.Run(t, testscript.Params{
 		Dir:                 filepath.Join(root, "testdata", "script"),
 		RequireExplicitExec: true,
+		// [registry]: a real OCI registry can be started (the executable is there), or
+		// this is root, where `make deps` installs it and its absence is a failure.
+		Condition: func(cond string) (bool, error) {
+			if cond != "registry" {
+				return false, fmt.Errorf("unknown condition %q", cond)
+			}
+			_, err := exec.LookPath(ociregistry.Binary)
+			return err == nil || os.Geteuid() == 0, nil
+		},
 		Setup: func(env *testscript.Env) error {
 			env.Setenv("PATH", bin+string(os.PathListSeparator)+env.Getenv("PATH"))
 			env.Setenv("TESTDATA", filepath.Join(root, "testdata"))
@@ -142,6 +152,16 @@ func TestScripts(t *testing.T) {
 				}
 				ts.Fatalf("%s never printed %q; last output:\n%s", args[1], args[0], out)
 			},
+			// registry starts a real OCI registry (Debian's docker-registry) on a free
+			// loopback port for the rest of the script, and sets $REGISTRY to its address.
+			"registry": func(ts *testscript.TestScript, neg bool, args []string) {
+				r, err := ociregistry.Start(ts.MkAbs("registry"))
+				if err != nil {
+					ts.Fatalf("%v", err)
+				}
+				ts.Defer(r.Stop)
+				ts.Setenv("REGISTRY", r.Addr)
+			},
 			// waitfile PATH waits up to 20 s for a file to exist (a fake server's port file).
 			"waitfile": func(ts *testscript.TestScript, neg bool, args []string) {
 				if len(args) != 1 {
@@ -173,7 +193,7 @@ func lookPath(ts *testscript.TestScript, name string) string {
 func environ(ts *testscript.TestScript) []string {
 	var out []string
 	for _, k := range []string{"PATH", "HOME", "TMPDIR", "WORK", "TESTDATA", "REPO", "SGLPROV_GPU_FIXTURE",
-		"GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL", "HF_TOKEN", "HF_ENDPOINT", "GOTRACEBACK"} {
+		"GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL", "HF_TOKEN", "HF_ENDPOINT", "GOTRACEBACK", "REGISTRY", "DOCKER_CONFIG"} {
 		if v := ts.Getenv(k); v != "" {
 			out = append(out, k+"="+v)
 		}

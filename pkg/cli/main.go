@@ -22,6 +22,7 @@ import (
 
 	sglprov "github.com/sglprov/sglprov"
 	"github.com/sglprov/sglprov/pkg/buildinfo"
+	"github.com/sglprov/sglprov/pkg/cache"
 	"github.com/sglprov/sglprov/pkg/console"
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/gpu"
@@ -440,6 +441,9 @@ func (c *common) newEngine(ctx context.Context, stdio IO, r *recipe.Recipe, mod 
 		Builtin:             sglprov.Assets,
 		InsecurePermissions: c.insecure,
 	}
+	if opts.Cache, err = newCache(r, facts, c.stateDirPath(), newLogger(stdio.Stderr)); err != nil {
+		return nil, nil, err
+	}
 	if mod != nil {
 		mod(&opts)
 	}
@@ -483,4 +487,34 @@ func runVersion(ctx context.Context, stdio IO, args []string) error {
 	}
 	_, err := io.WriteString(stdio.Stdout, info.String())
 	return err
+}
+
+// newCache returns the fleet cache the recipe's cache block names (nil when it has none);
+// unfinished uploads are kept in the state dir's cache-uploads.
+func newCache(r *recipe.Recipe, facts *gpu.Facts, stateDir string, logger *log.Logger) (cache.Cache, error) {
+	if r.Cache == nil {
+		return nil, nil
+	}
+	var fd map[string]any
+	if facts != nil {
+		fd = facts.TemplateData()
+	}
+	data, err := r.NewData(fd)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", engine.ErrUsage, err)
+	}
+	cfg, ok, err := r.CacheConfig(data)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", engine.ErrUsage, err)
+	}
+	if !ok {
+		return nil, nil
+	}
+	c, err := cache.New(cache.Config{Repository: cfg.OCI, Push: cfg.Push, PlainHTTP: cfg.PlainHTTP, Digests: cfg.Digests},
+		cache.Options{UploadDir: filepath.Join(stateDir, "cache-uploads"),
+			Logf: func(format string, args ...any) { logger.Info(fmt.Sprintf(format, args...)) }})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", engine.ErrUsage, err)
+	}
+	return c, nil
 }

@@ -45,6 +45,11 @@ type StepReport struct {
 	Error    string         `json:"error,omitempty"`
 	Log      string         `json:"log,omitempty"`
 	Details  map[string]any `json:"details,omitempty"`
+	// FromCache is the digest of the fleet cache artifact the step's outputs came from
+	// (its result is then "ok (from cache)" in the summary); Pushed the digest of the
+	// artifact it published.
+	FromCache string `json:"from_cache,omitempty"`
+	Pushed    string `json:"pushed,omitempty"`
 
 	err error
 }
@@ -175,6 +180,7 @@ func (e *Engine) runNode(ctx context.Context, n *node, sem chan struct{}, runDir
 	if !dec.Run {
 		res.Result = ResultSkipped
 		e.log.Info("skipped", "step", n.step.Name, "reason", dec.Reason)
+		e.publishSkipped(ctx, n, denv, dec.Fingerprint, res)
 		return
 	}
 	logf, logPath, err := openStepLog(runDir, n.step.Name)
@@ -188,11 +194,12 @@ func (e *Engine) runNode(ctx context.Context, n *node, sem chan struct{}, runDir
 	env.DepsRan = ran
 	res.Log = logPath
 	res.Started = e.opts.Now().UTC()
+	env.Fingerprint = dec.Fingerprint
 	env.Log.Info("running", "reason", dec.Reason)
 	e.record(n.step.Name, func(r *StepRecord) {
 		r.Result, r.PID, r.Started, r.Reason, r.Error = ResultRunning, os.Getpid(), res.Started, dec.Reason, ""
 	})
-	runErr := n.impl.Run(ctx, env)
+	runErr := e.restoreOrRun(ctx, n, env, res)
 	res.Duration = e.opts.Now().Sub(res.Started)
 	var skip *SkipError
 	switch {
@@ -209,6 +216,10 @@ func (e *Engine) runNode(ctx context.Context, n *node, sem chan struct{}, runDir
 			dec.Parts, dec.Fingerprint = parts, fingerprintOf(parts)
 		}
 		env.Log.Info("done", "seconds", logval.Seconds(res.Duration))
+		if a, ok := e.store.artifact(n.step.Name); ok && a.fromCache {
+			res.FromCache = a.digest
+		}
+		e.publish(ctx, n, env, res)
 	case ctx.Err() != nil:
 		res.Result, res.err = ResultInterrupted, fmt.Errorf("interrupted: %w", runErr)
 		env.Log.Warn("interrupted", "err", runErr)
@@ -226,8 +237,71 @@ func (e *Engine) runNode(ctx context.Context, n *node, sem chan struct{}, runDir
 		}
 		if res.Result == ResultOK {
 			r.Fingerprint, r.Parts = dec.Fingerprint, dec.Parts
+			r.Artifact = ""
+			if a, ok := e.store.artifact(n.step.Name); ok {
+				r.Artifact = a.digest
+			}
 		}
 	})
+}
+
+// restoreOrRun takes the step's outputs from the fleet cache when it can, and runs the
+// step otherwise (a failed pull is said and falls back to running). A forced step runs.
+func (e *Engine) restoreOrRun(ctx context.Context, n *node, env *Env, res *StepReport) error {
+	if r, ok := n.impl.(Restorer); ok && env.Cache != nil && !env.Force {
+		digest, found, err := r.Restore(ctx, env)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return err
+		case err != nil:
+			env.Log.Warn("cannot take the outputs from the cache; running the step", "cache", env.Cache.String(), "err", err)
+			res.Reason += "; cache pull failed, ran instead: " + firstLine(err.Error())
+			env.Detail("cache_error", err.Error())
+		case found:
+			env.FromCache(digest)
+			res.FromCache = digest
+			env.Log.Info("outputs taken from the cache", "artifact", digest, "cache", env.Cache.String())
+			return nil
+		}
+	}
+	return n.impl.Run(ctx, env)
+}
+
+// publishSkipped seeds the fleet cache from a node that pushes: a step that is up to date
+// here but whose artifact the registry lacks (it was made before the cache was configured,
+// or the registry was wiped) is published as if it had just run.
+func (e *Engine) publishSkipped(ctx context.Context, n *node, env *Env, fingerprint string, res *StepReport) {
+	env.Fingerprint = fingerprint
+	e.publish(ctx, n, env, res)
+}
+
+// publish pushes what a successful run made, when the step is a Publisher and this node
+// pushes. A failed push is a warning: the step's own work succeeded.
+func (e *Engine) publish(ctx context.Context, n *node, env *Env, res *StepReport) {
+	p, ok := n.impl.(Publisher)
+	if !ok || env.Cache == nil || !env.Cache.CanPush() || res.FromCache != "" {
+		return
+	}
+	// A tag is never pushed twice: a build that is not bit-for-bit reproducible must not
+	// replace what other nodes may have taken already.
+	if a, err := env.Cache.Lookup(ctx, env.Fingerprint); err == nil && a != nil {
+		env.Log.Debug("the cache already holds this step's artifact; not pushing", "artifact", a.Digest)
+		return
+	}
+	start := e.opts.Now()
+	digest, err := p.Publish(ctx, env)
+	if err != nil {
+		env.Log.Warn("pushing to the cache failed", "cache", env.Cache.String(), "err", err)
+		env.Detail("cache_push_error", err.Error())
+		return
+	}
+	if digest == "" {
+		return
+	}
+	e.store.setArtifact(n.step.Name, digest, false)
+	res.Pushed = digest
+	env.Detail("cache_pushed", digest)
+	env.Log.Info("pushed to the cache", "artifact", digest, "tag", shortDigest(env.Fingerprint), "seconds", logval.Seconds(e.opts.Now().Sub(start)))
 }
 
 // record updates one step's record and writes the state.
@@ -342,7 +416,12 @@ func (r *Report) Summary() string {
 		if s.Error != "" {
 			reason += ": " + firstLine(s.Error)
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", s.Name, s.Result, dur, reason)
+		result := s.Result
+		if s.FromCache != "" && result == ResultOK {
+			result += " (from cache)"
+			reason += "; artifact " + s.FromCache
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", s.Name, result, dur, reason)
 	}
 	w.Flush()
 	return b.String()

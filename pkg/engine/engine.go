@@ -18,6 +18,7 @@ import (
 
 	"charm.land/log/v2"
 
+	"github.com/sglprov/sglprov/pkg/cache"
 	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/hostcmd"
 	"github.com/sglprov/sglprov/pkg/recipe"
@@ -59,6 +60,9 @@ type Options struct {
 	// IgnoreState builds the steps without reading the state directory (validate, which
 	// may run as a user who cannot read it).
 	IgnoreState bool
+	// Cache is the fleet cache (nil: none). Steps that implement Restorer take their
+	// outputs from it before running, and Publishers push what they made when it allows.
+	Cache cache.Cache
 }
 
 // Engine plans and applies one recipe.
@@ -181,6 +185,7 @@ func (e *Engine) env(n *node, logw io.Writer, logPath string) *Env {
 		Offline:             e.opts.Root != "" && e.opts.Root != "/",
 		Builtin:             e.opts.Builtin,
 		InsecurePermissions: e.opts.InsecurePermissions,
+		Cache:               e.opts.Cache,
 		store:               e.store,
 	}
 }
@@ -253,8 +258,12 @@ func (e *Engine) decide(ctx context.Context, n *node, env *Env) (Decision, error
 // fingerprint returns the digests of a step's named inputs: its recipe text, the vars and
 // facts that text uses, and the step's own inputs.
 func (e *Engine) fingerprint(ctx context.Context, n *node, env *Env) (map[string]string, error) {
-	parts := map[string]string{"spec": digest(n.step.BodyText())}
-	for _, ref := range e.opts.Recipe.ExpandRefs(n.step) {
+	st := n.step
+	if nl, ok := n.impl.(NodeLocal); ok {
+		st = st.Without(nl.NodeLocalFields()...)
+	}
+	parts := map[string]string{"spec": digest(st.BodyText())}
+	for _, ref := range e.opts.Recipe.ExpandRefs(st) {
 		parts[ref] = digest(e.data.Lookup(ref))
 	}
 	own, err := n.impl.Fingerprint(ctx, env)
@@ -328,6 +337,10 @@ type PlannedStep struct {
 	Error       string `json:"error,omitempty"`
 	// Details are the step's own description (the service's command line).
 	Details []string `json:"details,omitempty"`
+	// FromCache is the digest of the fleet cache's artifact that apply would take
+	// instead of running the step; CacheNote says why it would not, when it cannot.
+	FromCache string `json:"from_cache,omitempty"`
+	CacheNote string `json:"cache_note,omitempty"`
 }
 
 // Plan is what apply would do.
@@ -376,6 +389,15 @@ func (e *Engine) Plan(ctx context.Context) (*Plan, error) {
 			ps.Run, ps.Reason, ps.Fingerprint = d.Run, d.Reason, d.Fingerprint
 			if !d.Run && len(upstream) > 0 {
 				ps.Run, ps.Reason = true, "needs "+strings.Join(upstream, ", ")+", which runs"
+			}
+			if ps.Run && !env.Force {
+				ps.FromCache, ps.CacheNote = e.planCache(ctx, n, d.Fingerprint)
+				switch {
+				case ps.FromCache != "":
+					ps.Reason += "; from cache " + shortDigest(ps.FromCache)
+				case ps.CacheNote != "":
+					ps.Reason += "; " + ps.CacheNote
+				}
 			}
 		}
 		if pf, ok := n.impl.(Preflighter); ok {
@@ -532,4 +554,33 @@ func (e *Engine) Close() error {
 		}
 	}
 	return first
+}
+
+// planCache looks up the artifact a step that uses the fleet cache would take: its digest,
+// or a note when the lookup failed.
+func (e *Engine) planCache(ctx context.Context, n *node, fingerprint string) (artifact, note string) {
+	if e.opts.Cache == nil || fingerprint == "" {
+		return "", ""
+	}
+	_, restorer := n.impl.(Restorer)
+	_, publisher := n.impl.(Publisher)
+	if !restorer && !publisher {
+		return "", ""
+	}
+	a, err := e.opts.Cache.Lookup(ctx, fingerprint)
+	if err != nil {
+		return "", "cache: " + err.Error()
+	}
+	if a == nil {
+		return "", ""
+	}
+	return a.Digest, ""
+}
+
+// shortDigest shortens "sha256:<hex>" for a table.
+func shortDigest(d string) string {
+	if len(d) > 7+12 {
+		return d[:7+12]
+	}
+	return d
 }

@@ -53,6 +53,9 @@ type StepRecord struct {
 	Error  string `json:"error,omitempty"`
 	// PID of the run that recorded "running".
 	PID int `json:"pid,omitempty"`
+	// Artifact is the digest of the fleet cache artifact the step's outputs came from or
+	// were published as, on its last successful run.
+	Artifact string `json:"artifact,omitempty"`
 	// Data is the step's own record (verified files, the winning profile, ...).
 	Data json.RawMessage `json:"data,omitempty"`
 }

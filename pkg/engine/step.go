@@ -14,6 +14,7 @@ import (
 
 	"charm.land/log/v2"
 
+	"github.com/sglprov/sglprov/pkg/cache"
 	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/recipe"
 )
@@ -31,6 +32,28 @@ type Step interface {
 	Intact(ctx context.Context, env *Env) (ok bool, reason string, err error)
 	// Run does the work.
 	Run(ctx context.Context, env *Env) error
+}
+
+// NodeLocal is implemented by steps whose recipe body has fields that differ between
+// identical nodes without changing the result (a build's job count): the fingerprint
+// leaves them, and the vars only they use, out. Paths are top-level keys ("jobs") or keys
+// one mapping down ("env.MAX_JOBS").
+type NodeLocal interface {
+	NodeLocalFields() []string
+}
+
+// Restorer is implemented by steps whose outputs can come from the fleet cache instead of
+// a run: the artifact tagged with env.Fingerprint. Restore returns its digest, or ok false
+// when the cache has none; an error makes the engine run the step and say why.
+type Restorer interface {
+	Restore(ctx context.Context, env *Env) (artifact string, ok bool, err error)
+}
+
+// Publisher is implemented by steps that push what a successful run made to the fleet
+// cache (when env.Cache.CanPush()), tagged with env.Fingerprint; it returns the artifact's
+// digest. A failed push is a warning, never a failed step.
+type Publisher interface {
+	Publish(ctx context.Context, env *Env) (artifact string, err error)
 }
 
 // AlwaysRunner is implemented by steps that run on every apply, whatever their
@@ -135,6 +158,11 @@ type Env struct {
 	Builtin fs.FS
 	// InsecurePermissions accepts recipe files that other users own or can write.
 	InsecurePermissions bool
+	// Cache is the fleet cache (nil: none configured).
+	Cache cache.Cache
+	// Fingerprint is the step's fingerprint in this run: the tag of its artifact in the
+	// fleet cache.
+	Fingerprint string
 
 	store *Store
 }
@@ -180,6 +208,12 @@ func (e *Env) LoadStepData(step string, v any) bool { return e.store.load(step, 
 // SaveStepData records v as the data of the named step.
 func (e *Env) SaveStepData(step string, v any) error { return e.store.save(step, v) }
 
+// FromCache records that the step took its outputs from the fleet cache's artifact with
+// this digest: the report says "ok (from cache)" and the state records the digest.
+func (e *Env) FromCache(artifact string) {
+	e.store.setArtifact(e.StepName, artifact, true)
+}
+
 // Detail attaches a value to this step's entry in the run report (smoke verdicts,
 // resolved commits, files fetched).
 func (e *Env) Detail(key string, v any) {
@@ -196,9 +230,35 @@ func (e *Env) StepDetail(step, key string, v any) {
 // Store holds each step's recorded data and report details for one run; it is safe for
 // concurrent use.
 type Store struct {
-	mu      sync.Mutex
-	data    map[string]json.RawMessage
-	details map[string]map[string]any
+	mu        sync.Mutex
+	data      map[string]json.RawMessage
+	details   map[string]map[string]any
+	artifacts map[string]artifactNote
+}
+
+// artifactNote is the fleet cache artifact a step took (fromCache) or published.
+type artifactNote struct {
+	digest    string
+	fromCache bool
+}
+
+func (s *Store) setArtifact(step, digest string, fromCache bool) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.artifacts == nil {
+		s.artifacts = map[string]artifactNote{}
+	}
+	s.artifacts[step] = artifactNote{digest: digest, fromCache: fromCache}
+}
+
+func (s *Store) artifact(step string) (artifactNote, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a, ok := s.artifacts[step]
+	return a, ok
 }
 
 // NewStore returns a store seeded with the data recorded by an earlier run.

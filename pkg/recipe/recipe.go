@@ -39,6 +39,8 @@ type Recipe struct {
 	Profiles map[string]Profile
 	// Steps are the steps in file order.
 	Steps []*Step
+	// Cache is the fleet cache block (nil when the recipe has none).
+	Cache *Cache
 }
 
 // Step is one step of a recipe, with its kind body kept as YAML until it is rendered.
@@ -124,7 +126,7 @@ func (p *parser) parse(data []byte, sets []string) *Recipe {
 	}
 	r := &Recipe{File: p.file, Vars: map[string]string{}, VarPos: map[string]Pos{}, Profiles: map[string]Profile{}}
 	seen := map[string]*yaml.Node{}
-	var stepsNode, varsNode *yaml.Node
+	var stepsNode, varsNode, cacheNode *yaml.Node
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		k, v := root.Content[i], root.Content[i+1]
 		if prev, dup := seen[k.Value]; dup {
@@ -160,6 +162,8 @@ func (p *parser) parse(data []byte, sets []string) *Recipe {
 			p.parseProfiles(v, r)
 		case "steps":
 			stepsNode = v
+		case "cache":
+			cacheNode = v
 		}
 	}
 	for _, f := range []string{"apiVersion", "name", "steps"} {
@@ -174,6 +178,9 @@ func (p *parser) parse(data []byte, sets []string) *Recipe {
 	p.applySets(r, sets)
 	if stepsNode != nil {
 		p.parseSteps(stepsNode, r)
+	}
+	if cacheNode != nil {
+		p.parseCache(cacheNode, r)
 	}
 	// Templates in vars may refer to facts and to other vars, without a cycle.
 	// (varNodes, not nodeAt: a search of the mapping per var made validation quadratic.)

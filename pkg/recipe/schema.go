@@ -27,6 +27,8 @@ type File struct {
 	Profiles map[string]Profile `yaml:"profiles"`
 	// Steps are the steps, each with a name, optional needs and one kind.
 	Steps []yaml.Node `yaml:"steps"`
+	// Cache is the fleet cache on an OCI registry.
+	Cache Cache `yaml:"cache"`
 }
 
 // RequiresSection is the requires section as written: what the GPUs, the driver and CUDA

@@ -335,3 +335,38 @@ func (r *Recipe) ExpandRefs(s *Step) []string {
 	sort.Strings(out)
 	return out
 }
+
+// Without returns a copy of the step whose body lacks the fields at paths (a top-level key
+// such as "jobs", or a key one mapping down such as "env.MAX_JOBS"), with the template
+// references of what is left: the step as its fingerprint sees it, without what differs
+// between identical nodes.
+func (s *Step) Without(paths ...string) *Step {
+	if len(paths) == 0 || s.Body == nil {
+		return s
+	}
+	c := *s
+	c.Body = cloneNode(s.Body)
+	for _, p := range paths {
+		parent := c.Body
+		key := p
+		if first, rest, ok := strings.Cut(p, "."); ok {
+			parent, key = nodeAt(c.Body, first), rest
+		}
+		if parent == nil || parent.Kind != yaml.MappingNode {
+			continue
+		}
+		for i := 0; i+1 < len(parent.Content); i += 2 {
+			if parent.Content[i].Value == key {
+				parent.Content = append(parent.Content[:i:i], parent.Content[i+2:]...)
+				break
+			}
+		}
+	}
+	refs, _ := bodyRefs(c.Body)
+	c.Refs = nil
+	for _, r := range refs {
+		c.Refs = append(c.Refs, r.name)
+	}
+	c.Refs = uniqSorted(c.Refs)
+	return &c
+}

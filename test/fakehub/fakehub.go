@@ -50,6 +50,9 @@ type Options struct {
 	// CDNHost is the host name the CDN's redirect URLs use instead of the listener's
 	// address (with the CDN's port), e.g. "localhost", so that it differs from the hub's.
 	CDNHost string
+	// Rate, when positive, bounds each file response to this many bytes per second, as
+	// the real hub throttles a connection.
+	Rate int64
 }
 
 // Entry is a tree-listing entry in the hub's JSON shape.
@@ -502,5 +505,36 @@ func (h *Hub) serveFile(w http.ResponseWriter, r *http.Request, name string) {
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("Accept-Ranges", "bytes")
-	http.ServeContent(countingWriter{w, &h.bytesServed}, r, "", time.Time{}, rs)
+	var out http.ResponseWriter = countingWriter{w, &h.bytesServed}
+	if h.opt.Rate > 0 {
+		out = &throttledWriter{ResponseWriter: out, rate: h.opt.Rate, start: time.Now()}
+	}
+	http.ServeContent(out, r, "", time.Time{}, rs)
+}
+
+// throttledWriter writes at most rate bytes per second since start.
+type throttledWriter struct {
+	http.ResponseWriter
+	rate  int64
+	start time.Time
+	n     int64
+}
+
+func (t *throttledWriter) Write(b []byte) (int, error) {
+	written := 0
+	for len(b) > 0 {
+		k := min(len(b), 32<<10)
+		// The chunk leaves no earlier than the rate allows for the bytes up to its end.
+		if d := time.Duration(float64(t.n+int64(k))/float64(t.rate)*float64(time.Second)) - time.Since(t.start); d > 0 {
+			time.Sleep(d)
+		}
+		n, err := t.ResponseWriter.Write(b[:k])
+		written += n
+		t.n += int64(n)
+		if err != nil {
+			return written, err
+		}
+		b = b[k:]
+	}
+	return written, nil
 }

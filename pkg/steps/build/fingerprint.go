@@ -80,6 +80,13 @@ func (s *Step) Fingerprint(ctx context.Context, env *engine.Env) (map[string]str
 	return parts, nil
 }
 
+// NodeLocalFields are the recipe fields that size the build to the host, not its result:
+// left out of the fingerprint, so that identical nodes with other job counts share one
+// artifact in the fleet cache (and a changed job count rebuilds nothing).
+func (s *Step) NodeLocalFields() []string {
+	return []string{"jobs", "mem_per_job_gib", "env." + envMaxJobs, "env." + envCMakeParallel}
+}
+
 // probeSpec is one toolchain probe.
 type probeSpec struct {
 	name string

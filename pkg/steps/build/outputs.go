@@ -122,6 +122,12 @@ func (s *Step) Intact(ctx context.Context, env *engine.Env) (bool, string, error
 
 // recordOutputs digests the files the outputs match after a successful build.
 func (s *Step) recordOutputs(env *engine.Env) (record, error) {
+	return s.recordOutputsKnown(env, nil)
+}
+
+// recordOutputsKnown is recordOutputs with the sha256 of some files already known (just
+// pulled and checked): those are not read again.
+func (s *Step) recordOutputsKnown(env *engine.Env, known map[string]string) (record, error) {
 	var rec record
 	if len(s.spec.Outputs) == 0 {
 		return rec, nil
@@ -138,9 +144,11 @@ func (s *Step) recordOutputs(env *engine.Env) (record, error) {
 		if err != nil {
 			return rec, fmt.Errorf("reading output: %w", err)
 		}
-		sum, err := fileSHA256(f)
-		if err != nil {
-			return rec, err
+		sum, ok := known[f]
+		if !ok {
+			if sum, err = fileSHA256(f); err != nil {
+				return rec, err
+			}
 		}
 		rec.Outputs = append(rec.Outputs, outputRecord{Path: f, Size: fi.Size(), ModTime: fi.ModTime().UnixNano(), SHA256: sum})
 	}

@@ -228,7 +228,25 @@ func (s *Step) run(ctx context.Context, env *engine.Env) error {
 		token     string
 		tokenHost string
 	)
-	if s.spec.HF != nil {
+	artifact := s.lookupListing(ctx, env)
+	var listing *cacheListing
+	if artifact != nil {
+		listing = s.listingFrom(env, artifact)
+	}
+	if s.spec.HF != nil && listing != nil {
+		// The fleet cache has the resolved listing: no hub request at all.
+		c, err := s.hubClient(env, s.spec.Retries)
+		if err != nil {
+			return err
+		}
+		env.Log.Info("listing taken from the cache", "artifact", artifact.Digest, "commit", listing.Commit, "files", len(listing.Files))
+		env.Detail("commit", listing.Commit)
+		for _, f := range listing.Files {
+			files = append(files, fetch.File{URL: c.ResolveURL(listing.Repo, listing.Commit, f.Path), Path: f.Path, Size: f.Size, SHA256: f.SHA256, GitSHA1: f.GitSHA1})
+		}
+		rec.Repo, rec.Revision, rec.Commit = listing.Repo, listing.Revision, listing.Commit
+		token, tokenHost = c.Token(), c.TokenHost()
+	} else if s.spec.HF != nil {
 		c, err := s.hubClient(env, s.spec.Retries)
 		if err != nil {
 			return err
@@ -294,7 +312,19 @@ func (s *Step) run(ctx context.Context, env *engine.Env) error {
 	var (
 		fetched []fetch.Result
 		bytes   int64
+		fromReg int
 	)
+	if env.Cache != nil && len(todo) > 0 {
+		var regFetched []fetch.Result
+		var regBytes int64
+		todo, regFetched, regBytes, err = s.fetchFromCache(ctx, env, dest, todo, &rec)
+		if err != nil {
+			return err
+		}
+		fetched, bytes, fromReg = append(fetched, regFetched...), bytes+regBytes, len(regFetched)
+		env.Detail("files_from_cache", fromReg)
+		env.Detail("bytes_from_cache", regBytes)
+	}
 	if len(todo) > 0 {
 		var total int64
 		for _, f := range todo {
@@ -309,51 +339,13 @@ func (s *Step) run(ctx context.Context, env *engine.Env) error {
 			Logf: func(format string, args ...any) { env.Log.Info(redact.Userinfo(fmt.Sprintf(format, args...))) },
 		})
 		closeRep()
-		byPath := map[string]fetch.File{}
-		for _, f := range todo {
-			byPath[f.Path] = f
+		got, n, rerr := s.recordResults(dest, todo, results, &rec)
+		fetched, bytes = append(fetched, got...), bytes+n
+		if ferr == nil {
+			ferr = rerr
 		}
-		for _, r := range results {
-			f, ok := byPath[r.Path]
-			if !ok {
-				continue
-			}
-			p := filepath.Join(dest, filepath.FromSlash(r.Path))
-			if r.Present {
-				// Already there at the expected size but not verified by this run: hash it.
-				if err := fetch.VerifyFile(p, f); err != nil {
-					if ferr == nil {
-						ferr = fmt.Errorf("verifying %s: %w", filepath.Join(s.spec.Dest, r.Path), err)
-					}
-					continue
-				}
-			}
-			st, err := statOf(p)
-			if err != nil {
-				if ferr == nil {
-					ferr = fmt.Errorf("checking %s: %w", filepath.Join(s.spec.Dest, r.Path), err)
-				}
-				continue
-			}
-			if !r.Present {
-				// Recorded as verified only from the digest of the bytes the downloader
-				// wrote and renamed into place, never from the listing alone.
-				if bad := ownDigestDiffers(f, r, st); bad != "" {
-					if ferr == nil {
-						ferr = fmt.Errorf("%s: %s; run again to download it again", filepath.Join(s.spec.Dest, r.Path), bad)
-					}
-					continue
-				}
-			}
-			st.SHA256, st.GitSHA1 = f.SHA256, f.GitSHA1
-			if r.SHA256 != "" && !r.Present {
-				st.SHA256 = r.SHA256
-			}
-			rec.Files[r.Path] = st
-			if !r.Present {
-				fetched = append(fetched, r)
-				bytes += r.Bytes
-			}
+		if len(got) > 0 {
+			env.Detail("files_from_origin", len(got))
 		}
 		if err := env.SaveData(rec); err != nil && ferr == nil {
 			ferr = fmt.Errorf("recording verified files: %w", err)
@@ -375,6 +367,10 @@ func (s *Step) run(ctx context.Context, env *engine.Env) error {
 	}
 	if err != nil {
 		env.Log.Warn("cannot remove leftover part files", "err", err)
+	}
+	// Taken from the cache: the listing, or every file fetched, came from the registry.
+	if artifact != nil && fromReg == len(fetched) && (listing != nil || fromReg > 0) {
+		env.FromCache(artifact.Digest)
 	}
 	elapsed := time.Since(start)
 	env.Detail("files", len(rec.Expected))

@@ -40,6 +40,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	generate := fl.String("generate", "", "generate a model into this folder and exit")
 	shards := fl.Int("shards", 3, "shards to generate")
 	shardBytes := fl.Int64("shard-bytes", 1<<20, "approximate bytes per generated shard")
+	rate := fl.Int64("rate", 0, "bytes per second of each file response (0: no limit)")
 	if err := fl.Parse(args); err != nil {
 		return 2
 	}
@@ -56,7 +57,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	h, err := fakehub.New(fakehub.Options{
 		Repo: *repo, FS: os.DirFS(*dir), Commit: *commit, Token: *token,
-		PageSize: *pageSize, LFSThreshold: *lfs, CDNHost: "localhost",
+		PageSize: *pageSize, LFSThreshold: *lfs, CDNHost: "localhost", Rate: *rate,
 	})
 	if err != nil {
 		fmt.Fprintln(stderr, "fake-hub:", err)

@@ -1,0 +1,401 @@
+package cache
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+	specs "github.com/opencontainers/image-spec/specs-go"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"oras.land/oras-go/v2/errdef"
+	"oras.land/oras-go/v2/registry/remote"
+	"oras.land/oras-go/v2/registry/remote/auth"
+	"oras.land/oras-go/v2/registry/remote/credentials"
+
+	"github.com/sglprov/sglprov/pkg/fetch"
+)
+
+// Annotations on layers.
+const (
+	annotationMode = "org.sglprov.mode"
+	// mediaTypeFile is the media type of a layer: one file's bytes, as they are.
+	mediaTypeFile = "application/vnd.sglprov.file.v1"
+	// maxManifest bounds a manifest or config read from the registry.
+	maxManifest = 16 << 20
+)
+
+// Options are what New needs besides the Config.
+type Options struct {
+	// Getenv reads DOCKER_CONFIG and HOME (default os.Getenv).
+	Getenv func(string) string
+	// Transport carries the requests (default: one tuned for many parallel ranges).
+	Transport http.RoundTripper
+	// Logf receives one line per pushed file (default: discarded).
+	Logf func(format string, args ...any)
+	// ChunkSize is the size of one chunk of a blob upload (default 64 MiB).
+	ChunkSize int64
+	// UploadDir, when set, keeps where each unfinished upload stands, so that a push that
+	// a killed run left half done continues there.
+	UploadDir string
+	// Fetch tunes the downloads of Pull (Dest and Client are set by Pull).
+	Fetch fetch.Options
+}
+
+// Registry is a Cache on an OCI registry repository.
+type Registry struct {
+	cfg       Config
+	repo      *remote.Repository
+	auth      *auth.Client
+	client    *http.Client
+	base      string // scheme://host[:port]
+	path      string // the repository's path
+	logf      func(string, ...any)
+	chunkSize int64
+	uploadDir string
+	fetchOpt  fetch.Options
+}
+
+var repoRE = regexp.MustCompile(`^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$`)
+
+// New returns the cache on cfg.Repository. It reads the docker config for credentials but
+// does not contact the registry.
+func New(cfg Config, opt Options) (*Registry, error) {
+	host, path, ok := strings.Cut(strings.TrimSuffix(cfg.Repository, "/"), "/")
+	if !ok || host == "" || !repoRE.MatchString(path) {
+		return nil, fmt.Errorf("cache.oci %q: want HOST[:PORT]/PATH, with a lower-case path (e.g. registry.internal:5000/fleet/sglprov)", cfg.Repository)
+	}
+	if strings.Contains(cfg.Repository, "://") {
+		return nil, fmt.Errorf("cache.oci %q: give the repository without a scheme (plain_http: true for HTTP)", cfg.Repository)
+	}
+	repo, err := remote.NewRepository(host + "/" + path)
+	if err != nil {
+		return nil, fmt.Errorf("cache.oci %q: %w", cfg.Repository, err)
+	}
+	getenv := opt.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	store, err := credentials.NewStore(dockerConfigPath(getenv), credentials.StoreOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("reading the docker config for the cache's credentials: %w", err)
+	}
+	tr := opt.Transport
+	if tr == nil {
+		tr = &http.Transport{
+			Proxy:                 http.ProxyFromEnvironment,
+			DialContext:           (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			MaxIdleConns:          256,
+			MaxIdleConnsPerHost:   64,
+			IdleConnTimeout:       90 * time.Second,
+			TLSHandshakeTimeout:   15 * time.Second,
+			ResponseHeaderTimeout: 60 * time.Second,
+			ForceAttemptHTTP2:     false,
+			// Blobs are stored compressed or not at all; let the bytes through as they are.
+			DisableCompression: true,
+		}
+	}
+	ac := &auth.Client{
+		// Redirects (to a blob store) are followed by the outer client, one hop at a
+		// time, so that each hop is authorized for its own host only.
+		Client:     &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
+		Cache:      auth.NewCache(),
+		Credential: credentials.Credential(store),
+		Header:     http.Header{"User-Agent": {"sglprov"}},
+	}
+	plain := cfg.PlainHTTP || isLoopback(host)
+	repo.Client = ac
+	repo.PlainHTTP = plain
+	scheme := "https"
+	if plain {
+		scheme = "http"
+	}
+	r := &Registry{
+		cfg: cfg, repo: repo, auth: ac, base: scheme + "://" + host, path: path,
+		logf: opt.Logf, chunkSize: opt.ChunkSize, uploadDir: opt.UploadDir, fetchOpt: opt.Fetch,
+	}
+	if r.logf == nil {
+		r.logf = func(string, ...any) {}
+	}
+	if r.chunkSize <= 0 {
+		r.chunkSize = 64 << 20
+	}
+	r.client = &http.Client{Transport: &authTransport{r: r}}
+	return r, nil
+}
+
+// dockerConfigPath is DOCKER_CONFIG/config.json, else ~/.docker/config.json.
+func dockerConfigPath(getenv func(string) string) string {
+	if d := getenv("DOCKER_CONFIG"); d != "" {
+		return filepath.Join(d, "config.json")
+	}
+	home := getenv("HOME")
+	if home == "" {
+		home, _ = os.UserHomeDir()
+	}
+	return filepath.Join(home, ".docker", "config.json")
+}
+
+// isLoopback reports whether host (with an optional port) is a loopback address.
+func isLoopback(host string) bool {
+	h := host
+	if hh, _, err := net.SplitHostPort(host); err == nil {
+		h = hh
+	}
+	if h == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(strings.Trim(h, "[]"))
+	return ip != nil && ip.IsLoopback()
+}
+
+// authTransport sends each request through the auth client, with a pull scope on the
+// repository: the bearer token flow runs once and its token is cached.
+type authTransport struct{ r *Registry }
+
+func (t *authTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	ctx := auth.AppendRepositoryScope(req.Context(), t.r.repo.Reference, auth.ActionPull)
+	return t.r.auth.Do(req.WithContext(ctx))
+}
+
+// String names the repository.
+func (r *Registry) String() string { return r.cfg.Repository }
+
+// CanPush reports whether this node publishes.
+func (r *Registry) CanPush() bool { return r.cfg.Push }
+
+// HTTPClient returns a client that authenticates to the registry.
+func (r *Registry) HTTPClient() *http.Client { return r.client }
+
+// BlobURL returns the URL of a blob by its sha256.
+func (r *Registry) BlobURL(sha string) string {
+	return r.base + "/v2/" + r.path + "/blobs/sha256:" + sha
+}
+
+// HasBlob reports whether the registry holds the blob.
+func (r *Registry) HasBlob(ctx context.Context, sha string) (bool, error) {
+	d := digest.NewDigestFromEncoded(digest.SHA256, sha)
+	if err := d.Validate(); err != nil {
+		return false, fmt.Errorf("blob digest %q: %w", sha, err)
+	}
+	ok, err := r.repo.Blobs().Exists(ctx, ocispec.Descriptor{Digest: d})
+	if err != nil {
+		return false, fmt.Errorf("asking %s for blob %s: %w", r, d, r.hint(err))
+	}
+	return ok, nil
+}
+
+// Lookup fetches the manifest tagged tag and its config, checking both digests.
+func (r *Registry) Lookup(ctx context.Context, tag string) (*Artifact, error) {
+	desc, rc, err := r.repo.FetchReference(ctx, tag)
+	if errors.Is(err, errdef.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("looking up %s:%s: %w", r, short(tag), r.hint(err))
+	}
+	b, err := readAll(rc, desc.Size)
+	rc.Close()
+	if err != nil {
+		return nil, fmt.Errorf("reading manifest %s:%s: %w", r, short(tag), err)
+	}
+	got := digest.FromBytes(b)
+	if desc.Digest != "" && desc.Digest != got {
+		return nil, fmt.Errorf("manifest %s:%s: the registry says %s, the bytes are %s", r, short(tag), desc.Digest, got)
+	}
+	if len(r.cfg.Digests) > 0 && !slices.Contains(r.cfg.Digests, got.String()) {
+		return nil, fmt.Errorf("artifact %s (%s:%s) is not in cache.digests", got, r, short(tag))
+	}
+	var m ocispec.Manifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("manifest %s:%s: %w", r, short(tag), err)
+	}
+	a := &Artifact{Digest: got.String(), Tag: tag, Kind: m.ArtifactType}
+	if a.Kind == "" {
+		a.Kind = m.Config.MediaType
+	}
+	if m.Config.Size > maxManifest {
+		return nil, fmt.Errorf("manifest %s: config of %d bytes is too large", got, m.Config.Size)
+	}
+	crc, err := r.repo.Blobs().Fetch(ctx, m.Config)
+	if err != nil {
+		return nil, fmt.Errorf("fetching the config of %s: %w", got, err)
+	}
+	a.Meta, err = readAll(crc, m.Config.Size)
+	crc.Close()
+	if err != nil {
+		return nil, fmt.Errorf("reading the config of %s: %w", got, err)
+	}
+	if d := digest.FromBytes(a.Meta); d != m.Config.Digest {
+		return nil, fmt.Errorf("config of %s: digest %s, want %s", got, d, m.Config.Digest)
+	}
+	for i, l := range m.Layers {
+		if l.Digest.Algorithm() != digest.SHA256 || l.Digest.Validate() != nil {
+			return nil, fmt.Errorf("manifest %s: layer %d has digest %q, want sha256", got, i, l.Digest)
+		}
+		name := l.Annotations[ocispec.AnnotationTitle]
+		if name == "" {
+			return nil, fmt.Errorf("manifest %s: layer %d has no %s", got, i, ocispec.AnnotationTitle)
+		}
+		f := File{Name: name, Size: l.Size, SHA256: l.Digest.Encoded()}
+		if m, err := strconv.ParseUint(l.Annotations[annotationMode], 8, 32); err == nil {
+			f.Mode = os.FileMode(m).Perm()
+		}
+		a.Files = append(a.Files, f)
+	}
+	return a, nil
+}
+
+// readAll reads at most size bytes (and at most maxManifest) of rc.
+func readAll(rc io.Reader, size int64) ([]byte, error) {
+	if size > maxManifest {
+		return nil, fmt.Errorf("%d bytes is too large", size)
+	}
+	b, err := io.ReadAll(io.LimitReader(rc, maxManifest+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxManifest {
+		return nil, fmt.Errorf("more than %d bytes", maxManifest)
+	}
+	if size >= 0 && int64(len(b)) != size {
+		return nil, fmt.Errorf("%d bytes, want %d", len(b), size)
+	}
+	return b, nil
+}
+
+// Pull downloads the files of a into dir with the parallel ranged downloader.
+func (r *Registry) Pull(ctx context.Context, a *Artifact, dir string) error {
+	var files []fetch.File
+	for _, f := range a.Files {
+		files = append(files, fetch.File{URL: r.BlobURL(f.SHA256), Path: f.Name, Size: f.Size, SHA256: f.SHA256})
+	}
+	opt := r.fetchOpt
+	opt.Dest, opt.Client = dir, r.client
+	if opt.ChunkSize == 0 {
+		opt.ChunkSize = ChunkSize
+	}
+	if _, err := fetch.Fetch(ctx, files, opt); err != nil {
+		return fmt.Errorf("pulling %s: %w", a.Digest, err)
+	}
+	for _, f := range a.Files {
+		if f.Mode != 0 {
+			if err := os.Chmod(filepath.Join(dir, filepath.FromSlash(f.Name)), f.Mode); err != nil {
+				return fmt.Errorf("pulling %s: %w", a.Digest, err)
+			}
+		}
+	}
+	return nil
+}
+
+// Push uploads every file the registry lacks (streamed from disk, in resumable chunks),
+// then the config and the manifest, tagged tag.
+func (r *Registry) Push(ctx context.Context, tag, kind string, meta []byte, files []File) (*Artifact, error) {
+	if !r.cfg.Push {
+		return nil, fmt.Errorf("pushing to %s: this node is pull-only (cache.push is false)", r)
+	}
+	pctx := auth.AppendRepositoryScope(ctx, r.repo.Reference, auth.ActionPull, auth.ActionPush)
+	layers := make([]ocispec.Descriptor, 0, len(files))
+	for _, f := range files {
+		d := digest.NewDigestFromEncoded(digest.SHA256, f.SHA256)
+		if err := d.Validate(); err != nil {
+			return nil, fmt.Errorf("pushing %s: digest %q: %w", f.Name, f.SHA256, err)
+		}
+		desc := ocispec.Descriptor{MediaType: mediaTypeFile, Digest: d, Size: f.Size,
+			Annotations: map[string]string{ocispec.AnnotationTitle: f.Name}}
+		if f.Mode != 0 {
+			desc.Annotations[annotationMode] = fmt.Sprintf("%04o", f.Mode.Perm())
+		}
+		layers = append(layers, desc)
+		ok, err := r.repo.Blobs().Exists(pctx, desc)
+		if err != nil {
+			return nil, fmt.Errorf("pushing %s: %w", f.Name, r.hint(err))
+		}
+		if ok {
+			continue
+		}
+		start := time.Now()
+		if err := r.pushFile(pctx, f.Path, d, f.Size); err != nil {
+			return nil, fmt.Errorf("pushing %s: %w", f.Name, r.hint(err))
+		}
+		r.logf("pushed %s (%s) to %s in %s", f.Name, fetch.FormatBytes(f.Size), r, time.Since(start).Round(time.Millisecond))
+	}
+	cfg := ocispec.Descriptor{MediaType: kind + "+json", Digest: digest.FromBytes(meta), Size: int64(len(meta))}
+	if ok, err := r.repo.Blobs().Exists(pctx, cfg); err != nil {
+		return nil, fmt.Errorf("pushing the config: %w", err)
+	} else if !ok {
+		if err := r.repo.Blobs().Push(pctx, cfg, bytes.NewReader(meta)); err != nil {
+			return nil, fmt.Errorf("pushing the config: %w", err)
+		}
+	}
+	m := ocispec.Manifest{
+		Versioned:    specs.Versioned{SchemaVersion: 2},
+		MediaType:    ocispec.MediaTypeImageManifest,
+		ArtifactType: kind,
+		Config:       cfg,
+		Layers:       layers,
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("encoding the manifest: %w", err)
+	}
+	md := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageManifest, Digest: digest.FromBytes(b), Size: int64(len(b))}
+	if err := r.repo.PushReference(pctx, md, bytes.NewReader(b), tag); err != nil {
+		return nil, fmt.Errorf("pushing the manifest %s:%s: %w", r, short(tag), err)
+	}
+	out := &Artifact{Digest: md.Digest.String(), Tag: tag, Kind: kind, Meta: meta}
+	for _, f := range files {
+		f.Path = ""
+		out.Files = append(out.Files, f)
+	}
+	return out, nil
+}
+
+// hint adds the fix to an error that says the registry wants credentials.
+func (r *Registry) hint(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, auth.ErrBasicCredentialNotFound) || strings.Contains(err.Error(), "401") {
+		host, _, _ := strings.Cut(r.cfg.Repository, "/")
+		return fmt.Errorf("%w (the registry wants credentials: `docker login %s` writes them to ~/.docker/config.json, or $DOCKER_CONFIG/config.json)", err, host)
+	}
+	return err
+}
+
+// short shortens a fingerprint tag for messages.
+func short(tag string) string {
+	if len(tag) > 16 {
+		return tag[:16] + "…"
+	}
+	return tag
+}
+
+// FileSHA256 hashes the file at path (for files whose digest is not yet known).
+func FileSHA256(path string) (string, int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", 0, fmt.Errorf("hashing %s: %w", path, err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return "", 0, fmt.Errorf("hashing %s: %w", path, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), n, nil
+}

@@ -1,0 +1,260 @@
+package cache
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+
+	"github.com/sglprov/sglprov/pkg/atomicfile"
+)
+
+// uploadRetries bounds the chunk retries without progress.
+const uploadRetries = 4
+
+// pushFile uploads the file at path as the blob d, streamed from disk in chunks (PATCH
+// with Content-Range). A chunk that fails is resumed from what the registry reports it
+// holds (GET on the upload's location); an upload the registry forgot starts over. With
+// Options.UploadDir, where each upload stands is kept there after every chunk, and a later
+// run (after a kill) continues it.
+func (r *Registry) pushFile(ctx context.Context, path string, d digest.Digest, size int64) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("opening: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("opening: %w", err)
+	}
+	if fi.Size() != size {
+		return fmt.Errorf("%s is %d bytes, want %d", path, fi.Size(), size)
+	}
+	// An upload an earlier run left half done continues where the registry has it.
+	var off int64
+	loc := r.savedUpload(d)
+	if loc != "" {
+		have, nloc, serr := r.uploadStatus(ctx, loc)
+		if serr != nil || have > size {
+			loc = ""
+		} else {
+			loc, off = nloc, have
+			r.logf("resuming the upload of %s at byte %d", d, off)
+		}
+	}
+	if loc == "" {
+		if loc, err = r.startUpload(ctx); err != nil {
+			return err
+		}
+	}
+	failures := 0
+	wait := 500 * time.Millisecond
+	for off < size {
+		n := min(r.chunkSize, size-off)
+		next, perr := r.patch(ctx, loc, f, off, n)
+		if perr == nil {
+			loc, off, failures = next, off+n, 0
+			r.saveUpload(d, loc)
+			continue
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		failures++
+		if failures > uploadRetries {
+			return fmt.Errorf("uploading at byte %d: %w", off, perr)
+		}
+		r.logf("upload of %s failed at byte %d (%v); resuming", d, off, perr)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		wait *= 2
+		have, nloc, serr := r.uploadStatus(ctx, loc)
+		if serr != nil {
+			// The registry lost the upload: start it again.
+			if loc, err = r.startUpload(ctx); err != nil {
+				return err
+			}
+			off = 0
+			continue
+		}
+		loc, off = nloc, have
+	}
+	u, err := url.Parse(loc)
+	if err != nil {
+		return fmt.Errorf("upload location %q: %w", redactLoc(loc), err)
+	}
+	q := u.Query()
+	q.Set("digest", d.String())
+	u.RawQuery = q.Encode()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, u.String(), nil)
+	if err != nil {
+		return err
+	}
+	req.ContentLength = 0
+	resp, err := r.auth.Do(req)
+	if err != nil {
+		return fmt.Errorf("completing the upload: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		return fmt.Errorf("completing the upload: %s", status(resp))
+	}
+	r.forgetUpload(d)
+	return nil
+}
+
+// uploadRecord is where an unfinished upload stands, kept in Options.UploadDir.
+type uploadRecord struct {
+	Repository string `json:"repository"`
+	Location   string `json:"location"`
+}
+
+// savedUpload returns the location of an upload of blob d that an earlier run left
+// unfinished ("" when there is none, or no UploadDir).
+func (r *Registry) savedUpload(d digest.Digest) string {
+	if r.uploadDir == "" {
+		return ""
+	}
+	b, err := os.ReadFile(r.uploadFile(d))
+	if err != nil {
+		return ""
+	}
+	var rec uploadRecord
+	if json.Unmarshal(b, &rec) != nil || rec.Repository != r.cfg.Repository {
+		return ""
+	}
+	return rec.Location
+}
+
+// saveUpload records where the upload of blob d stands, so that a killed run resumes it.
+// The location is a handle on that one upload, not a credential; the file is 0600.
+func (r *Registry) saveUpload(d digest.Digest, loc string) {
+	if r.uploadDir == "" {
+		return
+	}
+	b, err := json.Marshal(uploadRecord{Repository: r.cfg.Repository, Location: loc})
+	if err != nil || os.MkdirAll(r.uploadDir, 0o700) != nil {
+		return
+	}
+	_ = atomicfile.Write(r.uploadFile(d), b, 0o600)
+}
+
+// forgetUpload drops the record of a finished upload.
+func (r *Registry) forgetUpload(d digest.Digest) {
+	if r.uploadDir != "" {
+		_ = os.Remove(r.uploadFile(d))
+	}
+}
+
+func (r *Registry) uploadFile(d digest.Digest) string {
+	return filepath.Join(r.uploadDir, d.Encoded()+".json")
+}
+
+// startUpload opens an upload session and returns its location.
+func (r *Registry) startUpload(ctx context.Context) (string, error) {
+	u := r.base + "/v2/" + r.path + "/blobs/uploads/"
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := r.auth.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("starting an upload: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		return "", fmt.Errorf("starting an upload: %s", status(resp))
+	}
+	return location(resp)
+}
+
+// patch sends bytes [off, off+n) of f to the upload at loc and returns its next location.
+func (r *Registry) patch(ctx context.Context, loc string, f *os.File, off, n int64) (string, error) {
+	body := func() io.ReadCloser { return io.NopCloser(io.NewSectionReader(f, off, n)) }
+	req, err := http.NewRequestWithContext(ctx, http.MethodPatch, loc, body())
+	if err != nil {
+		return "", err
+	}
+	req.GetBody = func() (io.ReadCloser, error) { return body(), nil }
+	req.ContentLength = n
+	req.Header.Set("Content-Type", "application/octet-stream")
+	req.Header.Set("Content-Range", fmt.Sprintf("%d-%d", off, off+n-1))
+	resp, err := r.auth.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		return "", errors.New(status(resp))
+	}
+	return location(resp)
+}
+
+// uploadStatus asks how many bytes the upload at loc holds.
+func (r *Registry) uploadStatus(ctx context.Context, loc string) (int64, string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, loc, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	resp, err := r.auth.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		return 0, "", errors.New(status(resp))
+	}
+	next, err := location(resp)
+	if err != nil {
+		next = loc
+	}
+	// Range: 0-END, END the last byte held (0-0 also when nothing is: start over then,
+	// the registry refuses a chunk that does not continue what it holds).
+	rng := strings.TrimPrefix(resp.Header.Get("Range"), "bytes=")
+	_, end, ok := strings.Cut(rng, "-")
+	e, perr := strconv.ParseInt(end, 10, 64)
+	if !ok || perr != nil || e <= 0 {
+		return 0, "", fmt.Errorf("upload status: Range %q", rng)
+	}
+	return e + 1, next, nil
+}
+
+// location resolves a response's Location against its request.
+func location(resp *http.Response) (string, error) {
+	u, err := resp.Location()
+	if err != nil {
+		return "", fmt.Errorf("the registry sent no upload location: %w", err)
+	}
+	return u.String(), nil
+}
+
+// status describes an unexpected response with the start of its body.
+func status(resp *http.Response) string {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	s := strings.TrimSpace(string(b))
+	if s == "" {
+		return resp.Status
+	}
+	return resp.Status + ": " + s
+}
+
+// redactLoc drops the query of an upload location (it may carry a state token).
+func redactLoc(loc string) string {
+	if i := strings.IndexByte(loc, '?'); i >= 0 {
+		return loc[:i]
+	}
+	return loc
+}

@@ -1,0 +1,253 @@
+package download
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"sync"
+
+	"github.com/sglprov/sglprov/pkg/cache"
+	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/fetch"
+	"github.com/sglprov/sglprov/pkg/hub"
+	"github.com/sglprov/sglprov/pkg/logval"
+	"github.com/sglprov/sglprov/pkg/redact"
+)
+
+// cacheListing is the config of a download step's artifact in the fleet cache: the
+// resolved listing, so that a node with the cache needs no hub at all.
+type cacheListing struct {
+	Repo     string       `json:"repo,omitempty"`
+	Revision string       `json:"revision,omitempty"`
+	Commit   string       `json:"commit,omitempty"`
+	Files    []listedFile `json:"files"`
+}
+
+// listedFile is one file of the listing; SHA256 is always set (the blob's digest).
+type listedFile struct {
+	Path    string `json:"path"`
+	Size    int64  `json:"size"`
+	SHA256  string `json:"sha256"`
+	GitSHA1 string `json:"git_sha1,omitempty"`
+}
+
+// lookupListing returns the artifact tagged with the step's fingerprint, or nil (no cache,
+// none there, or a lookup that failed: that is said, and the origin is asked instead).
+func (s *Step) lookupListing(ctx context.Context, env *engine.Env) *cache.Artifact {
+	if env.Cache == nil || env.Fingerprint == "" {
+		return nil
+	}
+	a, err := env.Cache.Lookup(ctx, env.Fingerprint)
+	switch {
+	case err != nil:
+		env.Log.Warn("cannot read the listing from the cache; asking the origin", "cache", env.Cache.String(), "err", err)
+		env.Detail("cache_error", err.Error())
+		return nil
+	case a != nil && a.Kind != cache.KindDownload:
+		env.Log.Warn("the cache's artifact for this step is not a download's; asking the origin", "artifact", a.Digest, "kind", a.Kind)
+		return nil
+	}
+	return a
+}
+
+// listingFrom decodes and checks an artifact's listing; nil when it does not fit the step
+// (said in the log).
+func (s *Step) listingFrom(env *engine.Env, a *cache.Artifact) *cacheListing {
+	var l cacheListing
+	err := json.Unmarshal(a.Meta, &l)
+	if err == nil && s.spec.HF != nil && (l.Repo != s.spec.HF.Repo || !hub.IsCommit(l.Commit)) {
+		err = fmt.Errorf("it lists %s at %q, the recipe names %s", l.Repo, l.Commit, s.spec.HF.Repo)
+	}
+	if err == nil && len(l.Files) == 0 {
+		err = fmt.Errorf("it lists no file")
+	}
+	for _, f := range l.Files {
+		if err != nil {
+			break
+		}
+		if cerr := hub.CheckName(f.Path); cerr != nil {
+			err = cerr
+		} else if !sha256RE.MatchString(f.SHA256) || f.Size < 0 {
+			err = fmt.Errorf("file %q has sha256 %q and size %d", f.Path, f.SHA256, f.Size)
+		}
+	}
+	if err != nil {
+		env.Log.Warn("ignoring the cache's listing", "artifact", a.Digest, "err", err)
+		return nil
+	}
+	return &l
+}
+
+// fetchFromCache fetches the files of todo that the registry holds as blobs, with the
+// parallel ranged downloader, each file on its own so that one failing falls back to the
+// origin alone. It returns the files left for the origin and those it fetched.
+func (s *Step) fetchFromCache(ctx context.Context, env *engine.Env, dest string, todo []fetch.File, rec *record) (rest []fetch.File, fetched []fetch.Result, bytes int64, err error) {
+	var inReg []fetch.File
+	for _, f := range todo {
+		if f.SHA256 == "" {
+			rest = append(rest, f)
+			continue
+		}
+		ok, herr := env.Cache.HasBlob(ctx, f.SHA256)
+		if herr != nil {
+			if ctx.Err() != nil {
+				return nil, nil, 0, ctx.Err()
+			}
+			env.Log.Warn("cannot ask the cache for a file; fetching it from the origin", "file", f.Path, "err", herr)
+		}
+		if !ok {
+			rest = append(rest, f)
+			continue
+		}
+		inReg = append(inReg, f)
+	}
+	if len(inReg) == 0 {
+		return rest, nil, 0, nil
+	}
+	var total int64
+	for _, f := range inReg {
+		total += max(f.Size, 0)
+	}
+	env.Log.Info("downloading from the cache", "files", len(inReg), "bytes", logval.Bytes(total), "cache", env.Cache.String())
+	rep, closeRep := s.reporter(env)
+	defer closeRep()
+	type outcome struct {
+		f   fetch.File
+		res []fetch.Result
+		err error
+	}
+	out := make([]outcome, len(inReg))
+	at := s.spec.FilesAtOnce
+	if at <= 0 {
+		at = 4
+	}
+	sem := make(chan struct{}, at)
+	var wg sync.WaitGroup
+	for i, f := range inReg {
+		reg := f
+		reg.URL = env.Cache.BlobURL(f.SHA256)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			res, ferr := fetch.Fetch(ctx, []fetch.File{reg}, fetch.Options{
+				Dest: dest, Files: 1, Conns: s.spec.Connections, ChunkSize: cache.ChunkSize, StallTimeout: s.stall,
+				Retries: s.spec.Retries, Client: env.Cache.HTTPClient(), Progress: rep, FreeSpace: s.freeSpace,
+				Logf: func(format string, args ...any) { env.Log.Info(redact.Userinfo(fmt.Sprintf(format, args...))) },
+			})
+			out[i] = outcome{f: f, res: res, err: ferr}
+		}()
+	}
+	wg.Wait()
+	for _, o := range out {
+		got, n, rerr := s.recordResults(dest, []fetch.File{o.f}, o.res, rec)
+		if o.err == nil {
+			o.err = rerr
+		}
+		if o.err != nil {
+			if ctx.Err() != nil {
+				return nil, nil, 0, ctx.Err()
+			}
+			env.Log.Warn("fetching a file from the cache failed; fetching it from the origin", "file", o.f.Path, "err", o.err)
+			rest = append(rest, o.f)
+			continue
+		}
+		fetched, bytes = append(fetched, got...), bytes+n
+	}
+	if err := env.SaveData(*rec); err != nil {
+		return nil, nil, 0, fmt.Errorf("recording verified files: %w", err)
+	}
+	return rest, fetched, bytes, nil
+}
+
+// recordResults records each verified file of results (files are what was asked) in rec,
+// and returns those that came over the network and their bytes.
+func (s *Step) recordResults(dest string, files []fetch.File, results []fetch.Result, rec *record) (fetched []fetch.Result, bytes int64, ferr error) {
+	byPath := map[string]fetch.File{}
+	for _, f := range files {
+		byPath[f.Path] = f
+	}
+	for _, r := range results {
+		f, ok := byPath[r.Path]
+		if !ok {
+			continue
+		}
+		p := filepath.Join(dest, filepath.FromSlash(r.Path))
+		if r.Present {
+			// Already there at the expected size but not verified by this run: hash it.
+			if err := fetch.VerifyFile(p, f); err != nil {
+				if ferr == nil {
+					ferr = fmt.Errorf("verifying %s: %w", filepath.Join(s.spec.Dest, r.Path), err)
+				}
+				continue
+			}
+		}
+		st, err := statOf(p)
+		if err != nil {
+			if ferr == nil {
+				ferr = fmt.Errorf("checking %s: %w", filepath.Join(s.spec.Dest, r.Path), err)
+			}
+			continue
+		}
+		if !r.Present {
+			// Recorded as verified only from the digest of the bytes the downloader
+			// wrote and renamed into place, never from the listing alone.
+			if bad := ownDigestDiffers(f, r, st); bad != "" {
+				if ferr == nil {
+					ferr = fmt.Errorf("%s: %s; run again to download it again", filepath.Join(s.spec.Dest, r.Path), bad)
+				}
+				continue
+			}
+		}
+		st.SHA256, st.GitSHA1 = f.SHA256, f.GitSHA1
+		if r.SHA256 != "" && !r.Present {
+			st.SHA256 = r.SHA256
+		}
+		rec.Files[r.Path] = st
+		if !r.Present {
+			fetched = append(fetched, r)
+			bytes += r.Bytes
+		}
+	}
+	return fetched, bytes, ferr
+}
+
+// Publish pushes every file the step verified as a blob whose digest is its sha256 (the
+// files the hub keeps in git, without one, are hashed first), and the resolved listing as
+// the artifact's config, tagged with the step's fingerprint.
+func (s *Step) Publish(ctx context.Context, env *engine.Env) (string, error) {
+	rec, ok := s.loadRecord(env)
+	if !ok || len(rec.Expected) == 0 {
+		return "", nil
+	}
+	dest := env.HostPath(s.spec.Dest)
+	l := cacheListing{Repo: rec.Repo, Revision: rec.Revision, Commit: rec.Commit}
+	var files []cache.File
+	for _, rel := range rec.Expected {
+		fr, ok := rec.Files[rel]
+		if !ok {
+			return "", fmt.Errorf("%s was not verified", rel)
+		}
+		p := filepath.Join(dest, filepath.FromSlash(rel))
+		sum, size := fr.SHA256, fr.Size
+		if sum == "" {
+			var err error
+			if sum, size, err = cache.FileSHA256(p); err != nil {
+				return "", err
+			}
+		}
+		l.Files = append(l.Files, listedFile{Path: rel, Size: size, SHA256: sum, GitSHA1: fr.GitSHA1})
+		files = append(files, cache.File{Name: rel, Path: p, Size: size, SHA256: sum, Mode: 0o644})
+	}
+	meta, err := json.Marshal(l)
+	if err != nil {
+		return "", fmt.Errorf("encoding the listing: %w", err)
+	}
+	a, err := env.Cache.Push(ctx, env.Fingerprint, cache.KindDownload, meta, files)
+	if err != nil {
+		return "", err
+	}
+	return a.Digest, nil
+}

@@ -1,0 +1,110 @@
+package download
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sglprov/sglprov/pkg/cache"
+	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/test/fakehub"
+	"github.com/sglprov/sglprov/test/ociregistry"
+)
+
+// TestFleetCache: node A downloads from the hub and publishes; node B takes the listing
+// and the files from the registry, except one whose blob the registry serves corrupted:
+// that file alone comes from the origin. With the registry down, node C asks the origin
+// for everything.
+func TestFleetCache(t *testing.T) {
+	ctx := context.Background()
+	reg := ociregistry.StartT(t)
+	fx := newFixture(t, fakehub.Options{})
+	repoRef := reg.Addr + "/fleet/weights"
+	pusher, err := cache.New(cache.Config{Repository: repoRef, Push: true}, cache.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	puller, err := cache.New(cache.Config{Repository: repoRef}, cache.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fingerprint := strings.Repeat("0f", 32)
+	spec := fx.hfSpec(fx.hub.Commit())
+
+	// Node A.
+	fx.env.Cache, fx.env.Fingerprint = pusher, fingerprint
+	a := fx.step(t, spec, nil)
+	if err := a.Run(ctx, fx.env); err != nil {
+		t.Fatal(err)
+	}
+	digest, err := a.Publish(ctx, fx.env)
+	if err != nil || !strings.HasPrefix(digest, "sha256:") {
+		t.Fatalf("Publish = %q, %v", digest, err)
+	}
+
+	// The registry now serves one shard's blob with other bytes of the same size.
+	shard := "model-00002-of-00003.safetensors"
+	want, err := os.ReadFile(filepath.Join(fx.src, shard))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(want)
+	hexsum := hex.EncodeToString(sum[:])
+	blob := filepath.Join(reg.Dir, "storage", "docker", "registry", "v2", "blobs", "sha256", hexsum[:2], hexsum, "data")
+	if err := os.WriteFile(blob, bytes.Repeat([]byte{'!'}, len(want)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	// Node B.
+	newNode := func(c cache.Cache) (*engine.Env, string, *syncBuffer) {
+		dir := t.TempDir()
+		log := &syncBuffer{}
+		env := engine.NewTestEnv(dir, log)
+		env.StepName, env.Cache, env.Fingerprint = "weights", c, fingerprint
+		return env, filepath.Join(dir, "models", "m"), log
+	}
+	envB, destB, logB := newNode(puller)
+	specB := spec
+	specB.Dest = destB
+	fx.hub.ResetCounters()
+	if err := fx.step(t, specB, nil).Run(ctx, envB); err != nil {
+		t.Fatalf("node B: %v\n%s", err, logB)
+	}
+	if n := fx.hub.APIRequests(); n != 0 {
+		t.Errorf("node B made %d hub API requests; the listing is in the registry", n)
+	}
+	if got := fx.hub.BytesServed(); got != int64(len(want)) {
+		t.Errorf("the origin served %d bytes to node B, want only the corrupted shard's %d", got, len(want))
+	}
+	for _, name := range []string{"model-00001-of-00003.safetensors", shard, "model-00003-of-00003.safetensors", "config.json", "model.safetensors.index.json"} {
+		src, _ := os.ReadFile(filepath.Join(fx.src, name))
+		got, err := os.ReadFile(filepath.Join(destB, name))
+		if err != nil || !bytes.Equal(src, got) {
+			t.Errorf("node B: %s differs from the origin's (%v)", name, err)
+		}
+	}
+	if !strings.Contains(logB.String(), "fetching a file from the cache failed; fetching it from the origin") || !strings.Contains(logB.String(), shard) {
+		t.Errorf("node B's log does not say which file fell back to the origin:\n%s", logB)
+	}
+
+	// Node C: the registry is down; the origin serves all, and the log says why.
+	reg.Stop()
+	envC, destC, logC := newNode(puller)
+	specC := spec
+	specC.Dest = destC
+	fx.hub.ResetCounters()
+	if err := fx.step(t, specC, nil).Run(ctx, envC); err != nil {
+		t.Fatalf("node C: %v\n%s", err, logC)
+	}
+	if fx.hub.APIRequests() == 0 {
+		t.Error("node C never asked the hub for the listing")
+	}
+	if !strings.Contains(logC.String(), "cannot read the listing from the cache; asking the origin") {
+		t.Errorf("node C's log does not say why it asked the origin:\n%s", logC)
+	}
+}
