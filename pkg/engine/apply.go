@@ -180,7 +180,7 @@ func (e *Engine) runNode(ctx context.Context, n *node, sem chan struct{}, runDir
 	if !dec.Run {
 		res.Result = ResultSkipped
 		e.log.Info("skipped", "step", n.step.Name, "reason", dec.Reason)
-		e.publishSkipped(ctx, n, denv, dec.Fingerprint, res)
+		e.publish(ctx, n, denv, CacheSlot{Cache: e.opts.Cache, Tag: dec.Fingerprint}, res)
 		return
 	}
 	logf, logPath, err := openStepLog(runDir, n.step.Name)
@@ -194,12 +194,13 @@ func (e *Engine) runNode(ctx context.Context, n *node, sem chan struct{}, runDir
 	env.DepsRan = ran
 	res.Log = logPath
 	res.Started = e.opts.Now().UTC()
-	env.Fingerprint = dec.Fingerprint
+	// The artifact's tag is the fingerprint before the run: what a fresh node computes.
+	slot := CacheSlot{Cache: e.opts.Cache, Tag: dec.Fingerprint}
 	env.Log.Info("running", "reason", dec.Reason)
 	e.record(n.step.Name, func(r *StepRecord) {
 		r.Result, r.PID, r.Started, r.Reason, r.Error = ResultRunning, os.Getpid(), res.Started, dec.Reason, ""
 	})
-	runErr := e.restoreOrRun(ctx, n, env, res)
+	runErr := e.restoreOrRun(ctx, n, env, slot, res)
 	res.Duration = e.opts.Now().Sub(res.Started)
 	var skip *SkipError
 	switch {
@@ -219,7 +220,7 @@ func (e *Engine) runNode(ctx context.Context, n *node, sem chan struct{}, runDir
 		if a, ok := e.store.artifact(n.step.Name); ok && a.fromCache {
 			res.FromCache = a.digest
 		}
-		e.publish(ctx, n, env, res)
+		e.publish(ctx, n, env, slot, res)
 	case ctx.Err() != nil:
 		res.Result, res.err = ResultInterrupted, fmt.Errorf("interrupted: %w", runErr)
 		env.Log.Warn("interrupted", "err", runErr)
@@ -247,51 +248,51 @@ func (e *Engine) runNode(ctx context.Context, n *node, sem chan struct{}, runDir
 
 // restoreOrRun takes the step's outputs from the fleet cache when it can, and runs the
 // step otherwise (a failed pull is said and falls back to running). A forced step runs.
-func (e *Engine) restoreOrRun(ctx context.Context, n *node, env *Env, res *StepReport) error {
-	if r, ok := n.impl.(Restorer); ok && env.Cache != nil && !env.Force {
-		digest, found, err := r.Restore(ctx, env)
+func (e *Engine) restoreOrRun(ctx context.Context, n *node, env *Env, slot CacheSlot, res *StepReport) error {
+	if slot.Cache == nil {
+		return n.impl.Run(ctx, env)
+	}
+	if r, ok := n.impl.(Restorer); ok && !env.Force {
+		digest, found, err := r.Restore(ctx, env, slot)
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return err
 		case err != nil:
-			env.Log.Warn("cannot take the outputs from the cache; running the step", "cache", env.Cache.String(), "err", err)
+			env.Log.Warn("cannot take the outputs from the cache; running the step", "cache", slot.Cache.String(), "err", err)
 			res.Reason += "; cache pull failed, ran instead: " + firstLine(err.Error())
 			env.Detail("cache_error", err.Error())
 		case found:
 			env.FromCache(digest)
 			res.FromCache = digest
-			env.Log.Info("outputs taken from the cache", "artifact", digest, "cache", env.Cache.String())
+			env.Log.Info("outputs taken from the cache", "artifact", digest, "cache", slot.Cache.String())
 			return nil
 		}
+	}
+	if cr, ok := n.impl.(CachedRunner); ok {
+		return cr.RunCached(ctx, env, slot)
 	}
 	return n.impl.Run(ctx, env)
 }
 
-// publishSkipped seeds the fleet cache from a node that pushes: a step that is up to date
-// here but whose artifact the registry lacks (it was made before the cache was configured,
-// or the registry was wiped) is published as if it had just run.
-func (e *Engine) publishSkipped(ctx context.Context, n *node, env *Env, fingerprint string, res *StepReport) {
-	env.Fingerprint = fingerprint
-	e.publish(ctx, n, env, res)
-}
-
 // publish pushes what a successful run made, when the step is a Publisher and this node
-// pushes. A failed push is a warning: the step's own work succeeded.
-func (e *Engine) publish(ctx context.Context, n *node, env *Env, res *StepReport) {
+// pushes. A failed push is a warning: the step's own work succeeded. It is also called for
+// a step that is up to date here but whose artifact the registry lacks (made before the
+// cache was configured, or the registry was wiped): a pushing node seeds the cache.
+func (e *Engine) publish(ctx context.Context, n *node, env *Env, slot CacheSlot, res *StepReport) {
 	p, ok := n.impl.(Publisher)
-	if !ok || env.Cache == nil || !env.Cache.CanPush() || res.FromCache != "" {
+	if !ok || slot.Cache == nil || slot.Tag == "" || !slot.Cache.CanPush() || res.FromCache != "" {
 		return
 	}
 	// A tag is never pushed twice: a build that is not bit-for-bit reproducible must not
 	// replace what other nodes may have taken already.
-	if a, err := env.Cache.Lookup(ctx, env.Fingerprint); err == nil && a != nil {
+	if a, err := slot.Cache.Lookup(ctx, slot.Tag); err == nil && a != nil {
 		env.Log.Debug("the cache already holds this step's artifact; not pushing", "artifact", a.Digest)
 		return
 	}
 	start := e.opts.Now()
-	digest, err := p.Publish(ctx, env)
+	digest, err := p.Publish(ctx, env, slot)
 	if err != nil {
-		env.Log.Warn("pushing to the cache failed", "cache", env.Cache.String(), "err", err)
+		env.Log.Warn("pushing to the cache failed", "cache", slot.Cache.String(), "err", err)
 		env.Detail("cache_push_error", err.Error())
 		return
 	}
@@ -301,7 +302,7 @@ func (e *Engine) publish(ctx context.Context, n *node, env *Env, res *StepReport
 	e.store.setArtifact(n.step.Name, digest, false)
 	res.Pushed = digest
 	env.Detail("cache_pushed", digest)
-	env.Log.Info("pushed to the cache", "artifact", digest, "tag", shortDigest(env.Fingerprint), "seconds", logval.Seconds(e.opts.Now().Sub(start)))
+	env.Log.Info("pushed to the cache", "artifact", digest, "tag", shortDigest(slot.Tag), "seconds", logval.Seconds(e.opts.Now().Sub(start)))
 }
 
 // record updates one step's record and writes the state.

@@ -62,17 +62,17 @@ type cachedStep struct {
 	published int
 }
 
-func (c *cachedStep) Restore(ctx context.Context, env *engine.Env) (string, bool, error) {
-	a, err := env.Cache.Lookup(ctx, env.Fingerprint)
+func (c *cachedStep) Restore(ctx context.Context, env *engine.Env, slot engine.CacheSlot) (string, bool, error) {
+	a, err := slot.Cache.Lookup(ctx, slot.Tag)
 	if err != nil || a == nil {
 		return "", false, err
 	}
 	return a.Digest, true, nil
 }
 
-func (c *cachedStep) Publish(ctx context.Context, env *engine.Env) (string, error) {
+func (c *cachedStep) Publish(ctx context.Context, env *engine.Env, slot engine.CacheSlot) (string, error) {
 	c.published++
-	a, err := env.Cache.Push(ctx, env.Fingerprint, cache.KindBuild, []byte(`{}`), nil)
+	a, err := slot.Cache.Push(ctx, slot.Tag, cache.KindBuild, []byte(`{}`), nil)
 	if err != nil {
 		return "", err
 	}

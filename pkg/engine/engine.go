@@ -185,7 +185,6 @@ func (e *Engine) env(n *node, logw io.Writer, logPath string) *Env {
 		Offline:             e.opts.Root != "" && e.opts.Root != "/",
 		Builtin:             e.opts.Builtin,
 		InsecurePermissions: e.opts.InsecurePermissions,
-		Cache:               e.opts.Cache,
 		store:               e.store,
 	}
 }

@@ -42,18 +42,34 @@ type NodeLocal interface {
 	NodeLocalFields() []string
 }
 
+// CacheSlot is a step's place in the fleet cache for one run: the cache the recipe
+// configures and the tag of the step's artifact there (its fingerprint). The engine hands
+// it to the steps that use the cache, through the interfaces below; steps of other kinds
+// never see the cache.
+type CacheSlot struct {
+	Cache cache.Cache
+	Tag   string
+}
+
 // Restorer is implemented by steps whose outputs can come from the fleet cache instead of
-// a run: the artifact tagged with env.Fingerprint. Restore returns its digest, or ok false
-// when the cache has none; an error makes the engine run the step and say why.
+// a run: the artifact tagged slot.Tag. Restore returns its digest, or ok false when the
+// cache has none; an error makes the engine run the step and say why.
 type Restorer interface {
-	Restore(ctx context.Context, env *Env) (artifact string, ok bool, err error)
+	Restore(ctx context.Context, env *Env, slot CacheSlot) (artifact string, ok bool, err error)
+}
+
+// CachedRunner is implemented by steps whose run itself reads from the fleet cache (a
+// download takes its listing and each blob from the registry first, and the rest from the
+// origin). With a cache configured the engine calls RunCached in place of Run.
+type CachedRunner interface {
+	RunCached(ctx context.Context, env *Env, slot CacheSlot) error
 }
 
 // Publisher is implemented by steps that push what a successful run made to the fleet
-// cache (when env.Cache.CanPush()), tagged with env.Fingerprint; it returns the artifact's
-// digest. A failed push is a warning, never a failed step.
+// cache (when slot.Cache.CanPush()), tagged slot.Tag; it returns the artifact's digest. A
+// failed push is a warning, never a failed step.
 type Publisher interface {
-	Publish(ctx context.Context, env *Env) (artifact string, err error)
+	Publish(ctx context.Context, env *Env, slot CacheSlot) (artifact string, err error)
 }
 
 // AlwaysRunner is implemented by steps that run on every apply, whatever their
@@ -158,11 +174,6 @@ type Env struct {
 	Builtin fs.FS
 	// InsecurePermissions accepts recipe files that other users own or can write.
 	InsecurePermissions bool
-	// Cache is the fleet cache (nil: none configured).
-	Cache cache.Cache
-	// Fingerprint is the step's fingerprint in this run: the tag of its artifact in the
-	// fleet cache.
-	Fingerprint string
 
 	store *Store
 }

@@ -28,11 +28,11 @@ type cacheMeta struct {
 // step's fingerprint is pulled into a folder in the state dir (every layer's size and
 // sha256 checked), and each file renamed (or, across file systems, copied) into place. A file the artifact names must be
 // one the step's outputs globs match; anything else refuses the artifact.
-func (s *Step) Restore(ctx context.Context, env *engine.Env) (string, bool, error) {
-	if len(s.spec.Outputs) == 0 || env.Cache == nil || env.Fingerprint == "" {
+func (s *Step) Restore(ctx context.Context, env *engine.Env, slot engine.CacheSlot) (string, bool, error) {
+	if len(s.spec.Outputs) == 0 || slot.Cache == nil || slot.Tag == "" {
 		return "", false, nil
 	}
-	a, err := env.Cache.Lookup(ctx, env.Fingerprint)
+	a, err := slot.Cache.Lookup(ctx, slot.Tag)
 	if err != nil || a == nil {
 		return "", false, err
 	}
@@ -66,7 +66,7 @@ func (s *Step) Restore(ctx context.Context, env *engine.Env) (string, bool, erro
 		pulled.Files[i] = f
 	}
 	env.Log.Info("pulling the outputs from the cache", "artifact", a.Digest, "files", len(a.Files))
-	if err := env.Cache.Pull(ctx, &pulled, stage); err != nil {
+	if err := slot.Cache.Pull(ctx, &pulled, stage); err != nil {
 		return "", false, err
 	}
 	known := map[string]string{}
@@ -98,7 +98,7 @@ func (s *Step) Restore(ctx context.Context, env *engine.Env) (string, bool, erro
 
 // Publish pushes the outputs the last run recorded as one artifact tagged with the
 // step's fingerprint.
-func (s *Step) Publish(ctx context.Context, env *engine.Env) (string, error) {
+func (s *Step) Publish(ctx context.Context, env *engine.Env, slot engine.CacheSlot) (string, error) {
 	var rec record
 	if len(s.spec.Outputs) == 0 || !env.LoadData(&rec) || len(rec.Outputs) == 0 {
 		return "", nil
@@ -122,7 +122,7 @@ func (s *Step) Publish(ctx context.Context, env *engine.Env) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("encoding the artifact's config: %w", err)
 	}
-	a, err := env.Cache.Push(ctx, env.Fingerprint, cache.KindBuild, b, files)
+	a, err := slot.Cache.Push(ctx, slot.Tag, cache.KindBuild, b, files)
 	if err != nil {
 		return "", err
 	}

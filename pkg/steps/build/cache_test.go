@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/sglprov/sglprov/pkg/cache"
+	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/test/ociregistry"
 )
 
@@ -37,12 +38,12 @@ func TestRestoreFromCache(t *testing.T) {
 
 	t.Run("outputs", func(t *testing.T) {
 		env, _, _ := testEnv(t)
-		env.Cache, env.Fingerprint = c, strings.Repeat("a1", 32)
-		pushed, err := c.Push(ctx, env.Fingerprint, cache.KindBuild, []byte(`{}`), []cache.File{file("dist/k-1.0.whl", "wheel")})
+		slot := engine.CacheSlot{Cache: c, Tag: strings.Repeat("a1", 32)}
+		pushed, err := c.Push(ctx, slot.Tag, cache.KindBuild, []byte(`{}`), []cache.File{file("dist/k-1.0.whl", "wheel")})
 		if err != nil {
 			t.Fatal(err)
 		}
-		digest, ok, err := s.Restore(ctx, env)
+		digest, ok, err := s.Restore(ctx, env, slot)
 		if err != nil || !ok || digest != pushed.Digest {
 			t.Fatalf("Restore = %q, %v, %v; want %s", digest, ok, err, pushed.Digest)
 		}
@@ -66,11 +67,11 @@ func TestRestoreFromCache(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			env, _, _ := testEnv(t)
-			env.Cache, env.Fingerprint = c, strings.Repeat("b", 63)+string(rune('0'+i))
-			if _, err := c.Push(ctx, env.Fingerprint, cache.KindBuild, []byte(`{}`), []cache.File{file(tc.file, "evil")}); err != nil {
+			slot := engine.CacheSlot{Cache: c, Tag: strings.Repeat("b", 63) + string(rune('0'+i))}
+			if _, err := c.Push(ctx, slot.Tag, cache.KindBuild, []byte(`{}`), []cache.File{file(tc.file, "evil")}); err != nil {
 				t.Fatal(err)
 			}
-			_, ok, err := s.Restore(ctx, env)
+			_, ok, err := s.Restore(ctx, env, slot)
 			if ok || err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("Restore = %v, %v; want a refusal (%s)", ok, err, tc.want)
 			}

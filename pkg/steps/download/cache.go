@@ -34,14 +34,14 @@ type listedFile struct {
 
 // lookupListing returns the artifact tagged with the step's fingerprint, or nil (no cache,
 // none there, or a lookup that failed: that is said, and the origin is asked instead).
-func (s *Step) lookupListing(ctx context.Context, env *engine.Env) *cache.Artifact {
-	if env.Cache == nil || env.Fingerprint == "" {
+func (s *Step) lookupListing(ctx context.Context, env *engine.Env, slot engine.CacheSlot) *cache.Artifact {
+	if slot.Cache == nil || slot.Tag == "" {
 		return nil
 	}
-	a, err := env.Cache.Lookup(ctx, env.Fingerprint)
+	a, err := slot.Cache.Lookup(ctx, slot.Tag)
 	switch {
 	case err != nil:
-		env.Log.Warn("cannot read the listing from the cache; asking the origin", "cache", env.Cache.String(), "err", err)
+		env.Log.Warn("cannot read the listing from the cache; asking the origin", "cache", slot.Cache.String(), "err", err)
 		env.Detail("cache_error", err.Error())
 		return nil
 	case a != nil && a.Kind != cache.KindDownload:
@@ -82,14 +82,14 @@ func (s *Step) listingFrom(env *engine.Env, a *cache.Artifact) *cacheListing {
 // fetchFromCache fetches the files of todo that the registry holds as blobs, with the
 // parallel ranged downloader, each file on its own so that one failing falls back to the
 // origin alone. It returns the files left for the origin and those it fetched.
-func (s *Step) fetchFromCache(ctx context.Context, env *engine.Env, dest string, todo []fetch.File, rec *record) (rest []fetch.File, fetched []fetch.Result, bytes int64, err error) {
+func (s *Step) fetchFromCache(ctx context.Context, env *engine.Env, c cache.Cache, dest string, todo []fetch.File, rec *record) (rest []fetch.File, fetched []fetch.Result, bytes int64, err error) {
 	var inReg []fetch.File
 	for _, f := range todo {
 		if f.SHA256 == "" {
 			rest = append(rest, f)
 			continue
 		}
-		ok, herr := env.Cache.HasBlob(ctx, f.SHA256)
+		ok, herr := c.HasBlob(ctx, f.SHA256)
 		if herr != nil {
 			if ctx.Err() != nil {
 				return nil, nil, 0, ctx.Err()
@@ -109,7 +109,7 @@ func (s *Step) fetchFromCache(ctx context.Context, env *engine.Env, dest string,
 	for _, f := range inReg {
 		total += max(f.Size, 0)
 	}
-	env.Log.Info("downloading from the cache", "files", len(inReg), "bytes", logval.Bytes(total), "cache", env.Cache.String())
+	env.Log.Info("downloading from the cache", "files", len(inReg), "bytes", logval.Bytes(total), "cache", c.String())
 	rep, closeRep := s.reporter(env)
 	defer closeRep()
 	type outcome struct {
@@ -126,7 +126,7 @@ func (s *Step) fetchFromCache(ctx context.Context, env *engine.Env, dest string,
 	var wg sync.WaitGroup
 	for i, f := range inReg {
 		reg := f
-		reg.URL = env.Cache.BlobURL(f.SHA256)
+		reg.URL = c.BlobURL(f.SHA256)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -134,7 +134,7 @@ func (s *Step) fetchFromCache(ctx context.Context, env *engine.Env, dest string,
 			defer func() { <-sem }()
 			res, ferr := fetch.Fetch(ctx, []fetch.File{reg}, fetch.Options{
 				Dest: dest, Files: 1, Conns: s.spec.Connections, ChunkSize: cache.ChunkSize, StallTimeout: s.stall,
-				Retries: s.spec.Retries, Client: env.Cache.HTTPClient(), Progress: rep, FreeSpace: s.freeSpace,
+				Retries: s.spec.Retries, Client: c.HTTPClient(), Progress: rep, FreeSpace: s.freeSpace,
 				Logf: func(format string, args ...any) { env.Log.Info(redact.Userinfo(fmt.Sprintf(format, args...))) },
 			})
 			out[i] = outcome{f: f, res: res, err: ferr}
@@ -217,7 +217,7 @@ func (s *Step) recordResults(dest string, files []fetch.File, results []fetch.Re
 // Publish pushes every file the step verified as a blob whose digest is its sha256 (the
 // files the hub keeps in git, without one, are hashed first), and the resolved listing as
 // the artifact's config, tagged with the step's fingerprint.
-func (s *Step) Publish(ctx context.Context, env *engine.Env) (string, error) {
+func (s *Step) Publish(ctx context.Context, env *engine.Env, slot engine.CacheSlot) (string, error) {
 	rec, ok := s.loadRecord(env)
 	if !ok || len(rec.Expected) == 0 {
 		return "", nil
@@ -245,7 +245,7 @@ func (s *Step) Publish(ctx context.Context, env *engine.Env) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("encoding the listing: %w", err)
 	}
-	a, err := env.Cache.Push(ctx, env.Fingerprint, cache.KindDownload, meta, files)
+	a, err := slot.Cache.Push(ctx, slot.Tag, cache.KindDownload, meta, files)
 	if err != nil {
 		return "", err
 	}

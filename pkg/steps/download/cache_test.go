@@ -37,12 +37,12 @@ func TestFleetCache(t *testing.T) {
 	spec := fx.hfSpec(fx.hub.Commit())
 
 	// Node A.
-	fx.env.Cache, fx.env.Fingerprint = pusher, fingerprint
+	slotA := engine.CacheSlot{Cache: pusher, Tag: fingerprint}
 	a := fx.step(t, spec, nil)
-	if err := a.Run(ctx, fx.env); err != nil {
+	if err := a.RunCached(ctx, fx.env, slotA); err != nil {
 		t.Fatal(err)
 	}
-	digest, err := a.Publish(ctx, fx.env)
+	digest, err := a.Publish(ctx, fx.env, slotA)
 	if err != nil || !strings.HasPrefix(digest, "sha256:") {
 		t.Fatalf("Publish = %q, %v", digest, err)
 	}
@@ -61,18 +61,19 @@ func TestFleetCache(t *testing.T) {
 	}
 
 	// Node B.
-	newNode := func(c cache.Cache) (*engine.Env, string, *syncBuffer) {
+	newNode := func() (*engine.Env, string, *syncBuffer) {
 		dir := t.TempDir()
 		log := &syncBuffer{}
 		env := engine.NewTestEnv(dir, log)
-		env.StepName, env.Cache, env.Fingerprint = "weights", c, fingerprint
+		env.StepName = "weights"
 		return env, filepath.Join(dir, "models", "m"), log
 	}
-	envB, destB, logB := newNode(puller)
+	slotB := engine.CacheSlot{Cache: puller, Tag: fingerprint}
+	envB, destB, logB := newNode()
 	specB := spec
 	specB.Dest = destB
 	fx.hub.ResetCounters()
-	if err := fx.step(t, specB, nil).Run(ctx, envB); err != nil {
+	if err := fx.step(t, specB, nil).RunCached(ctx, envB, slotB); err != nil {
 		t.Fatalf("node B: %v\n%s", err, logB)
 	}
 	if n := fx.hub.APIRequests(); n != 0 {
@@ -94,11 +95,11 @@ func TestFleetCache(t *testing.T) {
 
 	// Node C: the registry is down; the origin serves all, and the log says why.
 	reg.Stop()
-	envC, destC, logC := newNode(puller)
+	envC, destC, logC := newNode()
 	specC := spec
 	specC.Dest = destC
 	fx.hub.ResetCounters()
-	if err := fx.step(t, specC, nil).Run(ctx, envC); err != nil {
+	if err := fx.step(t, specC, nil).RunCached(ctx, envC, slotB); err != nil {
 		t.Fatalf("node C: %v\n%s", err, logC)
 	}
 	if fx.hub.APIRequests() == 0 {

@@ -213,10 +213,16 @@ func (s *Step) hashedNow(rel string, cur fileRecord) bool {
 // of files no longer listed, and checks the safetensors headers and index. No URL in its
 // error or log lines carries user information.
 func (s *Step) Run(ctx context.Context, env *engine.Env) error {
-	return redact.Error(s.run(ctx, env))
+	return redact.Error(s.run(ctx, env, engine.CacheSlot{}))
 }
 
-func (s *Step) run(ctx context.Context, env *engine.Env) error {
+// RunCached is Run with the fleet cache: the listing and each blob come from the registry
+// first, the rest from the origin (engine.CachedRunner).
+func (s *Step) RunCached(ctx context.Context, env *engine.Env, slot engine.CacheSlot) error {
+	return redact.Error(s.run(ctx, env, slot))
+}
+
+func (s *Step) run(ctx context.Context, env *engine.Env, slot engine.CacheSlot) error {
 	start := time.Now()
 	dest := env.HostPath(s.spec.Dest)
 	rec := record{Files: map[string]fileRecord{}}
@@ -228,7 +234,7 @@ func (s *Step) run(ctx context.Context, env *engine.Env) error {
 		token     string
 		tokenHost string
 	)
-	artifact := s.lookupListing(ctx, env)
+	artifact := s.lookupListing(ctx, env, slot)
 	var listing *cacheListing
 	if artifact != nil {
 		listing = s.listingFrom(env, artifact)
@@ -314,10 +320,10 @@ func (s *Step) run(ctx context.Context, env *engine.Env) error {
 		bytes   int64
 		fromReg int
 	)
-	if env.Cache != nil && len(todo) > 0 {
+	if slot.Cache != nil && len(todo) > 0 {
 		var regFetched []fetch.Result
 		var regBytes int64
-		todo, regFetched, regBytes, err = s.fetchFromCache(ctx, env, dest, todo, &rec)
+		todo, regFetched, regBytes, err = s.fetchFromCache(ctx, env, slot.Cache, dest, todo, &rec)
 		if err != nil {
 			return err
 		}
