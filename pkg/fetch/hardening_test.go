@@ -165,10 +165,11 @@ func TestWriteErrorIsTheCause(t *testing.T) {
 	if err == nil {
 		t.Fatal("no error from a full disk")
 	}
+	t.Logf("error: %v", err)
 	if !errors.Is(err, syscall.ENOSPC) || errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v, want the write error itself, not a cancellation", err)
 	}
-	if !strings.Contains(err.Error(), "no space left on device") || !strings.Contains(err.Error(), filepath.Join(dest, WorkDir, "parts")) {
+	if !strings.Contains(err.Error(), "writing "+filepath.Join(dest, WorkDir, "parts")) || !strings.HasSuffix(err.Error(), ".part: no space left on device") || strings.Count(err.Error(), dest) != 1 {
 		t.Errorf("err = %q, want the cause and the part's path", err)
 	}
 }

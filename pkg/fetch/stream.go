@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -243,6 +244,11 @@ func (s *stream) sink(cancel context.CancelFunc) error {
 				break
 			}
 			if _, werr := s.w.Write(pc.data); werr != nil {
+				// The path is said once: "writing PATH: no space left on device".
+				var pe *os.PathError
+				if errors.As(werr, &pe) {
+					werr = pe.Err
+				}
 				err = fmt.Errorf("writing %s: %w", s.j.part, werr)
 				break
 			}
