@@ -7,6 +7,7 @@ import (
 	"encoding"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -165,10 +166,11 @@ func TestWriteErrorIsTheCause(t *testing.T) {
 	if err == nil {
 		t.Fatal("no error from a full disk")
 	}
+	t.Logf("error: %v", err)
 	if !errors.Is(err, syscall.ENOSPC) || errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v, want the write error itself, not a cancellation", err)
 	}
-	if !strings.Contains(err.Error(), "no space left on device") || !strings.Contains(err.Error(), filepath.Join(dest, WorkDir, "parts")) {
+	if !strings.Contains(err.Error(), "writing "+filepath.Join(dest, WorkDir, "parts")) || !strings.HasSuffix(err.Error(), ".part: no space left on device") || strings.Count(err.Error(), dest) != 1 {
 		t.Errorf("err = %q, want the cause and the part's path", err)
 	}
 }
@@ -266,5 +268,31 @@ func TestRemoveParts(t *testing.T) {
 	}
 	if removed, err := RemoveParts(t.TempDir()); err != nil || len(removed) != 0 {
 		t.Errorf("RemoveParts of a folder without parts = %v, %v", removed, err)
+	}
+}
+
+// Several Fetch calls into one folder at once (the cache path runs one per file): one that
+// finishes removes the empty part folders while another is about to create its part.
+func TestConcurrentFetchesIntoOneFolder(t *testing.T) {
+	data := randomBytes(t, 4096)
+	srv := newFaultServer(t, map[string][]byte{"w": data})
+	dest := t.TempDir()
+	for round := range 20 {
+		errs := make(chan error, 16)
+		for i := range 16 {
+			go func() {
+				f := File{URL: srv.url("w"), Path: fmt.Sprintf("r%d/sub/f%d.bin", round, i), Size: int64(len(data)), SHA256: sha256Hex(data)}
+				_, err := Fetch(context.Background(), []File{f}, testOptions(dest))
+				errs <- err
+			}()
+		}
+		for range 16 {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dest, WorkDir)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s left behind: %v", WorkDir, err)
 	}
 }

@@ -6,9 +6,11 @@ import (
 	"crypto/sha256"
 	"encoding"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sync"
 )
 
@@ -243,6 +245,11 @@ func (s *stream) sink(cancel context.CancelFunc) error {
 				break
 			}
 			if _, werr := s.w.Write(pc.data); werr != nil {
+				// The path is said once: "writing PATH: no space left on device".
+				var pe *os.PathError
+				if errors.As(werr, &pe) {
+					werr = pe.Err
+				}
 				err = fmt.Errorf("writing %s: %w", s.j.part, werr)
 				break
 			}
@@ -352,6 +359,13 @@ func (j *job) openPart(size int64) (pf *os.File, h *hashers, have int64, resumed
 	fresh := func() (*os.File, *hashers, int64, bool, error) {
 		_ = os.Remove(j.side)
 		f, err := os.OpenFile(j.part, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+		for try := 0; errors.Is(err, os.ErrNotExist) && try < 3; try++ {
+			// Another Fetch into the same folder that just finished removed the
+			// empty part folders: make them again.
+			if err = os.MkdirAll(filepath.Dir(j.part), 0o755); err == nil {
+				f, err = os.OpenFile(j.part, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+			}
+		}
 		if err != nil {
 			return nil, nil, 0, false, fmt.Errorf("creating %s: %w", j.part, err)
 		}

@@ -113,6 +113,11 @@ func TestPartsOfUnlistedFilesRemoved(t *testing.T) {
 		t.Fatalf("no part of gone.bin after the failed run: %v", err)
 	}
 
+	// A part an earlier version kept beside its file.
+	if err := os.WriteFile(filepath.Join(fx.dest, "keep.bin.part"), []byte("old layout"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
 	// Second run: gone.bin left the listing; the run succeeds and removes its part.
 	if err := fx.step(t, Spec{Dest: fx.dest, Files: []FileSpec{keepSpec}}, nil).Run(ctx, fx.env); err != nil {
 		t.Fatal(err)
@@ -120,7 +125,7 @@ func TestPartsOfUnlistedFilesRemoved(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(fx.dest, fetch.WorkDir)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("%s still there after a successful run: %v", fetch.WorkDir, err)
 	}
-	if log := fx.log.String(); !strings.Contains(log, "removed the part file of a file no longer listed") || !strings.Contains(log, "sub/gone.bin") {
+	if log := fx.log.String(); !strings.Contains(log, "removed the part file of a file no longer listed") || !strings.Contains(log, "sub/gone.bin") || !strings.Contains(log, "keep.bin.part") {
 		t.Errorf("log does not name the removed part:\n%s", log)
 	}
 	ents, _ := os.ReadDir(fx.dest)

@@ -374,6 +374,7 @@ func (s *Step) run(ctx context.Context, env *engine.Env, slot engine.CacheSlot) 
 	if err != nil {
 		env.Log.Warn("cannot remove leftover part files", "err", err)
 	}
+	s.removeOldParts(env, dest, want)
 	// Taken from the cache: the listing, or every file fetched, came from the registry.
 	if artifact != nil && fromReg == len(fetched) && (listing != nil || fromReg > 0) {
 		env.FromCache(artifact.Digest)
@@ -390,6 +391,28 @@ func (s *Step) run(ctx context.Context, env *engine.Env, slot engine.CacheSlot) 
 		return fmt.Errorf("checking downloaded weights: %w", err)
 	}
 	return nil
+}
+
+// removeOldParts removes the part files that earlier versions kept beside each file
+// (NAME.part, NAME.part.json), unless the listing itself names them.
+func (s *Step) removeOldParts(env *engine.Env, dest string, listed map[string]bool) {
+	for rel := range listed {
+		for _, suffix := range []string{".part", ".part.json", ".part.json.tmp"} {
+			old := rel + suffix
+			if listed[old] {
+				continue
+			}
+			p := filepath.Join(dest, filepath.FromSlash(old))
+			if fi, err := os.Lstat(p); err != nil || !fi.Mode().IsRegular() {
+				continue
+			}
+			if err := os.Remove(p); err != nil {
+				env.Log.Warn("cannot remove a part file left by an earlier version", "file", filepath.Join(s.spec.Dest, filepath.FromSlash(old)), "err", err)
+				continue
+			}
+			env.Log.Info("removed a part file left beside its file by an earlier version", "file", filepath.Join(s.spec.Dest, filepath.FromSlash(old)))
+		}
+	}
 }
 
 // ownDigestDiffers says what is wrong when a downloaded file's result does not vouch for
