@@ -28,6 +28,8 @@ import (
 	"fmt"
 	"net/http"
 	"time"
+
+	"github.com/sglprov/sglprov/pkg/logval"
 )
 
 // WorkDir is the folder inside Options.Dest that holds the part files and resume records
@@ -164,21 +166,8 @@ func (e *SpaceError) Error() string {
 	return fmt.Sprintf("not enough free space in %s: need %s, %s free", e.Dir, FormatBytes(int64(e.Need)), FormatBytes(int64(e.Free)))
 }
 
-// FormatBytes formats n bytes in binary units ("1.5 GiB").
-func FormatBytes(n int64) string {
-	const unit = 1024
-	if n < unit && n > -unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	f := float64(n)
-	for _, u := range []string{"KiB", "MiB", "GiB", "TiB"} {
-		f /= unit
-		if f < unit && f > -unit {
-			return fmt.Sprintf("%.1f %s", f, u)
-		}
-	}
-	return fmt.Sprintf("%.1f PiB", f/unit)
-}
+// FormatBytes formats n bytes in binary units ("1.5 GiB"), as logval.Format does.
+func FormatBytes(n int64) string { return logval.Format(n) }
 
 // Fetch downloads files into opt.Dest and returns one Result per file, in the order of
 // files. Files already present with their expected size are not downloaded (Result.Present).
