@@ -296,3 +296,34 @@ func TestConcurrentFetchesIntoOneFolder(t *testing.T) {
 		t.Errorf("%s left behind: %v", WorkDir, err)
 	}
 }
+
+// A symbolic link planted where a part file or its resume record goes is replaced, never
+// written through: its target keeps its bytes.
+func TestPartLinksAreNotFollowed(t *testing.T) {
+	data := randomBytes(t, 3<<20)
+	srv := newFaultServer(t, map[string][]byte{"x": data})
+	dest := t.TempDir()
+	victim := filepath.Join(t.TempDir(), "victim")
+	if err := os.WriteFile(victim, []byte("precious"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	parts := filepath.Join(dest, WorkDir, partsDir)
+	if err := os.MkdirAll(parts, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"a.bin.part", "a.bin.part.json.tmp"} {
+		if err := os.Symlink(victim, filepath.Join(parts, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	files := []File{{URL: srv.url("x"), Path: "a.bin", Size: int64(len(data)), SHA256: sha256Hex(data)}}
+	if _, err := Fetch(context.Background(), files, testOptions(dest)); err != nil {
+		t.Fatal(err)
+	}
+	if got := readFile(t, victim); string(got) != "precious" {
+		t.Errorf("the link's target was written: %d bytes", len(got))
+	}
+	if got := readFile(t, filepath.Join(dest, "a.bin")); !bytes.Equal(got, data) {
+		t.Errorf("a.bin holds %d bytes that are not its own", len(got))
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 )
 
 // pool bounds the bytes held in memory over all files of a Fetch call: pieces read ahead of
@@ -331,7 +332,12 @@ func (s *stream) checkpoint() error {
 }
 
 func writeFileSync(path string, data []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	// The temporary name is fixed: what an earlier run (or anyone) left there is removed,
+	// never written through.
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o644)
 	if err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
@@ -358,12 +364,17 @@ func writeFileSync(path string, data []byte) error {
 func (j *job) openPart(size int64) (pf *os.File, h *hashers, have int64, resumed bool, err error) {
 	fresh := func() (*os.File, *hashers, int64, bool, error) {
 		_ = os.Remove(j.side)
-		f, err := os.OpenFile(j.part, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+		// A part is always a new file: whatever is at its name (a symbolic link planted
+		// there among them) is removed, never written through.
+		if err := os.Remove(j.part); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, nil, 0, false, fmt.Errorf("removing the old %s: %w", j.part, err)
+		}
+		f, err := os.OpenFile(j.part, os.O_RDWR|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o644)
 		for try := 0; errors.Is(err, os.ErrNotExist) && try < 3; try++ {
 			// Another Fetch into the same folder that just finished removed the
 			// empty part folders: make them again.
 			if err = os.MkdirAll(filepath.Dir(j.part), 0o755); err == nil {
-				f, err = os.OpenFile(j.part, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+				f, err = os.OpenFile(j.part, os.O_RDWR|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o644)
 			}
 		}
 		if err != nil {
@@ -378,7 +389,7 @@ func (j *job) openPart(size int64) (pf *os.File, h *hashers, have int64, resumed
 	if err != nil || !st.Mode().IsRegular() || st.Size() == 0 || (size >= 0 && st.Size() > size) {
 		return fresh()
 	}
-	f, err := os.OpenFile(j.part, os.O_RDWR, 0)
+	f, err := os.OpenFile(j.part, os.O_RDWR|syscall.O_NOFOLLOW, 0)
 	if err != nil {
 		return fresh()
 	}
