@@ -84,7 +84,8 @@ func (a *Apt) lockTimeout() time.Duration {
 }
 
 // Missing reads the installed packages with dpkg-query and returns those of pkgs that are
-// not installed (never installed, removed, or half-installed). A database folder that does
+// not installed (never installed, removed, or half-installed), or not in the version or
+// architecture a package argument names ("git=1:2.39.5-0+deb12u3", "libc6:i386"). A database folder that does
 // not exist (an empty --root) has nothing installed.
 func (a *Apt) Missing(ctx context.Context, pkgs []string) ([]string, error) {
 	if len(pkgs) == 0 {
@@ -93,7 +94,7 @@ func (a *Apt) Missing(ctx context.Context, pkgs []string) ([]string, error) {
 	if _, err := os.Stat(filepath.Join(a.adminDir(), "status")); errors.Is(err, fs.ErrNotExist) {
 		return append([]string(nil), pkgs...), nil
 	}
-	argv := []string{"dpkg-query", "--admindir=" + a.adminDir(), "-W", "-f=${Package}\t${db:Status-Abbrev}\n"}
+	argv := []string{"dpkg-query", "--admindir=" + a.adminDir(), "-W", "-f=${Package}\t${Architecture}\t${Version}\t${db:Status-Abbrev}\n"}
 	for _, p := range pkgs {
 		argv = append(argv, baseName(p))
 	}
@@ -112,27 +113,47 @@ func (a *Apt) Missing(ctx context.Context, pkgs []string) ([]string, error) {
 	installed := parseDpkgQuery(out)
 	var missing []string
 	for _, p := range pkgs {
-		if !installed[baseName(p)] {
+		if !installed.has(p) {
 			missing = append(missing, p)
 		}
 	}
 	return missing, nil
 }
 
-// parseDpkgQuery reads "NAME\tSTATUS" lines (${Package}\t${db:Status-Abbrev}) into the set
-// of installed packages: the status's second letter is i (installed), or W or t (installed,
-// triggers awaited or pending).
-func parseDpkgQuery(out []byte) map[string]bool {
-	installed := map[string]bool{}
+// dpkgInstalled is what dpkg-query says is installed: each package's installed
+// architectures and versions.
+type dpkgInstalled map[string][]dpkgPackage
+
+type dpkgPackage struct{ arch, version string }
+
+// has reports whether the package argument pkg ("name", "name:arch", "name=version") is
+// installed: in that architecture ("all" fits any) and that version, when they are given.
+func (d dpkgInstalled) has(pkg string) bool {
+	rest, version, _ := strings.Cut(pkg, "=")
+	name, arch, _ := strings.Cut(rest, ":")
+	for _, p := range d[name] {
+		if (arch == "" || p.arch == arch || p.arch == "all") && (version == "" || p.version == version) {
+			return true
+		}
+	}
+	return false
+}
+
+// parseDpkgQuery reads "NAME\tARCH\tVERSION\tSTATUS" lines
+// (${Package}\t${Architecture}\t${Version}\t${db:Status-Abbrev}) into the installed
+// packages: the status's second letter is i (installed), or W or t (installed, triggers
+// awaited or pending).
+func parseDpkgQuery(out []byte) dpkgInstalled {
+	installed := dpkgInstalled{}
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	for sc.Scan() {
-		name, status, ok := strings.Cut(sc.Text(), "\t")
-		if !ok || len(status) < 2 {
+		f := strings.Split(sc.Text(), "\t")
+		if len(f) != 4 || len(f[3]) < 2 {
 			continue
 		}
-		switch status[1] {
+		switch f[3][1] {
 		case 'i', 'W', 't':
-			installed[name] = true
+			installed[f[0]] = append(installed[f[0]], dpkgPackage{arch: f[1], version: f[2]})
 		}
 	}
 	return installed

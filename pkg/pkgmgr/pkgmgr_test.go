@@ -111,16 +111,17 @@ func TestLockWaitCanceled(t *testing.T) {
 
 func TestParseRealOutputs(t *testing.T) {
 	q, _ := os.ReadFile("testdata/dpkg-query-debian12.txt")
-	if got := parseDpkgQuery(q); !reflect.DeepEqual(got, map[string]bool{"git": true, "libc6": true}) {
-		t.Errorf("parseDpkgQuery = %v", got)
+	want := dpkgInstalled{"git": {{"amd64", "1:2.39.5-0+deb12u3"}}, "libc6": {{"amd64", "2.36-9+deb12u14"}}}
+	if got := parseDpkgQuery(q); !reflect.DeepEqual(got, want) {
+		t.Errorf("parseDpkgQuery = %v, want %v", got, want)
 	}
-	if got := parseDpkgQuery([]byte("foo\trc \nbar\tiU \nbaz\tiW \n")); !reflect.DeepEqual(got, map[string]bool{"baz": true}) {
+	if got := parseDpkgQuery([]byte("foo\tamd64\t1\trc \nbar\tamd64\t1\tiU \nbaz\tall\t1\tiW \n")); !reflect.DeepEqual(got, dpkgInstalled{"baz": {{"all", "1"}}}) {
 		t.Errorf("removed and unpacked counted as installed: %v", got)
 	}
 	p, _ := os.ReadFile("testdata/apt-cache-policy-debian12.txt")
-	want := map[string]string{"git": "1:2.39.5-0+deb12u3", "hello": "2.10-3"}
-	if got := parsePolicy(p); !reflect.DeepEqual(got, want) {
-		t.Errorf("parsePolicy = %v, want %v", got, want)
+	wantPolicy := map[string]string{"git": "1:2.39.5-0+deb12u3", "hello": "2.10-3"}
+	if got := parsePolicy(p); !reflect.DeepEqual(got, wantPolicy) {
+		t.Errorf("parsePolicy = %v, want %v", got, wantPolicy)
 	}
 }
 
@@ -324,5 +325,39 @@ func TestInstallWithoutAptGet(t *testing.T) {
 	err := a.Install(context.Background(), []string{"hello"})
 	if !errors.Is(err, ErrNoManager) || !strings.Contains(err.Error(), "apt-get not found (apt packages need a Debian or Ubuntu host)") {
 		t.Errorf("err = %v", err)
+	}
+}
+
+// TestMissingComparesAPinnedVersion: a package pinned to a version ("git=1:2.30.2-1") is
+// missing while another version of it is installed, and one pinned to an architecture
+// while only another architecture's is; the host's dpkg-query reads the database.
+func TestMissingComparesAPinnedVersion(t *testing.T) {
+	if _, err := os.Stat("/usr/bin/dpkg-query"); err != nil {
+		t.Skip("no dpkg-query on this host")
+	}
+	admin := t.TempDir()
+	status := `Package: git
+Status: install ok installed
+Architecture: amd64
+Version: 1:2.39.5-0+deb12u3
+
+Package: libnuma1
+Status: install ok installed
+Architecture: amd64
+Multi-Arch: same
+Version: 2.0.16-1
+
+`
+	os.WriteFile(filepath.Join(admin, "status"), []byte(status), 0o644)
+	os.MkdirAll(filepath.Join(admin, "info"), 0o755)
+	os.MkdirAll(filepath.Join(admin, "updates"), 0o755)
+	a := &Apt{AdminDir: admin}
+	pkgs := []string{"git=1:2.39.5-0+deb12u3", "git=1:2.30.2-1+deb11u2", "libnuma1:amd64", "libnuma1:i386", "libnuma1:amd64=2.0.16-1"}
+	got, err := a.Missing(context.Background(), pkgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"git=1:2.30.2-1+deb11u2", "libnuma1:i386"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("Missing(%q) = %q, want %q", pkgs, got, want)
 	}
 }

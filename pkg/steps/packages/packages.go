@@ -25,7 +25,8 @@ const DefaultLockTimeout = 15 * time.Minute
 
 // Spec is a packages step's recipe body.
 type Spec struct {
-	// Apt lists Debian/Ubuntu packages ("name", or "name=version").
+	// Apt lists Debian/Ubuntu packages ("name", "name:arch", "name=version"); one pinned
+	// to a version or architecture is missing while another is installed.
 	Apt []string `yaml:"apt"`
 	// Provides lists commands these packages put on the PATH beyond those sglprov knows
 	// (git from git, gcc from build-essential, nvcc from cuda-toolkit-*): a
