@@ -194,6 +194,16 @@ func Known(name string) bool {
 	return ok
 }
 
+// KnownNames returns the commands whose version can be read, sorted.
+func KnownNames() []string {
+	out := make([]string, 0, len(parsers))
+	for k := range parsers {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
 // ErrUnknownCommand is returned by ParseVersion for a command it cannot read.
 var ErrUnknownCommand = errors.New("no version parser for this command")
 
