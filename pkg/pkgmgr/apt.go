@@ -226,7 +226,7 @@ func (a *Apt) aptGet(deadline time.Time, args ...string) []string {
 }
 
 func (a *Apt) waitLocks(ctx context.Context, deadline time.Time, paths ...string) error {
-	w := LockWait{Timeout: deadline.Sub(a.now()), Poll: a.LockPoll, Every: a.LockEvery, Logf: a.Logf}
+	w := LockWait{Timeout: deadline.Sub(a.now()), Limit: a.lockTimeout(), Poll: a.LockPoll, Every: a.LockEvery, Logf: a.Logf}
 	if w.Timeout < 0 {
 		w.Timeout = 0
 	}

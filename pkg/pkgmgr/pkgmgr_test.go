@@ -361,3 +361,28 @@ Version: 2.0.16-1
 		t.Errorf("Missing(%q) = %q, want %q", pkgs, got, want)
 	}
 }
+
+// TestInstallLockNeverFreed: a dpkg lock held past lock_timeout fails the install at that
+// time, naming the lock and the lock_timeout as the recipe set it (not what was left of it
+// after the lists were read), and apt-get install never runs.
+func TestInstallLockNeverFreed(t *testing.T) {
+	r := &fakeRunner{policy: helloPolicy}
+	a := aptIn(t, r, time.Hour)
+	a.LockTimeout = 500 * time.Millisecond
+	lock := filepath.Join(a.AdminDir, "lock")
+	holdLock(t, lock)
+	start := time.Now()
+	err := a.Install(context.Background(), []string{"hello"})
+	if took := time.Since(start); took > 3*time.Second {
+		t.Errorf("Install took %s with lock_timeout 500ms", took)
+	}
+	if err == nil || !strings.Contains(err.Error(), "waiting for "+lock+": still held by another process") ||
+		!strings.Contains(err.Error(), "(lock_timeout 500ms)") {
+		t.Errorf("err = %v", err)
+	}
+	for _, c := range r.calls {
+		if strings.Contains(c, " install ") {
+			t.Errorf("apt-get install ran under a held lock: %s", c)
+		}
+	}
+}
