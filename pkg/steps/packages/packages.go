@@ -101,6 +101,35 @@ func (s *Step) Provides() []string {
 	return out
 }
 
+// Installs returns the commands that running the step now would put on the PATH, sorted:
+// those sglprov knows for the packages that are missing, and the spec's provides when any
+// package is missing. A command whose package is installed already is not among them: the
+// step leaves that package as it is, however old its command.
+func (s *Step) Installs(ctx context.Context, env *engine.Env) ([]string, error) {
+	missing, err := s.mgr(env).Missing(ctx, s.spec.Apt)
+	if err != nil {
+		return nil, err
+	}
+	if len(missing) == 0 {
+		return nil, nil
+	}
+	seen := map[string]bool{}
+	for _, p := range missing {
+		for _, c := range hostcmd.CommandsOf(p) {
+			seen[c] = true
+		}
+	}
+	for _, c := range s.spec.Provides {
+		seen[c] = true
+	}
+	out := make([]string, 0, len(seen))
+	for c := range seen {
+		out = append(out, c)
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
 // mgr returns the package manager for env: apt on the host, its database under --root.
 func (s *Step) mgr(env *engine.Env) pkgmgr.Manager {
 	if s.manager != nil {

@@ -129,3 +129,19 @@ func TestProvides(t *testing.T) {
 		t.Errorf("Provides = %q, want %q", got, want)
 	}
 }
+
+// TestInstalls: the commands the step would install now are those of its missing packages
+// (and its provides while any is missing), not those of packages installed already.
+func TestInstalls(t *testing.T) {
+	m := &fakeManager{installed: map[string]bool{"cmake": true}}
+	s := newTestStep(t, Spec{Apt: []string{"cmake", "git"}, Provides: []string{"hello"}}, m)
+	env := engine.NewTestEnv(t.TempDir(), nil)
+	got, err := s.Installs(context.Background(), env)
+	if err != nil || strings.Join(got, " ") != "git hello" {
+		t.Errorf("Installs = %q, %v; want git hello", got, err)
+	}
+	m.installed["git"] = true
+	if got, err := s.Installs(context.Background(), env); err != nil || len(got) != 0 {
+		t.Errorf("Installs with everything installed = %q, %v", got, err)
+	}
+}
