@@ -168,3 +168,25 @@ func TestFingerprintReadsNVCCOffThePath(t *testing.T) {
 		t.Errorf("a toolkit upgrade under CUDA_HOME left toolchain.nvcc as it was: %q", again["toolchain.nvcc"])
 	}
 }
+
+// TestProbeOfAHangingNVCCIsBounded: an nvcc whose --version never ends, and leaves a child
+// holding its output, is given up at the probe's limit (recorded as an error), not waited
+// for as long as the child lives.
+func TestProbeOfAHangingNVCCIsBounded(t *testing.T) {
+	bin := fakeTools(t)
+	writeScript(t, filepath.Join(bin, "nvcc"), "/bin/sleep 30 &\nexec /bin/sleep 30\n")
+	s := newStep(t, Spec{Dir: t.TempDir(), Argv: []string{"true"}})
+	s.probeTimeout = 200 * time.Millisecond
+	env, _, _ := testEnv(t)
+	start := time.Now()
+	parts, err := s.Fingerprint(context.Background(), env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("Fingerprint took %s with a 200ms probe limit", took)
+	}
+	if !strings.HasPrefix(parts["toolchain.nvcc"], "error: ") {
+		t.Errorf("toolchain.nvcc = %q", parts["toolchain.nvcc"])
+	}
+}
