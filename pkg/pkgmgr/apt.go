@@ -23,6 +23,9 @@ type Apt struct {
 	// AdminDir is dpkg's database folder (default /var/lib/dpkg); ListsDir apt's package
 	// lists (default /var/lib/apt/lists). Under --root, Missing reads ROOT/var/lib/dpkg.
 	AdminDir, ListsDir string
+	// ArchivesDir is apt's download cache (default /var/cache/apt/archives), whose lock
+	// apt-get install takes after the dpkg locks.
+	ArchivesDir string
 	// LockTimeout bounds the wait for the dpkg and apt lists locks (default 15 minutes).
 	LockTimeout time.Duration
 	// LockPoll and LockEvery are how often a held lock is tested and logged (see LockWait).
@@ -61,6 +64,13 @@ func (a *Apt) listsDir() string {
 		return "/var/lib/apt/lists"
 	}
 	return a.ListsDir
+}
+
+func (a *Apt) archivesDir() string {
+	if a.ArchivesDir == "" {
+		return "/var/cache/apt/archives"
+	}
+	return a.ArchivesDir
 }
 
 func (a *Apt) logf(format string, args ...any) {
@@ -162,7 +172,8 @@ func parseDpkgQuery(out []byte) dpkgInstalled {
 // Install installs pkgs with apt-get install -y --no-install-recommends, non-interactively.
 // It runs apt-get update first when the package lists are older than ListsMaxAge (or were
 // never fetched) or apt does not know one of pkgs, and waits for the dpkg and lists locks,
-// logging who holds them, instead of failing while another apt runs.
+// and apt's archives lock, logging who holds them, instead of failing while another apt
+// runs.
 func (a *Apt) Install(ctx context.Context, pkgs []string) error {
 	if len(pkgs) == 0 {
 		return nil
@@ -199,7 +210,10 @@ func (a *Apt) Install(ctx context.Context, pkgs []string) error {
 	if len(unknown) > 0 {
 		return &UnknownError{Manager: "apt", Packages: unknown}
 	}
-	if err := a.waitLocks(ctx, deadline, filepath.Join(a.adminDir(), "lock-frontend"), filepath.Join(a.adminDir(), "lock")); err != nil {
+	// apt-get install takes the archives lock after the dpkg locks, and waits for it not at
+	// all (DPkg::Lock::Timeout is for the dpkg locks): a download-only run holds it alone.
+	if err := a.waitLocks(ctx, deadline, filepath.Join(a.adminDir(), "lock-frontend"), filepath.Join(a.adminDir(), "lock"),
+		filepath.Join(a.archivesDir(), "lock")); err != nil {
 		return err
 	}
 	argv := a.aptGet(deadline, "install", "-y", "--no-install-recommends",

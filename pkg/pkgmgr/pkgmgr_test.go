@@ -205,7 +205,9 @@ func aptIn(t *testing.T, r Runner, listsAge time.Duration) *Apt {
 		old := time.Now().Add(-listsAge)
 		os.Chtimes(p, old, old)
 	}
-	return &Apt{Runner: r, AdminDir: admin, ListsDir: lists, LockTimeout: 5 * time.Second, LockPoll: 20 * time.Millisecond,
+	archives := filepath.Join(dir, "archives")
+	os.MkdirAll(archives, 0o755)
+	return &Apt{Runner: r, AdminDir: admin, ListsDir: lists, ArchivesDir: archives, LockTimeout: 5 * time.Second, LockPoll: 20 * time.Millisecond,
 		lookPath: func(string) (string, error) { return "/usr/bin/apt-get", nil }}
 }
 
@@ -384,5 +386,29 @@ func TestInstallLockNeverFreed(t *testing.T) {
 		if strings.Contains(c, " install ") {
 			t.Errorf("apt-get install ran under a held lock: %s", c)
 		}
+	}
+}
+
+// TestInstallWaitsForTheArchivesLock: apt-get install takes /var/cache/apt/archives/lock
+// after the dpkg locks, with no timeout of its own (DPkg::Lock::Timeout covers the dpkg
+// locks only), and a download-only run (apt-daily's) holds it without them: the install
+// waits for it too instead of failing at once.
+func TestInstallWaitsForTheArchivesLock(t *testing.T) {
+	r := &fakeRunner{policy: helloPolicy}
+	a := aptIn(t, r, time.Hour)
+	lock := filepath.Join(a.ArchivesDir, "lock")
+	release := holdLock(t, lock)
+	r.whenHeld = func() bool { _, held, _ := LockHolder(lock); return held }
+	var log lines
+	a.Logf = log.logf
+	time.AfterFunc(300*time.Millisecond, release)
+	if err := a.Install(context.Background(), []string{"hello"}); err != nil {
+		t.Fatal(err)
+	}
+	if r.heldAtInstall {
+		t.Error("apt-get install ran while the archives lock was held")
+	}
+	if !strings.Contains(log.String(), "waiting for "+lock) {
+		t.Errorf("log:\n%s", log.String())
 	}
 }

@@ -139,6 +139,7 @@ func (s *Step) mgr(env *engine.Env) pkgmgr.Manager {
 		Runner:      stepRunner{env: env},
 		AdminDir:    env.HostPath("/var/lib/dpkg"),
 		ListsDir:    env.HostPath("/var/lib/apt/lists"),
+		ArchivesDir: env.HostPath("/var/cache/apt/archives"),
 		LockTimeout: s.lockTimeout,
 		Logf:        func(format string, args ...any) { env.Log.Info(fmt.Sprintf(format, args...)) },
 	}
