@@ -226,8 +226,10 @@ func (a *Apt) Install(ctx context.Context, pkgs []string) error {
 	return nil
 }
 
-// aptEnv keeps apt and dpkg from asking questions.
-var aptEnv = []string{"DEBIAN_FRONTEND=noninteractive", "NEEDRESTART_MODE=a", "APT_LISTCHANGES_FRONTEND=none"}
+// aptEnv keeps apt and dpkg from asking questions. needrestart (Ubuntu 22.04 and later)
+// only lists the services an upgraded library leaves outdated: restarting them is not the
+// packages step's to do (the model server, or the sglprov daemon running this very step).
+var aptEnv = []string{"DEBIAN_FRONTEND=noninteractive", "NEEDRESTART_MODE=l", "APT_LISTCHANGES_FRONTEND=none"}
 
 // aptGet returns an apt-get command line that lets apt itself wait for the dpkg lock for
 // what is left of the wait (a lock taken between sglprov's check and apt's own).

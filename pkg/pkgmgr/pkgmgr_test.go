@@ -220,7 +220,7 @@ func TestInstallFreshListsInstallsAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(r.calls) != 2 || !strings.HasPrefix(r.calls[1], "apt-get -q -o DPkg::Lock::Timeout=") ||
-		!strings.Contains(r.calls[1], " install -y --no-install-recommends ") || !strings.HasSuffix(r.calls[1], " hello [DEBIAN_FRONTEND=noninteractive NEEDRESTART_MODE=a APT_LISTCHANGES_FRONTEND=none]") {
+		!strings.Contains(r.calls[1], " install -y --no-install-recommends ") || !strings.HasSuffix(r.calls[1], " hello [DEBIAN_FRONTEND=noninteractive NEEDRESTART_MODE=l APT_LISTCHANGES_FRONTEND=none]") {
 		t.Errorf("calls:\n%s", strings.Join(r.calls, "\n"))
 	}
 }
@@ -410,5 +410,21 @@ func TestInstallWaitsForTheArchivesLock(t *testing.T) {
 	}
 	if !strings.Contains(log.String(), "waiting for "+lock) {
 		t.Errorf("log:\n%s", log.String())
+	}
+}
+
+// TestInstallLeavesServicesRunning: apt-get runs with needrestart in list mode. In its
+// automatic mode (NEEDRESTART_MODE=a) a library that the install upgrades (libc6 beside
+// build-essential's libc6-dev) restarts every service that maps it: the model server,
+// unasked, and the sglprov daemon in the middle of its own apply.
+func TestInstallLeavesServicesRunning(t *testing.T) {
+	r := &fakeRunner{policy: helloPolicy}
+	a := aptIn(t, r, time.Hour)
+	if err := a.Install(context.Background(), []string{"hello"}); err != nil {
+		t.Fatal(err)
+	}
+	last := r.calls[len(r.calls)-1]
+	if !strings.Contains(last, " install ") || !strings.Contains(last, "NEEDRESTART_MODE=l") || strings.Contains(last, "NEEDRESTART_MODE=a") {
+		t.Errorf("apt-get install: %s", last)
 	}
 }
