@@ -50,8 +50,12 @@ func New(name string, spec Spec) (*Step, error) {
 		problems = append(problems, "apt lists no package")
 	}
 	for _, p := range spec.Apt {
-		if !aptNameRE.MatchString(p) {
+		switch {
+		case !aptNameRE.MatchString(p):
 			problems = append(problems, fmt.Sprintf("%q is not a Debian package name", p))
+		case strings.HasSuffix(p, "-"):
+			// apt-get install NAME- removes NAME (and NAME=VERSION- that version).
+			problems = append(problems, fmt.Sprintf("%q ends with \"-\", which tells apt-get to remove the package", p))
 		}
 	}
 	for _, c := range spec.Provides {
