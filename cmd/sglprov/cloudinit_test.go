@@ -168,3 +168,81 @@ func runCloudConfig(t *testing.T, repo string, cfg cloudConfig, argv string, wan
 		t.Errorf("sglprov status exited %d (want %d):\n%s", got, wantExit, sout)
 	}
 }
+
+// TestCloudInitCUDAToolkit checks the CUDA toolkit part of docs/cloud-init.md's
+// #cloud-config against cloud-init's apt module and the shipped recipe: one source on
+// NVIDIA's repository for Ubuntu x86_64 whose key cloud-init fetches by its full
+// fingerprint (the one the text names) into the file $KEY_FILE stands for, and a
+// cuda-toolkit-X-Y package whose toolkit is the one the recipe builds with (cuda_home) and
+// that satisfies its requires.commands.nvcc.
+func TestCloudInitCUDAToolkit(t *testing.T) {
+	repo := repoRoot(t)
+	doc, err := os.ReadFile(filepath.Join(repo, "docs", "cloud-init.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("(?s)```yaml\n(#cloud-config\n.*?)```").FindSubmatch(doc)
+	if m == nil {
+		t.Fatal("docs/cloud-init.md has no #cloud-config block")
+	}
+	var cfg struct {
+		Apt struct {
+			Sources map[string]struct {
+				Source    string `yaml:"source"`
+				KeyID     string `yaml:"keyid"`
+				Keyserver string `yaml:"keyserver"`
+			} `yaml:"sources"`
+		} `yaml:"apt"`
+		Packages []string `yaml:"packages"`
+	}
+	if err := yaml.Unmarshal(m[1], &cfg); err != nil {
+		t.Fatalf("the #cloud-config does not parse: %v", err)
+	}
+	src, ok := cfg.Apt.Sources["cuda"]
+	if !ok || len(cfg.Apt.Sources) != 1 {
+		t.Fatalf("apt.sources = %+v, want one source, cuda", cfg.Apt.Sources)
+	}
+	if !regexp.MustCompile(`^deb \[signed-by=\$KEY_FILE\] https://developer\.download\.nvidia\.com/compute/cuda/repos/ubuntu(2204|2404)/x86_64/ /$`).MatchString(src.Source) {
+		t.Errorf("source %q is not NVIDIA's flat repository for ubuntu2204/ubuntu2404 x86_64 signed by the key cloud-init writes", src.Source)
+	}
+	fpr := strings.ReplaceAll(src.KeyID, " ", "")
+	if !regexp.MustCompile(`^[0-9A-F]{40}$`).MatchString(fpr) || src.Keyserver == "" {
+		t.Errorf("keyid %q (keyserver %q): want the key's full 40-digit fingerprint and a keyserver", src.KeyID, src.Keyserver)
+	}
+	var spaced []string
+	for i := 0; i+4 <= len(fpr); i += 4 {
+		spaced = append(spaced, fpr[i:i+4])
+	}
+	if !strings.Contains(string(doc), "`"+strings.Join(spaced, " ")+"`") {
+		t.Errorf("the text does not name the fingerprint of keyid %s", fpr)
+	}
+
+	shipped, err := os.ReadFile(filepath.Join(repo, "recipes", "qwen3.5-397b-a17b-nvfp4-sm120.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	home := regexp.MustCompile(`(?m)^\s*cuda_home:\s*(\S+)`).FindSubmatch(shipped)
+	want := regexp.MustCompile(`(?m)^\s*nvcc:\s*\{version:\s*">=(\d+)\.(\d+)"\}`).FindSubmatch(shipped)
+	if home == nil || want == nil {
+		t.Fatal("the shipped recipe has no cuda_home var or requires.commands.nvcc range")
+	}
+	var toolkit []string
+	for _, p := range cfg.Packages {
+		if tm := regexp.MustCompile(`^cuda-toolkit-(\d+)-(\d+)$`).FindStringSubmatch(p); tm != nil {
+			toolkit = tm
+		}
+	}
+	if toolkit == nil {
+		t.Fatalf("packages %q has no cuda-toolkit-X-Y", cfg.Packages)
+	}
+	if got := "/usr/local/cuda-" + toolkit[1] + "." + toolkit[2]; got != string(home[1]) {
+		t.Errorf("%s installs %s; the shipped recipe builds with cuda_home %s", toolkit[0], got, home[1])
+	}
+	major, _ := strconv.Atoi(toolkit[1])
+	minor, _ := strconv.Atoi(toolkit[2])
+	wantMajor, _ := strconv.Atoi(string(want[1]))
+	wantMinor, _ := strconv.Atoi(string(want[2]))
+	if major < wantMajor || major == wantMajor && minor < wantMinor {
+		t.Errorf("%s does not satisfy the shipped recipe's nvcc >=%s.%s", toolkit[0], want[1], want[2])
+	}
+}

@@ -383,19 +383,34 @@ func hostFacts(ctx context.Context, stdio IO, r *recipe.Recipe) (*gpu.Facts, []s
 }
 
 // providedCommands maps each command that a step of e installs (a packages step's
-// packages) to that step's name.
-func providedCommands(e *engine.Engine, r *recipe.Recipe) map[string]string {
+// packages) to that step's name. A step that can tell which commands it would install now
+// (Installs: those of its missing packages) is asked; a command whose package is installed
+// already is then not excused, since the step leaves it as it is. When it cannot tell (no
+// package manager here), every command it may install is taken.
+func providedCommands(ctx context.Context, e *engine.Engine, r *recipe.Recipe) map[string]string {
 	out := map[string]string{}
 	if e == nil {
 		return out
 	}
 	for _, name := range r.StepNames() {
 		st, _ := e.StepNamed(name)
-		if p, ok := st.(interface{ Provides() []string }); ok {
-			for _, c := range p.Provides() {
-				if out[c] == "" {
-					out[c] = name
+		var cmds []string
+		if p, ok := st.(interface {
+			Installs(context.Context, *engine.Env) ([]string, error)
+		}); ok {
+			var err error
+			if cmds, err = p.Installs(ctx, e.EnvFor(name)); err != nil {
+				cmds = nil
+				if q, ok := st.(interface{ Provides() []string }); ok {
+					cmds = q.Provides()
 				}
+			}
+		} else if p, ok := st.(interface{ Provides() []string }); ok {
+			cmds = p.Provides()
+		}
+		for _, c := range cmds {
+			if out[c] == "" {
+				out[c] = name
 			}
 		}
 	}
@@ -452,7 +467,7 @@ func (c *common) newEngine(ctx context.Context, stdio IO, r *recipe.Recipe, mod 
 	// is listed at once; a command a packages step installs is not required yet.
 	c.commands = nil
 	if len(r.Commands) > 0 {
-		c.commands = hostcmd.Check(ctx, r.Commands, providedCommands(e, r), hostcmd.PathLooker{Path: stdio.Getenv("PATH"), Getenv: stdio.Getenv})
+		c.commands = hostcmd.Check(ctx, r.Commands, providedCommands(ctx, e, r), hostcmd.PathLooker{Path: stdio.Getenv("PATH"), Getenv: stdio.Getenv})
 		problems = append(problems, hostcmd.Problems(c.commands)...)
 	}
 	if len(problems) > 0 {

@@ -19,6 +19,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/gpu"
@@ -127,8 +128,16 @@ func (l PathLooker) Lookup(ctx context.Context, name string) Found {
 	}
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
+	// In its own process group, ended whole at the limit: a wrapper script's children go
+	// with it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = time.Second
 	if err := cmd.Run(); err != nil {
+		if ctx.Err() == context.DeadlineExceeded {
+			f.Err = fmt.Sprintf("%s --version did not finish within %s", p, timeout)
+			return f
+		}
 		f.Err = fmt.Sprintf("running %s --version: %v", p, err)
 		return f
 	}
@@ -192,6 +201,16 @@ var nvccReleaseRE = regexp.MustCompile(`release (\d+\.\d+)`)
 func Known(name string) bool {
 	_, ok := parsers[name]
 	return ok
+}
+
+// KnownNames returns the commands whose version can be read, sorted.
+func KnownNames() []string {
+	out := make([]string, 0, len(parsers))
+	for k := range parsers {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // ErrUnknownCommand is returned by ParseVersion for a command it cannot read.

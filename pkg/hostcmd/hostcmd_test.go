@@ -4,8 +4,11 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // TestParseVersionRealOutputs reads each command's version from its real --version output,
@@ -165,4 +168,46 @@ func TestNVCCOffThePath(t *testing.T) {
 	if f := l.Lookup(context.Background(), "cmake"); f.Path != "" {
 		t.Errorf("cmake found off the PATH: %+v", f)
 	}
+}
+
+// TestLookupOfAHangingCommand: a --version that never returns is ended after Timeout, with
+// the processes it started, and the problem says so in words.
+func TestLookupOfAHangingCommand(t *testing.T) {
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "child.pid")
+	script := "#!/bin/sh\n/bin/sleep 300 &\necho $! > " + pidFile + "\n/bin/sleep 300\n"
+	if err := os.WriteFile(filepath.Join(dir, "git"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	f := PathLooker{Path: dir, Timeout: 300 * time.Millisecond}.Lookup(context.Background(), "git")
+	if took := time.Since(start); took > 3*time.Second {
+		t.Errorf("Lookup took %s with a 300ms limit", took)
+	}
+	if f.Path == "" || f.Version != "" || !strings.Contains(f.Err, "did not finish within 300ms") {
+		t.Errorf("Lookup = %+v", f)
+	}
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	deadline := time.Now().Add(2 * time.Second)
+	for alive(pid) && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if alive(pid) {
+		syscall.Kill(pid, syscall.SIGKILL)
+		t.Errorf("the --version run's child %d outlived it", pid)
+	}
+}
+
+// alive reports whether pid runs (a zombie does not).
+func alive(pid int) bool {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return false
+	}
+	_, rest, _ := strings.Cut(string(b), ") ")
+	return !strings.HasPrefix(rest, "Z")
 }

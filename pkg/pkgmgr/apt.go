@@ -23,6 +23,9 @@ type Apt struct {
 	// AdminDir is dpkg's database folder (default /var/lib/dpkg); ListsDir apt's package
 	// lists (default /var/lib/apt/lists). Under --root, Missing reads ROOT/var/lib/dpkg.
 	AdminDir, ListsDir string
+	// ArchivesDir is apt's download cache (default /var/cache/apt/archives), whose lock
+	// apt-get install takes after the dpkg locks.
+	ArchivesDir string
 	// LockTimeout bounds the wait for the dpkg and apt lists locks (default 15 minutes).
 	LockTimeout time.Duration
 	// LockPoll and LockEvery are how often a held lock is tested and logged (see LockWait).
@@ -63,6 +66,13 @@ func (a *Apt) listsDir() string {
 	return a.ListsDir
 }
 
+func (a *Apt) archivesDir() string {
+	if a.ArchivesDir == "" {
+		return "/var/cache/apt/archives"
+	}
+	return a.ArchivesDir
+}
+
 func (a *Apt) logf(format string, args ...any) {
 	if a.Logf != nil {
 		a.Logf(format, args...)
@@ -84,7 +94,8 @@ func (a *Apt) lockTimeout() time.Duration {
 }
 
 // Missing reads the installed packages with dpkg-query and returns those of pkgs that are
-// not installed (never installed, removed, or half-installed). A database folder that does
+// not installed (never installed, removed, or half-installed), or not in the version or
+// architecture a package argument names ("git=1:2.39.5-0+deb12u3", "libc6:i386"). A database folder that does
 // not exist (an empty --root) has nothing installed.
 func (a *Apt) Missing(ctx context.Context, pkgs []string) ([]string, error) {
 	if len(pkgs) == 0 {
@@ -93,7 +104,7 @@ func (a *Apt) Missing(ctx context.Context, pkgs []string) ([]string, error) {
 	if _, err := os.Stat(filepath.Join(a.adminDir(), "status")); errors.Is(err, fs.ErrNotExist) {
 		return append([]string(nil), pkgs...), nil
 	}
-	argv := []string{"dpkg-query", "--admindir=" + a.adminDir(), "-W", "-f=${Package}\t${db:Status-Abbrev}\n"}
+	argv := []string{"dpkg-query", "--admindir=" + a.adminDir(), "-W", "-f=${Package}\t${Architecture}\t${Version}\t${db:Status-Abbrev}\n"}
 	for _, p := range pkgs {
 		argv = append(argv, baseName(p))
 	}
@@ -112,27 +123,47 @@ func (a *Apt) Missing(ctx context.Context, pkgs []string) ([]string, error) {
 	installed := parseDpkgQuery(out)
 	var missing []string
 	for _, p := range pkgs {
-		if !installed[baseName(p)] {
+		if !installed.has(p) {
 			missing = append(missing, p)
 		}
 	}
 	return missing, nil
 }
 
-// parseDpkgQuery reads "NAME\tSTATUS" lines (${Package}\t${db:Status-Abbrev}) into the set
-// of installed packages: the status's second letter is i (installed), or W or t (installed,
-// triggers awaited or pending).
-func parseDpkgQuery(out []byte) map[string]bool {
-	installed := map[string]bool{}
+// dpkgInstalled is what dpkg-query says is installed: each package's installed
+// architectures and versions.
+type dpkgInstalled map[string][]dpkgPackage
+
+type dpkgPackage struct{ arch, version string }
+
+// has reports whether the package argument pkg ("name", "name:arch", "name=version") is
+// installed: in that architecture ("all" fits any) and that version, when they are given.
+func (d dpkgInstalled) has(pkg string) bool {
+	rest, version, _ := strings.Cut(pkg, "=")
+	name, arch, _ := strings.Cut(rest, ":")
+	for _, p := range d[name] {
+		if (arch == "" || p.arch == arch || p.arch == "all") && (version == "" || p.version == version) {
+			return true
+		}
+	}
+	return false
+}
+
+// parseDpkgQuery reads "NAME\tARCH\tVERSION\tSTATUS" lines
+// (${Package}\t${Architecture}\t${Version}\t${db:Status-Abbrev}) into the installed
+// packages: the status's second letter is i (installed), or W or t (installed, triggers
+// awaited or pending).
+func parseDpkgQuery(out []byte) dpkgInstalled {
+	installed := dpkgInstalled{}
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	for sc.Scan() {
-		name, status, ok := strings.Cut(sc.Text(), "\t")
-		if !ok || len(status) < 2 {
+		f := strings.Split(sc.Text(), "\t")
+		if len(f) != 4 || len(f[3]) < 2 {
 			continue
 		}
-		switch status[1] {
+		switch f[3][1] {
 		case 'i', 'W', 't':
-			installed[name] = true
+			installed[f[0]] = append(installed[f[0]], dpkgPackage{arch: f[1], version: f[2]})
 		}
 	}
 	return installed
@@ -141,7 +172,8 @@ func parseDpkgQuery(out []byte) map[string]bool {
 // Install installs pkgs with apt-get install -y --no-install-recommends, non-interactively.
 // It runs apt-get update first when the package lists are older than ListsMaxAge (or were
 // never fetched) or apt does not know one of pkgs, and waits for the dpkg and lists locks,
-// logging who holds them, instead of failing while another apt runs.
+// and apt's archives lock, logging who holds them, instead of failing while another apt
+// runs.
 func (a *Apt) Install(ctx context.Context, pkgs []string) error {
 	if len(pkgs) == 0 {
 		return nil
@@ -178,7 +210,10 @@ func (a *Apt) Install(ctx context.Context, pkgs []string) error {
 	if len(unknown) > 0 {
 		return &UnknownError{Manager: "apt", Packages: unknown}
 	}
-	if err := a.waitLocks(ctx, deadline, filepath.Join(a.adminDir(), "lock-frontend"), filepath.Join(a.adminDir(), "lock")); err != nil {
+	// apt-get install takes the archives lock after the dpkg locks, and waits for it not at
+	// all (DPkg::Lock::Timeout is for the dpkg locks): a download-only run holds it alone.
+	if err := a.waitLocks(ctx, deadline, filepath.Join(a.adminDir(), "lock-frontend"), filepath.Join(a.adminDir(), "lock"),
+		filepath.Join(a.archivesDir(), "lock")); err != nil {
 		return err
 	}
 	argv := a.aptGet(deadline, "install", "-y", "--no-install-recommends",
@@ -191,8 +226,10 @@ func (a *Apt) Install(ctx context.Context, pkgs []string) error {
 	return nil
 }
 
-// aptEnv keeps apt and dpkg from asking questions.
-var aptEnv = []string{"DEBIAN_FRONTEND=noninteractive", "NEEDRESTART_MODE=a", "APT_LISTCHANGES_FRONTEND=none"}
+// aptEnv keeps apt and dpkg from asking questions. needrestart (Ubuntu 22.04 and later)
+// only lists the services an upgraded library leaves outdated: restarting them is not the
+// packages step's to do (the model server, or the sglprov daemon running this very step).
+var aptEnv = []string{"DEBIAN_FRONTEND=noninteractive", "NEEDRESTART_MODE=l", "APT_LISTCHANGES_FRONTEND=none"}
 
 // aptGet returns an apt-get command line that lets apt itself wait for the dpkg lock for
 // what is left of the wait (a lock taken between sglprov's check and apt's own).
@@ -205,7 +242,7 @@ func (a *Apt) aptGet(deadline time.Time, args ...string) []string {
 }
 
 func (a *Apt) waitLocks(ctx context.Context, deadline time.Time, paths ...string) error {
-	w := LockWait{Timeout: deadline.Sub(a.now()), Poll: a.LockPoll, Every: a.LockEvery, Logf: a.Logf}
+	w := LockWait{Timeout: deadline.Sub(a.now()), Limit: a.lockTimeout(), Poll: a.LockPoll, Every: a.LockEvery, Logf: a.Logf}
 	if w.Timeout < 0 {
 		w.Timeout = 0
 	}

@@ -67,6 +67,9 @@ func LockHolder(path string) (Holder, bool, error) {
 type LockWait struct {
 	// Timeout is how long to wait in all (0: do not wait).
 	Timeout time.Duration
+	// Limit is the lock_timeout the error names, when the wait is what is left of it
+	// (Timeout when zero).
+	Limit time.Duration
 	// Poll is how often the lock is tested (default 500 ms); Every how often a waiting
 	// line is logged (default 10 s).
 	Poll, Every time.Duration
@@ -112,8 +115,12 @@ func (w LockWait) Wait(ctx context.Context, paths ...string) (time.Duration, err
 			return waited, nil
 		}
 		if waited >= w.Timeout {
+			limit := w.Limit
+			if limit <= 0 {
+				limit = w.Timeout
+			}
 			return waited, fmt.Errorf("waiting for %s: still held by %s after %s (lock_timeout %s); it is usually cloud-init or unattended-upgrades on a first boot: wait for it, or raise lock_timeout",
-				held, holder, waited.Round(time.Second), w.Timeout)
+				held, holder, roundWait(waited), roundWait(limit))
 		}
 		if lastLog.IsZero() || time.Since(lastLog) >= every {
 			logf("waiting for %s, held by %s (waited %s of at most %s)", held, holder, waited.Round(time.Second), w.Timeout.Round(time.Second))
@@ -127,4 +134,12 @@ func (w LockWait) Wait(ctx context.Context, paths ...string) (time.Duration, err
 		case <-t.C:
 		}
 	}
+}
+
+// roundWait rounds d to the second, or to 100 ms under a second.
+func roundWait(d time.Duration) time.Duration {
+	if d < time.Second {
+		return d.Round(100 * time.Millisecond)
+	}
+	return d.Round(time.Second)
 }

@@ -111,16 +111,17 @@ func TestLockWaitCanceled(t *testing.T) {
 
 func TestParseRealOutputs(t *testing.T) {
 	q, _ := os.ReadFile("testdata/dpkg-query-debian12.txt")
-	if got := parseDpkgQuery(q); !reflect.DeepEqual(got, map[string]bool{"git": true, "libc6": true}) {
-		t.Errorf("parseDpkgQuery = %v", got)
+	want := dpkgInstalled{"git": {{"amd64", "1:2.39.5-0+deb12u3"}}, "libc6": {{"amd64", "2.36-9+deb12u14"}}}
+	if got := parseDpkgQuery(q); !reflect.DeepEqual(got, want) {
+		t.Errorf("parseDpkgQuery = %v, want %v", got, want)
 	}
-	if got := parseDpkgQuery([]byte("foo\trc \nbar\tiU \nbaz\tiW \n")); !reflect.DeepEqual(got, map[string]bool{"baz": true}) {
+	if got := parseDpkgQuery([]byte("foo\tamd64\t1\trc \nbar\tamd64\t1\tiU \nbaz\tall\t1\tiW \n")); !reflect.DeepEqual(got, dpkgInstalled{"baz": {{"all", "1"}}}) {
 		t.Errorf("removed and unpacked counted as installed: %v", got)
 	}
 	p, _ := os.ReadFile("testdata/apt-cache-policy-debian12.txt")
-	want := map[string]string{"git": "1:2.39.5-0+deb12u3", "hello": "2.10-3"}
-	if got := parsePolicy(p); !reflect.DeepEqual(got, want) {
-		t.Errorf("parsePolicy = %v, want %v", got, want)
+	wantPolicy := map[string]string{"git": "1:2.39.5-0+deb12u3", "hello": "2.10-3"}
+	if got := parsePolicy(p); !reflect.DeepEqual(got, wantPolicy) {
+		t.Errorf("parsePolicy = %v, want %v", got, wantPolicy)
 	}
 }
 
@@ -204,7 +205,9 @@ func aptIn(t *testing.T, r Runner, listsAge time.Duration) *Apt {
 		old := time.Now().Add(-listsAge)
 		os.Chtimes(p, old, old)
 	}
-	return &Apt{Runner: r, AdminDir: admin, ListsDir: lists, LockTimeout: 5 * time.Second, LockPoll: 20 * time.Millisecond,
+	archives := filepath.Join(dir, "archives")
+	os.MkdirAll(archives, 0o755)
+	return &Apt{Runner: r, AdminDir: admin, ListsDir: lists, ArchivesDir: archives, LockTimeout: 5 * time.Second, LockPoll: 20 * time.Millisecond,
 		lookPath: func(string) (string, error) { return "/usr/bin/apt-get", nil }}
 }
 
@@ -217,7 +220,7 @@ func TestInstallFreshListsInstallsAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(r.calls) != 2 || !strings.HasPrefix(r.calls[1], "apt-get -q -o DPkg::Lock::Timeout=") ||
-		!strings.Contains(r.calls[1], " install -y --no-install-recommends ") || !strings.HasSuffix(r.calls[1], " hello [DEBIAN_FRONTEND=noninteractive NEEDRESTART_MODE=a APT_LISTCHANGES_FRONTEND=none]") {
+		!strings.Contains(r.calls[1], " install -y --no-install-recommends ") || !strings.HasSuffix(r.calls[1], " hello [DEBIAN_FRONTEND=noninteractive NEEDRESTART_MODE=l APT_LISTCHANGES_FRONTEND=none]") {
 		t.Errorf("calls:\n%s", strings.Join(r.calls, "\n"))
 	}
 }
@@ -324,5 +327,104 @@ func TestInstallWithoutAptGet(t *testing.T) {
 	err := a.Install(context.Background(), []string{"hello"})
 	if !errors.Is(err, ErrNoManager) || !strings.Contains(err.Error(), "apt-get not found (apt packages need a Debian or Ubuntu host)") {
 		t.Errorf("err = %v", err)
+	}
+}
+
+// TestMissingComparesAPinnedVersion: a package pinned to a version ("git=1:2.30.2-1") is
+// missing while another version of it is installed, and one pinned to an architecture
+// while only another architecture's is; the host's dpkg-query reads the database.
+func TestMissingComparesAPinnedVersion(t *testing.T) {
+	if _, err := os.Stat("/usr/bin/dpkg-query"); err != nil {
+		t.Skip("no dpkg-query on this host")
+	}
+	admin := t.TempDir()
+	status := `Package: git
+Status: install ok installed
+Architecture: amd64
+Version: 1:2.39.5-0+deb12u3
+
+Package: libnuma1
+Status: install ok installed
+Architecture: amd64
+Multi-Arch: same
+Version: 2.0.16-1
+
+`
+	os.WriteFile(filepath.Join(admin, "status"), []byte(status), 0o644)
+	os.MkdirAll(filepath.Join(admin, "info"), 0o755)
+	os.MkdirAll(filepath.Join(admin, "updates"), 0o755)
+	a := &Apt{AdminDir: admin}
+	pkgs := []string{"git=1:2.39.5-0+deb12u3", "git=1:2.30.2-1+deb11u2", "libnuma1:amd64", "libnuma1:i386", "libnuma1:amd64=2.0.16-1"}
+	got, err := a.Missing(context.Background(), pkgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"git=1:2.30.2-1+deb11u2", "libnuma1:i386"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("Missing(%q) = %q, want %q", pkgs, got, want)
+	}
+}
+
+// TestInstallLockNeverFreed: a dpkg lock held past lock_timeout fails the install at that
+// time, naming the lock and the lock_timeout as the recipe set it (not what was left of it
+// after the lists were read), and apt-get install never runs.
+func TestInstallLockNeverFreed(t *testing.T) {
+	r := &fakeRunner{policy: helloPolicy}
+	a := aptIn(t, r, time.Hour)
+	a.LockTimeout = 500 * time.Millisecond
+	lock := filepath.Join(a.AdminDir, "lock")
+	holdLock(t, lock)
+	start := time.Now()
+	err := a.Install(context.Background(), []string{"hello"})
+	if took := time.Since(start); took > 3*time.Second {
+		t.Errorf("Install took %s with lock_timeout 500ms", took)
+	}
+	if err == nil || !strings.Contains(err.Error(), "waiting for "+lock+": still held by another process") ||
+		!strings.Contains(err.Error(), "(lock_timeout 500ms)") {
+		t.Errorf("err = %v", err)
+	}
+	for _, c := range r.calls {
+		if strings.Contains(c, " install ") {
+			t.Errorf("apt-get install ran under a held lock: %s", c)
+		}
+	}
+}
+
+// TestInstallWaitsForTheArchivesLock: apt-get install takes /var/cache/apt/archives/lock
+// after the dpkg locks, with no timeout of its own (DPkg::Lock::Timeout covers the dpkg
+// locks only), and a download-only run (apt-daily's) holds it without them: the install
+// waits for it too instead of failing at once.
+func TestInstallWaitsForTheArchivesLock(t *testing.T) {
+	r := &fakeRunner{policy: helloPolicy}
+	a := aptIn(t, r, time.Hour)
+	lock := filepath.Join(a.ArchivesDir, "lock")
+	release := holdLock(t, lock)
+	r.whenHeld = func() bool { _, held, _ := LockHolder(lock); return held }
+	var log lines
+	a.Logf = log.logf
+	time.AfterFunc(300*time.Millisecond, release)
+	if err := a.Install(context.Background(), []string{"hello"}); err != nil {
+		t.Fatal(err)
+	}
+	if r.heldAtInstall {
+		t.Error("apt-get install ran while the archives lock was held")
+	}
+	if !strings.Contains(log.String(), "waiting for "+lock) {
+		t.Errorf("log:\n%s", log.String())
+	}
+}
+
+// TestInstallLeavesServicesRunning: apt-get runs with needrestart in list mode. In its
+// automatic mode (NEEDRESTART_MODE=a) a library that the install upgrades (libc6 beside
+// build-essential's libc6-dev) restarts every service that maps it: the model server,
+// unasked, and the sglprov daemon in the middle of its own apply.
+func TestInstallLeavesServicesRunning(t *testing.T) {
+	r := &fakeRunner{policy: helloPolicy}
+	a := aptIn(t, r, time.Hour)
+	if err := a.Install(context.Background(), []string{"hello"}); err != nil {
+		t.Fatal(err)
+	}
+	last := r.calls[len(r.calls)-1]
+	if !strings.Contains(last, " install ") || !strings.Contains(last, "NEEDRESTART_MODE=l") || strings.Contains(last, "NEEDRESTART_MODE=a") {
+		t.Errorf("apt-get install: %s", last)
 	}
 }

@@ -400,6 +400,9 @@ func (p *parser) parseCommands(n *yaml.Node) hostcmd.Requirements {
 		if req.Version != "" {
 			if _, err := gpu.ParseRange(req.Version); err != nil {
 				p.addf(nodeAt(v, "version"), path+".version", "%v", err)
+			} else if !hostcmd.Known(k.Value) {
+				p.addf(nodeAt(v, "version"), path+".version", "sglprov cannot read the version of %s (it reads %s): drop the version range, or check it in a command step",
+					k.Value, strings.Join(hostcmd.KnownNames(), ", "))
 			}
 		}
 		out[k.Value] = req

@@ -195,6 +195,7 @@ requires:
     nvcc: {version: ">=12.8,,"}
     /usr/bin/git: {}
     cmake: {versoin: "3"}
+    ninja: {version: ">=1.11"}
 steps:
   - name: a
     command: {argv: [true]}
@@ -207,6 +208,8 @@ steps:
 		`t.yaml:6:21: invalid version range ">=12.8,,": empty constraint at offset 7 (at requires.commands.nvcc.version)`,
 		`t.yaml:7:5: "/usr/bin/git" is not a command name`,
 		`t.yaml:8:13: unknown field "versoin" (known: version) (at requires.commands.cmake.versoin)`,
+		// A range sglprov cannot check on any host is the recipe's error, not the host's.
+		`t.yaml:9:22: sglprov cannot read the version of ninja (it reads c++, cc, cmake, g++, gcc, git, nvcc, python, python3): drop the version range, or check it in a command step (at requires.commands.ninja.version)`,
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("missing %q in:\n%v", want, err)

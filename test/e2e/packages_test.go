@@ -31,7 +31,7 @@ steps:
 // TestPackagesStep runs a packages step in the booted Debian container against the host's
 // own apt sources: it installs a package the container lacks, a re-run skips it, removing
 // the package makes plan say the step runs, and a dpkg lock held by another process for a
-// few seconds delays the step instead of failing it.
+// few seconds delays the step instead of failing it, and so does apt's archives lock.
 func TestPackagesStep(t *testing.T) {
 	requireE2E(t)
 	b := buildBinaries(t)
@@ -104,13 +104,30 @@ func TestPackagesStep(t *testing.T) {
 	if took < hold-500*time.Millisecond {
 		t.Errorf("apply took %s while the lock was held for %s", took, hold)
 	}
-	for _, want := range []string{"waiting for /var/lib/dpkg/lock-frontend, held by another process", "lock /var/lib/dpkg/lock-frontend, /var/lib/dpkg/lock is free after"} {
+	for _, want := range []string{"waiting for /var/lib/dpkg/lock-frontend, held by another process", "lock /var/lib/dpkg/lock-frontend, /var/lib/dpkg/lock, /var/cache/apt/archives/lock is free after"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("apply's output lacks %q:\n%s", want, out)
 		}
 	}
 	if got := c.MustRun("hello"); strings.TrimSpace(got) != "Hello, world!" {
 		t.Errorf("hello after the second install printed %q", got)
+	}
+
+	// A download-only apt (apt-daily's) holds apt's archives lock alone; apt-get install
+	// would fail on it at once (its lock timeout is for the dpkg locks): the step waits.
+	c.MustRun("dpkg", "-r", "hello")
+	const holdArchives = 3 * time.Second
+	releaseArchives := holdDpkgLock(t, filepath.Join(c.Root, "var/cache/apt/archives/lock"))
+	archivesTimer := time.AfterFunc(holdArchives, releaseArchives)
+	defer archivesTimer.Stop()
+	start = time.Now()
+	out, code = sglprov("apply", 5*time.Minute)
+	if code != 0 || !regexp.MustCompile(`(?m)^host-packages +ok `).MatchString(out) ||
+		!strings.Contains(out, "waiting for /var/cache/apt/archives/lock, held by another process") {
+		t.Fatalf("apply under a held archives lock: exit %d\n%s", code, out)
+	}
+	if took := time.Since(start); took < holdArchives-500*time.Millisecond {
+		t.Errorf("apply took %s while the archives lock was held for %s", took, holdArchives)
 	}
 
 	// A package that does not exist fails the step with its name, after apt-get update.

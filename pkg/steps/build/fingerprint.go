@@ -15,6 +15,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
+	"time"
 
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/gitrepo"
@@ -30,7 +32,7 @@ var errNotFound = errors.New("executable file not found in PATH")
 //	                  sorted KEY=VALUE lines, without MAX_JOBS, CMAKE_BUILD_PARALLEL_LEVEL and
 //	                  the ccache variables (see notFingerprinted)
 //	tree              the source tree (see treeDigest)
-//	toolchain.nvcc    `nvcc --version`, or "absent"
+//	toolchain.nvcc    `nvcc --version` of the nvcc findNVCC finds, or "absent"
 //	toolchain.python  `PYTHON --version`, when the spec names a python
 //	toolchain.torch   torch.__version__ and torch.version.cuda, when the spec names a python
 //	toolchain.NAME    each custom probe
@@ -74,8 +76,15 @@ func (s *Step) Fingerprint(ctx context.Context, env *engine.Env) (map[string]str
 
 	environ := environ(vars)
 	for _, p := range s.probes() {
-		parts[p.name] = s.probe(ctx, dir, environ, p.argv)
-		s.cache.put(p.argv, parts[p.name])
+		argv := p.argv
+		if p.name == "toolchain.nvcc" && argv[0] == "nvcc" {
+			// The nvcc the build compiles with, on its PATH or off it (findNVCC).
+			if _, a, ok := findNVCC(dir, environ); ok {
+				argv = a
+			}
+		}
+		parts[p.name] = s.probe(ctx, dir, environ, argv)
+		s.cache.put(argv, parts[p.name])
 	}
 	return parts, nil
 }
@@ -141,6 +150,11 @@ func (s *Step) probe(ctx context.Context, dir string, environ []string, argv []s
 	}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	// In its own process group, ended whole at the limit, and not waited for past it:
+	// a child that keeps the output open does not hold the plan.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = time.Second
 	if err := cmd.Run(); err != nil {
 		msg := strings.TrimSpace(stderr.String())
 		if i := strings.LastIndexByte(msg, '\n'); i >= 0 {

@@ -80,6 +80,22 @@ func majorMinor(v string) string {
 	return v
 }
 
+// findNVCC returns the nvcc a build with envList compiles with and the argv that reads its
+// version: the one on the build's PATH, else the first under $CUDA_HOME/bin,
+// $CUDA_PATH/bin or /usr/local/cuda/bin, where torch and CMake look for it too and where
+// NVIDIA's packages put it. ok is false when there is none.
+func findNVCC(dir string, envList []string) (path string, argv []string, ok bool) {
+	if p, err := lookPath("nvcc", dir, envList); err == nil {
+		return p, []string{"nvcc", "--version"}, true
+	}
+	for _, d := range hostcmd.CUDADirs(func(k string) string { return getenv(envList, k) }) {
+		if p := filepath.Join(d, "nvcc"); isExecutable(p) == nil {
+			return p, []string{p, "--version"}, true
+		}
+	}
+	return "", nil, false
+}
+
 // checkToolchain refuses, before anything compiles, a build whose spec names a python
 // without torch, or whose torch was built for another CUDA major version than the nvcc on
 // the build's PATH. Without nvcc on that PATH there is nothing to compare, and the build
@@ -88,20 +104,8 @@ func (s *Step) checkToolchain(ctx context.Context, env *engine.Env, dir string, 
 	if s.spec.Python == "" {
 		return nil
 	}
-	nvccArgv := []string{"nvcc", "--version"}
-	nvccPath, err := lookPath("nvcc", dir, envList)
-	if err != nil {
-		// Off the PATH, where torch and CMake look for it too ($CUDA_HOME/bin,
-		// /usr/local/cuda/bin): NVIDIA's packages put it there.
-		getenv := func(k string) string { return getenv(envList, k) }
-		for _, d := range hostcmd.CUDADirs(getenv) {
-			if p := filepath.Join(d, "nvcc"); isExecutable(p) == nil {
-				nvccPath, nvccArgv, err = p, []string{p, "--version"}, nil
-				break
-			}
-		}
-	}
-	if err != nil {
+	nvccPath, nvccArgv, ok := findNVCC(dir, envList)
+	if !ok {
 		return nil
 	}
 	nvccOut, ok := s.cache.take(nvccArgv)

@@ -141,3 +141,52 @@ esac
 		t.Fatalf("Run: %v", err)
 	}
 }
+
+// TestFingerprintReadsNVCCOffThePath: the nvcc the toolchain check and the build find
+// under CUDA_HOME, off the build's PATH (NVIDIA's packages put it in /usr/local/cuda/bin),
+// is the one the fingerprint reads, so that a toolkit upgrade there rebuilds; and the
+// check reuses that probe.
+func TestFingerprintReadsNVCCOffThePath(t *testing.T) {
+	fakeTools(t)
+	home := t.TempDir()
+	realNVCC(t, filepath.Join(home, "bin"), "13.0, V13.0.88")
+	s := newStep(t, Spec{Dir: t.TempDir(), Argv: []string{"true"}, Env: map[string]string{"CUDA_HOME": home}})
+	env, _, _ := testEnv(t)
+	parts, err := s.Fingerprint(context.Background(), env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(parts["toolchain.nvcc"], "release 13.0, V13.0.88") {
+		t.Fatalf("toolchain.nvcc = %q", parts["toolchain.nvcc"])
+	}
+	realNVCC(t, filepath.Join(home, "bin"), "13.1, V13.1.80")
+	again, err := s.Fingerprint(context.Background(), env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again["toolchain.nvcc"] == parts["toolchain.nvcc"] {
+		t.Errorf("a toolkit upgrade under CUDA_HOME left toolchain.nvcc as it was: %q", again["toolchain.nvcc"])
+	}
+}
+
+// TestProbeOfAHangingNVCCIsBounded: an nvcc whose --version never ends, and leaves a child
+// holding its output, is given up at the probe's limit (recorded as an error), not waited
+// for as long as the child lives.
+func TestProbeOfAHangingNVCCIsBounded(t *testing.T) {
+	bin := fakeTools(t)
+	writeScript(t, filepath.Join(bin, "nvcc"), "/bin/sleep 30 &\nexec /bin/sleep 30\n")
+	s := newStep(t, Spec{Dir: t.TempDir(), Argv: []string{"true"}})
+	s.probeTimeout = 200 * time.Millisecond
+	env, _, _ := testEnv(t)
+	start := time.Now()
+	parts, err := s.Fingerprint(context.Background(), env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("Fingerprint took %s with a 200ms probe limit", took)
+	}
+	if !strings.HasPrefix(parts["toolchain.nvcc"], "error: ") {
+		t.Errorf("toolchain.nvcc = %q", parts["toolchain.nvcc"])
+	}
+}

@@ -25,7 +25,8 @@ const DefaultLockTimeout = 15 * time.Minute
 
 // Spec is a packages step's recipe body.
 type Spec struct {
-	// Apt lists Debian/Ubuntu packages ("name", or "name=version").
+	// Apt lists Debian/Ubuntu packages ("name", "name:arch", "name=version"); one pinned
+	// to a version or architecture is missing while another is installed.
 	Apt []string `yaml:"apt"`
 	// Provides lists commands these packages put on the PATH beyond those sglprov knows
 	// (git from git, gcc from build-essential, nvcc from cuda-toolkit-*): a
@@ -49,8 +50,12 @@ func New(name string, spec Spec) (*Step, error) {
 		problems = append(problems, "apt lists no package")
 	}
 	for _, p := range spec.Apt {
-		if !aptNameRE.MatchString(p) {
+		switch {
+		case !aptNameRE.MatchString(p):
 			problems = append(problems, fmt.Sprintf("%q is not a Debian package name", p))
+		case strings.HasSuffix(p, "-"):
+			// apt-get install NAME- removes NAME (and NAME=VERSION- that version).
+			problems = append(problems, fmt.Sprintf("%q ends with \"-\", which tells apt-get to remove the package", p))
 		}
 	}
 	for _, c := range spec.Provides {
@@ -100,6 +105,35 @@ func (s *Step) Provides() []string {
 	return out
 }
 
+// Installs returns the commands that running the step now would put on the PATH, sorted:
+// those sglprov knows for the packages that are missing, and the spec's provides when any
+// package is missing. A command whose package is installed already is not among them: the
+// step leaves that package as it is, however old its command.
+func (s *Step) Installs(ctx context.Context, env *engine.Env) ([]string, error) {
+	missing, err := s.mgr(env).Missing(ctx, s.spec.Apt)
+	if err != nil {
+		return nil, err
+	}
+	if len(missing) == 0 {
+		return nil, nil
+	}
+	seen := map[string]bool{}
+	for _, p := range missing {
+		for _, c := range hostcmd.CommandsOf(p) {
+			seen[c] = true
+		}
+	}
+	for _, c := range s.spec.Provides {
+		seen[c] = true
+	}
+	out := make([]string, 0, len(seen))
+	for c := range seen {
+		out = append(out, c)
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
 // mgr returns the package manager for env: apt on the host, its database under --root.
 func (s *Step) mgr(env *engine.Env) pkgmgr.Manager {
 	if s.manager != nil {
@@ -109,6 +143,7 @@ func (s *Step) mgr(env *engine.Env) pkgmgr.Manager {
 		Runner:      stepRunner{env: env},
 		AdminDir:    env.HostPath("/var/lib/dpkg"),
 		ListsDir:    env.HostPath("/var/lib/apt/lists"),
+		ArchivesDir: env.HostPath("/var/cache/apt/archives"),
 		LockTimeout: s.lockTimeout,
 		Logf:        func(format string, args ...any) { env.Log.Info(fmt.Sprintf(format, args...)) },
 	}

@@ -112,13 +112,16 @@ func TestNewRejects(t *testing.T) {
 		{Spec{Apt: []string{"Bad Name"}}, `"Bad Name" is not a Debian package name`},
 		{Spec{Apt: []string{"git"}, Provides: []string{"/usr/bin/x"}}, `provides: "/usr/bin/x" is not a command name`},
 		{Spec{Apt: []string{"git"}, LockTimeout: "soon"}, `lock_timeout "soon"`},
+		// apt-get install NAME- removes NAME, without asking under -y.
+		{Spec{Apt: []string{"git-"}}, `"git-" ends with "-", which tells apt-get to remove the package`},
+		{Spec{Apt: []string{"git=1:2.39.5-"}}, `"git=1:2.39.5-" ends with "-", which tells apt-get to remove the package`},
 	} {
 		_, err := New("p", tc.spec)
 		if !errors.Is(err, engine.ErrUsage) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("New(%+v) = %v, want %q", tc.spec, err, tc.want)
 		}
 	}
-	if _, err := New("p", Spec{Apt: []string{"python3-dev", "git=1:2.39.5-0+deb12u3", "libc6:amd64"}}); err != nil {
+	if _, err := New("p", Spec{Apt: []string{"python3-dev", "git=1:2.39.5-0+deb12u3", "libc6:amd64", "g++"}}); err != nil {
 		t.Errorf("good names refused: %v", err)
 	}
 }
@@ -127,5 +130,21 @@ func TestProvides(t *testing.T) {
 	s, _ := New("p", Spec{Apt: []string{"build-essential", "git", "cuda-toolkit-13-0", "libnuma-dev"}, Provides: []string{"hello"}})
 	if got, want := strings.Join(s.Provides(), " "), "c++ cc g++ gcc git hello make nvcc"; got != want {
 		t.Errorf("Provides = %q, want %q", got, want)
+	}
+}
+
+// TestInstalls: the commands the step would install now are those of its missing packages
+// (and its provides while any is missing), not those of packages installed already.
+func TestInstalls(t *testing.T) {
+	m := &fakeManager{installed: map[string]bool{"cmake": true}}
+	s := newTestStep(t, Spec{Apt: []string{"cmake", "git"}, Provides: []string{"hello"}}, m)
+	env := engine.NewTestEnv(t.TempDir(), nil)
+	got, err := s.Installs(context.Background(), env)
+	if err != nil || strings.Join(got, " ") != "git hello" {
+		t.Errorf("Installs = %q, %v; want git hello", got, err)
+	}
+	m.installed["git"] = true
+	if got, err := s.Installs(context.Background(), env); err != nil || len(got) != 0 {
+		t.Errorf("Installs with everything installed = %q, %v", got, err)
 	}
 }
