@@ -266,6 +266,25 @@ func TestTextfile(t *testing.T) {
 	}
 }
 
+// The shipped unit writes its textfile to /var/lib/prometheus/node-exporter/, which a fresh
+// host without node_exporter does not have: the folder is made (readable by the collector)
+// rather than a warning logged at every check for the life of the daemon.
+func TestTextfileMakesItsFolder(t *testing.T) {
+	m := NewMetrics()
+	dir := filepath.Join(t.TempDir(), "var", "lib", "prometheus", "node-exporter")
+	path := filepath.Join(dir, "sglprov.prom")
+	if err := m.WriteTextfile(path); err != nil {
+		t.Fatalf("writing the textfile where its folder does not exist yet: %v", err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil || !strings.Contains(string(b), "sglprov_apply_success") {
+		t.Fatalf("textfile: %v\n%s", err, b)
+	}
+	if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o755 {
+		t.Errorf("folder made with %v (%v), want 0755", fi.Mode(), err)
+	}
+}
+
 // scrape fetches and parses a Prometheus text exposition into name{labels} -> value.
 func scrape(t *testing.T, url string) map[string]float64 {
 	t.Helper()
