@@ -52,7 +52,7 @@ func ExitCode(err error) int {
 // (the smoke gate under --root, where nothing was started): the run records the step as
 // skipped with that reason, never as ok, and the run does not fail for it.
 type SkipError struct {
-	// Reason says why the step did nothing, e.g. "offline (--root): no server was started".
+	// Reason says why the step did nothing, e.g. "offline (--root): no server is started".
 	Reason string
 }
 

@@ -104,6 +104,11 @@ func New(name string, spec Spec) (*Step, error) {
 // AlwaysRun reports true: the gate runs on every apply.
 func (s *Step) AlwaysRun() bool { return true }
 
+// OfflineSkip is why the gate does nothing under --root: nothing was started.
+func (s *Step) OfflineSkip() string {
+	return "offline (--root): no server is started, the gate does not run"
+}
+
 // Fingerprint returns the spec; the gate runs every time anyway.
 func (s *Step) Fingerprint(context.Context, *engine.Env) (map[string]string, error) {
 	b, err := json.Marshal(s.spec)
@@ -148,7 +153,7 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	}
 	if env.Offline {
 		env.Detail("skipped", "offline: nothing was started")
-		return engine.Skipped("offline (--root): no server was started, the gate did not run")
+		return engine.Skipped(s.OfflineSkip())
 	}
 	svc := serviceDep(env)
 	if svc == nil {
