@@ -80,6 +80,10 @@ steps:
 		if code != ExitInterrupted {
 			t.Fatalf("exit %d, want %d; stderr:\n%s", code, ExitInterrupted, stderr.String())
 		}
+		// A command step is not a build: the interruption names the command and the signal.
+		if out := stderr.String(); strings.Contains(out, "build of") || !strings.Contains(out, "running sh: stopped by SIGINT") {
+			t.Errorf("the interrupted command step is not named as a stopped command:\n%s", out)
+		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("apply did not stop after SIGINT")
 	}
