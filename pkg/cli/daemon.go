@@ -14,6 +14,7 @@ import (
 	"github.com/sglprov/sglprov/pkg/daemon"
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/gpu"
+	"github.com/sglprov/sglprov/pkg/logval"
 	gate "github.com/sglprov/sglprov/pkg/smoke"
 )
 
@@ -119,7 +120,11 @@ func canary(stdio IO, c *common, timeout time.Duration, logger *log.Logger) func
 		if isTerminal(stdio.Stderr) {
 			wait = gate.NewWaitReporter(gate.RedactURL(cfg.URL), stdio.Stderr, nil, 0)
 		} else {
-			wait = gate.NewWaitReporter(gate.RedactURL(cfg.URL), nil, func(line string) { logger.Info("canary " + line) }, 0)
+			url := gate.RedactURL(cfg.URL)
+			wait = gate.NewWaitReporter(url, nil, func(_ string, s gate.WaitStatus) {
+				logger.Info("canary waiting for the server", "url", url, "seconds", logval.Seconds(s.Elapsed),
+					"timeout_seconds", logval.Seconds(s.Timeout), "last", s.Last)
+			}, 0)
 		}
 		defer wait.Stop()
 		cfg.Waiting = func(s gate.WaitStatus) {

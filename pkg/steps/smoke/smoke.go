@@ -293,5 +293,8 @@ func newWaitReporter(env *engine.Env, cfg gate.Config) *gate.WaitReporter {
 	if env.IsTerminal && env.Console != nil {
 		return gate.NewWaitReporter(label, env.Console, nil, 0)
 	}
-	return gate.NewWaitReporter(label, nil, func(line string) { env.Log.Info(line) }, 0)
+	return gate.NewWaitReporter(label, nil, func(_ string, s gate.WaitStatus) {
+		env.Log.Info("waiting for the server", "url", label, "seconds", logval.Seconds(s.Elapsed),
+			"timeout_seconds", logval.Seconds(s.Timeout), "last", s.Last)
+	}, 0)
 }
