@@ -256,11 +256,15 @@ func (s *Step) gate(ctx context.Context, env *engine.Env, cfg gate.Config, profi
 		_, _ = env.Out.Write(tbl.Bytes())
 	}
 	env.Detail("smoke", res)
+	var who []any // the profile gated, when a service's profile was
+	if profile != "" {
+		who = []any{"profile", profile}
+	}
 	if res.Pass {
-		env.Log.Info("smoke gate passed", "profile", profile, "model", res.Model,
-			"ready_seconds", logval.Seconds(res.TimeToReady))
+		env.Log.Info("smoke gate passed", append(who, "model", res.Model,
+			"ready_seconds", logval.Seconds(res.TimeToReady))...)
 	} else {
-		env.Log.Warn("smoke gate failed", "profile", profile, "verdict", res.Summary())
+		env.Log.Warn("smoke gate failed", append(who, "verdict", res.Summary())...)
 		for _, c := range res.Cases {
 			if !c.Pass {
 				sample, _ := gate.SampleText(c.Sample)
