@@ -92,7 +92,7 @@ func lookup(name string) (command, bool) {
 
 // ExitInterrupted is the exit code of a run stopped by Ctrl-C (SIGINT): 128 + 2, as
 // shells report it.
-const ExitInterrupted = 130
+const ExitInterrupted = engine.ExitInterrupted
 
 // Main runs sglprov with args (args[0] is the program name) and returns the exit code.
 func Main(args []string, stdio IO) int {
@@ -129,7 +129,11 @@ func Main(args []string, stdio IO) int {
 		select {
 		case s := <-sigs:
 			interrupted.Store(s == os.Interrupt)
-			cancel(fmt.Errorf("stopped by %s", signalName(s)))
+			if s == os.Interrupt {
+				cancel(engine.ErrInterrupted) // "stopped by SIGINT"; the report records 130
+			} else {
+				cancel(fmt.Errorf("stopped by %s", signalName(s)))
+			}
 			// The first SIGINT or SIGTERM cancels the command, which stops its children and
 			// records what it did; a second one ends the process at once, whatever it
 			// waits on (the default action: a shell sees 130 for SIGINT).

@@ -84,6 +84,14 @@ steps:
 		if out := stderr.String(); strings.Contains(out, "build of") || !strings.Contains(out, "running sh: stopped by SIGINT") {
 			t.Errorf("the interrupted command step is not named as a stopped command:\n%s", out)
 		}
+		// The report and status say the exit code the shell saw.
+		rep, err := engine.LatestReport(filepath.Join(dir, "st"))
+		if err != nil || rep.ExitCode != ExitInterrupted || rep.Result != engine.ResultInterrupted {
+			t.Errorf("report: %+v, %v; want exit %d, result %s", rep, err, ExitInterrupted, engine.ResultInterrupted)
+		}
+		if code, out, _ := run(t, nil, "status", "--state-dir", filepath.Join(dir, "st")); code != ExitInterrupted || !strings.Contains(out, "exit 130") {
+			t.Errorf("status exited %d, want %d:\n%s", code, ExitInterrupted, out)
+		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("apply did not stop after SIGINT")
 	}

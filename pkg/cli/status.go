@@ -141,6 +141,8 @@ func exitAs(code int) error {
 		mark = engine.ErrLocked
 	case engine.ExitReboot:
 		mark = engine.ErrReboot
+	case engine.ExitInterrupted:
+		mark = engine.ErrInterrupted
 	default:
 		mark = errors.New("the last run failed")
 	}
