@@ -27,6 +27,9 @@ type statusJSON struct {
 	Profile *profileStatus `json:"profile,omitempty"`
 	// ApplyRunning is the pid of an apply running now (-1 when its pid is unknown).
 	ApplyRunning int `json:"apply_running_pid,omitempty"`
+	// Interrupted lists the steps that the state records as running while no apply runs:
+	// the last run ended before it finished them (then ExitCode is 1).
+	Interrupted []string `json:"interrupted_steps,omitempty"`
 }
 
 // applyRunning returns the pid of the apply that holds dir's lock now (-1 when it wrote
@@ -70,8 +73,22 @@ func runStatus(ctx context.Context, stdio IO, args []string) error {
 	}
 	prof := profileOf(rep, st)
 	running := applyRunning(dir)
+	// A step recorded as running while no apply holds the lock belongs to a run that ended
+	// without finishing (killed, or the host went down): that run is the last, and failed.
+	var killed []string
+	if running == 0 {
+		for n, r := range st.Steps {
+			if r.Result == engine.ResultRunning {
+				killed = append(killed, n)
+			}
+		}
+		sort.Strings(killed)
+	}
+	if len(killed) > 0 {
+		code = engine.ExitFailed
+	}
 	if asJSON {
-		out := statusJSON{StateDir: dir, Report: rep, ExitCode: code, Profile: prof, ApplyRunning: running}
+		out := statusJSON{StateDir: dir, Report: rep, ExitCode: code, Profile: prof, ApplyRunning: running, Interrupted: killed}
 		if none && running == 0 {
 			out.Message = "no run recorded in " + dir
 		} else {
@@ -94,11 +111,15 @@ func runStatus(ctx context.Context, stdio IO, args []string) error {
 		return nil
 	}
 	fmt.Fprintf(stdio.Stdout, "recipe %s, state updated %s\n", st.Recipe, st.Updated.Format(time.RFC3339))
-	if rep != nil && running != 0 {
+	if len(killed) > 0 {
+		fmt.Fprintf(stdio.Stdout, "last run: ended before it finished (killed?): %s was running; the next apply redoes it\n",
+			strings.Join(killed, ", "))
+	}
+	if rep != nil && (running != 0 || len(killed) > 0) {
 		fmt.Fprintf(stdio.Stdout, "last finished run: %s at %s, exit %d\n  report: %s/report.json\n",
 			rep.Result, rep.Started.Format(time.RFC3339), rep.ExitCode, rep.Dir)
 	}
-	if rep != nil && running == 0 {
+	if rep != nil && running == 0 && len(killed) == 0 {
 		fmt.Fprintf(stdio.Stdout, "last run: %s at %s, exit %d, took %s\n  report: %s/report.json\n",
 			rep.Result, rep.Started.Format(time.RFC3339), rep.ExitCode, rep.Duration.Round(time.Millisecond), rep.Dir)
 		writeProfile(stdio.Stdout, prof)
@@ -117,7 +138,11 @@ func runStatus(ctx context.Context, stdio IO, args []string) error {
 	fmt.Fprintln(w, "STEP\tRESULT\tSTARTED\tDURATION\tREASON")
 	for _, n := range names {
 		r := st.Steps[n]
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", n, r.Result, r.Started.Format(time.RFC3339), r.Duration.Round(time.Millisecond), r.Reason)
+		result := r.Result
+		if result == engine.ResultRunning && len(killed) > 0 {
+			result = engine.ResultInterrupted
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", n, result, r.Started.Format(time.RFC3339), r.Duration.Round(time.Millisecond), r.Reason)
 	}
 	if err := w.Flush(); err != nil {
 		return err
