@@ -37,6 +37,9 @@ func runDaemon(ctx context.Context, stdio IO, args []string) error {
 	if interval <= 0 || canaryTimeout <= 0 {
 		return fmt.Errorf("%w: --interval and --canary-timeout must be positive", engine.ErrUsage)
 	}
+	if c.root != "" && c.root != "/" {
+		return fmt.Errorf("%w: --root %s: the daemon watches a running node, and under --root nothing is started; prepare a root with sglprov apply --root", engine.ErrUsage, c.root)
+	}
 	newLogger, err := c.newLoggerFunc()
 	if err != nil {
 		return err
