@@ -94,10 +94,11 @@ type Daemon struct {
 	failures int
 	restarts int
 	// applyFailures counts the applies that failed since the last one that passed;
-	// retryIn the checks still to wait before the next retry.
-	applyFailures, retryIn int
-	mu                     sync.Mutex // guards health, which notReady may set from the canary's goroutine
-	health                 Health
+	// retryIn is the checks still to wait before the next retry.
+	applyFailures int
+	retryIn       int
+	mu            sync.Mutex // guards health, which notReady may set from the canary's goroutine
+	health        Health
 }
 
 // New returns a daemon with opts.
@@ -225,7 +226,7 @@ func (d *Daemon) apply(ctx context.Context, why string) {
 		d.o.Metrics.setRebootRequired(true)
 	case err != nil:
 		d.applyFailures++
-		wait := min(1<<min(d.applyFailures-1, 6), maxRetryChecks)
+		wait := min(1<<min(d.applyFailures-1, 30), maxRetryChecks) // 1, 2, 4 ... checks
 		d.retryIn = wait - 1
 		d.o.Log.Error("apply failed", "why", why, "err", err,
 			"retry_seconds", logval.Seconds(time.Duration(wait)*d.o.Interval))

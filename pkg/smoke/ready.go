@@ -244,17 +244,18 @@ func (r *WaitReporter) current() WaitStatus {
 	return s
 }
 
-func (r *WaitReporter) text() string {
-	return fmt.Sprintf("waiting for %s: %s", r.label, r.current())
+func (r *WaitReporter) text(s WaitStatus) string {
+	return fmt.Sprintf("waiting for %s: %s", r.label, s)
 }
 
 func (r *WaitReporter) emitLocked() {
 	r.lastLine = r.now()
-	r.line(r.text(), r.current())
+	s := r.current()
+	r.line(r.text(s), s)
 }
 
 func (r *WaitReporter) drawLocked() {
-	fmt.Fprintf(r.live, "\r\033[K%s", r.text())
+	fmt.Fprintf(r.live, "\r\033[K%s", r.text(r.current()))
 }
 
 // Stop ends the reports; on a terminal it clears the status line.
