@@ -83,7 +83,7 @@ say "sglprov apply (first run)"
 say "the gate's verdicts, per profile"
 sed -n '/^profile /,/^smoke: /p' "$ROOT"/state/runs/*/smoke.log | sed 's/^/  /'
 
-say "sglprov apply (second run: nothing changed)"
+say "sglprov apply (second run: nothing changed; the server, which the exec manager stopped with the first run, is started and gated again)"
 "$SGLPROV" apply "${ARGS[@]}"
 
 say "sglprov status"

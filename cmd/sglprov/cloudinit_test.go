@@ -65,6 +65,18 @@ func TestCloudInitRuncmd(t *testing.T) {
 		t.Errorf("the shipped recipe does not read its hub token from the hf_token_file var (%v)", err)
 	}
 
+	// The daemon's line, commented out in the document, takes the apply line's place.
+	dm := regexp.MustCompile(`(?m)^  # (- \[.*systemctl.*enable.*\])\s*$`).FindSubmatch(m[1])
+	if dm == nil {
+		t.Fatal("docs/cloud-init.md has no commented runcmd line that enables the daemon")
+	}
+	var daemonLine [][]string
+	if err := yaml.Unmarshal(dm[1], &daemonLine); err != nil || len(daemonLine) != 1 {
+		t.Fatalf("the daemon's runcmd line does not parse: %v (%q)", err, dm[1])
+	}
+	daemonCfg := cfg
+	daemonCfg.Runcmd = append(append([][]string{}, cfg.Runcmd[:len(cfg.Runcmd)-1]...), daemonLine[0])
+
 	for _, tc := range []struct {
 		name     string
 		argv     string
@@ -75,14 +87,20 @@ func TestCloudInitRuncmd(t *testing.T) {
 		{name: "failing apply", argv: "[sh, -c, 'echo broken >&2; exit 9']", wantExit: 1, wantStep: `hello +failed`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			runCloudConfig(t, repo, cfg, tc.argv, tc.wantExit, tc.wantStep)
+			runCloudConfig(t, repo, cfg, tc.argv, tc.wantExit, tc.wantStep, false)
+		})
+		t.Run("daemon "+tc.name, func(t *testing.T) {
+			runCloudConfig(t, repo, daemonCfg, tc.argv, tc.wantExit, tc.wantStep, true)
 		})
 	}
 }
 
 // runCloudConfig plays cfg on a fresh root with a recipe of one command step (argv, where
-// HELLO is a file under the root) and checks the exit code and the result's records.
-func runCloudConfig(t *testing.T, repo string, cfg cloudConfig, argv string, wantExit int, wantStep string) {
+// HELLO is a file under the root) and checks the exit code and the result's records. With
+// daemon, cfg's last runcmd line enables the daemon: systemctl stands in for systemd,
+// running the daemon's first apply and returning 0 once it is done, as `systemctl start`
+// of the Type=notify unit does whatever the apply found (READY=1 comes either way).
+func runCloudConfig(t *testing.T, repo string, cfg cloudConfig, argv string, wantExit int, wantStep string, daemon bool) {
 	root := t.TempDir()
 	moved := regexp.MustCompile(`(^|[\s"'=])(/(?:etc|opt|usr/local|var/lib|var/log)/)`)
 	under := func(s string) string { return moved.ReplaceAllString(s, "${1}"+root+"${2}") }
@@ -105,6 +123,11 @@ func runCloudConfig(t *testing.T, repo string, cfg cloudConfig, argv string, wan
 	journal := filepath.Join(root, "journal")
 	shim := "#!/bin/sh\nwhile [ $# -gt 1 ]; do case $1 in -t) tag=$2; shift 2;; *) break;; esac; done\necho \"$tag: $*\" >> " + journal + "\n"
 	if err := os.WriteFile(filepath.Join(root, "shim", "logger"), []byte(shim), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	systemctl := "#!/bin/sh\n[ \"$1 $2 $3\" = \"enable --now sglprov.service\" ] || { echo \"systemctl $*: not expected\" >&2; exit 1; }\n" +
+		filepath.Join(root, "usr", "local", "bin", "sglprov") + " apply -f " + filepath.Join(root, "etc", "sglprov", "recipe.yaml") + "\nexit 0\n"
+	if err := os.WriteFile(filepath.Join(root, "shim", "systemctl"), []byte(systemctl), 0o755); err != nil {
 		t.Fatal(err)
 	}
 
@@ -152,10 +175,12 @@ func runCloudConfig(t *testing.T, repo string, cfg cloudConfig, argv string, wan
 	}
 
 	want := fmt.Sprintf("sglprov apply exit %d at ", wantExit)
-	if b, err := os.ReadFile(filepath.Join(root, "var", "log", "sglprov", "last-result")); err != nil || !strings.HasPrefix(string(b), want) {
+	if daemon {
+		// The daemon's line records nothing itself: the daemon's journal and status do.
+	} else if b, err := os.ReadFile(filepath.Join(root, "var", "log", "sglprov", "last-result")); err != nil || !strings.HasPrefix(string(b), want) {
 		t.Errorf("/var/log/sglprov/last-result: %q, %v; want %q...", b, err, want)
 	}
-	if b, err := os.ReadFile(journal); err != nil || !strings.Contains(string(b), "sglprov: "+want) {
+	if b, err := os.ReadFile(journal); !daemon && (err != nil || !strings.Contains(string(b), "sglprov: "+want)) {
 		t.Errorf("journal (logger): %q, %v; want a line tagged sglprov: %q...", b, err, want)
 	}
 	if _, err := os.Stat(hello); (err == nil) != (wantExit == 0) {

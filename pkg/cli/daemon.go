@@ -14,6 +14,7 @@ import (
 	"github.com/sglprov/sglprov/pkg/daemon"
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/gpu"
+	"github.com/sglprov/sglprov/pkg/logval"
 	gate "github.com/sglprov/sglprov/pkg/smoke"
 )
 
@@ -35,6 +36,9 @@ func runDaemon(ctx context.Context, stdio IO, args []string) error {
 	}
 	if interval <= 0 || canaryTimeout <= 0 {
 		return fmt.Errorf("%w: --interval and --canary-timeout must be positive", engine.ErrUsage)
+	}
+	if c.root != "" && c.root != "/" {
+		return fmt.Errorf("%w: --root %s: the daemon watches a running node, and under --root nothing is started; prepare a root with sglprov apply --root", engine.ErrUsage, c.root)
 	}
 	newLogger, err := c.newLoggerFunc()
 	if err != nil {
@@ -119,7 +123,11 @@ func canary(stdio IO, c *common, timeout time.Duration, logger *log.Logger) func
 		if isTerminal(stdio.Stderr) {
 			wait = gate.NewWaitReporter(gate.RedactURL(cfg.URL), stdio.Stderr, nil, 0)
 		} else {
-			wait = gate.NewWaitReporter(gate.RedactURL(cfg.URL), nil, func(line string) { logger.Info("canary " + line) }, 0)
+			url := gate.RedactURL(cfg.URL)
+			wait = gate.NewWaitReporter(url, nil, func(_ string, s gate.WaitStatus) {
+				logger.Info("canary waiting for the server", "url", url, "seconds", logval.Seconds(s.Elapsed),
+					"timeout_seconds", logval.Seconds(s.Timeout), "last", s.Last)
+			}, 0)
 		}
 		defer wait.Stop()
 		cfg.Waiting = func(s gate.WaitStatus) {

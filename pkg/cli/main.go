@@ -92,7 +92,7 @@ func lookup(name string) (command, bool) {
 
 // ExitInterrupted is the exit code of a run stopped by Ctrl-C (SIGINT): 128 + 2, as
 // shells report it.
-const ExitInterrupted = 130
+const ExitInterrupted = engine.ExitInterrupted
 
 // Main runs sglprov with args (args[0] is the program name) and returns the exit code.
 func Main(args []string, stdio IO) int {
@@ -129,7 +129,11 @@ func Main(args []string, stdio IO) int {
 		select {
 		case s := <-sigs:
 			interrupted.Store(s == os.Interrupt)
-			cancel(fmt.Errorf("stopped by %s", signalName(s)))
+			if s == os.Interrupt {
+				cancel(engine.ErrInterrupted) // "stopped by SIGINT"; the report records 130
+			} else {
+				cancel(fmt.Errorf("stopped by %s", signalName(s)))
+			}
 			// The first SIGINT or SIGTERM cancels the command, which stops its children and
 			// records what it did; a second one ends the process at once, whatever it
 			// waits on (the default action: a shell sees 130 for SIGINT).
@@ -148,16 +152,28 @@ func Main(args []string, stdio IO) int {
 	if errors.Is(err, errHelpShown) {
 		return engine.ExitOK
 	}
+	code := engine.ExitCode(err)
+	if err != nil && interrupted.Load() {
+		code = ExitInterrupted
+	}
 	if err != nil && !errors.Is(err, errReported) {
-		fmt.Fprintf(stdio.Stderr, "sglprov %s: %v\n", c.name, err)
+		stdio.run.final(stdio.Stderr, c.name, "err", strings.TrimSpace(err.Error()), code)
 	}
 	if hint := stdio.run.permissionHint(err); hint != "" {
-		fmt.Fprintf(stdio.Stderr, "sglprov %s: %s\n", c.name, hint)
+		stdio.run.final(stdio.Stderr, c.name, "hint", hint, code)
 	}
-	if err != nil && interrupted.Load() {
-		return ExitInterrupted
+	return code
+}
+
+// final writes the command's last word (its error, or a hint): a plain line on stderr, or
+// under --log-format json or logfmt an error record of that format with the exit code, so
+// that every line a machine reads parses.
+func (inv *invocation) final(w io.Writer, name, key, msg string, code int) {
+	if inv.newLogger == nil {
+		fmt.Fprintf(w, "sglprov %s: %s\n", name, msg)
+		return
 	}
-	return engine.ExitCode(err)
+	inv.newLogger(w).Error("sglprov "+name+" failed", key, msg, "exit_code", code)
 }
 
 func signalName(s os.Signal) string {
@@ -176,6 +192,9 @@ type invocation struct {
 	// stateDirChosen says whether --state-dir or SGLPROV_STATE_DIR chose it.
 	stateDir       string
 	stateDirChosen bool
+	// newLogger is set under --log-format json or logfmt: the command's last word is then
+	// a record of that format.
+	newLogger func(io.Writer) *log.Logger
 }
 
 // permissionHint says what to do when err is a permission error on the state directory
@@ -272,6 +291,11 @@ func (c *common) register(fs *flagSet, stdio IO) {
 			chosen := envStateDir != ""
 			fs.Visit(func(f *flag.Flag) { chosen = chosen || f.Name == "state-dir" })
 			stdio.run.stateDir, stdio.run.stateDirChosen = c.stateDirPath(), chosen
+			if c.logFormat == "json" || c.logFormat == "logfmt" {
+				if nl, err := c.newLoggerFunc(); err == nil {
+					stdio.run.newLogger = nl
+				}
+			}
 		}
 		return nil
 	})

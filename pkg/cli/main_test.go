@@ -2,6 +2,8 @@ package cli
 
 import (
 	"bytes"
+	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -77,6 +79,18 @@ steps:
 	case code := <-done:
 		if code != ExitInterrupted {
 			t.Fatalf("exit %d, want %d; stderr:\n%s", code, ExitInterrupted, stderr.String())
+		}
+		// A command step is not a build: the interruption names the command and the signal.
+		if out := stderr.String(); strings.Contains(out, "build of") || !strings.Contains(out, "running sh: stopped by SIGINT") {
+			t.Errorf("the interrupted command step is not named as a stopped command:\n%s", out)
+		}
+		// The report and status say the exit code the shell saw.
+		rep, err := engine.LatestReport(filepath.Join(dir, "st"))
+		if err != nil || rep.ExitCode != ExitInterrupted || rep.Result != engine.ResultInterrupted {
+			t.Errorf("report: %+v, %v; want exit %d, result %s", rep, err, ExitInterrupted, engine.ResultInterrupted)
+		}
+		if code, out, _ := run(t, nil, "status", "--state-dir", filepath.Join(dir, "st")); code != ExitInterrupted || !strings.Contains(out, "exit 130") {
+			t.Errorf("status exited %d, want %d:\n%s", code, ExitInterrupted, out)
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("apply did not stop after SIGINT")
@@ -154,6 +168,47 @@ func TestNonRootStateDirSaysRootIsNeeded(t *testing.T) {
 			}
 			if !strings.Contains(string(out), tc.want) {
 				t.Errorf("output does not say %q:\n%s", tc.want, out)
+			}
+		})
+	}
+}
+
+// With --log-format json or logfmt every line sglprov writes to stderr is a record of that
+// format, the command's final error too: a log shipper that reads JSON lines must not meet
+// a plain-text line (or an empty one) at the end of a failed run.
+func TestFailedRunLogsItsErrorInTheLogFormat(t *testing.T) {
+	dir := t.TempDir()
+	recipe := writeRecipe(t, dir, `apiVersion: sglprov/v1
+name: failing
+steps:
+  - name: broken
+    command: {argv: [sh, -c, "echo 'fatal: broken' >&2; exit 7"]}
+`)
+	for _, format := range []string{"json", "logfmt"} {
+		t.Run(format, func(t *testing.T) {
+			code, _, stderr := run(t, nil, "apply", "-f", recipe, "--state-dir", filepath.Join(dir, "st-"+format), "--log-format", format)
+			if code != engine.ExitFailed {
+				t.Fatalf("exit %d, want %d\n%s", code, engine.ExitFailed, stderr)
+			}
+			var last map[string]any
+			for i, line := range strings.Split(strings.TrimSuffix(stderr, "\n"), "\n") {
+				rec := map[string]any{}
+				switch format {
+				case "json":
+					if err := json.Unmarshal([]byte(line), &rec); err != nil {
+						t.Fatalf("stderr line %d is not JSON: %q\n%s", i+1, line, stderr)
+					}
+				case "logfmt":
+					if !strings.HasPrefix(line, "time=") || !strings.Contains(line, " level=") {
+						t.Fatalf("stderr line %d is not a logfmt record: %q\n%s", i+1, line, stderr)
+					}
+					rec["line"] = line
+				}
+				last = rec
+			}
+			if format == "json" && (last["level"] != "error" || !strings.Contains(fmt.Sprint(last["err"]), "step broken") ||
+				last["exit_code"] != float64(engine.ExitFailed)) {
+				t.Errorf("the last record is not the run's error with its exit code: %v", last)
 			}
 		})
 	}

@@ -60,7 +60,7 @@ func runSmokeCommand(ctx context.Context, stdio IO, args []string) error {
 	if isTerminal(stdio.Stderr) {
 		wait = gate.NewWaitReporter(gate.RedactURL(cfg.URL), stdio.Stderr, nil, 0)
 	} else {
-		wait = gate.NewWaitReporter(gate.RedactURL(cfg.URL), nil, func(line string) { fmt.Fprintln(stdio.Stderr, line) }, 0)
+		wait = gate.NewWaitReporter(gate.RedactURL(cfg.URL), nil, func(line string, _ gate.WaitStatus) { fmt.Fprintln(stdio.Stderr, line) }, 0)
 	}
 	cfg.Waiting = wait.Update
 	res, err := gate.Run(ctx, cfg)

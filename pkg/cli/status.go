@@ -25,6 +25,26 @@ type statusJSON struct {
 	ExitCode int `json:"exit_code"`
 	// Profile is the profile the service runs and whether it passed the gate.
 	Profile *profileStatus `json:"profile,omitempty"`
+	// ApplyRunning is the pid of an apply running now (-1 when its pid is unknown).
+	ApplyRunning int `json:"apply_running_pid,omitempty"`
+	// Interrupted lists the steps that the state records as running while no apply runs:
+	// the last run ended before it finished them (then ExitCode is 1).
+	Interrupted []string `json:"interrupted_steps,omitempty"`
+}
+
+// applyRunning returns the pid of the apply that holds dir's lock now (-1 when it wrote
+// none), or 0 when none does. It takes the lock shared and gives it back at once, so that
+// status never keeps an apply from starting.
+func applyRunning(dir string) int {
+	lock, err := engine.AcquireSharedLock(dir)
+	if !errors.Is(err, engine.ErrLocked) {
+		lock.Release()
+		return 0
+	}
+	if pid := engine.LockHolder(dir); pid > 0 {
+		return pid
+	}
+	return -1
 }
 
 // runStatus prints the last run; its exit code is that run's (0 when none finished).
@@ -52,9 +72,24 @@ func runStatus(ctx context.Context, stdio IO, args []string) error {
 		code = rep.ExitCode
 	}
 	prof := profileOf(rep, st)
+	running := applyRunning(dir)
+	// A step recorded as running while no apply holds the lock belongs to a run that ended
+	// without finishing (killed, or the host went down): that run is the last, and failed.
+	var killed []string
+	if running == 0 {
+		for n, r := range st.Steps {
+			if r.Result == engine.ResultRunning {
+				killed = append(killed, n)
+			}
+		}
+		sort.Strings(killed)
+	}
+	if len(killed) > 0 {
+		code = engine.ExitFailed
+	}
 	if asJSON {
-		out := statusJSON{StateDir: dir, Report: rep, ExitCode: code, Profile: prof}
-		if none {
+		out := statusJSON{StateDir: dir, Report: rep, ExitCode: code, Profile: prof, ApplyRunning: running, Interrupted: killed}
+		if none && running == 0 {
 			out.Message = "no run recorded in " + dir
 		} else {
 			out.State = st
@@ -66,12 +101,25 @@ func runStatus(ctx context.Context, stdio IO, args []string) error {
 		}
 		return exitAs(code)
 	}
-	if none {
+	switch {
+	case running > 0:
+		fmt.Fprintf(stdio.Stdout, "an apply is running, pid %d: each step as recorded so far\n", running)
+	case running < 0:
+		fmt.Fprintln(stdio.Stdout, "an apply is running: each step as recorded so far")
+	case none:
 		fmt.Fprintf(stdio.Stdout, "no run recorded in %s\n", dir)
 		return nil
 	}
 	fmt.Fprintf(stdio.Stdout, "recipe %s, state updated %s\n", st.Recipe, st.Updated.Format(time.RFC3339))
-	if rep != nil {
+	if len(killed) > 0 {
+		fmt.Fprintf(stdio.Stdout, "last run: ended before it finished (killed?): %s was running; the next apply redoes it\n",
+			strings.Join(killed, ", "))
+	}
+	if rep != nil && (running != 0 || len(killed) > 0) {
+		fmt.Fprintf(stdio.Stdout, "last finished run: %s at %s, exit %d\n  report: %s/report.json\n",
+			rep.Result, rep.Started.Format(time.RFC3339), rep.ExitCode, rep.Dir)
+	}
+	if rep != nil && running == 0 && len(killed) == 0 {
 		fmt.Fprintf(stdio.Stdout, "last run: %s at %s, exit %d, took %s\n  report: %s/report.json\n",
 			rep.Result, rep.Started.Format(time.RFC3339), rep.ExitCode, rep.Duration.Round(time.Millisecond), rep.Dir)
 		writeProfile(stdio.Stdout, prof)
@@ -90,9 +138,16 @@ func runStatus(ctx context.Context, stdio IO, args []string) error {
 	fmt.Fprintln(w, "STEP\tRESULT\tSTARTED\tDURATION\tREASON")
 	for _, n := range names {
 		r := st.Steps[n]
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", n, r.Result, r.Started.Format(time.RFC3339), r.Duration.Round(time.Millisecond), r.Reason)
+		result := r.Result
+		if result == engine.ResultRunning && len(killed) > 0 {
+			result = engine.ResultInterrupted
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", n, result, r.Started.Format(time.RFC3339), r.Duration.Round(time.Millisecond), r.Reason)
 	}
-	return w.Flush()
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	return exitAs(code)
 }
 
 // exitAs returns an error that carries exit code code and prints nothing more.
@@ -111,6 +166,8 @@ func exitAs(code int) error {
 		mark = engine.ErrLocked
 	case engine.ExitReboot:
 		mark = engine.ErrReboot
+	case engine.ExitInterrupted:
+		mark = engine.ErrInterrupted
 	default:
 		mark = errors.New("the last run failed")
 	}

@@ -93,8 +93,12 @@ type Daemon struct {
 	driver   string
 	failures int
 	restarts int
-	mu       sync.Mutex // guards health, which notReady may set from the canary's goroutine
-	health   Health
+	// applyFailures counts the applies that failed since the last one that passed;
+	// retryIn is the checks still to wait before the next retry.
+	applyFailures int
+	retryIn       int
+	mu            sync.Mutex // guards health, which notReady may set from the canary's goroutine
+	health        Health
 }
 
 // New returns a daemon with opts.
@@ -195,7 +199,12 @@ func (d *Daemon) Check(ctx context.Context) {
 		d.driver = f.DriverVersion
 	}
 	if d.health == ApplyFailed {
-		// The last apply failed: try again rather than canary a half-made node.
+		// The last apply failed: try again rather than canary a half-made node, less and
+		// less often while it keeps failing.
+		if d.retryIn > 0 {
+			d.retryIn--
+			return
+		}
 		d.apply(ctx, "retry after failure")
 		return
 	}
@@ -216,14 +225,22 @@ func (d *Daemon) apply(ctx context.Context, why string) {
 		d.setHealth(RebootRequired)
 		d.o.Metrics.setRebootRequired(true)
 	case err != nil:
-		d.o.Log.Error("apply failed", "why", why, "err", err)
+		d.applyFailures++
+		wait := min(1<<min(d.applyFailures-1, 30), maxRetryChecks) // 1, 2, 4 ... checks
+		d.retryIn = wait - 1
+		d.o.Log.Error("apply failed", "why", why, "err", err,
+			"retry_seconds", logval.Seconds(time.Duration(wait)*d.o.Interval))
 		d.setHealth(ApplyFailed)
 	default:
 		d.o.Log.Info("apply done", "why", why)
-		d.failures, d.restarts = 0, 0
+		d.failures, d.restarts, d.applyFailures, d.retryIn = 0, 0, 0, 0
 		d.setHealth(Healthy)
 	}
 }
+
+// maxRetryChecks is the most checks between two retries of a failing apply (about an
+// hour at the default interval).
+const maxRetryChecks = 64
 
 func (d *Daemon) canary(ctx context.Context) {
 	if d.o.Canary == nil {

@@ -165,6 +165,52 @@ func TestCheckRounds(t *testing.T) {
 	}
 }
 
+// A failed apply is retried at the next check, then less and less often (every 2, 4, 8...
+// checks, at most every 64): a step that keeps failing (a 401 from the hub, a build that
+// breaks after 40 minutes) is not redone back to back for the life of the daemon. A
+// passing retry ends the backoff; a changed driver applies at once whatever it says.
+func TestFailedApplyRetriesBackOff(t *testing.T) {
+	var applies int
+	failing := true
+	o := Options{Apply: func(ctx context.Context) (*engine.Report, error) {
+		applies++
+		if failing {
+			return &engine.Report{Started: time.Now()}, fmt.Errorf("step weights: %w", errors.New("HTTP 401"))
+		}
+		return &engine.Report{Started: time.Now()}, nil
+	}}
+	d := New(o)
+	d.apply(context.Background(), "start")
+	var at []int // the checks that applied
+	for i := 1; i <= 16; i++ {
+		before := applies
+		d.Check(context.Background())
+		if applies > before {
+			at = append(at, i)
+		}
+		if d.Health() != ApplyFailed {
+			t.Fatalf("check %d: health %s, want %s", i, d.Health(), ApplyFailed)
+		}
+	}
+	if diff := cmp.Diff([]int{1, 3, 7, 15}, at); diff != "" {
+		t.Errorf("checks that retried the apply (-want +got):\n%s", diff)
+	}
+	failing = false
+	for i := 0; i < 16 && d.Health() != Healthy; i++ {
+		d.Check(context.Background())
+	}
+	if d.Health() != Healthy {
+		t.Fatalf("health %s after the cause was fixed, want healthy", d.Health())
+	}
+	failing = true
+	d.apply(context.Background(), "driver changed")
+	before := applies
+	d.Check(context.Background())
+	if applies != before+1 {
+		t.Errorf("after a first failure since the last success, the next check did not retry (%d applies, want %d)", applies, before+1)
+	}
+}
+
 // TestRunNotifiesAndServesMetrics runs the daemon loop with a real sd_notify socket and
 // scrapes its metrics endpoint.
 func TestRunNotifiesAndServesMetrics(t *testing.T) {
@@ -263,6 +309,25 @@ func TestTextfile(t *testing.T) {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("textfile lacks %q:\n%s", want, b)
 		}
+	}
+}
+
+// The shipped unit writes its textfile to /var/lib/prometheus/node-exporter/, which a fresh
+// host without node_exporter does not have: the folder is made (readable by the collector)
+// rather than a warning logged at every check for the life of the daemon.
+func TestTextfileMakesItsFolder(t *testing.T) {
+	m := NewMetrics()
+	dir := filepath.Join(t.TempDir(), "var", "lib", "prometheus", "node-exporter")
+	path := filepath.Join(dir, "sglprov.prom")
+	if err := m.WriteTextfile(path); err != nil {
+		t.Fatalf("writing the textfile where its folder does not exist yet: %v", err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil || !strings.Contains(string(b), "sglprov_apply_success") {
+		t.Fatalf("textfile: %v\n%s", err, b)
+	}
+	if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o755 {
+		t.Errorf("folder made with %v (%v), want 0755", fi.Mode(), err)
 	}
 }
 

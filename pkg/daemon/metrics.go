@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -111,10 +113,15 @@ func (m *Metrics) Serve(addr string) (net.Addr, func() error, error) {
 	return ln.Addr(), srv.Close, nil
 }
 
-// WriteTextfile writes the metrics for node_exporter's textfile collector (atomically).
+// WriteTextfile writes the metrics for node_exporter's textfile collector (atomically),
+// making its folder first (mode 0755, for the collector to read) where the host has none
+// yet.
 func (m *Metrics) WriteTextfile(path string) error {
 	if m == nil || path == "" {
 		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("making the metrics textfile's folder: %w", err)
 	}
 	if err := prometheus.WriteToTextfile(path, m.reg); err != nil {
 		return fmt.Errorf("writing metrics textfile: %w", err)

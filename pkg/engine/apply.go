@@ -117,6 +117,10 @@ func (e *Engine) Apply(ctx context.Context) (*Report, error) {
 	}
 	rep.Duration = e.opts.Now().Sub(start)
 	rep.ExitCode = ExitCode(first)
+	if first != nil && errors.Is(context.Cause(ctx), ErrInterrupted) {
+		// Ctrl-C: the code the shell sees, whatever the step made of its cancellation.
+		rep.ExitCode = ExitInterrupted
+	}
 	rep.Result = "ok"
 	if first != nil {
 		rep.Result = "failed"

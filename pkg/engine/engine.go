@@ -399,6 +399,9 @@ func (e *Engine) Plan(ctx context.Context) (*Plan, error) {
 				}
 			}
 		}
+		if os, ok := n.impl.(OfflineSkipper); ok && env.Offline {
+			ps.Run, ps.Reason = false, os.OfflineSkip()
+		}
 		if pf, ok := n.impl.(Preflighter); ok {
 			lines, err := pf.Preflight(ctx, env)
 			ps.Details = append(ps.Details, lines...)

@@ -15,6 +15,8 @@ var (
 	ErrLocked = errors.New("another sglprov run holds the lock")
 	// ErrReboot marks a driver/library version mismatch that needs a reboot (exit 6).
 	ErrReboot = errors.New("reboot required")
+	// ErrInterrupted is the cause a run is cancelled with on Ctrl-C (SIGINT) (exit 130).
+	ErrInterrupted = errors.New("stopped by SIGINT")
 )
 
 // Exit codes of the command-line contract.
@@ -26,6 +28,8 @@ const (
 	ExitHost   = 4
 	ExitLocked = 5
 	ExitReboot = 6
+	// ExitInterrupted is a run stopped by Ctrl-C (SIGINT): 128 + 2, as shells report it.
+	ExitInterrupted = 130
 )
 
 // ExitCode returns the exit code for err: 0 for nil, the contract's code for the marked
@@ -44,6 +48,8 @@ func ExitCode(err error) int {
 		return ExitLocked
 	case errors.Is(err, ErrReboot):
 		return ExitReboot
+	case errors.Is(err, ErrInterrupted):
+		return ExitInterrupted
 	}
 	return ExitFailed
 }
@@ -52,7 +58,7 @@ func ExitCode(err error) int {
 // (the smoke gate under --root, where nothing was started): the run records the step as
 // skipped with that reason, never as ok, and the run does not fail for it.
 type SkipError struct {
-	// Reason says why the step did nothing, e.g. "offline (--root): no server was started".
+	// Reason says why the step did nothing, e.g. "offline (--root): no server is started".
 	Reason string
 }
 

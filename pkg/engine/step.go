@@ -93,6 +93,13 @@ func converges(n *node) bool {
 	return ok && c.Converges()
 }
 
+// OfflineSkipper is implemented by steps that do nothing offline (--root), where nothing
+// is started (the smoke gate): plan shows them skipped, with OfflineSkip's reason, as
+// apply will record them.
+type OfflineSkipper interface {
+	OfflineSkip() string
+}
+
 // Preflighter is implemented by steps that can tell before anything runs whether they can
 // succeed on this host: a pinned model revision that the hub says does not exist, a
 // download that cannot fit in the free space at its destination. plan calls it for every

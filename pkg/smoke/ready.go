@@ -147,11 +147,11 @@ func seen(err error) string {
 
 // WaitReporter tells a person or a log what a readiness wait is doing: use its Update as
 // Config.Waiting and call Stop when the wait is over. On a terminal it keeps one status
-// line up to date (rewritten every second); elsewhere it writes a line with the elapsed
-// time and what was last seen as soon as the first poll fails, then at least every
-// Every, whatever the polls do.
+// line up to date (rewritten every second); elsewhere it reports the elapsed time and
+// what was last seen as soon as the first poll fails, then at least every Every, whatever
+// the polls do.
 type WaitReporter struct {
-	line     func(string)
+	line     func(string, WaitStatus)
 	live     io.Writer
 	label    string
 	every    time.Duration
@@ -170,14 +170,16 @@ type WaitReporter struct {
 const DefaultWaitEvery = 30 * time.Second
 
 // NewWaitReporter starts a reporter for a wait on label (e.g. the server's URL). With
-// live set (a terminal), the status line is drawn there; otherwise each line goes to line
-// (a logger), every `every` (DefaultWaitEvery when 0).
-func NewWaitReporter(label string, live io.Writer, line func(string), every time.Duration) *WaitReporter {
+// live set (a terminal), the status line is drawn there; otherwise each report goes to
+// line, every `every` (DefaultWaitEvery when 0): the sentence ("waiting for URL: not
+// ready after 30s of 20m0s (last: ...)") and the status it says, with Elapsed as of now,
+// for a logger to write as fields.
+func NewWaitReporter(label string, live io.Writer, line func(text string, s WaitStatus), every time.Duration) *WaitReporter {
 	if every <= 0 {
 		every = DefaultWaitEvery
 	}
 	if line == nil {
-		line = func(string) {}
+		line = func(string, WaitStatus) {}
 	}
 	r := &WaitReporter{line: line, live: live, label: label, every: every, now: time.Now,
 		stop: make(chan struct{}), done: make(chan struct{})}
@@ -235,20 +237,25 @@ func (r *WaitReporter) tick() {
 	}
 }
 
-// text is the status with the elapsed time as of now (polls may be minutes apart).
-func (r *WaitReporter) text() string {
+// current is the status with the elapsed time as of now (polls may be minutes apart).
+func (r *WaitReporter) current() WaitStatus {
 	s := r.last
 	s.Elapsed = r.now().Sub(r.start)
+	return s
+}
+
+func (r *WaitReporter) text(s WaitStatus) string {
 	return fmt.Sprintf("waiting for %s: %s", r.label, s)
 }
 
 func (r *WaitReporter) emitLocked() {
 	r.lastLine = r.now()
-	r.line(r.text())
+	s := r.current()
+	r.line(r.text(s), s)
 }
 
 func (r *WaitReporter) drawLocked() {
-	fmt.Fprintf(r.live, "\r\033[K%s", r.text())
+	fmt.Fprintf(r.live, "\r\033[K%s", r.text(r.current()))
 }
 
 // Stop ends the reports; on a terminal it clears the status line.

@@ -17,9 +17,14 @@ import (
 type lineLog struct {
 	mu sync.Mutex
 	l  []string
+	st []WaitStatus
 }
 
-func (l *lineLog) add(s string) { l.mu.Lock(); l.l = append(l.l, s); l.mu.Unlock() }
+func (l *lineLog) add(s string, st WaitStatus) {
+	l.mu.Lock()
+	l.l, l.st = append(l.l, s), append(l.st, st)
+	l.mu.Unlock()
+}
 func (l *lineLog) get() []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -57,6 +62,14 @@ func TestWaitReportsRefusedAsItGoes(t *testing.T) {
 		if !strings.Contains(l, "waiting for "+url+": not ready after") || !strings.Contains(l, "(last: /health_generate: connection refused)") {
 			t.Errorf("line %q does not say what the wait saw", l)
 		}
+	}
+	// The same as fields, for a logger: the elapsed time as of each report, the limit, what
+	// was last seen.
+	lines.mu.Lock()
+	st := lines.st
+	lines.mu.Unlock()
+	if last := st[len(st)-1]; last.Elapsed < 200*time.Millisecond || last.Timeout != 450*time.Millisecond || last.Last != "/health_generate: connection refused" {
+		t.Errorf("the last report's status: %+v", last)
 	}
 }
 

@@ -171,7 +171,7 @@ func (s *Step) execute(ctx context.Context, env *engine.Env, path, dir string, e
 	stopProgress()
 
 	if canceled {
-		return fmt.Errorf("build of %s canceled: %w", s.spec.Argv[0], context.Cause(ctx))
+		return fmt.Errorf("running %s: %w", s.spec.Argv[0], context.Cause(ctx))
 	}
 	if waitErr == nil {
 		return nil

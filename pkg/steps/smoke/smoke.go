@@ -104,6 +104,11 @@ func New(name string, spec Spec) (*Step, error) {
 // AlwaysRun reports true: the gate runs on every apply.
 func (s *Step) AlwaysRun() bool { return true }
 
+// OfflineSkip is why the gate does nothing under --root: nothing was started.
+func (s *Step) OfflineSkip() string {
+	return "offline (--root): no server is started, the gate does not run"
+}
+
 // Fingerprint returns the spec; the gate runs every time anyway.
 func (s *Step) Fingerprint(context.Context, *engine.Env) (map[string]string, error) {
 	b, err := json.Marshal(s.spec)
@@ -148,7 +153,7 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	}
 	if env.Offline {
 		env.Detail("skipped", "offline: nothing was started")
-		return engine.Skipped("offline (--root): no server was started, the gate did not run")
+		return engine.Skipped(s.OfflineSkip())
 	}
 	svc := serviceDep(env)
 	if svc == nil {
@@ -251,11 +256,15 @@ func (s *Step) gate(ctx context.Context, env *engine.Env, cfg gate.Config, profi
 		_, _ = env.Out.Write(tbl.Bytes())
 	}
 	env.Detail("smoke", res)
+	var who []any // the profile gated, when a service's profile was
+	if profile != "" {
+		who = []any{"profile", profile}
+	}
 	if res.Pass {
-		env.Log.Info("smoke gate passed", "profile", profile, "model", res.Model,
-			"ready_seconds", logval.Seconds(res.TimeToReady))
+		env.Log.Info("smoke gate passed", append(who, "model", res.Model,
+			"ready_seconds", logval.Seconds(res.TimeToReady))...)
 	} else {
-		env.Log.Warn("smoke gate failed", "profile", profile, "verdict", res.Summary())
+		env.Log.Warn("smoke gate failed", append(who, "verdict", res.Summary())...)
 		for _, c := range res.Cases {
 			if !c.Pass {
 				sample, _ := gate.SampleText(c.Sample)
@@ -288,5 +297,8 @@ func newWaitReporter(env *engine.Env, cfg gate.Config) *gate.WaitReporter {
 	if env.IsTerminal && env.Console != nil {
 		return gate.NewWaitReporter(label, env.Console, nil, 0)
 	}
-	return gate.NewWaitReporter(label, nil, func(line string) { env.Log.Info(line) }, 0)
+	return gate.NewWaitReporter(label, nil, func(_ string, s gate.WaitStatus) {
+		env.Log.Info("waiting for the server", "url", label, "seconds", logval.Seconds(s.Elapsed),
+			"timeout_seconds", logval.Seconds(s.Timeout), "last", s.Last)
+	}, 0)
 }

@@ -17,12 +17,12 @@ func (s *Step) Describe(env *engine.Env) []string {
 	if err != nil {
 		return []string{"cannot render the unit: " + err.Error()}
 	}
-	profile := p
-	if profile == "" {
-		profile = "none"
+	head := "unit " + s.spec.Unit + ", no backend profile"
+	if c := s.Candidates(env); p != "" || len(c) > 0 {
+		if p == "" {
+			p = "none"
+		}
+		head = "unit " + s.spec.Unit + ", profile " + p + ", candidates " + strings.Join(c, ", ")
 	}
-	return []string{
-		"unit " + s.spec.Unit + ", profile " + profile + ", candidates " + strings.Join(s.Candidates(env), ", "),
-		"ExecStart: " + strings.Join(d.Argv(), " "),
-	}
+	return []string{head, "ExecStart: " + strings.Join(d.Argv(), " ")}
 }
