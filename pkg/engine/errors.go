@@ -11,6 +11,10 @@ var (
 	ErrGate = errors.New("smoke gate failed")
 	// ErrHost marks a host that does not meet the recipe's requirements (exit 4).
 	ErrHost = errors.New("host does not meet the recipe's requirements")
+	// ErrMissing marks something the recipe pins that its origin says does not exist (a
+	// model revision the hub does not have): nothing on this host can fix it (exit 4, as
+	// for a host that falls short: the run must not start).
+	ErrMissing = errors.New("what the recipe pins does not exist")
 	// ErrLocked marks a run refused because another holds the lock (exit 5).
 	ErrLocked = errors.New("another sglprov run holds the lock")
 	// ErrReboot marks a driver/library version mismatch that needs a reboot (exit 6).
@@ -42,7 +46,7 @@ func ExitCode(err error) int {
 		return ExitUsage
 	case errors.Is(err, ErrGate):
 		return ExitGate
-	case errors.Is(err, ErrHost):
+	case errors.Is(err, ErrHost), errors.Is(err, ErrMissing):
 		return ExitHost
 	case errors.Is(err, ErrLocked):
 		return ExitLocked

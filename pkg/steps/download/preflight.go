@@ -18,10 +18,10 @@ const preflightTimeout = 30 * time.Second
 // there: "to fetch: 221.4 GiB of 223.1 GiB (97 files); free at /var/lib/sglprov/models:
 // 1.7 TiB". The sizes come from the hub's listing at the pinned revision (or the recipe's
 // files); when the hub cannot be reached now they are "unknown", which is not the recipe's
-// fault and no error. Two answers are errors marked engine.ErrHost, so that plan exits 4
-// rather than promise a download that cannot happen: the hub says the revision does not
-// exist (RevisionNotFound; a commit too, which the fingerprint takes on trust), or the
-// bytes still to fetch do not fit. apply refuses the latter too, before the first byte.
+// fault and no error. Two answers are errors that make plan exit 4 rather than promise a
+// download that cannot happen: the hub says the revision does not exist (RevisionNotFound;
+// a commit too, which the fingerprint takes on trust; engine.ErrMissing), or the bytes
+// still to fetch do not fit (engine.ErrHost). apply refuses the latter too, before the first byte.
 func (s *Step) Preflight(ctx context.Context, env *engine.Env) ([]string, error) {
 	dest := env.HostPath(s.spec.Dest)
 	free, checked, ferr := fetch.FreeSpace(dest)
@@ -35,7 +35,7 @@ func (s *Step) Preflight(ctx context.Context, env *engine.Env) ([]string, error)
 	where := fmt.Sprintf("free at %s: %s", s.spec.Dest, freeText)
 
 	files, total, err := s.listForPlan(ctx, env)
-	if errors.Is(err, engine.ErrHost) {
+	if errors.Is(err, engine.ErrMissing) {
 		return []string{"to fetch: unknown; " + where}, err
 	}
 	if err != nil {
@@ -59,7 +59,7 @@ func (s *Step) Preflight(ctx context.Context, env *engine.Env) ([]string, error)
 
 // listForPlan returns the files the step would fetch and their total size, from the hub's
 // listing at the revision (one resolve and one listing, no retries) or the recipe's files.
-// A revision the hub says does not exist is an error marked engine.ErrHost.
+// A revision the hub says does not exist is an error marked engine.ErrMissing (exit 4).
 func (s *Step) listForPlan(ctx context.Context, env *engine.Env) ([]fetch.File, int64, error) {
 	var files []fetch.File
 	var total int64
@@ -84,7 +84,7 @@ func (s *Step) listForPlan(ctx context.Context, env *engine.Env) ([]fetch.File, 
 	commit, err := c.ResolveRevision(ctx, s.spec.HF.Repo, rev)
 	var api *hub.APIError
 	if errors.As(err, &api) && api.Code == "RevisionNotFound" {
-		return nil, 0, fmt.Errorf("%w: the hub has no revision %q of %s: %w", engine.ErrHost, rev, s.spec.HF.Repo, err)
+		return nil, 0, fmt.Errorf("%w: the hub has no revision %q of %s: %w", engine.ErrMissing, rev, s.spec.HF.Repo, err)
 	}
 	if err != nil {
 		return nil, 0, fmt.Errorf("hub not reachable: %w", err)
