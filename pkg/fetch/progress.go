@@ -372,7 +372,7 @@ func (r *PipeReporter) Done(file string, err error) {
 		return
 	}
 	r.log("downloaded", "file", file, "bytes", logval.Bytes(f.cur), "seconds", logval.Seconds(d),
-		"bytes_per_second", logval.Bytes(rate(f.cur-f.have, d)))
+		"bytes_per_second", logval.Rate(rate(f.cur-f.have, d)))
 }
 
 // Report writes one line per active file now: bytes, rate since the last line, and ETA.
@@ -386,7 +386,7 @@ func (r *PipeReporter) Report() {
 		bps := rate(f.cur-f.lastCur, now.Sub(f.lastAt))
 		f.lastCur, f.lastAt = f.cur, now
 		if f.size < 0 {
-			r.log("downloading", "file", name, "bytes", logval.Bytes(f.cur), "bytes_per_second", logval.Bytes(bps))
+			r.log("downloading", "file", name, "bytes", logval.Bytes(f.cur), "bytes_per_second", logval.Rate(bps))
 			continue
 		}
 		pct := 100
@@ -394,7 +394,7 @@ func (r *PipeReporter) Report() {
 			pct = int(100 * float64(f.cur) / float64(f.size))
 		}
 		kv := []any{"file", name, "bytes", logval.Bytes(f.cur), "total_bytes", logval.Bytes(f.size), "percent", pct,
-			"bytes_per_second", logval.Bytes(bps)}
+			"bytes_per_second", logval.Rate(bps)}
 		if bps > 0 {
 			eta := time.Duration(float64(f.size-f.cur) / float64(bps) * float64(time.Second)).Round(time.Second)
 			kv = append(kv, "eta_seconds", logval.Seconds(eta))

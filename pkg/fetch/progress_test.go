@@ -57,11 +57,11 @@ func TestPipeReporterLines(t *testing.T) {
 	r.Report() // nothing active: no line
 
 	want := []string{
-		"downloading file=a.safetensors bytes=400.0 MiB total_bytes=1000.0 MiB percent=40 bytes_per_second=30.0 MiB eta_seconds=20.000",
-		"downloading file=b.json bytes=2.0 KiB bytes_per_second=204 B",
-		"downloading file=a.safetensors bytes=500.0 MiB total_bytes=1000.0 MiB percent=50 bytes_per_second=10.0 MiB eta_seconds=50.000",
-		"downloading file=b.json bytes=2.0 KiB bytes_per_second=0 B",
-		"downloaded file=b.json bytes=2.0 KiB seconds=20.000 bytes_per_second=102 B",
+		"downloading file=a.safetensors bytes=400.0 MiB total_bytes=1000.0 MiB percent=40 bytes_per_second=30.0 MiB/s eta_seconds=20.000",
+		"downloading file=b.json bytes=2.0 KiB bytes_per_second=204 B/s",
+		"downloading file=a.safetensors bytes=500.0 MiB total_bytes=1000.0 MiB percent=50 bytes_per_second=10.0 MiB/s eta_seconds=50.000",
+		"downloading file=b.json bytes=2.0 KiB bytes_per_second=0 B/s",
+		"downloaded file=b.json bytes=2.0 KiB seconds=20.000 bytes_per_second=102 B/s",
 		"download failed file=a.safetensors bytes=500.0 MiB err=connection reset",
 	}
 	if got := out.get(); strings.Join(got, "\n") != strings.Join(want, "\n") {

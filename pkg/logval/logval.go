@@ -19,6 +19,15 @@ func (b Bytes) String() string { return Format(int64(b)) }
 // LogValue is the size as a number of bytes (JSON logs).
 func (b Bytes) LogValue() slog.Value { return slog.Int64Value(int64(b)) }
 
+// Rate is a speed in bytes per second.
+type Rate int64
+
+// String is the speed for people: "17.2 KiB/s".
+func (r Rate) String() string { return Format(int64(r)) + "/s" }
+
+// LogValue is the speed as a number of bytes per second (JSON logs).
+func (r Rate) LogValue() slog.Value { return slog.Int64Value(int64(r)) }
+
 // Seconds is a duration shown in seconds.
 type Seconds time.Duration
 
