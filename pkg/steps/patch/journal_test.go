@@ -1,7 +1,10 @@
 package patch
 
 import (
+	"errors"
+	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -76,5 +79,38 @@ func TestWriteStagesInOneFolder(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A journalled write that cannot be finished (its target was edited after the kill) is
+// what `apply --force STEP` is for, as the error says: the forced run drops the journal,
+// restores the series' files from git and patches them, leaving no stage folder.
+func TestForceDropsJournalItCannotFinish(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("git not installed")
+	}
+	f := newFixture(t, map[string]string{"a.txt": baseA, "b.txt": baseB}, [2]string{"a.patch", patchA})
+	git(t, f.tree, "init", "-q")
+	git(t, f.tree, "add", ".")
+	git(t, f.tree, "commit", "-q", "-m", "base")
+	stage := filepath.Join(f.tree, stageDir)
+	writeFile(t, filepath.Join(stage, "0"), "new\n", 0o644)
+	j := `{"version":1,"changes":[{"op":"write","path":"a.txt","staged":"0","mode":420,"pre":"` + digest([]byte(baseA)) + `","post":"` + digest([]byte("new\n")) + `"}]}`
+	writeFile(t, filepath.Join(stage, journalName), j, 0o600)
+	writeFile(t, filepath.Join(f.tree, "a.txt"), "edited after the kill\n", 0o644)
+
+	err := f.run(t)
+	if err == nil || !strings.Contains(err.Error(), "sglprov apply --force sm120-patches") {
+		t.Fatalf("run = %v, want the step's --force named", err)
+	}
+	f.env.Force = true
+	if err := f.run(t); err != nil {
+		t.Fatalf("forced run: %v", err)
+	}
+	if got := f.read(t, "a.txt"); got != "one\ntwo\nTHREE\nfour\nfive\n" {
+		t.Errorf("a.txt = %q, want the series applied to git's a.txt", got)
+	}
+	if _, err := os.Lstat(stage); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the stage folder is still there: %v", err)
 	}
 }

@@ -88,13 +88,26 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	head := gitHead(ctx, root)
 
 	// What an earlier run killed while writing left: finish its journalled renames (the
-	// whole series had applied in memory), or drop what it staged.
-	recovered, err := recoverJournal(root)
-	if err != nil {
-		return err
-	}
-	if recovered {
-		env.Log.Info("finished the patch write an earlier run left among its renames", "dir", root)
+	// whole series had applied in memory), or drop what it staged. A forced run in a git
+	// checkout drops a journal unfinished: it restores the series' files from git below,
+	// which is the way out of a journal that cannot be finished.
+	var recovered bool
+	if env.Force && head != "" {
+		dropped, err := dropJournal(root)
+		if err != nil {
+			return err
+		}
+		if dropped {
+			env.Log.Info("dropped the patch write an earlier run left; the files are restored from git", "dir", root)
+		}
+	} else {
+		recovered, err = recoverJournal(root, s.name)
+		if err != nil {
+			return err
+		}
+		if recovered {
+			env.Log.Info("finished the patch write an earlier run left among its renames", "dir", root)
+		}
 	}
 	if n := removeLitter(root, ser.touched()); n > 0 {
 		env.Log.Info("removed temporary files an earlier run left", "dir", root, "files", n)
@@ -140,7 +153,7 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	if err != nil {
 		return err
 	}
-	if err := write(root, after); err != nil {
+	if err := write(root, s.name, after); err != nil {
 		return err
 	}
 
