@@ -88,3 +88,37 @@ func TestStateDirOwnership(t *testing.T) {
 		t.Errorf("a state dir in a world-writable folder = %v, want refused", err)
 	}
 }
+
+// A state dir given as a link that another user made in a sticky folder (/tmp/st pointing
+// at a folder root owns) is refused before sglprov sets that folder's mode or writes in it.
+func TestStateDirRefusesAnotherUsersLink(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("chown to another user needs root")
+	}
+	parent := t.TempDir()
+	tmp := filepath.Join(parent, "tmp")
+	if err := os.Mkdir(tmp, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(tmp, 0o777|os.ModeSticky); err != nil {
+		t.Fatal(err)
+	}
+	victim := filepath.Join(parent, "etc")
+	if err := os.Mkdir(victim, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(tmp, "st")
+	if err := os.Symlink(victim, dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Lchown(dir, 4242, 4242); err != nil {
+		t.Fatal(err)
+	}
+	err := engine.EnsureStateDir(dir, false)
+	if engine.ExitCode(err) != engine.ExitUsage || !strings.Contains(err.Error(), "symbolic link "+dir+" is owned by uid 4242") {
+		t.Errorf("a state dir through another user's link = %v, want exit 2 naming the link", err)
+	}
+	if fi, err := os.Stat(victim); err != nil || fi.Mode().Perm() != 0o755 {
+		t.Errorf("the link's target: %v, %v; want its mode 0755 kept", fi.Mode(), err)
+	}
+}
