@@ -354,8 +354,8 @@ type Plan struct {
 
 // Plan says, step by step, what Apply would do and why. It changes nothing. A step whose
 // needs will run is shown as running: its inputs are only known after they ran. The
-// error joins the preflight failures of the steps (see Preflighter); the plan is
-// complete even then.
+// error joins the preflight failures of the steps (see Preflighter) and the bad input
+// (ErrUsage) that kept a step from telling; the plan is complete even then.
 func (e *Engine) Plan(ctx context.Context) (*Plan, error) {
 	p := &Plan{Recipe: e.opts.Recipe.Name, FactsChanged: e.FactsChanged()}
 	var preflight []error
@@ -382,6 +382,11 @@ func (e *Engine) Plan(ctx context.Context) (*Plan, error) {
 		case err != nil && len(upstream) == 0:
 			ps.Error = err.Error()
 			ps.Run, ps.Reason = true, "cannot tell: "+err.Error()
+			// Bad input that apply would refuse (a FIFO as a patch, a branch where a commit
+			// is pinned) fails the plan too, with exit 2, after the table says why.
+			if errors.Is(err, ErrUsage) {
+				preflight = append(preflight, fmt.Errorf("step %s: %w", n.step.Name, err))
+			}
 		case err != nil:
 			ps.Run, ps.Reason = true, "needs "+strings.Join(upstream, ", ")+", which runs"
 		default:
