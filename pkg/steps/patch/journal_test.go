@@ -1,14 +1,18 @@
 package patch
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // A run killed while staging left temporary files beside the patched files (the old
@@ -112,5 +116,42 @@ func TestForceDropsJournalItCannotFinish(t *testing.T) {
 	}
 	if _, err := os.Lstat(stage); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("the stage folder is still there: %v", err)
+	}
+}
+
+// A patched file replaced by a FIFO is an output that changed, found without opening it:
+// Intact (and so plan) waited for a writer. The run then stops, naming it.
+func TestPatchedFileReplacedByFIFO(t *testing.T) {
+	f := newFixture(t, map[string]string{"a.txt": baseA}, [2]string{"a.patch", patchA})
+	if err := f.run(t); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(f.tree, "a.txt")
+	os.Remove(p)
+	if err := syscall.Mkfifo(p, 0o644); err != nil {
+		t.Skip("mkfifo:", err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		ok, why, err := f.step.Intact(context.Background(), f.env)
+		if err == nil && (ok || why != "outputs changed: "+p) {
+			err = fmt.Errorf("Intact = %v, %q; want outputs changed: %s", ok, why, p)
+		}
+		if err == nil {
+			if err = f.run(t); err == nil || !strings.Contains(err.Error(), p+" was changed by hand") {
+				err = fmt.Errorf("Run = %v, want the FIFO named", err)
+			} else {
+				err = nil
+			}
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the step waited on the FIFO")
 	}
 }

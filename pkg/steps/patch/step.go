@@ -190,13 +190,24 @@ func entryDigest(e *entry) string {
 	return digest(e.data)
 }
 
+// fileDigest returns the digest of the file at rel, absent when there is none, or, for
+// something that is not a regular file (a FIFO is never opened: it waits for a writer),
+// its type.
 func fileDigest(root, rel string) (string, error) {
-	data, err := os.ReadFile(filepath.Join(root, rel))
+	p := filepath.Join(root, rel)
+	fi, err := os.Lstat(p)
 	if errors.Is(err, fs.ErrNotExist) {
 		return absent, nil
 	}
 	if err != nil {
-		return "", fmt.Errorf("reading %s: %w", filepath.Join(root, rel), err)
+		return "", fmt.Errorf("reading %s: %w", p, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return "type " + fi.Mode().Type().String(), nil
+	}
+	data, err := os.ReadFile(p)
+	if err != nil {
+		return "", fmt.Errorf("reading %s: %w", p, err)
 	}
 	return digest(data), nil
 }
