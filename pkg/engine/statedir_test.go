@@ -5,7 +5,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/sglprov/sglprov/pkg/engine"
 )
@@ -120,5 +122,24 @@ func TestStateDirRefusesAnotherUsersLink(t *testing.T) {
 	}
 	if fi, err := os.Stat(victim); err != nil || fi.Mode().Perm() != 0o755 {
 		t.Errorf("the link's target: %v, %v; want its mode 0755 kept", fi.Mode(), err)
+	}
+}
+
+// A FIFO as state.json is refused at once as bad input: status, plan and apply waited
+// for a writer, deaf to SIGTERM.
+func TestLoadStateRefusesFIFO(t *testing.T) {
+	dir := t.TempDir()
+	if err := syscall.Mkfifo(engine.StatePath(dir), 0o600); err != nil {
+		t.Skip("mkfifo:", err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := engine.LoadState(dir); done <- err }()
+	select {
+	case err := <-done:
+		if engine.ExitCode(err) != engine.ExitUsage || !strings.Contains(err.Error(), "is a FIFO, not a regular file") {
+			t.Fatalf("LoadState = %v, want exit 2 naming the FIFO", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("LoadState waited on a FIFO")
 	}
 }

@@ -270,12 +270,20 @@ func OpenNoFollow(path string, flag int, perm fs.FileMode) (*os.File, error) {
 	return f, err
 }
 
-// ReadNoFollow reads the file at path, refusing a symbolic link in its last element.
+// ReadNoFollow reads the regular file at path, refusing a symbolic link in its last
+// element, and anything not a regular file without waiting on it (a FIFO).
 func ReadNoFollow(path string) ([]byte, error) {
-	f, err := OpenNoFollow(path, os.O_RDONLY, 0)
+	f, err := OpenNoFollow(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, notRegular(path, fi.Mode())
+	}
 	return io.ReadAll(f)
 }
