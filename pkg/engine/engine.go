@@ -418,6 +418,10 @@ func (e *Engine) Plan(ctx context.Context) (*Plan, error) {
 		runs[n.step.Name] = ps.Run && !converges(n)
 		p.Steps = append(p.Steps, ps)
 	}
+	if ctx.Err() != nil {
+		// Cut short (Ctrl-C): the reasons above may be the cancellation's, not the steps'.
+		preflight = append(preflight, fmt.Errorf("plan interrupted: %w", context.Cause(ctx)))
+	}
 	return p, errors.Join(preflight...)
 }
 
