@@ -155,3 +155,26 @@ func TestPatchedFileReplacedByFIFO(t *testing.T) {
 		t.Fatal("the step waited on the FIFO")
 	}
 }
+
+// Killed after its last rename, before the journal was removed: every target already has
+// its journalled content (the staged files are gone). The next run removes the journal
+// and the stage folder and records the series as applied, without --force.
+func TestRecoverAfterLastRename(t *testing.T) {
+	const patchedA = "one\ntwo\nTHREE\nfour\nfive\n"
+	f := newFixture(t, map[string]string{"a.txt": patchedA, "b.txt": baseB}, [2]string{"a.patch", patchA})
+	stage := filepath.Join(f.tree, stageDir)
+	j := `{"version":1,"changes":[{"op":"write","path":"a.txt","staged":"0","mode":420,"pre":"` + digest([]byte(baseA)) + `","post":"` + digest([]byte(patchedA)) + `"}]}`
+	writeFile(t, filepath.Join(stage, journalName), j, 0o600)
+	if err := f.run(t); err != nil {
+		t.Fatalf("run after a kill past the last rename: %v", err)
+	}
+	if got := f.read(t, "a.txt"); got != patchedA {
+		t.Errorf("a.txt = %q, want it patched once", got)
+	}
+	if _, err := os.Lstat(stage); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the stage folder is still there: %v", err)
+	}
+	if ok, why, err := f.step.Intact(context.Background(), f.env); !ok || err != nil {
+		t.Errorf("Intact = %v, %q, %v; want the series recorded as applied", ok, why, err)
+	}
+}
