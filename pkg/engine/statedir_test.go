@@ -143,3 +143,49 @@ func TestLoadStateRefusesFIFO(t *testing.T) {
 		t.Fatal("LoadState waited on a FIFO")
 	}
 }
+
+// A `lock` that is a hard link (a state dir the invoking user owns, on a host that lets
+// users link files they do not own) must not truncate the other name's file either.
+func TestLockRefusesHardLink(t *testing.T) {
+	dir := t.TempDir()
+	target := filepath.Join(dir, "precious")
+	if err := os.WriteFile(target, []byte("keep me\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(target, filepath.Join(dir, "lock")); err != nil {
+		t.Skip("link:", err)
+	}
+	l, err := engine.AcquireLock(dir)
+	if err == nil {
+		l.Release()
+	}
+	if engine.ExitCode(err) != engine.ExitUsage || !strings.Contains(err.Error(), "2 hard links") {
+		t.Errorf("AcquireLock with a hard-linked lock = %v, want exit 2 naming the links", err)
+	}
+	if b, _ := os.ReadFile(target); string(b) != "keep me\n" {
+		t.Errorf("the other name's file now holds %q", b)
+	}
+}
+
+// A FIFO as the lock is refused by plan's shared lock at once, as apply refuses it: the
+// read-only open waited for a writer.
+func TestSharedLockRefusesFIFO(t *testing.T) {
+	dir := t.TempDir()
+	if err := syscall.Mkfifo(filepath.Join(dir, "lock"), 0o600); err != nil {
+		t.Skip("mkfifo:", err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		l, err := engine.AcquireSharedLock(dir)
+		l.Release()
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if engine.ExitCode(err) != engine.ExitUsage || !strings.Contains(err.Error(), "is not a regular file") {
+			t.Fatalf("AcquireSharedLock = %v, want exit 2 naming the lock", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("AcquireSharedLock waited on a FIFO")
+	}
+}
