@@ -352,6 +352,23 @@ type Plan struct {
 	Commands []hostcmd.Result `json:"commands,omitempty"`
 }
 
+// ReadFiles reads the files the steps name (see FileReader) and returns the bad input
+// among the failures (ErrUsage), joined, each with its step; a file that is not there (an
+// earlier step may make it) is left to plan and apply.
+func (e *Engine) ReadFiles() error {
+	var errs []error
+	for _, n := range e.order() {
+		fr, ok := n.impl.(FileReader)
+		if !ok {
+			continue
+		}
+		if err := fr.ReadFiles(e.env(n, nil, "")); errors.Is(err, ErrUsage) {
+			errs = append(errs, fmt.Errorf("step %s: %w", n.step.Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // Plan says, step by step, what Apply would do and why. It changes nothing. A step whose
 // needs will run is shown as running: its inputs are only known after they ran. The
 // error joins the preflight failures of the steps (see Preflighter) and the bad input

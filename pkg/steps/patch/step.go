@@ -36,6 +36,12 @@ func (s *Step) load(env *engine.Env) (*series, error) {
 	return loadSeries(s.spec.Series, env.ReadRecipeFile)
 }
 
+// ReadFiles reads the series and every patch it names (validate).
+func (s *Step) ReadFiles(env *engine.Env) error {
+	_, err := s.load(env)
+	return err
+}
+
 // Fingerprint digests the series file and every patch it names.
 func (s *Step) Fingerprint(_ context.Context, env *engine.Env) (map[string]string, error) {
 	ser, err := s.load(env)
