@@ -13,9 +13,10 @@ FUZZTIME ?= 5s
 all: build
 
 # -buildvcs=auto: the binary records the commit it was built from (sglprov version),
-# whatever GOFLAGS says.
+# whatever GOFLAGS says; in a git worktree, where Go finds no repository, .ci/vcs-ldflags
+# stamps it.
 build:
-	$(GO) build -buildvcs=auto -o $(BIN) ./cmd/sglprov
+	$(GO) build -buildvcs=auto -ldflags "$$(.ci/vcs-ldflags github.com/sglprov/sglprov/pkg/buildinfo)" -o $(BIN) ./cmd/sglprov
 
 # schema regenerates the recipes' JSON Schema that the shipped recipes name (a test fails
 # while it differs from what `sglprov schema` prints).

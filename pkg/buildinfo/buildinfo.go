@@ -13,6 +13,15 @@ import (
 // main module's version from the build info is used ("(devel)" becomes "dev").
 var Version = ""
 
+// Commit, CommitTime and Modified are the VCS stamp a build passes by hand (`make build`
+// sets them with .ci/vcs-ldflags): Go records none in a git worktree, whose .git is a
+// file. They are used only when Go's build info has no commit.
+var (
+	Commit     = ""
+	CommitTime = ""
+	Modified   = ""
+)
+
 // Info is what a build says of itself. Fields the binary does not record are "".
 type Info struct {
 	// Version is the release version, or "dev".
@@ -34,7 +43,16 @@ func Read() Info {
 	if !ok {
 		bi = nil
 	}
-	return FromBuildInfo(bi, Version)
+	return FromBuildInfo(bi, Version).WithStamp(Commit, CommitTime, Modified)
+}
+
+// WithStamp returns i with commit, its time and the modified flag filled in when i has no
+// commit of its own (what Go records wins).
+func (i Info) WithStamp(commit, time, modified string) Info {
+	if i.Commit == "" && commit != "" {
+		i.Commit, i.Time, i.Modified = commit, time, modified
+	}
+	return i
 }
 
 // FromBuildInfo returns the Info of bi (nil: nothing recorded), with version as the

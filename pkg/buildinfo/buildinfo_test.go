@@ -114,3 +114,72 @@ func main() { json.NewEncoder(os.Stdout).Encode(buildinfo.Read()) }
 		t.Errorf("modified = %q after a change, want true", info.Modified)
 	}
 }
+
+// In a git worktree (.git is a file) Go records no commit; `make build` stamps it with
+// .ci/vcs-ldflags, and Read reports that commit.
+func TestReadInABuildFromAWorktree(t *testing.T) {
+	for _, tool := range []string{"git", "go", "sh"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("no %s", tool)
+		}
+	}
+	stamp, err := filepath.Abs(filepath.Join("..", "..", ".ci", "vcs-ldflags"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo := t.TempDir()
+	src, err := os.ReadFile("buildinfo.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{
+		"go.mod":                 "module probe\n\ngo 1.26\n",
+		".gitignore":             "probe\n",
+		"buildinfo/buildinfo.go": string(src),
+		"main.go": "package main\n\nimport (\n\t\"encoding/json\"\n\t\"os\"\n\n\t\"probe/buildinfo\"\n)\n\n" +
+			"func main() { json.NewEncoder(os.Stdout).Encode(buildinfo.Read()) }\n",
+	}
+	for name, text := range files {
+		p := filepath.Join(repo, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wt := filepath.Join(t.TempDir(), "wt")
+	sh := func(dir, name string, args ...string) string {
+		t.Helper()
+		cmd := exec.Command(name, args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.invalid",
+			"GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.invalid", "GOFLAGS=-buildvcs=auto", "GOTOOLCHAIN=local")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s %v: %v\n%s", name, args, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	sh(repo, "git", "init", "-q", ".")
+	sh(repo, "git", "add", "-A")
+	sh(repo, "git", "commit", "-q", "-m", "probe")
+	sh(repo, "git", "worktree", "add", "-q", wt)
+	commit := sh(wt, "git", "rev-parse", "HEAD")
+	read := func() Info {
+		var info Info
+		if err := json.Unmarshal([]byte(sh(wt, "./probe")), &info); err != nil {
+			t.Fatal(err)
+		}
+		return info
+	}
+	sh(wt, "go", "build", "-o", "probe", ".")
+	if info := read(); info.Commit != "" {
+		t.Logf("this Go records the commit in a worktree too: %+v", info)
+	}
+	flags := sh(wt, "sh", stamp, "probe/buildinfo")
+	sh(wt, "go", "build", "-ldflags", flags, "-o", "probe", ".")
+	if info := read(); info.Commit != commit || info.Time == "" || info.Modified != "false" {
+		t.Errorf("read %+v; want commit %s, a time, not modified", info, commit)
+	}
+}

@@ -41,7 +41,13 @@ func runValidate(ctx context.Context, stdio IO, args []string) error {
 		if err != nil {
 			return err
 		}
+		// The files the steps name (series, patches, templates, question files): what a
+		// run would refuse as bad input (a FIFO, another user's file) is refused here too.
+		err = e.ReadFiles()
 		e.Close()
+		if err != nil {
+			return err
+		}
 	}
 	fmt.Fprintf(stdio.Stdout, "%s: recipe %q is valid (%d steps, %d profiles; %s)\n", c.recipe, r.Name, len(r.Steps), len(r.Profiles), checked)
 	return nil

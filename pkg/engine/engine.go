@@ -352,10 +352,27 @@ type Plan struct {
 	Commands []hostcmd.Result `json:"commands,omitempty"`
 }
 
+// ReadFiles reads the files the steps name (see FileReader) and returns the bad input
+// among the failures (ErrUsage), joined, each with its step; a file that is not there (an
+// earlier step may make it) is left to plan and apply.
+func (e *Engine) ReadFiles() error {
+	var errs []error
+	for _, n := range e.order() {
+		fr, ok := n.impl.(FileReader)
+		if !ok {
+			continue
+		}
+		if err := fr.ReadFiles(e.env(n, nil, "")); errors.Is(err, ErrUsage) {
+			errs = append(errs, fmt.Errorf("step %s: %w", n.step.Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // Plan says, step by step, what Apply would do and why. It changes nothing. A step whose
 // needs will run is shown as running: its inputs are only known after they ran. The
-// error joins the preflight failures of the steps (see Preflighter); the plan is
-// complete even then.
+// error joins the preflight failures of the steps (see Preflighter) and the bad input
+// (ErrUsage) that kept a step from telling; the plan is complete even then.
 func (e *Engine) Plan(ctx context.Context) (*Plan, error) {
 	p := &Plan{Recipe: e.opts.Recipe.Name, FactsChanged: e.FactsChanged()}
 	var preflight []error
@@ -382,6 +399,11 @@ func (e *Engine) Plan(ctx context.Context) (*Plan, error) {
 		case err != nil && len(upstream) == 0:
 			ps.Error = err.Error()
 			ps.Run, ps.Reason = true, "cannot tell: "+err.Error()
+			// Bad input that apply would refuse (a FIFO as a patch, a branch where a commit
+			// is pinned) fails the plan too, with exit 2, after the table says why.
+			if errors.Is(err, ErrUsage) {
+				preflight = append(preflight, fmt.Errorf("step %s: %w", n.step.Name, err))
+			}
 		case err != nil:
 			ps.Run, ps.Reason = true, "needs "+strings.Join(upstream, ", ")+", which runs"
 		default:
@@ -412,6 +434,10 @@ func (e *Engine) Plan(ctx context.Context) (*Plan, error) {
 		}
 		runs[n.step.Name] = ps.Run && !converges(n)
 		p.Steps = append(p.Steps, ps)
+	}
+	if ctx.Err() != nil {
+		// Cut short (Ctrl-C): the reasons above may be the cancellation's, not the steps'.
+		preflight = append(preflight, fmt.Errorf("plan interrupted: %w", context.Cause(ctx)))
 	}
 	return p, errors.Join(preflight...)
 }

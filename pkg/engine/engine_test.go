@@ -477,3 +477,24 @@ steps:
 		t.Errorf("steps that ran (-want +got):\n%s", d)
 	}
 }
+
+// A plan cut short by Ctrl-C is not a plan: it says so with exit 130 (SIGTERM: 1), where it
+// exited 0 with the interrupted steps' reasons in its table.
+func TestPlanInterrupted(t *testing.T) {
+	w := newWorld()
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		cause error
+		want  int
+	}{
+		{fmt.Errorf("stopped by SIGINT: %w", engine.ErrInterrupted), engine.ExitInterrupted},
+		{errors.New("stopped by SIGTERM"), engine.ExitFailed},
+	} {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		cancel(tc.cause)
+		p, err := newEngine(t, w, load(t, w, diamond), dir, nil).Plan(ctx)
+		if p == nil || engine.ExitCode(err) != tc.want || !strings.Contains(err.Error(), tc.cause.Error()) {
+			t.Errorf("Plan after %q = %v, %v; want the plan and exit %d", tc.cause, p, err, tc.want)
+		}
+	}
+}

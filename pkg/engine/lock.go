@@ -30,9 +30,16 @@ func AcquireLock(dir string) (*Lock, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening lock: %w", err)
 	}
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
 		f.Close()
 		return nil, fmt.Errorf("%w: %s is not a regular file; remove it", ErrUsage, path)
+	}
+	// The lock is written in place (the holder's pid): a hard link would have it truncate
+	// the file of the other name.
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Nlink > 1 {
+		f.Close()
+		return nil, fmt.Errorf("%w: %s has %d hard links; sglprov writes it and never through a link: remove it", ErrUsage, path, st.Nlink)
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		f.Close()
@@ -58,9 +65,14 @@ func AcquireLock(dir string) (*Lock, error) {
 // ran there) or one this user cannot read needs no lock: (nil, nil).
 func AcquireSharedLock(dir string) (*Lock, error) {
 	path := filepath.Join(dir, "lock")
-	f, err := safefile.OpenNoFollow(path, os.O_RDONLY, 0)
+	// Non-blocking: a FIFO there is refused, not waited on.
+	f, err := safefile.OpenNoFollow(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, nil
+	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("%w: %s is not a regular file; remove it", ErrUsage, path)
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB); err != nil {
 		f.Close()

@@ -70,6 +70,9 @@ func LoadState(dir string) (*State, error) {
 	if errors.Is(err, fs.ErrNotExist) {
 		return st, nil
 	}
+	if errors.Is(err, safefile.ErrNotRegular) || errors.Is(err, safefile.ErrSymlink) {
+		return nil, fmt.Errorf("%w: reading state: %v; remove it", ErrUsage, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("reading state: %w", err)
 	}

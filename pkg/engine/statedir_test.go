@@ -5,7 +5,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/sglprov/sglprov/pkg/engine"
 )
@@ -86,5 +88,104 @@ func TestStateDirOwnership(t *testing.T) {
 	err = engine.EnsureStateDir(dir, false)
 	if !errors.Is(err, engine.ErrUsage) || !strings.Contains(err.Error(), "not sticky") {
 		t.Errorf("a state dir in a world-writable folder = %v, want refused", err)
+	}
+}
+
+// A state dir given as a link that another user made in a sticky folder (/tmp/st pointing
+// at a folder root owns) is refused before sglprov sets that folder's mode or writes in it.
+func TestStateDirRefusesAnotherUsersLink(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("chown to another user needs root")
+	}
+	parent := t.TempDir()
+	tmp := filepath.Join(parent, "tmp")
+	if err := os.Mkdir(tmp, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(tmp, 0o777|os.ModeSticky); err != nil {
+		t.Fatal(err)
+	}
+	victim := filepath.Join(parent, "etc")
+	if err := os.Mkdir(victim, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(tmp, "st")
+	if err := os.Symlink(victim, dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Lchown(dir, 4242, 4242); err != nil {
+		t.Fatal(err)
+	}
+	err := engine.EnsureStateDir(dir, false)
+	if engine.ExitCode(err) != engine.ExitUsage || !strings.Contains(err.Error(), "symbolic link "+dir+" is owned by uid 4242") {
+		t.Errorf("a state dir through another user's link = %v, want exit 2 naming the link", err)
+	}
+	if fi, err := os.Stat(victim); err != nil || fi.Mode().Perm() != 0o755 {
+		t.Errorf("the link's target: %v, %v; want its mode 0755 kept", fi.Mode(), err)
+	}
+}
+
+// A FIFO as state.json is refused at once as bad input: status, plan and apply waited
+// for a writer, deaf to SIGTERM.
+func TestLoadStateRefusesFIFO(t *testing.T) {
+	dir := t.TempDir()
+	if err := syscall.Mkfifo(engine.StatePath(dir), 0o600); err != nil {
+		t.Skip("mkfifo:", err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := engine.LoadState(dir); done <- err }()
+	select {
+	case err := <-done:
+		if engine.ExitCode(err) != engine.ExitUsage || !strings.Contains(err.Error(), "is a FIFO, not a regular file") {
+			t.Fatalf("LoadState = %v, want exit 2 naming the FIFO", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("LoadState waited on a FIFO")
+	}
+}
+
+// A `lock` that is a hard link (a state dir the invoking user owns, on a host that lets
+// users link files they do not own) must not truncate the other name's file either.
+func TestLockRefusesHardLink(t *testing.T) {
+	dir := t.TempDir()
+	target := filepath.Join(dir, "precious")
+	if err := os.WriteFile(target, []byte("keep me\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(target, filepath.Join(dir, "lock")); err != nil {
+		t.Skip("link:", err)
+	}
+	l, err := engine.AcquireLock(dir)
+	if err == nil {
+		l.Release()
+	}
+	if engine.ExitCode(err) != engine.ExitUsage || !strings.Contains(err.Error(), "2 hard links") {
+		t.Errorf("AcquireLock with a hard-linked lock = %v, want exit 2 naming the links", err)
+	}
+	if b, _ := os.ReadFile(target); string(b) != "keep me\n" {
+		t.Errorf("the other name's file now holds %q", b)
+	}
+}
+
+// A FIFO as the lock is refused by plan's shared lock at once, as apply refuses it: the
+// read-only open waited for a writer.
+func TestSharedLockRefusesFIFO(t *testing.T) {
+	dir := t.TempDir()
+	if err := syscall.Mkfifo(filepath.Join(dir, "lock"), 0o600); err != nil {
+		t.Skip("mkfifo:", err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		l, err := engine.AcquireSharedLock(dir)
+		l.Release()
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if engine.ExitCode(err) != engine.ExitUsage || !strings.Contains(err.Error(), "is not a regular file") {
+			t.Fatalf("AcquireSharedLock = %v, want exit 2 naming the lock", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("AcquireSharedLock waited on a FIFO")
 	}
 }

@@ -109,6 +109,14 @@ type Preflighter interface {
 	Preflight(ctx context.Context, env *Env) (lines []string, err error)
 }
 
+// FileReader is a step that reads files the recipe names (a patch series and its patches,
+// a unit template, a question file). validate calls ReadFiles, which reads them as a run
+// would, offline, so that what plan and apply refuse as bad input (a FIFO, a file another
+// user owns) is refused there too.
+type FileReader interface {
+	ReadFiles(env *Env) error
+}
+
 // Kind describes one step kind: how to decode its recipe body and build the step.
 type Kind struct {
 	// NewSpec returns a pointer to a zero spec value; the recipe body is decoded into it

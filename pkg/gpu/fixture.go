@@ -6,9 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"regexp"
 	"sort"
+
+	"github.com/sglprov/sglprov/pkg/safefile"
 )
 
 // FixtureEnv names the environment variable whose value, a JSON file, replaces NVML.
@@ -42,9 +43,11 @@ var ccPattern = regexp.MustCompile(`^\d+\.\d+$`)
 // LoadFixture reads the GPU facts of a fixture file (the format is in DESIGN.md). Unknown
 // fields, bad JSON and bad values are errors that name the file. A fixture with an "error"
 // fails with the same error values as NVML (ErrNoLibrary, *MismatchError); one with no GPU
-// returns its facts together with ErrNoGPU, as NVML does. GPUs are sorted by index.
+// returns its facts together with ErrNoGPU, as NVML does. GPUs are sorted by index. A
+// file that is not a regular file (a FIFO) or is larger than 16 MiB is refused without
+// waiting on it.
 func LoadFixture(path string) (*Facts, error) {
-	b, err := os.ReadFile(path)
+	b, err := safefile.ReadRegular(path, 16<<20)
 	if err != nil {
 		return nil, fmt.Errorf("reading GPU fixture: %w", err)
 	}

@@ -6,7 +6,9 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // fixture returns the path of a shared fixture file.
@@ -133,6 +135,25 @@ func TestFixtureMissingFile(t *testing.T) {
 	_, err := LoadFixture(path)
 	if err == nil || !strings.Contains(err.Error(), path) {
 		t.Fatalf("error = %v, want it to name %s", err, path)
+	}
+}
+
+// A FIFO named as the fixture is refused at once: `detect` waited for a writer, deaf to
+// SIGTERM, until the 2-minute fallback ended the process.
+func TestFixtureFIFORefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "fixture.json")
+	if err := syscall.Mkfifo(path, 0o644); err != nil {
+		t.Skip("mkfifo:", err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := LoadFixture(path); done <- err }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), path+" is a FIFO, not a regular file") {
+			t.Fatalf("error = %v, want the FIFO named", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("LoadFixture waited on a FIFO")
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/redact"
+	"github.com/sglprov/sglprov/pkg/safefile"
 )
 
 // DefaultEndpoint is the hub used when neither the recipe nor HF_ENDPOINT names one.
@@ -107,13 +108,14 @@ func New(opt Options) (*Client, error) {
 // ReadToken returns the hub token: the contents of tokenFile when it is set (an error when
 // it cannot be read), else HF_TOKEN, else the file HF_TOKEN_PATH names, else
 // $HF_HOME/token, else ~/.cache/huggingface/token; "" when there is none. Surrounding
-// whitespace is trimmed.
+// whitespace is trimmed. A token file that is not a regular file (a FIFO) or holds more
+// than 64 KiB is an error that names it, never waited on.
 func ReadToken(getenv func(string) string, tokenFile string) (string, error) {
 	if getenv == nil {
 		getenv = os.Getenv
 	}
 	if tokenFile != "" {
-		b, err := os.ReadFile(tokenFile)
+		b, err := safefile.ReadRegular(tokenFile, maxTokenFile)
 		if err != nil {
 			return "", fmt.Errorf("reading hub token file: %w", err)
 		}
@@ -132,13 +134,19 @@ func ReadToken(getenv func(string) string, tokenFile string) (string, error) {
 		candidates = append(candidates, filepath.Join(h, ".cache", "huggingface", "token"))
 	}
 	for _, p := range candidates {
-		b, err := os.ReadFile(p)
+		b, err := safefile.ReadRegular(p, maxTokenFile)
+		if errors.Is(err, safefile.ErrNotRegular) || errors.Is(err, safefile.ErrTooLarge) {
+			return "", fmt.Errorf("reading hub token file: %w", err)
+		}
 		if err == nil {
 			return strings.TrimSpace(string(b)), nil
 		}
 	}
 	return "", nil
 }
+
+// maxTokenFile is the largest hub token file read; a token is a few dozen bytes.
+const maxTokenFile = 64 << 10
 
 // Endpoint returns the hub's base URL, without a trailing slash.
 func (c *Client) Endpoint() string { return c.endpoint.String() }

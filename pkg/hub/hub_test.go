@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"testing/fstest"
 	"time"
@@ -450,5 +451,39 @@ func TestRevisionWithSlash(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		t.Errorf("GET %s: %d", u, resp.StatusCode)
+	}
+}
+
+// A token file that is a FIFO is refused at once, naming it: reading one waited for a
+// writer forever.
+func TestReadTokenRefusesFIFO(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "token")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Skip("mkfifo:", err)
+	}
+	for _, c := range []struct {
+		name      string
+		env       map[string]string
+		tokenFile string
+	}{
+		{"token_file", nil, fifo},
+		{"HF_TOKEN_PATH", map[string]string{"HF_TOKEN_PATH": fifo}, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			done := make(chan error, 1)
+			go func() {
+				_, err := hub.ReadToken(func(k string) string { return c.env[k] }, c.tokenFile)
+				done <- err
+			}()
+			select {
+			case err := <-done:
+				if err == nil || !strings.Contains(err.Error(), fifo+" is a FIFO") {
+					t.Fatalf("ReadToken = %v, want the FIFO named", err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("ReadToken waited on a FIFO")
+			}
+		})
 	}
 }

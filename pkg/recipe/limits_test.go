@@ -82,3 +82,49 @@ func BenchmarkParseVars(b *testing.B) {
 		})
 	}
 }
+
+// doubling returns a recipe whose var vN is v(N-1) twice over, from a 10-byte v0: a few
+// lines that render to 10 * 2^n bytes. refs is how many scalars of its step use v(n-1).
+func doubling(n, refs int) []byte {
+	var b strings.Builder
+	b.WriteString("apiVersion: sglprov/v1\nname: doubling\nvars:\n  v0: \"0123456789\"\n")
+	for i := 1; i < n; i++ {
+		fmt.Fprintf(&b, "  v%d: \"{{ .vars.v%d }}{{ .vars.v%d }}\"\n", i, i-1, i-1)
+	}
+	b.WriteString("steps:\n  - name: s\n    command:\n      argv:\n        - \"true\"\n")
+	for i := 0; i < refs; i++ {
+		fmt.Fprintf(&b, "        - \"{{ .vars.v%d }}\"\n", n-1)
+	}
+	return []byte(b.String())
+}
+
+// Vars that use each other many times over cannot make more than MaxRendered bytes: the
+// var (or step) that goes over is named, where before a 2 KiB recipe of 40 such vars
+// rendered until memory ran out.
+func TestRenderIsBounded(t *testing.T) {
+	// 22 vars render to 40 MiB in all: over the limit, and still small enough to render
+	// without one.
+	r, err := recipe.Parse("doubling.yaml", doubling(22, 1), testKinds(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.NewData(nil); err == nil || !strings.Contains(err.Error(), "vars.v20: the templates render to more than 16 MiB") {
+		t.Fatalf("NewData = %v, want vars.v20 named over the limit", err)
+	}
+
+	// 16 vars render to 640 KiB; a step that uses the last one 60 times makes 19 MiB.
+	r, err = recipe.Parse("doubling.yaml", doubling(16, 60), testKinds(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := r.NewData(nil)
+	if err != nil {
+		t.Fatalf("NewData of 640 KiB of vars: %v", err)
+	}
+	var spec struct {
+		Argv []string `yaml:"argv"`
+	}
+	if err := r.Steps[0].Render(d, &spec); err == nil || !strings.Contains(err.Error(), "more than 16 MiB") {
+		t.Fatalf("Render = %v, want the limit named", err)
+	}
+}

@@ -2,9 +2,11 @@ package recipe
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"text/template"
 	"text/template/parse"
 
@@ -130,13 +132,56 @@ func eachScalar(n *yaml.Node, f func(*yaml.Node)) {
 // Data is what templates see: .vars, and the host facts .gpu, .driver and .cuda.
 type Data map[string]any
 
+// MaxRendered is the most text the templates of one recipe render to, its vars and every
+// step's body together (16 MiB, 16 times MaxSize): vars that use each other many times
+// over (v1 is v0 twice, v2 is v1 twice, ...) would otherwise make gigabytes of a few lines.
+const MaxRendered = 16 << 20
+
+// budgetKey is where Data keeps what is left of MaxRendered; no template can name it.
+const budgetKey = "render budget"
+
+// budget is what is left of MaxRendered for one Data.
+type budget struct{ left atomic.Int64 }
+
+// take spends n bytes of the budget and reports whether they were there.
+func (b *budget) take(n int) bool {
+	if b == nil {
+		return true
+	}
+	return b.left.Add(-int64(n)) >= 0
+}
+
+func (d Data) budget() *budget {
+	b, _ := d[budgetKey].(*budget)
+	return b
+}
+
+// limitedWriter writes to w until the budget is spent.
+type limitedWriter struct {
+	w *bytes.Buffer
+	b *budget
+}
+
+var errTooMuchText = fmt.Errorf("the templates render to more than %d MiB of text (vars that use each other many times over?)", MaxRendered>>20)
+
+func (l limitedWriter) Write(p []byte) (int, error) {
+	if !l.b.take(len(p)) {
+		return 0, errTooMuchText
+	}
+	return l.w.Write(p)
+}
+
 // NewData returns template data with the recipe's vars rendered over facts (which may be
-// nil: a template that needs a fact then fails with a clear error).
+// nil: a template that needs a fact then fails with a clear error). The vars, and the
+// steps' bodies rendered with it, make at most MaxRendered bytes of text in all.
 func (r *Recipe) NewData(facts map[string]any) (Data, error) {
 	d := Data{}
 	for k, v := range facts {
 		d[k] = v
 	}
+	b := &budget{}
+	b.left.Store(MaxRendered)
+	d[budgetKey] = b
 	// Each var is rendered after the vars it uses (the parser refused cycles).
 	out := map[string]string{}
 	d["vars"] = out
@@ -197,7 +242,10 @@ func render(s string, d Data) (string, error) {
 		return "", err
 	}
 	var b bytes.Buffer
-	if err := t.Execute(&b, map[string]any(d)); err != nil {
+	if err := t.Execute(limitedWriter{&b, d.budget()}, map[string]any(d)); err != nil {
+		if errors.Is(err, errTooMuchText) {
+			return "", errTooMuchText
+		}
 		msg := err.Error()
 		if strings.Contains(msg, "map has no entry for key") || strings.Contains(msg, "nil") {
 			return "", fmt.Errorf("%s (are the GPU facts available? run `sglprov detect`)", strings.TrimPrefix(msg, "template: t:1:"))

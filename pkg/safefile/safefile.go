@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 )
 
@@ -124,7 +125,10 @@ func owner(fi fs.FileInfo) uint32 {
 // Check refuses the file or folder at path (symbolic links resolved first, as sshd does)
 // unless it and every folder above it are owned by one of the owners and writable by no
 // group or other user. A group- or world-writable folder with the sticky bit (/tmp) is
-// accepted, since there others cannot rename or remove an entry they do not own.
+// accepted, since there others cannot rename or remove an entry they do not own. Every
+// symbolic link on the way (path itself, or a folder of it) must be owned by one of the
+// owners and lie in a folder that passes the same check: whoever owns a link, or can
+// replace it, chooses what it points to.
 func (o Owners) Check(path string) error {
 	abs, err := filepath.Abs(path)
 	if err != nil {
@@ -141,7 +145,62 @@ func (o Owners) Check(path string) error {
 	if err := o.checkEntry(path, real, fi); err != nil {
 		return err
 	}
-	for dir := filepath.Dir(real); ; dir = filepath.Dir(dir) {
+	if err := o.checkFolders(path, filepath.Dir(real)); err != nil {
+		return err
+	}
+	return o.checkLinks(path, abs)
+}
+
+// checkLinks follows abs one element at a time, as the kernel does, and checks every
+// symbolic link it meets: its owner, and the folders it lies in.
+func (o Owners) checkLinks(path, abs string) error {
+	cur := "/"
+	parts := strings.Split(abs, "/")
+	for links := 0; len(parts) > 0; {
+		part := parts[0]
+		parts = parts[1:]
+		switch part {
+		case "", ".":
+			continue
+		case "..":
+			cur = filepath.Dir(cur) // cur holds no link: its parent is the real one
+			continue
+		}
+		next := filepath.Join(cur, part)
+		fi, err := os.Lstat(next)
+		if err != nil {
+			return err
+		}
+		if fi.Mode()&fs.ModeSymlink == 0 {
+			cur = next
+			continue
+		}
+		if links++; links > 40 {
+			return fmt.Errorf("%s: too many symbolic links on the way", path)
+		}
+		if !o.Trusts(owner(fi)) {
+			return fmt.Errorf("%s: the symbolic link %s is owned by uid %d, not by root or this user; whoever owns it chooses what it points to: %w",
+				path, next, owner(fi), ErrUntrusted)
+		}
+		if err := o.checkFolders(path, cur); err != nil {
+			return err
+		}
+		target, err := os.Readlink(next)
+		if err != nil {
+			return err
+		}
+		if filepath.IsAbs(target) {
+			cur = "/"
+		}
+		parts = append(strings.Split(target, "/"), parts...)
+	}
+	return nil
+}
+
+// checkFolders checks dir and every folder above it: owned by one of the owners, and
+// writable by no group or other user unless sticky.
+func (o Owners) checkFolders(path, dir string) error {
+	for ; ; dir = filepath.Dir(dir) {
 		di, err := os.Stat(dir)
 		if err != nil {
 			return err
@@ -211,12 +270,20 @@ func OpenNoFollow(path string, flag int, perm fs.FileMode) (*os.File, error) {
 	return f, err
 }
 
-// ReadNoFollow reads the file at path, refusing a symbolic link in its last element.
+// ReadNoFollow reads the regular file at path, refusing a symbolic link in its last
+// element, and anything not a regular file without waiting on it (a FIFO).
 func ReadNoFollow(path string) ([]byte, error) {
-	f, err := OpenNoFollow(path, os.O_RDONLY, 0)
+	f, err := OpenNoFollow(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, notRegular(path, fi.Mode())
+	}
 	return io.ReadAll(f)
 }

@@ -113,13 +113,57 @@ func TestCheckOwnerAndFolders(t *testing.T) {
 			}
 			return l
 		}, "owned by uid 4242"},
+		// Whoever owns a link, or can replace it, chooses what it points to: a state dir
+		// given as /tmp/st, a link another user made there, would have sglprov chmod and
+		// write into any folder root owns.
+		{"another user's link in a sticky folder", func(t *testing.T, dir string) string {
+			d := sticky(t, dir)
+			own := filepath.Join(dir, "own")
+			if err := os.Mkdir(own, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			return link(t, own, filepath.Join(d, "state"), stranger)
+		}, "symbolic link " + "STICKY" + "/state is owned by uid 4242"},
+		{"own link in a sticky folder", func(t *testing.T, dir string) string {
+			d := sticky(t, dir)
+			p := filepath.Join(dir, "r.yaml")
+			write(t, p, 0o644)
+			return link(t, p, filepath.Join(d, "r.yaml"), 0)
+		}, ""},
+		{"own link in a world-writable folder", func(t *testing.T, dir string) string {
+			d := filepath.Join(dir, "open")
+			if err := os.Mkdir(d, 0o777); err != nil {
+				t.Fatal(err)
+			}
+			os.Chmod(d, 0o777)
+			p := filepath.Join(dir, "r.yaml")
+			write(t, p, 0o644)
+			return link(t, p, filepath.Join(d, "r.yaml"), 0)
+		}, "folder " + "OPEN" + " is writable by group or others (mode 0777) and not sticky"},
+		{"another user's link to a folder on the way", func(t *testing.T, dir string) string {
+			own := filepath.Join(dir, "own")
+			if err := os.Mkdir(own, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			write(t, filepath.Join(own, "r.yaml"), 0o644)
+			return filepath.Join(link(t, "own", filepath.Join(dir, "via"), stranger), "r.yaml")
+		}, "symbolic link " + "DIR" + "/via is owned by uid 4242"},
+		{"own relative links, chained", func(t *testing.T, dir string) string {
+			own := filepath.Join(dir, "own")
+			if err := os.Mkdir(own, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			write(t, filepath.Join(own, "r.yaml"), 0o644)
+			link(t, "own/../own", filepath.Join(dir, "a"), 0)
+			return link(t, "a/r.yaml", filepath.Join(dir, "b"), 0)
+		}, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
 			p := c.setup(t, dir)
 			err := o.Check(p)
-			want := strings.ReplaceAll(c.want, "OPEN", filepath.Join(dir, "open"))
+			want := strings.NewReplacer("OPEN", filepath.Join(dir, "open"), "STICKY", filepath.Join(dir, "tmp"), "DIR", dir).Replace(c.want)
 			switch {
 			case want == "" && err != nil:
 				t.Fatalf("Check(%s) = %v, want accepted", p, err)
@@ -128,6 +172,31 @@ func TestCheckOwnerAndFolders(t *testing.T) {
 			}
 		})
 	}
+}
+
+// sticky makes the folder tmp under dir, world-writable with the sticky bit (as /tmp).
+func sticky(t *testing.T, dir string) string {
+	t.Helper()
+	d := filepath.Join(dir, "tmp")
+	if err := os.Mkdir(d, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(d, 0o777|os.ModeSticky); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// link makes the symbolic link l to target, owned by uid, and returns l.
+func link(t *testing.T, target, l string, uid int) string {
+	t.Helper()
+	if err := os.Symlink(target, l); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Lchown(l, uid, uid); err != nil {
+		t.Fatal(err)
+	}
+	return l
 }
 
 func TestInvokerTrustsSudoUser(t *testing.T) {

@@ -120,6 +120,11 @@ func digestPath(p string) (string, error) {
 	if st.IsDir() {
 		return "dir", nil
 	}
+	if !st.Mode().IsRegular() {
+		// A FIFO or device is never opened (a FIFO waits for a writer): its type stands
+		// for its content.
+		return "type " + st.Mode().Type().String(), nil
+	}
 	f, err := os.Open(p)
 	if err != nil {
 		return "", err

@@ -3,10 +3,12 @@ package command
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sglprov/sglprov/pkg/engine"
 )
@@ -54,5 +56,43 @@ func TestCommandFailureShowsLastLines(t *testing.T) {
 func TestCommandSpecErrors(t *testing.T) {
 	if _, err := Kind().New("x", &Spec{}); err == nil {
 		t.Error("empty argv accepted")
+	}
+}
+
+// A path of creates that is a FIFO (a command may make one) is recorded by its type, never
+// opened: reading it waited for a writer, and the run could not be stopped.
+func TestCommandCreatesFIFO(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "made.fifo")
+	step, err := Kind().New("mk", &Spec{Argv: []string{"mkfifo", out}, Creates: []string{out}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := engine.NewTestEnv(dir, nil)
+	ctx := context.Background()
+	done := make(chan error, 1)
+	go func() {
+		if err := step.Run(ctx, env); err != nil {
+			done <- err
+			return
+		}
+		ok, why, err := step.Intact(ctx, env)
+		if err == nil && !ok {
+			err = errors.New("not intact after the run: " + why)
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the step waited on the FIFO it created")
+	}
+	os.Remove(out)
+	os.WriteFile(out, []byte("a file now\n"), 0o644)
+	if ok, why, _ := step.Intact(ctx, env); ok || why != "outputs changed: "+out {
+		t.Errorf("FIFO replaced by a file: intact=%v %q", ok, why)
 	}
 }

@@ -59,7 +59,7 @@ type journalEntry struct {
 // then are the staged files renamed over their targets, files removed and modes set. A
 // failure while staging leaves the tree as it was; a kill among the renames is finished
 // by the next run (recoverJournal).
-func write(root string, t *tree) error {
+func write(root, step string, t *tree) error {
 	stage := filepath.Join(root, stageDir)
 	if err := os.RemoveAll(stage); err != nil {
 		return fmt.Errorf("removing %s: %w", stage, err)
@@ -111,12 +111,13 @@ func write(root string, t *tree) error {
 		os.RemoveAll(stage)
 		return fmt.Errorf("writing the patch journal: %w", err)
 	}
-	return finish(root, &j)
+	return finish(root, step, &j)
 }
 
 // finish carries out a journal's changes (those not yet done), fsyncs the folders it
-// changed, and removes the stage folder, journal last.
-func finish(root string, j *journal) error {
+// changed, and removes the stage folder, journal last. step names the step in the hint
+// of an error.
+func finish(root, step string, j *journal) error {
 	stage := filepath.Join(root, stageDir)
 	pause := os.Getenv(pauseEnv)
 	dirs := map[string]bool{}
@@ -131,7 +132,7 @@ func finish(root string, j *journal) error {
 		}
 		d := entryDigest(cur)
 		if d != e.Pre && d != e.Post {
-			return fmt.Errorf("finishing an interrupted patch write: %s changed since it was journalled; restore it (`sglprov apply --force STEP` restores the series' files from git) and run again", p)
+			return fmt.Errorf("finishing an interrupted patch write: %s changed since it was journalled; restore it (`sglprov apply --force %s` restores the series' files from git) and run again", p, step)
 		}
 		switch e.Op {
 		case opWrite:
@@ -181,7 +182,7 @@ func finish(root string, j *journal) error {
 // recoverJournal finishes a write that an earlier run left among its renames (its journal
 // is there), or removes what a run killed while staging left (no journal: the tree was not
 // touched). It reports whether it finished a write.
-func recoverJournal(root string) (bool, error) {
+func recoverJournal(root, step string) (bool, error) {
 	stage := filepath.Join(root, stageDir)
 	fi, err := os.Lstat(stage)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -205,15 +206,28 @@ func recoverJournal(root string) (bool, error) {
 	}
 	var j journal
 	if err := json.Unmarshal(b, &j); err != nil || j.Version != 1 {
-		return false, fmt.Errorf("reading the patch journal %s: not a journal this sglprov wrote (%v); remove %s and restore the tree with `sglprov apply --force STEP`", filepath.Join(stage, journalName), err, stage)
+		return false, fmt.Errorf("reading the patch journal %s: not a journal this sglprov wrote (%v); restore the tree with `sglprov apply --force %s` (outside git: restore it by hand and remove %s)", filepath.Join(stage, journalName), err, step, stage)
 	}
 	for _, e := range j.Changes {
 		if !filepath.IsLocal(e.Path) || e.Staged != "" && !filepath.IsLocal(e.Staged) {
 			return false, fmt.Errorf("the patch journal names %q, a path outside the tree; remove %s", e.Path, stage)
 		}
 	}
-	if err := finish(root, &j); err != nil {
+	if err := finish(root, step, &j); err != nil {
 		return false, err
+	}
+	return true, nil
+}
+
+// dropJournal removes what an earlier run left in the stage folder, journal and all,
+// without finishing it: a forced run restores the series' files from git instead.
+func dropJournal(root string) (bool, error) {
+	stage := filepath.Join(root, stageDir)
+	if _, err := os.Lstat(stage); errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err := os.RemoveAll(stage); err != nil {
+		return false, fmt.Errorf("removing %s: %w", stage, err)
 	}
 	return true, nil
 }

@@ -36,6 +36,12 @@ func (s *Step) load(env *engine.Env) (*series, error) {
 	return loadSeries(s.spec.Series, env.ReadRecipeFile)
 }
 
+// ReadFiles reads the series and every patch it names (validate).
+func (s *Step) ReadFiles(env *engine.Env) error {
+	_, err := s.load(env)
+	return err
+}
+
 // Fingerprint digests the series file and every patch it names.
 func (s *Step) Fingerprint(_ context.Context, env *engine.Env) (map[string]string, error) {
 	ser, err := s.load(env)
@@ -88,13 +94,26 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	head := gitHead(ctx, root)
 
 	// What an earlier run killed while writing left: finish its journalled renames (the
-	// whole series had applied in memory), or drop what it staged.
-	recovered, err := recoverJournal(root)
-	if err != nil {
-		return err
-	}
-	if recovered {
-		env.Log.Info("finished the patch write an earlier run left among its renames", "dir", root)
+	// whole series had applied in memory), or drop what it staged. A forced run in a git
+	// checkout drops a journal unfinished: it restores the series' files from git below,
+	// which is the way out of a journal that cannot be finished.
+	var recovered bool
+	if env.Force && head != "" {
+		dropped, err := dropJournal(root)
+		if err != nil {
+			return err
+		}
+		if dropped {
+			env.Log.Info("dropped the patch write an earlier run left; the files are restored from git", "dir", root)
+		}
+	} else {
+		recovered, err = recoverJournal(root, s.name)
+		if err != nil {
+			return err
+		}
+		if recovered {
+			env.Log.Info("finished the patch write an earlier run left among its renames", "dir", root)
+		}
 	}
 	if n := removeLitter(root, ser.touched()); n > 0 {
 		env.Log.Info("removed temporary files an earlier run left", "dir", root, "files", n)
@@ -140,7 +159,7 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	if err != nil {
 		return err
 	}
-	if err := write(root, after); err != nil {
+	if err := write(root, s.name, after); err != nil {
 		return err
 	}
 
@@ -177,13 +196,24 @@ func entryDigest(e *entry) string {
 	return digest(e.data)
 }
 
+// fileDigest returns the digest of the file at rel, absent when there is none, or, for
+// something that is not a regular file (a FIFO is never opened: it waits for a writer),
+// its type.
 func fileDigest(root, rel string) (string, error) {
-	data, err := os.ReadFile(filepath.Join(root, rel))
+	p := filepath.Join(root, rel)
+	fi, err := os.Lstat(p)
 	if errors.Is(err, fs.ErrNotExist) {
 		return absent, nil
 	}
 	if err != nil {
-		return "", fmt.Errorf("reading %s: %w", filepath.Join(root, rel), err)
+		return "", fmt.Errorf("reading %s: %w", p, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return "type " + fi.Mode().Type().String(), nil
+	}
+	data, err := os.ReadFile(p)
+	if err != nil {
+		return "", fmt.Errorf("reading %s: %w", p, err)
 	}
 	return digest(data), nil
 }

@@ -118,6 +118,22 @@ func (s *Step) Fingerprint(context.Context, *engine.Env) (map[string]string, err
 	return map[string]string{"spec": string(b)}, nil
 }
 
+// ReadFiles reads the question files of the accuracy cases (validate), as Run does.
+func (s *Step) ReadFiles(env *engine.Env) error {
+	for _, c := range s.spec.Cases {
+		if c.Accuracy == nil {
+			continue
+		}
+		if _, err := gate.LoadQuestions(c.Accuracy.Questions, func(name string) ([]byte, error) {
+			b, _, err := env.ReadRecipeFile(name)
+			return b, err
+		}); err != nil {
+			return fmt.Errorf("case %q: %w", c.Name, err)
+		}
+	}
+	return nil
+}
+
 // Intact reports false: a gate has no outputs to keep; it always runs.
 func (s *Step) Intact(context.Context, *engine.Env) (bool, string, error) {
 	return false, "the smoke gate runs on every apply", nil

@@ -99,6 +99,12 @@ func (s *Step) Close() error {
 }
 
 // template returns the unit template, its name and its digest.
+// ReadFiles reads the unit template (validate).
+func (s *Step) ReadFiles(env *engine.Env) error {
+	_, _, _, err := s.template(env)
+	return err
+}
+
 func (s *Step) template(env *engine.Env) (name string, text []byte, digest string, err error) {
 	if s.spec.Template == "" {
 		text, err = templates.Read(templates.SGLangService)
