@@ -2,11 +2,13 @@ package main
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -106,6 +108,20 @@ func TestScripts(t *testing.T) {
 				if (got == want) == neg {
 					ts.Fatalf("%s exited %d, want %d", args[1], got, want)
 				}
+			},
+			// freeport NAME sets $NAME to a TCP port on loopback that was free a moment ago
+			// (for a server that sglprov itself starts on a port the recipe names).
+			"freeport": func(ts *testscript.TestScript, neg bool, args []string) {
+				if neg || len(args) != 1 {
+					ts.Fatalf("usage: freeport NAME")
+				}
+				l, err := net.Listen("tcp", "127.0.0.1:0")
+				if err != nil {
+					ts.Fatalf("freeport: %v", err)
+				}
+				port := l.Addr().(*net.TCPAddr).Port
+				l.Close()
+				ts.Setenv(args[0], strconv.Itoa(port))
 			},
 			// waitgrep PATTERN PATH waits up to 30 s for the file's content to match PATTERN.
 			"waitgrep": func(ts *testscript.TestScript, neg bool, args []string) {
