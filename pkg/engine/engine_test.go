@@ -498,3 +498,25 @@ func TestPlanInterrupted(t *testing.T) {
 		}
 	}
 }
+
+// Env.Path is the one rule for the host paths step fields name: absolute ones go under
+// --root, relative ones (and "") are made absolute against the recipe's folder, never the
+// working directory.
+func TestEnvPath(t *testing.T) {
+	for _, tc := range []struct {
+		root, p, want string
+	}{
+		{"", "/opt/sglang", "/opt/sglang"},
+		{"/", "/opt/sglang", "/opt/sglang"},
+		{"/mnt/img", "/opt/sglang", "/mnt/img/opt/sglang"},
+		{"", "tree", "/etc/sglprov/tree"},
+		{"/mnt/img", "models/q", "/etc/sglprov/models/q"},
+		{"", "../shared/w", "/etc/shared/w"},
+		{"", "", "/etc/sglprov"},
+	} {
+		env := &engine.Env{Root: tc.root, RecipeDir: "/etc/sglprov"}
+		if got := env.Path(tc.p); got != tc.want {
+			t.Errorf("root %q: Path(%q) = %q, want %q", tc.root, tc.p, got, tc.want)
+		}
+	}
+}

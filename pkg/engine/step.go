@@ -156,7 +156,8 @@ type Env struct {
 	// StateDir is the state directory (already under Root where that applies).
 	StateDir string
 	// RecipeName is the recipe's name; RecipeDir the folder of the recipe file, against
-	// which relative recipe paths (patch series, templates, testdata) are resolved.
+	// which relative recipe paths (patch series, templates, testdata) and relative host
+	// paths in step fields (Path) are resolved.
 	RecipeName, RecipeDir string
 	// StepName is the step's name in the recipe.
 	StepName string
@@ -194,7 +195,7 @@ type Env struct {
 }
 
 // HostPath maps an absolute host path into Root; relative paths are returned as they are.
-// Every host path a step writes or reads goes through it.
+// Steps map the paths their fields name through Path, which also resolves relative ones.
 func (e *Env) HostPath(p string) string {
 	return HostPath(e.Root, p)
 }
@@ -205,6 +206,21 @@ func HostPath(root, p string) string {
 		return p
 	}
 	return filepath.Join(root, strings.TrimPrefix(filepath.Clean(p), "/"))
+}
+
+// Path is the one rule for a host path a step's field names (a dir, a dest, a file it
+// creates or reads): an absolute path is mapped into Root (HostPath, --root); a relative
+// one, or "", is made absolute against the recipe's folder, so a recipe behaves the same
+// whichever directory sglprov was started from (cloud-init starts it from /).
+func (e *Env) Path(p string) string {
+	if filepath.IsAbs(p) {
+		return e.HostPath(p)
+	}
+	d := filepath.Join(e.RecipeDir, p)
+	if abs, err := filepath.Abs(d); err == nil {
+		d = abs
+	}
+	return d
 }
 
 // RecipePath resolves a path named in the recipe against the recipe's folder.

@@ -33,7 +33,7 @@ type outputRecord struct {
 // outputPath maps an output glob to a glob on this machine.
 func (s *Step) outputPath(env *engine.Env, dir, g string) string {
 	if filepath.IsAbs(g) {
-		return env.HostPath(g)
+		return env.Path(g)
 	}
 	return filepath.Join(dir, g)
 }

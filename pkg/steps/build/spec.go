@@ -155,13 +155,4 @@ func New(name string, spec *Spec) (*Step, error) {
 }
 
 // dir returns the build directory as an absolute path on this machine.
-func (s *Step) dir(env *engine.Env) string {
-	if filepath.IsAbs(s.spec.Dir) {
-		return env.HostPath(s.spec.Dir)
-	}
-	d := env.RecipePath(s.spec.Dir)
-	if abs, err := filepath.Abs(d); err == nil {
-		d = abs
-	}
-	return d
-}
+func (s *Step) dir(env *engine.Env) string { return env.Path(s.spec.Dir) }

@@ -11,7 +11,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 
@@ -23,12 +22,13 @@ import (
 type Spec struct {
 	// Argv is the program and its arguments.
 	Argv []string `yaml:"argv"`
-	// Dir is the working directory (a host path).
+	// Dir is the working directory (a host path; relative to the recipe's folder, which is
+	// also the default).
 	Dir string `yaml:"dir"`
 	// Env is added to the environment sglprov runs with.
 	Env map[string]string `yaml:"env"`
-	// Creates lists host paths the command makes; their presence (and, for files, their
-	// digest) makes the step intact.
+	// Creates lists host paths the command makes (relative ones against the recipe's
+	// folder); their presence (and, for files, their digest) makes the step intact.
 	Creates []string `yaml:"creates"`
 }
 
@@ -62,7 +62,7 @@ func (s *Step) Intact(ctx context.Context, env *engine.Env) (bool, string, error
 	var rec record
 	env.LoadData(&rec)
 	for _, p := range s.spec.Creates {
-		sum, err := digestPath(env.HostPath(p))
+		sum, err := digestPath(env.Path(p))
 		if errors.Is(err, fs.ErrNotExist) {
 			return false, "outputs missing: " + p, nil
 		}
@@ -79,13 +79,7 @@ func (s *Step) Intact(ctx context.Context, env *engine.Env) (bool, string, error
 // Run runs the command as a build step runs its own (build.Exec): output to the step log,
 // the process group killed on cancel, the last lines in the error when it fails.
 func (s *Step) Run(ctx context.Context, env *engine.Env) error {
-	dir := "."
-	if s.spec.Dir != "" {
-		dir = env.HostPath(s.spec.Dir)
-	}
-	if abs, err := filepath.Abs(dir); err == nil {
-		dir = abs
-	}
+	dir := env.Path(s.spec.Dir)
 	envList := os.Environ()
 	keys := make([]string, 0, len(s.spec.Env))
 	for k := range s.spec.Env {
@@ -103,7 +97,7 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	}
 	rec := record{Created: map[string]string{}}
 	for _, p := range s.spec.Creates {
-		sum, err := digestPath(env.HostPath(p))
+		sum, err := digestPath(env.Path(p))
 		if err != nil {
 			return fmt.Errorf("command ran but did not create %s: %w", p, err)
 		}

@@ -23,7 +23,7 @@ const preflightTimeout = 30 * time.Second
 // a commit too, which the fingerprint takes on trust; engine.ErrMissing), or the bytes
 // still to fetch do not fit (engine.ErrHost). apply refuses the latter too, before the first byte.
 func (s *Step) Preflight(ctx context.Context, env *engine.Env) ([]string, error) {
-	dest := env.HostPath(s.spec.Dest)
+	dest := env.Path(s.spec.Dest)
 	free, checked, ferr := fetch.FreeSpace(dest)
 	if s.freeSpace != nil && ferr == nil {
 		free, ferr = s.freeSpace(checked)

@@ -22,7 +22,8 @@ import (
 
 // Spec is a download step's recipe body. Exactly one of HF and Files is set.
 type Spec struct {
-	// Dest is the destination folder (a host path).
+	// Dest is the destination folder (a host path; a relative one is resolved against the
+	// recipe's folder).
 	Dest string `yaml:"dest"`
 	// HF names a hub repository to download.
 	HF *HFSpec `yaml:"hf"`
@@ -53,7 +54,8 @@ type HFSpec struct {
 	Exclude []string `yaml:"exclude"`
 	// Endpoint is the hub's URL ("": HF_ENDPOINT, else https://huggingface.co).
 	Endpoint string `yaml:"endpoint"`
-	// TokenFile is a host file holding the hub token ("": HF_TOKEN, else the usual files).
+	// TokenFile is a host file holding the hub token ("": HF_TOKEN, else the usual files); a
+	// relative one is resolved against the recipe's folder.
 	TokenFile string `yaml:"token_file"`
 }
 

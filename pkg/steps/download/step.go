@@ -124,7 +124,7 @@ func (s *Step) revision() string {
 func (s *Step) hubClient(env *engine.Env, retries int) (*hub.Client, error) {
 	tokenFile := s.spec.HF.TokenFile
 	if tokenFile != "" {
-		tokenFile = env.HostPath(tokenFile)
+		tokenFile = env.Path(tokenFile)
 	}
 	c, err := hub.New(hub.Options{
 		Endpoint: s.spec.HF.Endpoint, TokenFile: tokenFile, Getenv: s.getenv, HTTPClient: s.client,
@@ -145,7 +145,7 @@ func (s *Step) Intact(ctx context.Context, env *engine.Env) (intact bool, reason
 	if !ok || len(rec.Expected) == 0 {
 		return false, "no record of an earlier download", nil
 	}
-	dest := env.HostPath(s.spec.Dest)
+	dest := env.Path(s.spec.Dest)
 	s.hashed = nil // only what this check hashes counts for the run that follows it
 	refreshed := false
 	// What was re-hashed is recorded whatever the answer: a re-run must not read the
@@ -224,7 +224,7 @@ func (s *Step) RunCached(ctx context.Context, env *engine.Env, slot engine.Cache
 
 func (s *Step) run(ctx context.Context, env *engine.Env, slot engine.CacheSlot) error {
 	start := time.Now()
-	dest := env.HostPath(s.spec.Dest)
+	dest := env.Path(s.spec.Dest)
 	rec := record{Files: map[string]fileRecord{}}
 	if old, ok := s.loadRecord(env); ok {
 		rec.Files = old.Files

@@ -17,7 +17,8 @@ import (
 
 // Spec is the recipe body of a patch step.
 type Spec struct {
-	// Dir is the tree the patches apply to (a host path).
+	// Dir is the tree the patches apply to (a host path; a relative one is resolved against
+	// the recipe's folder).
 	Dir string `yaml:"dir"`
 	// Series is the series file, relative to the recipe's folder: one patch file name a
 	// line (relative to the series file's folder), blank lines and `#` comments allowed.

@@ -30,7 +30,7 @@ type fileRecord struct {
 	Post string `json:"post"`
 }
 
-func (s *Step) root(env *engine.Env) string { return env.HostPath(s.spec.Dir) }
+func (s *Step) root(env *engine.Env) string { return env.Path(s.spec.Dir) }
 
 func (s *Step) load(env *engine.Env) (*series, error) {
 	return loadSeries(s.spec.Series, env.ReadRecipeFile)

@@ -31,7 +31,8 @@ type Spec struct {
 	URL string `yaml:"url"`
 	// SHA256 is the archive's sha256 (hex); required for archives, not used for git.
 	SHA256 string `yaml:"sha256"`
-	// Dest is the folder the tree is put in (a host path).
+	// Dest is the folder the tree is put in (a host path; a relative one is resolved against
+	// the recipe's folder).
 	Dest string `yaml:"dest"`
 	// Ref is the commit, when the URL does not carry it as ?ref=.
 	Ref string `yaml:"ref"`
@@ -148,7 +149,7 @@ func (s *Step) Intact(ctx context.Context, env *engine.Env) (bool, string, error
 	if err != nil {
 		return false, "", err
 	}
-	dest := env.HostPath(s.spec.Dest)
+	dest := env.Path(s.spec.Dest)
 	if _, err := os.Stat(dest); errors.Is(err, fs.ErrNotExist) {
 		return false, "outputs changed: " + dest + " does not exist", nil
 	} else if err != nil {
@@ -182,7 +183,7 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	if err != nil {
 		return err
 	}
-	dest := env.HostPath(s.spec.Dest)
+	dest := env.Path(s.spec.Dest)
 	if !env.Force {
 		if ok, _, err := s.Intact(ctx, env); err == nil && ok {
 			env.Log.Info("source tree already at its pin", "dest", s.spec.Dest, "ref", r.ref)

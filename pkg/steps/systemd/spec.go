@@ -37,13 +37,15 @@ type Spec struct {
 	// Command is the argv prefix that starts the server
 	// (default: /opt/sglang/.venv/bin/python -m sglang.launch_server).
 	Command []string `yaml:"command"`
-	// ModelPath is the served model's folder (--model-path), unless Args set it.
+	// ModelPath is the served model's folder (--model-path), unless Args set it. It is
+	// passed to the server as written (it may also be a hub repository id).
 	ModelPath string `yaml:"model_path"`
 	// Port and Host are where the server listens (30000 and 127.0.0.1 by default), unless
 	// Args set them.
 	Port string `yaml:"port"`
 	Host string `yaml:"host"`
-	// WorkingDirectory is the server's working directory.
+	// WorkingDirectory is the server's working directory; a relative one is resolved
+	// against the recipe's folder.
 	WorkingDirectory string `yaml:"working_directory"`
 }
 

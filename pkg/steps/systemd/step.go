@@ -134,6 +134,25 @@ func (s *Step) pick(env *engine.Env) (string, error) {
 	return c[0], nil
 }
 
+// workingDirectory makes a relative working_directory absolute against the recipe's
+// folder, as every step's dirs are (systemd refuses a relative WorkingDirectory=). The
+// unit is read by the host's own service manager, so the path is the host's view, not
+// mapped into --root; "~" (the user's home) and the "-" prefix keep their meaning.
+func workingDirectory(env *engine.Env, wd string) string {
+	dash, p := "", wd
+	if rest, ok := strings.CutPrefix(p, "-"); ok {
+		dash, p = "-", rest
+	}
+	if p == "" || filepath.IsAbs(p) || strings.HasPrefix(p, "~") {
+		return wd
+	}
+	p = env.RecipePath(p)
+	if abs, err := filepath.Abs(p); err == nil {
+		p = abs
+	}
+	return dash + p
+}
+
 // data returns the template data for profile.
 func (s *Step) data(env *engine.Env, profile string) (service.Data, error) {
 	d := service.Data{
@@ -141,7 +160,7 @@ func (s *Step) data(env *engine.Env, profile string) (service.Data, error) {
 		Unit:             s.spec.Unit,
 		Command:          s.spec.Command,
 		User:             s.spec.User,
-		WorkingDirectory: s.spec.WorkingDirectory,
+		WorkingDirectory: workingDirectory(env, s.spec.WorkingDirectory),
 		ModelPath:        s.spec.ModelPath,
 		Host:             s.spec.Host,
 		Port:             s.port,

@@ -680,3 +680,26 @@ working_directory: /var/lib/sglang
 		t.Error("New accepted a foreign spec")
 	}
 }
+
+// A relative working_directory is the folder of that name beside the recipe, as every
+// step's dirs are; an absolute one, "~" and the "-" prefix keep their meaning.
+func TestWorkingDirectoryRelativeToRecipe(t *testing.T) {
+	env := testEnv(t, "rtx-pro-6000-x8.json")
+	for wd, want := range map[string]string{
+		"srv":          filepath.Join(env.RecipeDir, "srv"),
+		"-srv/run":     "-" + filepath.Join(env.RecipeDir, "srv/run"),
+		"/var/lib/sgl": "/var/lib/sgl",
+		"-/var/lib/x":  "-/var/lib/x",
+		"~":            "~",
+	} {
+		spec := qwenSpec()
+		spec.WorkingDirectory = wd
+		unit, err := newStep(t, spec).render(env, "sm120-fp4-cutlass")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if line := "\nWorkingDirectory=" + want + "\n"; !strings.Contains(string(unit), line) {
+			t.Errorf("working_directory %q: the unit has no line %q:\n%s", wd, strings.TrimSpace(line), unit)
+		}
+	}
+}
