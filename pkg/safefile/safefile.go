@@ -44,6 +44,12 @@ func ReadRegular(path string, limit int64) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
+	return readOpened(f, path, limit)
+}
+
+// readOpened reads f, opened non-blocking from path, when it is a regular file of at most
+// limit bytes (limit > 0); anything else is refused without reading it.
+func readOpened(f *os.File, path string, limit int64) ([]byte, error) {
 	fi, err := f.Stat()
 	if err != nil {
 		return nil, err
@@ -278,12 +284,5 @@ func ReadNoFollow(path string) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, notRegular(path, fi.Mode())
-	}
-	return io.ReadAll(f)
+	return readOpened(f, path, 0)
 }

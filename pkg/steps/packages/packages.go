@@ -88,8 +88,14 @@ type Step struct {
 // Provides returns the commands the step's packages install, sorted: those sglprov knows
 // for each package and the spec's provides.
 func (s *Step) Provides() []string {
+	return s.commandsOf(s.spec.Apt)
+}
+
+// commandsOf returns the commands that installing pkgs puts on the PATH, sorted: those
+// sglprov knows for each package, and the spec's provides.
+func (s *Step) commandsOf(pkgs []string) []string {
 	seen := map[string]bool{}
-	for _, p := range s.spec.Apt {
+	for _, p := range pkgs {
 		for _, c := range hostcmd.CommandsOf(p) {
 			seen[c] = true
 		}
@@ -117,21 +123,7 @@ func (s *Step) Installs(ctx context.Context, env *engine.Env) ([]string, error) 
 	if len(missing) == 0 {
 		return nil, nil
 	}
-	seen := map[string]bool{}
-	for _, p := range missing {
-		for _, c := range hostcmd.CommandsOf(p) {
-			seen[c] = true
-		}
-	}
-	for _, c := range s.spec.Provides {
-		seen[c] = true
-	}
-	out := make([]string, 0, len(seen))
-	for c := range seen {
-		out = append(out, c)
-	}
-	sort.Strings(out)
-	return out, nil
+	return s.commandsOf(missing), nil
 }
 
 // mgr returns the package manager for env: apt on the host, its database under --root.
