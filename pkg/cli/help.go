@@ -22,7 +22,7 @@ var exitCodes = []struct {
 	{engine.ExitFailed, "a step failed"},
 	{engine.ExitUsage, "bad usage or an invalid recipe"},
 	{engine.ExitGate, "the smoke gate failed"},
-	{engine.ExitHost, "the host does not meet the recipe's requirements, or NVML could not be loaded, or (plan) the hub has no such model revision or a download cannot fit"},
+	{engine.ExitHost, "the host does not meet the recipe's requirements, or NVML could not be loaded, or a download cannot fit, or (plan) the hub has no such model revision"},
 	{engine.ExitLocked, "another sglprov run holds the lock"},
 	{engine.ExitReboot, "reboot required (NVIDIA driver/library version mismatch)"},
 	{ExitInterrupted, "interrupted (Ctrl-C, SIGINT)"},

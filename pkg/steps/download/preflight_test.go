@@ -43,6 +43,10 @@ func TestPreflightPlanText(t *testing.T) {
 	if !errors.Is(err, engine.ErrHost) || !strings.Contains(err.Error(), "not enough free space at "+fx.dest+": ") || !strings.Contains(err.Error(), ", 1000 B free") || len(lines) != 1 {
 		t.Errorf("small disk: %q, %v", lines, err)
 	}
+	// apply refuses it too, before the first byte, with the same exit code.
+	if err := st.Run(ctx, fx.env); engine.ExitCode(err) != engine.ExitHost || !strings.Contains(err.Error(), "not enough free space") {
+		t.Errorf("Run on a small disk = %v (exit %d), want exit 4", err, engine.ExitCode(err))
+	}
 	st.freeSpace = func(string) (uint64, error) { return 1 << 40, nil }
 
 	if err := st.Run(ctx, fx.env); err != nil {

@@ -213,13 +213,24 @@ func (s *Step) hashedNow(rel string, cur fileRecord) bool {
 // of files no longer listed, and checks the safetensors headers and index. No URL in its
 // error or log lines carries user information.
 func (s *Step) Run(ctx context.Context, env *engine.Env) error {
-	return redact.Error(s.run(ctx, env, engine.CacheSlot{}))
+	return runError(s.run(ctx, env, engine.CacheSlot{}))
 }
 
 // RunCached is Run with the fleet cache: the listing and each blob come from the registry
 // first, the rest from the origin (engine.CachedRunner).
 func (s *Step) RunCached(ctx context.Context, env *engine.Env, slot engine.CacheSlot) error {
-	return redact.Error(s.run(ctx, env, slot))
+	return runError(s.run(ctx, env, slot))
+}
+
+// runError is the step's error as it leaves the step: no user information in a URL, and a
+// download that cannot fit in the free space at dest (refused before its first byte) marked
+// as a host that falls short (exit 4, as plan says it).
+func runError(err error) error {
+	var space *fetch.SpaceError
+	if errors.As(err, &space) && !errors.Is(err, engine.ErrHost) {
+		err = fmt.Errorf("%w: %w", engine.ErrHost, err)
+	}
+	return redact.Error(err)
 }
 
 func (s *Step) run(ctx context.Context, env *engine.Env, slot engine.CacheSlot) error {
