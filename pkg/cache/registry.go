@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/opencontainers/go-digest"
@@ -54,6 +55,11 @@ type Options struct {
 	UploadDir string
 	// Fetch tunes the downloads of Pull (Dest and Client are set by Pull).
 	Fetch fetch.Options
+	// Timeout bounds one exchange with the registry that moves no file's bytes (a tag
+	// or blob lookup, a manifest, an upload's start or status), token requests included
+	// (default 30 s). A registry that does not answer within it is not asked again by
+	// this Registry: later calls fail at once, and the steps fall back to the origin.
+	Timeout time.Duration
 }
 
 // Registry is a Cache on an OCI registry repository.
@@ -68,6 +74,10 @@ type Registry struct {
 	chunkSize int64
 	uploadDir string
 	fetchOpt  fetch.Options
+	timeout   time.Duration
+
+	mu   sync.Mutex
+	down error // set when the registry did not answer within timeout
 }
 
 var repoRE = regexp.MustCompile(`^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$`)
@@ -127,6 +137,10 @@ func New(cfg Config, opt Options) (*Registry, error) {
 	r := &Registry{
 		cfg: cfg, repo: repo, auth: ac, base: scheme + "://" + host, path: path,
 		logf: opt.Logf, chunkSize: opt.ChunkSize, uploadDir: opt.UploadDir, fetchOpt: opt.Fetch,
+		timeout: opt.Timeout,
+	}
+	if r.timeout <= 0 {
+		r.timeout = 30 * time.Second
 	}
 	if r.logf == nil {
 		r.logf = func(string, ...any) {}
@@ -172,6 +186,38 @@ func (t *authTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	return t.r.auth.Do(req.WithContext(ctx))
 }
 
+// bounded returns ctx limited to the registry's timeout, and a function that turns the
+// error of the exchange into one that says the registry did not answer, when that is what
+// happened, and remembers it: a registry that accepts connections and never answers costs
+// one timeout per run, not one per step or per file. It fails at once when the registry
+// already did not answer.
+func (r *Registry) bounded(ctx context.Context) (context.Context, func(error) error, error) {
+	if err := r.unreachable(); err != nil {
+		return nil, nil, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, r.timeout)
+	return cctx, func(err error) error {
+		defer cancel()
+		var ne net.Error
+		if err == nil || ctx.Err() != nil || !(cctx.Err() != nil || errors.As(err, &ne) && ne.Timeout()) {
+			return err
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.down == nil {
+			r.down = fmt.Errorf("the registry %s did not answer within %s; it is not asked again in this run: %w", r, r.timeout, context.DeadlineExceeded)
+		}
+		return r.down
+	}, nil
+}
+
+// unreachable is the error of a registry that did not answer earlier in this run, or nil.
+func (r *Registry) unreachable() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.down
+}
+
 // String names the repository.
 func (r *Registry) String() string { return r.cfg.Repository }
 
@@ -192,15 +238,37 @@ func (r *Registry) HasBlob(ctx context.Context, sha string) (bool, error) {
 	if err := d.Validate(); err != nil {
 		return false, fmt.Errorf("blob digest %q: %w", sha, err)
 	}
-	ok, err := r.repo.Blobs().Exists(ctx, ocispec.Descriptor{Digest: d})
+	return r.exists(ctx, ocispec.Descriptor{Digest: d})
+}
+
+// exists asks the registry for a blob, within the registry's timeout.
+func (r *Registry) exists(ctx context.Context, desc ocispec.Descriptor) (bool, error) {
+	bctx, done, err := r.bounded(ctx)
 	if err != nil {
-		return false, fmt.Errorf("asking %s for blob %s: %w", r, d, r.hint(err))
+		return false, err
+	}
+	ok, err := r.repo.Blobs().Exists(bctx, desc)
+	if err = done(err); err != nil {
+		return false, fmt.Errorf("asking %s for blob %s: %w", r, desc.Digest, r.hint(err))
 	}
 	return ok, nil
 }
 
 // Lookup fetches the manifest tagged tag and its config, checking both digests.
-func (r *Registry) Lookup(ctx context.Context, tag string) (*Artifact, error) {
+func (r *Registry) Lookup(ctx context.Context, tag string) (_ *Artifact, err error) {
+	ctx, done, err := r.bounded(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("looking up %s:%s: %w", r, short(tag), err)
+	}
+	defer func() {
+		if err != nil {
+			if derr := done(err); derr != err {
+				err = fmt.Errorf("looking up %s:%s: %w", r, short(tag), derr)
+			}
+			return
+		}
+		done(nil)
+	}()
 	desc, rc, err := r.repo.FetchReference(ctx, tag)
 	if errors.Is(err, errdef.ErrNotFound) {
 		return nil, nil
@@ -284,6 +352,9 @@ func (r *Registry) Pull(ctx context.Context, a *Artifact, dir string) error {
 	for _, f := range a.Files {
 		files = append(files, fetch.File{URL: r.BlobURL(f.SHA256), Path: f.Name, Size: f.Size, SHA256: f.SHA256})
 	}
+	if err := r.unreachable(); err != nil {
+		return fmt.Errorf("pulling %s: %w", a.Digest, err)
+	}
 	opt := r.fetchOpt
 	opt.Dest, opt.Client = dir, r.client
 	if opt.ChunkSize == 0 {
@@ -321,9 +392,9 @@ func (r *Registry) Push(ctx context.Context, tag, kind string, meta []byte, file
 			desc.Annotations[annotationMode] = fmt.Sprintf("%04o", f.Mode.Perm())
 		}
 		layers = append(layers, desc)
-		ok, err := r.repo.Blobs().Exists(pctx, desc)
+		ok, err := r.exists(pctx, desc)
 		if err != nil {
-			return nil, fmt.Errorf("pushing %s: %w", f.Name, r.hint(err))
+			return nil, fmt.Errorf("pushing %s: %w", f.Name, err)
 		}
 		if ok {
 			continue
@@ -335,10 +406,14 @@ func (r *Registry) Push(ctx context.Context, tag, kind string, meta []byte, file
 		r.logf("pushed %s (%s) to %s in %s", f.Name, fetch.FormatBytes(f.Size), r, time.Since(start).Round(time.Millisecond))
 	}
 	cfg := ocispec.Descriptor{MediaType: kind + "+json", Digest: digest.FromBytes(meta), Size: int64(len(meta))}
-	if ok, err := r.repo.Blobs().Exists(pctx, cfg); err != nil {
+	if ok, err := r.exists(pctx, cfg); err != nil {
 		return nil, fmt.Errorf("pushing the config: %w", err)
 	} else if !ok {
-		if err := r.repo.Blobs().Push(pctx, cfg, bytes.NewReader(meta)); err != nil {
+		bctx, done, err := r.bounded(pctx)
+		if err == nil {
+			err = done(r.repo.Blobs().Push(bctx, cfg, bytes.NewReader(meta)))
+		}
+		if err != nil {
 			return nil, fmt.Errorf("pushing the config: %w", err)
 		}
 	}
@@ -354,7 +429,11 @@ func (r *Registry) Push(ctx context.Context, tag, kind string, meta []byte, file
 		return nil, fmt.Errorf("encoding the manifest: %w", err)
 	}
 	md := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageManifest, Digest: digest.FromBytes(b), Size: int64(len(b))}
-	if err := r.repo.PushReference(pctx, md, bytes.NewReader(b), tag); err != nil {
+	bctx, done, err := r.bounded(pctx)
+	if err == nil {
+		err = done(r.repo.PushReference(bctx, md, bytes.NewReader(b), tag))
+	}
+	if err != nil {
 		return nil, fmt.Errorf("pushing the manifest %s:%s: %w", r, short(tag), err)
 	}
 	out := &Artifact{Digest: md.Digest.String(), Tag: tag, Kind: kind, Meta: meta}

@@ -164,7 +164,12 @@ func (r *Registry) uploadFile(d digest.Digest) string {
 }
 
 // startUpload opens an upload session and returns its location.
-func (r *Registry) startUpload(ctx context.Context) (string, error) {
+func (r *Registry) startUpload(ctx context.Context) (_ string, err error) {
+	ctx, done, err := r.bounded(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer func() { err = done(err) }()
 	u := r.base + "/v2/" + r.path + "/blobs/uploads/"
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, nil)
 	if err != nil {
@@ -204,7 +209,12 @@ func (r *Registry) patch(ctx context.Context, loc string, f *os.File, off, n int
 }
 
 // uploadStatus asks how many bytes the upload at loc holds.
-func (r *Registry) uploadStatus(ctx context.Context, loc string) (int64, string, error) {
+func (r *Registry) uploadStatus(ctx context.Context, loc string) (_ int64, _ string, err error) {
+	ctx, done, err := r.bounded(ctx)
+	if err != nil {
+		return 0, "", err
+	}
+	defer func() { err = done(err) }()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, loc, nil)
 	if err != nil {
 		return 0, "", err
