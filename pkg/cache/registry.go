@@ -27,6 +27,7 @@ import (
 	"oras.land/oras-go/v2/registry/remote"
 	"oras.land/oras-go/v2/registry/remote/auth"
 	"oras.land/oras-go/v2/registry/remote/credentials"
+	"oras.land/oras-go/v2/registry/remote/errcode"
 
 	"github.com/sglprov/sglprov/pkg/fetch"
 )
@@ -449,7 +450,11 @@ func (r *Registry) hint(err error) error {
 	if err == nil {
 		return nil
 	}
-	if errors.Is(err, auth.ErrBasicCredentialNotFound) || strings.Contains(err.Error(), "401") {
+	var er *errcode.ErrorResponse
+	var he *httpError
+	if errors.Is(err, auth.ErrBasicCredentialNotFound) ||
+		errors.As(err, &er) && er.StatusCode == http.StatusUnauthorized ||
+		errors.As(err, &he) && he.code == http.StatusUnauthorized {
 		host, _, _ := strings.Cut(r.cfg.Repository, "/")
 		return fmt.Errorf("%w (the registry wants credentials: `docker login %s` writes them to ~/.docker/config.json, or $DOCKER_CONFIG/config.json)", err, host)
 	}

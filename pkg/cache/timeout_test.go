@@ -3,6 +3,8 @@ package cache_test
 import (
 	"context"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -102,5 +104,26 @@ func TestRegistryThatNeverAnswers(t *testing.T) {
 				t.Errorf("the calls after a registry did not answer took %s; they should fail at once", d)
 			}
 		})
+	}
+}
+
+// TestCredentialHintOnlyOn401: the `docker login` fix is named for a registry that wants
+// credentials, not for any error whose text has "401" in it (a blob digest often does).
+func TestCredentialHintOnlyOn401(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "storage backend down", http.StatusServiceUnavailable)
+	}))
+	defer srv.Close()
+	c, err := cache.New(cache.Config{Repository: strings.TrimPrefix(srv.URL, "http://") + "/fleet/sglprov"}, cache.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sha := "06930e5a614adbadc01bedf1edbe75ba9131edb33fc645ab3824017dad660674"
+	_, err = c.HasBlob(context.Background(), sha)
+	if err == nil || !strings.Contains(err.Error(), "503") {
+		t.Fatalf("HasBlob = %v, want the 503", err)
+	}
+	if strings.Contains(err.Error(), "docker login") {
+		t.Errorf("a 503 is said to want credentials: %v", err)
 	}
 }

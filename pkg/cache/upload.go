@@ -3,7 +3,6 @@ package cache
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -110,7 +109,7 @@ func (r *Registry) pushFile(ctx context.Context, path string, d digest.Digest, s
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusCreated {
-		return fmt.Errorf("completing the upload: %s", status(resp))
+		return fmt.Errorf("completing the upload: %w", statusError(resp))
 	}
 	r.forgetUpload(d)
 	return nil
@@ -181,7 +180,7 @@ func (r *Registry) startUpload(ctx context.Context) (_ string, err error) {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusAccepted {
-		return "", fmt.Errorf("starting an upload: %s", status(resp))
+		return "", fmt.Errorf("starting an upload: %w", statusError(resp))
 	}
 	return location(resp)
 }
@@ -203,7 +202,7 @@ func (r *Registry) patch(ctx context.Context, loc string, f *os.File, off, n int
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusAccepted {
-		return "", errors.New(status(resp))
+		return "", statusError(resp)
 	}
 	return location(resp)
 }
@@ -225,7 +224,7 @@ func (r *Registry) uploadStatus(ctx context.Context, loc string) (_ int64, _ str
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusNoContent {
-		return 0, "", errors.New(status(resp))
+		return 0, "", statusError(resp)
 	}
 	next, err := location(resp)
 	if err != nil {
@@ -251,14 +250,22 @@ func location(resp *http.Response) (string, error) {
 	return u.String(), nil
 }
 
-// status describes an unexpected response with the start of its body.
-func status(resp *http.Response) string {
+// httpError is an unexpected response: its status and the start of its body.
+type httpError struct {
+	code int
+	msg  string
+}
+
+func (e *httpError) Error() string { return e.msg }
+
+// statusError describes an unexpected response with the start of its body.
+func statusError(resp *http.Response) error {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 	s := strings.TrimSpace(string(b))
-	if s == "" {
-		return resp.Status
+	if s != "" {
+		s = ": " + s
 	}
-	return resp.Status + ": " + s
+	return &httpError{code: resp.StatusCode, msg: resp.Status + s}
 }
 
 // redactLoc drops the query of an upload location (it may carry a state token).
