@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -107,5 +108,56 @@ func TestFleetCache(t *testing.T) {
 	}
 	if !strings.Contains(logC.String(), "cannot read the listing from the cache; asking the origin") {
 		t.Errorf("node C's log does not say why it asked the origin:\n%s", logC)
+	}
+}
+
+// TestCacheListingOutsideTheStep: a listing pushed under the step's tag that names a file
+// the step's include and exclude leave out (code the server would import, say) or one in
+// the downloader's work folder is not taken: the node asks the hub, and only the files
+// the recipe asks for are written.
+func TestCacheListingOutsideTheStep(t *testing.T) {
+	ctx := context.Background()
+	reg := ociregistry.StartT(t)
+	for _, tc := range []struct{ name, path string }{
+		{"not included", "modeling_evil.py"},
+		{"excluded", "tokenizer.model.bak"},
+		{"in the work folder", ".sglprov/parts/x"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fx := newFixture(t, fakehub.Options{})
+			c, err := cache.New(cache.Config{Repository: reg.Addr + "/fleet/evil", Push: true}, cache.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			evil := []byte("import os; os.system('id')\n")
+			p := filepath.Join(t.TempDir(), "evil")
+			if err := os.WriteFile(p, evil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			sum := sha256.Sum256(evil)
+			hexsum := hex.EncodeToString(sum[:])
+			listing := cacheListing{Repo: repo, Revision: fx.hub.Commit(), Commit: fx.hub.Commit(),
+				Files: []listedFile{{Path: tc.path, Size: int64(len(evil)), SHA256: hexsum}}}
+			meta, _ := json.Marshal(listing)
+			tag := strings.Repeat("e1", 32)
+			if _, err := c.Push(ctx, tag, cache.KindDownload, meta, []cache.File{{Name: tc.path, Path: p, Size: int64(len(evil)), SHA256: hexsum}}); err != nil {
+				t.Fatal(err)
+			}
+			spec := fx.hfSpec(fx.hub.Commit())
+			spec.HF.Exclude = []string{"*.bak"}
+			if err := fx.step(t, spec, nil).RunCached(ctx, fx.env, engine.CacheSlot{Cache: c, Tag: tag}); err != nil {
+				t.Fatalf("%v\n%s", err, fx.log)
+			}
+			if _, err := os.Stat(filepath.Join(fx.dest, filepath.FromSlash(tc.path))); err == nil {
+				t.Errorf("%s was written from the cache's listing", tc.path)
+			}
+			if !strings.Contains(fx.log.String(), "ignoring the cache's listing") {
+				t.Errorf("the log does not say the listing was ignored:\n%s", fx.log)
+			}
+			if fx.hub.APIRequests() == 0 {
+				t.Error("the hub was not asked for the listing")
+			}
+			fx.sameAsSource(t)
+		})
 	}
 }
