@@ -120,6 +120,11 @@ func New(cfg Config, opt Options) (*Registry, error) {
 			DisableCompression: true,
 		}
 	}
+	plain := cfg.PlainHTTP || isLoopback(host)
+	if !plain {
+		// Every request, the token service's and a redirect's included, goes over TLS.
+		tr = httpsOnly{next: tr}
+	}
 	ac := &auth.Client{
 		// Redirects (to a blob store) are followed by the outer client, one hop at a
 		// time, so that each hop is authorized for its own host only.
@@ -128,7 +133,6 @@ func New(cfg Config, opt Options) (*Registry, error) {
 		Credential: credentials.Credential(store),
 		Header:     http.Header{"User-Agent": {"sglprov"}},
 	}
-	plain := cfg.PlainHTTP || isLoopback(host)
 	repo.Client = ac
 	repo.PlainHTTP = plain
 	scheme := "https"
@@ -176,6 +180,21 @@ func isLoopback(host string) bool {
 	}
 	ip := net.ParseIP(strings.Trim(h, "[]"))
 	return ip != nil && ip.IsLoopback()
+}
+
+// httpsOnly refuses requests that are not HTTPS: with plain_http false, a bearer token
+// realm or a redirect to http:// would otherwise carry credentials or the files in the
+// clear.
+type httpsOnly struct{ next http.RoundTripper }
+
+func (h httpsOnly) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL.Scheme != "https" {
+		if req.Body != nil {
+			req.Body.Close()
+		}
+		return nil, fmt.Errorf("refusing plain HTTP to %s (cache.plain_http is false; the registry named an http:// URL for a token or a redirect)", req.URL.Host)
+	}
+	return h.next.RoundTrip(req)
 }
 
 // authTransport sends each request through the auth client, with a pull scope on the
