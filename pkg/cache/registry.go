@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/user"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -157,14 +158,19 @@ func New(cfg Config, opt Options) (*Registry, error) {
 	return r, nil
 }
 
-// dockerConfigPath is DOCKER_CONFIG/config.json, else ~/.docker/config.json.
+// dockerConfigPath is DOCKER_CONFIG/config.json, else ~/.docker/config.json (~ from HOME,
+// else the password database).
 func dockerConfigPath(getenv func(string) string) string {
 	if d := getenv("DOCKER_CONFIG"); d != "" {
 		return filepath.Join(d, "config.json")
 	}
 	home := getenv("HOME")
 	if home == "" {
-		home, _ = os.UserHomeDir()
+		// cloud-init's runcmd and system services without User= run with no HOME: the
+		// user's home folder from the password database, as docker itself finds it.
+		if u, err := user.Current(); err == nil {
+			home = u.HomeDir
+		}
 	}
 	return filepath.Join(home, ".docker", "config.json")
 }
