@@ -59,8 +59,11 @@ func (r *Registry) pushFile(ctx context.Context, path string, d digest.Digest, s
 	failures := 0
 	wait := 500 * time.Millisecond
 	for off < size {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		n := min(r.chunkSize, size-off)
-		next, perr := r.patch(ctx, loc, f, off, n)
+		next, perr := r.patchWhole(ctx, loc, f, off, n)
 		if perr == nil {
 			loc, off, failures = next, off+n, 0
 			r.saveUpload(d, loc)
@@ -183,6 +186,21 @@ func (r *Registry) startUpload(ctx context.Context) (_ string, err error) {
 		return "", fmt.Errorf("starting an upload: %w", statusError(resp))
 	}
 	return location(resp)
+}
+
+// patchWhole is patch, carried to its end when ctx is cancelled in the middle (for at
+// most the registry's timeout more): distribution takes an upload's continuation only at
+// the offset its last answer named, and refuses (and cancels) an upload that holds part of
+// a chunk more, so a push stopped by SIGINT or SIGTERM mid-chunk would lose all it sent.
+func (r *Registry) patchWhole(ctx context.Context, loc string, f *os.File, off, n int64) (string, error) {
+	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() {
+		t := time.AfterFunc(r.timeout, cancel)
+		context.AfterFunc(pctx, func() { t.Stop() })
+	})
+	defer stop()
+	return r.patch(pctx, loc, f, off, n)
 }
 
 // patch sends bytes [off, off+n) of f to the upload at loc and returns its next location.
