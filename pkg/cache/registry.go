@@ -341,6 +341,10 @@ func (r *Registry) Lookup(ctx context.Context, tag string) (_ *Artifact, err err
 		if l.Digest.Algorithm() != digest.SHA256 || l.Digest.Validate() != nil {
 			return nil, fmt.Errorf("manifest %s: layer %d has digest %q, want sha256", got, i, l.Digest)
 		}
+		if l.Size < 0 {
+			// pkg/fetch reads a file of unknown size until the server stops.
+			return nil, fmt.Errorf("manifest %s: layer %d has size %d", got, i, l.Size)
+		}
 		name := l.Annotations[ocispec.AnnotationTitle]
 		if name == "" {
 			return nil, fmt.Errorf("manifest %s: layer %d has no %s", got, i, ocispec.AnnotationTitle)

@@ -306,3 +306,42 @@ func TestPushStoppedMidChunkResumes(t *testing.T) {
 		t.Fatalf("pulling the resumed blob (its sha256 is checked): %v", err)
 	}
 }
+
+// TestLookupRefusesALayerWithoutASize: distribution stores a manifest whose layer says
+// size -1; pulled as it is, that is a file of unknown size, read until the registry stops
+// (a registry that never stops fills the disk). Lookup refuses it.
+func TestLookupRefusesALayerWithoutASize(t *testing.T) {
+	reg := ociregistry.StartT(t)
+	ctx := context.Background()
+	f := writeRandom(t, filepath.Join(t.TempDir(), "k.so"), 1000)
+	c, err := cache.New(cache.Config{Repository: reg.Addr + "/fleet/sglprov", Push: true}, cache.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tag := strings.Repeat("6", 64)
+	if _, err := c.Push(ctx, tag, cache.KindBuild, []byte(`{}`), []cache.File{f}); err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + reg.Addr + "/v2/fleet/sglprov/manifests/" + tag
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	req.Header.Set("Accept", "application/vnd.oci.image.manifest.v1+json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	bad := bytes.Replace(m, []byte(`"size":1000`), []byte(`"size":-1`), 1)
+	if bytes.Equal(bad, m) {
+		t.Fatalf("no layer of size 1000 in %s", m)
+	}
+	req, _ = http.NewRequest(http.MethodPut, url, bytes.NewReader(bad))
+	req.Header.Set("Content-Type", "application/vnd.oci.image.manifest.v1+json")
+	if resp, err = http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusCreated {
+		t.Fatalf("putting the manifest: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	if a, err := c.Lookup(ctx, tag); err == nil || !strings.Contains(err.Error(), "size") {
+		t.Fatalf("Lookup of a layer of size -1 = %+v, %v; want a refusal", a, err)
+	}
+}
