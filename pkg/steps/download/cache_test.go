@@ -6,10 +6,12 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sglprov/sglprov/pkg/cache"
 	"github.com/sglprov/sglprov/pkg/engine"
@@ -160,4 +162,47 @@ func TestCacheListingOutsideTheStep(t *testing.T) {
 			fx.sameAsSource(t)
 		})
 	}
+}
+
+// TestFleetCacheThatNeverAnswers: a registry that accepts connections and never answers
+// costs the step one timeout, said in the log, and every file comes from the origin.
+func TestFleetCacheThatNeverAnswers(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	conns := make(chan net.Conn, 64)
+	defer func() {
+		l.Close()
+		for c := range conns {
+			c.Close()
+		}
+	}()
+	go func() {
+		defer close(conns)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			conns <- c
+		}
+	}()
+	c, err := cache.New(cache.Config{Repository: l.Addr().String() + "/fleet/weights"}, cache.Options{Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fx := newFixture(t, fakehub.Options{})
+	start := time.Now()
+	if err := fx.step(t, fx.hfSpec(fx.hub.Commit()), nil).RunCached(context.Background(), fx.env, engine.CacheSlot{Cache: c, Tag: strings.Repeat("0f", 32)}); err != nil {
+		t.Fatalf("%v\n%s", err, fx.log)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("the step took %s with a registry timeout of 1s", d)
+	}
+	if !strings.Contains(fx.log.String(), "did not answer within 1s") {
+		t.Errorf("the log does not say the registry did not answer:\n%s", fx.log)
+	}
+	fx.sameAsSource(t)
 }
