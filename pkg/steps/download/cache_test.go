@@ -115,15 +115,17 @@ func TestFleetCache(t *testing.T) {
 
 // TestCacheListingOutsideTheStep: a listing pushed under the step's tag that names a file
 // the step's include and exclude leave out (code the server would import, say) or one in
-// the downloader's work folder is not taken: the node asks the hub, and only the files
+// the downloader's work folder, or that lists another commit than the recipe pins, is not
+// taken: the node asks the hub, and only the files
 // the recipe asks for are written.
 func TestCacheListingOutsideTheStep(t *testing.T) {
 	ctx := context.Background()
 	reg := ociregistry.StartT(t)
-	for _, tc := range []struct{ name, path string }{
-		{"not included", "modeling_evil.py"},
-		{"excluded", "tokenizer.model.bak"},
-		{"in the work folder", ".sglprov/parts/x"},
+	for _, tc := range []struct{ name, path, commit string }{
+		{"not included", "modeling_evil.py", ""},
+		{"excluded", "tokenizer.model.bak", ""},
+		{"in the work folder", ".sglprov/parts/x", ""},
+		{"another commit than the recipe pins", "config.json", strings.Repeat("1", 40)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fx := newFixture(t, fakehub.Options{})
@@ -138,7 +140,11 @@ func TestCacheListingOutsideTheStep(t *testing.T) {
 			}
 			sum := sha256.Sum256(evil)
 			hexsum := hex.EncodeToString(sum[:])
-			listing := cacheListing{Repo: repo, Revision: fx.hub.Commit(), Commit: fx.hub.Commit(),
+			commit := fx.hub.Commit()
+			if tc.commit != "" {
+				commit = tc.commit
+			}
+			listing := cacheListing{Repo: repo, Revision: commit, Commit: commit,
 				Files: []listedFile{{Path: tc.path, Size: int64(len(evil)), SHA256: hexsum}}}
 			meta, _ := json.Marshal(listing)
 			tag := strings.Repeat("e1", 32)
@@ -150,7 +156,7 @@ func TestCacheListingOutsideTheStep(t *testing.T) {
 			if err := fx.step(t, spec, nil).RunCached(ctx, fx.env, engine.CacheSlot{Cache: c, Tag: tag}); err != nil {
 				t.Fatalf("%v\n%s", err, fx.log)
 			}
-			if _, err := os.Stat(filepath.Join(fx.dest, filepath.FromSlash(tc.path))); err == nil {
+			if got, err := os.ReadFile(filepath.Join(fx.dest, filepath.FromSlash(tc.path))); err == nil && bytes.Equal(got, evil) {
 				t.Errorf("%s was written from the cache's listing", tc.path)
 			}
 			if !strings.Contains(fx.log.String(), "ignoring the cache's listing") {
