@@ -53,9 +53,9 @@ func (s *Step) lookupListing(ctx context.Context, env *engine.Env, slot engine.C
 
 // listingFrom decodes and checks an artifact's listing; nil when it does not fit the step
 // (said in the log): another repo, no commit or not the commit the recipe pins, a file name
-// that leaves dest or is in the downloader's work folder, or a file the step's include and
-// exclude leave out (a listing is what a pusher would change to plant code next to the
-// weights).
+// that leaves dest, is listed twice or is in the downloader's work folder, or a file the
+// step's include and exclude leave out (a listing is what a pusher would change to plant
+// code next to the weights).
 func (s *Step) listingFrom(env *engine.Env, a *cache.Artifact) *cacheListing {
 	var l cacheListing
 	err := json.Unmarshal(a.Meta, &l)
@@ -68,10 +68,16 @@ func (s *Step) listingFrom(env *engine.Env, a *cache.Artifact) *cacheListing {
 	if err == nil && len(l.Files) == 0 {
 		err = fmt.Errorf("it lists no file")
 	}
+	seen := map[string]bool{}
 	for _, f := range l.Files {
 		if err != nil {
 			break
 		}
+		if seen[f.Path] {
+			err = fmt.Errorf("file %q is listed twice", f.Path)
+			break
+		}
+		seen[f.Path] = true
 		if cerr := hub.CheckName(f.Path); cerr != nil {
 			err = cerr
 		} else if werr := checkNotWorkDir(f.Path); werr != nil {

@@ -121,11 +121,15 @@ func TestFleetCache(t *testing.T) {
 func TestCacheListingOutsideTheStep(t *testing.T) {
 	ctx := context.Background()
 	reg := ociregistry.StartT(t)
-	for _, tc := range []struct{ name, path, commit string }{
-		{"not included", "modeling_evil.py", ""},
-		{"excluded", "tokenizer.model.bak", ""},
-		{"in the work folder", ".sglprov/parts/x", ""},
-		{"another commit than the recipe pins", "config.json", strings.Repeat("1", 40)},
+	for _, tc := range []struct {
+		name, path, commit string
+		twice              bool
+	}{
+		{"not included", "modeling_evil.py", "", false},
+		{"excluded", "tokenizer.model.bak", "", false},
+		{"in the work folder", ".sglprov/parts/x", "", false},
+		{"another commit than the recipe pins", "config.json", strings.Repeat("1", 40), false},
+		{"a file listed twice", "config.json", "", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fx := newFixture(t, fakehub.Options{})
@@ -146,6 +150,9 @@ func TestCacheListingOutsideTheStep(t *testing.T) {
 			}
 			listing := cacheListing{Repo: repo, Revision: commit, Commit: commit,
 				Files: []listedFile{{Path: tc.path, Size: int64(len(evil)), SHA256: hexsum}}}
+			if tc.twice {
+				listing.Files = append(listing.Files, listing.Files[0])
+			}
 			meta, _ := json.Marshal(listing)
 			tag := strings.Repeat("e1", 32)
 			if _, err := c.Push(ctx, tag, cache.KindDownload, meta, []cache.File{{Name: tc.path, Path: p, Size: int64(len(evil)), SHA256: hexsum}}); err != nil {
