@@ -77,6 +77,8 @@ type Registry struct {
 	uploadDir string
 	fetchOpt  fetch.Options
 	timeout   time.Duration
+	// configPath is the docker config the credentials come from (named in errors).
+	configPath string
 
 	mu   sync.Mutex
 	down error // set when the registry did not answer within timeout
@@ -102,7 +104,8 @@ func New(cfg Config, opt Options) (*Registry, error) {
 	if getenv == nil {
 		getenv = os.Getenv
 	}
-	store, err := credentials.NewStore(dockerConfigPath(getenv), credentials.StoreOptions{})
+	configPath := dockerConfigPath(getenv)
+	store, err := credentials.NewStore(configPath, credentials.StoreOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("reading the docker config for the cache's credentials: %w", err)
 	}
@@ -143,7 +146,7 @@ func New(cfg Config, opt Options) (*Registry, error) {
 	r := &Registry{
 		cfg: cfg, repo: repo, auth: ac, base: scheme + "://" + host, path: path,
 		logf: opt.Logf, chunkSize: opt.ChunkSize, uploadDir: opt.UploadDir, fetchOpt: opt.Fetch,
-		timeout: opt.Timeout,
+		timeout: opt.Timeout, configPath: configPath,
 	}
 	if r.timeout <= 0 {
 		r.timeout = 30 * time.Second
@@ -485,6 +488,11 @@ func (r *Registry) hint(err error) error {
 		errors.As(err, &er) && er.StatusCode == http.StatusUnauthorized ||
 		errors.As(err, &he) && he.code == http.StatusUnauthorized {
 		host, _, _ := strings.Cut(r.cfg.Repository, "/")
+		ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
+		defer cancel()
+		if c, cerr := r.auth.Credential(ctx, host); cerr == nil && c != auth.EmptyCredential {
+			return fmt.Errorf("%w (the registry refused the credentials for %s in %s: `docker login %s` renews them)", err, host, r.configPath, host)
+		}
 		return fmt.Errorf("%w (the registry wants credentials: `docker login %s` writes them to ~/.docker/config.json, or $DOCKER_CONFIG/config.json)", err, host)
 	}
 	return err
