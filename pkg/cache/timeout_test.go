@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -125,5 +126,46 @@ func TestCredentialHintOnlyOn401(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), "docker login") {
 		t.Errorf("a 503 is said to want credentials: %v", err)
+	}
+}
+
+// TestPushToARegistryThatStopsReading: a registry that takes an upload and then reads no
+// more of a chunk (its storage hangs) fails the push after the timeout without progress,
+// instead of blocking the write, and the run, for ever.
+func TestPushToARegistryThatStopsReading(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.Method {
+		case http.MethodHead:
+			w.WriteHeader(http.StatusNotFound)
+		case http.MethodPost:
+			w.Header().Set("Location", "/v2/fleet/sglprov/blobs/uploads/u1")
+			w.WriteHeader(http.StatusAccepted)
+		case http.MethodPatch:
+			select { // reads nothing of the body
+			case <-release:
+			case <-r.Context().Done():
+			}
+		default:
+			w.WriteHeader(http.StatusNotFound)
+		}
+	}))
+	defer srv.Close()
+	defer close(release) // before Close, which waits for the handlers
+	f := writeRandom(t, filepath.Join(t.TempDir(), "w.bin"), 48<<20)
+	c, err := cache.New(cache.Config{Repository: strings.TrimPrefix(srv.URL, "http://") + "/fleet/sglprov", Push: true},
+		cache.Options{Timeout: time.Second, ChunkSize: 48 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var perr error
+	d := within(t, 30*time.Second, "Push", func() {
+		_, perr = c.Push(context.Background(), strings.Repeat("ab", 32), cache.KindBuild, []byte(`{}`), []cache.File{f})
+	})
+	if perr == nil || !strings.Contains(perr.Error(), "took no byte") {
+		t.Errorf("Push = %v, want an error that says the registry took no byte", perr)
+	}
+	if d > 15*time.Second {
+		t.Errorf("Push took %s with a timeout of 1s", d)
 	}
 }

@@ -204,8 +204,22 @@ func (r *Registry) patchWhole(ctx context.Context, loc string, f *os.File, off, 
 }
 
 // patch sends bytes [off, off+n) of f to the upload at loc and returns its next location.
-func (r *Registry) patch(ctx context.Context, loc string, f *os.File, off, n int64) (string, error) {
-	body := func() io.ReadCloser { return io.NopCloser(io.NewSectionReader(f, off, n)) }
+// A registry that takes no byte of the chunk for the registry's timeout (its storage hangs,
+// and the write would block for ever) fails it.
+func (r *Registry) patch(ctx context.Context, loc string, f *os.File, off, n int64) (_ string, err error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stalled := fmt.Errorf("the registry took no byte of the chunk for %s", r.timeout)
+	idle := time.AfterFunc(r.timeout, func() { cancel(stalled) })
+	defer idle.Stop()
+	defer func() {
+		if err != nil && context.Cause(ctx) == stalled {
+			err = stalled
+		}
+	}()
+	body := func() io.ReadCloser {
+		return io.NopCloser(&progressReader{r: io.NewSectionReader(f, off, n), left: n, idle: idle, after: r.timeout})
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPatch, loc, body())
 	if err != nil {
 		return "", err
@@ -223,6 +237,25 @@ func (r *Registry) patch(ctx context.Context, loc string, f *os.File, off, n int
 		return "", statusError(resp)
 	}
 	return location(resp)
+}
+
+// progressReader restarts idle's countdown on every read of a chunk, and stops it once the
+// chunk is read whole (then the transport's response header timeout applies).
+type progressReader struct {
+	r     io.Reader
+	left  int64
+	idle  *time.Timer
+	after time.Duration
+}
+
+func (p *progressReader) Read(b []byte) (int, error) {
+	n, err := p.r.Read(b)
+	if p.left -= int64(n); p.left <= 0 || err != nil {
+		p.idle.Stop()
+	} else if n > 0 {
+		p.idle.Reset(p.after)
+	}
+	return n, err
 }
 
 // uploadStatus asks how many bytes the upload at loc holds.
