@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"testing"
 )
 
@@ -81,6 +82,20 @@ func TestDemo(t *testing.T) {
 		} {
 			if !regexp.MustCompile(want).Match(out) {
 				t.Errorf("demo output lacks %q", want)
+			}
+		}
+		// The time saved is that of the longest path: the build and the download run at
+		// the same time, so the sum of both would claim more than a node waits.
+		k := regexp.MustCompile(`(?m)^  sgl-kernel +(\d+) ms +(\d+) ms$`).FindSubmatch(out)
+		w := regexp.MustCompile(`(?m)^  weights +(\d+) ms +(\d+) ms$`).FindSubmatch(out)
+		sv := regexp.MustCompile(`saved: (\d+) ms here`).FindSubmatch(out)
+		if k == nil || w == nil || sv == nil {
+			t.Errorf("the time saved is not shown as a table of both steps and a total")
+		} else {
+			n := func(b []byte) int { v, _ := strconv.Atoi(string(b)); return v }
+			want := max(n(k[1]), n(w[1])) - max(n(k[2]), n(w[2]))
+			if got := n(sv[1]); got != want {
+				t.Errorf("saved: %d ms, but the longest path went from %d to %d ms (%d ms saved)", got, max(n(k[1]), n(w[1])), max(n(k[2]), n(w[2])), want)
 			}
 		}
 	}

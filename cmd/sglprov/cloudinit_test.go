@@ -36,17 +36,22 @@ func TestCloudInitRuncmd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := regexp.MustCompile("(?s)```yaml\n(#cloud-config\n.*?)```").FindSubmatch(doc)
-	if m == nil {
+	blocks := regexp.MustCompile("(?s)```yaml\n(#cloud-config\n.*?)```").FindAllSubmatch(doc, -1)
+	if blocks == nil {
 		t.Fatal("docs/cloud-init.md has no #cloud-config block")
 	}
-	var cfg cloudConfig
-	if err := yaml.Unmarshal(m[1], &cfg); err != nil {
-		t.Fatalf("the #cloud-config does not parse: %v", err)
+	var cfgs []cloudConfig
+	for i, m := range blocks {
+		var cfg cloudConfig
+		if err := yaml.Unmarshal(m[1], &cfg); err != nil {
+			t.Fatalf("#cloud-config %d does not parse: %v", i+1, err)
+		}
+		if len(cfg.WriteFiles) == 0 || len(cfg.Runcmd) == 0 {
+			t.Fatalf("#cloud-config %d: no write_files or runcmd: %+v", i+1, cfg)
+		}
+		cfgs = append(cfgs, cfg)
 	}
-	if len(cfg.WriteFiles) == 0 || len(cfg.Runcmd) == 0 {
-		t.Fatalf("no write_files or runcmd: %+v", cfg)
-	}
+	cfg, m := cfgs[0], blocks[0]
 
 	// The recipe it writes uses the token file it writes, through the shipped recipe's
 	// hf_token_file var.
@@ -93,6 +98,13 @@ func TestCloudInitRuncmd(t *testing.T) {
 			runCloudConfig(t, repo, daemonCfg, tc.argv, tc.wantExit, tc.wantStep, true)
 		})
 	}
+	// The fleet's #cloud-configs (the node that pushes, the pull-only ones) record the
+	// result as the first does: a failed apply is a failed runcmd.
+	for i, fleet := range cfgs[1:] {
+		t.Run(fmt.Sprintf("fleet %d failing apply", i+1), func(t *testing.T) {
+			runCloudConfig(t, repo, fleet, "[sh, -c, 'echo broken >&2; exit 9']", 1, `hello +failed`, false)
+		})
+	}
 }
 
 // runCloudConfig plays cfg on a fresh root with a recipe of one command step (argv, where
@@ -102,7 +114,7 @@ func TestCloudInitRuncmd(t *testing.T) {
 // of the Type=notify unit does whatever the apply found (READY=1 comes either way).
 func runCloudConfig(t *testing.T, repo string, cfg cloudConfig, argv string, wantExit int, wantStep string, daemon bool) {
 	root := t.TempDir()
-	moved := regexp.MustCompile(`(^|[\s"'=])(/(?:etc|opt|usr/local|var/lib|var/log)/)`)
+	moved := regexp.MustCompile(`(^|[\s"'=])(/(?:etc|opt|usr/local|var/lib|var/log|root)/)`)
 	under := func(s string) string { return moved.ReplaceAllString(s, "${1}"+root+"${2}") }
 	hello := filepath.Join(root, "hello")
 
@@ -134,7 +146,10 @@ func runCloudConfig(t *testing.T, repo string, cfg cloudConfig, argv string, wan
 	for _, f := range cfg.WriteFiles {
 		content := f.Content
 		if strings.HasSuffix(f.Path, "recipe.yaml") {
-			content = "apiVersion: sglprov/v1\nname: cloud\nsteps:\n" +
+			// The fleet's vars, with no registry (cache_oci empty turns the cache off).
+			content = "apiVersion: sglprov/v1\nname: cloud\n" +
+				"vars: {cache_oci: \"\", cache_push: \"false\"}\n" +
+				"cache: {oci: \"{{ .vars.cache_oci }}\", push: \"{{ .vars.cache_push }}\"}\nsteps:\n" +
 				"  - name: hello\n    command: {argv: " + strings.ReplaceAll(argv, "HELLO", hello) + "}\n"
 		}
 		perm, err := strconv.ParseUint(f.Permissions, 8, 32)

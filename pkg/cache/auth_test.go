@@ -113,3 +113,28 @@ func TestDockerConfigCredentials(t *testing.T) {
 func env(m map[string]string) func(string) string {
 	return func(k string) string { return m[k] }
 }
+
+// TestWrongCredentialsNamed: credentials the registry refuses are said to be refused, with
+// the config file they came from, not said to be missing; the password is in no error.
+func TestWrongCredentialsNamed(t *testing.T) {
+	reg := ociregistry.StartWithT(t, ociregistry.Options{Htpasswd: htpasswd})
+	cfgDir := t.TempDir()
+	auth := base64.StdEncoding.EncodeToString([]byte(user + ":wrong-" + password))
+	cfg := fmt.Sprintf(`{"auths": {%q: {"auth": %q}}}`, reg.Addr, auth)
+	if err := os.WriteFile(filepath.Join(cfgDir, "config.json"), []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := cache.New(cache.Config{Repository: reg.Addr + "/fleet/sglprov"}, cache.Options{Getenv: env(map[string]string{"DOCKER_CONFIG": cfgDir})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Lookup(context.Background(), strings.Repeat("3", 64))
+	if err == nil || !strings.Contains(err.Error(), "refused the credentials for "+reg.Addr+" in "+filepath.Join(cfgDir, "config.json")) {
+		t.Fatalf("lookup with a wrong password: %v, want the credentials said refused, with their file", err)
+	}
+	for _, sec := range []string{password, auth} {
+		if strings.Contains(err.Error(), sec) {
+			t.Errorf("the error holds the credentials: %v", err)
+		}
+	}
+}

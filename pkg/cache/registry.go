@@ -12,11 +12,13 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/user"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/opencontainers/go-digest"
@@ -26,6 +28,7 @@ import (
 	"oras.land/oras-go/v2/registry/remote"
 	"oras.land/oras-go/v2/registry/remote/auth"
 	"oras.land/oras-go/v2/registry/remote/credentials"
+	"oras.land/oras-go/v2/registry/remote/errcode"
 
 	"github.com/sglprov/sglprov/pkg/fetch"
 )
@@ -54,6 +57,11 @@ type Options struct {
 	UploadDir string
 	// Fetch tunes the downloads of Pull (Dest and Client are set by Pull).
 	Fetch fetch.Options
+	// Timeout bounds one exchange with the registry that moves no file's bytes (a tag
+	// or blob lookup, a manifest, an upload's start or status), token requests included
+	// (default 30 s). A registry that does not answer within it is not asked again by
+	// this Registry: later calls fail at once, and the steps fall back to the origin.
+	Timeout time.Duration
 }
 
 // Registry is a Cache on an OCI registry repository.
@@ -68,6 +76,12 @@ type Registry struct {
 	chunkSize int64
 	uploadDir string
 	fetchOpt  fetch.Options
+	timeout   time.Duration
+	// configPath is the docker config the credentials come from (named in errors).
+	configPath string
+
+	mu   sync.Mutex
+	down error // set when the registry did not answer within timeout
 }
 
 var repoRE = regexp.MustCompile(`^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$`)
@@ -90,7 +104,8 @@ func New(cfg Config, opt Options) (*Registry, error) {
 	if getenv == nil {
 		getenv = os.Getenv
 	}
-	store, err := credentials.NewStore(dockerConfigPath(getenv), credentials.StoreOptions{})
+	configPath := dockerConfigPath(getenv)
+	store, err := credentials.NewStore(configPath, credentials.StoreOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("reading the docker config for the cache's credentials: %w", err)
 	}
@@ -109,6 +124,11 @@ func New(cfg Config, opt Options) (*Registry, error) {
 			DisableCompression: true,
 		}
 	}
+	plain := cfg.PlainHTTP || isLoopback(host)
+	if !plain {
+		// Every request, the token service's and a redirect's included, goes over TLS.
+		tr = httpsOnly{next: tr}
+	}
 	ac := &auth.Client{
 		// Redirects (to a blob store) are followed by the outer client, one hop at a
 		// time, so that each hop is authorized for its own host only.
@@ -117,7 +137,6 @@ func New(cfg Config, opt Options) (*Registry, error) {
 		Credential: credentials.Credential(store),
 		Header:     http.Header{"User-Agent": {"sglprov"}},
 	}
-	plain := cfg.PlainHTTP || isLoopback(host)
 	repo.Client = ac
 	repo.PlainHTTP = plain
 	scheme := "https"
@@ -127,6 +146,10 @@ func New(cfg Config, opt Options) (*Registry, error) {
 	r := &Registry{
 		cfg: cfg, repo: repo, auth: ac, base: scheme + "://" + host, path: path,
 		logf: opt.Logf, chunkSize: opt.ChunkSize, uploadDir: opt.UploadDir, fetchOpt: opt.Fetch,
+		timeout: opt.Timeout, configPath: configPath,
+	}
+	if r.timeout <= 0 {
+		r.timeout = 30 * time.Second
 	}
 	if r.logf == nil {
 		r.logf = func(string, ...any) {}
@@ -138,14 +161,19 @@ func New(cfg Config, opt Options) (*Registry, error) {
 	return r, nil
 }
 
-// dockerConfigPath is DOCKER_CONFIG/config.json, else ~/.docker/config.json.
+// dockerConfigPath is DOCKER_CONFIG/config.json, else ~/.docker/config.json (~ from HOME,
+// else the password database).
 func dockerConfigPath(getenv func(string) string) string {
 	if d := getenv("DOCKER_CONFIG"); d != "" {
 		return filepath.Join(d, "config.json")
 	}
 	home := getenv("HOME")
 	if home == "" {
-		home, _ = os.UserHomeDir()
+		// cloud-init's runcmd and system services without User= run with no HOME: the
+		// user's home folder from the password database, as docker itself finds it.
+		if u, err := user.Current(); err == nil {
+			home = u.HomeDir
+		}
 	}
 	return filepath.Join(home, ".docker", "config.json")
 }
@@ -163,6 +191,21 @@ func isLoopback(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
+// httpsOnly refuses requests that are not HTTPS: with plain_http false, a bearer token
+// realm or a redirect to http:// would otherwise carry credentials or the files in the
+// clear.
+type httpsOnly struct{ next http.RoundTripper }
+
+func (h httpsOnly) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL.Scheme != "https" {
+		if req.Body != nil {
+			req.Body.Close()
+		}
+		return nil, fmt.Errorf("refusing plain HTTP to %s (cache.plain_http is false; the registry named an http:// URL for a token or a redirect)", req.URL.Host)
+	}
+	return h.next.RoundTrip(req)
+}
+
 // authTransport sends each request through the auth client, with a pull scope on the
 // repository: the bearer token flow runs once and its token is cached.
 type authTransport struct{ r *Registry }
@@ -170,6 +213,38 @@ type authTransport struct{ r *Registry }
 func (t *authTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := auth.AppendRepositoryScope(req.Context(), t.r.repo.Reference, auth.ActionPull)
 	return t.r.auth.Do(req.WithContext(ctx))
+}
+
+// bounded returns ctx limited to the registry's timeout, and a function that turns the
+// error of the exchange into one that says the registry did not answer, when that is what
+// happened, and remembers it: a registry that accepts connections and never answers costs
+// one timeout per run, not one per step or per file. It fails at once when the registry
+// already did not answer.
+func (r *Registry) bounded(ctx context.Context) (context.Context, func(error) error, error) {
+	if err := r.unreachable(); err != nil {
+		return nil, nil, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, r.timeout)
+	return cctx, func(err error) error {
+		defer cancel()
+		var ne net.Error
+		if err == nil || ctx.Err() != nil || !(cctx.Err() != nil || errors.As(err, &ne) && ne.Timeout()) {
+			return err
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.down == nil {
+			r.down = fmt.Errorf("the registry %s did not answer within %s; it is not asked again in this run: %w", r, r.timeout, context.DeadlineExceeded)
+		}
+		return r.down
+	}, nil
+}
+
+// unreachable is the error of a registry that did not answer earlier in this run, or nil.
+func (r *Registry) unreachable() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.down
 }
 
 // String names the repository.
@@ -192,15 +267,37 @@ func (r *Registry) HasBlob(ctx context.Context, sha string) (bool, error) {
 	if err := d.Validate(); err != nil {
 		return false, fmt.Errorf("blob digest %q: %w", sha, err)
 	}
-	ok, err := r.repo.Blobs().Exists(ctx, ocispec.Descriptor{Digest: d})
+	return r.exists(ctx, ocispec.Descriptor{Digest: d})
+}
+
+// exists asks the registry for a blob, within the registry's timeout.
+func (r *Registry) exists(ctx context.Context, desc ocispec.Descriptor) (bool, error) {
+	bctx, done, err := r.bounded(ctx)
 	if err != nil {
-		return false, fmt.Errorf("asking %s for blob %s: %w", r, d, r.hint(err))
+		return false, err
+	}
+	ok, err := r.repo.Blobs().Exists(bctx, desc)
+	if err = done(err); err != nil {
+		return false, fmt.Errorf("asking %s for blob %s: %w", r, desc.Digest, r.hint(err))
 	}
 	return ok, nil
 }
 
 // Lookup fetches the manifest tagged tag and its config, checking both digests.
-func (r *Registry) Lookup(ctx context.Context, tag string) (*Artifact, error) {
+func (r *Registry) Lookup(ctx context.Context, tag string) (_ *Artifact, err error) {
+	ctx, done, err := r.bounded(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("looking up %s:%s: %w", r, short(tag), err)
+	}
+	defer func() {
+		if err != nil {
+			if derr := done(err); derr != err {
+				err = fmt.Errorf("looking up %s:%s: %w", r, short(tag), derr)
+			}
+			return
+		}
+		done(nil)
+	}()
 	desc, rc, err := r.repo.FetchReference(ctx, tag)
 	if errors.Is(err, errdef.ErrNotFound) {
 		return nil, nil
@@ -247,6 +344,10 @@ func (r *Registry) Lookup(ctx context.Context, tag string) (*Artifact, error) {
 		if l.Digest.Algorithm() != digest.SHA256 || l.Digest.Validate() != nil {
 			return nil, fmt.Errorf("manifest %s: layer %d has digest %q, want sha256", got, i, l.Digest)
 		}
+		if l.Size < 0 {
+			// pkg/fetch reads a file of unknown size until the server stops.
+			return nil, fmt.Errorf("manifest %s: layer %d has size %d", got, i, l.Size)
+		}
 		name := l.Annotations[ocispec.AnnotationTitle]
 		if name == "" {
 			return nil, fmt.Errorf("manifest %s: layer %d has no %s", got, i, ocispec.AnnotationTitle)
@@ -283,6 +384,9 @@ func (r *Registry) Pull(ctx context.Context, a *Artifact, dir string) error {
 	var files []fetch.File
 	for _, f := range a.Files {
 		files = append(files, fetch.File{URL: r.BlobURL(f.SHA256), Path: f.Name, Size: f.Size, SHA256: f.SHA256})
+	}
+	if err := r.unreachable(); err != nil {
+		return fmt.Errorf("pulling %s: %w", a.Digest, err)
 	}
 	opt := r.fetchOpt
 	opt.Dest, opt.Client = dir, r.client
@@ -321,9 +425,9 @@ func (r *Registry) Push(ctx context.Context, tag, kind string, meta []byte, file
 			desc.Annotations[annotationMode] = fmt.Sprintf("%04o", f.Mode.Perm())
 		}
 		layers = append(layers, desc)
-		ok, err := r.repo.Blobs().Exists(pctx, desc)
+		ok, err := r.exists(pctx, desc)
 		if err != nil {
-			return nil, fmt.Errorf("pushing %s: %w", f.Name, r.hint(err))
+			return nil, fmt.Errorf("pushing %s: %w", f.Name, err)
 		}
 		if ok {
 			continue
@@ -335,10 +439,14 @@ func (r *Registry) Push(ctx context.Context, tag, kind string, meta []byte, file
 		r.logf("pushed %s (%s) to %s in %s", f.Name, fetch.FormatBytes(f.Size), r, time.Since(start).Round(time.Millisecond))
 	}
 	cfg := ocispec.Descriptor{MediaType: kind + "+json", Digest: digest.FromBytes(meta), Size: int64(len(meta))}
-	if ok, err := r.repo.Blobs().Exists(pctx, cfg); err != nil {
+	if ok, err := r.exists(pctx, cfg); err != nil {
 		return nil, fmt.Errorf("pushing the config: %w", err)
 	} else if !ok {
-		if err := r.repo.Blobs().Push(pctx, cfg, bytes.NewReader(meta)); err != nil {
+		bctx, done, err := r.bounded(pctx)
+		if err == nil {
+			err = done(r.repo.Blobs().Push(bctx, cfg, bytes.NewReader(meta)))
+		}
+		if err != nil {
 			return nil, fmt.Errorf("pushing the config: %w", err)
 		}
 	}
@@ -354,7 +462,11 @@ func (r *Registry) Push(ctx context.Context, tag, kind string, meta []byte, file
 		return nil, fmt.Errorf("encoding the manifest: %w", err)
 	}
 	md := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageManifest, Digest: digest.FromBytes(b), Size: int64(len(b))}
-	if err := r.repo.PushReference(pctx, md, bytes.NewReader(b), tag); err != nil {
+	bctx, done, err := r.bounded(pctx)
+	if err == nil {
+		err = done(r.repo.PushReference(bctx, md, bytes.NewReader(b), tag))
+	}
+	if err != nil {
 		return nil, fmt.Errorf("pushing the manifest %s:%s: %w", r, short(tag), err)
 	}
 	out := &Artifact{Digest: md.Digest.String(), Tag: tag, Kind: kind, Meta: meta}
@@ -370,8 +482,17 @@ func (r *Registry) hint(err error) error {
 	if err == nil {
 		return nil
 	}
-	if errors.Is(err, auth.ErrBasicCredentialNotFound) || strings.Contains(err.Error(), "401") {
+	var er *errcode.ErrorResponse
+	var he *httpError
+	if errors.Is(err, auth.ErrBasicCredentialNotFound) ||
+		errors.As(err, &er) && er.StatusCode == http.StatusUnauthorized ||
+		errors.As(err, &he) && he.code == http.StatusUnauthorized {
 		host, _, _ := strings.Cut(r.cfg.Repository, "/")
+		ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
+		defer cancel()
+		if c, cerr := r.auth.Credential(ctx, host); cerr == nil && c != auth.EmptyCredential {
+			return fmt.Errorf("%w (the registry refused the credentials for %s in %s: `docker login %s` renews them)", err, host, r.configPath, host)
+		}
 		return fmt.Errorf("%w (the registry wants credentials: `docker login %s` writes them to ~/.docker/config.json, or $DOCKER_CONFIG/config.json)", err, host)
 	}
 	return err

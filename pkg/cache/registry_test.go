@@ -234,3 +234,114 @@ func TestPushResumesAfterAKill(t *testing.T) {
 		t.Fatalf("pulling the resumed blob (its sha256 is checked): %v", err)
 	}
 }
+
+// stopMidChunk calls stop once the registry has read half of the Nth PATCH's body, as a
+// SIGTERM in the middle of a chunk would.
+type stopMidChunk struct {
+	next    http.RoundTripper
+	patches atomic.Int32
+	at      int32
+	stop    func()
+}
+
+type halfwayReader struct {
+	io.ReadCloser
+	left int64
+	stop func()
+	once sync.Once
+}
+
+func (h *halfwayReader) Read(p []byte) (int, error) {
+	n, err := h.ReadCloser.Read(p)
+	if h.left -= int64(n); h.left <= 0 {
+		h.once.Do(h.stop)
+	}
+	return n, err
+}
+
+func (s *stopMidChunk) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Method == http.MethodPatch && s.patches.Add(1) == s.at {
+		req.Body = &halfwayReader{ReadCloser: req.Body, left: req.ContentLength / 2, stop: s.stop}
+	}
+	return s.next.RoundTrip(req)
+}
+
+// TestPushStoppedMidChunkResumes: distribution takes an upload's continuation only at the
+// offset of its last answer (a chunk cut short makes it refuse and cancel the whole
+// upload: "upload resumed at wrong offset"), so a push stopped in the middle of a chunk
+// (SIGINT, SIGTERM: the context is cancelled) sends that chunk whole before it returns,
+// and the next run continues after it instead of sending the blob again.
+func TestPushStoppedMidChunkResumes(t *testing.T) {
+	reg := ociregistry.StartT(t)
+	f := writeRandom(t, filepath.Join(t.TempDir(), "weights.bin"), 6<<20)
+	uploads := t.TempDir()
+	cfg := cache.Config{Repository: reg.Addr + "/fleet/sglprov", Push: true}
+	base := http.DefaultTransport.(*http.Transport).Clone()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	first, err := cache.New(cfg, cache.Options{Transport: &stopMidChunk{next: base, at: 3, stop: cancel}, ChunkSize: 1 << 20, UploadDir: uploads})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tag := strings.Repeat("5", 64)
+	if _, err := first.Push(ctx, tag, cache.KindDownload, []byte(`{}`), []cache.File{f}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a push whose context was cancelled: %v", err)
+	}
+	rec := &rangeRecorder{next: base}
+	second, err := cache.New(cfg, cache.Options{Transport: rec, ChunkSize: 1 << 20, UploadDir: uploads})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := second.Push(context.Background(), tag, cache.KindDownload, []byte(`{}`), []cache.File{f}); err != nil {
+		t.Fatalf("the next run's push: %v", err)
+	}
+	if len(rec.ranges) != 3 || rec.ranges[0] != fmt.Sprintf("%d-%d", 3<<20, 4<<20-1) {
+		t.Errorf("the next run sent ranges %q; want the 3 MiB after the chunk that was in flight", rec.ranges)
+	}
+	a, err := second.Lookup(context.Background(), tag)
+	if err != nil || a == nil {
+		t.Fatal(a, err)
+	}
+	if err := second.Pull(context.Background(), a, t.TempDir()); err != nil {
+		t.Fatalf("pulling the resumed blob (its sha256 is checked): %v", err)
+	}
+}
+
+// TestLookupRefusesALayerWithoutASize: distribution stores a manifest whose layer says
+// size -1; pulled as it is, that is a file of unknown size, read until the registry stops
+// (a registry that never stops fills the disk). Lookup refuses it.
+func TestLookupRefusesALayerWithoutASize(t *testing.T) {
+	reg := ociregistry.StartT(t)
+	ctx := context.Background()
+	f := writeRandom(t, filepath.Join(t.TempDir(), "k.so"), 1000)
+	c, err := cache.New(cache.Config{Repository: reg.Addr + "/fleet/sglprov", Push: true}, cache.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tag := strings.Repeat("6", 64)
+	if _, err := c.Push(ctx, tag, cache.KindBuild, []byte(`{}`), []cache.File{f}); err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + reg.Addr + "/v2/fleet/sglprov/manifests/" + tag
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	req.Header.Set("Accept", "application/vnd.oci.image.manifest.v1+json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	bad := bytes.Replace(m, []byte(`"size":1000`), []byte(`"size":-1`), 1)
+	if bytes.Equal(bad, m) {
+		t.Fatalf("no layer of size 1000 in %s", m)
+	}
+	req, _ = http.NewRequest(http.MethodPut, url, bytes.NewReader(bad))
+	req.Header.Set("Content-Type", "application/vnd.oci.image.manifest.v1+json")
+	if resp, err = http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusCreated {
+		t.Fatalf("putting the manifest: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	if a, err := c.Lookup(ctx, tag); err == nil || !strings.Contains(err.Error(), "size") {
+		t.Fatalf("Lookup of a layer of size -1 = %+v, %v; want a refusal", a, err)
+	}
+}

@@ -3,7 +3,6 @@ package cache
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -60,8 +59,11 @@ func (r *Registry) pushFile(ctx context.Context, path string, d digest.Digest, s
 	failures := 0
 	wait := 500 * time.Millisecond
 	for off < size {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		n := min(r.chunkSize, size-off)
-		next, perr := r.patch(ctx, loc, f, off, n)
+		next, perr := r.patchWhole(ctx, loc, f, off, n)
 		if perr == nil {
 			loc, off, failures = next, off+n, 0
 			r.saveUpload(d, loc)
@@ -110,7 +112,7 @@ func (r *Registry) pushFile(ctx context.Context, path string, d digest.Digest, s
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusCreated {
-		return fmt.Errorf("completing the upload: %s", status(resp))
+		return fmt.Errorf("completing the upload: %w", statusError(resp))
 	}
 	r.forgetUpload(d)
 	return nil
@@ -164,7 +166,12 @@ func (r *Registry) uploadFile(d digest.Digest) string {
 }
 
 // startUpload opens an upload session and returns its location.
-func (r *Registry) startUpload(ctx context.Context) (string, error) {
+func (r *Registry) startUpload(ctx context.Context) (_ string, err error) {
+	ctx, done, err := r.bounded(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer func() { err = done(err) }()
 	u := r.base + "/v2/" + r.path + "/blobs/uploads/"
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, nil)
 	if err != nil {
@@ -176,14 +183,43 @@ func (r *Registry) startUpload(ctx context.Context) (string, error) {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusAccepted {
-		return "", fmt.Errorf("starting an upload: %s", status(resp))
+		return "", fmt.Errorf("starting an upload: %w", statusError(resp))
 	}
 	return location(resp)
 }
 
+// patchWhole is patch, carried to its end when ctx is cancelled in the middle (for at
+// most the registry's timeout more): distribution takes an upload's continuation only at
+// the offset its last answer named, and refuses (and cancels) an upload that holds part of
+// a chunk more, so a push stopped by SIGINT or SIGTERM mid-chunk would lose all it sent.
+func (r *Registry) patchWhole(ctx context.Context, loc string, f *os.File, off, n int64) (string, error) {
+	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() {
+		t := time.AfterFunc(r.timeout, cancel)
+		context.AfterFunc(pctx, func() { t.Stop() })
+	})
+	defer stop()
+	return r.patch(pctx, loc, f, off, n)
+}
+
 // patch sends bytes [off, off+n) of f to the upload at loc and returns its next location.
-func (r *Registry) patch(ctx context.Context, loc string, f *os.File, off, n int64) (string, error) {
-	body := func() io.ReadCloser { return io.NopCloser(io.NewSectionReader(f, off, n)) }
+// A registry that takes no byte of the chunk for the registry's timeout (its storage hangs,
+// and the write would block for ever) fails it.
+func (r *Registry) patch(ctx context.Context, loc string, f *os.File, off, n int64) (_ string, err error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stalled := fmt.Errorf("the registry took no byte of the chunk for %s", r.timeout)
+	idle := time.AfterFunc(r.timeout, func() { cancel(stalled) })
+	defer idle.Stop()
+	defer func() {
+		if err != nil && context.Cause(ctx) == stalled {
+			err = stalled
+		}
+	}()
+	body := func() io.ReadCloser {
+		return io.NopCloser(&progressReader{r: io.NewSectionReader(f, off, n), left: n, idle: idle, after: r.timeout})
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPatch, loc, body())
 	if err != nil {
 		return "", err
@@ -198,13 +234,37 @@ func (r *Registry) patch(ctx context.Context, loc string, f *os.File, off, n int
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusAccepted {
-		return "", errors.New(status(resp))
+		return "", statusError(resp)
 	}
 	return location(resp)
 }
 
+// progressReader restarts idle's countdown on every read of a chunk, and stops it once the
+// chunk is read whole (then the transport's response header timeout applies).
+type progressReader struct {
+	r     io.Reader
+	left  int64
+	idle  *time.Timer
+	after time.Duration
+}
+
+func (p *progressReader) Read(b []byte) (int, error) {
+	n, err := p.r.Read(b)
+	if p.left -= int64(n); p.left <= 0 || err != nil {
+		p.idle.Stop()
+	} else if n > 0 {
+		p.idle.Reset(p.after)
+	}
+	return n, err
+}
+
 // uploadStatus asks how many bytes the upload at loc holds.
-func (r *Registry) uploadStatus(ctx context.Context, loc string) (int64, string, error) {
+func (r *Registry) uploadStatus(ctx context.Context, loc string) (_ int64, _ string, err error) {
+	ctx, done, err := r.bounded(ctx)
+	if err != nil {
+		return 0, "", err
+	}
+	defer func() { err = done(err) }()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, loc, nil)
 	if err != nil {
 		return 0, "", err
@@ -215,7 +275,7 @@ func (r *Registry) uploadStatus(ctx context.Context, loc string) (int64, string,
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusNoContent {
-		return 0, "", errors.New(status(resp))
+		return 0, "", statusError(resp)
 	}
 	next, err := location(resp)
 	if err != nil {
@@ -241,14 +301,22 @@ func location(resp *http.Response) (string, error) {
 	return u.String(), nil
 }
 
-// status describes an unexpected response with the start of its body.
-func status(resp *http.Response) string {
+// httpError is an unexpected response: its status and the start of its body.
+type httpError struct {
+	code int
+	msg  string
+}
+
+func (e *httpError) Error() string { return e.msg }
+
+// statusError describes an unexpected response with the start of its body.
+func statusError(resp *http.Response) error {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 	s := strings.TrimSpace(string(b))
-	if s == "" {
-		return resp.Status
+	if s != "" {
+		s = ": " + s
 	}
-	return resp.Status + ": " + s
+	return &httpError{code: resp.StatusCode, msg: resp.Status + s}
 }
 
 // redactLoc drops the query of an upload location (it may carry a state token).

@@ -288,8 +288,15 @@ func (e *Engine) publish(ctx context.Context, n *node, env *Env, slot CacheSlot,
 		return
 	}
 	// A tag is never pushed twice: a build that is not bit-for-bit reproducible must not
-	// replace what other nodes may have taken already.
-	if a, err := slot.Cache.Lookup(ctx, slot.Tag); err == nil && a != nil {
+	// replace what other nodes may have taken already. A tag that cannot be read (an
+	// artifact outside cache.digests, a registry error) may exist: it is not pushed over.
+	a, err := slot.Cache.Lookup(ctx, slot.Tag)
+	switch {
+	case err != nil:
+		env.Log.Warn("cannot tell whether the cache holds this step's artifact; not pushing", "cache", slot.Cache.String(), "err", err)
+		env.Detail("cache_push_error", "not pushed: "+err.Error())
+		return
+	case a != nil:
 		env.Log.Debug("the cache already holds this step's artifact; not pushing", "artifact", a.Digest)
 		return
 	}

@@ -201,3 +201,30 @@ func TestCacheRestoreAndPublish(t *testing.T) {
 		t.Errorf("node D: %v, %+v", err, step(rep, "kernel"))
 	}
 }
+
+// TestNoPushWhenTheTagCannotBeRead: a pushing node whose lookup of the step's tag fails
+// (the artifact there is outside its cache.digests, or the registry answered with an
+// error) does not push: the tag may exist, and a tag is never pushed twice, not even over
+// an artifact this node does not accept. The step is ok and the report says why.
+func TestNoPushWhenTheTagCannotBeRead(t *testing.T) {
+	w := newWorld()
+	mc := &memCache{push: true, lookupErr: errors.New("artifact sha256:abc is not in cache.digests")}
+	e, err := engine.New(engine.Options{Recipe: loadCached(t, w), Registry: cachedRegistry(w), StateDir: t.TempDir(), Cache: mc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := e.Apply(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mc.pushes != 0 {
+		t.Errorf("%d pushes over a tag that could not be read", mc.pushes)
+	}
+	k := rep.Steps[0]
+	if k.Result != engine.ResultOK || k.Pushed != "" {
+		t.Errorf("kernel: %s, pushed %q", k.Result, k.Pushed)
+	}
+	if e, _ := k.Details["cache_push_error"].(string); !strings.Contains(e, "not in cache.digests") {
+		t.Errorf("the report does not say why nothing was pushed: %v", k.Details)
+	}
+}

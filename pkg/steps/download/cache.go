@@ -52,22 +52,38 @@ func (s *Step) lookupListing(ctx context.Context, env *engine.Env, slot engine.C
 }
 
 // listingFrom decodes and checks an artifact's listing; nil when it does not fit the step
-// (said in the log).
+// (said in the log): another repo, no commit or not the commit the recipe pins, a file name
+// that leaves dest, is listed twice or is in the downloader's work folder, or a file the
+// step's include and exclude leave out (a listing is what a pusher would change to plant
+// code next to the weights).
 func (s *Step) listingFrom(env *engine.Env, a *cache.Artifact) *cacheListing {
 	var l cacheListing
 	err := json.Unmarshal(a.Meta, &l)
 	if err == nil && s.spec.HF != nil && (l.Repo != s.spec.HF.Repo || !hub.IsCommit(l.Commit)) {
 		err = fmt.Errorf("it lists %s at %q, the recipe names %s", l.Repo, l.Commit, s.spec.HF.Repo)
 	}
+	if rev := s.revision(); err == nil && s.spec.HF != nil && hub.IsCommit(rev) && l.Commit != rev {
+		err = fmt.Errorf("it lists commit %s, the recipe pins %s", l.Commit, rev)
+	}
 	if err == nil && len(l.Files) == 0 {
 		err = fmt.Errorf("it lists no file")
 	}
+	seen := map[string]bool{}
 	for _, f := range l.Files {
 		if err != nil {
 			break
 		}
+		if seen[f.Path] {
+			err = fmt.Errorf("file %q is listed twice", f.Path)
+			break
+		}
+		seen[f.Path] = true
 		if cerr := hub.CheckName(f.Path); cerr != nil {
 			err = cerr
+		} else if werr := checkNotWorkDir(f.Path); werr != nil {
+			err = werr
+		} else if hf := s.spec.HF; hf != nil && (len(hf.Include) > 0 && !hub.Match(hf.Include, f.Path) || hub.Match(hf.Exclude, f.Path)) {
+			err = fmt.Errorf("file %q is not one the step's include and exclude select", f.Path)
 		} else if !sha256RE.MatchString(f.SHA256) || f.Size < 0 {
 			err = fmt.Errorf("file %q has sha256 %q and size %d", f.Path, f.SHA256, f.Size)
 		}

@@ -5,10 +5,13 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sglprov/sglprov/pkg/cache"
 	"github.com/sglprov/sglprov/pkg/engine"
@@ -108,4 +111,111 @@ func TestFleetCache(t *testing.T) {
 	if !strings.Contains(logC.String(), "cannot read the listing from the cache; asking the origin") {
 		t.Errorf("node C's log does not say why it asked the origin:\n%s", logC)
 	}
+}
+
+// TestCacheListingOutsideTheStep: a listing pushed under the step's tag that names a file
+// the step's include and exclude leave out (code the server would import, say) or one in
+// the downloader's work folder, or that lists another commit than the recipe pins, is not
+// taken: the node asks the hub, and only the files
+// the recipe asks for are written.
+func TestCacheListingOutsideTheStep(t *testing.T) {
+	ctx := context.Background()
+	reg := ociregistry.StartT(t)
+	for _, tc := range []struct {
+		name, path, commit string
+		twice              bool
+	}{
+		{"not included", "modeling_evil.py", "", false},
+		{"excluded", "tokenizer.model.bak", "", false},
+		{"in the work folder", ".sglprov/parts/x", "", false},
+		{"another commit than the recipe pins", "config.json", strings.Repeat("1", 40), false},
+		{"a file listed twice", "config.json", "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fx := newFixture(t, fakehub.Options{})
+			c, err := cache.New(cache.Config{Repository: reg.Addr + "/fleet/evil", Push: true}, cache.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			evil := []byte("import os; os.system('id')\n")
+			p := filepath.Join(t.TempDir(), "evil")
+			if err := os.WriteFile(p, evil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			sum := sha256.Sum256(evil)
+			hexsum := hex.EncodeToString(sum[:])
+			commit := fx.hub.Commit()
+			if tc.commit != "" {
+				commit = tc.commit
+			}
+			listing := cacheListing{Repo: repo, Revision: commit, Commit: commit,
+				Files: []listedFile{{Path: tc.path, Size: int64(len(evil)), SHA256: hexsum}}}
+			if tc.twice {
+				listing.Files = append(listing.Files, listing.Files[0])
+			}
+			meta, _ := json.Marshal(listing)
+			tag := strings.Repeat("e1", 32)
+			if _, err := c.Push(ctx, tag, cache.KindDownload, meta, []cache.File{{Name: tc.path, Path: p, Size: int64(len(evil)), SHA256: hexsum}}); err != nil {
+				t.Fatal(err)
+			}
+			spec := fx.hfSpec(fx.hub.Commit())
+			spec.HF.Exclude = []string{"*.bak"}
+			if err := fx.step(t, spec, nil).RunCached(ctx, fx.env, engine.CacheSlot{Cache: c, Tag: tag}); err != nil {
+				t.Fatalf("%v\n%s", err, fx.log)
+			}
+			if got, err := os.ReadFile(filepath.Join(fx.dest, filepath.FromSlash(tc.path))); err == nil && bytes.Equal(got, evil) {
+				t.Errorf("%s was written from the cache's listing", tc.path)
+			}
+			if !strings.Contains(fx.log.String(), "ignoring the cache's listing") {
+				t.Errorf("the log does not say the listing was ignored:\n%s", fx.log)
+			}
+			if fx.hub.APIRequests() == 0 {
+				t.Error("the hub was not asked for the listing")
+			}
+			fx.sameAsSource(t)
+		})
+	}
+}
+
+// TestFleetCacheThatNeverAnswers: a registry that accepts connections and never answers
+// costs the step one timeout, said in the log, and every file comes from the origin.
+func TestFleetCacheThatNeverAnswers(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	conns := make(chan net.Conn, 64)
+	defer func() {
+		l.Close()
+		for c := range conns {
+			c.Close()
+		}
+	}()
+	go func() {
+		defer close(conns)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			conns <- c
+		}
+	}()
+	c, err := cache.New(cache.Config{Repository: l.Addr().String() + "/fleet/weights"}, cache.Options{Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fx := newFixture(t, fakehub.Options{})
+	start := time.Now()
+	if err := fx.step(t, fx.hfSpec(fx.hub.Commit()), nil).RunCached(context.Background(), fx.env, engine.CacheSlot{Cache: c, Tag: strings.Repeat("0f", 32)}); err != nil {
+		t.Fatalf("%v\n%s", err, fx.log)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("the step took %s with a registry timeout of 1s", d)
+	}
+	if !strings.Contains(fx.log.String(), "did not answer within 1s") {
+		t.Errorf("the log does not say the registry did not answer:\n%s", fx.log)
+	}
+	fx.sameAsSource(t)
 }
