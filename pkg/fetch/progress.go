@@ -1,14 +1,17 @@
 package fetch
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"sync"
 	"time"
 
+	"github.com/charmbracelet/x/term"
 	"github.com/vbauerster/mpb/v8"
 	"github.com/vbauerster/mpb/v8/decor"
 
@@ -125,7 +128,8 @@ func newTerminalReporter(w io.Writer, forceTTY bool) *TerminalReporter {
 	}
 	r := &TerminalReporter{
 		p: mpb.New(mpb.WithOutput(out), mpb.WithRefreshRate(200*time.Millisecond),
-			mpb.ContainerOptional(mpb.ForceTTY(), forceTTY), mpb.ContainerOptional(mpb.WithAutoRefresh(), forceTTY),
+			mpb.WithConsoleWriter(newRedrawWriter(out, forceTTY)),
+			mpb.ContainerOptional(mpb.WithAutoRefresh(), forceTTY),
 			mpb.ContainerOptional(mpb.WithWidth(100), forceTTY)),
 		bars:    map[string]*termBar{},
 		now:     time.Now,
@@ -135,6 +139,45 @@ func newTerminalReporter(w io.Writer, forceTTY bool) *TerminalReporter {
 		r.restore = shared.Divert(r.p)
 	}
 	return r
+}
+
+// redrawWriter is mpb's console writer: each frame goes out in one write, and the next
+// one starts by going back to the left edge, then up over the last frame and erasing
+// below. A terminal echoes Ctrl-C as "^C" where the cursor is, below the bars; going up
+// from there without the carriage return left the first two columns of the top bar on
+// the screen and printed the next log line two columns in ("mo22:31:31 WARN ...").
+type redrawWriter struct {
+	bytes.Buffer
+	out      io.Writer
+	fd       uintptr
+	terminal bool
+	force    bool
+}
+
+func newRedrawWriter(out io.Writer, force bool) *redrawWriter {
+	w := &redrawWriter{out: out, force: force}
+	if f, ok := out.(*os.File); ok && term.IsTerminal(f.Fd()) {
+		w.fd, w.terminal = f.Fd(), true
+	}
+	return w
+}
+
+// IsTerminal implements mpb.ConsoleWriter.
+func (w *redrawWriter) IsTerminal() bool { return w.terminal }
+
+// GetTermSize implements mpb.ConsoleWriter.
+func (w *redrawWriter) GetTermSize() (width, height int, err error) { return term.GetSize(w.fd) }
+
+// Flush implements mpb.ConsoleWriter: it writes the frame, and readies the move back over
+// its lines for the next one.
+func (w *redrawWriter) Flush(lines int) error {
+	if _, err := w.WriteTo(w.out); err != nil {
+		return err
+	}
+	if (w.terminal || w.force) && lines > 0 {
+		fmt.Fprintf(&w.Buffer, "\r\x1b[%dA\x1b[J", lines)
+	}
+	return nil
 }
 
 func (r *TerminalReporter) newBar(name string, b *termBar, priority int, removeOnComplete bool) *mpb.Bar {
