@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sglprov/sglprov/pkg/console"
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/logval"
 )
@@ -200,6 +201,7 @@ func (s *Step) startProgress(env *engine.Env, mon *monitor) (stop func()) {
 	done := make(chan struct{})
 	finished := make(chan struct{})
 	width := terminalWidth(env.Console)
+	line := console.StatusLineOf(env.Console) // a row of its own among other status lines
 	go func() {
 		defer close(finished)
 		t := time.NewTicker(every)
@@ -208,12 +210,12 @@ func (s *Step) startProgress(env *engine.Env, mon *monitor) (stop func()) {
 			select {
 			case <-done:
 				if env.IsTerminal {
-					fmt.Fprint(env.Console, "\r\x1b[K")
+					fmt.Fprint(line, "\r\x1b[K")
 				}
 				return
 			case now := <-t.C:
 				if env.IsTerminal {
-					fmt.Fprint(env.Console, "\r\x1b[K"+truncate(mon.status(s.name, now), width-1))
+					fmt.Fprint(line, "\r\x1b[K"+truncate(mon.status(s.name, now), width-1))
 					continue
 				}
 				elapsed, lines, last := mon.snapshot(now)
