@@ -29,10 +29,12 @@ type TerminalReporter struct {
 	restore func()
 	now     func() time.Time
 
-	mu    sync.Mutex
-	bars  map[string]*termBar
-	total *termBar
-	sum   int64
+	mu      sync.Mutex
+	bars    map[string]*termBar
+	total   *termBar
+	sum     int64
+	started time.Time // when the first file started
+	kept    int64     // bytes that were on disk already when their file started
 }
 
 // SharedConsole is a terminal shared with concurrent log output (pkg/console): the bars
@@ -217,6 +219,7 @@ func (r *TerminalReporter) Start(file string, size, have int64) {
 	if r.total == nil {
 		r.total = &termBar{}
 		r.total.meter.add(now, 0)
+		r.started = now
 		r.total.bar = r.newBar("total", r.total, math.MaxInt32, false)
 	}
 	if b, ok := r.bars[file]; ok { // the file starts over
@@ -233,6 +236,7 @@ func (r *TerminalReporter) Start(file string, size, have int64) {
 	}
 	b := &termBar{size: size, cur: have}
 	b.meter.add(now, have)
+	r.kept += max(have, 0)
 	b.bar = r.newBar(file, b, len(r.bars), true)
 	b.bar.SetCurrent(have)
 	r.bars[file] = b
@@ -311,6 +315,12 @@ func (r *TerminalReporter) Close() {
 	}
 	if r.total != nil {
 		if all {
+			// Done: how long it took and the average speed, not the last seconds' "ETA 0s".
+			d := r.now().Sub(r.started)
+			r.total.set(func(t *termBar) {
+				t.status = fmt.Sprintf("done in %s, %s/s", d.Round(100*time.Millisecond),
+					FormatBytes(rate(t.cur-r.kept, d)))
+			})
 			r.total.bar.SetTotal(-1, true)
 		} else {
 			r.total.set(func(t *termBar) { t.status = "interrupted" })

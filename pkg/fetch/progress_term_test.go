@@ -178,3 +178,32 @@ func TestTerminalInterruptedBar(t *testing.T) {
 		t.Errorf("total does not show 150 of 200 bytes:\n%s", strings.Join(lines, "\n"))
 	}
 }
+
+// TestTerminalCompleteTotalSaysDone: when every file is complete, the total says how long
+// it took and the average speed of the bytes fetched, not a frozen speed with "ETA 0s".
+func TestTerminalCompleteTotalSaysDone(t *testing.T) {
+	var buf syncBuffer
+	r := newTerminalReporter(&buf, true)
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var mu sync.Mutex
+	clock := t0
+	r.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+	const mib = 1 << 20
+	r.Start("a.bin", 10*mib, 4*mib) // 4 MiB kept from an earlier run
+	r.Start("b.bin", 10*mib, 0)
+	for i := 1; i <= 8; i++ {
+		mu.Lock()
+		clock = t0.Add(time.Duration(i) * time.Second)
+		mu.Unlock()
+		r.Add("a.bin", 6*mib/8)
+		r.Add("b.bin", 10*mib/8)
+	}
+	r.Done("a.bin", nil)
+	r.Done("b.bin", nil)
+	r.Close()
+	lines := screen(buf.String())
+	// 16 MiB fetched in 8 s.
+	if i := lineWith(lines, "total", "20.0 MiB / 20.0 MiB", "done in 8s, 2.0 MiB/s"); i < 0 || strings.Contains(lines[i], "ETA") {
+		t.Errorf("the complete total does not say \"done in 8s, 2.0 MiB/s\":\n%s", strings.Join(lines, "\n"))
+	}
+}
