@@ -4,13 +4,13 @@ import (
 	"bytes"
 	"context"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/console"
+	"github.com/sglprov/sglprov/pkg/console/termtest"
 )
 
 // syncBuffer is a bytes.Buffer safe for mpb's goroutines.
@@ -31,63 +31,8 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// screen plays terminal output (text, \r, \n, and the cursor-up, erase-below and
-// erase-line sequences that mpb and status lines use) and returns the lines left on the
-// screen.
-func screen(out string) []string {
-	lines := []string{""}
-	row, col := 0, 0
-	put := func(r rune) {
-		for len(lines) <= row {
-			lines = append(lines, "")
-		}
-		l := []rune(lines[row])
-		for len(l) < col {
-			l = append(l, ' ')
-		}
-		if col < len(l) {
-			l[col] = r
-		} else {
-			l = append(l, r)
-		}
-		lines[row] = string(l)
-		col++
-	}
-	esc := regexp.MustCompile(`^\x1b\[(\d*)([AJK])`)
-	for i := 0; i < len(out); {
-		if m := esc.FindStringSubmatch(out[i:]); m != nil {
-			n, _ := strconv.Atoi(m[1])
-			switch m[2] {
-			case "A":
-				row = max(row-max(n, 1), 0)
-			case "J":
-				for len(lines) <= row {
-					lines = append(lines, "")
-				}
-				lines = lines[:row+1]
-				lines[row] = string([]rune(lines[row])[:min(col, len([]rune(lines[row])))])
-			case "K":
-				lines[row] = string([]rune(lines[row])[:min(col, len([]rune(lines[row])))])
-			}
-			i += len(m[0])
-			continue
-		}
-		r := []rune(out[i:])[0]
-		switch r {
-		case '\r':
-			col = 0
-		case '\n':
-			row, col = row+1, 0
-			for len(lines) <= row {
-				lines = append(lines, "")
-			}
-		default:
-			put(r)
-		}
-		i += len(string(r))
-	}
-	return lines
-}
+// screen returns the lines a terminal shows after out.
+func screen(out string) []string { return termtest.Screen(out) }
 
 func lineWith(lines []string, parts ...string) int {
 	for i, l := range lines {
