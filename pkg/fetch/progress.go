@@ -1,14 +1,17 @@
 package fetch
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"sync"
 	"time"
 
+	"github.com/charmbracelet/x/term"
 	"github.com/vbauerster/mpb/v8"
 	"github.com/vbauerster/mpb/v8/decor"
 
@@ -26,10 +29,12 @@ type TerminalReporter struct {
 	restore func()
 	now     func() time.Time
 
-	mu    sync.Mutex
-	bars  map[string]*termBar
-	total *termBar
-	sum   int64
+	mu      sync.Mutex
+	bars    map[string]*termBar
+	total   *termBar
+	sum     int64
+	started time.Time // when the first file started
+	kept    int64     // bytes that were on disk already when their file started
 }
 
 // SharedConsole is a terminal shared with concurrent log output (pkg/console): the bars
@@ -125,7 +130,8 @@ func newTerminalReporter(w io.Writer, forceTTY bool) *TerminalReporter {
 	}
 	r := &TerminalReporter{
 		p: mpb.New(mpb.WithOutput(out), mpb.WithRefreshRate(200*time.Millisecond),
-			mpb.ContainerOptional(mpb.ForceTTY(), forceTTY), mpb.ContainerOptional(mpb.WithAutoRefresh(), forceTTY),
+			mpb.WithConsoleWriter(newRedrawWriter(out, forceTTY)),
+			mpb.ContainerOptional(mpb.WithAutoRefresh(), forceTTY),
 			mpb.ContainerOptional(mpb.WithWidth(100), forceTTY)),
 		bars:    map[string]*termBar{},
 		now:     time.Now,
@@ -135,6 +141,45 @@ func newTerminalReporter(w io.Writer, forceTTY bool) *TerminalReporter {
 		r.restore = shared.Divert(r.p)
 	}
 	return r
+}
+
+// redrawWriter is mpb's console writer: each frame goes out in one write, and the next
+// one starts by going back to the left edge, then up over the last frame and erasing
+// below. A terminal echoes Ctrl-C as "^C" where the cursor is, below the bars; going up
+// from there without the carriage return left the first two columns of the top bar on
+// the screen and printed the next log line two columns in ("mo22:31:31 WARN ...").
+type redrawWriter struct {
+	bytes.Buffer
+	out      io.Writer
+	fd       uintptr
+	terminal bool
+	force    bool
+}
+
+func newRedrawWriter(out io.Writer, force bool) *redrawWriter {
+	w := &redrawWriter{out: out, force: force}
+	if f, ok := out.(*os.File); ok && term.IsTerminal(f.Fd()) {
+		w.fd, w.terminal = f.Fd(), true
+	}
+	return w
+}
+
+// IsTerminal implements mpb.ConsoleWriter.
+func (w *redrawWriter) IsTerminal() bool { return w.terminal }
+
+// GetTermSize implements mpb.ConsoleWriter.
+func (w *redrawWriter) GetTermSize() (width, height int, err error) { return term.GetSize(w.fd) }
+
+// Flush implements mpb.ConsoleWriter: it writes the frame, and readies the move back over
+// its lines for the next one.
+func (w *redrawWriter) Flush(lines int) error {
+	if _, err := w.WriteTo(w.out); err != nil {
+		return err
+	}
+	if (w.terminal || w.force) && lines > 0 {
+		fmt.Fprintf(&w.Buffer, "\r\x1b[%dA\x1b[J", lines)
+	}
+	return nil
 }
 
 func (r *TerminalReporter) newBar(name string, b *termBar, priority int, removeOnComplete bool) *mpb.Bar {
@@ -174,6 +219,7 @@ func (r *TerminalReporter) Start(file string, size, have int64) {
 	if r.total == nil {
 		r.total = &termBar{}
 		r.total.meter.add(now, 0)
+		r.started = now
 		r.total.bar = r.newBar("total", r.total, math.MaxInt32, false)
 	}
 	if b, ok := r.bars[file]; ok { // the file starts over
@@ -190,6 +236,7 @@ func (r *TerminalReporter) Start(file string, size, have int64) {
 	}
 	b := &termBar{size: size, cur: have}
 	b.meter.add(now, have)
+	r.kept += max(have, 0)
 	b.bar = r.newBar(file, b, len(r.bars), true)
 	b.bar.SetCurrent(have)
 	r.bars[file] = b
@@ -268,6 +315,12 @@ func (r *TerminalReporter) Close() {
 	}
 	if r.total != nil {
 		if all {
+			// Done: how long it took and the average speed, not the last seconds' "ETA 0s".
+			d := r.now().Sub(r.started)
+			r.total.set(func(t *termBar) {
+				t.status = fmt.Sprintf("done in %s, %s/s", d.Round(100*time.Millisecond),
+					FormatBytes(rate(t.cur-r.kept, d)))
+			})
 			r.total.bar.SetTotal(-1, true)
 		} else {
 			r.total.set(func(t *termBar) { t.status = "interrupted" })

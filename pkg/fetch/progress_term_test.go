@@ -4,13 +4,13 @@ import (
 	"bytes"
 	"context"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/console"
+	"github.com/sglprov/sglprov/pkg/console/termtest"
 )
 
 // syncBuffer is a bytes.Buffer safe for mpb's goroutines.
@@ -31,63 +31,8 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// screen plays terminal output (text, \r, \n, and the cursor-up, erase-below and
-// erase-line sequences that mpb and status lines use) and returns the lines left on the
-// screen.
-func screen(out string) []string {
-	lines := []string{""}
-	row, col := 0, 0
-	put := func(r rune) {
-		for len(lines) <= row {
-			lines = append(lines, "")
-		}
-		l := []rune(lines[row])
-		for len(l) < col {
-			l = append(l, ' ')
-		}
-		if col < len(l) {
-			l[col] = r
-		} else {
-			l = append(l, r)
-		}
-		lines[row] = string(l)
-		col++
-	}
-	esc := regexp.MustCompile(`^\x1b\[(\d*)([AJK])`)
-	for i := 0; i < len(out); {
-		if m := esc.FindStringSubmatch(out[i:]); m != nil {
-			n, _ := strconv.Atoi(m[1])
-			switch m[2] {
-			case "A":
-				row = max(row-max(n, 1), 0)
-			case "J":
-				for len(lines) <= row {
-					lines = append(lines, "")
-				}
-				lines = lines[:row+1]
-				lines[row] = string([]rune(lines[row])[:min(col, len([]rune(lines[row])))])
-			case "K":
-				lines[row] = string([]rune(lines[row])[:min(col, len([]rune(lines[row])))])
-			}
-			i += len(m[0])
-			continue
-		}
-		r := []rune(out[i:])[0]
-		switch r {
-		case '\r':
-			col = 0
-		case '\n':
-			row, col = row+1, 0
-			for len(lines) <= row {
-				lines = append(lines, "")
-			}
-		default:
-			put(r)
-		}
-		i += len(string(r))
-	}
-	return lines
-}
+// screen returns the lines a terminal shows after out.
+func screen(out string) []string { return termtest.Screen(out) }
 
 func lineWith(lines []string, parts ...string) int {
 	for i, l := range lines {
@@ -176,5 +121,34 @@ func TestTerminalInterruptedBar(t *testing.T) {
 	}
 	if lineWith(lines, "total", "150.0 b / 200.0 b") < 0 {
 		t.Errorf("total does not show 150 of 200 bytes:\n%s", strings.Join(lines, "\n"))
+	}
+}
+
+// TestTerminalCompleteTotalSaysDone: when every file is complete, the total says how long
+// it took and the average speed of the bytes fetched, not a frozen speed with "ETA 0s".
+func TestTerminalCompleteTotalSaysDone(t *testing.T) {
+	var buf syncBuffer
+	r := newTerminalReporter(&buf, true)
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var mu sync.Mutex
+	clock := t0
+	r.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+	const mib = 1 << 20
+	r.Start("a.bin", 10*mib, 4*mib) // 4 MiB kept from an earlier run
+	r.Start("b.bin", 10*mib, 0)
+	for i := 1; i <= 8; i++ {
+		mu.Lock()
+		clock = t0.Add(time.Duration(i) * time.Second)
+		mu.Unlock()
+		r.Add("a.bin", 6*mib/8)
+		r.Add("b.bin", 10*mib/8)
+	}
+	r.Done("a.bin", nil)
+	r.Done("b.bin", nil)
+	r.Close()
+	lines := screen(buf.String())
+	// 16 MiB fetched in 8 s.
+	if i := lineWith(lines, "total", "20.0 MiB / 20.0 MiB", "done in 8s, 2.0 MiB/s"); i < 0 || strings.Contains(lines[i], "ETA") {
+		t.Errorf("the complete total does not say \"done in 8s, 2.0 MiB/s\":\n%s", strings.Join(lines, "\n"))
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sglprov/sglprov/pkg/console"
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/logval"
 )
@@ -175,9 +176,12 @@ func (m *monitor) snapshot(now time.Time) (time.Duration, int, string) {
 }
 
 // status is the one-line summary shown on the console.
-func (m *monitor) status(name string, now time.Time) string {
+func (m *monitor) status(name, verb string, now time.Time) string {
 	elapsed, lines, last := m.snapshot(now)
-	s := fmt.Sprintf("%s: building %s, %d lines", name, elapsed, lines)
+	if verb == "" {
+		verb = "building"
+	}
+	s := fmt.Sprintf("%s: %s %s, %d lines", name, verb, elapsed, lines)
 	if last != "" {
 		s += ", " + last
 	}
@@ -200,6 +204,7 @@ func (s *Step) startProgress(env *engine.Env, mon *monitor) (stop func()) {
 	done := make(chan struct{})
 	finished := make(chan struct{})
 	width := terminalWidth(env.Console)
+	line := console.StatusLineOf(env.Console) // a row of its own among other status lines
 	go func() {
 		defer close(finished)
 		t := time.NewTicker(every)
@@ -208,19 +213,19 @@ func (s *Step) startProgress(env *engine.Env, mon *monitor) (stop func()) {
 			select {
 			case <-done:
 				if env.IsTerminal {
-					fmt.Fprint(env.Console, "\r\x1b[K")
+					fmt.Fprint(line, "\r\x1b[K")
 				}
 				return
 			case now := <-t.C:
 				if env.IsTerminal {
-					fmt.Fprint(env.Console, "\r\x1b[K"+truncate(mon.status(s.name, now), width-1))
+					fmt.Fprint(line, "\r\x1b[K"+truncate(mon.status(s.name, s.verb, now), width-1))
 					continue
 				}
 				elapsed, lines, last := mon.snapshot(now)
 				if env.Log != nil {
 					env.Log.Info("still running", "seconds", logval.Seconds(elapsed), "lines", lines, "last", last)
 				} else {
-					fmt.Fprintln(env.Console, mon.status(s.name, now))
+					fmt.Fprintln(env.Console, mon.status(s.name, s.verb, now))
 				}
 			}
 		}

@@ -101,7 +101,7 @@ func Exec(ctx context.Context, env *engine.Env, name string, argv []string, dir 
 	if err != nil {
 		return fmt.Errorf("finding %s: %w", argv[0], err)
 	}
-	s := &Step{name: name, spec: Spec{Argv: argv}, statusEvery: time.Second, logEvery: 30 * time.Second, killGrace: 10 * time.Second}
+	s := &Step{name: name, spec: Spec{Argv: argv}, statusEvery: time.Second, logEvery: 30 * time.Second, killGrace: 10 * time.Second, verb: "running"}
 	return s.execute(ctx, env, path, dir, envList)
 }
 

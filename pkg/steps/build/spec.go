@@ -88,6 +88,8 @@ type Step struct {
 	// statusEvery is how often the one-line status is redrawn on a terminal; logEvery how
 	// often a progress line is logged on a pipe.
 	statusEvery, logEvery time.Duration
+	// verb is what the status line says the step is doing ("building" when empty).
+	verb string
 	// killGrace is how long a canceled build has between SIGTERM and SIGKILL.
 	killGrace time.Duration
 	// probeTimeout bounds each toolchain probe.

@@ -96,3 +96,18 @@ func TestCommandCreatesFIFO(t *testing.T) {
 		t.Errorf("FIFO replaced by a file: intact=%v %q", ok, why)
 	}
 }
+
+// TestCommandStatusSaysRunning: on a terminal a command's live line says it is running; it
+// said "building", as a build step's does, for any command.
+func TestCommandStatusSaysRunning(t *testing.T) {
+	var console bytes.Buffer
+	step, _ := Kind().New("chatter", &Spec{Argv: []string{"sh", "-c", "echo line 1; sleep 1.3"}})
+	env := engine.NewTestEnv(t.TempDir(), nil)
+	env.Console, env.IsTerminal, env.StepName = &console, true, "chatter"
+	if err := step.Run(context.Background(), env); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(console.String(), "\r\x1b[Kchatter: running 1s, 1 lines") {
+		t.Errorf("no \"chatter: running 1s, 1 lines\" status line: %q", console.String())
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sglprov/sglprov/pkg/console"
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/logval"
 	gate "github.com/sglprov/sglprov/pkg/smoke"
@@ -311,7 +312,7 @@ func serviceDep(env *engine.Env) engine.ServiceStep {
 func newWaitReporter(env *engine.Env, cfg gate.Config) *gate.WaitReporter {
 	label := gate.RedactURL(cfg.URL)
 	if env.IsTerminal && env.Console != nil {
-		return gate.NewWaitReporter(label, env.Console, nil, 0)
+		return gate.NewWaitReporter(label, console.StatusLineOf(env.Console), nil, 0)
 	}
 	return gate.NewWaitReporter(label, nil, func(_ string, s gate.WaitStatus) {
 		env.Log.Info("waiting for the server", "url", label, "seconds", logval.Seconds(s.Elapsed),
