@@ -1,62 +1,42 @@
 package engine
 
-import "errors"
+import "github.com/sglprov/sglprov/pkg/exitcode"
 
-// Errors that carry an exit code of the command-line contract. Steps wrap them with %w;
-// ExitCode maps an error back to its code.
+// Errors that carry an exit code of the command-line contract (see package exitcode, where
+// they live so that libraries can wrap them without importing the engine). Steps wrap them
+// with %w; ExitCode maps an error back to its code.
 var (
-	// ErrUsage marks bad usage or an invalid recipe or recipe value (exit 2).
-	ErrUsage = errors.New("invalid usage or recipe")
-	// ErrGate marks a failed smoke gate (exit 3).
-	ErrGate = errors.New("smoke gate failed")
-	// ErrHost marks a host that does not meet the recipe's requirements (exit 4).
-	ErrHost = errors.New("host does not meet the recipe's requirements")
-	// ErrMissing marks something the recipe pins that its origin says does not exist (a
-	// model revision the hub does not have): nothing on this host can fix it (exit 4, as
-	// for a host that falls short: the run must not start).
-	ErrMissing = errors.New("what the recipe pins does not exist")
-	// ErrLocked marks a run refused because another holds the lock (exit 5).
-	ErrLocked = errors.New("another sglprov run holds the lock")
-	// ErrReboot marks a driver/library version mismatch that needs a reboot (exit 6).
-	ErrReboot = errors.New("reboot required")
-	// ErrInterrupted is the cause a run is cancelled with on Ctrl-C (SIGINT) (exit 130).
-	ErrInterrupted = errors.New("stopped by SIGINT")
+	// ErrUsage is exitcode.ErrUsage.
+	ErrUsage = exitcode.ErrUsage
+	// ErrGate is exitcode.ErrGate.
+	ErrGate = exitcode.ErrGate
+	// ErrHost is exitcode.ErrHost.
+	ErrHost = exitcode.ErrHost
+	// ErrMissing is exitcode.ErrMissing.
+	ErrMissing = exitcode.ErrMissing
+	// ErrLocked is exitcode.ErrLocked.
+	ErrLocked = exitcode.ErrLocked
+	// ErrReboot is exitcode.ErrReboot.
+	ErrReboot = exitcode.ErrReboot
+	// ErrInterrupted is exitcode.ErrInterrupted.
+	ErrInterrupted = exitcode.ErrInterrupted
 )
 
-// Exit codes of the command-line contract.
+// Exit codes of the command-line contract (package exitcode).
 const (
-	ExitOK     = 0
-	ExitFailed = 1
-	ExitUsage  = 2
-	ExitGate   = 3
-	ExitHost   = 4
-	ExitLocked = 5
-	ExitReboot = 6
-	// ExitInterrupted is a run stopped by Ctrl-C (SIGINT): 128 + 2, as shells report it.
-	ExitInterrupted = 130
+	ExitOK          = exitcode.ExitOK
+	ExitFailed      = exitcode.ExitFailed
+	ExitUsage       = exitcode.ExitUsage
+	ExitGate        = exitcode.ExitGate
+	ExitHost        = exitcode.ExitHost
+	ExitLocked      = exitcode.ExitLocked
+	ExitReboot      = exitcode.ExitReboot
+	ExitInterrupted = exitcode.ExitInterrupted
 )
 
 // ExitCode returns the exit code for err: 0 for nil, the contract's code for the marked
-// errors above, 1 for anything else.
-func ExitCode(err error) int {
-	switch {
-	case err == nil:
-		return ExitOK
-	case errors.Is(err, ErrUsage):
-		return ExitUsage
-	case errors.Is(err, ErrGate):
-		return ExitGate
-	case errors.Is(err, ErrHost), errors.Is(err, ErrMissing):
-		return ExitHost
-	case errors.Is(err, ErrLocked):
-		return ExitLocked
-	case errors.Is(err, ErrReboot):
-		return ExitReboot
-	case errors.Is(err, ErrInterrupted):
-		return ExitInterrupted
-	}
-	return ExitFailed
-}
+// errors, 1 for anything else.
+func ExitCode(err error) int { return exitcode.Of(err) }
 
 // SkipError is returned by a step's Run when the step did not do its work and says why
 // (the smoke gate under --root, where nothing was started): the run records the step as

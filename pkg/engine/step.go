@@ -9,13 +9,13 @@ import (
 	"io"
 	"io/fs"
 	"path/filepath"
-	"strings"
 	"sync"
 
 	"charm.land/log/v2"
 
 	"github.com/sglprov/sglprov/pkg/cache"
 	"github.com/sglprov/sglprov/pkg/gpu"
+	"github.com/sglprov/sglprov/pkg/hostpath"
 	"github.com/sglprov/sglprov/pkg/recipe"
 )
 
@@ -200,13 +200,8 @@ func (e *Env) HostPath(p string) string {
 	return HostPath(e.Root, p)
 }
 
-// HostPath maps the absolute path p into root, as systemctl --root does.
-func HostPath(root, p string) string {
-	if root == "" || root == "/" || !filepath.IsAbs(p) {
-		return p
-	}
-	return filepath.Join(root, strings.TrimPrefix(filepath.Clean(p), "/"))
-}
+// HostPath maps the absolute path p into root, as systemctl --root does (hostpath.Under).
+func HostPath(root, p string) string { return hostpath.Under(root, p) }
 
 // Path is the one rule for a host path a step's field names (a dir, a dest, a file it
 // creates or reads): an absolute path is mapped into Root (HostPath, --root); a relative

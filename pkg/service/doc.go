@@ -31,5 +31,5 @@
 // After rendering, the unit is checked line by line: each line is blank, a comment, a
 // section header ([Unit], [Service], [Install] or an X- section, each at most once) or a
 // KEY=VALUE assignment. A value that breaks this is refused with an error that wraps
-// engine.ErrUsage and names the value.
+// exitcode.ErrUsage and names the value.
 package service

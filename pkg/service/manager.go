@@ -8,7 +8,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 )
 
 // Manager kinds, as a recipe's systemd step names them in `manager:`.
@@ -78,7 +78,7 @@ func New(ctx context.Context, opts Options) (Manager, error) {
 	case "", KindSystemd:
 		if _, err := os.Stat("/run/systemd/system"); errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("%w: systemd is not running on this host (no /run/systemd/system); use manager: exec to run the server as a child process",
-				engine.ErrHost)
+				exitcode.ErrHost)
 		}
 		return NewSystemd(ctx)
 	case KindExec:
@@ -88,5 +88,5 @@ func New(ctx context.Context, opts Options) (Manager, error) {
 			CacheDir: filepath.Join(opts.StateDir, "cache"),
 		}), nil
 	}
-	return nil, fmt.Errorf("%w: unknown service manager %q (want systemd or exec)", engine.ErrUsage, opts.Kind)
+	return nil, fmt.Errorf("%w: unknown service manager %q (want systemd or exec)", exitcode.ErrUsage, opts.Kind)
 }

@@ -14,7 +14,7 @@ import (
 
 	sddbus "github.com/coreos/go-systemd/v22/dbus"
 
-	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 )
 
 const offlineUnit = `[Unit]
@@ -79,7 +79,7 @@ func TestOffline(t *testing.T) {
 
 func TestNewUnknownKind(t *testing.T) {
 	_, err := New(context.Background(), Options{Kind: "upstart"})
-	if !errors.Is(err, engine.ErrUsage) {
+	if !errors.Is(err, exitcode.ErrUsage) {
 		t.Errorf("New with an unknown kind = %v", err)
 	}
 }

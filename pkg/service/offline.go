@@ -10,7 +10,8 @@ import (
 	"strings"
 
 	"github.com/sglprov/sglprov/pkg/atomicfile"
-	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
+	"github.com/sglprov/sglprov/pkg/hostpath"
 )
 
 // Offline installs units under a root folder, as `systemctl --root` does, and starts
@@ -30,7 +31,7 @@ func (o *Offline) Kind() string { return KindOffline }
 
 // UnitPath returns ROOT/etc/systemd/system/UNIT.
 func (o *Offline) UnitPath(unit string) string {
-	return engine.HostPath(o.root, filepath.Join(SystemUnitDir, unit))
+	return hostpath.Under(o.root, filepath.Join(SystemUnitDir, unit))
 }
 
 // EnableLinks returns the enable symlinks of a unit (under the root) and their target,
@@ -44,9 +45,9 @@ func (o *Offline) EnableLinks(unit string, content []byte) (links []string, targ
 		for _, v := range u.Values("Install", dep.key) {
 			for _, t := range strings.Fields(v) {
 				if strings.ContainsAny(t, "/%") {
-					return nil, "", fmt.Errorf("%w: unit %q: %s=%s is not a unit name", engine.ErrUsage, unit, dep.key, t)
+					return nil, "", fmt.Errorf("%w: unit %q: %s=%s is not a unit name", exitcode.ErrUsage, unit, dep.key, t)
 				}
-				links = append(links, engine.HostPath(o.root, filepath.Join(SystemUnitDir, t+dep.suffix, unit)))
+				links = append(links, hostpath.Under(o.root, filepath.Join(SystemUnitDir, t+dep.suffix, unit)))
 			}
 		}
 	}

@@ -7,20 +7,20 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 )
 
 // CheckValue reports whether s can be carried in a unit file: no control characters and
 // valid UTF-8. what names the value in the error, e.g. `arg 3 ("--foo")`. The error wraps
-// engine.ErrUsage.
+// exitcode.ErrUsage.
 func CheckValue(what, s string) error {
 	if !utf8.ValidString(s) {
-		return fmt.Errorf("%w: %s is not valid UTF-8 and cannot go into a unit", engine.ErrUsage, what)
+		return fmt.Errorf("%w: %s is not valid UTF-8 and cannot go into a unit", exitcode.ErrUsage, what)
 	}
 	for i, r := range s {
 		if r < 0x20 || r == 0x7f {
 			return fmt.Errorf("%w: %s contains %s at byte %d; a unit file cannot carry it",
-				engine.ErrUsage, what, describeControl(r), i)
+				exitcode.ErrUsage, what, describeControl(r), i)
 		}
 	}
 	return nil
@@ -87,7 +87,7 @@ func doubleQuote(s string) string {
 
 // CheckExecutable reports whether path can be the first word of an ExecStart= line: an
 // absolute path or a bare file name, without quotes, backslashes or a leading prefix
-// character. The error wraps engine.ErrUsage.
+// character. The error wraps exitcode.ErrUsage.
 func CheckExecutable(path string) error {
 	what := fmt.Sprintf("executable %q", path)
 	if err := CheckValue(what, path); err != nil {
@@ -95,15 +95,15 @@ func CheckExecutable(path string) error {
 	}
 	switch {
 	case path == "":
-		return fmt.Errorf("%w: the command's executable is empty", engine.ErrUsage)
+		return fmt.Errorf("%w: the command's executable is empty", exitcode.ErrUsage)
 	case strings.ContainsAny(path, "\"'\\"):
-		return fmt.Errorf("%w: %s contains a quote or backslash, which systemd refuses in an executable name", engine.ErrUsage, what)
+		return fmt.Errorf("%w: %s contains a quote or backslash, which systemd refuses in an executable name", exitcode.ErrUsage, what)
 	case strings.ContainsAny(path[:1], "-@:+!"):
-		return fmt.Errorf("%w: %s starts with %q, which systemd reads as an ExecStart= prefix", engine.ErrUsage, what, path[:1])
+		return fmt.Errorf("%w: %s starts with %q, which systemd reads as an ExecStart= prefix", exitcode.ErrUsage, what, path[:1])
 	case !strings.HasPrefix(path, "/") && strings.Contains(path, "/"):
-		return fmt.Errorf("%w: %s is a relative path; use an absolute path or a bare name", engine.ErrUsage, what)
+		return fmt.Errorf("%w: %s is a relative path; use an absolute path or a bare name", exitcode.ErrUsage, what)
 	case strings.HasSuffix(path, "/"):
-		return fmt.Errorf("%w: %s names a directory", engine.ErrUsage, what)
+		return fmt.Errorf("%w: %s names a directory", exitcode.ErrUsage, what)
 	}
 	return nil
 }
@@ -112,7 +112,7 @@ func CheckExecutable(path string) error {
 // CheckExecutable, then each argument quoted with QuoteExecArg.
 func ExecLine(argv []string) (string, error) {
 	if len(argv) == 0 {
-		return "", fmt.Errorf("%w: empty command line", engine.ErrUsage)
+		return "", fmt.Errorf("%w: empty command line", exitcode.ErrUsage)
 	}
 	if err := CheckExecutable(argv[0]); err != nil {
 		return "", err
@@ -149,7 +149,7 @@ func ValidEnvName(name string) bool {
 // and `"` escaped. It refuses an invalid name and values CheckValue refuses.
 func EnvAssignment(key, value string) (string, error) {
 	if !ValidEnvName(key) {
-		return "", fmt.Errorf("%w: environment variable name %q is not valid (want [A-Za-z_][A-Za-z0-9_]*)", engine.ErrUsage, key)
+		return "", fmt.Errorf("%w: environment variable name %q is not valid (want [A-Za-z_][A-Za-z0-9_]*)", exitcode.ErrUsage, key)
 	}
 	if err := CheckValue(fmt.Sprintf("environment variable %s", key), value); err != nil {
 		return "", err

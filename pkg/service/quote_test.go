@@ -7,7 +7,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 )
 
 func TestQuoteExecArg(t *testing.T) {
@@ -109,11 +109,11 @@ func TestRefusals(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			err := tt.f()
-			if !errors.Is(err, engine.ErrUsage) {
+			if !errors.Is(err, exitcode.ErrUsage) {
 				t.Fatalf("error %v does not wrap ErrUsage", err)
 			}
-			if engine.ExitCode(err) != engine.ExitUsage {
-				t.Errorf("exit code %d, want %d", engine.ExitCode(err), engine.ExitUsage)
+			if exitcode.Of(err) != exitcode.ExitUsage {
+				t.Errorf("exit code %d, want %d", exitcode.Of(err), exitcode.ExitUsage)
 			}
 			if !strings.Contains(err.Error(), tt.mention) {
 				t.Errorf("error %q does not mention %q", err, tt.mention)

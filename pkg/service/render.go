@@ -6,7 +6,7 @@ import (
 	"strings"
 	"text/template"
 
-	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 )
 
 // DefaultCommand returns the argv prefix of the server when a recipe names none:
@@ -65,7 +65,7 @@ func Header(recipe, profile, fingerprint string) string {
 }
 
 // Validate checks every value of d against the rules in the package documentation, naming
-// the first value that breaks them. The error wraps engine.ErrUsage.
+// the first value that breaks them. The error wraps exitcode.ErrUsage.
 func (d Data) Validate() error {
 	scalars := []struct{ name, v string }{
 		{"recipe name", d.Recipe}, {"unit name", d.Unit}, {"profile name", d.Profile.Name},
@@ -78,11 +78,11 @@ func (d Data) Validate() error {
 			return err
 		}
 		if strings.HasPrefix(strings.TrimSpace(s.v), "[") {
-			return fmt.Errorf("%w: %s starts with \"[\", which reads as a section header at the start of a line", engine.ErrUsage, what)
+			return fmt.Errorf("%w: %s starts with \"[\", which reads as a section header at the start of a line", exitcode.ErrUsage, what)
 		}
 	}
 	if len(d.Command) == 0 {
-		return fmt.Errorf("%w: the server command is empty", engine.ErrUsage)
+		return fmt.Errorf("%w: the server command is empty", exitcode.ErrUsage)
 	}
 	if err := CheckExecutable(d.Command[0]); err != nil {
 		return err
@@ -132,7 +132,7 @@ func FuncMap() template.FuncMap {
 
 // Render renders the unit template text (named name in errors) with d: it validates d,
 // executes the template, puts the header comment first and checks the result with
-// CheckUnit. Every error that a recipe value or the template causes wraps engine.ErrUsage.
+// CheckUnit. Every error that a recipe value or the template causes wraps exitcode.ErrUsage.
 func Render(name string, text []byte, d Data) ([]byte, error) {
 	if err := d.Validate(); err != nil {
 		return nil, err
@@ -142,12 +142,12 @@ func Render(name string, text []byte, d Data) ([]byte, error) {
 	}
 	t, err := template.New(name).Option("missingkey=error").Funcs(FuncMap()).Parse(string(text))
 	if err != nil {
-		return nil, fmt.Errorf("%w: parsing unit template: %w", engine.ErrUsage, err)
+		return nil, fmt.Errorf("%w: parsing unit template: %w", exitcode.ErrUsage, err)
 	}
 	var b bytes.Buffer
 	b.WriteString(Header(d.Recipe, d.Profile.Name, d.Fingerprint))
 	if err := t.Execute(&b, d); err != nil {
-		return nil, fmt.Errorf("%w: rendering unit template: %w", engine.ErrUsage, err)
+		return nil, fmt.Errorf("%w: rendering unit template: %w", exitcode.ErrUsage, err)
 	}
 	out := b.Bytes()
 	if !bytes.HasSuffix(out, []byte("\n")) {

@@ -12,7 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/sglprov/sglprov/pkg/atomicfile"
-	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/templates"
 )
 
@@ -132,7 +132,7 @@ func TestRenderRefusesInjectedValues(t *testing.T) {
 				tmpl = []byte(tt.tmpl)
 			}
 			_, err := Render("t", tmpl, d)
-			if !errors.Is(err, engine.ErrUsage) {
+			if !errors.Is(err, exitcode.ErrUsage) {
 				t.Fatalf("Render error %v does not wrap ErrUsage", err)
 			}
 			if !strings.Contains(err.Error(), tt.mention) {

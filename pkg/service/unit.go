@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 )
 
 // UnitFile is a parsed unit file: its sections in order.
@@ -104,32 +104,32 @@ func ParseUnit(content []byte) (*UnitFile, error) {
 // CheckUnit checks a rendered unit's structure: it must parse (see ParseUnit), have no
 // continuation lines, and hold only the sections a service unit has ([Unit], [Service],
 // [Install], X- sections), each at most once. A value that started a line of its own
-// shows here. The error wraps engine.ErrUsage.
+// shows here. The error wraps exitcode.ErrUsage.
 func CheckUnit(content []byte) error {
 	for i, line := range strings.Split(string(content), "\n") {
 		t := strings.TrimSpace(line)
 		if strings.HasSuffix(t, "\\") && !strings.HasPrefix(t, "#") && !strings.HasPrefix(t, ";") {
-			return fmt.Errorf("%w: rendered unit line %d ends with a backslash, which would join the next line", engine.ErrUsage, i+1)
+			return fmt.Errorf("%w: rendered unit line %d ends with a backslash, which would join the next line", exitcode.ErrUsage, i+1)
 		}
 	}
 	u, err := ParseUnit(content)
 	if err != nil {
-		return fmt.Errorf("%w: rendered unit: %w", engine.ErrUsage, err)
+		return fmt.Errorf("%w: rendered unit: %w", exitcode.ErrUsage, err)
 	}
 	seen := map[string]bool{}
 	for _, s := range u.Sections {
 		switch {
 		case s.Name == "Unit", s.Name == "Service", s.Name == "Install", strings.HasPrefix(s.Name, "X-"):
 		default:
-			return fmt.Errorf("%w: rendered unit has a section [%s], which a service unit does not have", engine.ErrUsage, s.Name)
+			return fmt.Errorf("%w: rendered unit has a section [%s], which a service unit does not have", exitcode.ErrUsage, s.Name)
 		}
 		if seen[s.Name] {
-			return fmt.Errorf("%w: rendered unit has section [%s] twice; a value may have started a line", engine.ErrUsage, s.Name)
+			return fmt.Errorf("%w: rendered unit has section [%s] twice; a value may have started a line", exitcode.ErrUsage, s.Name)
 		}
 		seen[s.Name] = true
 	}
 	if !seen["Service"] {
-		return fmt.Errorf("%w: rendered unit has no [Service] section", engine.ErrUsage)
+		return fmt.Errorf("%w: rendered unit has no [Service] section", exitcode.ErrUsage)
 	}
 	return nil
 }
