@@ -424,8 +424,7 @@ func (e *Engine) Plan(ctx context.Context) (*Plan, error) {
 		if os, ok := n.impl.(OfflineSkipper); ok && env.Offline {
 			ps.Run, ps.Reason = false, os.OfflineSkip()
 		}
-		if pf, ok := n.impl.(Preflighter); ok {
-			lines, err := pf.Preflight(ctx, env)
+		if lines, ok, err := e.preflight(ctx, n, env, ps.Fingerprint); ok {
 			ps.Details = append(ps.Details, lines...)
 			if err != nil {
 				ps.Error = err.Error()
@@ -582,6 +581,21 @@ func (e *Engine) Close() error {
 		}
 	}
 	return first
+}
+
+// preflight runs a step's plan-time check (ok false when it has none): PreflightCached
+// with the step's cache slot when a cache is configured and the step reads from it,
+// Preflight otherwise.
+func (e *Engine) preflight(ctx context.Context, n *node, env *Env, fingerprint string) (lines []string, ok bool, err error) {
+	if cp, ok := n.impl.(CachedPreflighter); ok && e.opts.Cache != nil {
+		lines, err := cp.PreflightCached(ctx, env, CacheSlot{Cache: e.opts.Cache, Tag: fingerprint})
+		return lines, true, err
+	}
+	if pf, ok := n.impl.(Preflighter); ok {
+		lines, err := pf.Preflight(ctx, env)
+		return lines, true, err
+	}
+	return nil, false, nil
 }
 
 // planCache looks up the artifact a step that uses the fleet cache would take: its digest,

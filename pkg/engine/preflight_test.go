@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/sglprov/sglprov/pkg/cache"
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/recipe"
 )
@@ -77,6 +78,64 @@ steps:
 	for _, s := range p.Steps {
 		if (s.Error != "") != (s.Name == "too-big") {
 			t.Errorf("step %s error %q", s.Name, s.Error)
+		}
+	}
+}
+
+// cachedSpaceStep checks from the fleet cache when it has one, as a download reads its
+// listing from the registry.
+type cachedSpaceStep struct {
+	spaceStep
+	slots []engine.CacheSlot
+}
+
+func (s *cachedSpaceStep) PreflightCached(ctx context.Context, env *engine.Env, slot engine.CacheSlot) ([]string, error) {
+	s.slots = append(s.slots, slot)
+	return []string{"from the cache"}, nil
+}
+
+// TestPlanCachedPreflight: with a fleet cache, plan calls PreflightCached in place of
+// Preflight, with the cache and the step's fingerprint (the tag apply would use) as the
+// slot; without one, Preflight.
+func TestPlanCachedPreflight(t *testing.T) {
+	var built []*cachedSpaceStep
+	reg := engine.Registry{"space": engine.KindOf(func(_ string, s spaceSpec) (*cachedSpaceStep, error) {
+		st := &cachedSpaceStep{spaceStep: spaceStep{s}}
+		built = append(built, st)
+		return st, nil
+	})}
+	r, err := recipe.Parse("t.yaml", []byte(`apiVersion: sglprov/v1
+name: t
+steps:
+  - name: weights
+    space: {need: 10, free: 100}
+`), recipe.KindSpecs{"space": reg["space"].NewSpec}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mc := &memCache{}
+	for _, c := range []cache.Cache{nil, mc} {
+		built = nil
+		e, err := engine.New(engine.Options{Recipe: r, Registry: reg, StateDir: t.TempDir(), Cache: c})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := e.Plan(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps := p.Steps[0]
+		if c == nil {
+			if diff := cmp.Diff([]string{"to fetch: 10 B; free: 100 B"}, ps.Details); diff != "" || len(built[0].slots) != 0 {
+				t.Errorf("no cache: details (-want +got):\n%s; PreflightCached calls: %d", diff, len(built[0].slots))
+			}
+			continue
+		}
+		if diff := cmp.Diff([]string{"from the cache"}, ps.Details); diff != "" {
+			t.Errorf("with a cache: details (-want +got):\n%s", diff)
+		}
+		if len(built[0].slots) != 1 || built[0].slots[0].Cache != mc || ps.Fingerprint == "" || built[0].slots[0].Tag != ps.Fingerprint {
+			t.Errorf("with a cache: slots %+v, fingerprint %q", built[0].slots, ps.Fingerprint)
 		}
 	}
 }

@@ -109,6 +109,15 @@ type Preflighter interface {
 	Preflight(ctx context.Context, env *Env) (lines []string, err error)
 }
 
+// CachedPreflighter is implemented by Preflighters whose run takes what they check from
+// the fleet cache (a download's listing, names, sizes and sha256, from its artifact): with
+// a cache configured, plan calls PreflightCached in place of Preflight, with the slot the
+// run would get (its tag the step's fingerprint as plan computes it; "" when that cannot
+// be told yet), so that a node with the cache and no origin says what apply would do.
+type CachedPreflighter interface {
+	PreflightCached(ctx context.Context, env *Env, slot CacheSlot) (lines []string, err error)
+}
+
 // FileReader is a step that reads files the recipe names (a patch series and its patches,
 // a unit template, a question file). validate calls ReadFiles, which reads them as a run
 // would, offline, so that what plan and apply refuse as bad input (a FIFO, a file another

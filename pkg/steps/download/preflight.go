@@ -23,6 +23,18 @@ const preflightTimeout = 30 * time.Second
 // a commit too, which the fingerprint takes on trust; engine.ErrMissing), or the bytes
 // still to fetch do not fit (engine.ErrHost). apply refuses the latter too, before the first byte.
 func (s *Step) Preflight(ctx context.Context, env *engine.Env) ([]string, error) {
+	return s.preflight(ctx, env, engine.CacheSlot{})
+}
+
+// PreflightCached is Preflight with the fleet cache (engine.CachedPreflighter): as apply
+// does, it takes the listing from the artifact tagged slot.Tag when the cache has one that
+// fits the step (the same checks), and asks the hub otherwise, so that a node whose hub is
+// out of reach still says what is left to fetch.
+func (s *Step) PreflightCached(ctx context.Context, env *engine.Env, slot engine.CacheSlot) ([]string, error) {
+	return s.preflight(ctx, env, slot)
+}
+
+func (s *Step) preflight(ctx context.Context, env *engine.Env, slot engine.CacheSlot) ([]string, error) {
 	dest := env.Path(s.spec.Dest)
 	free, checked, ferr := fetch.FreeSpace(dest)
 	if s.freeSpace != nil && ferr == nil {
@@ -34,7 +46,7 @@ func (s *Step) Preflight(ctx context.Context, env *engine.Env) ([]string, error)
 	}
 	where := fmt.Sprintf("free at %s: %s", s.spec.Dest, freeText)
 
-	files, total, err := s.listForPlan(ctx, env)
+	files, total, err := s.listForPlan(ctx, env, slot)
 	if errors.Is(err, engine.ErrMissing) {
 		return []string{"to fetch: unknown; " + where}, err
 	}
@@ -57,10 +69,11 @@ func (s *Step) Preflight(ctx context.Context, env *engine.Env) ([]string, error)
 	return []string{line}, nil
 }
 
-// listForPlan returns the files the step would fetch and their total size, from the hub's
-// listing at the revision (one resolve and one listing, no retries) or the recipe's files.
-// A revision the hub says does not exist is an error marked engine.ErrMissing (exit 4).
-func (s *Step) listForPlan(ctx context.Context, env *engine.Env) ([]fetch.File, int64, error) {
+// listForPlan returns the files the step would fetch and their total size, from the fleet
+// cache's listing (slot, as apply takes it), the hub's listing at the revision (one resolve
+// and one listing, no retries) or the recipe's files. A revision the hub says does not
+// exist is an error marked engine.ErrMissing (exit 4).
+func (s *Step) listForPlan(ctx context.Context, env *engine.Env, slot engine.CacheSlot) ([]fetch.File, int64, error) {
 	var files []fetch.File
 	var total int64
 	if s.spec.HF == nil {
@@ -76,6 +89,15 @@ func (s *Step) listForPlan(ctx context.Context, env *engine.Env) ([]fetch.File, 
 	}
 	ctx, cancel := context.WithTimeout(ctx, preflightTimeout)
 	defer cancel()
+	if a := s.lookupListing(ctx, env, slot); a != nil {
+		if l := s.listingFrom(env, a); l != nil {
+			for _, f := range l.Files {
+				files = append(files, fetch.File{Path: f.Path, Size: f.Size, SHA256: f.SHA256, GitSHA1: f.GitSHA1})
+				total += f.Size
+			}
+			return files, total, nil
+		}
+	}
 	c, err := s.hubClient(env, -1)
 	if err != nil {
 		return nil, 0, err

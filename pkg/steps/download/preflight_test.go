@@ -9,9 +9,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sglprov/sglprov/pkg/cache"
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/fetch"
 	"github.com/sglprov/sglprov/test/fakehub"
+	"github.com/sglprov/sglprov/test/ociregistry"
 )
 
 // TestPreflightPlanText: plan's line for a hub download says the bytes still to fetch
@@ -82,4 +84,89 @@ func TestPreflightPlanText(t *testing.T) {
 
 func formatLike(n int64) string {
 	return strings.TrimSpace(fetch.FormatBytes(n))
+}
+
+// TestPreflightFromCache: with the fleet cache, plan takes the listing (names, sizes,
+// sha256) from the step's artifact as apply does, so a node whose hub is out of reach
+// still says what is left to fetch; without the artifact, or with one the step's include
+// and exclude do not fit, it asks the hub, and that is "unknown".
+func TestPreflightFromCache(t *testing.T) {
+	ctx := context.Background()
+	reg := ociregistry.StartT(t)
+	fx := newFixture(t, fakehub.Options{})
+	repoRef := reg.Addr + "/fleet/weights"
+	pusher, err := cache.New(cache.Config{Repository: repoRef, Push: true}, cache.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	puller, err := cache.New(cache.Config{Repository: repoRef}, cache.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fingerprint := strings.Repeat("0f", 32)
+	spec := fx.hfSpec(fx.hub.Commit())
+
+	// Node A downloads from the hub and publishes.
+	slotA := engine.CacheSlot{Cache: pusher, Tag: fingerprint}
+	a := fx.step(t, spec, nil)
+	if err := a.RunCached(ctx, fx.env, slotA); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Publish(ctx, fx.env, slotA); err != nil {
+		t.Fatal(err)
+	}
+	var total int64
+	for _, n := range fx.srcFiles(t) {
+		fi, _ := os.Stat(filepath.Join(fx.src, n))
+		total += fi.Size()
+	}
+
+	// Node B: nothing on disk, and the hub gone.
+	fx.hub.Close()
+	dir := t.TempDir()
+	log := &syncBuffer{}
+	envB := engine.NewTestEnv(dir, log)
+	envB.StepName = "weights"
+	specB := spec
+	specB.Dest = filepath.Join(dir, "models", "m")
+	b := fx.step(t, specB, nil)
+	slotB := engine.CacheSlot{Cache: puller, Tag: fingerprint}
+	lines, err := b.PreflightCached(ctx, envB, slotB)
+	size := fetch.FormatBytes(total)
+	want := "to fetch: " + size + " of " + size + " (7 files); free at " + specB.Dest + ": 1.0 TiB"
+	if err != nil || len(lines) != 1 || lines[0] != want {
+		t.Errorf("PreflightCached = %q, %v; want %q\n%s", lines, err, want, log)
+	}
+
+	// A part on disk counts as fetched, as it does with the hub's listing.
+	shard := "model-00001-of-00003.safetensors"
+	sb, _ := os.ReadFile(filepath.Join(fx.src, shard))
+	part := fetch.PartPath(specB.Dest, shard)
+	os.MkdirAll(filepath.Dir(part), 0o755)
+	os.WriteFile(part, sb[:len(sb)/2], 0o644)
+	lines, _ = b.PreflightCached(ctx, envB, slotB)
+	if wantPrefix := "to fetch: " + fetch.FormatBytes(total-int64(len(sb)/2)) + " of " + size + " (7 files)"; len(lines) != 1 || !strings.HasPrefix(lines[0], wantPrefix) {
+		t.Errorf("with a part: %q, want prefix %q", lines, wantPrefix)
+	}
+	os.Remove(part)
+
+	// Without the cache, or another fingerprint's tag: the hub, out of reach.
+	for name, slot := range map[string]engine.CacheSlot{"no cache": {}, "another tag": {Cache: puller, Tag: strings.Repeat("1e", 32)}} {
+		lines, err := b.PreflightCached(ctx, envB, slot)
+		if err != nil || len(lines) != 1 || !strings.HasPrefix(lines[0], "to fetch: unknown (hub not reachable: ") {
+			t.Errorf("%s: %q, %v", name, lines, err)
+		}
+	}
+
+	// A listing the step's selection does not fit is not taken, as apply does not take it.
+	specX := specB
+	specX.HF = &HFSpec{Repo: spec.HF.Repo, Revision: spec.HF.Revision, Endpoint: spec.HF.Endpoint,
+		Include: spec.HF.Include, Exclude: []string{"tokenizer*"}}
+	lines, err = fx.step(t, specX, nil).PreflightCached(ctx, envB, slotB)
+	if err != nil || len(lines) != 1 || !strings.HasPrefix(lines[0], "to fetch: unknown (hub not reachable: ") {
+		t.Errorf("a listing that does not fit: %q, %v", lines, err)
+	}
+	if !strings.Contains(log.String(), "ignoring the cache's listing") {
+		t.Errorf("the log does not say the listing was ignored:\n%s", log)
+	}
 }
