@@ -26,11 +26,11 @@ var fakes = map[string]string{
 }
 
 func TestMain(m *testing.M) {
-	os.Exit(testscript.RunMain(m, map[string]func() int{
-		"sglprov": func() int {
-			return cli.Main(os.Args, cli.IO{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv})
+	testscript.Main(m, map[string]func(){
+		"sglprov": func() {
+			os.Exit(cli.Main(os.Args, cli.IO{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}))
 		},
-	}))
+	})
 }
 
 func repoRoot(t *testing.T) string {

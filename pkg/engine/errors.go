@@ -46,6 +46,7 @@ type SkipError struct {
 	Reason string
 }
 
+// Error says the step was skipped and why.
 func (e *SkipError) Error() string { return "skipped: " + e.Reason }
 
 // Skipped returns the error a step's Run returns when it skipped its work for reason.

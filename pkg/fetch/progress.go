@@ -40,7 +40,9 @@ type TerminalReporter struct {
 // SharedConsole is a terminal shared with concurrent log output (pkg/console): the bars
 // draw on Raw, and lines written to the console meanwhile go through Divert's writer.
 type SharedConsole interface {
+	// Raw returns the writer underneath, for the bars to draw on.
 	Raw() io.Writer
+	// Divert sends the console's whole lines to above until restore is called.
 	Divert(above io.Writer) (restore func())
 }
 

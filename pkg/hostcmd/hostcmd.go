@@ -68,6 +68,7 @@ type Found struct {
 
 // Looker finds commands and reads their versions; Lookup is the real one.
 type Looker interface {
+	// Lookup finds the command name and reads its version.
 	Lookup(ctx context.Context, name string) Found
 }
 

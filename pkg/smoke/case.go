@@ -57,7 +57,9 @@ type ToolCallExpect struct {
 
 // Tool is an OpenAI function tool offered to the model.
 type Tool struct {
-	Name        string `yaml:"name" json:"name"`
+	// Name is the function's name, as the model calls it.
+	Name string `yaml:"name" json:"name"`
+	// Description tells the model what the function does.
 	Description string `yaml:"description" json:"description,omitempty"`
 	// Parameters is the function's JSON schema.
 	Parameters map[string]any `yaml:"parameters" json:"parameters,omitempty"`
@@ -78,8 +80,11 @@ type Accuracy struct {
 
 // Case is one question of the gate, or one sweep of questions (Accuracy).
 type Case struct {
-	Name   string `yaml:"name" json:"name"`
+	// Name names the case in the verdict.
+	Name string `yaml:"name" json:"name"`
+	// Prompt is the user message sent to the model.
 	Prompt string `yaml:"prompt" json:"prompt,omitempty"`
+	// Expect is what an answer must hold to pass.
 	Expect Expect `yaml:"expect" json:"expect"`
 	// Concurrency sends the prompt this many times at once (a load case); every answer is
 	// judged, and one bad answer fails the case.
@@ -229,6 +234,7 @@ func CanaryCase(cases []Case) Case {
 
 // Miss is a question of an accuracy case that was answered wrongly.
 type Miss struct {
+	// Prompt is the question; Want the answers that would have counted as right.
 	Prompt string   `json:"prompt"`
 	Want   []string `json:"want"`
 	// Got is a short escaped excerpt of the content.
@@ -237,10 +243,12 @@ type Miss struct {
 
 // CaseResult is the verdict of one case.
 type CaseResult struct {
+	// Name is the case's name.
 	Name string `json:"name"`
 	// Kind is chat, load, tool, reasoning or accuracy.
 	Kind string `json:"kind"`
-	Pass bool   `json:"pass"`
+	// Pass is set when the case passed.
+	Pass bool `json:"pass"`
 	// Reason says why the case failed ("ok" when it passed; an accuracy case's score).
 	Reason string `json:"reason"`
 	// Latency is the time the case took: its one request, or all of its requests.

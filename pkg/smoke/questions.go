@@ -18,6 +18,7 @@ const BuiltinPrefix = "builtin:"
 // Question is one question of an accuracy sweep: a prompt and the answers that count as
 // right (any one of them, as a whole token of the content).
 type Question struct {
+	// Prompt is the question as sent to the model.
 	Prompt string `json:"prompt"`
 	// Answers are the accepted answers; a JSONL line gives "answer" as a string or a list.
 	Answers []string `json:"answer"`
@@ -100,7 +101,7 @@ func ParseQuestions(name string, data []byte) ([]Question, error) {
 		}
 		var q Question
 		if err := json.Unmarshal([]byte(text), &q); err != nil {
-			return nil, fmt.Errorf("%s:%d: want {\"prompt\": ..., \"answer\": ...}: %v", name, line, err)
+			return nil, fmt.Errorf("%s:%d: want {\"prompt\": ..., \"answer\": ...}: %w", name, line, err)
 		}
 		if strings.TrimSpace(q.Prompt) == "" {
 			return nil, fmt.Errorf("%s:%d: prompt is empty", name, line)

@@ -11,6 +11,7 @@ import (
 
 // ToolCall is one call from an answer's tool_calls.
 type ToolCall struct {
+	// Name is the function the model called.
 	Name string `json:"name"`
 	// Arguments is the call's arguments as the server sent them (JSON text).
 	Arguments string `json:"arguments"`

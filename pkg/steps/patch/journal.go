@@ -206,7 +206,7 @@ func recoverJournal(root, step string) (bool, error) {
 	}
 	var j journal
 	if err := json.Unmarshal(b, &j); err != nil || j.Version != 1 {
-		return false, fmt.Errorf("reading the patch journal %s: not a journal this sglprov wrote (%v); restore the tree with `sglprov apply --force %s` (outside git: restore it by hand and remove %s)", filepath.Join(stage, journalName), err, step, stage)
+		return false, fmt.Errorf("reading the patch journal %s: not a journal this sglprov wrote (%w); restore the tree with `sglprov apply --force %s` (outside git: restore it by hand and remove %s)", filepath.Join(stage, journalName), err, step, stage)
 	}
 	for _, e := range j.Changes {
 		if !filepath.IsLocal(e.Path) || e.Staged != "" && !filepath.IsLocal(e.Staged) {

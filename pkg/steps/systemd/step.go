@@ -98,12 +98,13 @@ func (s *Step) Close() error {
 	return m.Close()
 }
 
-// template returns the unit template, its name and its digest.
 // ReadFiles reads the unit template (validate).
 func (s *Step) ReadFiles(env *engine.Env) error {
 	_, _, _, err := s.template(env)
 	return err
 }
+
+// template returns the unit template, its name and its digest.
 
 func (s *Step) template(env *engine.Env) (name string, text []byte, digest string, err error) {
 	if s.spec.Template == "" {

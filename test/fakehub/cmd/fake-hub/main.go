@@ -82,7 +82,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	go func() { errc <- cdnSrv.Serve(cdnLn) }()
 	if *portFile != "" {
 		tmp := *portFile + ".tmp"
-		if err := os.WriteFile(tmp, []byte(hubURL+"\n"), 0o644); err == nil {
+		err := os.WriteFile(tmp, []byte(hubURL+"\n"), 0o644)
+		if err == nil {
 			err = os.Rename(tmp, *portFile)
 		}
 		if err != nil {
