@@ -83,7 +83,7 @@ func TestFleetCache(t *testing.T) {
 		t.Errorf("node B made %d hub API requests; the listing is in the registry", n)
 	}
 	if got := fx.hub.BytesServed(); got != int64(len(want)) {
-		t.Errorf("the origin served %d bytes to node B, want only the corrupted shard's %d", got, len(want))
+		t.Errorf("the origin served %d bytes to node B, want only the corrupted shard's %d; node B's log:\n%s", got, len(want), logB)
 	}
 	for _, name := range []string{"model-00001-of-00003.safetensors", shard, "model-00003-of-00003.safetensors", "config.json", "model.safetensors.index.json"} {
 		src, _ := os.ReadFile(filepath.Join(fx.src, name))
