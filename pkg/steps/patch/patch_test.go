@@ -186,6 +186,12 @@ func TestRunApplies(t *testing.T) {
 			want:    map[string]string{"d.txt": "p\nQ"},
 		},
 		{
+			name:    "plain diff -u with a/ and b/ folders",
+			files:   map[string]string{"sub/a.txt": baseA},
+			patches: [][2]string{{"plain.patch", "--- a/sub/a.txt\t2026-11-30 10:00:00\n+++ b/sub/a.txt\t2026-11-30 10:01:00\n@@ -1,5 +1,5 @@\n one\n two\n-three\n+THREE\n four\n five\n"}},
+			want:    map[string]string{"sub/a.txt": "one\ntwo\nTHREE\nfour\nfive\n"},
+		},
+		{
 			name:    "new and deleted file",
 			files:   map[string]string{"b.txt": baseB},
 			patches: [][2]string{{"newdel.patch", patchNewDelete}},

@@ -92,6 +92,9 @@ func loadSeries(path string, read func(string) ([]byte, string, error)) (*series
 		if len(files) == 0 {
 			return nil, fmt.Errorf("patch %q changes no file: %w", name, engine.ErrUsage)
 		}
+		if !bytes.Contains(raw, []byte("diff --git ")) {
+			stripPrefixes(files)
+		}
 		for _, f := range files {
 			for _, p := range []string{f.OldName, f.NewName} {
 				if p == "" {
@@ -138,4 +141,23 @@ func (s *series) created() map[string]bool {
 		}
 	}
 	return out
+}
+
+// stripPrefixes drops the a/ and b/ folders that a plain `diff -ru a b` (or any diff made
+// for `patch -p1`) puts before its names, as git's own format does for git diffs: a
+// series may hold patches made either way. A name without its prefix is left as it is.
+// (The parser may give both names the new side's spelling, so either prefix is dropped
+// from either name.)
+func stripPrefixes(files []*gitdiff.File) {
+	strip := func(name string) string {
+		for _, p := range []string{"a/", "b/"} {
+			if rest, ok := strings.CutPrefix(name, p); ok && rest != "" {
+				return rest
+			}
+		}
+		return name
+	}
+	for _, f := range files {
+		f.OldName, f.NewName = strip(f.OldName), strip(f.NewName)
+	}
 }
