@@ -21,6 +21,7 @@ import (
 	"github.com/sglprov/sglprov/pkg/cache"
 	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/hostcmd"
+	"github.com/sglprov/sglprov/pkg/logval"
 	"github.com/sglprov/sglprov/pkg/recipe"
 	"github.com/sglprov/sglprov/pkg/safefile"
 )
@@ -376,6 +377,7 @@ func (e *Engine) ReadFiles() error {
 func (e *Engine) Plan(ctx context.Context) (*Plan, error) {
 	p := &Plan{Recipe: e.opts.Recipe.Name, FactsChanged: e.FactsChanged()}
 	var preflight []error
+	var needs []stepNeed
 	runs := map[string]bool{}
 	for _, n := range e.order() {
 		ps := PlannedStep{Name: n.step.Name, Kind: n.step.Kind, Needs: n.step.Needs}
@@ -424,21 +426,70 @@ func (e *Engine) Plan(ctx context.Context) (*Plan, error) {
 		if os, ok := n.impl.(OfflineSkipper); ok && env.Offline {
 			ps.Run, ps.Reason = false, os.OfflineSkip()
 		}
-		if lines, ok, err := e.preflight(ctx, n, env, ps.Fingerprint); ok {
+		if lines, need, ok, err := e.preflight(ctx, n, env, ps.Fingerprint); ok {
 			ps.Details = append(ps.Details, lines...)
 			if err != nil {
 				ps.Error = err.Error()
 				preflight = append(preflight, fmt.Errorf("step %s: %w", n.step.Name, err))
 			}
+			if need != nil && need.Need > 0 && need.Need <= need.Free {
+				needs = append(needs, stepNeed{n.step.Name, *need})
+			}
 		}
 		runs[n.step.Name] = ps.Run && !converges(n)
 		p.Steps = append(p.Steps, ps)
 	}
+	preflight = append(preflight, sharedDiskProblems(needs)...)
 	if ctx.Err() != nil {
 		// Cut short (Ctrl-C): the reasons above may be the cancellation's, not the steps'.
 		preflight = append(preflight, fmt.Errorf("plan interrupted: %w", context.Cause(ctx)))
 	}
 	return p, errors.Join(preflight...)
+}
+
+// stepNeed is one step's disk need, as its preflight said.
+type stepNeed struct {
+	step string
+	DiskNeed
+}
+
+// sharedDiskProblems adds up the needs of the steps that each fit on their own, file system
+// by file system, and returns one ErrHost problem for each file system where together they
+// do not fit, naming the steps, the total and the free space (the least any step saw). A
+// step that cannot fit on its own is its own problem already and is left out of the sum.
+func sharedDiskProblems(needs []stepNeed) []error {
+	var order []uint64
+	byFS := map[uint64][]stepNeed{}
+	for _, n := range needs {
+		if _, ok := byFS[n.FS]; !ok {
+			order = append(order, n.FS)
+		}
+		byFS[n.FS] = append(byFS[n.FS], n)
+	}
+	var errs []error
+	for _, fs := range order {
+		group := byFS[fs]
+		if len(group) < 2 {
+			continue
+		}
+		var total uint64
+		free := group[0].Free
+		var steps, dirs []string
+		for _, n := range group {
+			total += n.Need
+			free = min(free, n.Free)
+			steps = append(steps, n.step)
+			if !contains(dirs, n.Dir) {
+				dirs = append(dirs, n.Dir)
+			}
+		}
+		if total <= free {
+			continue
+		}
+		errs = append(errs, fmt.Errorf("steps %s: %w: not enough free space on the file system of %s for all of them: %s to fetch together, %s free",
+			strings.Join(steps, ", "), ErrHost, strings.Join(dirs, ", "), logval.Format(int64(total)), logval.Format(int64(free))))
+	}
+	return errs
 }
 
 // order returns the steps in a topological order that keeps the file order where it can.
@@ -585,17 +636,26 @@ func (e *Engine) Close() error {
 
 // preflight runs a step's plan-time check (ok false when it has none): PreflightCached
 // with the step's cache slot when a cache is configured and the step reads from it,
-// Preflight otherwise.
-func (e *Engine) preflight(ctx context.Context, n *node, env *Env, fingerprint string) (lines []string, ok bool, err error) {
+// Preflight otherwise. A DiskPreflighter's PreflightDisk comes first, with the same slot,
+// and gives the step's disk need too.
+func (e *Engine) preflight(ctx context.Context, n *node, env *Env, fingerprint string) (lines []string, need *DiskNeed, ok bool, err error) {
+	if dp, ok := n.impl.(DiskPreflighter); ok {
+		var slot CacheSlot
+		if e.opts.Cache != nil {
+			slot = CacheSlot{Cache: e.opts.Cache, Tag: fingerprint}
+		}
+		lines, need, err := dp.PreflightDisk(ctx, env, slot)
+		return lines, need, true, err
+	}
 	if cp, ok := n.impl.(CachedPreflighter); ok && e.opts.Cache != nil {
 		lines, err := cp.PreflightCached(ctx, env, CacheSlot{Cache: e.opts.Cache, Tag: fingerprint})
-		return lines, true, err
+		return lines, nil, true, err
 	}
 	if pf, ok := n.impl.(Preflighter); ok {
 		lines, err := pf.Preflight(ctx, env)
-		return lines, true, err
+		return lines, nil, true, err
 	}
-	return nil, false, nil
+	return nil, nil, false, nil
 }
 
 // planCache looks up the artifact a step that uses the fleet cache would take: its digest,

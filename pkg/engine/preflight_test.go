@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -137,5 +138,88 @@ steps:
 		if len(built[0].slots) != 1 || built[0].slots[0].Cache != mc || ps.Fingerprint == "" || built[0].slots[0].Tag != ps.Fingerprint {
 			t.Errorf("with a cache: slots %+v, fingerprint %q", built[0].slots, ps.Fingerprint)
 		}
+	}
+}
+
+// diskSpec is a step that needs some bytes of a file system (by id) that has some free.
+type diskSpec struct {
+	FS   uint64 `yaml:"fs"`
+	Dir  string `yaml:"dir"`
+	Need uint64 `yaml:"need"`
+	Free uint64 `yaml:"free"`
+}
+
+type diskStep struct {
+	spaceStep
+	spec diskSpec
+}
+
+func (s *diskStep) PreflightDisk(ctx context.Context, env *engine.Env, slot engine.CacheSlot) ([]string, *engine.DiskNeed, error) {
+	need := &engine.DiskNeed{FS: s.spec.FS, Dir: s.spec.Dir, Need: s.spec.Need, Free: s.spec.Free}
+	line := fmt.Sprintf("to fetch: %d B; free at %s: %d B", s.spec.Need, s.spec.Dir, s.spec.Free)
+	if s.spec.Need > s.spec.Free {
+		return []string{line}, need, fmt.Errorf("%w: not enough free space at %s", engine.ErrHost, s.spec.Dir)
+	}
+	return []string{line}, need, nil
+}
+
+// TestPlanSharedDisk: two steps whose folders share a file system and that each fit but
+// together do not are one ErrHost problem of plan (exit 4) naming both, the total and the
+// free space, their own lines and errors unchanged; a step on another file system, and one
+// that cannot fit on its own (its own problem), are not in the sum.
+func TestPlanSharedDisk(t *testing.T) {
+	reg := engine.Registry{"disk": engine.KindOf(func(_ string, s diskSpec) (*diskStep, error) { return &diskStep{spec: s}, nil })}
+	r, err := recipe.Parse("t.yaml", []byte(`apiVersion: sglprov/v1
+name: t
+steps:
+  - name: a
+    disk: {fs: 1, dir: /models/a, need: 600, free: 1000}
+  - name: other-fs
+    disk: {fs: 2, dir: /scratch, need: 900, free: 1000}
+  - name: b
+    disk: {fs: 1, dir: /models/b, need: 500, free: 1000}
+  - name: alone-too-big
+    disk: {fs: 1, dir: /models/c, need: 5000, free: 1000}
+`), recipe.KindSpecs{"disk": reg["disk"].NewSpec}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := engine.New(engine.Options{Recipe: r, Registry: reg, StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := e.Plan(context.Background())
+	if !errors.Is(err, engine.ErrHost) || engine.ExitCode(err) != engine.ExitHost {
+		t.Fatalf("Plan error = %v, want exit 4", err)
+	}
+	want := "step alone-too-big: host does not meet the recipe's requirements: not enough free space at /models/c\n" +
+		"steps a, b: host does not meet the recipe's requirements: not enough free space on the file system of /models/a, /models/b for all of them: 1.1 KiB to fetch together, 1000 B free"
+	if diff := cmp.Diff(want, err.Error()); diff != "" {
+		t.Errorf("Plan error (-want +got):\n%s", diff)
+	}
+	for _, s := range p.Steps {
+		if (s.Error != "") != (s.Name == "alone-too-big") || len(s.Details) != 1 || !strings.HasPrefix(s.Details[0], "to fetch: ") {
+			t.Errorf("step %s: error %q, details %q", s.Name, s.Error, s.Details)
+		}
+	}
+
+	// Within the free space together: no problem.
+	r, err = recipe.Parse("t.yaml", []byte(`apiVersion: sglprov/v1
+name: t
+steps:
+  - name: a
+    disk: {fs: 1, dir: /models/a, need: 500, free: 1000}
+  - name: b
+    disk: {fs: 1, dir: /models/b, need: 500, free: 1000}
+`), recipe.KindSpecs{"disk": reg["disk"].NewSpec}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err = engine.New(engine.Options{Recipe: r, Registry: reg, StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Plan(context.Background()); err != nil {
+		t.Errorf("Plan of two that fit together = %v", err)
 	}
 }

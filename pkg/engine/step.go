@@ -118,6 +118,26 @@ type CachedPreflighter interface {
 	PreflightCached(ctx context.Context, env *Env, slot CacheSlot) (lines []string, err error)
 }
 
+// DiskNeed is what a step will still write to one file system, as its preflight found it.
+type DiskNeed struct {
+	// FS is the file system's id (the device number of the folder checked); needs with the
+	// same FS add up.
+	FS uint64
+	// Dir is the folder the step's own line names (a download's dest).
+	Dir string
+	// Need is the bytes still to write; Free the bytes free there.
+	Need, Free uint64
+}
+
+// DiskPreflighter is a Preflighter that also says what it will write to disk, so that plan
+// can add up the needs of steps whose folders share a file system: two downloads that each
+// fit and together do not. plan calls PreflightDisk in place of Preflight and
+// PreflightCached, with the slot PreflightCached would get (a zero slot without a cache);
+// need is nil when it is not known (the hub out of reach, the free space unknown).
+type DiskPreflighter interface {
+	PreflightDisk(ctx context.Context, env *Env, slot CacheSlot) (lines []string, need *DiskNeed, err error)
+}
+
 // FileReader is a step that reads files the recipe names (a patch series and its patches,
 // a unit template, a question file). validate calls ReadFiles, which reads them as a run
 // would, offline, so that what plan and apply refuse as bad input (a FIFO, a file another

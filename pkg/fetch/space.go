@@ -3,6 +3,8 @@ package fetch
 import (
 	"fmt"
 	"os"
+
+	"golang.org/x/sys/unix"
 )
 
 // Remaining returns the bytes still to download of files into dest, as Fetch counts them
@@ -52,4 +54,16 @@ func FreeSpace(dir string) (free uint64, checked string, err error) {
 	checked = existingAncestor(dir)
 	free, err = statfsFree(checked)
 	return free, checked, err
+}
+
+// FileSystemID returns an id of the file system that holds dir, or its nearest existing
+// parent as FreeSpace checks: the device number of that folder, the same for every folder
+// on one file system, so that what several downloads need there can be added up.
+func FileSystemID(dir string) (uint64, error) {
+	var st unix.Stat_t
+	checked := existingAncestor(dir)
+	if err := unix.Stat(checked, &st); err != nil {
+		return 0, fmt.Errorf("finding the file system of %s: %w", checked, err)
+	}
+	return uint64(st.Dev), nil
 }

@@ -23,7 +23,8 @@ const preflightTimeout = 30 * time.Second
 // a commit too, which the fingerprint takes on trust; engine.ErrMissing), or the bytes
 // still to fetch do not fit (engine.ErrHost). apply refuses the latter too, before the first byte.
 func (s *Step) Preflight(ctx context.Context, env *engine.Env) ([]string, error) {
-	return s.preflight(ctx, env, engine.CacheSlot{})
+	lines, _, err := s.preflight(ctx, env, engine.CacheSlot{})
+	return lines, err
 }
 
 // PreflightCached is Preflight with the fleet cache (engine.CachedPreflighter): as apply
@@ -31,10 +32,19 @@ func (s *Step) Preflight(ctx context.Context, env *engine.Env) ([]string, error)
 // fits the step (the same checks), and asks the hub otherwise, so that a node whose hub is
 // out of reach still says what is left to fetch.
 func (s *Step) PreflightCached(ctx context.Context, env *engine.Env, slot engine.CacheSlot) ([]string, error) {
+	lines, _, err := s.preflight(ctx, env, slot)
+	return lines, err
+}
+
+// PreflightDisk is PreflightCached (a zero slot: Preflight) that also says what the step
+// still has to fetch and where (engine.DiskPreflighter): the file system of dest, as the
+// device of its nearest existing folder, the bytes and the free space, so that plan can
+// add up downloads whose dests share a file system. need is nil when either is unknown.
+func (s *Step) PreflightDisk(ctx context.Context, env *engine.Env, slot engine.CacheSlot) ([]string, *engine.DiskNeed, error) {
 	return s.preflight(ctx, env, slot)
 }
 
-func (s *Step) preflight(ctx context.Context, env *engine.Env, slot engine.CacheSlot) ([]string, error) {
+func (s *Step) preflight(ctx context.Context, env *engine.Env, slot engine.CacheSlot) ([]string, *engine.DiskNeed, error) {
 	dest := env.Path(s.spec.Dest)
 	free, checked, ferr := fetch.FreeSpace(dest)
 	if s.freeSpace != nil && ferr == nil {
@@ -48,25 +58,32 @@ func (s *Step) preflight(ctx context.Context, env *engine.Env, slot engine.Cache
 
 	files, total, err := s.listForPlan(ctx, env, slot)
 	if errors.Is(err, engine.ErrMissing) {
-		return []string{"to fetch: unknown; " + where}, err
+		return []string{"to fetch: unknown; " + where}, nil, err
 	}
 	if err != nil {
-		return []string{"to fetch: unknown (" + err.Error() + "); " + where}, nil
+		return []string{"to fetch: unknown (" + err.Error() + "); " + where}, nil, nil
 	}
 	need, unknown, err := fetch.Remaining(dest, files)
 	if err != nil {
-		return []string{"to fetch: unknown (" + err.Error() + "); " + where}, nil
+		return []string{"to fetch: unknown (" + err.Error() + "); " + where}, nil, nil
 	}
 	line := fmt.Sprintf("to fetch: %s of %s (%d files", fetch.FormatBytes(int64(need)), fetch.FormatBytes(total), len(files))
 	if unknown > 0 {
 		line += fmt.Sprintf(", %d of unknown size", unknown)
 	}
 	line += "); " + where
-	if ferr == nil && need > free {
-		return []string{line}, fmt.Errorf("%w: not enough free space at %s: %s to fetch, %s free",
+	if ferr != nil {
+		return []string{line}, nil, nil
+	}
+	var dn *engine.DiskNeed
+	if fs, err := fetch.FileSystemID(dest); err == nil {
+		dn = &engine.DiskNeed{FS: fs, Dir: s.spec.Dest, Need: need, Free: free}
+	}
+	if need > free {
+		return []string{line}, dn, fmt.Errorf("%w: not enough free space at %s: %s to fetch, %s free",
 			engine.ErrHost, s.spec.Dest, fetch.FormatBytes(int64(need)), fetch.FormatBytes(int64(free)))
 	}
-	return []string{line}, nil
+	return []string{line}, dn, nil
 }
 
 // listForPlan returns the files the step would fetch and their total size, from the fleet

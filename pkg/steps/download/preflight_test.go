@@ -12,6 +12,7 @@ import (
 	"github.com/sglprov/sglprov/pkg/cache"
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/fetch"
+	"github.com/sglprov/sglprov/pkg/recipe"
 	"github.com/sglprov/sglprov/test/fakehub"
 	"github.com/sglprov/sglprov/test/ociregistry"
 )
@@ -168,5 +169,63 @@ func TestPreflightFromCache(t *testing.T) {
 	}
 	if !strings.Contains(log.String(), "ignoring the cache's listing") {
 		t.Errorf("the log does not say the listing was ignored:\n%s", log)
+	}
+}
+
+// TestPlanTwoDownloadsOneDisk: two downloads whose dests are on one file system (two
+// folders of one temporary directory, not yet there) each fit in its free space and
+// together do not: plan fails with exit 4 and names both, the total and the free space,
+// each step's own line as before; with room for both, plan passes.
+func TestPlanTwoDownloadsOneDisk(t *testing.T) {
+	dir := t.TempDir()
+	sum := strings.Repeat("ab", 32)
+	yaml := `apiVersion: sglprov/v1
+name: t
+steps:
+  - name: weights-a
+    download:
+      dest: ` + filepath.Join(dir, "models", "a") + `
+      files: [{url: "https://models.example/a.bin", path: a.bin, size: 600, sha256: ` + sum + `}]
+  - name: weights-b
+    download:
+      dest: ` + filepath.Join(dir, "models", "b") + `
+      files: [{url: "https://models.example/b.bin", path: b.bin, size: 500, sha256: ` + sum + `}]
+`
+	for _, tc := range []struct {
+		free uint64
+		fail bool
+	}{{1000, true}, {1100, false}} {
+		reg := engine.Registry{"download": engine.KindOf(func(_ string, s Spec) (*Step, error) {
+			st, err := New(s)
+			if err == nil {
+				st.freeSpace = func(string) (uint64, error) { return tc.free, nil }
+			}
+			return st, err
+		})}
+		r, err := recipe.Parse("t.yaml", []byte(yaml), recipe.KindSpecs{"download": reg["download"].NewSpec}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := engine.New(engine.Options{Recipe: r, Registry: reg, StateDir: t.TempDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := e.Plan(context.Background())
+		if !tc.fail {
+			if err != nil {
+				t.Errorf("free %d: Plan = %v", tc.free, err)
+			}
+			continue
+		}
+		want := "steps weights-a, weights-b: host does not meet the recipe's requirements: not enough free space on the file system of " +
+			filepath.Join(dir, "models", "a") + ", " + filepath.Join(dir, "models", "b") + " for all of them: 1.1 KiB to fetch together, 1000 B free"
+		if engine.ExitCode(err) != engine.ExitHost || err.Error() != want {
+			t.Errorf("free %d: Plan = %v (exit %d), want %q (exit 4)", tc.free, err, engine.ExitCode(err), want)
+		}
+		for _, s := range p.Steps {
+			if s.Error != "" || len(s.Details) != 1 || !strings.HasPrefix(s.Details[0], "to fetch: ") || !strings.HasSuffix(s.Details[0], ": 1000 B") {
+				t.Errorf("step %s: error %q, details %q", s.Name, s.Error, s.Details)
+			}
+		}
 	}
 }
