@@ -441,6 +441,23 @@ func providedCommands(ctx context.Context, e *engine.Engine, r *recipe.Recipe) m
 	return out
 }
 
+// giveCommands hands the recipe's requires.commands to each step of e that checks the
+// commands it installs once it has installed them (a packages step): a command excused
+// before the run because a step installs it is checked after that step.
+func giveCommands(e *engine.Engine, r *recipe.Recipe, look hostcmd.Looker) {
+	if e == nil {
+		return
+	}
+	for _, name := range r.StepNames() {
+		st, _ := e.StepNamed(name)
+		if c, ok := st.(interface {
+			CheckCommands(hostcmd.Requirements, hostcmd.Looker)
+		}); ok {
+			c.CheckCommands(r.Commands, look)
+		}
+	}
+}
+
 // hostProblems is the exit-4 error listing every way the host falls short, each on its
 // own line.
 func hostProblems(problems []string) error {
@@ -491,8 +508,10 @@ func (c *common) newEngine(ctx context.Context, stdio IO, r *recipe.Recipe, mod 
 	// is listed at once; a command a packages step installs is not required yet.
 	c.commands = nil
 	if len(r.Commands) > 0 {
-		c.commands = hostcmd.Check(ctx, r.Commands, providedCommands(ctx, e, r), hostcmd.PathLooker{Path: stdio.Getenv("PATH"), Getenv: stdio.Getenv})
+		look := hostcmd.PathLooker{Path: stdio.Getenv("PATH"), Getenv: stdio.Getenv}
+		c.commands = hostcmd.Check(ctx, r.Commands, providedCommands(ctx, e, r), look)
 		problems = append(problems, hostcmd.Problems(c.commands)...)
+		giveCommands(e, r, look)
 	}
 	if len(problems) > 0 {
 		if e != nil {

@@ -393,3 +393,66 @@ func CommandsOf(pkg string) []string {
 	sort.Strings(out)
 	return out
 }
+
+// CheckInstalled checks the commands names, which a step has just installed, against what
+// reqs asks of them (names that reqs does not list are skipped): each must now be on the
+// PATH and, when reqs gives a version range, have a version in it. It returns one line per
+// command that falls short, in name order, naming the version installed, the range and the
+// fix: the host's package sources have only that version, so the fix is a newer source.
+func CheckInstalled(ctx context.Context, reqs Requirements, names []string, look Looker) []string {
+	sorted := append([]string(nil), names...)
+	sort.Strings(sorted)
+	var out []string
+	for i, name := range sorted {
+		req, ok := reqs[name]
+		if !ok || i > 0 && sorted[i-1] == name {
+			continue
+		}
+		want := strings.TrimSpace(req.Version)
+		f := look.Lookup(ctx, name)
+		switch {
+		case f.Path == "":
+			out = append(out, fmt.Sprintf("%s: still not found on the PATH after installing its packages; put the folder that has it on the PATH, or list the package that installs it", name))
+		case want == "" || !Known(name):
+		case f.Version == "":
+			out = append(out, fmt.Sprintf("%s: installed at %s, but its version could not be read (%s)", name, f.Path, f.Err))
+		default:
+			rng, err := gpu.ParseRange(want)
+			if err != nil {
+				out = append(out, fmt.Sprintf("%s: requires.commands.%s.version: %v", name, name, err))
+				break
+			}
+			if !rng.Match(f.Version) {
+				out = append(out, fmt.Sprintf("%s: the packages installed %s at %s, which does not satisfy %s; %s", name, f.Version, f.Path, want, NewerSource(name, want)))
+			}
+		}
+	}
+	return out
+}
+
+// newerSources names, for a few commands, a package source with newer versions than a
+// distribution's own.
+var newerSources = map[string]string{
+	"cmake":   "Kitware's apt repository",
+	"python3": "the deadsnakes PPA",
+	"python":  "the deadsnakes PPA",
+	"git":     "the git-core PPA",
+	"gcc":     "the ubuntu-toolchain-r/test PPA",
+	"g++":     "the ubuntu-toolchain-r/test PPA",
+	"cc":      "the ubuntu-toolchain-r/test PPA",
+	"c++":     "the ubuntu-toolchain-r/test PPA",
+}
+
+// NewerSource says how to get a version of name in the range want when the host's package
+// sources have only an older one: add a newer source (a PPA or the vendor's apt repository)
+// and run again.
+func NewerSource(name, want string) string {
+	if name == "nvcc" {
+		return "the host's package sources have no CUDA toolkit " + want + ": add NVIDIA's apt repository, list a toolkit in range in apt: (e.g. cuda-toolkit-13-0) and put /usr/local/cuda/bin first on the PATH (see docs/cloud-init.md)"
+	}
+	src := "a PPA or the vendor's apt repository"
+	if s := newerSources[name]; s != "" {
+		src += ", e.g. " + s
+	}
+	return "the host's package sources have no " + name + " " + want + ": add a newer package source (" + src + ") in the host's image or cloud-init, then run again"
+}

@@ -211,3 +211,23 @@ func alive(pid int) bool {
 	_, rest, _ := strings.Cut(string(b), ") ")
 	return !strings.HasPrefix(rest, "Z")
 }
+
+// TestCheckInstalled: after a step installed them, the commands it installed are checked
+// against the recipe's ranges, with a newer package source as the fix; commands the recipe
+// does not require, or that the step did not install, are not looked at.
+func TestCheckInstalled(t *testing.T) {
+	dir := t.TempDir()
+	fakeBin(t, dir, "cmake", "cmake version 3.22.1\n")
+	fakeBin(t, dir, "git", "git version 2.34.1\n")
+	fakeBin(t, dir, "nvcc", "Cuda compilation tools, release 12.0, V12.0.140\n")
+	reqs := Requirements{"cmake": {Version: ">=3.26"}, "git": {Version: ">=2.30"}, "nvcc": {Version: ">=12.8"}, "ninja": {}, "make": {}}
+	got := CheckInstalled(context.Background(), reqs, []string{"nvcc", "git", "cmake", "ninja", "gcc"}, PathLooker{Path: dir})
+	want := []string{
+		"cmake: the packages installed 3.22.1 at " + filepath.Join(dir, "cmake") + ", which does not satisfy >=3.26; the host's package sources have no cmake >=3.26: add a newer package source (a PPA or the vendor's apt repository, e.g. Kitware's apt repository) in the host's image or cloud-init, then run again",
+		"ninja: still not found on the PATH after installing its packages; put the folder that has it on the PATH, or list the package that installs it",
+		"nvcc: the packages installed 12.0.140 at " + filepath.Join(dir, "nvcc") + ", which does not satisfy >=12.8; the host's package sources have no CUDA toolkit >=12.8: add NVIDIA's apt repository, list a toolkit in range in apt: (e.g. cuda-toolkit-13-0) and put /usr/local/cuda/bin first on the PATH (see docs/cloud-init.md)",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("CheckInstalled =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}

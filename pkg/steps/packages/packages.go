@@ -83,6 +83,19 @@ type Step struct {
 	lockTimeout time.Duration
 	// manager replaces the apt manager (tests).
 	manager func(env *engine.Env) pkgmgr.Manager
+	// required and look are set by CheckCommands: what the recipe asks of the commands and
+	// how to find them.
+	required hostcmd.Requirements
+	look     hostcmd.Looker
+}
+
+// CheckCommands gives the step what the recipe asks of the host's commands
+// (requires.commands) and how to look them up. Before the run those the step would install
+// are excused; after it installs its packages, Run checks them: a command the packages put
+// on the PATH in a version out of range fails the step as a host problem (exit 4), instead
+// of the build that needs it failing an hour later.
+func (s *Step) CheckCommands(required hostcmd.Requirements, look hostcmd.Looker) {
+	s.required, s.look = required, look
 }
 
 // Provides returns the commands the step's packages install, sorted: those sglprov knows
@@ -164,7 +177,8 @@ func (s *Step) Intact(ctx context.Context, env *engine.Env) (bool, string, error
 }
 
 // Run installs the missing packages (none under --root, where it only says what it would
-// install) and checks that they are installed afterwards.
+// install) and checks that they are installed afterwards, and that the required commands
+// they installed are in the recipe's ranges (see CheckCommands).
 func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	m := s.mgr(env)
 	missing, err := m.Missing(ctx, s.spec.Apt)
@@ -191,6 +205,11 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 		return fmt.Errorf("%s install ran but %s is still not installed", m.Name(), strings.Join(still, ", "))
 	}
 	env.Detail("installed", missing)
+	if s.look != nil && len(s.required) > 0 {
+		if problems := hostcmd.CheckInstalled(ctx, s.required, s.commandsOf(missing), s.look); len(problems) > 0 {
+			return fmt.Errorf("checking the commands the packages installed: %w:\n  %s", engine.ErrHost, strings.Join(problems, "\n  "))
+		}
+	}
 	return nil
 }
 

@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/hostcmd"
 	"github.com/sglprov/sglprov/pkg/pkgmgr"
 )
 
@@ -17,6 +20,9 @@ type fakeManager struct {
 	installed map[string]bool
 	installs  [][]string
 	fail      error
+	// onInstall, when set, runs after a successful Install (puts the packages' commands
+	// on the PATH).
+	onInstall func(pkgs []string)
 }
 
 func (f *fakeManager) Name() string { return "apt" }
@@ -38,6 +44,9 @@ func (f *fakeManager) Install(ctx context.Context, pkgs []string) error {
 	}
 	for _, p := range pkgs {
 		f.installed[p] = true
+	}
+	if f.onInstall != nil {
+		f.onInstall(pkgs)
 	}
 	return nil
 }
@@ -146,5 +155,75 @@ func TestInstalls(t *testing.T) {
 	m.installed["git"] = true
 	if got, err := s.Installs(context.Background(), env); err != nil || len(got) != 0 {
 		t.Errorf("Installs with everything installed = %q, %v", got, err)
+	}
+}
+
+// installCmake returns an onInstall that writes, on installing cmake, a cmake into bin that
+// prints version as Ubuntu's does.
+func installCmake(t *testing.T, bin, version string) func([]string) {
+	return func(pkgs []string) {
+		for _, p := range pkgs {
+			if p != "cmake" {
+				continue
+			}
+			script := "#!/bin/sh\necho \"cmake version " + version + "\"\necho\necho \"CMake suite maintained and supported by Kitware (kitware.com/cmake).\"\n"
+			if err := os.WriteFile(filepath.Join(bin, "cmake"), []byte(script), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// TestRunChecksTheVersionItInstalled: a required command that the step installs is excused
+// before the run, so the step itself checks it once installed: Ubuntu 22.04's cmake 3.22
+// for a recipe that wants >=3.26 fails the step as a host problem (exit 4), naming the
+// command, the version installed, the range and a newer package source; a cmake in range
+// passes.
+func TestRunChecksTheVersionItInstalled(t *testing.T) {
+	reqs := hostcmd.Requirements{"cmake": {Version: ">=3.26"}, "git": {}, "nvcc": {Version: ">=12.8"}}
+	for _, tc := range []struct {
+		version string
+		wantErr bool
+	}{{"3.22.1", true}, {"3.28.3", false}} {
+		bin := t.TempDir()
+		m := &fakeManager{installed: map[string]bool{"git": true}, onInstall: installCmake(t, bin, tc.version)}
+		s := newTestStep(t, Spec{Apt: []string{"git", "cmake"}}, m)
+		s.CheckCommands(reqs, hostcmd.PathLooker{Path: bin})
+		err := s.Run(context.Background(), engine.NewTestEnv(t.TempDir(), nil))
+		if !tc.wantErr {
+			if err != nil {
+				t.Errorf("cmake %s: %v", tc.version, err)
+			}
+			continue
+		}
+		if !errors.Is(err, engine.ErrHost) || engine.ExitCode(err) != engine.ExitHost {
+			t.Fatalf("cmake %s: err = %v, want ErrHost (exit 4)", tc.version, err)
+		}
+		for _, want := range []string{"cmake: the packages installed 3.22.1 at " + filepath.Join(bin, "cmake"), "does not satisfy >=3.26", "add a newer package source", "Kitware's apt repository"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("err = %v\nwant it to say %q", err, want)
+			}
+		}
+		// git was installed already (not by this run), nvcc is not among its packages.
+		if strings.Contains(err.Error(), "git:") || strings.Contains(err.Error(), "nvcc") {
+			t.Errorf("err names a command the step did not install: %v", err)
+		}
+		// The step is intact now (the packages are installed): the next run's preflight,
+		// not this step, reports the old cmake.
+		if ok, _, _ := s.Intact(context.Background(), engine.NewTestEnv(t.TempDir(), nil)); !ok {
+			t.Errorf("not intact after installing")
+		}
+	}
+}
+
+// TestRunChecksACommandStillMissing: a required command that the packages were to install
+// but that is not on the PATH afterwards fails the step too.
+func TestRunChecksACommandStillMissing(t *testing.T) {
+	m := &fakeManager{installed: map[string]bool{}}
+	s := newTestStep(t, Spec{Apt: []string{"hello"}, Provides: []string{"hello"}}, m)
+	s.CheckCommands(hostcmd.Requirements{"hello": {}}, hostcmd.PathLooker{Path: t.TempDir()})
+	err := s.Run(context.Background(), engine.NewTestEnv(t.TempDir(), nil))
+	if !errors.Is(err, engine.ErrHost) || !strings.Contains(err.Error(), "hello: still not found on the PATH after installing its packages") {
+		t.Errorf("err = %v", err)
 	}
 }
