@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 )
 
 // statusJSON is what `status --json` prints.
@@ -152,23 +153,11 @@ func runStatus(ctx context.Context, stdio IO, args []string) error {
 
 // exitAs returns an error that carries exit code code and prints nothing more.
 func exitAs(code int) error {
-	var mark error
-	switch code {
-	case engine.ExitOK:
+	if code == engine.ExitOK {
 		return nil
-	case engine.ExitUsage:
-		mark = engine.ErrUsage
-	case engine.ExitGate:
-		mark = engine.ErrGate
-	case engine.ExitHost:
-		mark = engine.ErrHost
-	case engine.ExitLocked:
-		mark = engine.ErrLocked
-	case engine.ExitReboot:
-		mark = engine.ErrReboot
-	case engine.ExitInterrupted:
-		mark = engine.ErrInterrupted
-	default:
+	}
+	mark := exitcode.Err(code)
+	if mark == nil {
 		mark = errors.New("the last run failed")
 	}
 	return reported(fmt.Errorf("last run exited %d: %w", code, mark))

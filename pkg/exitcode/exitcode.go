@@ -61,3 +61,14 @@ func Of(err error) int {
 	}
 	return ExitFailed
 }
+
+// Err returns the marked error that Of maps to code (ErrHost for 4), or nil for a code
+// that none of them carries (0, 1, any other).
+func Err(code int) error {
+	for _, err := range []error{ErrUsage, ErrGate, ErrHost, ErrLocked, ErrReboot, ErrInterrupted} {
+		if Of(err) == code {
+			return err
+		}
+	}
+	return nil
+}

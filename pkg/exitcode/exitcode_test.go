@@ -28,3 +28,20 @@ func TestOf(t *testing.T) {
 		}
 	}
 }
+
+// TestErr: Err is Of's inverse for every marked code, and nil for the others.
+func TestErr(t *testing.T) {
+	for _, code := range []int{ExitUsage, ExitGate, ExitHost, ExitLocked, ExitReboot, ExitInterrupted} {
+		if err := Err(code); err == nil || Of(err) != code {
+			t.Errorf("Err(%d) = %v, which Of maps to %d", code, err, Of(err))
+		}
+	}
+	if Err(ExitHost) != ErrHost {
+		t.Errorf("Err(%d) = %v, want ErrHost", ExitHost, Err(ExitHost))
+	}
+	for _, code := range []int{ExitOK, ExitFailed, 7, 137} {
+		if err := Err(code); err != nil {
+			t.Errorf("Err(%d) = %v, want nil", code, err)
+		}
+	}
+}
