@@ -20,6 +20,7 @@ type memCache struct {
 	push      bool
 	artifacts map[string]*cache.Artifact
 	pushes    int
+	lookups   int
 	lookupErr error
 	pushErr   error
 }
@@ -27,6 +28,7 @@ type memCache struct {
 func (m *memCache) Lookup(ctx context.Context, tag string) (*cache.Artifact, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.lookups++
 	if m.lookupErr != nil {
 		return nil, m.lookupErr
 	}

@@ -387,6 +387,7 @@ func (e *Engine) Plan(ctx context.Context) (*Plan, error) {
 			continue
 		}
 		var upstream []string
+		var looked *lookup
 		for _, d := range n.step.Needs {
 			if runs[d] {
 				upstream = append(upstream, d)
@@ -414,7 +415,8 @@ func (e *Engine) Plan(ctx context.Context) (*Plan, error) {
 				ps.Run, ps.Reason = true, "needs "+strings.Join(upstream, ", ")+", which runs"
 			}
 			if ps.Run && !env.Force {
-				ps.FromCache, ps.CacheNote = e.planCache(ctx, n, d.Fingerprint)
+				looked = e.planCache(ctx, n, d.Fingerprint)
+				ps.FromCache, ps.CacheNote = looked.noted()
 				switch {
 				case ps.FromCache != "":
 					ps.Reason += "; from cache " + shortDigest(ps.FromCache)
@@ -426,7 +428,7 @@ func (e *Engine) Plan(ctx context.Context) (*Plan, error) {
 		if os, ok := n.impl.(OfflineSkipper); ok && env.Offline {
 			ps.Run, ps.Reason = false, os.OfflineSkip()
 		}
-		if lines, need, ok, err := e.preflight(ctx, n, env, ps.Fingerprint); ok {
+		if lines, need, ok, err := e.preflight(ctx, n, env, ps.Fingerprint, looked); ok {
 			ps.Details = append(ps.Details, lines...)
 			if err != nil {
 				ps.Error = err.Error()
@@ -637,18 +639,19 @@ func (e *Engine) Close() error {
 // preflight runs a step's plan-time check (ok false when it has none): PreflightCached
 // with the step's cache slot when a cache is configured and the step reads from it,
 // Preflight otherwise. A DiskPreflighter's PreflightDisk comes first, with the same slot,
-// and gives the step's disk need too.
-func (e *Engine) preflight(ctx context.Context, n *node, env *Env, fingerprint string) (lines []string, need *DiskNeed, ok bool, err error) {
+// and gives the step's disk need too. looked is planCache's lookup of the same tag, if any,
+// handed on in the slot so that the step does not ask the registry again.
+func (e *Engine) preflight(ctx context.Context, n *node, env *Env, fingerprint string, looked *lookup) (lines []string, need *DiskNeed, ok bool, err error) {
+	var slot CacheSlot
+	if e.opts.Cache != nil {
+		slot = CacheSlot{Cache: e.opts.Cache, Tag: fingerprint, looked: looked}
+	}
 	if dp, ok := n.impl.(DiskPreflighter); ok {
-		var slot CacheSlot
-		if e.opts.Cache != nil {
-			slot = CacheSlot{Cache: e.opts.Cache, Tag: fingerprint}
-		}
 		lines, need, err := dp.PreflightDisk(ctx, env, slot)
 		return lines, need, true, err
 	}
 	if cp, ok := n.impl.(CachedPreflighter); ok && e.opts.Cache != nil {
-		lines, err := cp.PreflightCached(ctx, env, CacheSlot{Cache: e.opts.Cache, Tag: fingerprint})
+		lines, err := cp.PreflightCached(ctx, env, slot)
 		return lines, nil, true, err
 	}
 	if pf, ok := n.impl.(Preflighter); ok {
@@ -658,25 +661,30 @@ func (e *Engine) preflight(ctx context.Context, n *node, env *Env, fingerprint s
 	return nil, nil, false, nil
 }
 
-// planCache looks up the artifact a step that uses the fleet cache would take: its digest,
-// or a note when the lookup failed.
-func (e *Engine) planCache(ctx context.Context, n *node, fingerprint string) (artifact, note string) {
+// planCache looks up the artifact a step that uses the fleet cache would take; nil when it
+// does not ask (no cache, no fingerprint, a step that neither restores nor publishes).
+func (e *Engine) planCache(ctx context.Context, n *node, fingerprint string) *lookup {
 	if e.opts.Cache == nil || fingerprint == "" {
-		return "", ""
+		return nil
 	}
 	_, restorer := n.impl.(Restorer)
 	_, publisher := n.impl.(Publisher)
 	if !restorer && !publisher {
-		return "", ""
+		return nil
 	}
 	a, err := e.opts.Cache.Lookup(ctx, fingerprint)
-	if err != nil {
-		return "", "cache: " + err.Error()
-	}
-	if a == nil {
+	return &lookup{a, err}
+}
+
+// noted is what plan says of a lookup: the artifact's digest, or a note when it failed.
+func (l *lookup) noted() (artifact, note string) {
+	switch {
+	case l == nil || l.err == nil && l.a == nil:
 		return "", ""
+	case l.err != nil:
+		return "", "cache: " + l.err.Error()
 	}
-	return a.Digest, ""
+	return l.a.Digest, ""
 }
 
 // shortDigest shortens "sha256:<hex>" for a table.

@@ -223,3 +223,63 @@ steps:
 		t.Errorf("Plan of two that fit together = %v", err)
 	}
 }
+
+// publishingSpaceStep publishes to the fleet cache and reads its artifact in its cached
+// preflight, as a download reads its listing.
+type publishingSpaceStep struct {
+	spaceStep
+	got []string
+}
+
+func (s *publishingSpaceStep) Publish(ctx context.Context, env *engine.Env, slot engine.CacheSlot) (string, error) {
+	return "", nil
+}
+
+func (s *publishingSpaceStep) PreflightCached(ctx context.Context, env *engine.Env, slot engine.CacheSlot) ([]string, error) {
+	a, err := slot.Lookup(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if a != nil {
+		s.got = append(s.got, a.Digest)
+	}
+	return []string{"from the cache"}, nil
+}
+
+// TestPlanLooksUpOnce: plan asks the registry for a step's tag once, for its "from cache"
+// note, and the step's cached preflight gets that same answer from its slot.
+func TestPlanLooksUpOnce(t *testing.T) {
+	var built *publishingSpaceStep
+	reg := engine.Registry{"space": engine.KindOf(func(_ string, s spaceSpec) (*publishingSpaceStep, error) {
+		built = &publishingSpaceStep{spaceStep: spaceStep{s}}
+		return built, nil
+	})}
+	r, err := recipe.Parse("t.yaml", []byte(`apiVersion: sglprov/v1
+name: t
+steps:
+  - name: weights
+    space: {need: 10, free: 100}
+`), recipe.KindSpecs{"space": reg["space"].NewSpec}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mc := &memCache{}
+	e, err := engine.New(engine.Options{Recipe: r, Registry: reg, StateDir: t.TempDir(), Cache: mc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p0, err := e.Plan(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	digest := "sha256:" + strings.Repeat("a", 64)
+	mc.artifacts = map[string]*cache.Artifact{p0.Steps[0].Fingerprint: {Digest: digest, Tag: p0.Steps[0].Fingerprint, Kind: cache.KindDownload}}
+	mc.lookups, built.got = 0, nil
+	p, err := e.Plan(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Steps[0].FromCache != digest || len(built.got) != 1 || built.got[0] != digest || mc.lookups != 1 {
+		t.Errorf("from cache %q, preflight saw %q, lookups %d; want %s, it, 1", p.Steps[0].FromCache, built.got, mc.lookups, digest)
+	}
+}

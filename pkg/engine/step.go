@@ -49,6 +49,23 @@ type NodeLocal interface {
 type CacheSlot struct {
 	Cache cache.Cache
 	Tag   string
+	// looked is plan's own lookup of Tag, when it made one, for Lookup to give again.
+	looked *lookup
+}
+
+// lookup is one answer of Cache.Lookup.
+type lookup struct {
+	a   *cache.Artifact
+	err error
+}
+
+// Lookup returns the artifact tagged Tag, as Cache.Lookup does; in plan, where the engine
+// has already asked the cache for the tag, its answer, so that the registry is asked once.
+func (s CacheSlot) Lookup(ctx context.Context) (*cache.Artifact, error) {
+	if s.looked != nil {
+		return s.looked.a, s.looked.err
+	}
+	return s.Cache.Lookup(ctx, s.Tag)
 }
 
 // Restorer is implemented by steps whose outputs can come from the fleet cache instead of

@@ -11,16 +11,14 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"time"
 
+	"github.com/sglprov/sglprov/bench/internal/filelist"
 	"github.com/sglprov/sglprov/pkg/cache"
 	"github.com/sglprov/sglprov/pkg/fetch"
 )
@@ -83,27 +81,15 @@ func run() error {
 	return nil
 }
 
+// readList reads the bench file list and places each file under src.
 func readList(path, src string) ([]cache.File, error) {
-	f, err := os.Open(path)
+	files, err := filelist.Read(path)
 	if err != nil {
-		return nil, fmt.Errorf("reading list: %w", err)
+		return nil, err
 	}
-	defer f.Close()
-	var out []cache.File
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) == 0 {
-			continue
-		}
-		if len(fields) != 4 {
-			return nil, fmt.Errorf("list line %q: want URL SHA256 SIZE PATH", sc.Text())
-		}
-		size, err := strconv.ParseInt(fields[2], 10, 64)
-		if err != nil {
-			return nil, fmt.Errorf("list line %q: %w", sc.Text(), err)
-		}
-		out = append(out, cache.File{Name: fields[3], Path: filepath.Join(src, fields[3]), Size: size, SHA256: fields[1], Mode: 0o644})
+	out := make([]cache.File, 0, len(files))
+	for _, f := range files {
+		out = append(out, cache.File{Name: f.Path, Path: filepath.Join(src, f.Path), Size: f.Size, SHA256: f.SHA256, Mode: 0o644})
 	}
-	return out, sc.Err()
+	return out, nil
 }

@@ -5,15 +5,13 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"flag"
 	"fmt"
 	"os"
-	"strconv"
-	"strings"
 	"time"
 
+	"github.com/sglprov/sglprov/bench/internal/filelist"
 	"github.com/sglprov/sglprov/pkg/fetch"
 )
 
@@ -37,7 +35,7 @@ func run() error {
 	if *list == "" || *dest == "" {
 		return fmt.Errorf("usage: fetchbench -list FILE -dest DIR [-files N] [-conns N] [-verify]")
 	}
-	fl, err := readList(*list)
+	fl, err := filelist.Read(*list)
 	if err != nil {
 		return err
 	}
@@ -68,29 +66,4 @@ func run() error {
 	}
 	fmt.Fprintf(os.Stderr, "fetchbench: %d files, %s transferred in %s\n", len(res), fetch.FormatBytes(bytes), time.Since(start).Round(time.Millisecond))
 	return nil
-}
-
-func readList(path string) ([]fetch.File, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("reading list: %w", err)
-	}
-	defer f.Close()
-	var out []fetch.File
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) == 0 {
-			continue
-		}
-		if len(fields) != 4 {
-			return nil, fmt.Errorf("list line %q: want URL SHA256 SIZE PATH", sc.Text())
-		}
-		size, err := strconv.ParseInt(fields[2], 10, 64)
-		if err != nil {
-			return nil, fmt.Errorf("list line %q: %w", sc.Text(), err)
-		}
-		out = append(out, fetch.File{URL: fields[0], SHA256: fields[1], Size: size, Path: fields[3]})
-	}
-	return out, sc.Err()
 }

@@ -38,7 +38,7 @@ func (s *Step) lookupListing(ctx context.Context, env *engine.Env, slot engine.C
 	if slot.Cache == nil || slot.Tag == "" {
 		return nil
 	}
-	a, err := slot.Cache.Lookup(ctx, slot.Tag)
+	a, err := slot.Lookup(ctx)
 	switch {
 	case err != nil:
 		env.Log.Warn("cannot read the listing from the cache; asking the origin", "cache", slot.Cache.String(), "err", err)
