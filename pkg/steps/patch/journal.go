@@ -54,12 +54,13 @@ type journalEntry struct {
 	Post   string      `json:"post"`
 }
 
-// write puts the files of t that differ from the disk in place. Every new content is first
-// staged (written and fsynced) in stageDir, then the journal is written and fsynced; only
-// then are the staged files renamed over their targets, files removed and modes set. A
-// failure while staging leaves the tree as it was; a kill among the renames is finished
+// write puts the files of t that differ from the disk in place; disk holds what the run
+// already read of them from the disk (a file it lacks is read now). Every new content is
+// first staged (written and fsynced) in stageDir, then the journal is written and fsynced;
+// only then are the staged files renamed over their targets, files removed and modes set.
+// A failure while staging leaves the tree as it was; a kill among the renames is finished
 // by the next run (recoverJournal).
-func write(root, step string, t *tree) error {
+func write(root, step string, t, disk *tree) error {
 	stage := filepath.Join(root, stageDir)
 	if err := os.RemoveAll(stage); err != nil {
 		return fmt.Errorf("removing %s: %w", stage, err)
@@ -68,7 +69,7 @@ func write(root, step string, t *tree) error {
 	j.Version = 1
 	for _, rel := range sortedKeys(t.files) {
 		want := t.files[rel]
-		have, err := readEntry(root, rel)
+		have, err := disk.get(rel)
 		if err != nil {
 			return err
 		}
@@ -123,10 +124,7 @@ func finish(root, step string, j *journal) error {
 	dirs := map[string]bool{}
 	for i, e := range j.Changes {
 		p := filepath.Join(root, e.Path)
-		if err := checkInside(root, e.Path); err != nil {
-			return err
-		}
-		cur, err := readEntry(root, e.Path)
+		cur, err := readEntry(root, e.Path) // refuses a path that leaves the tree
 		if err != nil {
 			return err
 		}

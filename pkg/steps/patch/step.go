@@ -159,7 +159,7 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	if err != nil {
 		return err
 	}
-	if err := write(root, s.name, after); err != nil {
+	if err := write(root, s.name, after, base); err != nil {
 		return err
 	}
 
