@@ -636,29 +636,21 @@ func (e *Engine) Close() error {
 	return first
 }
 
-// preflight runs a step's plan-time check (ok false when it has none): PreflightCached
-// with the step's cache slot when a cache is configured and the step reads from it,
-// Preflight otherwise. A DiskPreflighter's PreflightDisk comes first, with the same slot,
-// and gives the step's disk need too. looked is planCache's lookup of the same tag, if any,
-// handed on in the slot so that the step does not ask the registry again.
+// preflight runs a step's plan-time check (ok false when it has none), with the step's
+// cache slot when a cache is configured (a zero slot otherwise). looked is planCache's
+// lookup of the same tag, if any, handed on in the slot so that the step does not ask the
+// registry again.
 func (e *Engine) preflight(ctx context.Context, n *node, env *Env, fingerprint string, looked *lookup) (lines []string, need *DiskNeed, ok bool, err error) {
 	var slot CacheSlot
 	if e.opts.Cache != nil {
 		slot = CacheSlot{Cache: e.opts.Cache, Tag: fingerprint, looked: looked}
 	}
-	if dp, ok := n.impl.(DiskPreflighter); ok {
-		lines, need, err := dp.PreflightDisk(ctx, env, slot)
-		return lines, need, true, err
+	pf, ok := n.impl.(Preflighter)
+	if !ok {
+		return nil, nil, false, nil
 	}
-	if cp, ok := n.impl.(CachedPreflighter); ok && e.opts.Cache != nil {
-		lines, err := cp.PreflightCached(ctx, env, slot)
-		return lines, nil, true, err
-	}
-	if pf, ok := n.impl.(Preflighter); ok {
-		lines, err := pf.Preflight(ctx, env)
-		return lines, nil, true, err
-	}
-	return nil, nil, false, nil
+	lines, need, err = pf.Preflight(ctx, env, slot)
+	return lines, need, true, err
 }
 
 // planCache looks up the artifact a step that uses the fleet cache would take; nil when it

@@ -28,15 +28,15 @@ func (s *spaceStep) Fingerprint(context.Context, *engine.Env) (map[string]string
 func (s *spaceStep) Intact(context.Context, *engine.Env) (bool, string, error) { return true, "", nil }
 func (s *spaceStep) Run(context.Context, *engine.Env) error                    { return nil }
 
-func (s *spaceStep) Preflight(ctx context.Context, env *engine.Env) ([]string, error) {
+func (s *spaceStep) Preflight(ctx context.Context, env *engine.Env, slot engine.CacheSlot) ([]string, *engine.DiskNeed, error) {
 	line := fmt.Sprintf("to fetch: %d B; free: %d B", s.spec.Need, s.spec.Free)
 	if s.spec.Free < 0 {
-		return []string{"to fetch: 1 B; free: unknown"}, nil
+		return []string{"to fetch: 1 B; free: unknown"}, nil, nil
 	}
 	if s.spec.Need > s.spec.Free {
-		return []string{line}, fmt.Errorf("%w: not enough free space", engine.ErrHost)
+		return []string{line}, nil, fmt.Errorf("%w: not enough free space", engine.ErrHost)
 	}
-	return []string{line}, nil
+	return []string{line}, nil, nil
 }
 
 // TestPlanPreflight: plan shows each step's preflight lines under it, and a problem marked
@@ -90,14 +90,16 @@ type cachedSpaceStep struct {
 	slots []engine.CacheSlot
 }
 
-func (s *cachedSpaceStep) PreflightCached(ctx context.Context, env *engine.Env, slot engine.CacheSlot) ([]string, error) {
+func (s *cachedSpaceStep) Preflight(ctx context.Context, env *engine.Env, slot engine.CacheSlot) ([]string, *engine.DiskNeed, error) {
+	if slot.Cache == nil {
+		return s.spaceStep.Preflight(ctx, env, slot)
+	}
 	s.slots = append(s.slots, slot)
-	return []string{"from the cache"}, nil
+	return []string{"from the cache"}, nil, nil
 }
 
-// TestPlanCachedPreflight: with a fleet cache, plan calls PreflightCached in place of
-// Preflight, with the cache and the step's fingerprint (the tag apply would use) as the
-// slot; without one, Preflight.
+// TestPlanCachedPreflight: with a fleet cache, plan gives Preflight the cache and the
+// step's fingerprint (the tag apply would use) as the slot; without one, a zero slot.
 func TestPlanCachedPreflight(t *testing.T) {
 	var built []*cachedSpaceStep
 	reg := engine.Registry{"space": engine.KindOf(func(_ string, s spaceSpec) (*cachedSpaceStep, error) {
@@ -128,7 +130,7 @@ steps:
 		ps := p.Steps[0]
 		if c == nil {
 			if diff := cmp.Diff([]string{"to fetch: 10 B; free: 100 B"}, ps.Details); diff != "" || len(built[0].slots) != 0 {
-				t.Errorf("no cache: details (-want +got):\n%s; PreflightCached calls: %d", diff, len(built[0].slots))
+				t.Errorf("no cache: details (-want +got):\n%s; cached preflights: %d", diff, len(built[0].slots))
 			}
 			continue
 		}
@@ -154,7 +156,7 @@ type diskStep struct {
 	spec diskSpec
 }
 
-func (s *diskStep) PreflightDisk(ctx context.Context, env *engine.Env, slot engine.CacheSlot) ([]string, *engine.DiskNeed, error) {
+func (s *diskStep) Preflight(ctx context.Context, env *engine.Env, slot engine.CacheSlot) ([]string, *engine.DiskNeed, error) {
 	need := &engine.DiskNeed{FS: s.spec.FS, Dir: s.spec.Dir, Need: s.spec.Need, Free: s.spec.Free}
 	line := fmt.Sprintf("to fetch: %d B; free at %s: %d B", s.spec.Need, s.spec.Dir, s.spec.Free)
 	if s.spec.Need > s.spec.Free {
@@ -235,15 +237,18 @@ func (s *publishingSpaceStep) Publish(ctx context.Context, env *engine.Env, slot
 	return "", nil
 }
 
-func (s *publishingSpaceStep) PreflightCached(ctx context.Context, env *engine.Env, slot engine.CacheSlot) ([]string, error) {
+func (s *publishingSpaceStep) Preflight(ctx context.Context, env *engine.Env, slot engine.CacheSlot) ([]string, *engine.DiskNeed, error) {
+	if slot.Cache == nil {
+		return s.spaceStep.Preflight(ctx, env, slot)
+	}
 	a, err := slot.Lookup(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if a != nil {
 		s.got = append(s.got, a.Digest)
 	}
-	return []string{"from the cache"}, nil
+	return []string{"from the cache"}, nil, nil
 }
 
 // TestPlanLooksUpOnce: plan asks the registry for a step's tag once, for its "from cache"

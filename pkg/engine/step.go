@@ -120,19 +120,15 @@ type OfflineSkipper interface {
 // Preflighter is implemented by steps that can tell before anything runs whether they can
 // succeed on this host: a pinned model revision that the hub says does not exist, a
 // download that cannot fit in the free space at its destination. plan calls it for every
-// selected step; the lines (the bytes still to fetch and the free space) go under the step,
-// and the error carries the exit code (ErrHost).
+// selected step, with the slot a run would get: the fleet cache and the step's fingerprint
+// as plan computes it as the tag ("" when that cannot be told yet), or a zero slot without
+// a cache, so that a node with the cache and no origin still says what apply would do. The
+// lines (the bytes still to fetch and the free space) go under the step, and the error
+// carries the exit code (ErrHost). need says what the step will still write to one file
+// system, so that plan can add up the needs of steps whose folders share one (two
+// downloads that each fit and together do not); nil when it is not known.
 type Preflighter interface {
-	Preflight(ctx context.Context, env *Env) (lines []string, err error)
-}
-
-// CachedPreflighter is implemented by Preflighters whose run takes what they check from
-// the fleet cache (a download's listing, names, sizes and sha256, from its artifact): with
-// a cache configured, plan calls PreflightCached in place of Preflight, with the slot the
-// run would get (its tag the step's fingerprint as plan computes it; "" when that cannot
-// be told yet), so that a node with the cache and no origin says what apply would do.
-type CachedPreflighter interface {
-	PreflightCached(ctx context.Context, env *Env, slot CacheSlot) (lines []string, err error)
+	Preflight(ctx context.Context, env *Env, slot CacheSlot) (lines []string, need *DiskNeed, err error)
 }
 
 // DiskNeed is what a step will still write to one file system, as its preflight found it.
@@ -144,15 +140,6 @@ type DiskNeed struct {
 	Dir string
 	// Need is the bytes still to write; Free the bytes free there.
 	Need, Free uint64
-}
-
-// DiskPreflighter is a Preflighter that also says what it will write to disk, so that plan
-// can add up the needs of steps whose folders share a file system: two downloads that each
-// fit and together do not. plan calls PreflightDisk in place of Preflight and
-// PreflightCached, with the slot PreflightCached would get (a zero slot without a cache);
-// need is nil when it is not known (the hub out of reach, the free space unknown).
-type DiskPreflighter interface {
-	PreflightDisk(ctx context.Context, env *Env, slot CacheSlot) (lines []string, need *DiskNeed, err error)
 }
 
 // FileReader is a step that reads files the recipe names (a patch series and its patches,

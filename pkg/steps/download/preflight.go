@@ -22,29 +22,13 @@ const preflightTimeout = 30 * time.Second
 // download that cannot happen: the hub says the revision does not exist (RevisionNotFound;
 // a commit too, which the fingerprint takes on trust; engine.ErrMissing), or the bytes
 // still to fetch do not fit (engine.ErrHost). apply refuses the latter too, before the first byte.
-func (s *Step) Preflight(ctx context.Context, env *engine.Env) ([]string, error) {
-	lines, _, err := s.preflight(ctx, env, engine.CacheSlot{})
-	return lines, err
-}
-
-// PreflightCached is Preflight with the fleet cache (engine.CachedPreflighter): as apply
-// does, it takes the listing from the artifact tagged slot.Tag when the cache has one that
-// fits the step (the same checks), and asks the hub otherwise, so that a node whose hub is
-// out of reach still says what is left to fetch.
-func (s *Step) PreflightCached(ctx context.Context, env *engine.Env, slot engine.CacheSlot) ([]string, error) {
-	lines, _, err := s.preflight(ctx, env, slot)
-	return lines, err
-}
-
-// PreflightDisk is PreflightCached (a zero slot: Preflight) that also says what the step
-// still has to fetch and where (engine.DiskPreflighter): the file system of dest, as the
-// device of its nearest existing folder, the bytes and the free space, so that plan can
-// add up downloads whose dests share a file system. need is nil when either is unknown.
-func (s *Step) PreflightDisk(ctx context.Context, env *engine.Env, slot engine.CacheSlot) ([]string, *engine.DiskNeed, error) {
-	return s.preflight(ctx, env, slot)
-}
-
-func (s *Step) preflight(ctx context.Context, env *engine.Env, slot engine.CacheSlot) ([]string, *engine.DiskNeed, error) {
+// With the fleet cache in slot it takes the listing, as apply does, from the artifact tagged
+// slot.Tag when the cache has one that fits the step (the same checks), and asks the hub
+// otherwise, so that a node whose hub is out of reach still says what is left to fetch.
+// need is the file system of dest (the device of its nearest existing folder), the bytes
+// and the free space, so that plan can add up downloads whose dests share a file system;
+// nil when either is unknown.
+func (s *Step) Preflight(ctx context.Context, env *engine.Env, slot engine.CacheSlot) ([]string, *engine.DiskNeed, error) {
 	dest := env.Path(s.spec.Dest)
 	free, checked, ferr := fetch.FreeSpace(dest)
 	if s.freeSpace != nil && ferr == nil {

@@ -30,7 +30,7 @@ func TestPreflightPlanText(t *testing.T) {
 		fi, _ := os.Stat(filepath.Join(fx.src, n))
 		total += fi.Size()
 	}
-	lines, err := st.Preflight(ctx, fx.env)
+	lines, _, err := st.Preflight(ctx, fx.env, engine.CacheSlot{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +42,7 @@ func TestPreflightPlanText(t *testing.T) {
 
 	// Too little space: a problem marked for exit 4, with the line still there.
 	st.freeSpace = func(string) (uint64, error) { return 1000, nil }
-	lines, err = st.Preflight(ctx, fx.env)
+	lines, _, err = st.Preflight(ctx, fx.env, engine.CacheSlot{})
 	if !errors.Is(err, engine.ErrHost) || !strings.Contains(err.Error(), "not enough free space at "+fx.dest+": ") || !strings.Contains(err.Error(), ", 1000 B free") || len(lines) != 1 {
 		t.Errorf("small disk: %q, %v", lines, err)
 	}
@@ -55,7 +55,7 @@ func TestPreflightPlanText(t *testing.T) {
 	if err := st.Run(ctx, fx.env); err != nil {
 		t.Fatal(err)
 	}
-	lines, _ = st.Preflight(ctx, fx.env)
+	lines, _, _ = st.Preflight(ctx, fx.env, engine.CacheSlot{})
 	if !strings.HasPrefix(lines[0], "to fetch: 0 B of ") {
 		t.Errorf("after the download: %q", lines)
 	}
@@ -67,7 +67,7 @@ func TestPreflightPlanText(t *testing.T) {
 	part := fetch.PartPath(fx.dest, "model-00001-of-00003.safetensors")
 	os.MkdirAll(filepath.Dir(part), 0o755)
 	os.WriteFile(part, b[:len(b)/2], 0o644)
-	lines, _ = st.Preflight(ctx, fx.env)
+	lines, _, _ = st.Preflight(ctx, fx.env, engine.CacheSlot{})
 	want := "to fetch: " + formatLike(int64(len(b)-len(b)/2))
 	if !strings.HasPrefix(lines[0], want+" of ") {
 		t.Errorf("with a part: %q, want prefix %q", lines, want)
@@ -77,7 +77,7 @@ func TestPreflightPlanText(t *testing.T) {
 	spec := fx.hfSpec("main")
 	spec.HF.Endpoint = "http://127.0.0.1:1"
 	st2 := fx.step(t, spec, nil)
-	lines, err = st2.Preflight(ctx, fx.env)
+	lines, _, err = st2.Preflight(ctx, fx.env, engine.CacheSlot{})
 	if err != nil || !strings.HasPrefix(lines[0], "to fetch: unknown (hub not reachable: ") || !strings.HasSuffix(lines[0], "; free at "+fx.dest+": 1.0 TiB") {
 		t.Errorf("no hub: %q, %v", lines, err)
 	}
@@ -132,11 +132,11 @@ func TestPreflightFromCache(t *testing.T) {
 	specB.Dest = filepath.Join(dir, "models", "m")
 	b := fx.step(t, specB, nil)
 	slotB := engine.CacheSlot{Cache: puller, Tag: fingerprint}
-	lines, err := b.PreflightCached(ctx, envB, slotB)
+	lines, _, err := b.Preflight(ctx, envB, slotB)
 	size := fetch.FormatBytes(total)
 	want := "to fetch: " + size + " of " + size + " (7 files); free at " + specB.Dest + ": 1.0 TiB"
 	if err != nil || len(lines) != 1 || lines[0] != want {
-		t.Errorf("PreflightCached = %q, %v; want %q\n%s", lines, err, want, log)
+		t.Errorf("Preflight = %q, %v; want %q\n%s", lines, err, want, log)
 	}
 
 	// A part on disk counts as fetched, as it does with the hub's listing.
@@ -145,7 +145,7 @@ func TestPreflightFromCache(t *testing.T) {
 	part := fetch.PartPath(specB.Dest, shard)
 	os.MkdirAll(filepath.Dir(part), 0o755)
 	os.WriteFile(part, sb[:len(sb)/2], 0o644)
-	lines, _ = b.PreflightCached(ctx, envB, slotB)
+	lines, _, _ = b.Preflight(ctx, envB, slotB)
 	if wantPrefix := "to fetch: " + fetch.FormatBytes(total-int64(len(sb)/2)) + " of " + size + " (7 files)"; len(lines) != 1 || !strings.HasPrefix(lines[0], wantPrefix) {
 		t.Errorf("with a part: %q, want prefix %q", lines, wantPrefix)
 	}
@@ -153,7 +153,7 @@ func TestPreflightFromCache(t *testing.T) {
 
 	// Without the cache, or another fingerprint's tag: the hub, out of reach.
 	for name, slot := range map[string]engine.CacheSlot{"no cache": {}, "another tag": {Cache: puller, Tag: strings.Repeat("1e", 32)}} {
-		lines, err := b.PreflightCached(ctx, envB, slot)
+		lines, _, err := b.Preflight(ctx, envB, slot)
 		if err != nil || len(lines) != 1 || !strings.HasPrefix(lines[0], "to fetch: unknown (hub not reachable: ") {
 			t.Errorf("%s: %q, %v", name, lines, err)
 		}
@@ -163,7 +163,7 @@ func TestPreflightFromCache(t *testing.T) {
 	specX := specB
 	specX.HF = &HFSpec{Repo: spec.HF.Repo, Revision: spec.HF.Revision, Endpoint: spec.HF.Endpoint,
 		Include: spec.HF.Include, Exclude: []string{"tokenizer*"}}
-	lines, err = fx.step(t, specX, nil).PreflightCached(ctx, envB, slotB)
+	lines, _, err = fx.step(t, specX, nil).Preflight(ctx, envB, slotB)
 	if err != nil || len(lines) != 1 || !strings.HasPrefix(lines[0], "to fetch: unknown (hub not reachable: ") {
 		t.Errorf("a listing that does not fit: %q, %v", lines, err)
 	}
