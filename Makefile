@@ -18,10 +18,13 @@ all: build
 build:
 	$(GO) build -buildvcs=auto -ldflags "$$(.ci/vcs-ldflags github.com/sglprov/sglprov/pkg/buildinfo)" -o $(BIN) ./cmd/sglprov
 
-# schema regenerates the recipes' JSON Schema that the shipped recipes name (a test fails
-# while it differs from what `sglprov schema` prints).
+# schema regenerates the recipes' JSON Schema that the shipped recipes name, and those of
+# report.json and `status --json` (a test fails while one differs from what `sglprov
+# schema` prints).
 schema: build
 	$(BIN) schema > docs/recipe.schema.json
+	$(BIN) schema report > docs/report.schema.json
+	$(BIN) schema status > docs/status.schema.json
 
 # man writes the man page sglprov(1), made from the same text as the help.
 man: build

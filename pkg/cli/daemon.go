@@ -48,7 +48,7 @@ func runDaemon(ctx context.Context, stdio IO, args []string) error {
 	if err != nil {
 		return err
 	}
-	logger := newLogger(stdio.Stderr).With("component", "daemon")
+	logger := newLogger(stdio.Stderr).With("component", "daemon", "recipe", r.Name)
 	metrics := daemon.NewMetrics()
 	if metricsAddr != "" {
 		addr, stop, err := metrics.Serve(metricsAddr)
@@ -69,6 +69,7 @@ func runDaemon(ctx context.Context, stdio IO, args []string) error {
 			held.set(nil)
 			rep, e, err := applyKeep(ctx, stdio, &c, nil)
 			held.set(e)
+			metrics.SetNodeInfo(nodeInfoOf(ctx, stdio, &c, r))
 			return rep, err
 		},
 		Canary:                canary(stdio, &c, canaryTimeout, logger),
@@ -77,6 +78,7 @@ func runDaemon(ctx context.Context, stdio IO, args []string) error {
 		Interval:              interval,
 		FailuresBeforeRestart: failures,
 		MaxRestarts:           restarts,
+		Recipe:                r.Name,
 		Metrics:               metrics,
 		Log:                   logger,
 		AfterCheck: func() {

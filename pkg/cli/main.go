@@ -41,6 +41,9 @@ type IO struct {
 	describe func(*flagSet)
 	// run is what Main learns of the command while it runs (nil outside Main).
 	run *invocation
+	// journal is set when Stderr is the systemd journal (see journalStderr): logs default
+	// to logfmt there, which the journal writer turns into fields.
+	journal bool
 }
 
 // DefaultStateDir is where state lives unless --state-dir says otherwise.
@@ -76,7 +79,7 @@ func commands() []command {
 		{"help", "[COMMAND]", "sglprov's help, or a command's", runHelp},
 		{"completion", "bash|zsh|fish", "a shell completion script", runCompletion},
 		{"man", "", "the man page, sglprov(1), in roff", runMan},
-		{"schema", "", "the JSON Schema of recipes, for editors", runSchema},
+		{"schema", "[recipe|report|status]", "the JSON Schema of recipes (for editors), of report.json or of status --json", runSchema},
 	}
 }
 
@@ -148,6 +151,7 @@ func Main(args []string, stdio IO) int {
 		os.Exit(engine.ExitFailed)
 	})
 	stdio.run = &invocation{}
+	stdio = journalStderr(stdio)
 	err := c.run(ctx, stdio, args[2:])
 	if errors.Is(err, errHelpShown) {
 		return engine.ExitOK
@@ -280,7 +284,11 @@ func (c *common) register(fs *flagSet, stdio IO) {
 	fs.Var(&c.sets, "set", "override a recipe var, `KEY=VALUE` (repeatable)")
 	fs.StringVar(&c.stateDir, "state-dir", stateDir, "state `DIR`; $SGLPROV_STATE_DIR sets the default")
 	fs.StringVar(&c.root, "root", "", "write every host path under `DIR`; start nothing")
-	fs.StringVar(&c.logFormat, "log-format", "text", "log `FORMAT`: text, json or logfmt")
+	logFormat := "text"
+	if stdio.journal {
+		logFormat = "logfmt"
+	}
+	fs.StringVar(&c.logFormat, "log-format", logFormat, "log `FORMAT`: text, json or logfmt")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log `LEVEL`: debug, info, warn or error")
 	fs.BoolVar(&c.insecure, "insecure-permissions", false, "accept recipe files and a state dir that other users own or can write")
 	for _, n := range []string{"f", "recipe", "set", "state-dir", "root", "log-format", "log-level", "insecure-permissions"} {
@@ -491,7 +499,7 @@ func (c *common) newEngine(ctx context.Context, stdio IO, r *recipe.Recipe, mod 
 		Facts:               facts,
 		Root:                c.root,
 		StateDir:            c.stateDirPath(),
-		NewLogger:           newLogger,
+		NewLogger:           withRecipe(stdio, newLogger, r.Name),
 		Console:             console.New(stdio.Stderr), // shared by the steps' logs and progress bars
 		IsTerminal:          isTerminal(stdio.Stderr),
 		Builtin:             sglprov.Assets,

@@ -72,6 +72,11 @@ func runStatus(ctx context.Context, stdio IO, args []string) error {
 	if rep != nil {
 		code = rep.ExitCode
 	}
+	if none {
+		// No run recorded is not a node known to be right: a check that runs status
+		// must not read it as success.
+		code = engine.ExitFailed
+	}
 	prof := profileOf(rep, st)
 	running := applyRunning(dir)
 	// A step recorded as running while no apply holds the lock belongs to a run that ended
@@ -109,9 +114,15 @@ func runStatus(ctx context.Context, stdio IO, args []string) error {
 		fmt.Fprintln(stdio.Stdout, "an apply is running: each step as recorded so far")
 	case none:
 		fmt.Fprintf(stdio.Stdout, "no run recorded in %s\n", dir)
-		return nil
+		return reported(fmt.Errorf("no run recorded in %s: %w", dir, errNoRun))
 	}
-	fmt.Fprintf(stdio.Stdout, "recipe %s, state updated %s\n", st.Recipe, st.Updated.Format(time.RFC3339))
+	switch {
+	case !st.Updated.IsZero():
+		fmt.Fprintf(stdio.Stdout, "recipe %s, state updated %s\n", st.Recipe, st.Updated.Format(time.RFC3339))
+	case rep != nil:
+		// Only refused runs so far: nothing ran, the state was never written.
+		fmt.Fprintf(stdio.Stdout, "recipe %s, no step has run yet\n", rep.Recipe)
+	}
 	if len(killed) > 0 {
 		fmt.Fprintf(stdio.Stdout, "last run: ended before it finished (killed?): %s was running; the next apply redoes it\n",
 			strings.Join(killed, ", "))
@@ -123,6 +134,11 @@ func runStatus(ctx context.Context, stdio IO, args []string) error {
 	if rep != nil && running == 0 && len(killed) == 0 {
 		fmt.Fprintf(stdio.Stdout, "last run: %s at %s, exit %d, took %s\n  report: %s/report.json\n",
 			rep.Result, rep.Started.Format(time.RFC3339), rep.ExitCode, rep.Duration.Round(time.Millisecond), rep.Dir)
+		if rep.Result == engine.ResultRefused {
+			// Nothing ran: the refusal is the whole story.
+			fmt.Fprintf(stdio.Stdout, "refused before any step ran: %s\n", strings.TrimSpace(rep.Error))
+			return exitAs(code)
+		}
 		writeProfile(stdio.Stdout, prof)
 		fmt.Fprintf(stdio.Stdout, "\n%s", rep.Summary())
 		if f := rep.Failures(10); f != "" {
@@ -150,6 +166,9 @@ func runStatus(ctx context.Context, stdio IO, args []string) error {
 	}
 	return exitAs(code)
 }
+
+// errNoRun is status's error when no run is recorded (exit 1).
+var errNoRun = errors.New("nothing to report")
 
 // exitAs returns an error that carries exit code code and prints nothing more.
 func exitAs(code int) error {

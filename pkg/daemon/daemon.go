@@ -44,6 +44,8 @@ type Options struct {
 	// MaxRestarts restarts without a passing canary in between mark the node unhealthy
 	// (default 3).
 	MaxRestarts int
+	// Recipe is the recipe's name: the `recipe` label of its metrics.
+	Recipe string
 	// Metrics records what happens (may be nil).
 	Metrics *Metrics
 	// AfterCheck is called after the first apply and after every round (to write the
@@ -82,6 +84,8 @@ const (
 	Unhealthy      Health = "unhealthy"
 	RebootRequired Health = "reboot_required"
 	ApplyFailed    Health = "apply_failed"
+	// Stopped is the state the daemon leaves in its last textfile as it stops.
+	Stopped Health = "stopped"
 )
 
 // Words returns the state for people (systemctl status): "reboot required".
@@ -99,12 +103,13 @@ type Daemon struct {
 	retryIn       int
 	mu            sync.Mutex // guards health, which notReady may set from the canary's goroutine
 	health        Health
+	m             *recipeMetrics
 }
 
 // New returns a daemon with opts.
 func New(opts Options) *Daemon {
 	opts.defaults()
-	return &Daemon{o: opts}
+	return &Daemon{o: opts, m: opts.Metrics.forRecipe(opts.Recipe)}
 }
 
 // Health returns the node's health as the daemon last saw it.
@@ -139,7 +144,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.status("applying the recipe")
 	d.apply(ctx, "start")
 	if ctx.Err() != nil {
-		_ = d.o.Notify("STOPPING=1")
+		d.stop(ctx)
 		return nil
 	}
 	if f, err := d.detect(ctx); err == nil && f != nil {
@@ -156,14 +161,12 @@ func (d *Daemon) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
-			d.o.Log.Info("stopping", "cause", context.Cause(ctx))
-			_ = d.o.Notify("STOPPING=1")
+			d.stop(ctx)
 			return nil
 		case <-tick.C:
 			d.Check(ctx)
 			if ctx.Err() != nil {
-				d.o.Log.Info("stopping", "cause", context.Cause(ctx))
-				_ = d.o.Notify("STOPPING=1")
+				d.stop(ctx)
 				return nil
 			}
 			d.status(d.health.Words())
@@ -184,12 +187,12 @@ func (d *Daemon) Check(ctx context.Context) {
 			d.o.Log.Error("the NVIDIA driver and its kernel module differ; the service is left as it is", "err", err)
 		}
 		d.setHealth(RebootRequired)
-		d.o.Metrics.setRebootRequired(true)
+		d.m.setRebootRequired(true)
 		return
 	case err != nil && !errors.Is(err, gpu.ErrNoGPU):
 		d.o.Log.Error("reading GPU facts", "err", err)
 	case f != nil:
-		d.o.Metrics.setRebootRequired(false)
+		d.m.setRebootRequired(false)
 		if d.driver != "" && f.DriverVersion != d.driver {
 			d.o.Log.Info("driver changed; applying the recipe again", "from", d.driver, "to", f.DriverVersion)
 			d.driver = f.DriverVersion
@@ -218,12 +221,12 @@ func (d *Daemon) apply(ctx context.Context, why string) {
 		d.o.Log.Info("apply interrupted: the daemon is stopping", "why", why)
 		return
 	}
-	d.o.Metrics.observeApply(rep, err)
+	d.m.observeApply(rep, err)
 	switch {
 	case errors.Is(err, engine.ErrReboot):
 		d.o.Log.Error("apply refused", "why", why, "err", err)
 		d.setHealth(RebootRequired)
-		d.o.Metrics.setRebootRequired(true)
+		d.m.setRebootRequired(true)
 	case err != nil:
 		d.applyFailures++
 		wait := min(1<<min(d.applyFailures-1, 30), maxRetryChecks) // 1, 2, 4 ... checks
@@ -260,7 +263,7 @@ func (d *Daemon) canary(ctx context.Context) {
 		d.o.Log.Info("canary cancelled: the daemon is stopping")
 		return
 	}
-	d.o.Metrics.observeCanary(lat, err)
+	d.m.observeCanary(lat, err)
 	if err == nil {
 		if d.failures > 0 || d.health != Healthy {
 			d.o.Log.Info("canary passes again", "seconds", logval.Seconds(lat))
@@ -288,12 +291,27 @@ func (d *Daemon) canary(ctx context.Context) {
 	}
 	d.restarts++
 	d.failures = 0
-	d.o.Metrics.incRestarts()
+	d.m.incRestarts()
 	d.o.Log.Warn("restarting the service", "restart", d.restarts, "of", d.o.MaxRestarts)
 	if err := d.o.RestartService(ctx); err != nil {
 		d.o.Log.Error("restarting the service", "err", err)
 	}
 	d.setHealth(Degraded)
+}
+
+// stop says the daemon stops, and leaves a final textfile that says so (health
+// "stopped", daemon_up 0, the heartbeat of this moment): a file left behind is not read
+// as a node still watched.
+func (d *Daemon) stop(ctx context.Context) {
+	d.o.Log.Info("stopping", "cause", context.Cause(ctx))
+	_ = d.o.Notify("STOPPING=1")
+	d.mu.Lock()
+	d.health = Stopped
+	d.mu.Unlock()
+	d.o.Metrics.stopped()
+	if d.o.AfterCheck != nil {
+		d.o.AfterCheck()
+	}
 }
 
 func (d *Daemon) detect(ctx context.Context) (*gpu.Facts, error) {
@@ -307,7 +325,7 @@ func (d *Daemon) setHealth(h Health) {
 	d.mu.Lock()
 	d.health = h
 	d.mu.Unlock()
-	d.o.Metrics.setHealth(h)
+	d.m.setHealth(h, "")
 }
 
 func (d *Daemon) status(s string) {
