@@ -79,6 +79,7 @@ func runDaemon(ctx context.Context, stdio IO, args []string) error {
 		FailuresBeforeRestart: failures,
 		MaxRestarts:           restarts,
 		Recipe:                r.Name,
+		Hook:                  daemonHook(stdio, &c, logger),
 		Metrics:               metrics,
 		Log:                   logger,
 		AfterCheck: func() {

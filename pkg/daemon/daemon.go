@@ -51,6 +51,10 @@ type Options struct {
 	// AfterCheck is called after the first apply and after every round (to write the
 	// metrics textfile); may be nil.
 	AfterCheck func()
+	// Hook runs the recipe's drain or undrain hook (HookUnhealthy, HookHealthy) with the
+	// node's health and its reason; nil when the recipe has none. It is called once per
+	// transition between serving correct answers and not, and must bound its own time.
+	Hook func(ctx context.Context, hook string, h Health, reason string) error
 	// Log is the daemon's logger.
 	Log *log.Logger
 }
@@ -88,6 +92,12 @@ const (
 	Stopped Health = "stopped"
 )
 
+// Hook names: the recipe's fields.
+const (
+	HookUnhealthy = "on_unhealthy"
+	HookHealthy   = "on_healthy"
+)
+
 // Words returns the state for people (systemctl status): "reboot required".
 func (h Health) Words() string { return strings.ReplaceAll(string(h), "_", " ") }
 
@@ -103,7 +113,11 @@ type Daemon struct {
 	retryIn       int
 	mu            sync.Mutex // guards health, which notReady may set from the canary's goroutine
 	health        Health
+	reason        string // why the node is not healthy, for /healthz and the hooks
 	m             *recipeMetrics
+	// serving is what the hooks last told the fleet: "" (nothing yet), HookHealthy or
+	// HookUnhealthy.
+	serving string
 }
 
 // New returns a daemon with opts.
@@ -152,6 +166,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	_ = d.o.Notify("READY=1")
 	d.status(d.health.Words())
+	d.syncHooks(ctx)
 	if d.o.AfterCheck != nil {
 		d.o.AfterCheck()
 	}
@@ -170,11 +185,44 @@ func (d *Daemon) Run(ctx context.Context) error {
 				return nil
 			}
 			d.status(d.health.Words())
+			d.syncHooks(ctx)
 			if d.o.AfterCheck != nil {
 				d.o.AfterCheck()
 			}
 		}
 	}
+}
+
+// syncHooks runs the drain hook when the node has stopped serving correct answers since
+// the hooks last spoke, and the undrain hook when it serves them again: once per
+// transition, the first decision included (a node that comes up healthy is put in).
+func (d *Daemon) syncHooks(ctx context.Context) {
+	if ctx.Err() != nil {
+		return
+	}
+	d.mu.Lock()
+	h, reason := d.health, d.reason
+	d.mu.Unlock()
+	want := HookUnhealthy
+	if h == Healthy {
+		want = HookHealthy
+	}
+	if want == d.serving {
+		return
+	}
+	if d.o.Hook == nil {
+		d.serving = want
+		return
+	}
+	if err := d.o.Hook(ctx, want, h, reason); err != nil {
+		// Tried again at the next round: a drain that did not reach the router must not
+		// be taken as done.
+		d.o.Log.Error("the hook failed; it runs again at the next check", "hook", want, "err", err)
+		d.m.hook(want, "failed")
+		return
+	}
+	d.serving = want
+	d.m.hook(want, "ok")
 }
 
 // Check runs one round: the driver facts first, then the canary.
@@ -186,7 +234,7 @@ func (d *Daemon) Check(ctx context.Context) {
 			// err says "reboot required" itself.
 			d.o.Log.Error("the NVIDIA driver and its kernel module differ; the service is left as it is", "err", err)
 		}
-		d.setHealth(RebootRequired)
+		d.setHealth(RebootRequired, err.Error())
 		d.m.setRebootRequired(true)
 		return
 	case err != nil && !errors.Is(err, gpu.ErrNoGPU):
@@ -225,7 +273,7 @@ func (d *Daemon) apply(ctx context.Context, why string) {
 	switch {
 	case errors.Is(err, engine.ErrReboot):
 		d.o.Log.Error("apply refused", "why", why, "err", err)
-		d.setHealth(RebootRequired)
+		d.setHealth(RebootRequired, err.Error())
 		d.m.setRebootRequired(true)
 	case err != nil:
 		d.applyFailures++
@@ -233,11 +281,12 @@ func (d *Daemon) apply(ctx context.Context, why string) {
 		d.retryIn = wait - 1
 		d.o.Log.Error("apply failed", "why", why, "err", err,
 			"retry_seconds", logval.Seconds(time.Duration(wait)*d.o.Interval))
-		d.setHealth(ApplyFailed)
+		d.setHealth(ApplyFailed, "apply failed: "+err.Error())
 	default:
 		d.o.Log.Info("apply done", "why", why)
 		d.failures, d.restarts, d.applyFailures, d.retryIn = 0, 0, 0, 0
-		d.setHealth(Healthy)
+		d.setHealth(Healthy, "")
+		d.m.setReady()
 	}
 }
 
@@ -254,7 +303,7 @@ func (d *Daemon) canary(ctx context.Context) {
 			return
 		}
 		d.o.Log.Warn("canary: the server does not answer", "last", last)
-		d.setHealth(Degraded)
+		d.setHealth(Degraded, "the server does not answer: "+last)
 		d.status("canary waiting for the server: " + last)
 	}
 	lat, err := d.o.Canary(ctx, notReady)
@@ -269,24 +318,25 @@ func (d *Daemon) canary(ctx context.Context) {
 			d.o.Log.Info("canary passes again", "seconds", logval.Seconds(lat))
 		}
 		d.failures, d.restarts = 0, 0
-		d.setHealth(Healthy)
+		d.setHealth(Healthy, "")
 		return
 	}
 	d.failures++
 	d.o.Log.Warn("canary failed", "failures", d.failures, "err", err)
+	reason := "canary failed: " + err.Error()
 	if d.failures < d.o.FailuresBeforeRestart {
-		d.setHealth(Degraded)
+		d.setHealth(Degraded, reason)
 		return
 	}
 	if d.restarts >= d.o.MaxRestarts {
 		if d.health != Unhealthy {
 			d.o.Log.Error("node unhealthy: the canary keeps failing after restarts", "restarts", d.restarts)
 		}
-		d.setHealth(Unhealthy)
+		d.setHealth(Unhealthy, reason)
 		return
 	}
 	if d.o.RestartService == nil {
-		d.setHealth(Unhealthy)
+		d.setHealth(Unhealthy, reason)
 		return
 	}
 	d.restarts++
@@ -296,7 +346,7 @@ func (d *Daemon) canary(ctx context.Context) {
 	if err := d.o.RestartService(ctx); err != nil {
 		d.o.Log.Error("restarting the service", "err", err)
 	}
-	d.setHealth(Degraded)
+	d.setHealth(Degraded, reason)
 }
 
 // stop says the daemon stops, and leaves a final textfile that says so (health
@@ -321,11 +371,11 @@ func (d *Daemon) detect(ctx context.Context) (*gpu.Facts, error) {
 	return d.o.Detect(ctx)
 }
 
-func (d *Daemon) setHealth(h Health) {
+func (d *Daemon) setHealth(h Health, reason string) {
 	d.mu.Lock()
-	d.health = h
+	d.health, d.reason = h, reason
 	d.mu.Unlock()
-	d.m.setHealth(h, "")
+	d.m.setHealth(h, reason)
 }
 
 func (d *Daemon) status(s string) {

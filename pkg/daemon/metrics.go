@@ -406,33 +406,80 @@ func (m *Metrics) stopped() {
 	}
 }
 
-// healthz answers 200 while the daemon runs, its body naming each recipe's health:
-// "ok node_health=degraded" (one recipe), or one "RECIPE node_health=..." line each.
+// healthz is what a load balancer asks: 200 only while every recipe's node serves
+// correct answers (health "healthy"), 503 otherwise, the body naming each recipe's health
+// and, for one that is not healthy, why ("node_health=degraded: canary failed: ...").
 func (m *Metrics) healthz(w http.ResponseWriter, _ *http.Request) {
-	m.mu.Lock()
-	var lines []string
-	for name, s := range m.states {
+	m.answer(w, func(s *recipeState) (bool, string) {
 		h := s.health
 		if h == "" {
-			h = "starting"
+			return false, "node_health=starting: the first apply has not finished"
 		}
-		lines = append(lines, fmt.Sprintf("%s node_health=%s", name, h))
-	}
-	m.mu.Unlock()
-	sort.Strings(lines)
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	switch len(lines) {
-	case 0:
-		fmt.Fprintln(w, "ok node_health=starting")
-	case 1:
-		_, rest, _ := strings.Cut(lines[0], " ")
-		fmt.Fprintf(w, "ok %s\n", rest)
-	default:
-		fmt.Fprintf(w, "ok\n%s\n", strings.Join(lines, "\n"))
-	}
+		if h == Healthy {
+			return true, "node_health=healthy"
+		}
+		return false, fmt.Sprintf("node_health=%s: %s", h, oneLine(s.reason, h.Words()))
+	})
 }
 
-func (m *Metrics) readyz(w http.ResponseWriter, r *http.Request) { m.healthz(w, r) }
+// readyz answers 200 once the first gate of every recipe passed (an apply succeeded),
+// and stays so; 503 before.
+func (m *Metrics) readyz(w http.ResponseWriter, _ *http.Request) {
+	m.answer(w, func(s *recipeState) (bool, string) {
+		if s.ready {
+			return true, "ready"
+		}
+		if s.health == Stopped {
+			return false, "not ready: the daemon stopped"
+		}
+		return false, "not ready: the first gate has not passed yet"
+	})
+}
+
+// answer writes 200 when judge passes every recipe, else 503; one line per recipe
+// ("RECIPE: ..."), or the one line alone for a single recipe, prefixed "ok " on 200.
+func (m *Metrics) answer(w http.ResponseWriter, judge func(*recipeState) (bool, string)) {
+	m.mu.Lock()
+	names := make([]string, 0, len(m.states))
+	for n := range m.states {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	all := len(names) > 0
+	var lines []string
+	for _, n := range names {
+		ok, line := judge(m.states[n])
+		all = all && ok
+		if len(names) > 1 {
+			line = n + ": " + line
+		}
+		lines = append(lines, line)
+	}
+	m.mu.Unlock()
+	if len(names) == 0 {
+		lines = []string{"node_health=starting: the first apply has not finished"}
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	code, prefix := http.StatusServiceUnavailable, ""
+	if all {
+		code, prefix = http.StatusOK, "ok "
+	}
+	w.WriteHeader(code)
+	fmt.Fprintf(w, "%s%s\n", prefix, strings.Join(lines, "\n"))
+}
+
+// oneLine is s on one line, at most 512 bytes; def when s is empty.
+func oneLine(s, def string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if s == "" {
+		return def
+	}
+	if len(s) > 512 {
+		s = s[:512] + "..."
+	}
+	return s
+}
 
 func b2f(b bool) float64 {
 	if b {

@@ -41,6 +41,8 @@ type Recipe struct {
 	Steps []*Step
 	// Cache is the fleet cache block (nil when the recipe has none).
 	Cache *Cache
+	// OnUnhealthy and OnHealthy are the daemon's drain and undrain hooks (nil: none).
+	OnUnhealthy, OnHealthy *Hook
 }
 
 // Step is one step of a recipe, with its kind body kept as YAML until it is rendered.
@@ -126,7 +128,7 @@ func (p *parser) parse(data []byte, sets []string) *Recipe {
 	}
 	r := &Recipe{File: p.file, Vars: map[string]string{}, VarPos: map[string]Pos{}, Profiles: map[string]Profile{}}
 	seen := map[string]*yaml.Node{}
-	var stepsNode, varsNode, cacheNode *yaml.Node
+	var stepsNode, varsNode, cacheNode, unhealthyNode, healthyNode *yaml.Node
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		k, v := root.Content[i], root.Content[i+1]
 		if prev, dup := seen[k.Value]; dup {
@@ -164,6 +166,10 @@ func (p *parser) parse(data []byte, sets []string) *Recipe {
 			stepsNode = v
 		case "cache":
 			cacheNode = v
+		case "on_unhealthy":
+			unhealthyNode = v
+		case "on_healthy":
+			healthyNode = v
 		}
 	}
 	for _, f := range []string{"apiVersion", "name", "steps"} {
@@ -181,6 +187,12 @@ func (p *parser) parse(data []byte, sets []string) *Recipe {
 	}
 	if cacheNode != nil {
 		p.parseCache(cacheNode, r)
+	}
+	if unhealthyNode != nil {
+		r.OnUnhealthy = p.parseHook(unhealthyNode, "on_unhealthy", r)
+	}
+	if healthyNode != nil {
+		r.OnHealthy = p.parseHook(healthyNode, "on_healthy", r)
 	}
 	// Templates in vars may refer to facts and to other vars, without a cycle.
 	// (varNodes, not nodeAt: a search of the mapping per var made validation quadratic.)
