@@ -30,7 +30,7 @@ func runDaemon(ctx context.Context, stdio IO, args []string) error {
 	fs.StringVar(&metricsAddr, "metrics-addr", "127.0.0.1:9477", "serve Prometheus metrics on `ADDR` (empty: none)")
 	fs.StringVar(&textfile, "textfile", "", "also write the metrics to `FILE` for node_exporter's textfile collector")
 	fs.IntVar(&failures, "failures-before-restart", 3, "consecutive canary failures that restart the service")
-	fs.IntVar(&restarts, "max-restarts", 3, "restarts without a passing canary before the node is marked unhealthy")
+	fs.IntVar(&restarts, "max-restarts", 1, "restarts, the remediation ladder's first rung, before the whole gate and the next profile are tried")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -69,10 +69,12 @@ func runDaemon(ctx context.Context, stdio IO, args []string) error {
 			held.set(nil)
 			rep, e, err := applyKeep(ctx, stdio, &c, nil)
 			held.set(e)
-			metrics.SetNodeInfo(nodeInfoOf(ctx, stdio, &c, r))
 			return rep, err
 		},
 		Canary:                canary(stdio, &c, canaryTimeout, logger),
+		CanaryTimeout:         canaryTimeout,
+		Remedies:              &remedies{stdio: stdio, c: &c, held: &held, timeout: canaryTimeout},
+		Generations:           daemon.NoGenerations{},
 		RestartService:        restartService(stdio, &c, &held),
 		Notify:                func(s string) error { _, err := sddaemon.SdNotify(false, s); return err },
 		Interval:              interval,
@@ -83,6 +85,8 @@ func runDaemon(ctx context.Context, stdio IO, args []string) error {
 		Metrics:               metrics,
 		Log:                   logger,
 		AfterCheck: func() {
+			// The ladder may have moved the service to another profile since the apply.
+			metrics.SetNodeInfo(nodeInfoOf(ctx, stdio, &c, r))
 			if err := metricsTextfile(metrics, textfile); err != nil {
 				logger.Warn("writing metrics textfile", "err", err)
 			}
@@ -105,10 +109,11 @@ func metricsTextfile(m *daemon.Metrics, path string) error {
 }
 
 // canary returns the daemon's canary: the first case of the recipe's smoke step, with a
-// readiness wait of at most timeout (the service is expected to be up already). While it
+// readiness wait of at most wait (one interval for a server that was serving, the canary
+// timeout after a restart) and timeout. While it
 // waits it calls notReady after every poll, and logs what it sees at least every 30 s.
-func canary(stdio IO, c *common, timeout time.Duration, logger *log.Logger) func(ctx context.Context, notReady func(string)) (time.Duration, error) {
-	return func(ctx context.Context, notReady func(string)) (time.Duration, error) {
+func canary(stdio IO, c *common, timeout time.Duration, logger *log.Logger) func(ctx context.Context, notReady func(string), wait time.Duration) (time.Duration, error) {
+	return func(ctx context.Context, notReady func(string), readyWait time.Duration) (time.Duration, error) {
 		spec, err := recipeSmokeSpec(ctx, stdio, smokeOptions{recipe: c.recipe, sets: c.sets, insecure: c.insecure})
 		if err != nil {
 			return 0, err
@@ -120,7 +125,7 @@ func canary(stdio IO, c *common, timeout time.Duration, logger *log.Logger) func
 		// One request on a serving node: the first case that sends a single prompt, never
 		// a load case or an accuracy sweep.
 		cfg.Cases = []gate.Case{gate.CanaryCase(cfg.Cases)}
-		cfg.ReadyTimeout = timeout
+		cfg.ReadyTimeout = min(readyWait, timeout)
 		cfg.RequestTimeout = timeout
 		var wait *gate.WaitReporter
 		if isTerminal(stdio.Stderr) {

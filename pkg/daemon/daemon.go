@@ -1,7 +1,9 @@
 // Package daemon keeps a provisioned node right: it applies the recipe, then watches the
 // driver facts and runs a canary smoke case at an interval; a changed driver re-applies,
 // a driver/library mismatch reports "reboot required" and leaves the service alone, and
-// repeated canary failures restart the service and, past a bound, mark the node unhealthy.
+// repeated canary failures climb a remediation ladder (restart, the whole gate, the next
+// profile, the previous generation) and, when every rung fails, mark the node unhealthy,
+// running the recipe's drain hook; a node that passes again recovers by itself.
 package daemon
 
 import (
@@ -30,7 +32,16 @@ type Options struct {
 	// answer, it calls notReady with what it last saw ("connection refused", "HTTP 503"):
 	// the node is not healthy from that moment, not only once the wait gives up. A canary
 	// cut short because ctx ended (the daemon stopping) is neither a pass nor a failure.
-	Canary func(ctx context.Context, notReady func(last string)) (time.Duration, error)
+	// The readiness wait is bounded by wait: one interval for a server that was serving,
+	// CanaryTimeout for one the daemon has just restarted.
+	Canary func(ctx context.Context, notReady func(last string), wait time.Duration) (time.Duration, error)
+	// CanaryTimeout bounds the readiness wait of the canary after the daemon restarted the
+	// service (default 2 min).
+	CanaryTimeout time.Duration
+	// Remedies are the remediation ladder's regate and next-profile rungs (nil: skipped).
+	Remedies Remedies
+	// Generations is the ladder's previous-generation rung (nil: NoGenerations).
+	Generations Generations
 	// RestartService restarts the served model's service (nil: none to restart).
 	RestartService func(ctx context.Context) error
 	// Notify sends an sd_notify message ("READY=1", "STATUS=...", "WATCHDOG=1").
@@ -41,8 +52,8 @@ type Options struct {
 	Interval time.Duration
 	// FailuresBeforeRestart consecutive canary failures restart the service (default 3).
 	FailuresBeforeRestart int
-	// MaxRestarts restarts without a passing canary in between mark the node unhealthy
-	// (default 3).
+	// MaxRestarts is how many restarts the ladder's first rung makes in one climb before
+	// the next rung (default 1).
 	MaxRestarts int
 	// Recipe is the recipe's name: the `recipe` label of its metrics.
 	Recipe string
@@ -67,7 +78,10 @@ func (o *Options) defaults() {
 		o.FailuresBeforeRestart = 3
 	}
 	if o.MaxRestarts <= 0 {
-		o.MaxRestarts = 3
+		o.MaxRestarts = 1
+	}
+	if o.CanaryTimeout <= 0 {
+		o.CanaryTimeout = 2 * time.Minute
 	}
 	if o.Notify == nil {
 		o.Notify = func(string) error { return nil }
@@ -118,6 +132,10 @@ type Daemon struct {
 	// serving is what the hooks last told the fleet: "" (nothing yet), HookHealthy or
 	// HookUnhealthy.
 	serving string
+	// l is the remediation ladder's climb; fresh is set when the daemon has (re)started
+	// the server since the last canary.
+	l     ladder
+	fresh bool
 }
 
 // New returns a daemon with opts.
@@ -285,6 +303,7 @@ func (d *Daemon) apply(ctx context.Context, why string) {
 	default:
 		d.o.Log.Info("apply done", "why", why)
 		d.failures, d.restarts, d.applyFailures, d.retryIn = 0, 0, 0, 0
+		d.l, d.fresh = ladder{}, false
 		d.setHealth(Healthy, "")
 		d.m.setReady()
 	}
@@ -293,61 +312,6 @@ func (d *Daemon) apply(ctx context.Context, why string) {
 // maxRetryChecks is the most checks between two retries of a failing apply (about an
 // hour at the default interval).
 const maxRetryChecks = 64
-
-func (d *Daemon) canary(ctx context.Context) {
-	if d.o.Canary == nil {
-		return
-	}
-	notReady := func(last string) {
-		if ctx.Err() != nil || d.health != Healthy {
-			return
-		}
-		d.o.Log.Warn("canary: the server does not answer", "last", last)
-		d.setHealth(Degraded, "the server does not answer: "+last)
-		d.status("canary waiting for the server: " + last)
-	}
-	lat, err := d.o.Canary(ctx, notReady)
-	if ctx.Err() != nil {
-		// Stopping: the canary was cut short, not failed; nothing is restarted.
-		d.o.Log.Info("canary cancelled: the daemon is stopping")
-		return
-	}
-	d.m.observeCanary(lat, err)
-	if err == nil {
-		if d.failures > 0 || d.health != Healthy {
-			d.o.Log.Info("canary passes again", "seconds", logval.Seconds(lat))
-		}
-		d.failures, d.restarts = 0, 0
-		d.setHealth(Healthy, "")
-		return
-	}
-	d.failures++
-	d.o.Log.Warn("canary failed", "failures", d.failures, "err", err)
-	reason := "canary failed: " + err.Error()
-	if d.failures < d.o.FailuresBeforeRestart {
-		d.setHealth(Degraded, reason)
-		return
-	}
-	if d.restarts >= d.o.MaxRestarts {
-		if d.health != Unhealthy {
-			d.o.Log.Error("node unhealthy: the canary keeps failing after restarts", "restarts", d.restarts)
-		}
-		d.setHealth(Unhealthy, reason)
-		return
-	}
-	if d.o.RestartService == nil {
-		d.setHealth(Unhealthy, reason)
-		return
-	}
-	d.restarts++
-	d.failures = 0
-	d.m.incRestarts()
-	d.o.Log.Warn("restarting the service", "restart", d.restarts, "of", d.o.MaxRestarts)
-	if err := d.o.RestartService(ctx); err != nil {
-		d.o.Log.Error("restarting the service", "err", err)
-	}
-	d.setHealth(Degraded, reason)
-}
 
 // stop says the daemon stops, and leaves a final textfile that says so (health
 // "stopped", daemon_up 0, the heartbeat of this moment): a file left behind is not read

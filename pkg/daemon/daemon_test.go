@@ -56,7 +56,7 @@ func (n *node) options() Options {
 			}
 			return &gpu.Facts{DriverVersion: n.driver}, nil
 		},
-		Canary: func(ctx context.Context, _ func(string)) (time.Duration, error) {
+		Canary: func(ctx context.Context, _ func(string), _ time.Duration) (time.Duration, error) {
 			n.mu.Lock()
 			defer n.mu.Unlock()
 			if !n.canaryOK {
@@ -382,7 +382,7 @@ func TestStopCancelsCanary(t *testing.T) {
 	o.Interval = 10 * time.Millisecond
 	o.FailuresBeforeRestart = 1
 	started := make(chan struct{}, 1)
-	o.Canary = func(ctx context.Context, _ func(string)) (time.Duration, error) {
+	o.Canary = func(ctx context.Context, _ func(string), _ time.Duration) (time.Duration, error) {
 		select {
 		case started <- struct{}{}:
 		default:
@@ -426,7 +426,7 @@ func TestHealthLeavesHealthyWhenServerDies(t *testing.T) {
 	// scheduling delays.
 	const interval = time.Second
 	o.Interval = interval
-	o.Canary = func(ctx context.Context, notReady func(string)) (time.Duration, error) {
+	o.Canary = func(ctx context.Context, notReady func(string), _ time.Duration) (time.Duration, error) {
 		_, err := smoke.WaitReady(ctx, smoke.Config{URL: url, ReadyTimeout: time.Minute,
 			PollInitial: 50 * time.Millisecond, Waiting: func(s smoke.WaitStatus) { notReady(s.Last) }})
 		return 0, err

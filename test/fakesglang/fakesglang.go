@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -117,6 +118,11 @@ type Options struct {
 	CrowdedAbove int
 	// Latency is how long each chat request is held before it is answered.
 	Latency time.Duration
+	// BrokenWhile names a file: while it exists, chat answers are those of BrokenMode
+	// (checked at every request), as a server whose cause of garbage is on disk.
+	BrokenWhile string
+	// BrokenMode is what BrokenWhile makes the server do (default ModeBang).
+	BrokenMode Mode
 	// Log, when set, receives one line per request.
 	Log io.Writer
 	// Now is the clock (default time.Now).
@@ -414,6 +420,14 @@ func (s *Server) answer(prompt string, maxTokens int, thinking bool, tools []Req
 	mode := s.opts.Mode
 	if crowded {
 		mode = ModeCommaBang
+	}
+	if s.opts.BrokenWhile != "" {
+		if _, err := os.Stat(s.opts.BrokenWhile); err == nil {
+			mode = s.opts.BrokenMode
+			if mode == "" || mode == ModeGood {
+				mode = ModeBang
+			}
+		}
 	}
 	switch mode {
 	case ModeBang:

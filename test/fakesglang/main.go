@@ -76,6 +76,10 @@ type Config struct {
 	// CrowdedAbove and Latency are --fake-crowded-above and --fake-latency.
 	CrowdedAbove int
 	Latency      time.Duration
+	// BrokenWhile is --fake-broken-while FILE: garbage (the --fake-broken-mode) while FILE
+	// exists, checked at every request; BrokenMode that mode.
+	BrokenWhile string
+	BrokenMode  Mode
 }
 
 // The parsers a launch line must name for tool calls and thinking to come back split
@@ -91,7 +95,8 @@ const (
 // --fake-broken-mode MODE (what a broken server does, default bang), --fake-ready-after DUR,
 // --fake-port-file PATH, --fake-no-health-generate, --fake-crowded-above N (mode crowded:
 // garbage once more than N requests are in flight), --fake-latency DUR (each request's
-// time). SGLang's own --tool-call-parser and --reasoning-parser decide whether tool calls
+// time), --fake-broken-while FILE (the broken mode while FILE exists, read at every
+// request). SGLang's own --tool-call-parser and --reasoning-parser decide whether tool calls
 // and thinking come back parsed (qwen3_coder, qwen3) or as raw text in the content.
 func ParseConfig(args []string, getenv func(string) string) (Config, error) {
 	a := ParseArgs(args)
@@ -149,6 +154,9 @@ func ParseConfig(args []string, getenv func(string) string) (Config, error) {
 	brokenMode := Mode(a.Get("fake-broken-mode", string(ModeBang)))
 	if !brokenMode.Valid() {
 		return c, fmt.Errorf("--fake-broken-mode %q: unknown mode", brokenMode)
+	}
+	if c.BrokenWhile = a.Get("fake-broken-while", ""); c.BrokenWhile != "" {
+		c.BrokenMode = brokenMode
 	}
 	conds := a["fake-broken-if"]
 	if len(conds) == 0 {
@@ -212,7 +220,8 @@ func Main(ctx context.Context, args []string, stderr io.Writer, getenv func(stri
 	srv := &http.Server{
 		Handler: New(Options{Mode: cfg.Mode, Model: cfg.Model, ReadyAfter: cfg.ReadyAfter,
 			NoHealthGenerate: cfg.NoHealthGenerate, Log: stderr, RawToolCalls: cfg.RawToolCalls,
-			InlineThink: cfg.InlineThink, CrowdedAbove: cfg.CrowdedAbove, Latency: cfg.Latency}),
+			InlineThink: cfg.InlineThink, CrowdedAbove: cfg.CrowdedAbove, Latency: cfg.Latency,
+			BrokenWhile: cfg.BrokenWhile, BrokenMode: cfg.BrokenMode}),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	why := ""
