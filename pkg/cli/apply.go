@@ -55,11 +55,17 @@ func applyKeep(ctx context.Context, stdio IO, c *common, mod func(*engine.Option
 	if err := engine.EnsureStateDir(dir, c.insecure); err != nil {
 		return nil, nil, err
 	}
-	lock, err := engine.AcquireLock(dir)
-	if err != nil {
-		return nil, nil, err
+	if c.lock != nil {
+		// The daemon holds the node's lock; others see it applying meanwhile.
+		_ = c.lock.SetNote(engine.NoteDaemonApplying)
+		defer c.lock.SetNote(engine.NoteDaemon)
+	} else {
+		lock, err := engine.AcquireLock(dir)
+		if err != nil {
+			return nil, nil, err
+		}
+		defer lock.Release()
 	}
-	defer lock.Release()
 	started := time.Now()
 	e, _, err := c.newEngine(ctx, stdio, r, mod)
 	if err != nil {

@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"os/signal"
 	"sync"
+	"syscall"
 	"time"
 
 	"charm.land/log/v2"
@@ -49,6 +52,14 @@ func runDaemon(ctx context.Context, stdio IO, args []string) error {
 		return err
 	}
 	logger := newLogger(stdio.Stderr).With("component", "daemon", "recipe", r.Name)
+	// The node's lock, held from start to end: an apply or a second daemon started beside
+	// this one is refused (exit 5) and told the daemon's pid, rather than starting a
+	// second server whose gate would pass against this daemon's.
+	unlock, err := holdNodeLock(&c)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	metrics := daemon.NewMetrics()
 	if metricsAddr != "" {
 		addr, stop, err := metrics.Serve(metricsAddr)
@@ -81,12 +92,16 @@ func runDaemon(ctx context.Context, stdio IO, args []string) error {
 		FailuresBeforeRestart: failures,
 		MaxRestarts:           restarts,
 		Recipe:                r.Name,
+		Reapply:               reloadOnHangup(ctx, &c, logger),
 		Hook:                  daemonHook(stdio, &c, logger),
 		Metrics:               metrics,
 		Log:                   logger,
 		AfterCheck: func() {
 			// The ladder may have moved the service to another profile since the apply.
 			metrics.SetNodeInfo(nodeInfoOf(ctx, stdio, &c, r))
+			if n, ok := held.serverRestarts(); ok {
+				metrics.SetServerRestarts(r.Name, n)
+			}
 			if err := metricsTextfile(metrics, textfile); err != nil {
 				logger.Warn("writing metrics textfile", "err", err)
 			}
@@ -99,6 +114,25 @@ func runDaemon(ctx context.Context, stdio IO, args []string) error {
 		opts.WatchdogInterval = wd / 2
 	}
 	return daemon.New(opts).Run(ctx)
+}
+
+// holdNodeLock takes the state dir's lock for the daemon's whole life, noted as the
+// daemon's (engine.NoteDaemon), and keeps it in c for the daemon's applies and rungs.
+func holdNodeLock(c *common) (func(), error) {
+	dir := c.stateDirPath()
+	if err := engine.EnsureStateDir(dir, c.insecure); err != nil {
+		return nil, err
+	}
+	lock, err := engine.AcquireLock(dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := lock.SetNote(engine.NoteDaemon); err != nil {
+		lock.Release()
+		return nil, err
+	}
+	c.lock = lock
+	return func() { c.lock = nil; lock.Release() }, nil
 }
 
 func metricsTextfile(m *daemon.Metrics, path string) error {
@@ -160,10 +194,56 @@ func canary(stdio IO, c *common, timeout time.Duration, logger *log.Logger) func
 	}
 }
 
+// reloadOnHangup makes SIGHUP re-read the recipe, as daemons do, never end the daemon: a
+// recipe that loads is applied at once (the channel delivers), one that does not is
+// logged and the daemon goes on with what it runs.
+func reloadOnHangup(ctx context.Context, c *common, logger *log.Logger) <-chan string {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	out := make(chan string, 1)
+	go func() {
+		defer signal.Stop(hup)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+			}
+			if _, err := c.loadRecipe(); err != nil {
+				logger.Error("SIGHUP: the recipe does not load; the node keeps what it runs", "recipe_file", c.recipe, "err", err)
+				continue
+			}
+			logger.Info("SIGHUP: the recipe was re-read", "recipe_file", c.recipe)
+			select {
+			case out <- "recipe re-read (SIGHUP)":
+			default: // one is pending already
+			}
+		}
+	}()
+	return out
+}
+
 // heldEngine is the engine of the daemon's last apply, kept open.
 type heldEngine struct {
 	mu sync.Mutex
 	e  *engine.Engine
+}
+
+// serverRestarts returns how many times the service manager of the held engine's first
+// service step restarted its server after it died, when it counts them.
+func (h *heldEngine) serverRestarts() (int, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.e == nil {
+		return 0, false
+	}
+	for _, name := range h.e.StepsOfKind("systemd") {
+		st, _ := h.e.StepNamed(name)
+		if c, ok := st.(interface{ ServerRestarts() (int, bool) }); ok {
+			return c.ServerRestarts()
+		}
+	}
+	return 0, false
 }
 
 // set closes the engine held (stopping what it supervises) and holds e instead.
@@ -180,12 +260,16 @@ func (h *heldEngine) set(e *engine.Engine) {
 // the engine of the last apply when there is one (an exec-managed server is its child).
 func restartService(stdio IO, c *common, held *heldEngine) func(ctx context.Context) error {
 	return func(ctx context.Context) error {
-		// The restart rewrites the unit: not while an apply holds the lock.
-		lock, err := engine.AcquireLock(c.stateDirPath())
-		if err != nil {
-			return err
+		// The restart rewrites the unit: not while an apply holds the lock (the daemon
+		// holds it already).
+		var err error
+		if c.lock == nil {
+			lock, lerr := engine.AcquireLock(c.stateDirPath())
+			if lerr != nil {
+				return lerr
+			}
+			defer lock.Release()
 		}
-		defer lock.Release()
 		held.mu.Lock()
 		defer held.mu.Unlock()
 		e := held.e

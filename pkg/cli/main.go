@@ -264,6 +264,9 @@ type common struct {
 
 	// commands is the verdict on the recipe's required commands, set by newEngine.
 	commands []hostcmd.Result
+	// lock is the state dir's lock when the command holds it from start to end (the
+	// daemon, between its applies too): applyKeep and the daemon's rungs take none then.
+	lock *engine.Lock
 }
 
 // multi is a repeatable flag whose values are kept in order.

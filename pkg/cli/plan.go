@@ -45,6 +45,13 @@ func planBody(ctx context.Context, stdio IO, c *common, only, force string, asJS
 		if running == 0 {
 			running = -1
 		}
+		if engine.LockNote(c.stateDirPath()) == engine.NoteDaemon {
+			// A daemon between its applies: the state is at rest.
+			if !asJSON {
+				fmt.Fprintf(stdio.Stdout, "the sglprov daemon, pid %d, watches this node\n", running)
+			}
+			running = 0
+		}
 	case err != nil:
 		return err
 	}

@@ -106,12 +106,16 @@ func persist(e *engine.Engine) error {
 // withService calls f with the recipe's first service step, through the held engine when
 // there is one.
 func (r *remedies) withService(ctx context.Context, f func(engine.ServiceStep, *engine.Env) error) error {
-	// The rung rewrites the unit and the state: not while an apply holds the lock.
-	lock, err := engine.AcquireLock(r.c.stateDirPath())
-	if err != nil {
-		return err
+	// The rung rewrites the unit and the state: not while an apply holds the lock (the
+	// daemon holds it already).
+	var err error
+	if r.c.lock == nil {
+		lock, lerr := engine.AcquireLock(r.c.stateDirPath())
+		if lerr != nil {
+			return lerr
+		}
+		defer lock.Release()
 	}
-	defer lock.Release()
 	r.held.mu.Lock()
 	defer r.held.mu.Unlock()
 	e := r.held.e

@@ -31,21 +31,31 @@ type statusJSON struct {
 	// Interrupted lists the steps that the state records as running while no apply runs:
 	// the last run ended before it finished them (then ExitCode is 1).
 	Interrupted []string `json:"interrupted_steps,omitempty"`
+	// Daemon is the pid of the sglprov daemon that watches the node (holds its lock).
+	Daemon int `json:"daemon_pid,omitempty"`
 }
 
 // applyRunning returns the pid of the apply that holds dir's lock now (-1 when it wrote
-// none), or 0 when none does. It takes the lock shared and gives it back at once, so that
-// status never keeps an apply from starting.
-func applyRunning(dir string) int {
+// none), or 0 when none does, and the daemon's pid when a daemon holds it (between its
+// applies a daemon is not an apply running). It takes the lock shared and gives it back at
+// once, so that status never keeps an apply from starting.
+func applyRunning(dir string) (running, daemonPid int) {
 	lock, err := engine.AcquireSharedLock(dir)
 	if !errors.Is(err, engine.ErrLocked) {
 		lock.Release()
-		return 0
+		return 0, 0
 	}
-	if pid := engine.LockHolder(dir); pid > 0 {
-		return pid
+	pid := engine.LockHolder(dir)
+	switch engine.LockNote(dir) {
+	case engine.NoteDaemon:
+		return 0, pid
+	case engine.NoteDaemonApplying:
+		return pid, pid
 	}
-	return -1
+	if pid > 0 {
+		return pid, 0
+	}
+	return -1, 0
 }
 
 // runStatus prints the last run; its exit code is that run's (0 when none finished).
@@ -78,7 +88,7 @@ func runStatus(ctx context.Context, stdio IO, args []string) error {
 		code = engine.ExitFailed
 	}
 	prof := profileOf(rep, st)
-	running := applyRunning(dir)
+	running, daemonPid := applyRunning(dir)
 	// A step recorded as running while no apply holds the lock belongs to a run that ended
 	// without finishing (killed, or the host went down): that run is the last, and failed.
 	var killed []string
@@ -94,7 +104,7 @@ func runStatus(ctx context.Context, stdio IO, args []string) error {
 		code = engine.ExitFailed
 	}
 	if asJSON {
-		out := statusJSON{StateDir: dir, Report: rep, ExitCode: code, Profile: prof, ApplyRunning: running, Interrupted: killed}
+		out := statusJSON{StateDir: dir, Report: rep, ExitCode: code, Profile: prof, ApplyRunning: running, Interrupted: killed, Daemon: daemonPid}
 		if none && running == 0 {
 			out.Message = "no run recorded in " + dir
 		} else {
@@ -106,6 +116,9 @@ func runStatus(ctx context.Context, stdio IO, args []string) error {
 			return fmt.Errorf("writing the status: %w", err)
 		}
 		return exitAs(code)
+	}
+	if daemonPid > 0 {
+		fmt.Fprintf(stdio.Stdout, "the sglprov daemon, pid %d, watches this node\n", daemonPid)
 	}
 	switch {
 	case running > 0:

@@ -62,6 +62,9 @@ type Options struct {
 	// AfterCheck is called after the first apply and after every round (to write the
 	// metrics textfile); may be nil.
 	AfterCheck func()
+	// Reapply, when it delivers, applies the recipe at once (the recipe was re-read on
+	// SIGHUP), the value saying why; nil: never.
+	Reapply <-chan string
 	// Hook runs the recipe's drain or undrain hook (HookUnhealthy, HookHealthy) with the
 	// node's health and its reason; nil when the recipe has none. It is called once per
 	// transition between serving correct answers and not, and must bound its own time.
@@ -196,6 +199,19 @@ func (d *Daemon) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			d.stop(ctx)
 			return nil
+		case why := <-d.o.Reapply:
+			d.o.Log.Info("applying the recipe again", "why", why)
+			d.status("applying the recipe")
+			d.apply(ctx, why)
+			if ctx.Err() != nil {
+				d.stop(ctx)
+				return nil
+			}
+			d.status(d.Health().Words())
+			d.syncHooks(ctx)
+			if d.o.AfterCheck != nil {
+				d.o.AfterCheck()
+			}
 		case <-tick.C:
 			d.Check(ctx)
 			if ctx.Err() != nil {

@@ -324,9 +324,11 @@ func (r *recipeMetrics) incRestarts() {
 	}
 }
 
-func (r *recipeMetrics) setServerRestarts(n int) {
-	if r != nil {
-		r.m.serverRestarts.WithLabelValues(r.recipe).Set(float64(n))
+// SetServerRestarts records how many times the service manager restarted recipe's model
+// server after it died (the exec supervisor's count since the daemon's last apply).
+func (m *Metrics) SetServerRestarts(recipe string, n int) {
+	if m != nil && m.daemon {
+		m.serverRestarts.WithLabelValues(recipe).Set(float64(n))
 	}
 }
 
