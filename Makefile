@@ -8,7 +8,7 @@ BIN     := bin/sglprov
 PKGS    := ./...
 FUZZTIME ?= 5s
 
-.PHONY: all build test unit e2e fuzz lint bench demo deps clean schema man
+.PHONY: all build test unit e2e fuzz lint bench demo deps clean schema man rules
 
 all: build
 
@@ -31,8 +31,14 @@ man: build
 	$(BIN) man > docs/sglprov.1
 
 # test is everything CI runs: the Debian packages it needs (as root), lint, unit and CLI
-# tests (the demo's test among them), a short fuzz run and the real-systemd end-to-end test.
-test: deps lint unit fuzz e2e
+# tests (the demo's test among them), a short fuzz run, the shipped alert rules through
+# promtool and the real-systemd end-to-end test.
+test: deps lint unit fuzz rules e2e
+
+# rules checks the shipped Prometheus alert rules with Prometheus's own promtool and runs
+# their unit tests (the Go tests do the same, and check every metric they name).
+rules:
+	cd contrib/prometheus && promtool check rules sglprov.rules.yml && promtool test rules sglprov.rules.test.yml
 
 unit:
 	$(GO) test -count=1 $(PKGS)
