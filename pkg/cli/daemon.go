@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -18,26 +20,31 @@ import (
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/logval"
+	"github.com/sglprov/sglprov/pkg/recipe"
 	gate "github.com/sglprov/sglprov/pkg/smoke"
 )
 
 func runDaemon(ctx context.Context, stdio IO, args []string) error {
 	var c common
-	var interval, canaryTimeout time.Duration
-	var metricsAddr, textfile string
-	var failures, restarts int
+	var o daemonFlags
+	var files multi
 	fs := newFlags("daemon", stdio)
 	c.register(fs, stdio)
-	fs.DurationVar(&interval, "interval", time.Minute, "time between checks (driver facts, canary)")
-	fs.DurationVar(&canaryTimeout, "canary-timeout", 2*time.Minute, "how long the canary case may take")
-	fs.StringVar(&metricsAddr, "metrics-addr", "127.0.0.1:9477", "serve Prometheus metrics on `ADDR` (empty: none)")
-	fs.StringVar(&textfile, "textfile", "", "also write the metrics to `FILE` for node_exporter's textfile collector")
-	fs.IntVar(&failures, "failures-before-restart", 3, "consecutive canary failures that restart the service")
-	fs.IntVar(&restarts, "max-restarts", 1, "restarts, the remediation ladder's first rung, before the whole gate and the next profile are tried")
+	// -f and --recipe repeat here: one daemon watches every recipe of the node.
+	for _, name := range []string{"f", "recipe"} {
+		fl := fs.Lookup(name)
+		fl.Value, fl.Usage = &files, "recipe `FILE` (repeatable: one daemon watches every recipe of the node)"
+	}
+	fs.DurationVar(&o.interval, "interval", time.Minute, "time between checks (driver facts, canary)")
+	fs.DurationVar(&o.canaryTimeout, "canary-timeout", 2*time.Minute, "how long the canary case may take")
+	fs.StringVar(&o.metricsAddr, "metrics-addr", "127.0.0.1:9477", "serve Prometheus metrics on `ADDR` (empty: none)")
+	fs.StringVar(&o.textfile, "textfile", "", "also write the metrics to `FILE` for node_exporter's textfile collector")
+	fs.IntVar(&o.failures, "failures-before-restart", 3, "consecutive canary failures that restart the service")
+	fs.IntVar(&o.restarts, "max-restarts", 1, "restarts, the remediation ladder's first rung, before the whole gate and the next profile are tried")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if interval <= 0 || canaryTimeout <= 0 {
+	if o.interval <= 0 || o.canaryTimeout <= 0 {
 		return fmt.Errorf("%w: --interval and --canary-timeout must be positive", engine.ErrUsage)
 	}
 	if c.root != "" && c.root != "/" {
@@ -47,64 +54,177 @@ func runDaemon(ctx context.Context, stdio IO, args []string) error {
 	if err != nil {
 		return err
 	}
-	r, err := c.loadRecipe()
+	if len(files) == 0 {
+		files = multi{""} // loadRecipe says "give -f RECIPE"
+	}
+	watches, err := recipeWatches(&c, files, nodeStates{})
 	if err != nil {
 		return err
 	}
-	logger := newLogger(stdio.Stderr).With("component", "daemon", "recipe", r.Name)
-	// The node's lock, held from start to end: an apply or a second daemon started beside
-	// this one is refused (exit 5) and told the daemon's pid, rather than starting a
-	// second server whose gate would pass against this daemon's.
-	unlock, err := holdNodeLock(&c)
+	logger := newLogger(stdio.Stderr).With("component", "daemon")
+	// The node's lock, held from start to end (and each recipe's state dir's): an apply or
+	// a second daemon started beside this one is refused (exit 5) and told the daemon's
+	// pid, rather than starting a second server whose gate would pass against this
+	// daemon's.
+	base := c
+	unlock, err := holdNodeLock(&base)
 	if err != nil {
 		return err
 	}
 	defer unlock()
+	for _, w := range watches {
+		if w.c.stateDirPath() == base.stateDirPath() {
+			w.c.lock = base.lock
+			continue
+		}
+		un, err := holdNodeLock(&w.c)
+		if err != nil {
+			return err
+		}
+		defer un()
+	}
 	metrics := daemon.NewMetrics()
-	if metricsAddr != "" {
-		addr, stop, err := metrics.Serve(metricsAddr)
+	if o.metricsAddr != "" {
+		addr, stop, err := metrics.Serve(o.metricsAddr)
 		if err != nil {
 			return err
 		}
 		defer stop()
 		logger.Info("serving metrics", "addr", "http://"+addr.String()+"/metrics")
 	}
+	var textMu sync.Mutex
+	writeTextfile := func() {
+		textMu.Lock()
+		defer textMu.Unlock()
+		if err := metricsTextfile(metrics, o.textfile); err != nil {
+			logger.Warn("writing metrics textfile", "err", err)
+		}
+	}
+	errs := make(chan error, len(watches))
+	for _, w := range watches {
+		go func() {
+			errs <- watchRecipe(ctx, stdio, w, o, metrics, logger.With("recipe", w.r.Name), len(watches) > 1, writeTextfile)
+		}()
+	}
+	var first error
+	for range watches {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	writeTextfile() // the last word: every recipe stopped
+	return first
+}
 
+// daemonFlags are the daemon's own flags.
+type daemonFlags struct {
+	interval, canaryTimeout time.Duration
+	metricsAddr, textfile   string
+	failures, restarts      int
+}
+
+// recipeWatch is one recipe the daemon watches, with the common flags it runs under
+// (its recipe file and its state dir).
+type recipeWatch struct {
+	c common
+	r *recipe.Recipe
+}
+
+// RecipeStates says where each recipe's state lives on the node: the seam between the
+// daemon and the node's per-recipe state.
+type RecipeStates interface {
+	// StateDir is the state dir of recipe r (its name) on a node whose state dir is base,
+	// among n recipes.
+	StateDir(base string, r *recipe.Recipe, n int) string
+}
+
+// nodeStates is the layout until the node keeps per-recipe state of its own: one recipe
+// keeps the node's state dir, as apply does; several get BASE/recipes/NAME each, so that
+// their states and locks do not collide.
+type nodeStates struct{}
+
+// StateDir implements RecipeStates.
+func (nodeStates) StateDir(base string, r *recipe.Recipe, n int) string {
+	if n <= 1 {
+		return base
+	}
+	return filepath.Join(base, "recipes", r.Name)
+}
+
+// recipeWatches loads each recipe file; two recipes of one name are bad usage (their
+// metrics and state would be one).
+func recipeWatches(c *common, files []string, states RecipeStates) ([]*recipeWatch, error) {
+	var out []*recipeWatch
+	seen := map[string]string{}
+	for _, f := range files {
+		w := &recipeWatch{c: *c}
+		w.c.recipe = f
+		r, err := w.c.loadRecipe()
+		if err != nil {
+			return nil, err
+		}
+		if prev, dup := seen[r.Name]; dup {
+			return nil, fmt.Errorf("%w: %s and %s are both recipe %q: give each recipe once", engine.ErrUsage, prev, f, r.Name)
+		}
+		seen[r.Name] = f
+		w.r = r
+		out = append(out, w)
+	}
+	for _, w := range out {
+		if dir := states.StateDir(c.stateDirPath(), w.r, len(out)); dir != c.stateDirPath() {
+			w.c.stateDir = dir
+		}
+	}
+	return out, nil
+}
+
+// watchRecipe runs the daemon's loop for one recipe until ctx ends.
+func watchRecipe(ctx context.Context, stdio IO, w *recipeWatch, o daemonFlags, metrics *daemon.Metrics, logger *log.Logger, several bool, writeTextfile func()) error {
+	c, r := &w.c, w.r
 	// The engine of the last apply stays open until the next one, and the daemon's end:
 	// a server that the exec manager runs lives as long as the daemon (containers without
 	// systemd, the demo); a systemd unit does not depend on it.
 	var held heldEngine
 	defer held.set(nil)
+	notify := func(s string) error { _, err := sddaemon.SdNotify(false, s); return err }
+	if several {
+		// One STATUS= line for the unit: say whose it is.
+		notify = func(s string) error {
+			if strings.HasPrefix(s, "STATUS=") {
+				s = "STATUS=" + r.Name + ": " + strings.TrimPrefix(s, "STATUS=")
+			}
+			_, err := sddaemon.SdNotify(false, s)
+			return err
+		}
+	}
 	opts := daemon.Options{
 		Apply: func(ctx context.Context) (*engine.Report, error) {
 			held.set(nil)
-			rep, e, err := applyKeep(ctx, stdio, &c, nil)
+			rep, e, err := applyKeep(ctx, stdio, c, nil)
 			held.set(e)
 			return rep, err
 		},
-		Canary:                canary(stdio, &c, canaryTimeout, logger),
-		CanaryTimeout:         canaryTimeout,
-		Remedies:              &remedies{stdio: stdio, c: &c, held: &held, timeout: canaryTimeout},
+		Canary:                canary(stdio, c, o.canaryTimeout, logger),
+		CanaryTimeout:         o.canaryTimeout,
+		Remedies:              &remedies{stdio: stdio, c: c, held: &held, timeout: o.canaryTimeout},
 		Generations:           daemon.NoGenerations{},
-		RestartService:        restartService(stdio, &c, &held),
-		Notify:                func(s string) error { _, err := sddaemon.SdNotify(false, s); return err },
-		Interval:              interval,
-		FailuresBeforeRestart: failures,
-		MaxRestarts:           restarts,
+		RestartService:        restartService(stdio, c, &held),
+		Notify:                notify,
+		Interval:              o.interval,
+		FailuresBeforeRestart: o.failures,
+		MaxRestarts:           o.restarts,
 		Recipe:                r.Name,
-		Reapply:               reloadOnHangup(ctx, &c, logger),
-		Hook:                  daemonHook(stdio, &c, logger),
+		Reapply:               reloadOnHangup(ctx, c, logger),
+		Hook:                  daemonHook(stdio, c, logger),
 		Metrics:               metrics,
 		Log:                   logger,
 		AfterCheck: func() {
 			// The ladder may have moved the service to another profile since the apply.
-			metrics.SetNodeInfo(nodeInfoOf(ctx, stdio, &c, r))
+			metrics.SetNodeInfo(nodeInfoOf(ctx, stdio, c, r))
 			if n, ok := held.serverRestarts(); ok {
 				metrics.SetServerRestarts(r.Name, n)
 			}
-			if err := metricsTextfile(metrics, textfile); err != nil {
-				logger.Warn("writing metrics textfile", "err", err)
-			}
+			writeTextfile()
 		},
 	}
 	if r.NeedsFacts() {
