@@ -188,9 +188,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	_ = d.o.Notify("READY=1")
 	d.status(d.health.Words())
 	d.syncHooks(ctx)
-	if d.o.AfterCheck != nil {
-		d.o.AfterCheck()
-	}
+	d.afterCheck()
 
 	tick := time.NewTicker(d.o.Interval)
 	defer tick.Stop()
@@ -209,9 +207,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 			}
 			d.status(d.Health().Words())
 			d.syncHooks(ctx)
-			if d.o.AfterCheck != nil {
-				d.o.AfterCheck()
-			}
+			d.afterCheck()
 		case <-tick.C:
 			d.Check(ctx)
 			if ctx.Err() != nil {
@@ -220,10 +216,17 @@ func (d *Daemon) Run(ctx context.Context) error {
 			}
 			d.status(d.health.Words())
 			d.syncHooks(ctx)
-			if d.o.AfterCheck != nil {
-				d.o.AfterCheck()
-			}
+			d.afterCheck()
 		}
+	}
+}
+
+// afterCheck marks the heartbeat (the metrics endpoint's too, where no textfile is
+// written) and calls AfterCheck.
+func (d *Daemon) afterCheck() {
+	d.o.Metrics.beat()
+	if d.o.AfterCheck != nil {
+		d.o.AfterCheck()
 	}
 }
 
@@ -339,9 +342,7 @@ func (d *Daemon) stop(ctx context.Context) {
 	d.health = Stopped
 	d.mu.Unlock()
 	d.o.Metrics.stopped()
-	if d.o.AfterCheck != nil {
-		d.o.AfterCheck()
-	}
+	d.afterCheck()
 }
 
 func (d *Daemon) detect(ctx context.Context) (*gpu.Facts, error) {

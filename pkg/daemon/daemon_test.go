@@ -294,6 +294,11 @@ func TestRunNotifiesAndServesMetrics(t *testing.T) {
 			t.Errorf("%s = %v, want %v", name, got, want)
 		}
 	}
+	// The endpoint's heartbeat moves without a textfile too (an alert on a stale daemon
+	// must not fire on one that only serves /metrics).
+	if hb := fams["sglprov_heartbeat_timestamp_seconds"]; hb < float64(time.Now().Add(-time.Minute).Unix()) {
+		t.Errorf("heartbeat %v, want about now", hb)
+	}
 	if fams[`sglprov_canary_runs_total{recipe="r"}`] < 1 {
 		t.Errorf("no canary ran: %v", fams[`sglprov_canary_runs_total{recipe="r"}`])
 	}

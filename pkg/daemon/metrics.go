@@ -200,7 +200,7 @@ func (m *Metrics) WriteTextfile(path string) error {
 	if m == nil || path == "" {
 		return nil
 	}
-	m.heartbeat.Set(float64(m.now().UnixMilli()) / 1000)
+	m.beat()
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("making the metrics textfile's folder: %w", err)
 	}
@@ -222,6 +222,13 @@ func (m *Metrics) WriteTextfile(path string) error {
 		return fmt.Errorf("writing metrics textfile: %w", err)
 	}
 	return nil
+}
+
+// beat sets the heartbeat to now.
+func (m *Metrics) beat() {
+	if m != nil {
+		m.heartbeat.Set(float64(m.now().UnixMilli()) / 1000)
+	}
 }
 
 // ObserveApply records an apply's outcome for recipe: rep may be nil (a run refused before
