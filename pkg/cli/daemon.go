@@ -39,7 +39,7 @@ func runDaemon(ctx context.Context, stdio IO, args []string) error {
 	fs.DurationVar(&o.canaryTimeout, "canary-timeout", 2*time.Minute, "how long the canary case may take")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "127.0.0.1:9477", "serve Prometheus metrics on `ADDR` (empty: none)")
 	fs.StringVar(&o.textfile, "textfile", "", "also write the metrics to `FILE` for node_exporter's textfile collector")
-	fs.IntVar(&o.failures, "failures-before-restart", 3, "consecutive canary failures that restart the service")
+	fs.IntVar(&o.failures, "failures-before-restart", 3, "consecutive canary failures before the remediation ladder's next rung (a restart first)")
 	fs.IntVar(&o.restarts, "max-restarts", 1, "restarts, the remediation ladder's first rung, before the whole gate and the next profile are tried")
 	if err := parse(fs, args); err != nil {
 		return err
