@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"fmt"
+	"io"
 	"strings"
 )
 
@@ -245,4 +246,117 @@ func FormatTopology(f *Facts) string {
 		fmt.Fprintf(&sb, "GPU%d <-> GPU%d  %-5s p2p read %s, write %s\n", l.A, l.B, l.Level, l.P2PRead, l.P2PWrite)
 	}
 	return sb.String()
+}
+
+// FormatHealth writes the fitness facts: one line per GPU that has them, the pairs'
+// topology and P2P, then the kernel's IOMMU, ACS and Xid facts. It writes nothing for facts
+// without them (an old fixture, nvidia-smi).
+func FormatHealth(w io.Writer, f *Facts) error {
+	var sb strings.Builder
+	for _, d := range f.gpus() {
+		h := d.Health
+		if h == nil {
+			continue
+		}
+		var parts []string
+		if l := h.PCIe; l != nil {
+			s := fmt.Sprintf("PCIe Gen%d x%d (max Gen%d x%d)", l.CurrentGen, l.CurrentWidth, l.MaxGen, l.MaxWidth)
+			if l.ReplayCounter != nil {
+				s += fmt.Sprintf(", %d replays", *l.ReplayCounter)
+			}
+			parts = append(parts, s)
+		}
+		if e := h.ECC; e != nil {
+			if e.Enabled {
+				parts = append(parts, fmt.Sprintf("ECC on (%d uncorrected since load, %d ever)", e.VolatileUncorrected, e.AggregateUncorrected))
+			} else {
+				parts = append(parts, "ECC off")
+			}
+		}
+		if r := h.RemappedRows; r != nil {
+			parts = append(parts, fmt.Sprintf("remapped rows %d corrected, %d uncorrected, pending %s, failure %s",
+				r.Corrected, r.Uncorrected, yesNo(r.Pending), yesNo(r.Failure)))
+		}
+		if h.RetiredPagesPending != nil && *h.RetiredPagesPending {
+			parts = append(parts, "retired pages pending")
+		}
+		if h.MIG != nil {
+			parts = append(parts, "MIG "+onOff(*h.MIG))
+		}
+		if h.PersistenceMode != nil {
+			parts = append(parts, "persistence "+onOff(*h.PersistenceMode))
+		}
+		if h.ComputeMode != "" {
+			parts = append(parts, "compute mode "+h.ComputeMode)
+		}
+		if h.ClocksEventReasons != nil {
+			reasons := ClockReasonNames(*h.ClocksEventReasons)
+			if len(reasons) == 0 {
+				reasons = []string{"none"}
+			}
+			parts = append(parts, "clocks: "+strings.Join(reasons, ","))
+		}
+		if h.Processes != nil {
+			if len(*h.Processes) == 0 {
+				parts = append(parts, "no process")
+			}
+			for _, p := range *h.Processes {
+				parts = append(parts, fmt.Sprintf("pid %d holds %.1f GiB", p.PID, float64(p.UsedMemoryByte)/gib))
+			}
+		}
+		if len(h.Unread) > 0 {
+			parts = append(parts, "unread: "+strings.Join(h.Unread, "; "))
+		}
+		fmt.Fprintf(&sb, "GPU %d: %s\n", d.Index, strings.Join(parts, ", "))
+	}
+	if t := FormatTopology(f); t != "" {
+		sb.WriteString("\n" + t)
+	}
+	if k := f.kernel(); k != nil {
+		fmt.Fprintf(&sb, "\nIOMMU:  %s", k.IOMMU)
+		if len(k.Cmdline) > 0 {
+			fmt.Fprintf(&sb, " (%s)", strings.Join(k.Cmdline, " "))
+		}
+		sb.WriteString("\n")
+		for _, b := range k.ACS {
+			fmt.Fprintf(&sb, "ACS:    bridge %s above GPU %v redirects peer traffic: %s\n", b.Bridge, b.GPUs, b.Control)
+		}
+		if k.ACSUnread != "" {
+			fmt.Fprintf(&sb, "ACS:    unread: %s\n", k.ACSUnread)
+		}
+		for _, x := range k.Xid {
+			fmt.Fprintf(&sb, "Xid:    %s\n", x.Text)
+		}
+		if k.XidUnread != "" {
+			fmt.Fprintf(&sb, "Xid:    unread: %s\n", k.XidUnread)
+		}
+	}
+	if sb.Len() == 0 {
+		return nil
+	}
+	if _, err := io.WriteString(w, "\n"+sb.String()); err != nil {
+		return fmt.Errorf("writing GPU health: %w", err)
+	}
+	return nil
+}
+
+func (f *Facts) kernel() *KernelFacts {
+	if f == nil {
+		return nil
+	}
+	return f.Kernel
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
 }
