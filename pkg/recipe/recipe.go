@@ -9,6 +9,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/sglprov/sglprov/pkg/fitness"
 	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/hostcmd"
 	"github.com/sglprov/sglprov/pkg/safefile"
@@ -351,6 +352,16 @@ func (p *parser) checkRanges(n *yaml.Node, req *gpu.Requirements) {
 		}
 		field, msg, _ := strings.Cut(err.Error(), ": ")
 		p.addf(at, field, "%s", msg)
+	}
+	for _, c := range fitness.Checks() {
+		if err := fitness.ValidateOne(req.GPU, c); err != nil {
+			at := nodeAt(nodeAt(n, "gpu"), c)
+			if at == nil {
+				at = nodeAt(n, "gpu")
+			}
+			field, msg, _ := strings.Cut(err.Error(), ": ")
+			p.addf(at, field, "%s", msg)
+		}
 	}
 }
 
