@@ -361,17 +361,23 @@ func (r *Registry) Lookup(ctx context.Context, tag string) (_ *Artifact, err err
 	return a, nil
 }
 
-// readAll reads at most size bytes (and at most maxManifest) of rc.
+// readAll reads rc, which must hold size bytes (at most maxManifest; size < 0: any
+// number up to maxManifest).
 func readAll(rc io.Reader, size int64) ([]byte, error) {
 	if size > maxManifest {
 		return nil, fmt.Errorf("%d bytes is too large", size)
 	}
-	b, err := io.ReadAll(io.LimitReader(rc, maxManifest+1))
+	limit := int64(maxManifest)
+	if size >= 0 {
+		limit = size
+	}
+	// One byte more than the descriptor says is read, to tell a longer body; no more.
+	b, err := io.ReadAll(io.LimitReader(rc, limit+1))
 	if err != nil {
 		return nil, err
 	}
-	if len(b) > maxManifest {
-		return nil, fmt.Errorf("more than %d bytes", maxManifest)
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("more than %d bytes", limit)
 	}
 	if size >= 0 && int64(len(b)) != size {
 		return nil, fmt.Errorf("%d bytes, want %d", len(b), size)
