@@ -174,9 +174,16 @@ func (e *Engine) runNode(ctx context.Context, n *node, sem chan struct{}, runDir
 	// The step log is opened only for a step that runs: a no-op re-run writes no logs.
 	denv := e.env(n, nil, "")
 	denv.DepsRan = ran
-	dec, err := e.decide(ctx, n, denv)
+	var dec Decision
+	err := e.guard(n, denv, runDir, "deciding whether to run", func() (err error) {
+		dec, err = e.decide(ctx, n, denv)
+		return err
+	})
 	if err != nil {
 		res.Result, res.err, res.Error, res.Reason = ResultFailed, err, err.Error(), "cannot tell whether to run"
+		if pe := (*PanicError)(nil); errors.As(err, &pe) {
+			res.Log = pe.Log
+		}
 		e.log.Error("step failed", "step", n.step.Name, "err", err)
 		return
 	}
@@ -204,7 +211,7 @@ func (e *Engine) runNode(ctx context.Context, n *node, sem chan struct{}, runDir
 	e.record(n.step.Name, func(r *StepRecord) {
 		r.Result, r.PID, r.Started, r.Reason, r.Error = ResultRunning, os.Getpid(), res.Started, dec.Reason, ""
 	})
-	runErr := e.restoreOrRun(ctx, n, env, slot, res)
+	runErr := e.guard(n, env, runDir, "running", func() error { return e.restoreOrRun(ctx, n, env, slot, res) })
 	res.Duration = e.opts.Now().Sub(res.Started)
 	var skip *SkipError
 	switch {
@@ -301,7 +308,11 @@ func (e *Engine) publish(ctx context.Context, n *node, env *Env, slot CacheSlot,
 		return
 	}
 	start := e.opts.Now()
-	digest, err := p.Publish(ctx, env, slot)
+	var digest string
+	err = e.guard(n, env, "", "publishing", func() (err error) {
+		digest, err = p.Publish(ctx, env, slot)
+		return err
+	})
 	if err != nil {
 		env.Log.Warn("pushing to the cache failed", "cache", slot.Cache.String(), "err", err)
 		env.Detail("cache_push_error", err.Error())

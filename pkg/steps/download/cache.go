@@ -62,8 +62,10 @@ func (s *Step) listingFrom(env *engine.Env, a *cache.Artifact) *cacheListing {
 	if err == nil && s.spec.HF != nil && (l.Repo != s.spec.HF.Repo || !hub.IsCommit(l.Commit)) {
 		err = fmt.Errorf("it lists %s at %q, the recipe names %s", l.Repo, l.Commit, s.spec.HF.Repo)
 	}
-	if rev := s.revision(); err == nil && s.spec.HF != nil && hub.IsCommit(rev) && l.Commit != rev {
-		err = fmt.Errorf("it lists commit %s, the recipe pins %s", l.Commit, rev)
+	if s.spec.HF != nil {
+		if rev := s.revision(); err == nil && hub.IsCommit(rev) && l.Commit != rev {
+			err = fmt.Errorf("it lists commit %s, the recipe pins %s", l.Commit, rev)
+		}
 	}
 	if err == nil && len(l.Files) == 0 {
 		err = fmt.Errorf("it lists no file")

@@ -222,3 +222,60 @@ func TestFleetCacheThatNeverAnswers(t *testing.T) {
 	}
 	fx.sameAsSource(t)
 }
+
+// A `files:` download with a cache: the pushing node publishes, a pulling node takes the
+// files from the registry, and the pushing node run again with --force (RunCached with
+// the artifact there) downloads again; none of them panics on the revision a `files:`
+// source does not have.
+func TestFilesDownloadWithACache(t *testing.T) {
+	ctx := context.Background()
+	reg := ociregistry.StartT(t)
+	src := t.TempDir()
+	body := bytes.Repeat([]byte("w"), 40<<10)
+	writeSrc(t, src, map[string][]byte{"w.bin": body})
+	srv := fileServer(t, src, nil)
+	repoRef := reg.Addr + "/fleet/files"
+	pusher, err := cache.New(cache.Config{Repository: repoRef, Push: true}, cache.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	puller, err := cache.New(cache.Config{Repository: repoRef}, cache.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tag := strings.Repeat("1f", 32)
+	node := func() (*engine.Env, Spec, *syncBuffer) {
+		dir := t.TempDir()
+		log := &syncBuffer{}
+		env := engine.NewTestEnv(dir, log)
+		env.StepName = "weights"
+		return env, Spec{Dest: filepath.Join(dir, "w"), StallTimeout: "5s",
+			Files: []FileSpec{{URL: srv.URL + "/w.bin", Path: "w.bin", Size: int64(len(body)), SHA256: sum(body)}}}, log
+	}
+	fx := &fixture{}
+	envA, specA, logA := node()
+	slotA := engine.CacheSlot{Cache: pusher, Tag: tag}
+	if err := fx.step(t, specA, nil).RunCached(ctx, envA, slotA); err != nil {
+		t.Fatalf("pushing node: %v\n%s", err, logA)
+	}
+	if _, err := fx.step(t, specA, nil).Publish(ctx, envA, slotA); err != nil {
+		t.Fatal(err)
+	}
+	envB, specB, logB := node()
+	if err := fx.step(t, specB, nil).RunCached(ctx, envB, engine.CacheSlot{Cache: puller, Tag: tag}); err != nil {
+		t.Fatalf("pulling node: %v\n%s", err, logB)
+	}
+	if got, err := os.ReadFile(filepath.Join(specB.Dest, "w.bin")); err != nil || !bytes.Equal(got, body) {
+		t.Errorf("pulling node: w.bin = %d bytes, %v", len(got), err)
+	}
+	if !strings.Contains(logB.String(), "downloading from the cache") {
+		t.Errorf("the pulling node did not take the file from the cache:\n%s", logB)
+	}
+	// --force on the pushing node: the step runs again with its artifact in the registry.
+	if err := os.Remove(filepath.Join(specA.Dest, "w.bin")); err != nil {
+		t.Fatal(err)
+	}
+	if err := fx.step(t, specA, nil).RunCached(ctx, envA, slotA); err != nil {
+		t.Fatalf("pushing node, forced: %v\n%s", err, logA)
+	}
+}

@@ -113,7 +113,12 @@ func (s *Step) Fingerprint(ctx context.Context, env *engine.Env) (map[string]str
 	return map[string]string{"hf.commit": "unresolved " + rev}, nil
 }
 
+// revision is the hub revision the recipe names ("main" when it names none; "" for
+// `files:`, which have none).
 func (s *Step) revision() string {
+	if s.spec.HF == nil {
+		return ""
+	}
 	if s.spec.HF.Revision == "" {
 		return "main"
 	}
