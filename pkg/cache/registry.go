@@ -261,6 +261,11 @@ func (r *Registry) BlobURL(sha string) string {
 	return r.base + "/v2/" + r.path + "/blobs/sha256:" + sha
 }
 
+// blobURL is the URL of the blob d.
+func (r *Registry) blobURL(d digest.Digest) string {
+	return r.base + "/v2/" + r.path + "/blobs/" + d.String()
+}
+
 // HasBlob reports whether the registry holds the blob.
 func (r *Registry) HasBlob(ctx context.Context, sha string) (bool, error) {
 	d := digest.NewDigestFromEncoded(digest.SHA256, sha)
@@ -276,11 +281,51 @@ func (r *Registry) exists(ctx context.Context, desc ocispec.Descriptor) (bool, e
 	if err != nil {
 		return false, err
 	}
-	ok, err := r.repo.Blobs().Exists(bctx, desc)
+	ok, err := r.headBlob(bctx, desc.Digest)
 	if err = done(err); err != nil {
 		return false, fmt.Errorf("asking %s for blob %s: %w", r, desc.Digest, r.hint(err))
 	}
 	return ok, nil
+}
+
+// headBlob asks whether the registry holds the blob d. Blob requests go through
+// HTTPClient, which follows a redirect (a registry that keeps its blobs in object storage
+// answers 307 to a signed URL on another host) hop by hop, each hop authorized for its own
+// host only: the registry's credentials never reach the blob store.
+func (r *Registry) headBlob(ctx context.Context, d digest.Digest) (bool, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodHead, r.blobURL(d), nil)
+	if err != nil {
+		return false, err
+	}
+	resp, err := r.client.Do(req)
+	if err != nil {
+		return false, err
+	}
+	defer resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusOK:
+		return true, nil
+	case http.StatusNotFound:
+		return false, nil
+	}
+	return false, statusError(resp)
+}
+
+// getBlob fetches the blob d (through HTTPClient, as headBlob) and returns its body.
+func (r *Registry) getBlob(ctx context.Context, d digest.Digest) (io.ReadCloser, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.blobURL(d), nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := r.client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		defer resp.Body.Close()
+		return nil, statusError(resp)
+	}
+	return resp.Body, nil
 }
 
 // Lookup fetches the manifest tagged tag and its config, checking both digests.
@@ -328,9 +373,12 @@ func (r *Registry) Lookup(ctx context.Context, tag string) (_ *Artifact, err err
 	if m.Config.Size > maxManifest {
 		return nil, fmt.Errorf("manifest %s: config of %d bytes is too large", got, m.Config.Size)
 	}
-	crc, err := r.repo.Blobs().Fetch(ctx, m.Config)
+	if m.Config.Digest.Validate() != nil {
+		return nil, fmt.Errorf("manifest %s: config digest %q", got, m.Config.Digest)
+	}
+	crc, err := r.getBlob(ctx, m.Config.Digest)
 	if err != nil {
-		return nil, fmt.Errorf("fetching the config of %s: %w", got, err)
+		return nil, fmt.Errorf("fetching the config of %s: %w", got, r.hint(err))
 	}
 	a.Meta, err = readAll(crc, m.Config.Size)
 	crc.Close()
