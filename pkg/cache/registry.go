@@ -42,6 +42,12 @@ const (
 	maxManifest = 16 << 20
 )
 
+// ErrNotAskedAgain is in the error of every call to a registry that this Registry gave up
+// on earlier in the run: it did not answer within Options.Timeout, or a blob transfer
+// stalled (pkg/fetch's stall timeout ran out). Callers take what they wanted from the
+// origin without asking the registry again.
+var ErrNotAskedAgain = errors.New("not asked again in this run")
+
 // Options are what New needs besides the Config.
 type Options struct {
 	// Getenv reads DOCKER_CONFIG and HOME (default os.Getenv).
@@ -210,9 +216,57 @@ func (h httpsOnly) RoundTrip(req *http.Request) (*http.Response, error) {
 // repository: the bearer token flow runs once and its token is cached.
 type authTransport struct{ r *Registry }
 
+// A registry given up on in this run (it did not answer, or a blob stalled) is not asked
+// again: the request fails at once. A blob transfer that pkg/fetch cancels for a stall
+// gives up on the registry: one stall timeout per registry per run, not one per try of
+// every file.
 func (t *authTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if err := t.r.unreachable(); err != nil {
+		if req.Body != nil {
+			req.Body.Close()
+		}
+		return nil, err
+	}
 	ctx := auth.AppendRepositoryScope(req.Context(), t.r.repo.Reference, auth.ActionPull)
-	return t.r.auth.Do(req.WithContext(ctx))
+	resp, err := t.r.auth.Do(req.WithContext(ctx))
+	if err != nil {
+		t.r.noteStall(req.Context())
+		return nil, err
+	}
+	resp.Body = &stallNoter{ReadCloser: resp.Body, ctx: req.Context(), r: t.r}
+	return resp, nil
+}
+
+// stallNoter tells the registry when a read of a body fails because pkg/fetch cancelled
+// the request for a stall.
+type stallNoter struct {
+	io.ReadCloser
+	ctx context.Context
+	r   *Registry
+}
+
+func (s *stallNoter) Read(p []byte) (int, error) {
+	n, err := s.ReadCloser.Read(p)
+	if err != nil && err != io.EOF {
+		s.r.noteStall(s.ctx)
+	}
+	return n, err
+}
+
+// noteStall gives up on the registry for the rest of the run when ctx was cancelled for a
+// stall, and says so once.
+func (r *Registry) noteStall(ctx context.Context) {
+	var se *fetch.StallError
+	if !errors.As(context.Cause(ctx), &se) {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.down != nil {
+		return
+	}
+	r.down = fmt.Errorf("the registry %s sent no byte of a blob for %s; it is %w", r, se.Timeout, ErrNotAskedAgain)
+	r.logf("the registry %s sent no byte of a blob for %s: it is not asked again in this run, and every file still to fetch comes from its origin", r, se.Timeout)
 }
 
 // bounded returns ctx limited to the registry's timeout, and a function that turns the
@@ -234,7 +288,7 @@ func (r *Registry) bounded(ctx context.Context) (context.Context, func(error) er
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		if r.down == nil {
-			r.down = fmt.Errorf("the registry %s did not answer within %s; it is not asked again in this run: %w", r, r.timeout, context.DeadlineExceeded)
+			r.down = fmt.Errorf("the registry %s did not answer within %s; it is %w: %w", r, r.timeout, ErrNotAskedAgain, context.DeadlineExceeded)
 		}
 		return r.down
 	}, nil
@@ -246,6 +300,9 @@ func (r *Registry) unreachable() error {
 	defer r.mu.Unlock()
 	return r.down
 }
+
+// GaveUp returns why the registry is not asked again in this run, or nil.
+func (r *Registry) GaveUp() error { return r.unreachable() }
 
 // String names the repository.
 func (r *Registry) String() string { return r.cfg.Repository }

@@ -6,7 +6,19 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 )
+
+// StallError is the cause (context.Cause) with which a request's context is cancelled
+// when the request received no byte for Options.StallTimeout: a RoundTripper under Fetch
+// (a registry's client) can tell a stall from the other cancellations.
+type StallError struct {
+	// Timeout is the stall timeout that ran out.
+	Timeout time.Duration
+}
+
+// Error implements error.
+func (e *StallError) Error() string { return fmt.Sprintf("stalled: no bytes for %s", e.Timeout) }
 
 // UnknownSizeReserve is what a download of unknown size leaves free on its file system:
 // such a download may write the free space less this reserve (measured when its request

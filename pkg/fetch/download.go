@@ -733,11 +733,11 @@ func (s *stallReader) Read(p []byte) (int, error) {
 
 // request makes one HTTP request for [*pos, b) and delivers what arrives, advancing *pos.
 func (j *job) request(ctx context.Context, s *stream, pos *int64, b int64) error {
-	rctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	rctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	var stalled atomic.Bool
 	stall := j.c.StallTimeout
-	timer := time.AfterFunc(stall, func() { stalled.Store(true); cancel() })
+	timer := time.AfterFunc(stall, func() { stalled.Store(true); cancel(&StallError{Timeout: stall}) })
 	defer timer.Stop()
 	transient := func(err error) error {
 		if stalled.Load() {

@@ -3,6 +3,7 @@ package download
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"sync"
@@ -102,8 +103,9 @@ func (s *Step) listingFrom(env *engine.Env, a *cache.Artifact) *cacheListing {
 // origin alone. It returns the files left for the origin and those it fetched.
 func (s *Step) fetchFromCache(ctx context.Context, env *engine.Env, c cache.Cache, dest string, todo []fetch.File, rec *record) (rest []fetch.File, fetched []fetch.Result, bytes int64, err error) {
 	var inReg []fetch.File
+	var gaveUp error // the registry is not asked again in this run
 	for _, f := range todo {
-		if f.SHA256 == "" {
+		if f.SHA256 == "" || gaveUp != nil {
 			rest = append(rest, f)
 			continue
 		}
@@ -111,6 +113,13 @@ func (s *Step) fetchFromCache(ctx context.Context, env *engine.Env, c cache.Cach
 		if herr != nil {
 			if ctx.Err() != nil {
 				return nil, nil, 0, ctx.Err()
+			}
+			if errors.Is(herr, cache.ErrNotAskedAgain) {
+				// Said once for the step, not once per file.
+				gaveUp = herr
+				env.Log.Warn("the cache is not asked again in this run; every file left comes from the origin", "cache", c.String(), "err", herr)
+				rest = append(rest, f)
+				continue
 			}
 			env.Log.Warn("cannot ask the cache for a file; fetching it from the origin", "file", f.Path, "err", herr)
 		}
@@ -150,6 +159,11 @@ func (s *Step) fetchFromCache(ctx context.Context, env *engine.Env, c cache.Cach
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
+			if err := c.GaveUp(); err != nil {
+				// A file before this one stalled: the registry is not asked again.
+				out[i] = outcome{f: f, err: err}
+				return
+			}
 			res, ferr := fetch.Fetch(ctx, []fetch.File{reg}, fetch.Options{
 				Dest: dest, Files: 1, Conns: s.spec.Connections, ChunkSize: cache.ChunkSize, StallTimeout: s.stall,
 				Retries: s.spec.Retries, Client: c.HTTPClient(), Progress: rep, FreeSpace: s.freeSpace,
@@ -168,8 +182,14 @@ func (s *Step) fetchFromCache(ctx context.Context, env *engine.Env, c cache.Cach
 			if ctx.Err() != nil {
 				return nil, nil, 0, ctx.Err()
 			}
-			env.Log.Warn("fetching a file from the cache failed; fetching it from the origin", "file", o.f.Path, "err", o.err)
 			rest = append(rest, o.f)
+			if errors.Is(o.err, cache.ErrNotAskedAgain) && gaveUp != nil {
+				continue
+			}
+			if errors.Is(o.err, cache.ErrNotAskedAgain) {
+				gaveUp = o.err
+			}
+			env.Log.Warn("fetching a file from the cache failed; fetching it from the origin", "file", o.f.Path, "err", o.err)
 			continue
 		}
 		fetched, bytes = append(fetched, got...), bytes+n
