@@ -200,6 +200,43 @@ func (s *Step) fetchFromCache(ctx context.Context, env *engine.Env, c cache.Cach
 	return rest, fetched, bytes, nil
 }
 
+// originEntries returns the files of todo (entries of the cache's listing, left for the
+// origin) as the origin lists them at the listing's commit: one tree listing from the hub.
+// An entry the origin lists otherwise (another size or digest) is said and the origin's
+// taken; one the origin does not list at all is an error. When the hub cannot be asked,
+// the cache's entries stay (the digests still decide what is kept).
+func (s *Step) originEntries(ctx context.Context, env *engine.Env, listing *cacheListing, todo []fetch.File) ([]fetch.File, error) {
+	c, err := s.hubClient(env, s.spec.Retries)
+	if err != nil {
+		return nil, err
+	}
+	listed, err := c.Files(ctx, listing.Repo, listing.Commit, s.spec.HF.Include, s.spec.HF.Exclude)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		env.Log.Warn("cannot read the origin's listing; fetching from the origin with the cache's", "err", redact.Error(err))
+		return todo, nil
+	}
+	byPath := make(map[string]hub.File, len(listed))
+	for _, f := range listed {
+		byPath[f.Path] = f
+	}
+	out := make([]fetch.File, 0, len(todo))
+	for _, f := range todo {
+		o, ok := byPath[f.Path]
+		if !ok {
+			return nil, fmt.Errorf("the cache's listing names %s, which %s at %s does not have", f.Path, listing.Repo, listing.Commit)
+		}
+		if o.Size != f.Size || o.SHA256 != "" && o.SHA256 != f.SHA256 || o.SHA256 == "" && o.GitSHA1 != f.GitSHA1 {
+			env.Log.Warn("the cache's listing differs from the origin's; taking the origin's", "file", f.Path,
+				"cache_size", f.Size, "origin_size", o.Size, "cache_sha256", f.SHA256, "origin_sha256", o.SHA256)
+		}
+		out = append(out, fetch.File{URL: o.URL, Path: o.Path, Size: o.Size, SHA256: o.SHA256, GitSHA1: o.GitSHA1})
+	}
+	return out, nil
+}
+
 // recordResults records each verified file of results (files are what was asked) in rec,
 // and returns those that came over the network and their bytes.
 func (s *Step) recordResults(dest string, files []fetch.File, results []fetch.Result, rec *record) (fetched []fetch.Result, bytes int64, ferr error) {

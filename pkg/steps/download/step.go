@@ -347,6 +347,13 @@ func (s *Step) run(ctx context.Context, env *engine.Env, slot engine.CacheSlot) 
 		env.Detail("files_from_cache", fromReg)
 		env.Detail("bytes_from_cache", regBytes)
 	}
+	if listing != nil && len(todo) > 0 {
+		// What the origin serves is described by the origin's listing, not the cache's:
+		// a cached listing that is wrong about a file must not fail its fallback too.
+		if todo, err = s.originEntries(ctx, env, listing, todo); err != nil {
+			return err
+		}
+	}
 	if len(todo) > 0 {
 		var total int64
 		for _, f := range todo {
