@@ -459,7 +459,7 @@ func (r *Registry) Lookup(ctx context.Context, tag string) (_ *Artifact, err err
 		}
 		f := File{Name: name, Size: l.Size, SHA256: l.Digest.Encoded()}
 		if m, err := strconv.ParseUint(l.Annotations[annotationMode], 8, 32); err == nil {
-			f.Mode = os.FileMode(m).Perm()
+			f.Mode = BoundMode(os.FileMode(m & 0o777))
 		}
 		a.Files = append(a.Files, f)
 	}
@@ -509,12 +509,25 @@ func (r *Registry) Pull(ctx context.Context, a *Artifact, dir string) error {
 	}
 	for _, f := range a.Files {
 		if f.Mode != 0 {
-			if err := os.Chmod(filepath.Join(dir, filepath.FromSlash(f.Name)), f.Mode); err != nil {
+			if err := os.Chmod(filepath.Join(dir, filepath.FromSlash(f.Name)), BoundMode(f.Mode)); err != nil {
 				return fmt.Errorf("pulling %s: %w", a.Digest, err)
 			}
 		}
 	}
 	return nil
+}
+
+// BoundMode is the mode a pulled file gets from the mode its artifact names (the pushing
+// node's permission bits): at most 0755 for a file that someone could execute there (and
+// then the owner can), at most 0644 otherwise. Group and other never get write, and no
+// setuid, setgid or sticky bit survives: an artifact cannot make a restored file one that
+// anyone may change, or one that runs as its owner.
+func BoundMode(m os.FileMode) os.FileMode {
+	perm := m.Perm() & 0o755
+	if perm&0o111 != 0 {
+		perm |= 0o100
+	}
+	return perm
 }
 
 // Push uploads every file the registry lacks (streamed from disk, in resumable chunks),
