@@ -224,7 +224,11 @@ func (e *Engine) runNode(ctx context.Context, n *node, sem chan struct{}, runDir
 		res.Result = ResultOK
 		// Outputs may have changed what the step fingerprints (a tree it patched):
 		// record the inputs as they are now.
-		if parts, err := e.fingerprint(context.WithoutCancel(ctx), n, env); err == nil {
+		var parts map[string]string
+		if err := e.guard(n, env, runDir, "fingerprinting after the run", func() (err error) {
+			parts, err = e.fingerprint(context.WithoutCancel(ctx), n, env)
+			return err
+		}); err == nil {
 			dec.Parts, dec.Fingerprint = parts, fingerprintOf(parts)
 		}
 		env.Log.Info("done", "seconds", logval.Seconds(res.Duration))
