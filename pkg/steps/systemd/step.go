@@ -187,6 +187,9 @@ func (s *Step) data(env *engine.Env, profile string) (service.Data, error) {
 	for k, v := range s.spec.Env {
 		d.Env[k] = v
 	}
+	// systemd gives a service its own short PATH, without the virtual environment's bin
+	// (ninja) or the toolkit's (nvcc), which the server's run-time kernel compiles exec.
+	d.Env["PATH"] = unitPath(d.Command, d.Env)
 	all := append(append([]string(nil), d.Profile.Args...), s.spec.Args...)
 	if v, ok := flagValue(all, "--model-path", "--model"); ok {
 		d.ModelPath = v
@@ -372,6 +375,9 @@ func (s *Step) install(ctx context.Context, env *engine.Env, profile string, res
 	}
 	m, err := s.manager(ctx, env)
 	if err != nil {
+		return false, err
+	}
+	if err := s.checkNeeds(env, m.Kind(), unit); err != nil {
 		return false, err
 	}
 	changed, err := m.Install(ctx, s.spec.Unit, unit)
