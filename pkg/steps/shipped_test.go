@@ -167,3 +167,42 @@ func TestShippedServicesUseTheBuildToolkit(t *testing.T) {
 		})
 	}
 }
+
+// TestShippedRecipesLetNCCLChoose: no shipped recipe forces an NCCL peer-to-peer level or
+// switch; the service step derives NCCL_P2P_DISABLE from the host's facts.
+func TestShippedRecipesLetNCCLChoose(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("..", "..", "recipes", "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no shipped recipes: %v", err)
+	}
+	for _, f := range files {
+		r := loadShipped(t, filepath.Base(f))
+		for name, p := range r.Profiles {
+			for k := range p.Env {
+				if strings.HasPrefix(k, "NCCL_P2P") {
+					t.Errorf("%s: profile %s sets %s", filepath.Base(f), name, k)
+				}
+			}
+		}
+		for _, st := range r.Steps {
+			if st.Kind != "systemd" {
+				continue
+			}
+			var body struct {
+				Env map[string]string `yaml:"env"`
+			}
+			data, err := r.NewData(map[string]any{"gpu": map[string]any{"count": 8}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := st.Render(data, &body); err != nil {
+				t.Fatalf("%s: step %s: %v", filepath.Base(f), st.Name, err)
+			}
+			for k := range body.Env {
+				if strings.HasPrefix(k, "NCCL_P2P") {
+					t.Errorf("%s: step %s sets %s", filepath.Base(f), st.Name, k)
+				}
+			}
+		}
+	}
+}

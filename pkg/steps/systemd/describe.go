@@ -28,5 +28,10 @@ func (s *Step) Describe(env *engine.Env) []string {
 	if n := s.needs(); len(n) > 0 {
 		out = append(out, "needs on PATH before start: "+strings.Join(n, ", "))
 	}
+	if env.Facts.Count() > 1 {
+		for _, r := range s.ncclDecision(env, d.Profile.Name).Reasons {
+			out = append(out, "NCCL: "+r)
+		}
+	}
 	return out
 }
