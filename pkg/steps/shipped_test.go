@@ -206,3 +206,34 @@ func TestShippedRecipesLetNCCLChoose(t *testing.T) {
 		}
 	}
 }
+
+// TestShippedRecipesInstallHostPackages: every shipped recipe that builds SGLang from source
+// installs the host packages the build needs (git for the source, the venv module, the
+// headers and toolchain for sgl-kernel) before its source step. The demo recipes, which run
+// on a laptop with a fake server, are left out.
+func TestShippedRecipesInstallHostPackages(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("..", "..", "recipes", "*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if strings.HasPrefix(filepath.Base(f), "demo") {
+			continue
+		}
+		r := loadShipped(t, filepath.Base(f))
+		for _, st := range r.Steps {
+			if st.Kind != "source" {
+				continue
+			}
+			ok := false
+			for _, n := range st.Needs {
+				if d := r.Step(n); d != nil && d.Kind == "packages" {
+					ok = true
+				}
+			}
+			if !ok {
+				t.Errorf("%s: source step %s needs no packages step (git, python3-venv, build-essential, libnuma-dev)", filepath.Base(f), st.Name)
+			}
+		}
+	}
+}
