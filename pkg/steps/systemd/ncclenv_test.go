@@ -6,6 +6,7 @@ import (
 
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/nccl"
+	"github.com/sglprov/sglprov/pkg/recipe"
 	"github.com/sglprov/sglprov/pkg/service"
 )
 
@@ -65,5 +66,37 @@ func TestNCCLEnvFromPeerFacts(t *testing.T) {
 	got = unitEnv(t, s2, env)
 	if got["NCCL_P2P_LEVEL"] != "PHB" || got["NCCL_P2P_DISABLE"] != "" {
 		t.Errorf("the recipe's own level: NCCL_P2P_LEVEL=%q NCCL_P2P_DISABLE=%q, want PHB and unset", got["NCCL_P2P_LEVEL"], got["NCCL_P2P_DISABLE"])
+	}
+}
+
+// TestProfileGPUCounts: a profile with gpu_counts matches only hosts with one of those GPU
+// counts, and says why it was passed over.
+func TestProfileGPUCounts(t *testing.T) {
+	env := testEnv(t, "rtx-pro-6000-x8.json")
+	env.Profiles["sm120-tp4-dp2"] = recipe.Profile{
+		Match: recipe.ProfileMatch{ComputeCapability: "12.0", Quantization: "modelopt_fp4", GPUCounts: []int{8}},
+		Args:  []string{"--tp", "4", "--dp-size", "2"},
+	}
+	spec := qwenSpec()
+	spec.Profiles = []string{"sm120-tp4-dp2", "sm120-fp4-cutlass"}
+	s := newStep(t, spec)
+	if c := s.Candidates(env); len(c) != 2 || c[0] != "sm120-tp4-dp2" {
+		t.Fatalf("8 GPUs: candidates %v, want the tp4 x dp2 profile first", c)
+	}
+	d, err := s.data(env, "sm120-tp4-dp2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	argv := strings.Join(d.Argv(), " ")
+	if !strings.Contains(argv, "--tp 4 --dp-size 2") || strings.Contains(argv, "--tp 8") {
+		t.Errorf("tp4 x dp2 command line: %s", argv)
+	}
+	env.Facts.GPUs = env.Facts.GPUs[:4]
+	if c := s.Candidates(env); len(c) != 1 || c[0] != "sm120-fp4-cutlass" {
+		t.Errorf("4 GPUs: candidates %v, want sm120-fp4-cutlass only", c)
+	}
+	why, err := s.mismatch(env, "sm120-tp4-dp2", env.Profiles["sm120-tp4-dp2"])
+	if err != nil || why != "sm120-tp4-dp2 is for 8 GPUs (this host has 4)" {
+		t.Errorf("mismatch = %q, %v", why, err)
 	}
 }
