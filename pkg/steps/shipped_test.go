@@ -52,7 +52,7 @@ func pipInstalls(t *testing.T, r *recipe.Recipe) map[string][]string {
 // "nvidia-cudnn-cu13>=9.15" beside it makes pip give up, or backtrack to PyPI's CUDA 12.8
 // torch. Such an upgrade belongs in its own step, with --no-deps.
 func TestShippedRecipesKeepTorchPinsOutOfSGLangInstall(t *testing.T) {
-	for _, file := range []string{"qwen3.5-397b-a17b-nvfp4-sm120.yaml", "qwen3-235b-a22b-fp8-sm90.yaml"} {
+	for _, file := range []string{"qwen3.5-397b-a17b-nvfp4-sm120.yaml", "qwen3.5-397b-a17b-nvfp4-sm120-sglang-0.5.20.yaml", "qwen3-235b-a22b-fp8-sm90.yaml"} {
 		t.Run(file, func(t *testing.T) {
 			installsSGLang := false
 			for name, argv := range pipInstalls(t, loadShipped(t, file)) {
@@ -131,8 +131,9 @@ func TestSM120RecipeUpgradesCuDNN(t *testing.T) {
 // sgl-kernel was built with (and torch is built for).
 func TestShippedServicesUseTheBuildToolkit(t *testing.T) {
 	for file, fixture := range map[string]string{
-		"qwen3.5-397b-a17b-nvfp4-sm120.yaml": "rtx-pro-6000-x8.json",
-		"qwen3-235b-a22b-fp8-sm90.yaml":      "h100-x8.json",
+		"qwen3.5-397b-a17b-nvfp4-sm120.yaml":               "rtx-pro-6000-x8.json",
+		"qwen3.5-397b-a17b-nvfp4-sm120-sglang-0.5.20.yaml": "rtx-pro-6000-x8.json",
+		"qwen3-235b-a22b-fp8-sm90.yaml":                    "h100-x8.json",
 	} {
 		t.Run(file, func(t *testing.T) {
 			r := loadShipped(t, file)
@@ -157,7 +158,11 @@ func TestShippedServicesUseTheBuildToolkit(t *testing.T) {
 				}
 				return body.Env
 			}
-			built := envOf("sgl-kernel")["CUDA_HOME"]
+			kernel := "sgl-kernel"
+			if r.Step(kernel) == nil {
+				kernel = "sglang-kernel" // the package's name from sgl-project/sglang#20440 on
+			}
+			built := envOf(kernel)["CUDA_HOME"]
 			if built == "" {
 				t.Fatal("sgl-kernel is built without CUDA_HOME")
 			}
