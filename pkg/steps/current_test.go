@@ -76,3 +76,47 @@ func TestSM120RecipeForCurrentSGLang(t *testing.T) {
 		t.Errorf("install step %q: want the sglang-kernel package (sgl-project/sglang#20440)", strings.Join(install.Argv, " "))
 	}
 }
+
+// TestSM120RecipeChecksTorchArchList: before the kernel build, a step asks the installed
+// torch's cpp_extension to parse the same TORCH_CUDA_ARCH_LIST the build gets.
+func TestSM120RecipeChecksTorchArchList(t *testing.T) {
+	r := loadShipped(t, "qwen3.5-397b-a17b-nvfp4-sm120.yaml")
+	facts, err := gpu.LoadFixture(filepath.Join("..", "..", "testdata", "gpu", "rtx-pro-6000-x8.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := r.NewData(facts.TemplateData())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body struct {
+		Argv []string          `yaml:"argv"`
+		Env  map[string]string `yaml:"env"`
+	}
+	var check string
+	for _, st := range r.Steps {
+		if st.Kind != "command" {
+			continue
+		}
+		if err := st.Render(data, &body); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(strings.Join(body.Argv, " "), "_get_cuda_arch_flags") {
+			check = st.Name
+			break
+		}
+	}
+	if check == "" {
+		t.Fatal("no step checks TORCH_CUDA_ARCH_LIST against torch's cpp_extension")
+	}
+	var kernel build.Spec
+	if err := r.Step("sgl-kernel").Render(data, &kernel); err != nil {
+		t.Fatal(err)
+	}
+	if body.Env["TORCH_CUDA_ARCH_LIST"] != "12.0a" || body.Env["TORCH_CUDA_ARCH_LIST"] != kernel.Env["TORCH_CUDA_ARCH_LIST"] {
+		t.Errorf("check step %s: TORCH_CUDA_ARCH_LIST %q, kernel build %q, want both 12.0a", check, body.Env["TORCH_CUDA_ARCH_LIST"], kernel.Env["TORCH_CUDA_ARCH_LIST"])
+	}
+	if !after(r, "sgl-kernel", check) || !after(r, check, "torch") {
+		t.Errorf("step %s must follow torch and precede sgl-kernel", check)
+	}
+}

@@ -23,10 +23,15 @@ func loadShipped(t *testing.T, file string) *recipe.Recipe {
 	return r
 }
 
-// pipInstalls returns the rendered argv of every command step that runs "pip install".
+// pipInstalls returns the rendered argv of every command step that runs "pip install"
+// (GPU templates rendered with the RTX PRO 6000 fixture's facts).
 func pipInstalls(t *testing.T, r *recipe.Recipe) map[string][]string {
 	t.Helper()
-	data, err := r.NewData(nil)
+	facts, err := gpu.LoadFixture(filepath.Join("..", "..", "testdata", "gpu", "rtx-pro-6000-x8.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := r.NewData(facts.TemplateData())
 	if err != nil {
 		t.Fatal(err)
 	}
