@@ -326,6 +326,11 @@ func (p *parser) parseProfiles(n *yaml.Node, r *Recipe) {
 			if c := prof.Match.Check; len(c) > 0 && strings.TrimSpace(c[0]) == "" {
 				p.addf(v, path+".match.check", "check's command (its first element) is empty")
 			}
+			for _, c := range prof.Match.GPUCounts {
+				if c < 1 {
+					p.addf(v, path+".match.gpu_counts", "GPU count %d is not a positive number", c)
+				}
+			}
 		}
 		r.Profiles[k.Value] = prof
 	}

@@ -1,0 +1,40 @@
+package systemd
+
+import (
+	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/nccl"
+)
+
+// hostPeerFacts returns the host's GPU facts as an nccl.Source when they carry peer-path
+// facts (the host-fitness checks give gpu.Facts a PeerPathFacts method); nil otherwise, and
+// NCCL then decides.
+func hostPeerFacts(env *engine.Env) nccl.Source {
+	if env.Facts == nil {
+		return nil
+	}
+	if src, ok := any(env.Facts).(nccl.Source); ok {
+		return src
+	}
+	return nil
+}
+
+// ownEnv returns the environment the recipe gives the server with profile: the profile's,
+// then the step's (which wins).
+func (s *Step) ownEnv(env *engine.Env, profile string) map[string]string {
+	out := map[string]string{}
+	if p, ok := env.Profiles[profile]; ok && profile != "" {
+		for k, v := range p.Env {
+			out[k] = v
+		}
+	}
+	for k, v := range s.spec.Env {
+		out[k] = v
+	}
+	return out
+}
+
+// ncclDecision derives the server's NCCL environment from the host's peer-path facts and
+// the recipe's own environment for profile.
+func (s *Step) ncclDecision(env *engine.Env, profile string) nccl.Decision {
+	return nccl.Derive(s.peerFacts(env), s.ownEnv(env, profile))
+}
