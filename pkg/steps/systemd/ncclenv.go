@@ -2,20 +2,17 @@ package systemd
 
 import (
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/fitness"
 	"github.com/sglprov/sglprov/pkg/nccl"
 )
 
-// hostPeerFacts returns the host's GPU facts as an nccl.Source when they carry peer-path
-// facts (the host-fitness checks give gpu.Facts a PeerPathFacts method); nil otherwise, and
-// NCCL then decides.
+// hostPeerFacts returns the host-fitness view of the GPUs' peer paths (topology, P2P
+// status, ACS and the IOMMU) as an nccl.Source; nil without facts, and NCCL then decides.
 func hostPeerFacts(env *engine.Env) nccl.Source {
 	if env.Facts == nil {
 		return nil
 	}
-	if src, ok := any(env.Facts).(nccl.Source); ok {
-		return src
-	}
-	return nil
+	return fitness.PeerSource{Facts: env.Facts}
 }
 
 // ownEnv returns the environment the recipe gives the server with profile: the profile's,

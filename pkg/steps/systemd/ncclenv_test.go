@@ -100,3 +100,30 @@ func TestProfileGPUCounts(t *testing.T) {
 		t.Errorf("mismatch = %q, %v", why, err)
 	}
 }
+
+// TestNCCLEnvFromFitnessFacts: the host-fitness facts of the fixtures reach the unit. The
+// unfit host's P2P is blocked (NODE/SYS pairs chipset_not_supported, ACS redirecting, the
+// IOMMU translating): NCCL_P2P_DISABLE=1 with those reasons in plan. The fit host's pairs
+// all work: nothing is set and plan says why.
+func TestNCCLEnvFromFitnessFacts(t *testing.T) {
+	env := testEnv(t, "rtx-pro-6000-x8-unfit.json")
+	s := newStep(t, qwenSpec())
+	if v := unitEnv(t, s, env)["NCCL_P2P_DISABLE"]; v != "1" {
+		t.Errorf("unfit host: NCCL_P2P_DISABLE=%q, want 1", v)
+	}
+	plan := strings.Join(s.Describe(env), "\n")
+	for _, want := range []string{"NCCL_P2P_DISABLE=1: GPU peer-to-peer is blocked on this host", "GPU 0 <-> GPU 2 (NODE): P2P read chipset_not_supported",
+		"PCIe bridge 0000:16:02.0", "the IOMMU translates"} {
+		if !strings.Contains(plan, want) {
+			t.Errorf("plan lacks %q:\n%s", want, plan)
+		}
+	}
+	env = testEnv(t, "rtx-pro-6000-x8-fit.json")
+	s = newStep(t, qwenSpec())
+	if _, ok := unitEnv(t, s, env)["NCCL_P2P_DISABLE"]; ok {
+		t.Error("fit host: NCCL_P2P_DISABLE set")
+	}
+	if plan := strings.Join(s.Describe(env), "\n"); !strings.Contains(plan, "works on this host (NVML: P2P read and write OK between all 28 pairs)") {
+		t.Errorf("fit host plan:\n%s", plan)
+	}
+}
