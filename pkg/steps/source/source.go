@@ -150,6 +150,9 @@ func (s *Step) Intact(ctx context.Context, env *engine.Env) (bool, string, error
 		return false, "", err
 	}
 	dest := env.Path(s.spec.Dest)
+	if err := checkNotLink(dest); err != nil {
+		return false, "", err
+	}
 	if _, err := os.Stat(dest); errors.Is(err, fs.ErrNotExist) {
 		return false, "outputs changed: " + dest + " does not exist", nil
 	} else if err != nil {
@@ -184,6 +187,9 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 		return err
 	}
 	dest := env.Path(s.spec.Dest)
+	if err := checkNotLink(dest); err != nil {
+		return err
+	}
 	if !env.Force {
 		if ok, _, err := s.Intact(ctx, env); err == nil && ok {
 			env.Log.Info("source tree already at its pin", "dest", s.spec.Dest, "ref", r.ref)
@@ -238,6 +244,23 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	}
 	env.Log.Info("source tree in place", "dest", s.spec.Dest, "ref", r.ref)
 	return nil
+}
+
+// checkNotLink refuses a dest that is a symbolic link. The step replaces its dest whole
+// (a rename over it), which would put a real folder where the link was and leave the
+// link's target at the old commit; following the link instead would replace a folder
+// elsewhere that the recipe does not name. The folders above dest may be links.
+func checkNotLink(dest string) error {
+	fi, err := os.Lstat(dest)
+	if err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+		return nil
+	}
+	target, rerr := os.Readlink(dest)
+	if rerr != nil {
+		target = "?"
+	}
+	return fmt.Errorf("source dest %s is a symbolic link (to %s): the step replaces its dest whole and would replace the link, not its target; set dest to the folder the link points to, or remove the link: %w",
+		dest, target, engine.ErrUsage)
 }
 
 // checkReplaceable refuses to replace a dest that this kind of step did not make: a
