@@ -1,11 +1,14 @@
 // Package gitrepo asks the git command about a work tree, with the environment that keeps
-// user and system settings from changing its output.
+// user and system settings from changing its output. Every argument that comes from a
+// recipe or a patch (a URL, a commit, an object name) is passed after "--", or is checked
+// to be hex first, so that git never reads it as an option.
 package gitrepo
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -41,6 +44,57 @@ func command(ctx context.Context, dir string, args ...string) *exec.Cmd {
 	return cmd
 }
 
+// maxStderr bounds what is kept of a clone's standard error (its last bytes).
+const maxStderr = 16 << 10
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	max int
+	b   []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.b = append(t.b, p...)
+	if over := len(t.b) - t.max; over > 0 {
+		t.b = append(t.b[:0], t.b[over:]...)
+	}
+	return len(p), nil
+}
+
+// Clone clones the repository at url into dst (a folder that does not exist yet) and
+// checks out commit, a full hex object name, detached, with its submodules. The URL comes
+// after "--" and one that starts with "-" is refused, so that git never reads it as an
+// option (--upload-pack=...); git never asks for a password on the terminal. The error
+// carries git's standard error, which may quote the URL: callers redact it.
+func Clone(ctx context.Context, url, dst, commit string) error {
+	if strings.HasPrefix(url, "-") {
+		return fmt.Errorf("cloning: the repository URL starts with \"-\", which git would read as an option")
+	}
+	if len(commit) != 40 && len(commit) != 64 || strings.Trim(commit, "0123456789abcdefABCDEF") != "" {
+		return fmt.Errorf("cloning: %q is not a full hex commit", commit)
+	}
+	run := func(what, dir string, args ...string) error {
+		cmd := command(ctx, dir, args...)
+		cmd.Env = append(cmd.Env, "GIT_TERMINAL_PROMPT=0")
+		errb := &tailBuffer{max: maxStderr}
+		cmd.Stdout, cmd.Stderr = io.Discard, errb
+		if err := cmd.Run(); err != nil {
+			if msg := strings.TrimSpace(string(errb.b)); msg != "" {
+				return fmt.Errorf("%s: git: %s (%w)", what, msg, err)
+			}
+			return fmt.Errorf("%s: git: %w", what, err)
+		}
+		return nil
+	}
+	if err := run("cloning", filepath.Dir(dst), "clone", "--quiet", "--no-checkout", "--", url, dst); err != nil {
+		return err
+	}
+	if err := run("checking out "+commit, dst, "checkout", "--quiet", "--detach", commit, "--"); err != nil {
+		return err
+	}
+	return run("fetching the submodules", dst, "submodule", "--quiet", "update", "--init", "--recursive")
+}
+
 // Blob returns the content of the blob named by oid (whole or abbreviated, as a diff's
 // `index` line has it) from the object store of the work tree at dir.
 func Blob(ctx context.Context, dir, oid string) ([]byte, error) {
@@ -49,7 +103,7 @@ func Blob(ctx context.Context, dir, oid string) ([]byte, error) {
 			return nil, fmt.Errorf("blob %q: not a hex object name", oid)
 		}
 	}
-	return Output(ctx, dir, "cat-file", "blob", oid)
+	return Output(ctx, dir, "cat-file", "blob", "--", oid)
 }
 
 // MergeFile merges three versions of a file as `git merge-file` does: the changes from
@@ -67,7 +121,7 @@ func MergeFile(ctx context.Context, ours, base, theirs []byte) ([]byte, int, err
 			return nil, 0, fmt.Errorf("merging: %w", err)
 		}
 	}
-	cmd := command(ctx, dir, "merge-file", "-p", "-q", "ours", "base", "theirs")
+	cmd := command(ctx, dir, "merge-file", "-p", "-q", "--", "ours", "base", "theirs")
 	out, err := cmd.Output()
 	if err == nil {
 		return out, 0, nil

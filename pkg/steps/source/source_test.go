@@ -447,3 +447,29 @@ func TestSymlinkDestRefused(t *testing.T) {
 		t.Errorf("left behind next to dest: %v", extra)
 	}
 }
+
+func TestOptionLikeURLAndRefRefused(t *testing.T) {
+	commit := strings.Repeat("a", 40)
+	for _, spec := range []Spec{
+		{URL: "git::--upload-pack=touch /tmp/pwned?ref=" + commit},
+		{URL: "git::-uexploit?ref=" + commit},
+		{URL: "--config=core.sshCommand=x"},
+		{URL: "git::https://github.com/sgl-project/sglang", Ref: "--orphan"},
+	} {
+		spec.Dest = filepath.Join(t.TempDir(), "dest")
+		_, err := New("sglang-src", spec)
+		if !errors.Is(err, engine.ErrUsage) || !strings.Contains(err.Error(), "which git would read as an option") {
+			t.Errorf("New(%+v) error = %v; want a usage error", spec, err)
+		}
+	}
+}
+
+func TestGetterParametersRefused(t *testing.T) {
+	commit := strings.Repeat("a", 40)
+	for _, k := range []string{"depth=1", "sshkey=AAAA"} {
+		step := mustNew(t, Spec{URL: "git::https://example.com/x.git?ref=" + commit + "&" + k, Dest: filepath.Join(t.TempDir(), "dest")})
+		if _, err := step.Fingerprint(context.Background(), newEnv(t)); !errors.Is(err, engine.ErrUsage) || !strings.Contains(err.Error(), "is not supported") {
+			t.Errorf("%s: error = %v; want a usage error", k, err)
+		}
+	}
+}
