@@ -81,13 +81,13 @@ func loadSeries(path string, read func(string) ([]byte, string, error)) (*series
 	}
 	s := &series{Path: resolved, Digest: digest(data)}
 	for _, name := range names {
-		raw, _, err := read(engine.JoinRecipePath(path, name))
+		raw, file, err := read(engine.JoinRecipePath(path, name))
 		if err != nil {
 			return nil, fmt.Errorf("reading patch %q: %w", name, err)
 		}
-		files, _, err := gitdiff.Parse(bytes.NewReader(raw))
+		files, err := parsePatch(raw)
 		if err != nil {
-			return nil, fmt.Errorf("parsing patch %q: %w", name, err)
+			return nil, fmt.Errorf("patch %q (%s): %w: %w", name, file, err, engine.ErrUsage)
 		}
 		if len(files) == 0 {
 			return nil, fmt.Errorf("patch %q changes no file: %w", name, engine.ErrUsage)
