@@ -79,10 +79,23 @@ func write(root, step string, t, disk *tree) error {
 			continue
 		case !want.exists:
 			e.Op = opRemove
-		case have.exists && bytes.Equal(have.data, want.data) && have.perm == want.perm:
+		case have.exists && have.link == want.link && bytes.Equal(have.data, want.data) && have.perm == want.perm:
 			continue
-		case have.exists && bytes.Equal(have.data, want.data):
+		case have.exists && !have.link && !want.link && bytes.Equal(have.data, want.data):
 			e.Op = opChmod
+		case want.link:
+			e.Op, e.Staged = opWrite, strconv.Itoa(len(j.Changes))
+			if err := os.MkdirAll(stage, 0o700); err != nil {
+				return fmt.Errorf("creating %s: %w", stage, err)
+			}
+			if err := os.Symlink(string(want.data), filepath.Join(stage, e.Staged)); err != nil {
+				os.RemoveAll(stage)
+				return fmt.Errorf("staging the symbolic link %s: %w", filepath.Join(root, rel), err)
+			}
+			if err := atomicfile.SyncDir(stage); err != nil {
+				os.RemoveAll(stage)
+				return err
+			}
 		default:
 			e.Op, e.Staged = opWrite, strconv.Itoa(len(j.Changes))
 			if err := os.MkdirAll(stage, 0o700); err != nil {

@@ -190,14 +190,20 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 }
 
 func entryDigest(e *entry) string {
-	if !e.exists {
+	switch {
+	case !e.exists:
 		return absent
+	case e.link:
+		return linkDigest(e.data)
 	}
 	return digest(e.data)
 }
 
-// fileDigest returns the digest of the file at rel, absent when there is none, or, for
-// something that is not a regular file (a FIFO is never opened: it waits for a writer),
+// linkDigest is the digest recorded for a symbolic link: its target's, marked as a link's.
+func linkDigest(target []byte) string { return "link " + digest(target) }
+
+// fileDigest returns the digest of the file at rel (of its target for a symbolic link),
+// absent when there is none, or, for something else that is not a regular file (a FIFO is never opened: it waits for a writer),
 // its type.
 func fileDigest(root, rel string) (string, error) {
 	p := filepath.Join(root, rel)
@@ -207,6 +213,13 @@ func fileDigest(root, rel string) (string, error) {
 	}
 	if err != nil {
 		return "", fmt.Errorf("reading %s: %w", p, err)
+	}
+	if fi.Mode()&fs.ModeSymlink != 0 {
+		target, err := os.Readlink(p)
+		if err != nil {
+			return "", fmt.Errorf("reading %s: %w", p, err)
+		}
+		return linkDigest([]byte(target)), nil
 	}
 	if !fi.Mode().IsRegular() {
 		return "type " + fi.Mode().Type().String(), nil
