@@ -93,6 +93,13 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	}
 	head := gitHead(ctx, root)
 
+	// One run at a time writes the tree, whatever its state folder.
+	lock, err := lockTree(root)
+	if err != nil {
+		return err
+	}
+	defer lock.release()
+
 	// What an earlier run killed while writing left: finish its journalled renames (the
 	// whole series had applied in memory), or drop what it staged. A forced run in a git
 	// checkout drops a journal unfinished: it restores the series' files from git below,
@@ -107,12 +114,13 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 			env.Log.Info("dropped the patch write an earlier run left; the files are restored from git", "dir", root)
 		}
 	} else {
-		recovered, err = recoverJournal(root, s.name)
+		var found string
+		found, recovered, err = recoverJournal(root, s.name)
 		if err != nil {
 			return err
 		}
-		if recovered {
-			env.Log.Info("finished the patch write an earlier run left among its renames", "dir", root)
+		if found != "" {
+			env.Log.Info("found what an earlier run left: "+found, "dir", root)
 		}
 	}
 	if n := removeLitter(root, ser.touched()); n > 0 {

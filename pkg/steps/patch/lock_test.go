@@ -1,0 +1,116 @@
+package patch
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/sglprov/sglprov/pkg/engine"
+)
+
+// A run that finds another holding the tree's lock (an apply with another state folder on
+// the same tree) stops with exit 5, naming the holder's pid, and touches nothing; once the
+// holder is done, the run patches the tree.
+func TestSecondWriterRefusedNamingTheHolder(t *testing.T) {
+	f := newFixture(t, map[string]string{"a.txt": baseA}, [2]string{"a.patch", patchA})
+	// flock locks are per open file: a second open in this process conflicts as one in
+	// another process would.
+	held, err := lockTree(f.tree)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = f.run(t)
+	lockPath := filepath.Join(f.tree, stageDir, lockName)
+	if !errors.Is(err, engine.ErrLocked) || !strings.Contains(err.Error(), fmt.Sprintf("pid %d", os.Getpid())) || !strings.Contains(err.Error(), lockPath) {
+		t.Fatalf("Run while the tree is locked = %v; want exit 5 naming pid %d and %s", err, os.Getpid(), lockPath)
+	}
+	if engine.ExitCode(err) != 5 {
+		t.Errorf("exit code %d, want 5", engine.ExitCode(err))
+	}
+	if got := f.read(t, "a.txt"); got != baseA {
+		t.Errorf("a.txt = %q while another run holds the tree", got)
+	}
+	held.release()
+	if err := f.run(t); err != nil {
+		t.Fatalf("Run after the holder let go: %v", err)
+	}
+	if got := f.read(t, "a.txt"); !strings.Contains(got, "THREE") {
+		t.Errorf("a.txt = %q, want patched", got)
+	}
+	if _, err := os.Lstat(filepath.Join(f.tree, stageDir)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the stage folder is left: %v", err)
+	}
+}
+
+// Applies with different state folders race on one tree: each either patches it or is
+// refused as locked, and a later run finds a sound tree (no journal naming staged files
+// another run removed).
+func TestConcurrentWritersLeaveASoundTree(t *testing.T) {
+	for round := range 20 {
+		f := newFixture(t, map[string]string{"a.txt": baseA, "b.txt": baseB}, [2]string{"a.patch", patchA}, [2]string{"b.patch", patchB})
+		var wg sync.WaitGroup
+		errs := make([]error, 2)
+		for i := range errs {
+			env := engine.NewTestEnv(t.TempDir(), &bytes.Buffer{})
+			env.RecipeDir = f.recipe
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[i] = f.step.Run(t.Context(), env)
+			}()
+		}
+		wg.Wait()
+		for _, err := range errs {
+			if err != nil && !errors.Is(err, engine.ErrLocked) {
+				t.Fatalf("round %d: a concurrent run failed: %v", round, err)
+			}
+		}
+		if err := f.run(t); err != nil {
+			t.Fatalf("round %d: the run after them: %v", round, err)
+		}
+		if got := f.read(t, "a.txt"); got != "one\ntwo\nTHREE\nfour\nfive\n" {
+			t.Fatalf("round %d: a.txt = %q", round, got)
+		}
+	}
+}
+
+// A journal whose staged copy is gone while its target still has the old content cannot
+// be finished: the error says what the run found, and the way out.
+func TestRecoverSaysWhatItFound(t *testing.T) {
+	f := newFixture(t, map[string]string{"a.txt": baseA, "b.txt": baseB}, [2]string{"a.patch", patchA})
+	stage := filepath.Join(f.tree, stageDir)
+	patched := "one\ntwo\nTHREE\nfour\nfive\n"
+	j := `{"version":1,"changes":[{"op":"write","path":"a.txt","staged":"0","mode":420,"pre":"` + digest([]byte(baseA)) + `","post":"` + digest([]byte(patched)) + `"}]}`
+	writeFile(t, filepath.Join(stage, journalName), j, 0o600)
+	err := f.run(t)
+	for _, want := range []string{
+		"the journal of an unfinished patch write in " + stage + ": 1 change(s) (a.txt), 0 already made",
+		"its staged copy " + filepath.Join(stage, "0") + ", which is gone",
+		"sglprov apply --force sm120-patches",
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Run error = %v\nwant it to say %q", err, want)
+		}
+	}
+	if got := f.read(t, "a.txt"); got != baseA {
+		t.Errorf("a.txt = %q", got)
+	}
+
+	// A journal that can be finished is, and the log says what was found.
+	writeFile(t, filepath.Join(stage, "0"), patched, 0o644)
+	f.log.Reset()
+	if err := f.run(t); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(f.log.String(), "found what an earlier run left: the journal of an unfinished patch write") || !strings.Contains(f.log.String(), "finished the rest") {
+		t.Errorf("log:\n%s", f.log)
+	}
+	if got := f.read(t, "a.txt"); got != patched {
+		t.Errorf("a.txt = %q", got)
+	}
+}
