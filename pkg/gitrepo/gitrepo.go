@@ -13,6 +13,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
+	"time"
 )
 
 // Output runs `git -C dir ARGS...` and returns its standard output; a failure carries
@@ -106,11 +108,17 @@ func Blob(ctx context.Context, dir, oid string) ([]byte, error) {
 	return Output(ctx, dir, "cat-file", "blob", "--", oid)
 }
 
+// MergePrefix starts the names of the folders MergeFile writes the three versions to.
+const MergePrefix = "sglprov-merge-"
+
 // MergeFile merges three versions of a file as `git merge-file` does: the changes from
 // base to theirs are made to ours. It returns the merged content (with conflict markers
-// where there are conflicts) and the number of conflicts.
-func MergeFile(ctx context.Context, ours, base, theirs []byte) ([]byte, int, error) {
-	dir, err := os.MkdirTemp("", "sglprov-merge-")
+// where there are conflicts) and the number of conflicts. The versions are written to a
+// folder made in scratch (a folder of the caller's, which a run killed meanwhile leaves
+// the folder in for the next run to remove; "" is the system's temporary folder) and
+// removed after.
+func MergeFile(ctx context.Context, scratch string, ours, base, theirs []byte) ([]byte, int, error) {
+	dir, err := os.MkdirTemp(scratch, MergePrefix)
 	if err != nil {
 		return nil, 0, fmt.Errorf("merging: %w", err)
 	}
@@ -135,4 +143,49 @@ func MergeFile(ctx context.Context, ours, base, theirs []byte) ([]byte, int, err
 		return nil, 0, fmt.Errorf("git merge-file: %s", strings.TrimSpace(string(ee.Stderr)))
 	}
 	return nil, 0, fmt.Errorf("git merge-file: %w", err)
+}
+
+// RemoveStaleMerges removes the folders that MergeFile wrote to the system's temporary
+// folder (as sglprov did before merges were staged in the caller's folder) and a run
+// killed mid-merge left: those this user owns, older than a minute, holding only the
+// three versions. It returns how many it removed.
+func RemoveStaleMerges(now time.Time) int {
+	tmp := os.TempDir()
+	entries, err := os.ReadDir(tmp)
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, e := range entries {
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), MergePrefix) {
+			continue
+		}
+		dir := filepath.Join(tmp, e.Name())
+		fi, err := os.Lstat(dir)
+		if err != nil || !fi.IsDir() || now.Sub(fi.ModTime()) < time.Minute {
+			continue
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != os.Getuid() {
+			continue
+		}
+		inner, err := os.ReadDir(dir)
+		if err != nil {
+			continue
+		}
+		ours := true
+		for _, f := range inner {
+			switch f.Name() {
+			case "ours", "base", "theirs":
+			default:
+				ours = false
+			}
+			if !f.Type().IsRegular() {
+				ours = false
+			}
+		}
+		if ours && os.RemoveAll(dir) == nil {
+			n++
+		}
+	}
+	return n
 }

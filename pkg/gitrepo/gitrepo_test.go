@@ -37,11 +37,11 @@ func TestMergeFileAndBlob(t *testing.T) {
 	}
 	ctx := context.Background()
 	base := []byte("a\nb\nc\nd\ne\n")
-	out, n, err := MergeFile(ctx, []byte("top\na\nb\nc\nd\ne\n"), base, []byte("a\nb\nC\nd\ne\n"))
+	out, n, err := MergeFile(ctx, "", []byte("top\na\nb\nc\nd\ne\n"), base, []byte("a\nb\nC\nd\ne\n"))
 	if err != nil || n != 0 || string(out) != "top\na\nb\nC\nd\ne\n" {
 		t.Errorf("clean merge = %q, %d, %v", out, n, err)
 	}
-	_, n, err = MergeFile(ctx, []byte("a\nb\nc2\nd\ne\n"), base, []byte("a\nb\nC\nd\ne\n"))
+	_, n, err = MergeFile(ctx, "", []byte("a\nb\nc2\nd\ne\n"), base, []byte("a\nb\nC\nd\ne\n"))
 	if err != nil || n != 1 {
 		t.Errorf("conflicting merge: %d conflicts, %v; want 1", n, err)
 	}
@@ -122,5 +122,20 @@ func TestClone(t *testing.T) {
 	missing := strings.Repeat("ab", 20)
 	if err := Clone(ctx, "file://"+repo, filepath.Join(t.TempDir(), "tree"), missing); err == nil || !strings.Contains(err.Error(), missing) {
 		t.Errorf("Clone at a missing commit = %v", err)
+	}
+}
+
+func TestMergeFileWritesInScratch(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("no git")
+	}
+	scratch := t.TempDir()
+	t.Setenv("TMPDIR", filepath.Join(t.TempDir(), "missing"))
+	out, n, err := MergeFile(context.Background(), scratch, []byte("a\n"), []byte("a\n"), []byte("b\n"))
+	if err != nil || n != 0 || string(out) != "b\n" {
+		t.Fatalf("MergeFile = %q, %d, %v", out, n, err)
+	}
+	if entries, _ := os.ReadDir(scratch); len(entries) != 0 {
+		t.Errorf("left in scratch: %v", entries)
 	}
 }

@@ -222,7 +222,7 @@ func recoverJournal(root, step string) (found string, finished bool, err error) 
 		if n == 0 {
 			return "", false, nil
 		}
-		return fmt.Sprintf("%d staged file(s) and no journal in %s: a run stopped while staging, before it changed the tree; removed them", n, stage), false, nil
+		return fmt.Sprintf("%d staged file(s) or merge folder(s) and no journal in %s: a run stopped while merging or staging, before it changed the tree; removed them", n, stage), false, nil
 	}
 	if err != nil {
 		return "", false, fmt.Errorf("reading the patch journal: %w", err)

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/gitrepo"
@@ -126,6 +127,9 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	if n := removeLitter(root, ser.touched()); n > 0 {
 		env.Log.Info("removed temporary files an earlier run left", "dir", root, "files", n)
 	}
+	if n := gitrepo.RemoveStaleMerges(time.Now()); n > 0 {
+		env.Log.Info("removed the three-way merge folders that earlier runs killed mid-merge left in the system's temporary folder", "dir", os.TempDir(), "folders", n)
+	}
 
 	var rec record
 	hasRec := env.LoadData(&rec) && rec.Files != nil
@@ -150,7 +154,7 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 
 	base := newTree(root)
 	if head != "" {
-		base.merge = gitMerger{ctx: ctx, dir: root}
+		base.merge = gitMerger{ctx: ctx, dir: root, scratch: filepath.Join(root, stageDir)}
 	}
 	for _, rel := range ser.touched() {
 		if _, err := base.get(rel); err != nil {
@@ -248,16 +252,18 @@ func sortedKeys[V any](m map[string]V) []string {
 	return keys
 }
 
-// gitMerger finds preimage blobs in the tree's git object store and merges with git.
+// gitMerger finds preimage blobs in the tree's git object store and merges with git,
+// writing the three versions in the step's stage folder (scratch).
 type gitMerger struct {
-	ctx context.Context
-	dir string
+	ctx     context.Context
+	dir     string
+	scratch string
 }
 
 func (g gitMerger) Blob(oid string) ([]byte, error) { return gitrepo.Blob(g.ctx, g.dir, oid) }
 
 func (g gitMerger) Merge(ours, base, theirs []byte) ([]byte, int, error) {
-	return gitrepo.MergeFile(g.ctx, ours, base, theirs)
+	return gitrepo.MergeFile(g.ctx, g.scratch, ours, base, theirs)
 }
 
 // gitHead returns the tree's HEAD commit, or "" when dir is not a git work tree.
