@@ -1,6 +1,7 @@
 package patch
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/sglprov/sglprov/pkg/engine"
@@ -23,17 +25,72 @@ const lockName = "lock"
 
 // treeLock is the held lock of one tree.
 type treeLock struct {
-	f     *os.File
-	path  string
-	stage string
+	f      *os.File
+	path   string
+	stage  string
+	unlock func()
 }
 
-// lockTree creates the stage folder of the tree at root (if needed) and takes its lock
-// without waiting. When another process holds it, the error wraps engine.ErrLocked and
-// names that process's pid. The holder removes the lock file (and the folder, when it is
-// empty) before it lets go, so a lock taken on a file that was removed meanwhile is taken
-// again on the new one.
-func lockTree(root string) (*treeLock, error) {
+// local serialises the patch steps of this process that write one tree (the engine runs
+// independent steps at once): flock locks are per open file, so two steps of one run
+// would otherwise refuse each other.
+var local = struct {
+	sync.Mutex
+	held map[string]chan struct{}
+}{held: map[string]chan struct{}{}}
+
+// lockLocal waits, until ctx ends, for the other steps of this process that write the
+// tree known as key, then holds it until the returned function is called.
+func lockLocal(ctx context.Context, key string) (func(), error) {
+	for {
+		local.Lock()
+		busy, ok := local.held[key]
+		if !ok {
+			done := make(chan struct{})
+			local.held[key] = done
+			local.Unlock()
+			return func() {
+				local.Lock()
+				delete(local.held, key)
+				local.Unlock()
+				close(done)
+			}, nil
+		}
+		local.Unlock()
+		select {
+		case <-busy:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("waiting for another step writing %s: %w", key, context.Cause(ctx))
+		}
+	}
+}
+
+// lockTree creates the stage folder of the tree at root (if needed) and takes its lock:
+// it waits for another step of this run that writes the tree, and not at all for another
+// process, whose hold is an error that wraps engine.ErrLocked and names that process's
+// pid. The holder removes the lock file (and the folder, when it is empty) before it
+// lets go, so a lock taken on a file that was removed meanwhile is taken again on the
+// new one.
+func lockTree(ctx context.Context, root string) (*treeLock, error) {
+	key, err := filepath.EvalSymlinks(root)
+	if err != nil {
+		return nil, fmt.Errorf("resolving %s: %w", root, err)
+	}
+	unlock, err := lockLocal(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	l, err := lockFile(root)
+	if err != nil {
+		unlock()
+		return nil, err
+	}
+	l.unlock = unlock
+	return l, nil
+}
+
+// lockFile takes the flock of the tree's lock file without waiting.
+func lockFile(root string) (*treeLock, error) {
 	stage := filepath.Join(root, stageDir)
 	if fi, err := os.Lstat(stage); err == nil && !fi.IsDir() {
 		return nil, fmt.Errorf("%s is not a folder the patch step made; remove it: %w", stage, engine.ErrUsage)
@@ -97,6 +154,9 @@ func (l *treeLock) release() {
 	_ = l.f.Close()
 	l.f = nil
 	_ = os.Remove(l.stage) // fails, harmlessly, when another run made a new lock there
+	if l.unlock != nil {
+		l.unlock()
+	}
 }
 
 // clearStage removes what the stage folder holds besides the lock, and reports how many

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/sglprov/sglprov/pkg/engine"
@@ -18,16 +19,17 @@ import (
 // holder is done, the run patches the tree.
 func TestSecondWriterRefusedNamingTheHolder(t *testing.T) {
 	f := newFixture(t, map[string]string{"a.txt": baseA}, [2]string{"a.patch", patchA})
-	// flock locks are per open file: a second open in this process conflicts as one in
-	// another process would.
-	held, err := lockTree(f.tree)
+	// Another process's hold, as another sglprov takes it: flock locks are per open file,
+	// so this open conflicts with the step's as one in another process would.
+	const otherPid = 4242
+	held, err := holdAsAnotherProcess(t, f.tree, otherPid)
 	if err != nil {
 		t.Fatal(err)
 	}
 	err = f.run(t)
 	lockPath := filepath.Join(f.tree, stageDir, lockName)
-	if !errors.Is(err, engine.ErrLocked) || !strings.Contains(err.Error(), fmt.Sprintf("pid %d", os.Getpid())) || !strings.Contains(err.Error(), lockPath) {
-		t.Fatalf("Run while the tree is locked = %v; want exit 5 naming pid %d and %s", err, os.Getpid(), lockPath)
+	if !errors.Is(err, engine.ErrLocked) || !strings.Contains(err.Error(), fmt.Sprintf("another sglprov (pid %d) is writing the patched files of %s", otherPid, f.tree)) || !strings.Contains(err.Error(), lockPath) {
+		t.Fatalf("Run while the tree is locked = %v; want exit 5 naming pid %d and %s", err, otherPid, lockPath)
 	}
 	if engine.ExitCode(err) != 5 {
 		t.Errorf("exit code %d, want 5", engine.ExitCode(err))
@@ -35,7 +37,8 @@ func TestSecondWriterRefusedNamingTheHolder(t *testing.T) {
 	if got := f.read(t, "a.txt"); got != baseA {
 		t.Errorf("a.txt = %q while another run holds the tree", got)
 	}
-	held.release()
+	os.Remove(lockPath) // as the holder does before it lets go
+	held.Close()
 	if err := f.run(t); err != nil {
 		t.Fatalf("Run after the holder let go: %v", err)
 	}
@@ -112,5 +115,62 @@ func TestRecoverSaysWhatItFound(t *testing.T) {
 	}
 	if got := f.read(t, "a.txt"); got != patched {
 		t.Errorf("a.txt = %q", got)
+	}
+}
+
+// holdAsAnotherProcess takes the flock of the tree's lock file through an open of its own
+// and writes pid in it, as another sglprov process holding the tree does.
+func holdAsAnotherProcess(t *testing.T, tree string, pid int) (*os.File, error) {
+	t.Helper()
+	stage := filepath.Join(tree, stageDir)
+	if err := os.MkdirAll(stage, 0o700); err != nil {
+		return nil, err
+	}
+	fh, err := os.OpenFile(filepath.Join(stage, lockName), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(fh.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		fh.Close()
+		return nil, err
+	}
+	if _, err := fmt.Fprintf(fh, "pid %d\n", pid); err != nil {
+		fh.Close()
+		return nil, err
+	}
+	return fh, nil
+}
+
+// Two patch steps of one run that write one tree (the engine runs independent steps at
+// once) take turns: both apply their series.
+func TestStepsOfOneRunOnOneTreeTakeTurns(t *testing.T) {
+	f := newFixture(t, map[string]string{"a.txt": baseA, "b.txt": baseB}, [2]string{"a.patch", patchA})
+	writeFile(t, filepath.Join(f.recipe, "other", "b.patch"), patchB, 0o644)
+	writeFile(t, filepath.Join(f.recipe, "other", "series"), "b.patch\n", 0o644)
+	other, err := New("other-patches", Spec{Dir: f.tree, Series: "other/series"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round := range 10 {
+		writeFile(t, filepath.Join(f.tree, "a.txt"), baseA, 0o644)
+		writeFile(t, filepath.Join(f.tree, "b.txt"), baseB, 0o644)
+		var wg sync.WaitGroup
+		errs := make([]error, 2)
+		for i, step := range []*Step{f.step, other} {
+			env := engine.NewTestEnv(t.TempDir(), &bytes.Buffer{})
+			env.RecipeDir = f.recipe
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[i] = step.Run(t.Context(), env)
+			}()
+		}
+		wg.Wait()
+		if errs[0] != nil || errs[1] != nil {
+			t.Fatalf("round %d: %v; %v", round, errs[0], errs[1])
+		}
+		if a, b := f.read(t, "a.txt"), f.read(t, "b.txt"); !strings.Contains(a, "THREE") || !strings.Contains(b, "BETA") {
+			t.Fatalf("round %d: a.txt = %q, b.txt = %q", round, a, b)
+		}
 	}
 }

@@ -94,8 +94,9 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	}
 	head := gitHead(ctx, root)
 
-	// One run at a time writes the tree, whatever its state folder.
-	lock, err := lockTree(root)
+	// One run at a time writes the tree, whatever its state folder, and one step of this
+	// run at a time.
+	lock, err := lockTree(ctx, root)
 	if err != nil {
 		return err
 	}
