@@ -268,6 +268,12 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	return nil
 }
 
+// Preflight refuses, when plan checks the host, a dest that is a symbolic link (see
+// checkNotLink): plan says so before apply would.
+func (s *Step) Preflight(_ context.Context, env *engine.Env, _ engine.CacheSlot) ([]string, *engine.DiskNeed, error) {
+	return nil, nil, checkNotLink(env.Path(s.spec.Dest))
+}
+
 // checkNotLink refuses a dest that is a symbolic link. The step replaces its dest whole
 // (a rename over it), which would put a real folder where the link was and leave the
 // link's target at the old commit; following the link instead would replace a folder

@@ -430,6 +430,10 @@ func TestSymlinkDestRefused(t *testing.T) {
 	for name, call := range map[string]func() error{
 		"Run":    func() error { return step.Run(ctx, newEnv(t)) },
 		"Intact": func() error { _, _, err := step.Intact(ctx, newEnv(t)); return err },
+		"Preflight": func() error {
+			_, _, err := step.Preflight(ctx, newEnv(t), engine.CacheSlot{})
+			return err
+		},
 	} {
 		err := call()
 		if !errors.Is(err, engine.ErrUsage) || !strings.Contains(err.Error(), link+" is a symbolic link (to "+target+")") ||
