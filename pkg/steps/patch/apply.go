@@ -284,7 +284,9 @@ func applyFile(t *tree, patch string, f *gitdiff.File, threeWay bool) error {
 	if link != src.link && f.OldMode != 0 && !f.IsNew {
 		return conflict("the patch changes a regular file into a symbolic link or back; git writes that as a removal and a new file")
 	}
-	if link {
+	// An undo (threeWay unset) is never written: a link it would make back (a patch that
+	// removes an upstream link to /usr/...) is not the patch's to check.
+	if link && threeWay {
 		if err := checkLinkTarget(t.root, f.NewName, string(out)); err != nil {
 			return fmt.Errorf("patch %s: %w", patch, err)
 		}

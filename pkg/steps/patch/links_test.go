@@ -151,3 +151,25 @@ func TestPatchRetargetsSymlink(t *testing.T) {
 		t.Errorf("the link's target changed: %q", got)
 	}
 }
+
+// A patch may remove a link the tree has, whatever it points to (an upstream link to an
+// absolute path): only the links a patch makes are checked.
+func TestPatchRemovesAnUpstreamLink(t *testing.T) {
+	remove := "diff --git a/l b/l\ndeleted file mode 120000\nindex 2e65efe..0000000\n--- a/l\n+++ /dev/null\n@@ -1 +0,0 @@\n-/usr/share/doc\n\\ No newline at end of file\n"
+	f := newFixture(t, map[string]string{"a.txt": baseA}, [2]string{"1.patch", remove})
+	if err := os.Symlink("/usr/share/doc", filepath.Join(f.tree, "l")); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.run(t); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(filepath.Join(f.tree, "l")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("l is still there: %v", err)
+	}
+	if ok, why, err := f.step.Intact(context.Background(), f.env); !ok || err != nil {
+		t.Errorf("Intact = %v, %q, %v", ok, why, err)
+	}
+	if err := f.run(t); err != nil {
+		t.Errorf("second run: %v", err)
+	}
+}
