@@ -232,17 +232,35 @@ func recoverJournal(root, step string) (found string, finished bool, err error) 
 		return "", false, fmt.Errorf("reading the patch journal %s: not a journal this sglprov wrote (%w); restore the tree with `sglprov apply --force %s` (outside git: restore it by hand and remove %s)", filepath.Join(stage, journalName), err, step, stage)
 	}
 	var paths []string
-	done := 0
+	done, missing := 0, 0
+	untouched := true // every write and removal still to do: the tree is as before the write
 	for _, e := range j.Changes {
 		if !filepath.IsLocal(e.Path) || e.Staged != "" && !stagedNameRE.MatchString(e.Staged) {
 			return "", false, fmt.Errorf("the patch journal names %q (staged as %q), a path outside the tree or the stage folder; remove %s", e.Path, e.Staged, filepath.Join(stage, journalName))
 		}
 		paths = append(paths, e.Path)
-		if d, err := fileDigest(root, e.Path); err == nil && d == e.Post {
+		d, err := fileDigest(root, e.Path)
+		if err == nil && d == e.Post {
 			done++
+		}
+		if e.Op != opChmod && (err != nil || d != e.Pre || d == e.Post) {
+			untouched = false
+		}
+		if e.Op == opWrite {
+			if _, err := os.Lstat(filepath.Join(stage, e.Staged)); errors.Is(err, fs.ErrNotExist) {
+				missing++
+			}
 		}
 	}
 	found = fmt.Sprintf("the journal of an unfinished patch write in %s: %d change(s) (%s), %d already made", stage, len(j.Changes), strings.Join(paths, ", "), done)
+	if missing > 0 && untouched {
+		// Nothing was changed yet and the staged copies are gone: the journal cannot be
+		// finished, and need not be; the series is applied afresh from the tree as it is.
+		if _, err := clearStage(stage); err != nil {
+			return found, false, err
+		}
+		return found + fmt.Sprintf("; %d staged cop(ies) gone, so dropped it: the tree was not changed, and the series is applied afresh", missing), false, nil
+	}
 	if err := finish(root, step, &j); err != nil {
 		return found, false, fmt.Errorf("%s: %w", found, err)
 	}

@@ -82,39 +82,62 @@ func TestConcurrentWritersLeaveASoundTree(t *testing.T) {
 	}
 }
 
-// A journal whose staged copy is gone while its target still has the old content cannot
-// be finished: the error says what the run found, and the way out.
+// What recovery finds is said: a journal whose staged copies are gone before any change
+// was made (another run removed them) is dropped and the series applied afresh; one with a
+// change made and a staged copy gone cannot be finished, and the error names the copy and
+// the way out; one that can be finished is.
 func TestRecoverSaysWhatItFound(t *testing.T) {
-	f := newFixture(t, map[string]string{"a.txt": baseA, "b.txt": baseB}, [2]string{"a.patch", patchA})
-	stage := filepath.Join(f.tree, stageDir)
-	patched := "one\ntwo\nTHREE\nfour\nfive\n"
-	j := `{"version":1,"changes":[{"op":"write","path":"a.txt","staged":"0","mode":420,"pre":"` + digest([]byte(baseA)) + `","post":"` + digest([]byte(patched)) + `"}]}`
-	writeFile(t, filepath.Join(stage, journalName), j, 0o600)
+	const patchedA, patchedB = "one\ntwo\nTHREE\nfour\nfive\n", "alpha\nBETA\ngamma\n"
+	journalOf := func(f *fixture) string {
+		stage := filepath.Join(f.tree, stageDir)
+		j := `{"version":1,"changes":[` +
+			`{"op":"write","path":"a.txt","staged":"0","mode":420,"pre":"` + digest([]byte(baseA)) + `","post":"` + digest([]byte(patchedA)) + `"},` +
+			`{"op":"write","path":"b.txt","staged":"1","mode":420,"pre":"` + digest([]byte(baseB)) + `","post":"` + digest([]byte(patchedB)) + `"}]}`
+		writeFile(t, filepath.Join(stage, journalName), j, 0o600)
+		return stage
+	}
+
+	// Nothing made, the staged copies gone.
+	f := newFixture(t, map[string]string{"a.txt": baseA, "b.txt": baseB}, [2]string{"a.patch", patchA}, [2]string{"b.patch", patchB})
+	stage := journalOf(f)
+	if err := f.run(t); err != nil {
+		t.Fatalf("Run over a journal with nothing made and its copies gone: %v", err)
+	}
+	if !strings.Contains(f.log.String(), "found what an earlier run left: the journal of an unfinished patch write in "+stage+": 2 change(s) (a.txt, b.txt), 0 already made; 2 staged cop(ies) gone, so dropped it") {
+		t.Errorf("log:\n%s", f.log)
+	}
+	if a, b := f.read(t, "a.txt"), f.read(t, "b.txt"); a != patchedA || b != patchedB {
+		t.Errorf("a.txt = %q, b.txt = %q; want the series applied", a, b)
+	}
+
+	// a.txt made, b.txt's staged copy gone.
+	f = newFixture(t, map[string]string{"a.txt": patchedA, "b.txt": baseB}, [2]string{"a.patch", patchA}, [2]string{"b.patch", patchB})
+	stage = journalOf(f)
 	err := f.run(t)
 	for _, want := range []string{
-		"the journal of an unfinished patch write in " + stage + ": 1 change(s) (a.txt), 0 already made",
-		"its staged copy " + filepath.Join(stage, "0") + ", which is gone",
+		"the journal of an unfinished patch write in " + stage + ": 2 change(s) (a.txt, b.txt), 1 already made",
+		"its staged copy " + filepath.Join(stage, "1") + ", which is gone",
 		"sglprov apply --force sm120-patches",
 	} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Run error = %v\nwant it to say %q", err, want)
 		}
 	}
-	if got := f.read(t, "a.txt"); got != baseA {
-		t.Errorf("a.txt = %q", got)
+	if got := f.read(t, "b.txt"); got != baseB {
+		t.Errorf("b.txt = %q", got)
 	}
 
-	// A journal that can be finished is, and the log says what was found.
-	writeFile(t, filepath.Join(stage, "0"), patched, 0o644)
+	// The copy back: the journal is finished, and the log says what was found.
+	writeFile(t, filepath.Join(stage, "1"), patchedB, 0o644)
 	f.log.Reset()
 	if err := f.run(t); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(f.log.String(), "found what an earlier run left: the journal of an unfinished patch write") || !strings.Contains(f.log.String(), "finished the rest") {
+	if !strings.Contains(f.log.String(), "1 already made; finished the rest") {
 		t.Errorf("log:\n%s", f.log)
 	}
-	if got := f.read(t, "a.txt"); got != patched {
-		t.Errorf("a.txt = %q", got)
+	if got := f.read(t, "b.txt"); got != patchedB {
+		t.Errorf("b.txt = %q", got)
 	}
 }
 
