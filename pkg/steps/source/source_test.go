@@ -466,6 +466,12 @@ func TestOptionLikeURLAndRefRefused(t *testing.T) {
 			t.Errorf("New(%+v) error = %v; want a usage error", spec, err)
 		}
 	}
+	for _, u := range []string{"git::ssh://-oProxyCommand=x/repo?ref=" + commit, "git::ssh://-oProxyCommand=x@example.com/repo?ref=" + commit} {
+		_, err := New("sglang-src", Spec{URL: u, Dest: filepath.Join(t.TempDir(), "dest")})
+		if !errors.Is(err, engine.ErrUsage) || !strings.Contains(err.Error(), "which ssh would read as an option") {
+			t.Errorf("New(%q) error = %v; want a usage error", u, err)
+		}
+	}
 }
 
 func TestGetterParametersRefused(t *testing.T) {
