@@ -157,7 +157,7 @@ func finish(root, step string, j *journal) error {
 			}
 			staged := filepath.Join(stage, e.Staged)
 			if _, err := os.Lstat(staged); errors.Is(err, fs.ErrNotExist) {
-				return fmt.Errorf("finishing an interrupted patch write: the journal %s has %s written from its staged copy %s, which is gone, and %s still has its old content; restore the tree (`sglprov apply --force %s` restores the series' files from git; outside git restore them by hand and remove %s) and run again",
+				return fmt.Errorf("finishing an interrupted patch write: the journal %s has %s written from its staged copy %s, which is gone, and %s is not written yet; restore the tree (`sglprov apply --force %s` restores the series' files from git; outside git restore them by hand and remove %s) and run again",
 					filepath.Join(stage, journalName), p, staged, p, step, filepath.Join(stage, journalName))
 			}
 			if err := os.Rename(staged, p); err != nil {
