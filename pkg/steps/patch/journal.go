@@ -271,10 +271,31 @@ func recoverJournal(root, step string) (found string, finished bool, err error) 
 var stagedNameRE = regexp.MustCompile(`^[0-9]+$`)
 
 // dropJournal removes what an earlier run left in the stage folder, journal and all,
-// without finishing it: a forced run restores the series' files from git instead.
-func dropJournal(root string) (bool, error) {
-	n, err := clearStage(filepath.Join(root, stageDir))
-	return n > 0, err
+// without finishing it: a forced run restores the series' files from git instead. It says
+// what it dropped ("" when there was nothing).
+func dropJournal(root string) (string, error) {
+	stage := filepath.Join(root, stageDir)
+	found := ""
+	if b, err := safefile.ReadRegular(filepath.Join(stage, journalName), 16<<20); err == nil {
+		var j journal
+		if json.Unmarshal(b, &j) == nil {
+			var paths []string
+			for _, e := range j.Changes {
+				paths = append(paths, e.Path)
+			}
+			found = fmt.Sprintf("the journal of an unfinished patch write in %s: %d change(s) (%s)", stage, len(j.Changes), strings.Join(paths, ", "))
+		} else {
+			found = "a patch journal in " + stage + " that this sglprov cannot read"
+		}
+	}
+	n, err := clearStage(stage)
+	if err != nil || n == 0 {
+		return "", err
+	}
+	if found == "" {
+		found = fmt.Sprintf("%d staged file(s) or merge folder(s) and no journal in %s", n, stage)
+	}
+	return found, nil
 }
 
 // litterRE matches the temporary files that atomicfile.Stage names after their target

@@ -112,8 +112,8 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 		if err != nil {
 			return err
 		}
-		if dropped {
-			env.Log.Info("dropped the patch write an earlier run left; the files are restored from git", "dir", root)
+		if dropped != "" {
+			env.Log.Info("dropped what an earlier run left, "+dropped+"; the files are restored from git", "dir", root)
 		}
 	} else {
 		var found string
