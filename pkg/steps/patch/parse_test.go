@@ -1,11 +1,14 @@
 package patch
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/bluekeyes/go-gitdiff/gitdiff"
 
 	"github.com/sglprov/sglprov/pkg/engine"
 )
@@ -80,4 +83,25 @@ func TestWellFormedPatchesParse(t *testing.T) {
 	if got := f.read(t, "s.sql"); got != "x\n" {
 		t.Errorf("s.sql = %q", got)
 	}
+}
+
+// parsePatch never panics, and what it accepts go-gitdiff parses.
+func FuzzParsePatch(f *testing.F) {
+	for _, p := range []string{patchA, patchB, patchAB, patchNewDelete, patchCRLF, patchNoEOL, binaryPatch,
+		"diff --git a/a.txt b/a.txt\n--- a/a.txt\n+++ b/a.txt\n@@ -2,2 +2,2 @@\n two\n-three\n+THREE\n four\n"} {
+		f.Add([]byte(p))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		files, err := parsePatch(raw)
+		if err != nil {
+			var le *lineError
+			if errors.As(err, &le) && le.Line < 0 {
+				t.Fatalf("negative line in %v", err)
+			}
+			return
+		}
+		if _, _, err := gitdiff.Parse(bytes.NewReader(raw)); err != nil {
+			t.Fatalf("parsePatch accepted what go-gitdiff refuses: %v (%d files)", err, len(files))
+		}
+	})
 }
