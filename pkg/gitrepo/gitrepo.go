@@ -66,7 +66,8 @@ func (t *tailBuffer) Write(p []byte) (int, error) {
 // Clone clones the repository at url into dst (a folder that does not exist yet) and
 // checks out commit, a full hex object name, detached, with its submodules. The URL comes
 // after "--" and one that starts with "-" is refused, so that git never reads it as an
-// option (--upload-pack=...); git never asks for a password on the terminal. The error
+// option (--upload-pack=...); git never asks for a password on the terminal, and reads
+// the host's git settings as any clone does. The error
 // carries git's standard error, which may quote the URL: callers redact it.
 func Clone(ctx context.Context, url, dst, commit string) error {
 	if strings.HasPrefix(url, "-") {
@@ -76,8 +77,10 @@ func Clone(ctx context.Context, url, dst, commit string) error {
 		return fmt.Errorf("cloning: %q is not a full hex commit", commit)
 	}
 	run := func(what, dir string, args ...string) error {
-		cmd := command(ctx, dir, args...)
-		cmd.Env = append(cmd.Env, "GIT_TERMINAL_PROMPT=0")
+		// The system's and the user's git settings stay (a proxy, url.insteadOf, a
+		// credential helper), as for any clone on the host.
+		cmd := exec.CommandContext(ctx, "git", append([]string{"-C", dir}, args...)...)
+		cmd.Env = append(os.Environ(), "LC_ALL=C", "GIT_TERMINAL_PROMPT=0")
 		errb := &tailBuffer{max: maxStderr}
 		cmd.Stdout, cmd.Stderr = io.Discard, errb
 		if err := cmd.Run(); err != nil {
