@@ -126,6 +126,9 @@ func (s *Step) resolve() (*resolved, error) {
 			return nil, fmt.Errorf("source ref %q is not a commit: recipes pin a full 40-hex commit, not a branch or tag, so that every host builds the same tree: %w", ref, engine.ErrUsage)
 		}
 		ref = strings.ToLower(ref)
+		if strings.Contains(strings.TrimPrefix(u.Path, "/"), "//") {
+			return nil, fmt.Errorf("source %q: a subfolder of the repository (go-getter's //sub) is not supported: fetch the repository and point the later steps at the folder inside it: %w", redact(s.spec.URL), engine.ErrUsage)
+		}
 		for _, k := range []string{"depth", "sshkey"} {
 			if q.Has(k) {
 				return nil, fmt.Errorf("source %q: the %s= parameter is not supported (the step clones the repository whole and checks out the pinned commit; give an ssh key through ssh's own configuration): %w", redact(s.spec.URL), k, engine.ErrUsage)

@@ -476,8 +476,12 @@ func TestOptionLikeURLAndRefRefused(t *testing.T) {
 
 func TestGetterParametersRefused(t *testing.T) {
 	commit := strings.Repeat("a", 40)
-	for _, k := range []string{"depth=1", "sshkey=AAAA"} {
-		step := mustNew(t, Spec{URL: "git::https://example.com/x.git?ref=" + commit + "&" + k, Dest: filepath.Join(t.TempDir(), "dest")})
+	for _, k := range []string{"depth=1", "sshkey=AAAA", "subfolder"} {
+		u := "git::https://example.com/x.git?ref=" + commit + "&" + k
+		if k == "subfolder" {
+			u = "git::https://example.com/x.git//python?ref=" + commit
+		}
+		step := mustNew(t, Spec{URL: u, Dest: filepath.Join(t.TempDir(), "dest")})
 		if _, err := step.Fingerprint(context.Background(), newEnv(t)); !errors.Is(err, engine.ErrUsage) || !strings.Contains(err.Error(), "is not supported") {
 			t.Errorf("%s: error = %v; want a usage error", k, err)
 		}
