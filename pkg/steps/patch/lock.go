@@ -107,9 +107,16 @@ func lockFile(root string) (*treeLock, error) {
 		if err != nil {
 			return nil, fmt.Errorf("opening the patch lock %s: %w", path, err)
 		}
-		if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		fi, err := f.Stat()
+		if err != nil || !fi.Mode().IsRegular() {
 			f.Close()
 			return nil, fmt.Errorf("%s is not a regular file; remove it: %w", path, engine.ErrUsage)
+		}
+		// The holder's pid is written in place: through a second hard link it would
+		// truncate the file of the other name.
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Nlink > 1 {
+			f.Close()
+			return nil, fmt.Errorf("%s has %d hard links; sglprov writes it and never through a link: remove it: %w", path, st.Nlink, engine.ErrUsage)
 		}
 		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 			holder := lockHolder(f)

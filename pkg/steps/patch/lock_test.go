@@ -197,3 +197,35 @@ func TestStepsOfOneRunOnOneTreeTakeTurns(t *testing.T) {
 		}
 	}
 }
+
+// A lock file that is a link (symbolic or hard) to another file is refused, never written
+// through.
+func TestTreeLockNeverWritesThroughALink(t *testing.T) {
+	for _, kind := range []string{"symbolic", "hard"} {
+		t.Run(kind, func(t *testing.T) {
+			f := newFixture(t, map[string]string{"a.txt": baseA}, [2]string{"a.patch", patchA})
+			victim := filepath.Join(t.TempDir(), "victim")
+			writeFile(t, victim, "keep me\n", 0o644)
+			lockPath := filepath.Join(f.tree, stageDir, lockName)
+			if err := os.MkdirAll(filepath.Dir(lockPath), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			link := os.Symlink
+			if kind == "hard" {
+				link = os.Link
+			}
+			if err := link(victim, lockPath); err != nil {
+				t.Skip(err)
+			}
+			if err := f.run(t); err == nil {
+				t.Fatal("Run with a linked lock file succeeded")
+			}
+			if b, _ := os.ReadFile(victim); string(b) != "keep me\n" {
+				t.Errorf("the linked file was written: %q", b)
+			}
+			if got := f.read(t, "a.txt"); got != baseA {
+				t.Errorf("a.txt = %q", got)
+			}
+		})
+	}
+}
