@@ -79,7 +79,10 @@ func Clone(ctx context.Context, url, dst, commit string) error {
 	run := func(what, dir string, args ...string) error {
 		// The system's and the user's git settings stay (a proxy, url.insteadOf, a
 		// credential helper), as for any clone on the host.
-		cmd := exec.CommandContext(ctx, "git", append([]string{"-C", dir}, args...)...)
+		if dir != "" {
+			args = append([]string{"-C", dir}, args...)
+		}
+		cmd := exec.CommandContext(ctx, "git", args...)
 		cmd.Env = append(os.Environ(), "LC_ALL=C", "GIT_TERMINAL_PROMPT=0")
 		errb := &tailBuffer{max: maxStderr}
 		cmd.Stdout, cmd.Stderr = io.Discard, errb
@@ -91,7 +94,8 @@ func Clone(ctx context.Context, url, dst, commit string) error {
 		}
 		return nil
 	}
-	if err := run("cloning", filepath.Dir(dst), "clone", "--quiet", "--no-checkout", "--", url, dst); err != nil {
+	// In the working directory, as go-getter cloned: a relative local path is read from it.
+	if err := run("cloning", "", "clone", "--quiet", "--no-checkout", "--", url, dst); err != nil {
 		return err
 	}
 	if err := run("checking out "+commit, dst, "checkout", "--quiet", "--detach", commit, "--"); err != nil {

@@ -1,5 +1,6 @@
 // Package source is the source step kind: a source tree at a pinned commit, cloned with
-// git (every user-given argument after "--"), or an archive whose sha256 is checked before it is unpacked.
+// git (every user-given argument after "--"), or an archive whose sha256 is checked before
+// it is unpacked.
 // A tree is fetched into a temporary folder beside its destination and moved into place
 // only when complete, so the destination is never half written.
 package source
