@@ -339,6 +339,16 @@ func TestAnswerShapes(t *testing.T) {
 		{"nan with text", `{"choices":[{"message":{"content":"Paris 391 def f(x):"},"finish_reason":"stop","matched_stop":"NaN happened"}]}`, false, "NaN happened"},
 		{"reasoning only, stopped", `{"choices":[{"message":{"content":null,"reasoning_content":"The answer is Paris."},"finish_reason":"stop"}]}`, false, "content empty: the model answered only in reasoning_content"},
 		{"tool call", `{"choices":[{"message":{"content":null,"tool_calls":[{"id":"1","type":"function","function":{"name":"f","arguments":"{}"}}]},"finish_reason":"tool_calls"}]}`, false, "tool call"},
+		// Fields of the wrong JSON type are named with the type they have, not reported
+		// as an answer that is not JSON.
+		{"content a number", `{"choices":[{"message":{"content":391},"finish_reason":"stop"}]}`, false,
+			"message.content is a number, not a string or null as the OpenAI chat protocol defines it: \"391\""},
+		{"content an object", `{"choices":[{"message":{"content":{"text":"Paris"}},"finish_reason":"stop"}]}`, false,
+			"message.content is an object, not a string or null"},
+		{"reasoning a list", `{"choices":[{"message":{"content":"Paris 391 def f(x):","reasoning_content":["a"]},"finish_reason":"stop"}]}`, false,
+			"message.reasoning_content is a list, not a string or null"},
+		{"finish_reason a number", `{"choices":[{"message":{"content":"Paris 391 def f(x):"},"finish_reason":1}]}`, false,
+			"finish_reason is a number, not a string or null"},
 		{"control characters", `{"choices":[{"message":{"content":"Paris\u0000\u0001\u0002\u0003"},"finish_reason":"stop"}]}`, false, "degenerate content (bad-runes)"},
 	}
 	for _, tt := range tests {

@@ -38,11 +38,13 @@ type chatRequest struct {
 type chatResponse struct {
 	Choices []struct {
 		Message struct {
-			Content          *string         `json:"content"`
-			ReasoningContent *string         `json:"reasoning_content"`
+			// Content and ReasoningContent are a string or null; they are kept raw so
+			// that an answer of another type is named as such.
+			Content          json.RawMessage `json:"content"`
+			ReasoningContent json.RawMessage `json:"reasoning_content"`
 			ToolCalls        json.RawMessage `json:"tool_calls"`
 		} `json:"message"`
-		FinishReason *string `json:"finish_reason"`
+		FinishReason json.RawMessage `json:"finish_reason"`
 		// MatchedStop is a string (a stop string, or "NaN happened"), an int (a stop
 		// token id) or null.
 		MatchedStop json.RawMessage `json:"matched_stop"`
@@ -299,11 +301,40 @@ func runAccuracy(ctx context.Context, cfg Config, model string, k Case, qs []Que
 	return cr
 }
 
-func deref(s *string) string {
-	if s == nil {
-		return ""
+// stringOrNull decodes a field the protocol defines as a string or null: "" for null or
+// absent, an error naming the field and the JSON type it has for anything else.
+func stringOrNull(name string, raw json.RawMessage) (string, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return "", nil
 	}
-	return *s
+	var s string
+	if raw[0] == '"' && json.Unmarshal(raw, &s) == nil {
+		return s, nil
+	}
+	return "", fmt.Errorf("%s is %s, not a string or null as the OpenAI chat protocol defines it: %s",
+		name, jsonType(raw), Sample(string(raw), SampleRunes))
+}
+
+// jsonType names the JSON type of a raw value: "a number", "an object", ...
+func jsonType(raw json.RawMessage) string {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return "absent"
+	}
+	switch raw[0] {
+	case '{':
+		return "an object"
+	case '[':
+		return "a list"
+	case '"':
+		return "a string"
+	case 't', 'f':
+		return "a boolean"
+	case 'n':
+		return "null"
+	}
+	return "a number"
 }
 
 // matchedStop returns matched_stop as text: a string as it is, a number in decimal, ""
@@ -333,9 +364,21 @@ func judge(a *answer, resp chatResponse, r request) {
 		return
 	}
 	ch := resp.Choices[0]
-	content, reasoning := deref(ch.Message.Content), deref(ch.Message.ReasoningContent)
+	var texts [3]string
+	for i, f := range []struct {
+		name string
+		raw  json.RawMessage
+	}{{"message.content", ch.Message.Content}, {"message.reasoning_content", ch.Message.ReasoningContent}, {"finish_reason", ch.FinishReason}} {
+		s, err := stringOrNull(f.name, f.raw)
+		if err != nil {
+			a.reason = err.Error()
+			return
+		}
+		texts[i] = s
+	}
+	content, reasoning := texts[0], texts[1]
 	a.content = content
-	a.finish = deref(ch.FinishReason)
+	a.finish = texts[2]
 	calls, callErr := parseToolCalls(ch.Message.ToolCalls)
 	a.toolCalls = calls
 	switch {

@@ -20,8 +20,10 @@ type ToolCall struct {
 // String returns name(arguments).
 func (c ToolCall) String() string { return c.Name + "(" + c.Arguments + ")" }
 
-// parseToolCalls reads an OpenAI tool_calls list; null, absent or [] is no call. The
-// arguments may come as a JSON string (the API's form) or as an object.
+// parseToolCalls reads an OpenAI tool_calls list; null, absent or [] is no call. A call's
+// function.arguments must be a JSON string holding the arguments as JSON text, as the
+// OpenAI protocol defines it: a client that parses the string fails on an object sent
+// in its place, so the gate fails it too.
 func parseToolCalls(raw json.RawMessage) ([]ToolCall, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || string(raw) == "null" {
@@ -39,10 +41,11 @@ func parseToolCalls(raw json.RawMessage) ([]ToolCall, error) {
 	}
 	out := make([]ToolCall, 0, len(list))
 	for _, c := range list {
-		args := string(bytes.TrimSpace(c.Function.Arguments))
-		var s string
-		if json.Unmarshal(c.Function.Arguments, &s) == nil {
-			args = s
+		raw := bytes.TrimSpace(c.Function.Arguments)
+		var args string
+		if len(raw) == 0 || raw[0] != '"' || json.Unmarshal(raw, &args) != nil {
+			return nil, fmt.Errorf("tool call %s: function.arguments is %s, not a string holding JSON as the OpenAI protocol defines it: %s",
+				c.Function.Name, jsonType(raw), Sample(string(raw), SampleRunes))
 		}
 		out = append(out, ToolCall{Name: c.Function.Name, Arguments: args})
 	}
