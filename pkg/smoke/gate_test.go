@@ -390,7 +390,7 @@ func TestExpectations(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := unmet(tt.content, tt.exp); got != tt.want {
+			if got := unmet(text{head: tt.content, size: int64(len(tt.content))}, tt.exp); got != tt.want {
 				t.Errorf("unmet = %q, want %q", got, tt.want)
 			}
 		})

@@ -316,8 +316,8 @@ func TestGoodCorpusThroughJudge(t *testing.T) {
 			{"answer after reasoning", `{"choices":[{"message":{"content":` + string(js) + `,"reasoning_content":"Let me think."},"finish_reason":"stop"}]}`,
 				request{expect: Expect{Reasoning: true}}},
 		} {
-			var resp chatResponse
-			if err := json.Unmarshal([]byte(tt.body), &resp); err != nil {
+			resp, err := decodeAnswer(strings.NewReader(tt.body))
+			if err != nil {
 				t.Fatal(err)
 			}
 			var a answer
@@ -327,9 +327,8 @@ func TestGoodCorpusThroughJudge(t *testing.T) {
 			}
 		}
 		args, _ := json.Marshal(map[string]string{"city": "Paris", "note": text})
-		var resp chatResponse
-		_ = json.Unmarshal([]byte(`{"choices":[{"message":{"content":null,"tool_calls":[{"type":"function","function":{"name":"get_weather","arguments":`+
-			string(mustJSON(string(args)))+`}}]},"finish_reason":"tool_calls"}]}`), &resp)
+		resp, _ := decodeAnswer(strings.NewReader(`{"choices":[{"message":{"content":null,"tool_calls":[{"type":"function","function":{"name":"get_weather","arguments":` +
+			string(mustJSON(string(args))) + `}}]},"finish_reason":"tool_calls"}]}`))
 		var a answer
 		judge(&a, resp, request{tools: true, expect: Expect{ToolCall: &ToolCallExpect{Name: "get_weather", Arguments: map[string]any{"city": "Paris"}}}})
 		if !a.pass {

@@ -1,7 +1,6 @@
 package smoke
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"reflect"
@@ -19,38 +18,6 @@ type ToolCall struct {
 
 // String returns name(arguments).
 func (c ToolCall) String() string { return c.Name + "(" + c.Arguments + ")" }
-
-// parseToolCalls reads an OpenAI tool_calls list; null, absent or [] is no call. A call's
-// function.arguments must be a JSON string holding the arguments as JSON text, as the
-// OpenAI protocol defines it: a client that parses the string fails on an object sent
-// in its place, so the gate fails it too.
-func parseToolCalls(raw json.RawMessage) ([]ToolCall, error) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || string(raw) == "null" {
-		return nil, nil
-	}
-	var list []struct {
-		Type     string `json:"type"`
-		Function struct {
-			Name      string          `json:"name"`
-			Arguments json.RawMessage `json:"arguments"`
-		} `json:"function"`
-	}
-	if err := json.Unmarshal(raw, &list); err != nil {
-		return nil, fmt.Errorf("tool_calls is not a list of calls: %s", Sample(string(raw), SampleRunes))
-	}
-	out := make([]ToolCall, 0, len(list))
-	for _, c := range list {
-		raw := bytes.TrimSpace(c.Function.Arguments)
-		var args string
-		if len(raw) == 0 || raw[0] != '"' || json.Unmarshal(raw, &args) != nil {
-			return nil, fmt.Errorf("tool call %s: function.arguments is %s, not a string holding JSON as the OpenAI protocol defines it: %s",
-				c.Function.Name, jsonType(raw), Sample(string(raw), SampleRunes))
-		}
-		out = append(out, ToolCall{Name: c.Function.Name, Arguments: args})
-	}
-	return out, nil
-}
 
 // unmetToolCall returns why calls lack want, or "".
 func unmetToolCall(calls []ToolCall, want ToolCallExpect) string {
