@@ -17,9 +17,11 @@ import (
 const (
 	DefaultReadyTimeout   = 20 * time.Minute
 	DefaultRequestTimeout = 2 * time.Minute
-	DefaultMaxTokens      = 1024
-	DefaultPollInitial    = 250 * time.Millisecond
-	DefaultPollMax        = 5 * time.Second
+	// DefaultCasesTimeout bounds all the cases of one run together.
+	DefaultCasesTimeout = 10 * time.Minute
+	DefaultMaxTokens    = 1024
+	DefaultPollInitial  = 250 * time.Millisecond
+	DefaultPollMax      = 5 * time.Second
 	// SampleRunes is how many runes of an answer a verdict shows.
 	SampleRunes = 80
 )
@@ -38,6 +40,10 @@ type Config struct {
 	APIKey string
 	// ReadyTimeout bounds the readiness wait; RequestTimeout each chat request.
 	ReadyTimeout, RequestTimeout time.Duration
+	// CasesTimeout bounds all the cases of one run together, after readiness: a server
+	// that never answers costs this, not RequestTimeout for every request of every case.
+	// When it runs out, the request in flight ends and the cases not run fail.
+	CasesTimeout time.Duration
 	// MaxTokens is each request's max_tokens.
 	MaxTokens int
 	// ChatTemplateKwargs is sent as chat_template_kwargs when set (e.g. enable_thinking: false).
@@ -65,6 +71,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RequestTimeout <= 0 {
 		c.RequestTimeout = DefaultRequestTimeout
+	}
+	if c.CasesTimeout <= 0 {
+		c.CasesTimeout = DefaultCasesTimeout
 	}
 	if c.MaxTokens <= 0 {
 		c.MaxTokens = DefaultMaxTokens
@@ -222,8 +231,19 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		res.Model = m
 	}
 	res.Pass = true
+	// One budget for all the cases: each request ends at its own timeout or at the
+	// budget's end, whichever comes first.
+	budget := casesBudget(cfg.CasesTimeout)
+	cctx, cancel := context.WithTimeoutCause(ctx, cfg.CasesTimeout, budget)
+	defer cancel()
 	for _, k := range cfg.Cases {
-		cr := runCase(ctx, cfg, res.Model, k, sets[k.Name])
+		if errors.Is(context.Cause(cctx), budget) {
+			res.Pass = false
+			res.Cases = append(res.Cases, CaseResult{Name: k.Name, Kind: k.Kind(),
+				Reason: "not run: " + budget.Error()})
+			continue
+		}
+		cr := runCase(cctx, cfg, res.Model, k, sets[k.Name])
 		if cfg.APIKey != "" {
 			cr.redact(cfg.APIKey)
 		}
@@ -231,6 +251,13 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		res.Cases = append(res.Cases, cr)
 	}
 	return res, nil
+}
+
+// casesBudget is the cause of a run's cases context when CasesTimeout ran out.
+type casesBudget time.Duration
+
+func (b casesBudget) Error() string {
+	return fmt.Sprintf("the cases' time budget (cases_timeout %s) was spent", time.Duration(b))
 }
 
 func auth(req *http.Request, cfg Config) {

@@ -261,6 +261,38 @@ func TestHangVersusRequestTimeout(t *testing.T) {
 	}
 }
 
+// TestCasesTimeout: a server that is ready and never answers chat costs CasesTimeout for
+// the whole run: the request in flight ends when it runs out and the later cases are not
+// run, each saying why.
+func TestCasesTimeout(t *testing.T) {
+	srv, rec := fake(t, fakesglang.Options{Mode: fakesglang.ModeHang})
+	cfg := fastConfig(srv.URL)
+	cfg.RequestTimeout, cfg.CasesTimeout = 10*time.Second, 200*time.Millisecond
+	cfg.Cases = BuiltinSet()
+	start := time.Now()
+	res, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if el := time.Since(start); el > 3*time.Second {
+		t.Errorf("took %s, want about the 200ms budget", el)
+	}
+	if res.Pass || len(res.Cases) != len(cfg.Cases) {
+		t.Fatalf("%s", res.Summary())
+	}
+	if c := res.Cases[0]; c.Reason != "no answer before the cases' time budget (cases_timeout 200ms) was spent" {
+		t.Errorf("first case: %q", c.Reason)
+	}
+	for _, c := range res.Cases[1:] {
+		if c.Pass || c.Reason != "not run: the cases' time budget (cases_timeout 200ms) was spent" {
+			t.Errorf("case %s: %v %q", c.Name, c.Pass, c.Reason)
+		}
+	}
+	if n := rec.saw("/v1/chat/completions"); n != 1 {
+		t.Errorf("%d chat requests, want 1", n)
+	}
+}
+
 func TestRequestShape(t *testing.T) {
 	srv, rec := fake(t, fakesglang.Options{Model: "served"})
 	cfg := fastConfig(srv.URL)

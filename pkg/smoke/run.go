@@ -90,8 +90,17 @@ func newRequest(cfg Config, model string, k Case, prompt string) request {
 // ask sends one request and judges its answer.
 func ask(ctx context.Context, cfg Config, r request) answer {
 	var a answer
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, cfg.RequestTimeout)
 	defer cancel()
+	// spent says why the request ended early when the run's budget for its cases did.
+	spent := func() string {
+		var b casesBudget
+		if errors.As(context.Cause(parent), &b) {
+			return "no answer before " + b.Error()
+		}
+		return ""
+	}
 	start := time.Now()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, cfg.URL+"/v1/chat/completions", bytes.NewReader(r.body))
 	if err != nil {
@@ -103,7 +112,9 @@ func ask(ctx context.Context, cfg Config, r request) answer {
 	resp, err := cfg.Client.Do(req)
 	if err != nil {
 		a.latency = time.Since(start)
-		if errors.Is(err, context.DeadlineExceeded) {
+		if why := spent(); why != "" {
+			a.reason = why
+		} else if errors.Is(err, context.DeadlineExceeded) {
 			a.reason = fmt.Sprintf("no answer within the request timeout (%s)", cfg.RequestTimeout)
 		} else {
 			a.reason = "request failed: " + shortErr(err)
@@ -126,7 +137,9 @@ func ask(ctx context.Context, cfg Config, r request) answer {
 	resp.Body.Close()
 	a.latency = time.Since(start)
 	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+		if why := spent(); why != "" {
+			a.reason = why
+		} else if errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
 			a.reason = fmt.Sprintf("no whole answer within the request timeout (%s)", cfg.RequestTimeout)
 		} else {
 			a.reason = err.Error()

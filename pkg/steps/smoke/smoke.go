@@ -29,6 +29,10 @@ type Spec struct {
 	// ReadyTimeout and RequestTimeout are durations such as "20m" and "2m".
 	ReadyTimeout   string `yaml:"ready_timeout" json:"ready_timeout,omitempty"`
 	RequestTimeout string `yaml:"request_timeout" json:"request_timeout,omitempty"`
+	// CasesTimeout bounds all the cases of one gate run (one profile) together, after
+	// readiness (default 10m): a server that never answers chat costs this once, not
+	// request_timeout for every request.
+	CasesTimeout string `yaml:"cases_timeout" json:"cases_timeout,omitempty"`
 	// MaxTokens is each request's max_tokens (default 1024).
 	MaxTokens int `yaml:"max_tokens" json:"max_tokens,omitempty"`
 	// ChatTemplateKwargs is sent with each request, e.g. {enable_thinking: false}.
@@ -53,6 +57,9 @@ func (s Spec) Config(getenv func(string) string) (gate.Config, error) {
 		return cfg, err
 	}
 	if cfg.RequestTimeout, err = duration("request_timeout", s.RequestTimeout); err != nil {
+		return cfg, err
+	}
+	if cfg.CasesTimeout, err = duration("cases_timeout", s.CasesTimeout); err != nil {
 		return cfg, err
 	}
 	if s.MaxTokens < 0 {

@@ -281,6 +281,7 @@ func TestKind(t *testing.T) {
 		{"ok", &Spec{URL: "http://127.0.0.1:30000", ReadyTimeout: "20m"}, ""},
 		{"bad duration", &Spec{URL: "http://h:1", ReadyTimeout: "twenty minutes"}, `ready_timeout "twenty minutes"`},
 		{"negative duration", &Spec{URL: "http://h:1", RequestTimeout: "-1s"}, "request_timeout"},
+		{"bad cases_timeout", &Spec{URL: "http://h:1", CasesTimeout: "0s"}, `cases_timeout "0s": want a positive duration`},
 		{"no url", &Spec{}, "url is required"},
 		{"bad regex", &Spec{URL: "http://h:1", Cases: []gateCase{{Name: "x", Prompt: "p", Expect: gateExpect{Regex: "("}}}}, "expect.regex"},
 		{"wrong type", Spec{}, "want *smoke.Spec"},
@@ -365,6 +366,35 @@ func TestOfflineDoesNotGate(t *testing.T) {
 	}
 	if hits.Load() != 0 {
 		t.Errorf("offline gate asked the server %d times; output:\n%s", hits.Load(), out)
+	}
+}
+
+// TestCasesTimeoutPerProfile: against servers that never answer chat, each profile costs
+// cases_timeout once, not request_timeout for every request of every case.
+func TestCasesTimeoutPerProfile(t *testing.T) {
+	svc := newFakeService(t, []string{"a", "b"},
+		map[string]fakesglang.Mode{"a": fakesglang.ModeHang, "b": fakesglang.ModeHang})
+	spec := testSpec(svc.srv.URL)
+	spec.RequestTimeout, spec.CasesTimeout = "10s", "300ms"
+	spec.Cases = gatepkg.BuiltinSet()
+	step, err := New("smoke", spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, out := newEnv(t, map[string]engine.Step{"sglang-service": svc})
+	start := time.Now()
+	err = step.Run(context.Background(), env)
+	if el := time.Since(start); el > 5*time.Second {
+		t.Errorf("two hanging profiles took %s", el)
+	}
+	if !errors.Is(err, engine.ErrGate) {
+		t.Fatalf("Run: %v", err)
+	}
+	for _, want := range []string{"arithmetic: no answer before the cases' time budget (cases_timeout 300ms) was spent",
+		"fact: not run: the cases' time budget (cases_timeout 300ms) was spent", "b: FAIL: 0/7 cases passed"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q: %v\n%s", want, err, out)
+		}
 	}
 }
 
