@@ -16,6 +16,7 @@ import (
 	"sync"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/portowner"
 	"github.com/sglprov/sglprov/pkg/service"
 	"github.com/sglprov/sglprov/templates"
 )
@@ -32,6 +33,8 @@ type Step struct {
 
 	// newManager makes the service manager (service.New; tests replace it).
 	newManager func(context.Context, service.Options) (service.Manager, error)
+	// lookupPort finds who listens on a port (portowner.Lookup; tests replace it).
+	lookupPort func(port int) ([]portowner.Listener, error)
 
 	mu  sync.Mutex
 	mgr service.Manager
@@ -45,7 +48,7 @@ func New(name string, spec Spec) (*Step, error) {
 	if err != nil {
 		return nil, fmt.Errorf("systemd: %w: %w", engine.ErrUsage, err)
 	}
-	return &Step{name: name, spec: spec, port: port, newManager: service.New}, nil
+	return &Step{name: name, spec: spec, port: port, newManager: service.New, lookupPort: portowner.Lookup}, nil
 }
 
 // record is what the step keeps in the state between runs.
@@ -374,6 +377,9 @@ func (s *Step) install(ctx context.Context, env *engine.Env, profile string, res
 	if err != nil {
 		return false, err
 	}
+	if err := s.checkPort(env, m, profile); err != nil {
+		return false, err
+	}
 	changed, err := m.Install(ctx, s.spec.Unit, unit)
 	if err != nil {
 		return false, err
@@ -477,6 +483,9 @@ func (s *Step) RestoreLastKnownGood(ctx context.Context, env *engine.Env) (bool,
 	}
 	m, err := s.manager(ctx, env)
 	if err != nil {
+		return false, err
+	}
+	if err := s.checkPort(env, m, s.load(env).LastKnownGood); err != nil {
 		return false, err
 	}
 	if _, err := m.Install(ctx, s.spec.Unit, unit); err != nil {
