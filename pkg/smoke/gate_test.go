@@ -528,3 +528,47 @@ func TestAPIKeyEchoRedacted(t *testing.T) {
 		t.Errorf("reason %q", c.Reason)
 	}
 }
+
+// TestOwnServer: after readiness, /v1/models must list ServedModel and /get_model_info
+// report ModelPath (when the endpoint exists); a mismatch fails the run with both names and
+// no case asked.
+func TestOwnServer(t *testing.T) {
+	tests := []struct {
+		name         string
+		opts         fakesglang.Options
+		served, path string
+		want         string // "" for a pass
+	}{
+		{"match", fakesglang.Options{Model: "qwen", ModelPath: "/models/qwen"}, "qwen", "/models/qwen", ""},
+		{"path cleaned", fakesglang.Options{ModelPath: "/models/qwen/"}, "/models/qwen/", "/models//qwen", ""},
+		{"no model info endpoint", fakesglang.Options{Model: "qwen", ModelPath: "/models/a", NoModelInfo: true}, "qwen", "/models/b", ""},
+		{"other name", fakesglang.Options{Model: "qwen-a", ModelPath: "/models/a"}, "qwen-b", "/models/b",
+			`the server at URL serves "qwen-a" (/v1/models), not the recipe's "qwen-b": another server holds the port, or the unit's --served-model-name differs`},
+		{"other path", fakesglang.Options{Model: "qwen", ModelPath: "/models/a"}, "qwen", "/models/b",
+			`the server at URL loaded model_path "/models/a" (/get_model_info), not the recipe's "/models/b": another server holds the port`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv, rec := fake(t, tt.opts)
+			cfg := fastConfig(srv.URL)
+			cfg.ServedModel, cfg.ModelPath = tt.served, tt.path
+			res, err := Run(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.want == "" {
+				if !res.Pass || res.Model != tt.served {
+					t.Errorf("%s (model %q)", res.Summary(), res.Model)
+				}
+				return
+			}
+			want := strings.ReplaceAll(tt.want, "URL", srv.URL)
+			if res.Pass || res.Reason != want || len(res.Cases) != 0 {
+				t.Errorf("reason %q, want %q", res.Reason, want)
+			}
+			if n := rec.saw("/v1/chat/completions"); n != 0 {
+				t.Errorf("%d chat requests to a server that is not the recipe's", n)
+			}
+		})
+	}
+}

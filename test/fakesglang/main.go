@@ -61,11 +61,14 @@ func (a Args) Has(name string) bool { return len(a[name]) > 0 }
 // Config is what the binary makes of its command line.
 type Config struct {
 	Host, Port string
-	Model      string
-	Mode       Mode
-	CrashAfter time.Duration
-	ReadyAfter time.Duration
-	PortFile   string
+	// Model is the served model name; ModelPath the loaded model.
+	Model, ModelPath string
+	// ContextLength is --context-length (0: the fake's default).
+	ContextLength int
+	Mode          Mode
+	CrashAfter    time.Duration
+	ReadyAfter    time.Duration
+	PortFile      string
 	// BrokenBy names the launch flag that made the server broken ("" when none did).
 	BrokenBy         string
 	NoHealthGenerate bool
@@ -117,7 +120,15 @@ func ParseConfig(args []string, getenv func(string) string) (Config, error) {
 		}
 		c.Latency = d
 	}
-	c.Model = a.Get("served-model-name", a.Get("model-path", a.Get("model", "default")))
+	c.ModelPath = a.Get("model-path", a.Get("model", "default"))
+	c.Model = a.Get("served-model-name", c.ModelPath)
+	if v := a.Get("context-length", ""); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return c, fmt.Errorf("--context-length %q: want a whole number above 0", v)
+		}
+		c.ContextLength = n
+	}
 	mode := a.Get("fake-mode", "")
 	if mode == "" && getenv != nil {
 		mode = getenv("SGLANG_FAKE_MODE")
@@ -210,7 +221,8 @@ func Main(ctx context.Context, args []string, stderr io.Writer, getenv func(stri
 		}
 	}
 	srv := &http.Server{
-		Handler: New(Options{Mode: cfg.Mode, Model: cfg.Model, ReadyAfter: cfg.ReadyAfter,
+		Handler: New(Options{Mode: cfg.Mode, Model: cfg.Model, ModelPath: cfg.ModelPath,
+			ContextLength: cfg.ContextLength, ReadyAfter: cfg.ReadyAfter,
 			NoHealthGenerate: cfg.NoHealthGenerate, Log: stderr, RawToolCalls: cfg.RawToolCalls,
 			InlineThink: cfg.InlineThink, CrowdedAbove: cfg.CrowdedAbove, Latency: cfg.Latency}),
 		ReadHeaderTimeout: 10 * time.Second,

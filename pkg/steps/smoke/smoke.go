@@ -181,6 +181,8 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	}
 	svc := serviceDep(env)
 	if svc == nil {
+		// A model the recipe names must be one the server lists.
+		cfg.ServedModel = cfg.Model
 		res, err := s.gate(ctx, env, cfg, "")
 		if err != nil {
 			return err
@@ -191,6 +193,7 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 		return nil
 	}
 	cfg.Failed = svc.Failed
+	served, _ := svc.(servedModel)
 	candidates := svc.Candidates(env)
 	if len(candidates) == 0 {
 		candidates = []string{""}
@@ -211,7 +214,17 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 				continue
 			}
 		}
-		res, err := s.gate(ctx, env, cfg, p)
+		pcfg := cfg
+		if served != nil {
+			// The server judged must be the unit's: the model it lists and loaded are the
+			// unit's (another server on the port would pass the gate in its place).
+			name, path, err := served.ServedModel(env)
+			if err != nil {
+				return fmt.Errorf("reading the model %s serves: %w", svc.ServiceName(), err)
+			}
+			pcfg.ServedModel, pcfg.ModelPath = name, path
+		}
+		res, err := s.gate(ctx, env, pcfg, p)
 		if err != nil {
 			return err
 		}
@@ -297,6 +310,12 @@ func (s *Step) gate(ctx context.Context, env *engine.Env, cfg gate.Config, profi
 		}
 	}
 	return res, nil
+}
+
+// servedModel is a service step that knows the model its server serves: the name
+// /v1/models lists and the path SGLang's /get_model_info reports.
+type servedModel interface {
+	ServedModel(env *engine.Env) (name, path string, err error)
 }
 
 // serviceDep returns the first dependency (by name) that is a service step, or nil.

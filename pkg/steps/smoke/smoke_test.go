@@ -496,3 +496,68 @@ func TestShippedRecipesUseEveryKind(t *testing.T) {
 		})
 	}
 }
+
+// servedService is a fake service step that says which model its unit serves.
+type servedService struct {
+	*fakeService
+	name, path string
+}
+
+func (s servedService) ServedModel(*engine.Env) (string, string, error) { return s.name, s.path, nil }
+
+// TestGateChecksItsOwnServer: the gate judges the unit's server only: a server on the port
+// that lists another model, or loaded another model path, fails the gate with both names
+// before a case is asked; the unit's own server passes.
+func TestGateChecksItsOwnServer(t *testing.T) {
+	tests := []struct {
+		name, served, path, want string
+	}{
+		{"own server", "qwen", "default", ""},
+		{"another model listed", "qwen-b", "/models/b",
+			`serves "qwen" (/v1/models), not the recipe's "qwen-b": another server holds the port`},
+		{"another model path", "qwen", "/models/b",
+			`loaded model_path "default" (/get_model_info), not the recipe's "/models/b"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fs := newFakeService(t, []string{"good"}, map[string]fakesglang.Mode{"good": fakesglang.ModeGood})
+			svc := servedService{fs, tt.served, tt.path}
+			step, err := New("smoke", testSpec(fs.srv.URL))
+			if err != nil {
+				t.Fatal(err)
+			}
+			env, out := newEnv(t, map[string]engine.Step{"sglang-service": svc})
+			err = step.Run(context.Background(), env)
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("Run: %v\n%s", err, out)
+				}
+				return
+			}
+			if !errors.Is(err, engine.ErrGate) || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Run: %v, want a gate failure with %q", err, tt.want)
+			}
+			if strings.Contains(out.String(), "arithmetic") {
+				t.Errorf("cases were asked of a server that is not the unit's:\n%s", out)
+			}
+		})
+	}
+}
+
+// TestGateWithoutServiceChecksNamedModel: without a service step, a model the recipe names
+// must be listed by the server at the URL.
+func TestGateWithoutServiceChecksNamedModel(t *testing.T) {
+	srv := httptest.NewServer(fakesglang.New(fakesglang.Options{Model: "qwen-a"}))
+	defer srv.Close()
+	spec := testSpec(srv.URL)
+	spec.Model = "qwen-b"
+	step, err := New("smoke", spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, _ := newEnv(t, nil)
+	err = step.Run(context.Background(), env)
+	if !errors.Is(err, engine.ErrGate) || !strings.Contains(err.Error(), `serves "qwen-a" (/v1/models), not the recipe's "qwen-b"`) {
+		t.Errorf("Run: %v", err)
+	}
+}

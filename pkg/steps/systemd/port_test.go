@@ -102,3 +102,20 @@ func TestPortOwnUnitOrOtherAddress(t *testing.T) {
 		})
 	}
 }
+
+// TestServedModel: the served name is --served-model-name when the args set it, else the
+// model path (SGLang's default); the path is the model path.
+func TestServedModel(t *testing.T) {
+	env := testEnv(t, "rtx-pro-6000-x8.json")
+	s := newStep(t, qwenSpec())
+	name, path, err := s.ServedModel(env)
+	if err != nil || name != "/var/lib/sglprov/models/Qwen3.5-397B-A17B-NVFP4" || path != name {
+		t.Errorf("%q %q %v", name, path, err)
+	}
+	spec := qwenSpec()
+	spec.Args = append(spec.Args, "--served-model-name", "qwen3.5")
+	s = newStep(t, spec)
+	if name, path, err := s.ServedModel(env); err != nil || name != "qwen3.5" || path != "/var/lib/sglprov/models/Qwen3.5-397B-A17B-NVFP4" {
+		t.Errorf("%q %q %v", name, path, err)
+	}
+}

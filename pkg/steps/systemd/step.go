@@ -258,6 +258,21 @@ func displayPath(env *engine.Env, path string) string {
 // ServiceName returns the unit's name.
 func (s *Step) ServiceName() string { return s.spec.Unit }
 
+// ServedModel returns the name the unit serves its model under (--served-model-name, else
+// the model path, as SGLang defaults it) and the model path, for the active profile: the
+// gate checks that the server it judges says the same.
+func (s *Step) ServedModel(env *engine.Env) (name, path string, err error) {
+	d, err := s.data(env, s.Active(env))
+	if err != nil {
+		return "", "", err
+	}
+	name = d.ModelPath
+	if v, ok := flagValue(d.Args, "--served-model-name"); ok && v != "" {
+		name = v
+	}
+	return name, d.ModelPath, nil
+}
+
 // Fingerprint names the candidate profiles (those that match the host and model, in
 // recipe order), the template's digest, and a digest of the unit rendered for each
 // candidate, which covers the profiles' flags and environment, the GPU count behind --tp,
