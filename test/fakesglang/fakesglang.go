@@ -129,6 +129,10 @@ type Options struct {
 	CrowdedAbove int
 	// Latency is how long each chat request is held before it is answered.
 	Latency time.Duration
+	// AnswerBytes, when set, pads each text answer with fluent filler (made-up words in
+	// sentences, nothing repeated) to this many bytes: a valid answer of any size, for
+	// measuring what large answers cost the client.
+	AnswerBytes int
 	// Log, when set, receives one line per request.
 	Log io.Writer
 	// Now is the clock (default time.Now).
@@ -145,6 +149,9 @@ type Server struct {
 	// flight with it; peak is the most ever.
 	active map[*int]struct{}
 	peak   int
+	// filler is the padding of AnswerBytes, made once.
+	fillerOnce sync.Once
+	filler     string
 }
 
 // New returns a fake server.
@@ -486,6 +493,10 @@ func (s *Server) answer(prompt string, maxTokens int, thinking bool, tools []Req
 		content = GoodAnswer(prompt)
 		if mode == ModeFluentWrong {
 			content = fluentWrong(prompt, content)
+		}
+		if n := s.opts.AnswerBytes - len(content) - 1; n > 0 {
+			s.fillerOnce.Do(func() { s.filler = Filler(s.opts.AnswerBytes) })
+			content += " " + s.filler[:n]
 		}
 	}
 	if content != "" {

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/sglprov/sglprov/pkg/smoke"
 	"time"
 )
 
@@ -473,5 +475,23 @@ func TestGoodAnswerKnowledge(t *testing.T) {
 		if got := GoodAnswer(prompt); got != want {
 			t.Errorf("GoodAnswer(%q) = %q, want %q", prompt, got, want)
 		}
+	}
+}
+
+// TestAnswerBytes: with AnswerBytes, a good answer keeps its right start and is padded to
+// the size with filler the gate's detectors take for language.
+func TestAnswerBytes(t *testing.T) {
+	srv := httptest.NewServer(New(Options{AnswerBytes: 1 << 20}))
+	defer srv.Close()
+	_, cr, _ := chat(t, srv.URL, `{"messages":[{"role":"user","content":"What is 17 * 23?"}],"chat_template_kwargs":{"enable_thinking":false}}`)
+	c := deref(cr.Choices[0].Message.Content)
+	if len(c) != 1<<20 || !strings.HasPrefix(c, "391 ") {
+		t.Fatalf("content of %d bytes starting %.20q", len(c), c)
+	}
+	if f := smoke.Detect(c); f != nil {
+		t.Errorf("the filler is degenerate to the gate: %s", f)
+	}
+	if Filler(100) != Filler(100) || len(Filler(77)) != 77 {
+		t.Error("Filler is not fixed or not of the size asked")
 	}
 }

@@ -79,6 +79,8 @@ type Config struct {
 	// CrowdedAbove and Latency are --fake-crowded-above and --fake-latency.
 	CrowdedAbove int
 	Latency      time.Duration
+	// AnswerBytes is --fake-answer-bytes.
+	AnswerBytes int
 }
 
 // The parsers a launch line must name for tool calls and thinking to come back split
@@ -96,6 +98,7 @@ const (
 // garbage once more than N requests are in flight), --fake-latency DUR (each request's
 // time). SGLang's own --tool-call-parser and --reasoning-parser decide whether tool calls
 // and thinking come back parsed (qwen3_coder, qwen3) or as raw text in the content.
+// --fake-answer-bytes N pads every text answer with fluent filler to N bytes.
 func ParseConfig(args []string, getenv func(string) string) (Config, error) {
 	a := ParseArgs(args)
 	c := Config{
@@ -112,6 +115,13 @@ func ParseConfig(args []string, getenv func(string) string) (Config, error) {
 			return c, fmt.Errorf("--fake-crowded-above %q: want a whole number above 0", v)
 		}
 		c.CrowdedAbove = n
+	}
+	if v := a.Get("fake-answer-bytes", ""); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > 1<<30 {
+			return c, fmt.Errorf("--fake-answer-bytes %q: want a number of bytes up to 1 GiB", v)
+		}
+		c.AnswerBytes = n
 	}
 	if v := a.Get("fake-latency", ""); v != "" {
 		d, err := parseDuration(v)
@@ -224,7 +234,8 @@ func Main(ctx context.Context, args []string, stderr io.Writer, getenv func(stri
 		Handler: New(Options{Mode: cfg.Mode, Model: cfg.Model, ModelPath: cfg.ModelPath,
 			ContextLength: cfg.ContextLength, ReadyAfter: cfg.ReadyAfter,
 			NoHealthGenerate: cfg.NoHealthGenerate, Log: stderr, RawToolCalls: cfg.RawToolCalls,
-			InlineThink: cfg.InlineThink, CrowdedAbove: cfg.CrowdedAbove, Latency: cfg.Latency}),
+			InlineThink: cfg.InlineThink, CrowdedAbove: cfg.CrowdedAbove, Latency: cfg.Latency,
+			AnswerBytes: cfg.AnswerBytes}),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	why := ""
