@@ -379,6 +379,8 @@ func TestAnswerShapes(t *testing.T) {
 			"message.content is an object, not a string or null"},
 		{"reasoning a list", `{"choices":[{"message":{"content":"Paris 391 def f(x):","reasoning_content":["a"]},"finish_reason":"stop"}]}`, false,
 			"message.reasoning_content is a list, not a string or null"},
+		{"choices an object", `{"choices":{"message":{"content":"Paris"}}}`, false, "choices is an object, not a list"},
+		{"message a string", `{"choices":[{"message":"Paris 391 def f(x):"}]}`, false, "choices[0].message is a string, not an object"},
 		{"finish_reason a number", `{"choices":[{"message":{"content":"Paris 391 def f(x):"},"finish_reason":1}]}`, false,
 			"finish_reason is a number, not a string or null"},
 		{"control characters", `{"choices":[{"message":{"content":"Paris\u0000\u0001\u0002\u0003"},"finish_reason":"stop"}]}`, false, "degenerate content (bad-runes)"},

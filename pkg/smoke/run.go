@@ -322,12 +322,12 @@ var (
 // judge fills a's verdict from a decoded answer.
 func judge(a *answer, resp chatResponse, r request) {
 	exp := r.expect
-	if resp.choices == 0 {
-		a.reason = "answer has no choices"
-		return
-	}
 	if resp.shapeErr != "" {
 		a.reason = resp.shapeErr
+		return
+	}
+	if resp.choices == 0 {
+		a.reason = "answer has no choices"
 		return
 	}
 	content, reasoning := resp.content, resp.reasoning

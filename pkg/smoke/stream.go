@@ -227,7 +227,10 @@ func (j *jsonReader) decodeTop(resp *chatResponse) error {
 			return err
 		}
 		if c != '[' {
-			// null or absent is "no choices"; anything else is not a list of them.
+			// null is "no choices"; anything else is not a list of them.
+			if c != 'n' && resp.shapeErr == "" {
+				resp.shapeErr = "choices is " + kindName(c) + ", not a list as the OpenAI chat protocol defines it"
+			}
 			return j.skip(nil)
 		}
 		resp.choices = 0
@@ -247,6 +250,9 @@ func (j *jsonReader) decodeChoice(resp *chatResponse) error {
 		return err
 	}
 	if c != '{' {
+		if resp.shapeErr == "" {
+			resp.shapeErr = "choices[0] is " + kindName(c) + ", not an object"
+		}
 		return j.skip(nil)
 	}
 	return j.object(func(key string) error {
@@ -257,6 +263,9 @@ func (j *jsonReader) decodeChoice(resp *chatResponse) error {
 				return err
 			}
 			if c != '{' {
+				if c != 'n' && resp.shapeErr == "" {
+					resp.shapeErr = "choices[0].message is " + kindName(c) + ", not an object"
+				}
 				return j.skip(nil)
 			}
 			return j.object(func(key string) error {
