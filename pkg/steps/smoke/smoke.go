@@ -50,7 +50,9 @@ type Spec struct {
 // errors wrapping engine.ErrUsage. The API key is read from APIKeyEnv through getenv
 // (nil: no key).
 func (s Spec) Config(getenv func(string) string) (gate.Config, error) {
-	cfg := gate.Config{URL: s.URL, Model: s.Model, MaxTokens: s.MaxTokens,
+	// A model the recipe names must be one the server lists (the gate run of a service's
+	// profile checks the unit's own served name and model path instead).
+	cfg := gate.Config{URL: s.URL, Model: s.Model, ServedModel: s.Model, MaxTokens: s.MaxTokens,
 		ChatTemplateKwargs: s.ChatTemplateKwargs, Cases: s.Cases}
 	var err error
 	if cfg.ReadyTimeout, err = duration("ready_timeout", s.ReadyTimeout); err != nil {
@@ -181,8 +183,6 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	}
 	svc := serviceDep(env)
 	if svc == nil {
-		// A model the recipe names must be one the server lists.
-		cfg.ServedModel = cfg.Model
 		res, err := s.gate(ctx, env, cfg, "")
 		if err != nil {
 			return err

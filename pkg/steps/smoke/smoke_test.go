@@ -561,3 +561,15 @@ func TestGateWithoutServiceChecksNamedModel(t *testing.T) {
 		t.Errorf("Run: %v", err)
 	}
 }
+
+// TestConfigServedModel: the spec's model is the served name the gate checks wherever the
+// config is used (sglprov smoke, the daemon's canary).
+func TestConfigServedModel(t *testing.T) {
+	cfg, err := Spec{URL: "http://127.0.0.1:1", Model: "qwen"}.Config(nil)
+	if err != nil || cfg.ServedModel != "qwen" || cfg.Model != "qwen" {
+		t.Errorf("%+v %v", cfg, err)
+	}
+	if cfg, _ := (Spec{URL: "http://127.0.0.1:1"}).Config(nil); cfg.ServedModel != "" {
+		t.Errorf("no model named, ServedModel %q", cfg.ServedModel)
+	}
+}
