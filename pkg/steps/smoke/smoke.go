@@ -29,6 +29,10 @@ type Spec struct {
 	// ReadyTimeout and RequestTimeout are durations such as "20m" and "2m".
 	ReadyTimeout   string `yaml:"ready_timeout" json:"ready_timeout,omitempty"`
 	RequestTimeout string `yaml:"request_timeout" json:"request_timeout,omitempty"`
+	// CasesTimeout bounds all the cases of one gate run (one profile) together, after
+	// readiness (default 10m): a server that never answers chat costs this once, not
+	// request_timeout for every request.
+	CasesTimeout string `yaml:"cases_timeout" json:"cases_timeout,omitempty"`
 	// MaxTokens is each request's max_tokens (default 1024).
 	MaxTokens int `yaml:"max_tokens" json:"max_tokens,omitempty"`
 	// ChatTemplateKwargs is sent with each request, e.g. {enable_thinking: false}.
@@ -46,13 +50,18 @@ type Spec struct {
 // errors wrapping engine.ErrUsage. The API key is read from APIKeyEnv through getenv
 // (nil: no key).
 func (s Spec) Config(getenv func(string) string) (gate.Config, error) {
-	cfg := gate.Config{URL: s.URL, Model: s.Model, MaxTokens: s.MaxTokens,
+	// A model the recipe names must be one the server lists (the gate run of a service's
+	// profile checks the unit's own served name and model path instead).
+	cfg := gate.Config{URL: s.URL, Model: s.Model, ServedModel: s.Model, MaxTokens: s.MaxTokens,
 		ChatTemplateKwargs: s.ChatTemplateKwargs, Cases: s.Cases}
 	var err error
 	if cfg.ReadyTimeout, err = duration("ready_timeout", s.ReadyTimeout); err != nil {
 		return cfg, err
 	}
 	if cfg.RequestTimeout, err = duration("request_timeout", s.RequestTimeout); err != nil {
+		return cfg, err
+	}
+	if cfg.CasesTimeout, err = duration("cases_timeout", s.CasesTimeout); err != nil {
 		return cfg, err
 	}
 	if s.MaxTokens < 0 {
@@ -184,6 +193,7 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 		return nil
 	}
 	cfg.Failed = svc.Failed
+	served, _ := svc.(servedModel)
 	candidates := svc.Candidates(env)
 	if len(candidates) == 0 {
 		candidates = []string{""}
@@ -204,7 +214,17 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 				continue
 			}
 		}
-		res, err := s.gate(ctx, env, cfg, p)
+		pcfg := cfg
+		if served != nil {
+			// The server judged must be the unit's: the model it lists and loaded are the
+			// unit's (another server on the port would pass the gate in its place).
+			name, path, err := served.ServedModel(env)
+			if err != nil {
+				return fmt.Errorf("reading the model %s serves: %w", svc.ServiceName(), err)
+			}
+			pcfg.ServedModel, pcfg.ModelPath = name, path
+		}
+		res, err := s.gate(ctx, env, pcfg, p)
 		if err != nil {
 			return err
 		}
@@ -290,6 +310,12 @@ func (s *Step) gate(ctx context.Context, env *engine.Env, cfg gate.Config, profi
 		}
 	}
 	return res, nil
+}
+
+// servedModel is a service step that knows the model its server serves: the name
+// /v1/models lists and the path SGLang's /get_model_info reports.
+type servedModel interface {
+	ServedModel(env *engine.Env) (name, path string, err error)
 }
 
 // serviceDep returns the first dependency (by name) that is a service step, or nil.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/nccl"
+	"github.com/sglprov/sglprov/pkg/portowner"
 	"github.com/sglprov/sglprov/pkg/service"
 	"github.com/sglprov/sglprov/templates"
 )
@@ -36,6 +37,8 @@ type Step struct {
 	// peerFacts gives the host's GPU peer-path facts for the NCCL environment
 	// (hostPeerFacts; tests replace it).
 	peerFacts func(*engine.Env) nccl.Source
+	// lookupPort finds who listens on a port (portowner.Lookup; tests replace it).
+	lookupPort func(port int) ([]portowner.Listener, error)
 
 	mu  sync.Mutex
 	mgr service.Manager
@@ -49,7 +52,8 @@ func New(name string, spec Spec) (*Step, error) {
 	if err != nil {
 		return nil, fmt.Errorf("systemd: %w: %w", engine.ErrUsage, err)
 	}
-	return &Step{name: name, spec: spec, port: port, newManager: service.New, peerFacts: hostPeerFacts}, nil
+	return &Step{name: name, spec: spec, port: port, newManager: service.New, peerFacts: hostPeerFacts,
+		lookupPort: portowner.Lookup}, nil
 }
 
 // record is what the step keeps in the state between runs.
@@ -266,6 +270,21 @@ func displayPath(env *engine.Env, path string) string {
 // ServiceName returns the unit's name.
 func (s *Step) ServiceName() string { return s.spec.Unit }
 
+// ServedModel returns the name the unit serves its model under (--served-model-name, else
+// the model path, as SGLang defaults it) and the model path, for the active profile: the
+// gate checks that the server it judges says the same.
+func (s *Step) ServedModel(env *engine.Env) (name, path string, err error) {
+	d, err := s.data(env, s.Active(env))
+	if err != nil {
+		return "", "", err
+	}
+	name = d.ModelPath
+	if v, ok := flagValue(d.Args, "--served-model-name"); ok && v != "" {
+		name = v
+	}
+	return name, d.ModelPath, nil
+}
+
 // Fingerprint names the candidate profiles (those that match the host and model, in
 // recipe order), the template's digest, and a digest of the unit rendered for each
 // candidate, which covers the profiles' flags and environment, the GPU count behind --tp,
@@ -388,6 +407,9 @@ func (s *Step) install(ctx context.Context, env *engine.Env, profile string, res
 	if err := s.checkNeeds(env, m.Kind(), unit); err != nil {
 		return false, err
 	}
+	if err := s.checkPort(env, m, profile); err != nil {
+		return false, err
+	}
 	changed, err := m.Install(ctx, s.spec.Unit, unit)
 	if err != nil {
 		return false, err
@@ -491,6 +513,9 @@ func (s *Step) RestoreLastKnownGood(ctx context.Context, env *engine.Env) (bool,
 	}
 	m, err := s.manager(ctx, env)
 	if err != nil {
+		return false, err
+	}
+	if err := s.checkPort(env, m, s.load(env).LastKnownGood); err != nil {
 		return false, err
 	}
 	if _, err := m.Install(ctx, s.spec.Unit, unit); err != nil {

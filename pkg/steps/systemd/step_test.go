@@ -105,8 +105,10 @@ func newStep(t *testing.T, spec Spec) *Step {
 // fakeManager installs units into a folder and records what it is asked to do.
 type fakeManager struct {
 	dir string
-	mu  sync.Mutex
-	ops []string
+	// kind is what Kind reports ("fake" when empty).
+	kind string
+	mu   sync.Mutex
+	ops  []string
 	// state is what State reports.
 	state string
 	// restartErr fails Restart for the named unit content marker.
@@ -127,7 +129,12 @@ func (f *fakeManager) take() []string {
 	return o
 }
 
-func (f *fakeManager) Kind() string                { return "fake" }
+func (f *fakeManager) Kind() string {
+	if f.kind == "" {
+		return "fake"
+	}
+	return f.kind
+}
 func (f *fakeManager) UnitPath(unit string) string { return filepath.Join(f.dir, unit) }
 func (f *fakeManager) Install(_ context.Context, unit string, content []byte) (bool, error) {
 	changed, err := atomicfile.WriteIfChanged(f.UnitPath(unit), content, 0o644)
