@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/sglprov/sglprov/pkg/portowner"
 	"github.com/sglprov/sglprov/pkg/safefile"
 )
 
@@ -39,25 +40,8 @@ func (p ProcFS) Describe(pid uint32) (string, string) {
 	return cmd, unit
 }
 
-// UnitOfCgroup returns the systemd service or scope a /proc/PID/cgroup text names: the
-// last path element ending in .service or .scope ("0::/system.slice/qwen.service" gives
-// "qwen.service"); "" when there is none.
+// UnitOfCgroup returns the systemd service or scope a /proc/PID/cgroup text names
+// ("0::/system.slice/qwen.service" gives "qwen.service"); "" when there is none.
 func UnitOfCgroup(text string) string {
-	unit := ""
-	for _, line := range strings.Split(text, "\n") {
-		// "hierarchy-ID:controllers:path"; cgroup v2 is "0::path".
-		parts := strings.SplitN(line, ":", 3)
-		if len(parts) != 3 {
-			continue
-		}
-		for _, el := range strings.Split(parts[2], "/") {
-			if strings.HasSuffix(el, ".service") || strings.HasSuffix(el, ".scope") {
-				unit = el
-			}
-		}
-		if unit != "" && parts[0] == "0" {
-			return unit
-		}
-	}
-	return unit
+	return portowner.UnitOf(portowner.CgroupPath([]byte(text)))
 }
