@@ -370,6 +370,23 @@ func (e *Engine) ReadFiles() error {
 	return errors.Join(errs...)
 }
 
+// Check is validate's look at every step without the host: the files the steps name (see
+// ReadFiles) and what each Checker refuses from the recipe text alone. It returns the bad
+// input (ErrUsage), joined, each with its step.
+func (e *Engine) Check() error {
+	errs := []error{e.ReadFiles()}
+	for _, n := range e.order() {
+		c, ok := n.impl.(Checker)
+		if !ok {
+			continue
+		}
+		if err := c.Check(e.env(n, nil, "")); err != nil {
+			errs = append(errs, fmt.Errorf("step %s: %w", n.step.Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // Plan says, step by step, what Apply would do and why. It changes nothing. A step whose
 // needs will run is shown as running: its inputs are only known after they ran. The
 // error joins the preflight failures of the steps (see Preflighter) and the bad input

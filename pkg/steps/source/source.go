@@ -43,9 +43,8 @@ func Kind() engine.Kind {
 	return engine.KindOf(New)
 }
 
-// New builds a source step from its spec. The ref is checked when the step is planned or
-// run, so that a recipe with a branch name still validates and then fails with a clear
-// message.
+// New builds a source step from its spec. The ref is checked by Check (validate) and when
+// the step is planned or run.
 func New(name string, spec Spec) (*Step, error) {
 	if spec.URL == "" {
 		return nil, fmt.Errorf("source step %q: url is required: %w", name, engine.ErrUsage)
@@ -54,6 +53,13 @@ func New(name string, spec Spec) (*Step, error) {
 		return nil, fmt.Errorf("source step %q: dest is required: %w", name, engine.ErrUsage)
 	}
 	return &Step{name: name, spec: spec}, nil
+}
+
+// Check refuses, without the network, what plan and apply refuse in the url and ref: a git
+// ref that is not a full commit, an archive without its sha256 (validate).
+func (s *Step) Check(*engine.Env) error {
+	_, err := s.resolve()
+	return err
 }
 
 // Step fetches a source tree.
