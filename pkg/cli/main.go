@@ -157,7 +157,7 @@ func Main(args []string, stdio IO) int {
 		code = ExitInterrupted
 	}
 	if err != nil && !errors.Is(err, errReported) {
-		stdio.run.final(stdio.Stderr, c.name, "err", strings.TrimSpace(err.Error()), code)
+		stdio.run.final(stdio.Stderr, c.name, "err", strings.TrimSpace(engine.Message(err)), code)
 	}
 	if hint := stdio.run.permissionHint(err); hint != "" {
 		stdio.run.final(stdio.Stderr, c.name, "hint", hint, code)
@@ -357,7 +357,7 @@ func (c *common) loadRecipe() (*recipe.Recipe, error) {
 	if err != nil {
 		var ps recipe.Problems
 		if errors.As(err, &ps) {
-			return nil, fmt.Errorf("%w: %d problem(s) in the recipe:\n%v", engine.ErrUsage, len(ps), ps)
+			return nil, fmt.Errorf("%w: %s in the recipe:\n%v", engine.ErrUsage, plural(len(ps), "problem"), ps)
 		}
 		return nil, fmt.Errorf("%w: %v", engine.ErrUsage, err)
 	}

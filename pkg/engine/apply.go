@@ -181,7 +181,7 @@ func (e *Engine) runNode(ctx context.Context, n *node, sem chan struct{}, runDir
 	denv.DepsRan = ran
 	dec, err := e.decide(ctx, n, denv)
 	if err != nil {
-		res.Result, res.err, res.Error, res.Reason = ResultFailed, err, err.Error(), "cannot tell whether to run"
+		res.Result, res.err, res.Error, res.Reason = ResultFailed, err, Message(err), "cannot tell whether to run"
 		e.log.Error("step failed", "step", n.step.Name, "err", err)
 		return
 	}
@@ -195,7 +195,7 @@ func (e *Engine) runNode(ctx context.Context, n *node, sem chan struct{}, runDir
 	logf, logPath, err := openStepLog(runDir, n.step.Name)
 	if err != nil {
 		res.Result, res.err = ResultFailed, err
-		res.Error = err.Error()
+		res.Error = Message(err)
 		return
 	}
 	defer logf.Close()
@@ -238,7 +238,7 @@ func (e *Engine) runNode(ctx context.Context, n *node, sem chan struct{}, runDir
 		env.Log.Error("failed", "err", runErr, "log", logPath)
 	}
 	if res.err != nil {
-		res.Error = res.err.Error()
+		res.Error = Message(res.err)
 	}
 	e.record(n.step.Name, func(r *StepRecord) {
 		r.Result, r.PID, r.Duration, r.Error = res.Result, 0, res.Duration, res.Error

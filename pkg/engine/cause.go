@@ -105,7 +105,7 @@ type stepsFailed struct {
 func (e *stepsFailed) Error() string {
 	var b strings.Builder
 	for i, err := range e.errs {
-		fmt.Fprintf(&b, "step %s: %s\n", e.names[i], strings.TrimSpace(err.Error()))
+		fmt.Fprintf(&b, "step %s: %s\n", e.names[i], strings.TrimSpace(Message(err)))
 	}
 	if len(e.names) == 1 {
 		fmt.Fprintf(&b, "step %s failed", e.names[0])

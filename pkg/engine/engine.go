@@ -417,8 +417,8 @@ func (e *Engine) Plan(ctx context.Context) (*Plan, error) {
 		d, err := e.decide(ctx, n, env)
 		switch {
 		case err != nil && len(upstream) == 0:
-			ps.Error = err.Error()
-			ps.Run, ps.Reason = true, "cannot tell: "+err.Error()
+			ps.Error = Message(err)
+			ps.Run, ps.Reason = true, "cannot tell: "+Message(err)
 			// Bad input that apply would refuse (a FIFO as a patch, a branch where a commit
 			// is pinned) fails the plan too, with exit 2, after the table says why.
 			if errors.Is(err, ErrUsage) {
@@ -448,7 +448,7 @@ func (e *Engine) Plan(ctx context.Context) (*Plan, error) {
 		if lines, need, ok, err := e.preflight(ctx, n, env, ps.Fingerprint, looked); ok {
 			ps.Details = append(ps.Details, lines...)
 			if err != nil {
-				ps.Error = err.Error()
+				ps.Error = Message(err)
 				preflight = append(preflight, fmt.Errorf("step %s: %w", n.step.Name, err))
 			}
 			if need != nil && need.Need > 0 && need.Need <= need.Free {

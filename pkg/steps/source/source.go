@@ -47,10 +47,10 @@ func Kind() engine.Kind {
 // the step is planned or run.
 func New(name string, spec Spec) (*Step, error) {
 	if spec.URL == "" {
-		return nil, fmt.Errorf("source step %q: url is required: %w", name, engine.ErrUsage)
+		return nil, fmt.Errorf("source: url is required: %w", engine.ErrUsage)
 	}
 	if spec.Dest == "" {
-		return nil, fmt.Errorf("source step %q: dest is required: %w", name, engine.ErrUsage)
+		return nil, fmt.Errorf("source: dest is required: %w", engine.ErrUsage)
 	}
 	return &Step{name: name, spec: spec}, nil
 }
