@@ -20,7 +20,7 @@ BIN     := bin/sglprov
 PKGS    := ./...
 FUZZTIME ?= 5s
 
-.PHONY: all build test unit e2e fuzz lint bench demo deps clean schema man
+.PHONY: all build test unit e2e fuzz lint bench demo deps clean schema man verify-patches
 
 all: build
 
@@ -45,7 +45,7 @@ man: build
 # above it, by name and reason); the last line is the total, "N passed, N failed, N skipped".
 test: deps lint
 	@rm -f $(COUNTS)
-	@$(MAKE) --no-print-directory unit fuzz e2e RECORD="-record $(CURDIR)/$(COUNTS)"
+	@$(MAKE) --no-print-directory unit fuzz e2e verify-patches RECORD="-record $(CURDIR)/$(COUNTS)" COUNTS_FILE=$(CURDIR)/$(COUNTS)
 	@$(TESTSUMMARY) -total $(COUNTS)
 
 $(TESTSUMMARY): $(wildcard internal/testsummary/*.go)
@@ -60,6 +60,12 @@ fuzz: $(TESTSUMMARY)
 
 e2e: build $(TESTSUMMARY)
 	SGLPROV_E2E_SGLPROV=$(CURDIR)/$(BIN) $(GO) test -json -count=1 -timeout 20m ./test/e2e -e2e | $(TESTSUMMARY) -suite e2e $(RECORD)
+
+# verify-patches fetches, at each shipped SGLang series' pinned commit, just the files the
+# series modifies and applies the series to them (TestShippedSGLangSeriesApplies). It needs
+# the git host; where that cannot be reached (CI), it says so and skips.
+verify-patches: $(TESTSUMMARY)
+	COUNTS=$(COUNTS_FILE) .ci/verify-patches
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
