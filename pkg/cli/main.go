@@ -527,6 +527,7 @@ func (c *common) newEngine(ctx context.Context, stdio IO, r *recipe.Recipe, mod 
 	if len(problems) > 0 && c.keepShort && engErr == nil {
 		return e, r, nil
 	}
+	problems = append(problems, fitnessProblems(stdio, facts, r, e)...)
 	if len(problems) > 0 {
 		if e != nil {
 			e.Close()

@@ -12,6 +12,7 @@ import (
 	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/recipe"
 	"github.com/sglprov/sglprov/pkg/steps"
+	"github.com/sglprov/sglprov/pkg/steps/download"
 )
 
 func runValidate(ctx context.Context, stdio IO, args []string) error {
@@ -57,6 +58,9 @@ func runValidate(ctx context.Context, stdio IO, args []string) error {
 		c.recipe, r.Name, plural(len(r.Steps), "step"), plural(len(r.Profiles), "profile"))
 	for _, line := range unchecked(r, standIn) {
 		fmt.Fprintf(stdio.Stdout, "  %s\n", line)
+	}
+	for _, w := range download.RevisionWarnings(r) {
+		fmt.Fprintf(stdio.Stderr, "%s: warning: %s\n", c.recipe, w)
 	}
 	return nil
 }
