@@ -60,14 +60,14 @@ func New(name string, spec Spec) (*Step, error) {
 		raw = raw[i+2:]
 	}
 	if strings.HasPrefix(strings.TrimSpace(raw), "-") {
-		return nil, fmt.Errorf("source step %q: url %q starts with \"-\", which git would read as an option: give the repository's URL: %w", name, redact(spec.URL), engine.ErrUsage)
+		return nil, fmt.Errorf("source: url %q starts with \"-\", which git would read as an option: give the repository's URL: %w", redact(spec.URL), engine.ErrUsage)
 	}
 	// ssh would read a host or user that starts with "-" as an option (ssh://-oProxyCommand=...).
 	if u, err := url.Parse(raw); err == nil && (strings.HasPrefix(u.Hostname(), "-") || u.User != nil && strings.HasPrefix(u.User.Username(), "-")) {
-		return nil, fmt.Errorf("source step %q: url %q has a host or user that starts with \"-\", which ssh would read as an option: %w", name, redact(spec.URL), engine.ErrUsage)
+		return nil, fmt.Errorf("source: url %q has a host or user that starts with \"-\", which ssh would read as an option: %w", redact(spec.URL), engine.ErrUsage)
 	}
 	if strings.HasPrefix(strings.TrimSpace(spec.Ref), "-") {
-		return nil, fmt.Errorf("source step %q: ref %q starts with \"-\", which git would read as an option: recipes pin a 40-hex commit: %w", name, spec.Ref, engine.ErrUsage)
+		return nil, fmt.Errorf("source: ref %q starts with \"-\", which git would read as an option: recipes pin a 40-hex commit: %w", spec.Ref, engine.ErrUsage)
 	}
 	return &Step{name: name, spec: spec}, nil
 }
