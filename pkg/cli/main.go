@@ -157,7 +157,7 @@ func Main(args []string, stdio IO) int {
 		code = ExitInterrupted
 	}
 	if err != nil && !errors.Is(err, errReported) {
-		stdio.run.final(stdio.Stderr, c.name, "err", strings.TrimSpace(err.Error()), code)
+		stdio.run.final(stdio.Stderr, c.name, "err", strings.TrimSpace(engine.Message(err)), code)
 	}
 	if hint := stdio.run.permissionHint(err); hint != "" {
 		stdio.run.final(stdio.Stderr, c.name, "hint", hint, code)
@@ -260,6 +260,10 @@ type common struct {
 
 	// commands is the verdict on the recipe's required commands, set by newEngine.
 	commands []hostcmd.Result
+	// keepShort asks newEngine to build the engine even on a host that falls short (plan
+	// shows what apply would do, then the problems); short are those problems.
+	keepShort bool
+	short     []string
 }
 
 // multi is a repeatable flag whose values are kept in order.
@@ -353,7 +357,7 @@ func (c *common) loadRecipe() (*recipe.Recipe, error) {
 	if err != nil {
 		var ps recipe.Problems
 		if errors.As(err, &ps) {
-			return nil, fmt.Errorf("%w: %d problem(s) in the recipe:\n%v", engine.ErrUsage, len(ps), ps)
+			return nil, fmt.Errorf("%w: %s in the recipe:\n%v", engine.ErrUsage, plural(len(ps), "problem"), ps)
 		}
 		return nil, fmt.Errorf("%w: %v", engine.ErrUsage, err)
 	}
@@ -506,12 +510,22 @@ func (c *common) newEngine(ctx context.Context, stdio IO, r *recipe.Recipe, mod 
 	e, engErr := engine.New(opts)
 	// The commands are checked with the GPUs, before any step runs, so that every problem
 	// is listed at once; a command a packages step installs is not required yet.
+	// Under --root the recipe is rendered for another node: its commands are that node's
+	// business, listed as unchecked (with what this host has), never refused here.
 	c.commands = nil
 	if len(r.Commands) > 0 {
 		look := hostcmd.PathLooker{Path: stdio.Getenv("PATH"), Getenv: stdio.Getenv}
 		c.commands = hostcmd.Check(ctx, r.Commands, providedCommands(ctx, e, r), look)
-		problems = append(problems, hostcmd.Problems(c.commands)...)
-		giveCommands(e, r, look)
+		if c.root != "" && c.root != "/" {
+			c.commands = hostcmd.MarkUnchecked(c.commands, "--root renders for another node, whose own PATH decides")
+		} else {
+			problems = append(problems, hostcmd.Problems(c.commands)...)
+			giveCommands(e, r, look)
+		}
+	}
+	c.short = problems
+	if len(problems) > 0 && c.keepShort && engErr == nil {
+		return e, r, nil
 	}
 	problems = append(problems, fitnessProblems(stdio, facts, r, e)...)
 	if len(problems) > 0 {

@@ -37,6 +37,9 @@ func runPlan(ctx context.Context, stdio IO, args []string) error {
 		return err
 	}
 	defer lock.Release()
+	// A host that falls short still gets its plan: the table and the rendered unit show
+	// what apply would do once it is fixed; the problems follow, and the exit is 4.
+	c.keepShort = true
 	e, _, err := c.newEngine(ctx, stdio, nil, func(o *engine.Options) {
 		o.Only, o.Force = splitList(only), splitList(force)
 		o.ApplyRunning = running
@@ -46,6 +49,9 @@ func runPlan(ctx context.Context, stdio IO, args []string) error {
 	}
 	defer e.Close()
 	p, planErr := e.Plan(ctx)
+	if len(c.short) > 0 {
+		planErr = errors.Join(hostProblems(c.short), planErr)
+	}
 	if p == nil {
 		return planErr
 	}

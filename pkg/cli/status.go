@@ -48,7 +48,7 @@ func applyRunning(dir string) int {
 	return -1
 }
 
-// runStatus prints the last run; its exit code is that run's (0 when none finished).
+// runStatus prints the last run; its exit code is that run's (1 when none was recorded).
 func runStatus(ctx context.Context, stdio IO, args []string) error {
 	var c common
 	var asJSON bool
@@ -88,9 +88,15 @@ func runStatus(ctx context.Context, stdio IO, args []string) error {
 	if len(killed) > 0 {
 		code = engine.ExitFailed
 	}
+	// No run recorded is not a success: a script that runs status after starting the
+	// daemon (cloud-init's runcmd) must not read "nothing ran" as "the node serves".
+	noRun := none && running == 0
+	if noRun {
+		code = engine.ExitFailed
+	}
 	if asJSON {
 		out := statusJSON{StateDir: dir, Report: rep, ExitCode: code, Profile: prof, ApplyRunning: running, Interrupted: killed}
-		if none && running == 0 {
+		if noRun {
 			out.Message = "no run recorded in " + dir
 		} else {
 			out.State = st
@@ -108,8 +114,8 @@ func runStatus(ctx context.Context, stdio IO, args []string) error {
 	case running < 0:
 		fmt.Fprintln(stdio.Stdout, "an apply is running: each step as recorded so far")
 	case none:
-		fmt.Fprintf(stdio.Stdout, "no run recorded in %s\n", dir)
-		return nil
+		fmt.Fprintf(stdio.Stdout, "no run recorded in %s (exit 1: sglprov apply -f RECIPE records one)\n", dir)
+		return exitAs(code)
 	}
 	fmt.Fprintf(stdio.Stdout, "recipe %s, state updated %s\n", st.Recipe, st.Updated.Format(time.RFC3339))
 	if len(killed) > 0 {

@@ -102,12 +102,17 @@ func (e *Engine) Apply(ctx context.Context) (*Report, error) {
 	e.mu.Unlock()
 
 	var first error
+	failed := &stepsFailed{}
 	for _, n := range e.order() {
 		rep.Steps = append(rep.Steps, n.res)
 		n.res.Details = e.store.Details(n.step.Name)
-		if n.res.err != nil && first == nil {
-			first = fmt.Errorf("step %s: %w", n.step.Name, n.res.err)
+		if n.res.err != nil {
+			failed.names = append(failed.names, n.step.Name)
+			failed.errs = append(failed.errs, n.res.err)
 		}
+	}
+	if len(failed.errs) > 0 {
+		first = failed
 	}
 	if first == nil && saveErr != nil {
 		first = saveErr
@@ -180,7 +185,7 @@ func (e *Engine) runNode(ctx context.Context, n *node, sem chan struct{}, runDir
 		return err
 	})
 	if err != nil {
-		res.Result, res.err, res.Error, res.Reason = ResultFailed, err, err.Error(), "cannot tell whether to run"
+		res.Result, res.err, res.Error, res.Reason = ResultFailed, err, Message(err), "cannot tell whether to run"
 		if pe := (*PanicError)(nil); errors.As(err, &pe) {
 			res.Log = pe.Log
 		}
@@ -197,7 +202,7 @@ func (e *Engine) runNode(ctx context.Context, n *node, sem chan struct{}, runDir
 	logf, logPath, err := openStepLog(runDir, n.step.Name)
 	if err != nil {
 		res.Result, res.err = ResultFailed, err
-		res.Error = err.Error()
+		res.Error = Message(err)
 		return
 	}
 	defer logf.Close()
@@ -244,7 +249,7 @@ func (e *Engine) runNode(ctx context.Context, n *node, sem chan struct{}, runDir
 		env.Log.Error("failed", "err", runErr, "log", logPath)
 	}
 	if res.err != nil {
-		res.Error = res.err.Error()
+		res.Error = Message(res.err)
 	}
 	e.record(n.step.Name, func(r *StepRecord) {
 		r.Result, r.PID, r.Duration, r.Error = res.Result, 0, res.Duration, res.Error
@@ -441,7 +446,7 @@ func (r *Report) Summary() string {
 		}
 		reason := s.Reason
 		if s.Error != "" {
-			reason += ": " + firstLine(s.Error)
+			reason += ": " + Cause(s.Error)
 		}
 		result := s.Result
 		if s.FromCache != "" && result == ResultOK {
@@ -459,9 +464,24 @@ func firstLine(s string) string {
 	return line
 }
 
+// Hints says what to do about the failures that have a known fix (the network: a proxy,
+// a hub mirror, the fleet cache), one line per failed step that has one.
+func (r *Report) Hints() []string {
+	var out []string
+	for _, s := range r.Steps {
+		if s.Result != ResultFailed {
+			continue
+		}
+		if h := NetworkHint(s.Kind, s.Error); h != "" {
+			out = append(out, "fix for "+s.Name+": "+h)
+		}
+	}
+	return out
+}
+
 // Failures describes each failed step in full: its error with every line, the path of its
-// log and, when the error is one line, the last tail lines of that log. Empty when no
-// step failed.
+// log and, when the error is one line, the last tail lines of that log, and the fix when
+// one is known (Hints). Empty when no step failed.
 func (r *Report) Failures(tail int) string {
 	var b strings.Builder
 	for _, s := range r.Steps {
@@ -476,6 +496,9 @@ func (r *Report) Failures(tail int) string {
 		fmt.Fprintf(&b, "%s failed: %s\n", s.Name, lines[0])
 		for _, l := range lines[1:] {
 			fmt.Fprintf(&b, "  %s\n", l)
+		}
+		if h := NetworkHint(s.Kind, msg); h != "" {
+			fmt.Fprintf(&b, "  fix: %s\n", h)
 		}
 		if s.Log == "" {
 			continue

@@ -370,6 +370,23 @@ func (e *Engine) ReadFiles() error {
 	return errors.Join(errs...)
 }
 
+// Check is validate's look at every step without the host: the files the steps name (see
+// ReadFiles) and what each Checker refuses from the recipe text alone. It returns the bad
+// input (ErrUsage), joined, each with its step.
+func (e *Engine) Check() error {
+	errs := []error{e.ReadFiles()}
+	for _, n := range e.order() {
+		c, ok := n.impl.(Checker)
+		if !ok {
+			continue
+		}
+		if err := c.Check(e.env(n, nil, "")); err != nil {
+			errs = append(errs, fmt.Errorf("step %s: %w", n.step.Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // Plan says, step by step, what Apply would do and why. It changes nothing. A step whose
 // needs will run is shown as running: its inputs are only known after they ran. The
 // error joins the preflight failures of the steps (see Preflighter) and the bad input
@@ -400,8 +417,8 @@ func (e *Engine) Plan(ctx context.Context) (*Plan, error) {
 		d, err := e.decide(ctx, n, env)
 		switch {
 		case err != nil && len(upstream) == 0:
-			ps.Error = err.Error()
-			ps.Run, ps.Reason = true, "cannot tell: "+err.Error()
+			ps.Error = Message(err)
+			ps.Run, ps.Reason = true, "cannot tell: "+Message(err)
 			// Bad input that apply would refuse (a FIFO as a patch, a branch where a commit
 			// is pinned) fails the plan too, with exit 2, after the table says why.
 			if errors.Is(err, ErrUsage) {
@@ -431,7 +448,7 @@ func (e *Engine) Plan(ctx context.Context) (*Plan, error) {
 		if lines, need, ok, err := e.preflight(ctx, n, env, ps.Fingerprint, looked); ok {
 			ps.Details = append(ps.Details, lines...)
 			if err != nil {
-				ps.Error = err.Error()
+				ps.Error = Message(err)
 				preflight = append(preflight, fmt.Errorf("step %s: %w", n.step.Name, err))
 			}
 			if need != nil && need.Need > 0 && need.Need <= need.Free {

@@ -150,6 +150,13 @@ type FileReader interface {
 	ReadFiles(env *Env) error
 }
 
+// Checker is a step that can refuse bad input without the host: what its Fingerprint or
+// Run would refuse from the recipe text alone (a source ref that is a branch, a profile
+// the recipe does not define). validate calls Check on any machine; errors wrap ErrUsage.
+type Checker interface {
+	Check(env *Env) error
+}
+
 // Kind describes one step kind: how to decode its recipe body and build the step.
 type Kind struct {
 	// NewSpec returns a pointer to a zero spec value; the recipe body is decoded into it

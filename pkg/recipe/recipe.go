@@ -336,18 +336,21 @@ func (p *parser) parseProfiles(n *yaml.Node, r *Recipe) {
 	}
 }
 
+// checkRanges checks the version ranges of requires, read from the nodes themselves, so
+// that a bad range is reported in the same pass as a misspelt field next to it (which
+// keeps req from being decoded).
 func (p *parser) checkRanges(n *yaml.Node, req *gpu.Requirements) {
-	check := func(field, val string, at *yaml.Node) {
-		if val == "" {
+	check := func(field string, at *yaml.Node) {
+		if at == nil || at.Kind != yaml.ScalarNode || at.Value == "" || at.Tag == "!!null" {
 			return
 		}
-		if _, err := gpu.ParseRange(val); err != nil {
+		if _, err := gpu.ParseRange(at.Value); err != nil {
 			p.addf(at, field, "%v", err)
 		}
 	}
-	check("requires.gpu.compute_capability", req.GPU.ComputeCapability, nodeAt(nodeAt(n, "gpu"), "compute_capability"))
-	check("requires.driver", req.Driver, nodeAt(n, "driver"))
-	check("requires.cuda", req.CUDA, nodeAt(n, "cuda"))
+	check("requires.gpu.compute_capability", nodeAt(nodeAt(n, "gpu"), "compute_capability"))
+	check("requires.driver", nodeAt(n, "driver"))
+	check("requires.cuda", nodeAt(n, "cuda"))
 	counts := gpu.Requirements{GPU: gpu.GPURequirements{MinCount: req.GPU.MinCount, Counts: req.GPU.Counts,
 		CountsReason: req.GPU.CountsReason}}
 	if err := counts.Validate(); err != nil {

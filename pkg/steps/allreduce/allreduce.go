@@ -48,16 +48,16 @@ type Spec struct {
 func Kind() engine.Kind {
 	k := engine.KindOf(func(name string, s Spec) (*Step, error) {
 		if s.Python == "" {
-			return nil, fmt.Errorf("allreduce step %q: python must name the service's interpreter: %w", name, engine.ErrUsage)
+			return nil, fmt.Errorf("allreduce: python must name the service's interpreter: %w", engine.ErrUsage)
 		}
 		if s.GPUs < 0 || s.SizeMB < 0 || s.Iters < 0 || s.MinBusBWGBps < 0 {
-			return nil, fmt.Errorf("allreduce step %q: gpus, size_mb, iters and min_busbw_gbps must not be negative: %w", name, engine.ErrUsage)
+			return nil, fmt.Errorf("allreduce: gpus, size_mb, iters and min_busbw_gbps must not be negative: %w", engine.ErrUsage)
 		}
 		timeout := 5 * time.Minute
 		if s.Timeout != "" {
 			d, err := time.ParseDuration(s.Timeout)
 			if err != nil || d <= 0 {
-				return nil, fmt.Errorf("allreduce step %q: timeout %q is not a positive duration (5m, 90s): %w", name, s.Timeout, engine.ErrUsage)
+				return nil, fmt.Errorf("allreduce: timeout %q is not a positive duration (5m, 90s): %w", s.Timeout, engine.ErrUsage)
 			}
 			timeout = d
 		}

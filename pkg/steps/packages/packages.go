@@ -73,7 +73,7 @@ func New(name string, spec Spec) (*Step, error) {
 		timeout = d
 	}
 	if len(problems) > 0 {
-		return nil, fmt.Errorf("packages step %q: %s: %w", name, strings.Join(problems, "; "), engine.ErrUsage)
+		return nil, fmt.Errorf("packages: %s: %w", strings.Join(problems, "; "), engine.ErrUsage)
 	}
 	return &Step{spec: spec, lockTimeout: timeout}, nil
 }

@@ -35,10 +35,10 @@ func Kind() engine.Kind {
 // New builds a patch step from its spec.
 func New(name string, spec Spec) (*Step, error) {
 	if spec.Dir == "" {
-		return nil, fmt.Errorf("patch step %q: dir is required: %w", name, engine.ErrUsage)
+		return nil, fmt.Errorf("patch: dir is required: %w", engine.ErrUsage)
 	}
 	if spec.Series == "" {
-		return nil, fmt.Errorf("patch step %q: series is required: %w", name, engine.ErrUsage)
+		return nil, fmt.Errorf("patch: series is required: %w", engine.ErrUsage)
 	}
 	return &Step{name: name, spec: spec}, nil
 }

@@ -44,15 +44,14 @@ func Kind() engine.Kind {
 	return engine.KindOf(New)
 }
 
-// New builds a source step from its spec. The ref is checked when the step is planned or
-// run, so that a recipe with a branch name still validates and then fails with a clear
-// message.
+// New builds a source step from its spec. The ref is checked by Check (validate) and when
+// the step is planned or run.
 func New(name string, spec Spec) (*Step, error) {
 	if spec.URL == "" {
-		return nil, fmt.Errorf("source step %q: url is required: %w", name, engine.ErrUsage)
+		return nil, fmt.Errorf("source: url is required: %w", engine.ErrUsage)
 	}
 	if spec.Dest == "" {
-		return nil, fmt.Errorf("source step %q: dest is required: %w", name, engine.ErrUsage)
+		return nil, fmt.Errorf("source: dest is required: %w", engine.ErrUsage)
 	}
 	// git (and go-getter's getters) would read a URL or ref that starts with "-" as an
 	// option (git::--upload-pack=...): refuse it when the recipe is validated.
@@ -61,16 +60,23 @@ func New(name string, spec Spec) (*Step, error) {
 		raw = raw[i+2:]
 	}
 	if strings.HasPrefix(strings.TrimSpace(raw), "-") {
-		return nil, fmt.Errorf("source step %q: url %q starts with \"-\", which git would read as an option: give the repository's URL: %w", name, redact(spec.URL), engine.ErrUsage)
+		return nil, fmt.Errorf("source: url %q starts with \"-\", which git would read as an option: give the repository's URL: %w", redact(spec.URL), engine.ErrUsage)
 	}
 	// ssh would read a host or user that starts with "-" as an option (ssh://-oProxyCommand=...).
 	if u, err := url.Parse(raw); err == nil && (strings.HasPrefix(u.Hostname(), "-") || u.User != nil && strings.HasPrefix(u.User.Username(), "-")) {
-		return nil, fmt.Errorf("source step %q: url %q has a host or user that starts with \"-\", which ssh would read as an option: %w", name, redact(spec.URL), engine.ErrUsage)
+		return nil, fmt.Errorf("source: url %q has a host or user that starts with \"-\", which ssh would read as an option: %w", redact(spec.URL), engine.ErrUsage)
 	}
 	if strings.HasPrefix(strings.TrimSpace(spec.Ref), "-") {
-		return nil, fmt.Errorf("source step %q: ref %q starts with \"-\", which git would read as an option: recipes pin a 40-hex commit: %w", name, spec.Ref, engine.ErrUsage)
+		return nil, fmt.Errorf("source: ref %q starts with \"-\", which git would read as an option: recipes pin a 40-hex commit: %w", spec.Ref, engine.ErrUsage)
 	}
 	return &Step{name: name, spec: spec}, nil
+}
+
+// Check refuses, without the network, what plan and apply refuse in the url and ref: a git
+// ref that is not a full commit, an archive without its sha256 (validate).
+func (s *Step) Check(*engine.Env) error {
+	_, err := s.resolve()
+	return err
 }
 
 // Step fetches a source tree.

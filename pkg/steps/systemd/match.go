@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -57,6 +58,30 @@ func (s *Step) mismatch(env *engine.Env, name string, p recipe.Profile) (string,
 		}
 	}
 	return "", nil
+}
+
+// Check refuses a profile the step names that the recipe does not define (validate): the
+// choice among the defined ones needs the host, the names do not.
+func (s *Step) Check(env *engine.Env) error {
+	for _, name := range s.spec.Profiles {
+		if _, ok := env.Profiles[name]; !ok {
+			return fmt.Errorf("%w: profile %q is not defined in the recipe's profiles (profiles: %s)", engine.ErrUsage, name, profileNames(env.Profiles))
+		}
+	}
+	return nil
+}
+
+// profileNames lists the recipe's profiles by name, sorted ("none" when there are none).
+func profileNames(ps map[string]recipe.Profile) string {
+	names := make([]string, 0, len(ps))
+	for n := range ps {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, ", ")
 }
 
 // matching returns the step's profiles that match the host and model, in recipe order;
