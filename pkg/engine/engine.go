@@ -412,9 +412,13 @@ func (e *Engine) Plan(ctx context.Context) (*Plan, error) {
 		}
 		env := e.env(n, nil, "")
 		if ds, ok := n.impl.(Describer); ok {
-			ps.Details = ds.Describe(env)
+			if err := e.guard(n, env, "", "describing", func() error { ps.Details = ds.Describe(env); return nil }); err != nil {
+				ps.Details = nil
+			}
 		}
-		d, err := e.decide(ctx, n, env)
+		var d Decision
+		// A step that panics while planning is a plan error for that step, never a dead plan.
+		err := e.guard(n, env, "", "planning", func() (err error) { d, err = e.decide(ctx, n, env); return err })
 		switch {
 		case err != nil && len(upstream) == 0:
 			ps.Error = Message(err)
@@ -445,11 +449,21 @@ func (e *Engine) Plan(ctx context.Context) (*Plan, error) {
 		if os, ok := n.impl.(OfflineSkipper); ok && env.Offline {
 			ps.Run, ps.Reason = false, os.OfflineSkip()
 		}
-		if lines, need, ok, err := e.preflight(ctx, n, env, ps.Fingerprint, looked); ok {
+		var lines []string
+		var need *DiskNeed
+		var ok bool
+		var perr error
+		if g := e.guard(n, env, "", "checking before the run", func() error {
+			lines, need, ok, perr = e.preflight(ctx, n, env, ps.Fingerprint, looked)
+			return nil
+		}); g != nil {
+			ok, perr = true, g
+		}
+		if ok {
 			ps.Details = append(ps.Details, lines...)
-			if err != nil {
-				ps.Error = Message(err)
-				preflight = append(preflight, fmt.Errorf("step %s: %w", n.step.Name, err))
+			if perr != nil {
+				ps.Error = Message(perr)
+				preflight = append(preflight, fmt.Errorf("step %s: %w", n.step.Name, perr))
 			}
 			if need != nil && need.Need > 0 && need.Need <= need.Free {
 				needs = append(needs, stepNeed{n.step.Name, *need})

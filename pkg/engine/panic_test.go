@@ -14,7 +14,7 @@ import (
 // panickySpec is the body of a step that dereferences a nil pointer, in Run or in
 // Intact, as the download step's cache code once did.
 type panickySpec struct {
-	In string `yaml:"in"` // "run" or "intact"
+	In string `yaml:"in"` // "run", "intact" or "fingerprint"
 }
 
 type panickyStep struct{ spec panickySpec }
@@ -27,6 +27,9 @@ func (p *panickyStep) boom() error {
 }
 
 func (p *panickyStep) Fingerprint(context.Context, *engine.Env) (map[string]string, error) {
+	if p.spec.In == "fingerprint" {
+		return nil, p.boom()
+	}
 	return nil, nil
 }
 
@@ -105,5 +108,37 @@ func TestAStepThatPanicsFailsTheStep(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A step that panics while plan asks it is that step's error in the plan (the table still
+// shows every step), never a dead plan.
+func TestAStepThatPanicsInPlan(t *testing.T) {
+	w := newWorld()
+	reg := registry(w)
+	reg["panicky"] = engine.Kind{
+		NewSpec: func() any { return &panickySpec{} },
+		New: func(name string, spec any) (engine.Step, error) {
+			return &panickyStep{spec: *spec.(*panickySpec)}, nil
+		},
+	}
+	specs := recipe.KindSpecs{}
+	for k, v := range reg {
+		specs[k] = v.NewSpec
+	}
+	text := "apiVersion: sglprov/v1\nname: p\nsteps:\n  - name: bad\n    panicky: {in: fingerprint}\n  - name: good\n    fake: {}\n"
+	r, err := recipe.Parse("test.yaml", []byte(text), specs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := newEngine(t, w, r, t.TempDir(), func(o *engine.Options) { o.Registry = reg }).Plan(context.Background())
+	if p == nil || len(p.Steps) != 2 {
+		t.Fatalf("Plan = %+v, %v: want both steps", p, err)
+	}
+	if !strings.Contains(p.Steps[0].Error, "panicked while planning") {
+		t.Errorf("bad step's error = %q", p.Steps[0].Error)
+	}
+	if p.Steps[1].Error != "" || !p.Steps[1].Run {
+		t.Errorf("good step = %+v", p.Steps[1])
 	}
 }
