@@ -59,13 +59,20 @@ func runStatus(ctx context.Context, stdio IO, args []string) error {
 		return err
 	}
 	dir := c.stateDirPath()
-	st, err := engine.LoadState(dir)
-	if err != nil {
-		return err
-	}
 	rep, repErr := engine.LatestReport(dir)
 	if repErr != nil {
 		rep = nil
+	}
+	// The state of the recipe the last run applied (one state dir holds several recipes').
+	var st *engine.State
+	var err error
+	if rep != nil {
+		st, err = engine.LoadRecipeState(dir, rep.Recipe)
+	} else {
+		st, err = engine.LoadState(dir)
+	}
+	if err != nil {
+		return err
 	}
 	none := len(st.Steps) == 0 && rep == nil
 	code := 0

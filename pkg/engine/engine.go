@@ -108,7 +108,7 @@ func New(opts Options) (*Engine, error) {
 	st := &State{Version: StateVersion, Steps: map[string]*StepRecord{}}
 	if !opts.IgnoreState {
 		var err error
-		if st, err = LoadState(opts.StateDir); err != nil {
+		if st, err = LoadRecipeState(opts.StateDir, opts.Recipe.Name); err != nil {
 			return nil, err
 		}
 	}
