@@ -61,6 +61,9 @@ func applyKeep(ctx context.Context, stdio IO, c *common, mod func(*engine.Option
 	rep, runErr := e.Apply(ctx)
 	if rep != nil {
 		fmt.Fprintf(stdio.Stdout, "\n%s", rep.Summary())
+		if rep.Generation != nil {
+			fmt.Fprintf(stdio.Stdout, "\n%s\n", rep.Generation.Note)
+		}
 		fmt.Fprintf(stdio.Stdout, "\n%s: %s in %s; report: %s\n", r.Name, rep.Result, rep.Duration.Round(1e6), rep.Dir+string(os.PathSeparator)+"report.json")
 	}
 	return rep, e, runErr

@@ -32,6 +32,9 @@ type Report struct {
 	Steps        []*StepReport     `json:"steps"`
 	// Dir is the run's folder (report and step logs).
 	Dir string `json:"dir"`
+	// Generation says which generation this run built and which one serves (nil when the
+	// recipe uses none).
+	Generation *GenerationReport `json:"generation,omitempty"`
 }
 
 // StepReport is one step's outcome in a run.
@@ -78,6 +81,9 @@ func (e *Engine) Apply(ctx context.Context) (*Report, error) {
 	if len(e.opts.Only) > 0 {
 		e.warnUnmetNeeds()
 	}
+	if err := e.beginGeneration(); err != nil {
+		return nil, err
+	}
 
 	sem := make(chan struct{}, e.opts.Concurrency)
 	var wg sync.WaitGroup
@@ -114,6 +120,10 @@ func (e *Engine) Apply(ctx context.Context) (*Report, error) {
 	}
 	if first == nil && ctx.Err() != nil {
 		first = fmt.Errorf("interrupted: %w", ctx.Err())
+	}
+	rep.Generation = e.endGeneration(first == nil)
+	if rep.Generation != nil {
+		e.log.Info(rep.Generation.Note)
 	}
 	rep.Duration = e.opts.Now().Sub(start)
 	rep.ExitCode = ExitCode(first)

@@ -87,6 +87,15 @@ func (f *fakeStep) Run(ctx context.Context, env *engine.Env) error {
 		}
 	}
 	env.Detail("ran", true)
+	if out := f.spec.Output; strings.HasPrefix(out, os.TempDir()) {
+		// An output in a test's folder is made, as a real step makes its tree.
+		if err := os.MkdirAll(out, 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(out, "made-by-"+f.name), []byte("0123456789"), 0o644); err != nil {
+			return err
+		}
+	}
 	if f.spec.Fail {
 		return fmt.Errorf("fake failure in %s", f.name)
 	}
