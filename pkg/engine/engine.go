@@ -196,6 +196,7 @@ func (e *Engine) env(n *node, logw io.Writer, logPath string) *Env {
 		InsecurePermissions: e.opts.InsecurePermissions,
 		Generation:          e.generationInfo(),
 		Gated:               e.gated(n),
+		Replaces:            e.opts.Recipe.Replaces,
 		store:               e.store,
 	}
 }

@@ -236,6 +236,9 @@ type Env struct {
 	// Gated is set when a gate that runs in this run needs this step: what the step
 	// installs is kept only once the gate passed (a service step stages its unit).
 	Gated bool
+	// Replaces names the recipes whose services this recipe's service takes over on the
+	// node (recipe replaces:).
+	Replaces []string
 
 	store *Store
 }

@@ -251,6 +251,9 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 		if g := env.Generation; g != nil && g.Serving != "" && g.Serving != g.Key {
 			what = fmt.Sprintf("the last-known-good unit of generation %s", short(g.Serving))
 		}
+		if r, ok := svc.(interface{ Restored() string }); ok && r.Restored() != "" {
+			what = r.Restored() // a model switch: the units it replaced
+		}
 		env.Log.Warn("restored "+what, "service", svc.ServiceName())
 		// What came back is gated again: the run says whether the node serves well now.
 		again, gerr := s.gate(ctx, env, cfg, svc.Active(env))

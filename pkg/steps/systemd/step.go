@@ -35,6 +35,11 @@ type Step struct {
 
 	mu  sync.Mutex
 	mgr service.Manager
+	// replaced are the units of replaced recipes this run stopped and disabled, to bring
+	// back when the gate fails.
+	replaced []string
+	// restored names what the last restore brought back, when not the step's own unit.
+	restored string
 }
 
 var _ engine.ServiceStep = (*Step)(nil)
@@ -312,6 +317,11 @@ func (s *Step) Intact(ctx context.Context, env *engine.Env) (bool, string, error
 	if st, ok := m.(service.Stager); ok && st.Staged(s.spec.Unit) {
 		return false, "a unit staged by a switch whose gate did not finish is in effect (" + s.spec.Unit + ")", nil
 	}
+	if others, err := s.othersInUse(ctx, env, m); err != nil {
+		return false, "", err
+	} else if len(others) > 0 {
+		return false, "replaced units still in use: " + strings.Join(others, ", "), nil
+	}
 	path := m.UnitPath(s.spec.Unit)
 	have, err := os.ReadFile(path)
 	switch {
@@ -377,6 +387,9 @@ func (s *Step) install(ctx context.Context, env *engine.Env, profile string, res
 	}
 	m, err := s.manager(ctx, env)
 	if err != nil {
+		return false, err
+	}
+	if err := s.replaceOthers(ctx, env, m); err != nil {
 		return false, err
 	}
 	var changed bool
@@ -493,6 +506,9 @@ func (s *Step) RestoreLastKnownGood(ctx context.Context, env *engine.Env) (bool,
 	m, err := s.manager(ctx, env)
 	if err != nil {
 		return false, err
+	}
+	if back, err := s.bringBackReplaced(ctx, env, m); back || err != nil {
+		return back, err
 	}
 	if st, ok := m.(service.Stager); ok {
 		// The persistent unit is the last one that passed (it points into its generation):
