@@ -72,6 +72,8 @@ func commands() []command {
 		{"smoke", "--url URL | -f RECIPE", "the correctness gate alone, against a running server", runSmokeCommand},
 		{"status", "", "the last run: each step, its result, time and reason; exits with that run's code", runStatus},
 		{"daemon", "-f RECIPE", "apply, then keep watching the node (driver changes, canary smoke, metrics)", runDaemon},
+		{"remove", "-f RECIPE", "take a recipe off the node: its units, generations and records (--weights: its downloads)", runRemove},
+		{"gc", "", "free what no recipe needs: old generations, part files, weights of removed recipes", runGC},
 		{"version", "", "the version and the commit this binary was built from", runVersion},
 		{"help", "[COMMAND]", "sglprov's help, or a command's", runHelp},
 		{"completion", "bash|zsh|fish", "a shell completion script", runCompletion},

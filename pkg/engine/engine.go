@@ -634,7 +634,25 @@ func (e *Engine) saveState() error {
 			e.state.Steps[n.step.Name] = &StepRecord{Result: ResultFailed, Data: e.store.Data(n.step.Name)}
 		}
 	}
+	e.state.Owns = e.owns()
 	return e.state.Save(e.opts.StateDir)
+}
+
+// owns returns what the recipe's steps install on the node (Owner) and its generations.
+func (e *Engine) owns() []Owned {
+	var out []Owned
+	for _, n := range e.nodes {
+		if o, ok := n.impl.(Owner); ok {
+			for _, x := range o.Owns(e.env(n, nil, "")) {
+				x.Step = n.step.Name
+				out = append(out, x)
+			}
+		}
+	}
+	if e.gen != nil {
+		out = append(out, Owned{Kind: OwnedGenerations, Path: HostPath(e.opts.Root, e.opts.Recipe.GenerationsDir()), Keep: e.opts.Recipe.KeepGenerations()})
+	}
+	return out
 }
 
 func openStepLog(dir, step string) (*os.File, string, error) {

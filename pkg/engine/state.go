@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/atomicfile"
@@ -35,16 +36,53 @@ type StateFile struct {
 	Version int               `json:"version"`
 	Updated time.Time         `json:"updated"`
 	Recipes map[string]*State `json:"recipes"`
+	// Orphans are what removed recipes left on the node (weights kept by a remove without
+	// --weights): gc frees those no recipe owns.
+	Orphans []Owned `json:"orphans,omitempty"`
+}
+
+// Owned is something on the node a recipe installed and a remove takes away.
+type Owned struct {
+	// Kind is OwnedUnit, OwnedWeights or OwnedGenerations.
+	Kind string `json:"kind"`
+	// Path is the unit's name, or the host path of the folder.
+	Path string `json:"path"`
+	// Step is the step that made it; Keep, for generations, how many are kept.
+	Step string `json:"step,omitempty"`
+	Keep int    `json:"keep,omitempty"`
+}
+
+// Kinds of Owned.
+const (
+	OwnedUnit        = "unit"
+	OwnedWeights     = "weights"
+	OwnedGenerations = "generations"
+)
+
+// Owner is implemented by steps that install something a remove takes away: a unit, a
+// folder of downloaded weights. Owns names them (unit names; host paths).
+type Owner interface {
+	Owns(env *Env) []Owned
+}
+
+// SaveStates writes every recipe's records (remove and gc, which change more than one
+// recipe's), atomically.
+func SaveStates(dir string, f *StateFile) error {
+	f.Version = StateVersion
+	return f.save(dir)
 }
 
 // State is one recipe's records in state.json: the last known outcome of every step.
 type State struct {
-	Version int                        `json:"version"`
-	Recipe  string                     `json:"recipe"`
-	Updated time.Time                  `json:"updated"`
-	Facts   map[string]string          `json:"facts,omitempty"`
-	Steps   map[string]*StepRecord     `json:"steps"`
-	Extra   map[string]json.RawMessage `json:"extra,omitempty"`
+	Version int                    `json:"version"`
+	Recipe  string                 `json:"recipe"`
+	Updated time.Time              `json:"updated"`
+	Facts   map[string]string      `json:"facts,omitempty"`
+	Steps   map[string]*StepRecord `json:"steps"`
+	// Owns is what the recipe installed on the node (units, weights, generations), for
+	// remove and gc.
+	Owns  []Owned                    `json:"owns,omitempty"`
+	Extra map[string]json.RawMessage `json:"extra,omitempty"`
 }
 
 // StepRecord is the recorded outcome of one step.
@@ -173,6 +211,14 @@ func (s *State) Save(dir string) error {
 	s.Version = StateVersion
 	f.Version = StateVersion
 	f.Recipes[s.Recipe] = s
+	// What this recipe owns again is no one's orphan.
+	var orphans []Owned
+	for _, o := range f.Orphans {
+		if !slices.ContainsFunc(s.Owns, func(x Owned) bool { return x.Kind == o.Kind && x.Path == o.Path }) {
+			orphans = append(orphans, o)
+		}
+	}
+	f.Orphans = orphans
 	f.Updated = s.Updated
 	return f.save(dir)
 }

@@ -72,3 +72,32 @@ func UnitsOfRecipe(dir, recipe string) ([]string, error) {
 	sort.Strings(out)
 	return out, nil
 }
+
+// Remover is a Manager that can take a unit off the node: stop it, disable it and delete
+// its files.
+type Remover interface {
+	Remove(ctx context.Context, unit string) error
+}
+
+var _ Remover = (*Systemd)(nil)
+
+// Remove stops and disables unit, deletes its persistent and staged files and reloads
+// systemd. A unit that is not loaded is only deleted.
+func (s *Systemd) Remove(ctx context.Context, unit string) error {
+	if err := s.Stop(ctx, unit); err != nil {
+		return err
+	}
+	if _, err := s.conn.DisableUnitFilesContext(ctx, []string{unit}, false); err != nil {
+		return fmt.Errorf("disabling unit %q: %w", unit, err)
+	}
+	for _, p := range []string{s.UnitPath(unit), s.runtimePath(unit)} {
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("removing %s: %w", p, err)
+		}
+	}
+	if err := s.conn.ReloadContext(ctx); err != nil {
+		return fmt.Errorf("reloading systemd: %w", err)
+	}
+	_ = s.conn.ResetFailedUnitContext(ctx, unit)
+	return nil
+}

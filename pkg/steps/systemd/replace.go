@@ -136,3 +136,8 @@ func (s *Step) Restored() string {
 	defer s.mu.Unlock()
 	return s.restored
 }
+
+// Owns names the step's unit (engine.Owner): sglprov remove stops, disables and deletes it.
+func (s *Step) Owns(*engine.Env) []engine.Owned {
+	return []engine.Owned{{Kind: engine.OwnedUnit, Path: s.spec.Unit}}
+}
