@@ -405,7 +405,13 @@ func hostFacts(ctx context.Context, stdio IO, r *recipe.Recipe) (*gpu.Facts, []s
 	if err != nil {
 		return nil, nil, err
 	}
-	return facts, r.Requires.Check(facts), nil
+	// A recipe given some GPUs sees those only: its counts, memory, --tp and the
+	// server's CUDA_VISIBLE_DEVICES follow.
+	sub, err := facts.Subset(r.Requires.GPU.Devices)
+	if err != nil {
+		return nil, []string{err.Error()}, nil
+	}
+	return sub, r.Requires.Check(sub), nil
 }
 
 // providedCommands maps each command that a step of e installs (a packages step's

@@ -64,6 +64,10 @@ func (s *StepReport) Err() error { return s.err }
 // time, skipping what is unchanged and intact. It records the state after every step and
 // writes the run's report. The error is the first step failure (with its exit-code mark).
 func (e *Engine) Apply(ctx context.Context) (*Report, error) {
+	// A server that would share GPUs with another recipe's is refused before anything runs.
+	if err := e.GPUConflicts(); err != nil {
+		return nil, err
+	}
 	start := e.opts.Now()
 	rep := &Report{Recipe: e.opts.Recipe.Name, RecipeFile: e.opts.Recipe.File, Started: start.UTC(), FactsChanged: e.FactsChanged(), Facts: e.factsMap()}
 	runDir, err := e.newRunDir(start)
@@ -120,6 +124,15 @@ func (e *Engine) Apply(ctx context.Context) (*Report, error) {
 	}
 	if first == nil && ctx.Err() != nil {
 		first = fmt.Errorf("interrupted: %w", ctx.Err())
+	}
+	if first == nil && len(e.opts.Only) == 0 {
+		// The run passed: its server serves on the GPUs it sees (recorded for GPUConflicts).
+		e.mu.Lock()
+		e.served = true
+		if err := e.saveState(); err != nil {
+			first = err
+		}
+		e.mu.Unlock()
 	}
 	rep.Generation = e.endGeneration(first == nil)
 	if rep.Generation != nil {

@@ -81,6 +81,7 @@ type Engine struct {
 
 	facts  map[string]string // the host facts as recorded in the state
 	gen    *genState         // the run's generation (nil: the recipe uses none)
+	served bool              // this run passed: the recipe's server claims the GPUs it sees
 	mu     sync.Mutex        // guards state writes
 	ranAny bool              // a step ran (and its record changed) in this run
 }
@@ -496,6 +497,9 @@ func (e *Engine) Plan(ctx context.Context) (*Plan, error) {
 		p.Steps = append(p.Steps, ps)
 	}
 	preflight = append(preflight, sharedDiskProblems(needs)...)
+	if err := e.GPUConflicts(); err != nil {
+		preflight = append(preflight, err)
+	}
 	if ctx.Err() != nil {
 		// Cut short (Ctrl-C): the reasons above may be the cancellation's, not the steps'.
 		preflight = append(preflight, fmt.Errorf("plan interrupted: %w", context.Cause(ctx)))
@@ -649,6 +653,7 @@ func (e *Engine) owns() []Owned {
 			}
 		}
 	}
+	out = append(out, e.gpuClaims(out)...)
 	if e.gen != nil {
 		out = append(out, Owned{Kind: OwnedGenerations, Path: HostPath(e.opts.Root, e.opts.Recipe.GenerationsDir()), Keep: e.opts.Recipe.KeepGenerations()})
 	}

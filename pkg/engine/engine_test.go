@@ -27,6 +27,8 @@ type fakeSpec struct {
 	Sleep     string `yaml:"sleep"`
 	Input     string `yaml:"input"`
 	Output    string `yaml:"output"`
+	// Unit makes the step an engine.Owner of that unit (as the systemd step is).
+	Unit string `yaml:"unit"`
 }
 
 // world is what the fake steps share in one test.
@@ -55,6 +57,13 @@ func (f *fakeStep) Fingerprint(ctx context.Context, env *engine.Env) (map[string
 }
 
 func (f *fakeStep) Converges() bool { return f.spec.Converges }
+
+func (f *fakeStep) Owns(*engine.Env) []engine.Owned {
+	if f.spec.Unit == "" {
+		return nil
+	}
+	return []engine.Owned{{Kind: engine.OwnedUnit, Path: f.spec.Unit}}
+}
 
 func (f *fakeStep) Intact(ctx context.Context, env *engine.Env) (bool, string, error) {
 	f.w.mu.Lock()

@@ -26,6 +26,9 @@ type Facts struct {
 	GPUs []Device `json:"gpus"`
 	// Source says where the facts came from: "nvml" or "fixture:PATH".
 	Source string `json:"source,omitempty"`
+	// Selected is set when GPUs lists only the devices a recipe was given
+	// (requires.gpu.devices), not every GPU of the host.
+	Selected bool `json:"selected,omitempty"`
 }
 
 // Device is one GPU.

@@ -46,9 +46,14 @@ func TestRemoveAndGC(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	// A and B share the weights and split the node's eight GPUs: two servers on the same
+	// GPUs would be refused.
 	withWeights := strings.Replace(genRecipe, "  - name: sglang-service\n    needs: [app-build]", weightsStep, 1)
 	recipeB := strings.NewReplacer("name: e2e-gen", "name: e2e-gen-b", "unit: sglang-e2e.service", "unit: sglang-b.service",
-		`port: "30000"`, `port: "30001"`).Replace(withWeights)
+		`port: "30000"`, `port: "30001"`, "generations: {keep: 2}", `generations: {keep: 2}
+requires: {gpu: {devices: ["4", "5", "6", "7"]}}`).Replace(withWeights)
+	withWeights = strings.Replace(withWeights, "generations: {keep: 2}", `generations: {keep: 2}
+requires: {gpu: {devices: ["0", "1", "2", "3"]}}`, 1)
 	g.WriteFile(recipePath, []byte(withWeights), 0o644)
 	g.WriteFile("/etc/sglprov/b.yaml", []byte(recipeB), 0o644)
 	sg := func(args ...string) (string, int) {
@@ -69,6 +74,18 @@ func TestRemoveAndGC(t *testing.T) {
 		t.Fatalf("apply A v1: exit %d\n%s", code, out)
 	}
 	mustSG("apply", "-f", "/etc/sglprov/b.yaml", "--state-dir", stateDir, "--set", "pin=v1", "--set", "sha="+g.sums["v1"])
+	unitB := string(g.ReadFile("/etc/systemd/system/sglang-b.service"))
+	for _, want := range []string{"CUDA_VISIBLE_DEVICES=GPU-", "--tp 4"} {
+		if !strings.Contains(unitB, want) {
+			t.Errorf("B's unit (GPUs 4-7) lacks %q:\n%s", want, unitB)
+		}
+	}
+	// A third recipe on all eight GPUs is refused: it would share them with A and B.
+	g.WriteFile("/etc/sglprov/c.yaml", []byte(strings.NewReplacer("name: e2e-gen", "name: e2e-gen-c", "unit: sglang-e2e.service", "unit: sglang-c.service").Replace(genRecipe)), 0o644)
+	if out, code := sg("apply", "-f", "/etc/sglprov/c.yaml", "--state-dir", stateDir, "--set", "pin=v1", "--set", "sha="+g.sums["v1"]); code != 4 ||
+		!strings.Contains(out, "recipe e2e-gen serves on") || !strings.Contains(out, "recipe e2e-gen-b serves on") {
+		t.Errorf("a whole-node recipe beside A and B: exit %d, want 4 naming both\n%s", code, out)
+	}
 	if out, code := applyA("v3-fail"); code != 1 {
 		t.Fatalf("apply A v3-fail: exit %d, want 1\n%s", code, out)
 	}

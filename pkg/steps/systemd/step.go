@@ -189,6 +189,13 @@ func (s *Step) data(env *engine.Env, profile string) (service.Data, error) {
 			d.Env[k] = v
 		}
 	}
+	if v, byIndex := env.Facts.CUDAVisibleDevices(); v != "" {
+		// The recipe was given some GPUs (requires.gpu.devices): the server sees those.
+		d.Env["CUDA_VISIBLE_DEVICES"] = v
+		if byIndex {
+			d.Env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+		}
+	}
 	for k, v := range s.spec.Env {
 		d.Env[k] = v
 	}
