@@ -58,6 +58,17 @@ func (f *fakeStep) Fingerprint(ctx context.Context, env *engine.Env) (map[string
 
 func (f *fakeStep) Converges() bool { return f.spec.Converges }
 
+// GenerationKey gives the step's external input (a toolchain) to its generation's key,
+// as the build step gives its nvcc version.
+func (f *fakeStep) GenerationKey(context.Context, *engine.Env) (map[string]string, error) {
+	f.w.mu.Lock()
+	defer f.w.mu.Unlock()
+	if v, ok := f.w.external[f.name]; ok {
+		return map[string]string{"toolchain": v}, nil
+	}
+	return nil, nil
+}
+
 func (f *fakeStep) Owns(*engine.Env) []engine.Owned {
 	if f.spec.Unit == "" {
 		return nil

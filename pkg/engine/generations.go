@@ -1,10 +1,14 @@
 package engine
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"path"
 	"path/filepath"
+
+	"charm.land/log/v2"
 
 	"github.com/sglprov/sglprov/pkg/generation"
 	"github.com/sglprov/sglprov/pkg/logval"
@@ -56,6 +60,24 @@ type genState struct {
 // cannot depend on the folder it names.
 const placeholderDir = "/@generation@"
 
+// GenerationKeyer is implemented by steps that build into a generation and whose result
+// depends on inputs outside their recipe text that can be known before the generation is
+// built (a build's compiler version): they join the generation's key, so that a change
+// builds a new generation instead of rewriting the serving one. env's Generation.Dir is a
+// placeholder; a program inside it does not exist yet.
+type GenerationKeyer interface {
+	GenerationKey(ctx context.Context, env *Env) (map[string]string, error)
+}
+
+// keyEnv is the Env a GenerationKeyer sees: the host, the facts, and the placeholder
+// generation folder; no log, no records.
+func keyEnv(opts Options, step string) *Env {
+	return &Env{Root: opts.Root, StateDir: opts.StateDir, RecipeName: opts.Recipe.Name, RecipeDir: opts.RecipeDir,
+		StepName: step, Facts: opts.Facts, Log: log.New(io.Discard), Out: io.Discard, Console: io.Discard,
+		Deps: map[string]Step{}, Offline: opts.Root != "" && opts.Root != "/", Builtin: opts.Builtin,
+		InsecurePermissions: opts.InsecurePermissions, Generation: &GenerationInfo{Dir: placeholderDir}, store: NewStore(nil)}
+}
+
 // withGeneration returns facts with .generation.dir set to dir.
 func withGeneration(facts map[string]any, dir string) map[string]any {
 	out := make(map[string]any, len(facts)+1)
@@ -69,7 +91,7 @@ func withGeneration(facts map[string]any, dir string) map[string]any {
 // generationKey returns the key of the generation the recipe's generation steps build:
 // a digest of each one's recipe text (less its node-local fields) and of every var and fact
 // that text uses, with the generation's own folder left out; and the names of those steps.
-func generationKey(opts Options, facts map[string]any) (string, []string, error) {
+func generationKey(ctx context.Context, opts Options, facts map[string]any) (string, []string, error) {
 	r := opts.Recipe
 	data, err := r.NewData(withGeneration(facts, placeholderDir))
 	if err != nil {
@@ -83,10 +105,12 @@ func generationKey(opts Options, facts map[string]any) (string, []string, error)
 		}
 		steps = append(steps, s.Name)
 		st := s
+		var impl Step
 		if kind, ok := opts.Registry[s.Kind]; ok {
 			spec := kind.NewSpec()
 			if s.Render(data, spec) == nil {
-				if impl, err := kind.New(s.Name, spec); err == nil {
+				if built, err := kind.New(s.Name, spec); err == nil {
+					impl = built
 					if nl, ok := impl.(NodeLocal); ok {
 						st = st.Without(nl.NodeLocalFields()...)
 					}
@@ -96,6 +120,15 @@ func generationKey(opts Options, facts map[string]any) (string, []string, error)
 				for k, v := range recordedFacts(opts.Facts) {
 					parts[s.Name+"."+k] = digest(v)
 				}
+			}
+		}
+		if k, ok := impl.(GenerationKeyer); ok && !opts.IgnoreState {
+			own, err := k.GenerationKey(ctx, keyEnv(opts, s.Name))
+			if err != nil {
+				return "", nil, fmt.Errorf("step %s: working out its generation: %w", s.Name, err)
+			}
+			for name, v := range own {
+				parts[s.Name+"."+name] = digest(v)
 			}
 		}
 		parts[s.Name+".spec"] = digest(st.BodyText())
@@ -115,7 +148,7 @@ func openGenerations(opts Options, facts map[string]any) (*genState, map[string]
 	if !r.UsesGenerations() {
 		return nil, facts, nil
 	}
-	key, steps, err := generationKey(opts, facts)
+	key, steps, err := generationKey(context.Background(), opts, facts)
 	if err != nil {
 		return nil, nil, err
 	}

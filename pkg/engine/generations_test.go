@@ -129,3 +129,32 @@ func sorted(s []string) []string {
 	}
 	return out
 }
+
+// A toolchain the build's generation depends on (a new nvcc) makes a new generation: the
+// serving one is never rebuilt in place.
+func TestGenerationKeyFollowsToolchain(t *testing.T) {
+	w := newWorld()
+	dir, gens := t.TempDir(), t.TempDir()
+	w.external["kernel"] = "nvcc 13.0"
+	rep, err := genApply(t, w, gens, dir, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g1 := rep.Generation.Serving
+	made := filepath.Join(gens, "gen", g1, "src", "dist", "made-by-kernel")
+	before, err := os.Stat(made)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.external["kernel"] = "nvcc 13.1"
+	rep, err = genApply(t, w, gens, dir, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Generation.Serving == g1 || !contains(w.ran, "kernel") {
+		t.Fatalf("a new nvcc: serving %s (was %s), ran %v; want a new generation built", rep.Generation.Serving, g1, w.ran)
+	}
+	if after, err := os.Stat(made); err != nil || !after.ModTime().Equal(before.ModTime()) {
+		t.Errorf("the old generation's build output was rewritten (%v)", err)
+	}
+}
