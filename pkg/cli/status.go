@@ -131,6 +131,9 @@ func runStatus(ctx context.Context, stdio IO, args []string) error {
 		fmt.Fprintf(stdio.Stdout, "last run: %s at %s, exit %d, took %s\n  report: %s/report.json\n",
 			rep.Result, rep.Started.Format(time.RFC3339), rep.ExitCode, rep.Duration.Round(time.Millisecond), rep.Dir)
 		writeProfile(stdio.Stdout, prof)
+		if rep.Generation != nil {
+			fmt.Fprintf(stdio.Stdout, "%s\n", rep.Generation.Note)
+		}
 		fmt.Fprintf(stdio.Stdout, "\n%s", rep.Summary())
 		if f := rep.Failures(10); f != "" {
 			fmt.Fprintf(stdio.Stdout, "\n%s", f)

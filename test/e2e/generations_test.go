@@ -229,6 +229,9 @@ func TestGenerations(t *testing.T) {
 	if !strings.Contains(a.out, "generation "+gen1[:12]+" serves") {
 		t.Errorf("apply v1 does not say which generation serves:\n%s", a.out)
 	}
+	if out, _ := g.Run(time.Minute, "sglprov", "status", "--state-dir", stateDir); !strings.Contains(out, "generation "+gen1[:12]+" serves") {
+		t.Errorf("status does not say which generation serves:\n%s", out)
+	}
 
 	t.Run("new pin whose gate fails: the previous generation serves again and passes", func(t *testing.T) {
 		a := g.applyPin("v2-bad")
