@@ -84,11 +84,19 @@ var _ Remover = (*Systemd)(nil)
 // Remove stops and disables unit, deletes its persistent and staged files and reloads
 // systemd. A unit that is not loaded is only deleted.
 func (s *Systemd) Remove(ctx context.Context, unit string) error {
-	if err := s.Stop(ctx, unit); err != nil {
-		return err
+	props, err := s.conn.GetUnitPropertiesContext(ctx, unit)
+	if err != nil {
+		return fmt.Errorf("reading the state of unit %q: %w", unit, err)
 	}
-	if _, err := s.conn.DisableUnitFilesContext(ctx, []string{unit}, false); err != nil {
-		return fmt.Errorf("disabling unit %q: %w", unit, err)
+	if load, _ := props["LoadState"].(string); load != "not-found" {
+		if err := s.Stop(ctx, unit); err != nil {
+			return err
+		}
+	}
+	if s.Persistent(unit) {
+		if _, err := s.conn.DisableUnitFilesContext(ctx, []string{unit}, false); err != nil {
+			return fmt.Errorf("disabling unit %q: %w", unit, err)
+		}
 	}
 	for _, p := range []string{s.UnitPath(unit), s.runtimePath(unit)} {
 		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {

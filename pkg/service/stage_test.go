@@ -64,3 +64,38 @@ func TestSystemdStageCommitDiscard(t *testing.T) {
 		t.Fatalf("Stage(persistent) again = %v, %v; want no change", changed, err)
 	}
 }
+
+// Remove stops and disables a unit and deletes its persistent and staged files; a unit
+// systemd does not know (only staged, or gone) is only deleted.
+func TestSystemdRemove(t *testing.T) {
+	root := t.TempDir()
+	etc, run := filepath.Join(root, "etc"), filepath.Join(root, "run")
+	conn := &fakeConn{props: map[string]any{"LoadState": "loaded"}}
+	s := NewSystemdConn(conn, etc, nil, nil)
+	s.RuntimeDir = run
+	ctx := context.Background()
+	for _, d := range []string{etc, run} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "u.service"), []byte("[Service]\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Remove(ctx, "u.service"); err != nil {
+		t.Fatal(err)
+	}
+	if s.Persistent("u.service") || s.Staged("u.service") {
+		t.Errorf("Remove left a unit file")
+	}
+	if got := strings.Join(conn.calls, ";"); !strings.Contains(got, "stop u.service") || !strings.Contains(got, "disable u.service") || !strings.Contains(got, "reload") {
+		t.Errorf("Remove asked systemd %q", got)
+	}
+	conn.calls, conn.props = nil, map[string]any{"LoadState": "not-found"}
+	if err := s.Remove(ctx, "u.service"); err != nil {
+		t.Fatalf("Remove of a unit systemd does not know: %v", err)
+	}
+	if got := strings.Join(conn.calls, ";"); strings.Contains(got, "stop") || strings.Contains(got, "disable") {
+		t.Errorf("Remove of a gone unit asked systemd %q", got)
+	}
+}
