@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sglprov/sglprov/pkg/engine"
 )
 
 // weightsStep is a download from the fake hub, added to genRecipe for this test.
@@ -74,6 +76,16 @@ requires: {gpu: {devices: ["0", "1", "2", "3"]}}`, 1)
 		t.Fatalf("apply A v1: exit %d\n%s", code, out)
 	}
 	mustSG("apply", "-f", "/etc/sglprov/b.yaml", "--state-dir", stateDir, "--set", "pin=v1", "--set", "sha="+g.sums["v1"])
+	// Back to A after B: A's records are its own, so its weights are checked by size, mtime
+	// and inode, not hashed again, and nothing else runs but the gate.
+	if out, code := applyA("v1"); code != 0 {
+		t.Fatalf("apply A v1 again: exit %d\n%s", code, out)
+	}
+	for _, name := range []string{"weights", "app-src", "app-build", "sglang-service"} {
+		if s := step(t, g.lastReport(), name); s.Result != engine.ResultSkipped {
+			t.Errorf("A again after B: %s %s (%s), want skipped", name, s.Result, s.Reason)
+		}
+	}
 	unitB := string(g.ReadFile("/etc/systemd/system/sglang-b.service"))
 	for _, want := range []string{"CUDA_VISIBLE_DEVICES=GPU-", "--tp 4"} {
 		if !strings.Contains(unitB, want) {
