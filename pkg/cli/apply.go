@@ -64,6 +64,9 @@ func applyKeep(ctx context.Context, stdio IO, c *common, mod func(*engine.Option
 		for _, h := range rep.Hints() {
 			fmt.Fprintln(stdio.Stdout, h)
 		}
+		if rep.Generation != nil {
+			fmt.Fprintf(stdio.Stdout, "\n%s\n", rep.Generation.Note)
+		}
 		fmt.Fprintf(stdio.Stdout, "\n%s: %s in %s; report: %s\n", r.Name, rep.Result, rep.Duration.Round(1e6), rep.Dir+string(os.PathSeparator)+"report.json")
 	}
 	return rep, e, runErr

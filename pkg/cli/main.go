@@ -72,6 +72,8 @@ func commands() []command {
 		{"smoke", "--url URL | -f RECIPE", "the correctness gate alone, against a running server", runSmokeCommand},
 		{"status", "", "the last run: each step, its result, time and reason; exits with that run's code", runStatus},
 		{"daemon", "-f RECIPE", "apply, then keep watching the node (driver changes, canary smoke, metrics)", runDaemon},
+		{"remove", "-f RECIPE", "take a recipe off the node: its units, generations and records (--weights: its downloads)", runRemove},
+		{"gc", "", "free what no recipe needs: old generations, part files, weights of removed recipes", runGC},
 		{"version", "", "the version and the commit this binary was built from", runVersion},
 		{"help", "[COMMAND]", "sglprov's help, or a command's", runHelp},
 		{"completion", "bash|zsh|fish", "a shell completion script", runCompletion},
@@ -407,7 +409,13 @@ func hostFacts(ctx context.Context, stdio IO, r *recipe.Recipe) (*gpu.Facts, []s
 	if err != nil {
 		return nil, nil, err
 	}
-	return facts, r.Requires.Check(facts), nil
+	// A recipe given some GPUs sees those only: its counts, memory, --tp and the
+	// server's CUDA_VISIBLE_DEVICES follow.
+	sub, err := facts.Subset(r.Requires.GPU.Devices)
+	if err != nil {
+		return nil, []string{err.Error()}, nil
+	}
+	return sub, r.Requires.Check(sub), nil
 }
 
 // providedCommands maps each command that a step of e installs (a packages step's

@@ -75,6 +75,9 @@ func runPlan(ctx context.Context, stdio IO, args []string) error {
 		fmt.Fprintln(stdio.Stdout, "an apply is running: this plan is the state as it stands now")
 	}
 	fmt.Fprintf(stdio.Stdout, "Plan for %s:\n", p.Recipe)
+	if p.Generation != "" {
+		fmt.Fprintf(stdio.Stdout, "  generation: %s\n", p.Generation)
+	}
 	for _, f := range p.FactsChanged {
 		fmt.Fprintf(stdio.Stdout, "  host fact changed: %s\n", f)
 	}

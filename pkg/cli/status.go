@@ -59,13 +59,20 @@ func runStatus(ctx context.Context, stdio IO, args []string) error {
 		return err
 	}
 	dir := c.stateDirPath()
-	st, err := engine.LoadState(dir)
-	if err != nil {
-		return err
-	}
 	rep, repErr := engine.LatestReport(dir)
 	if repErr != nil {
 		rep = nil
+	}
+	// The state of the recipe the last run applied (one state dir holds several recipes').
+	var st *engine.State
+	var err error
+	if rep != nil {
+		st, err = engine.LoadRecipeState(dir, rep.Recipe)
+	} else {
+		st, err = engine.LoadState(dir)
+	}
+	if err != nil {
+		return err
 	}
 	none := len(st.Steps) == 0 && rep == nil
 	code := 0
@@ -130,6 +137,9 @@ func runStatus(ctx context.Context, stdio IO, args []string) error {
 		fmt.Fprintf(stdio.Stdout, "last run: %s at %s, exit %d, took %s\n  report: %s/report.json\n",
 			rep.Result, rep.Started.Format(time.RFC3339), rep.ExitCode, rep.Duration.Round(time.Millisecond), rep.Dir)
 		writeProfile(stdio.Stdout, prof)
+		if rep.Generation != nil {
+			fmt.Fprintf(stdio.Stdout, "%s\n", rep.Generation.Note)
+		}
 		fmt.Fprintf(stdio.Stdout, "\n%s", rep.Summary())
 		if f := rep.Failures(10); f != "" {
 			fmt.Fprintf(stdio.Stdout, "\n%s", f)

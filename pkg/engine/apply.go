@@ -32,6 +32,9 @@ type Report struct {
 	Steps        []*StepReport     `json:"steps"`
 	// Dir is the run's folder (report and step logs).
 	Dir string `json:"dir"`
+	// Generation says which generation this run built and which one serves (nil when the
+	// recipe uses none).
+	Generation *GenerationReport `json:"generation,omitempty"`
 }
 
 // StepReport is one step's outcome in a run.
@@ -61,6 +64,10 @@ func (s *StepReport) Err() error { return s.err }
 // time, skipping what is unchanged and intact. It records the state after every step and
 // writes the run's report. The error is the first step failure (with its exit-code mark).
 func (e *Engine) Apply(ctx context.Context) (*Report, error) {
+	// A server that would share GPUs with another recipe's is refused before anything runs.
+	if err := e.GPUConflicts(); err != nil {
+		return nil, err
+	}
 	start := e.opts.Now()
 	rep := &Report{Recipe: e.opts.Recipe.Name, RecipeFile: e.opts.Recipe.File, Started: start.UTC(), FactsChanged: e.FactsChanged(), Facts: e.factsMap()}
 	runDir, err := e.newRunDir(start)
@@ -77,6 +84,9 @@ func (e *Engine) Apply(ctx context.Context) (*Report, error) {
 	}
 	if len(e.opts.Only) > 0 {
 		e.warnUnmetNeeds()
+	}
+	if err := e.beginGeneration(); err != nil {
+		return nil, err
 	}
 
 	sem := make(chan struct{}, e.opts.Concurrency)
@@ -119,6 +129,19 @@ func (e *Engine) Apply(ctx context.Context) (*Report, error) {
 	}
 	if first == nil && ctx.Err() != nil {
 		first = fmt.Errorf("interrupted: %w", ctx.Err())
+	}
+	if first == nil && len(e.opts.Only) == 0 {
+		// The run passed: its server serves on the GPUs it sees (recorded for GPUConflicts).
+		e.mu.Lock()
+		e.served = true
+		if err := e.saveState(); err != nil {
+			first = err
+		}
+		e.mu.Unlock()
+	}
+	rep.Generation = e.endGeneration(first == nil)
+	if rep.Generation != nil {
+		e.log.Info(rep.Generation.Note)
 	}
 	rep.Duration = e.opts.Now().Sub(start)
 	rep.ExitCode = ExitCode(first)

@@ -64,6 +64,9 @@ type Options struct {
 	// Cache is the fleet cache (nil: none). Steps that implement Restorer take their
 	// outputs from it before running, and Publishers push what they made when it allows.
 	Cache cache.Cache
+	// OpenGenerations opens a recipe's generations kept in dir (a host path) with their
+	// record at record (nil: pkg/generation's store).
+	OpenGenerations func(dir, record string, keep int) (Generations, error)
 }
 
 // Engine plans and applies one recipe.
@@ -77,6 +80,8 @@ type Engine struct {
 	log    *log.Logger
 
 	facts  map[string]string // the host facts as recorded in the state
+	gen    *genState         // the run's generation (nil: the recipe uses none)
+	served bool              // this run passed: the recipe's server claims the GPUs it sees
 	mu     sync.Mutex        // guards state writes
 	ranAny bool              // a step ran (and its record changed) in this run
 }
@@ -108,21 +113,25 @@ func New(opts Options) (*Engine, error) {
 	st := &State{Version: StateVersion, Steps: map[string]*StepRecord{}}
 	if !opts.IgnoreState {
 		var err error
-		if st, err = LoadState(opts.StateDir); err != nil {
+		if st, err = LoadRecipeState(opts.StateDir, opts.Recipe.Name); err != nil {
 			return nil, err
 		}
 	}
 	e := &Engine{opts: opts, state: st, byName: map[string]*node{}, log: opts.NewLogger(opts.Console), facts: recordedFacts(opts.Facts)}
-	data := map[string]json.RawMessage{}
-	for name, rec := range st.Steps {
-		data[name] = rec.Data
-	}
-	e.store = NewStore(data)
 	var facts map[string]any
 	if opts.Facts != nil {
 		facts = opts.Facts.TemplateData()
 	}
 	var err error
+	if e.gen, facts, err = openGenerations(opts, facts); err != nil {
+		return nil, err
+	}
+	e.gen.adoptRecords(st)
+	data := map[string]json.RawMessage{}
+	for name, rec := range st.Steps {
+		data[name] = rec.Data
+	}
+	e.store = NewStore(data)
 	e.data, err = opts.Recipe.NewData(facts)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
@@ -186,8 +195,37 @@ func (e *Engine) env(n *node, logw io.Writer, logPath string) *Env {
 		Offline:             e.opts.Root != "" && e.opts.Root != "/",
 		Builtin:             e.opts.Builtin,
 		InsecurePermissions: e.opts.InsecurePermissions,
+		Generation:          e.generationInfo(),
+		Gated:               e.gated(n),
+		Replaces:            e.opts.Recipe.Replaces,
 		store:               e.store,
 	}
+}
+
+// generationInfo returns the run's generation (nil when the recipe uses none).
+func (e *Engine) generationInfo() *GenerationInfo {
+	if e.gen == nil {
+		return nil
+	}
+	info := e.gen.info
+	return &info
+}
+
+// gated reports whether a selected step that needs n is a Gate: the gate then decides
+// whether what n installs is kept.
+func (e *Engine) gated(n *node) bool {
+	for _, o := range e.nodes {
+		g, ok := o.impl.(Gate)
+		if !ok || !g.Gates() || len(e.opts.Only) > 0 && !contains(e.opts.Only, o.step.Name) {
+			continue
+		}
+		for _, d := range o.needs {
+			if d == n {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Decision is whether a step runs and why.
@@ -351,6 +389,23 @@ type Plan struct {
 	// Commands are the recipe's required commands as the host has them (the command
 	// line fills them in).
 	Commands []hostcmd.Result `json:"commands,omitempty"`
+	// Generation says which generation apply would build into and which one serves
+	// (empty when the recipe uses none).
+	Generation string `json:"generation,omitempty"`
+}
+
+// planGeneration is plan's line about generations.
+func (e *Engine) planGeneration() string {
+	g := e.gen
+	switch {
+	case g == nil:
+		return ""
+	case g.info.Serving == g.info.Key:
+		return fmt.Sprintf("%s (serving), in %s", g.info.Key, g.info.Dir)
+	case g.info.Serving == "":
+		return fmt.Sprintf("%s (new; none serves yet), in %s", g.info.Key, g.info.Dir)
+	}
+	return fmt.Sprintf("%s (new; %s serves), in %s", g.info.Key, g.info.Serving, g.info.Dir)
 }
 
 // ReadFiles reads the files the steps name (see FileReader) and returns the bad input
@@ -392,7 +447,7 @@ func (e *Engine) Check() error {
 // error joins the preflight failures of the steps (see Preflighter) and the bad input
 // (ErrUsage) that kept a step from telling; the plan is complete even then.
 func (e *Engine) Plan(ctx context.Context) (*Plan, error) {
-	p := &Plan{Recipe: e.opts.Recipe.Name, FactsChanged: e.FactsChanged()}
+	p := &Plan{Recipe: e.opts.Recipe.Name, FactsChanged: e.FactsChanged(), Generation: e.planGeneration()}
 	var preflight []error
 	var needs []stepNeed
 	runs := map[string]bool{}
@@ -473,6 +528,9 @@ func (e *Engine) Plan(ctx context.Context) (*Plan, error) {
 		p.Steps = append(p.Steps, ps)
 	}
 	preflight = append(preflight, sharedDiskProblems(needs)...)
+	if err := e.GPUConflicts(); err != nil {
+		preflight = append(preflight, err)
+	}
 	if ctx.Err() != nil {
 		// Cut short (Ctrl-C): the reasons above may be the cancellation's, not the steps'.
 		preflight = append(preflight, fmt.Errorf("plan interrupted: %w", context.Cause(ctx)))
@@ -611,7 +669,26 @@ func (e *Engine) saveState() error {
 			e.state.Steps[n.step.Name] = &StepRecord{Result: ResultFailed, Data: e.store.Data(n.step.Name)}
 		}
 	}
+	e.state.Owns = e.owns()
 	return e.state.Save(e.opts.StateDir)
+}
+
+// owns returns what the recipe's steps install on the node (Owner) and its generations.
+func (e *Engine) owns() []Owned {
+	var out []Owned
+	for _, n := range e.nodes {
+		if o, ok := n.impl.(Owner); ok {
+			for _, x := range o.Owns(e.env(n, nil, "")) {
+				x.Step = n.step.Name
+				out = append(out, x)
+			}
+		}
+	}
+	out = append(out, e.gpuClaims(out)...)
+	if e.gen != nil {
+		out = append(out, Owned{Kind: OwnedGenerations, Path: HostPath(e.opts.Root, e.opts.Recipe.GenerationsDir()), Keep: e.opts.Recipe.KeepGenerations()})
+	}
+	return out
 }
 
 func openStepLog(dir, step string) (*os.File, string, error) {

@@ -30,6 +30,9 @@ type Facts struct {
 	Topology []Link `json:"topology,omitempty"`
 	// Kernel is what the kernel says of the GPUs' IOMMU, PCIe ACS and Xid events, when read.
 	Kernel *KernelFacts `json:"kernel,omitempty"`
+	// Selected is set when GPUs lists only the devices a recipe was given
+	// (requires.gpu.devices), not every GPU of the host.
+	Selected bool `json:"selected,omitempty"`
 }
 
 // Device is one GPU.

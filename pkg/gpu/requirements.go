@@ -33,6 +33,10 @@ type GPURequirements struct {
 	Counts []int `yaml:"counts" json:"counts,omitempty"`
 	// CountsReason says why only Counts work; the refusal quotes it.
 	CountsReason string `yaml:"counts_reason" json:"counts_reason,omitempty"`
+	// Devices, when set, restricts the recipe to these GPUs (NVML indices such as "4" or
+	// UUIDs such as "GPU-..."): the facts, the counts above and the server's
+	// CUDA_VISIBLE_DEVICES are those of these GPUs only.
+	Devices []string `yaml:"devices" json:"devices,omitempty"`
 
 	// The host-fitness policies (pkg/fitness): each is "refuse", "warn" or "ignore" ("allow"
 	// for MIG), and "" takes the default given.
@@ -61,7 +65,7 @@ type GPURequirements struct {
 func (r Requirements) IsZero() bool {
 	g := r.GPU
 	return g.ComputeCapability == "" && g.MinCount == 0 && g.MinMemoryGiB == 0 && g.MinTotalMemoryGiB == 0 && len(g.Counts) == 0 &&
-		g.CountsReason == "" && r.Driver == "" && r.CUDA == "" && !g.HasFitnessPolicy()
+		g.CountsReason == "" && len(g.Devices) == 0 && r.Driver == "" && r.CUDA == "" && !g.HasFitnessPolicy()
 }
 
 // HasFitnessPolicy reports whether any host-fitness policy is set.

@@ -42,6 +42,11 @@ type Recipe struct {
 	Steps []*Step
 	// Cache is the fleet cache block (nil when the recipe has none).
 	Cache *Cache
+	// Generations is the generations block (zero: the defaults).
+	Generations Generations
+	// Replaces names the recipes whose services this recipe's service takes over on the
+	// node (a model switch).
+	Replaces []string
 }
 
 // Step is one step of a recipe, with its kind body kept as YAML until it is rendered.
@@ -127,7 +132,7 @@ func (p *parser) parse(data []byte, sets []string) *Recipe {
 	}
 	r := &Recipe{File: p.file, Vars: map[string]string{}, VarPos: map[string]Pos{}, Profiles: map[string]Profile{}}
 	seen := map[string]*yaml.Node{}
-	var stepsNode, varsNode, cacheNode *yaml.Node
+	var stepsNode, varsNode, cacheNode, replacesNode *yaml.Node
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		k, v := root.Content[i], root.Content[i+1]
 		if prev, dup := seen[k.Value]; dup {
@@ -165,6 +170,10 @@ func (p *parser) parse(data []byte, sets []string) *Recipe {
 			stepsNode = v
 		case "cache":
 			cacheNode = v
+		case "generations":
+			p.parseGenerations(v, r)
+		case "replaces":
+			replacesNode = v
 		}
 	}
 	for _, f := range []string{"apiVersion", "name", "steps"} {
@@ -182,6 +191,9 @@ func (p *parser) parse(data []byte, sets []string) *Recipe {
 	}
 	if cacheNode != nil {
 		p.parseCache(cacheNode, r)
+	}
+	if replacesNode != nil {
+		p.parseReplaces(replacesNode, r)
 	}
 	// Templates in vars may refer to facts and to other vars, without a cycle.
 	// (varNodes, not nodeAt: a search of the mapping per var made validation quadratic.)
@@ -552,12 +564,16 @@ func (p *parser) checkRefs(at *yaml.Node, path string, refs []string, r *Recipe)
 			if _, ok := r.Vars[field]; !ok {
 				p.addf(at, path, "template refers to unknown var %q (vars: %s)", field, varList(r))
 			}
+		case "generation":
+			if ref != GenerationDirRef {
+				p.addf(at, path, "template refers to %q: a generation has only %q", ref, GenerationDirRef)
+			}
 		case "gpu", "driver", "cuda":
 			if !knownFacts[ref] {
 				p.addf(at, path, "template refers to unknown fact %q (facts: %s)", ref, strings.Join(FactNames(), ", "))
 			}
 		default:
-			p.addf(at, path, "template refers to %q: templates see .vars, .gpu, .driver and .cuda", ref)
+			p.addf(at, path, "template refers to %q: templates see .vars, .gpu, .driver, .cuda and .generation", ref)
 		}
 	}
 }

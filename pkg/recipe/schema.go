@@ -29,6 +29,11 @@ type File struct {
 	Steps []yaml.Node `yaml:"steps"`
 	// Cache is the fleet cache on an OCI registry.
 	Cache Cache `yaml:"cache"`
+	// Generations says where the generations of the steps that use
+	// {{ .generation.dir }} are kept, and how many.
+	Generations Generations `yaml:"generations"`
+	// Replaces names the recipes whose services this recipe takes over on the node.
+	Replaces []string `yaml:"replaces"`
 }
 
 // RequiresSection is the requires section as written: what the GPUs, the driver and CUDA

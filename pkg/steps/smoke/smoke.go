@@ -111,6 +111,10 @@ func New(name string, spec Spec) (*Step, error) {
 	return &Step{name: name, spec: spec, getenv: os.Getenv}, nil
 }
 
+// Gates reports true: a service step this step needs keeps its unit only once the gate
+// passed (engine.Gate).
+func (s *Step) Gates() bool { return true }
+
 // AlwaysRun reports true: the gate runs on every apply.
 func (s *Step) AlwaysRun() bool { return true }
 
@@ -232,10 +236,12 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 		tried = append(tried, pr)
 		env.Detail("profiles", tried)
 		if res.Pass {
+			// Won also keeps the unit that passed (a staged unit becomes the persistent
+			// one), with or without profiles.
+			if err := svc.Won(ctx, env, p); err != nil {
+				return fmt.Errorf("recording profile %q as the winner: %w", p, err)
+			}
 			if p != "" {
-				if err := svc.Won(ctx, env, p); err != nil {
-					return fmt.Errorf("recording profile %s as the winner: %w", p, err)
-				}
 				env.Detail("profile", p)
 			}
 			return nil
@@ -253,13 +259,34 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	if len(candidates) == 1 && candidates[0] == "" {
 		msg = "the service failed the gate"
 	}
+	if g := env.Generation; g != nil && g.Serving != g.Key {
+		msg = fmt.Sprintf("generation %s failed the gate (%s)", short(g.Key), msg)
+	}
 	restored, rerr := svc.RestoreLastKnownGood(ctx, env)
 	switch {
 	case rerr != nil:
 		msg += fmt.Sprintf(" (restoring the last-known-good unit failed: %v)", rerr)
 	case restored:
-		msg += "; the last-known-good unit was restored"
-		env.Log.Warn("restored the last-known-good unit", "service", svc.ServiceName())
+		what := "the last-known-good unit"
+		if g := env.Generation; g != nil && g.Serving != "" && g.Serving != g.Key {
+			what = fmt.Sprintf("the last-known-good unit of generation %s", short(g.Serving))
+		}
+		if r, ok := svc.(interface{ Restored() string }); ok && r.Restored() != "" {
+			what = r.Restored() // a model switch: the units it replaced
+		}
+		env.Log.Warn("restored "+what, "service", svc.ServiceName())
+		// What came back is gated again: the run says whether the node serves well now.
+		again, gerr := s.gate(ctx, env, cfg, svc.Active(env))
+		env.Detail("restored_gate", again)
+		switch {
+		case gerr != nil:
+			msg += fmt.Sprintf("; %s was restored, and gating it again failed: %v", what, gerr)
+		case again.Pass:
+			msg += fmt.Sprintf("; %s was restored and passed the gate again", what)
+		default:
+			msg += fmt.Sprintf("; %s was restored and failed the gate too: %s", what, again.Summary())
+		}
+		env.Detail("restored_passed", gerr == nil && again.Pass)
 	default:
 		msg += "; there is no last-known-good unit to restore"
 	}
@@ -316,6 +343,14 @@ func (s *Step) gate(ctx context.Context, env *engine.Env, cfg gate.Config, profi
 // /v1/models lists and the path SGLang's /get_model_info reports.
 type servedModel interface {
 	ServedModel(env *engine.Env) (name, path string, err error)
+}
+
+// short shortens a generation key for messages.
+func short(key string) string {
+	if len(key) > 12 {
+		return key[:12]
+	}
+	return key
 }
 
 // serviceDep returns the first dependency (by name) that is a service step, or nil.

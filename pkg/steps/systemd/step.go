@@ -42,6 +42,11 @@ type Step struct {
 
 	mu  sync.Mutex
 	mgr service.Manager
+	// replaced are the units of replaced recipes this run stopped and disabled, to bring
+	// back when the gate fails.
+	replaced []string
+	// restored names what the last restore brought back, when not the step's own unit.
+	restored string
 }
 
 var _ engine.ServiceStep = (*Step)(nil)
@@ -192,6 +197,13 @@ func (s *Step) data(env *engine.Env, profile string) (service.Data, error) {
 			d.Env[k] = v
 		}
 	}
+	if v, byIndex := env.Facts.CUDAVisibleDevices(); v != "" {
+		// The recipe was given some GPUs (requires.gpu.devices): the server sees those.
+		d.Env["CUDA_VISIBLE_DEVICES"] = v
+		if byIndex {
+			d.Env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+		}
+	}
 	for k, v := range s.spec.Env {
 		d.Env[k] = v
 	}
@@ -274,6 +286,11 @@ func (s *Step) ServiceName() string { return s.spec.Unit }
 // the model path, as SGLang defaults it) and the model path, for the active profile: the
 // gate checks that the server it judges says the same.
 func (s *Step) ServedModel(env *engine.Env) (name, path string, err error) {
+	if s.Restored() != "" {
+		// What this recipe replaced serves again (its gate failed): that server serves the
+		// other recipe's model, which passed its own gate; the re-gate judges its answers.
+		return "", "", nil
+	}
 	d, err := s.data(env, s.Active(env))
 	if err != nil {
 		return "", "", err
@@ -339,6 +356,14 @@ func (s *Step) Intact(ctx context.Context, env *engine.Env) (bool, string, error
 	if err != nil {
 		return false, "", err
 	}
+	if st, ok := m.(service.Stager); ok && st.Staged(s.spec.Unit) {
+		return false, "a unit staged by a switch whose gate did not finish is in effect (" + s.spec.Unit + ")", nil
+	}
+	if others, err := s.othersInUse(ctx, env, m); err != nil {
+		return false, "", err
+	} else if len(others) > 0 {
+		return false, "replaced units still in use: " + strings.Join(others, ", "), nil
+	}
 	path := m.UnitPath(s.spec.Unit)
 	have, err := os.ReadFile(path)
 	switch {
@@ -381,7 +406,7 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	if err != nil {
 		return err
 	}
-	changed, err := s.install(ctx, env, p, len(env.DepsRan) > 0)
+	changed, err := s.install(ctx, env, p, len(env.DepsRan) > 0, env.Gated)
 	if err != nil {
 		return err
 	}
@@ -394,8 +419,10 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 }
 
 // install renders the unit for profile, installs it and starts the service: restarting it
-// when the unit changed or restart is set. It records profile as the active one.
-func (s *Step) install(ctx context.Context, env *engine.Env, profile string, restart bool) (bool, error) {
+// when the unit changed or restart is set. It records profile as the active one. With
+// stage set (a gate decides whether the unit is kept) and a manager that can, the unit is
+// staged for this boot only (service.Stager).
+func (s *Step) install(ctx context.Context, env *engine.Env, profile string, restart, stage bool) (bool, error) {
 	unit, err := s.render(env, profile)
 	if err != nil {
 		return false, err
@@ -407,10 +434,21 @@ func (s *Step) install(ctx context.Context, env *engine.Env, profile string, res
 	if err := s.checkNeeds(env, m.Kind(), unit); err != nil {
 		return false, err
 	}
+	// The replaced recipes' units are stopped first: until then they hold the port.
+	if err := s.replaceOthers(ctx, env, m); err != nil {
+		return false, err
+	}
 	if err := s.checkPort(env, m, profile); err != nil {
 		return false, err
 	}
-	changed, err := m.Install(ctx, s.spec.Unit, unit)
+	var changed bool
+	if st, ok := m.(service.Stager); ok && stage {
+		// The gate decides whether this unit is kept: until it passes, the unit is in
+		// effect for this boot only, and a reboot starts the last one that passed.
+		changed, err = st.Stage(ctx, s.spec.Unit, unit)
+	} else {
+		changed, err = m.Install(ctx, s.spec.Unit, unit)
+	}
 	if err != nil {
 		return false, err
 	}
@@ -466,7 +504,8 @@ func (s *Step) Activate(ctx context.Context, env *engine.Env, profile string) er
 		return fmt.Errorf("%w: profile %q is not a candidate of %s (candidates: %s)",
 			engine.ErrUsage, profile, s.spec.Unit, strings.Join(c, ", "))
 	}
-	_, err = s.install(ctx, env, profile, true)
+	// Only a gate activates a profile: the unit is staged until the gate passes.
+	_, err = s.install(ctx, env, profile, true, true)
 	return err
 }
 
@@ -493,6 +532,12 @@ func (s *Step) Won(ctx context.Context, env *engine.Env, profile string) error {
 	if err != nil {
 		return err
 	}
+	if st, ok := m.(service.Stager); ok {
+		// The gate passed: the staged unit becomes the one a reboot starts.
+		if err := st.Commit(ctx, s.spec.Unit); err != nil {
+			return fmt.Errorf("keeping the unit that passed: %w", err)
+		}
+	}
 	unit, err := os.ReadFile(m.UnitPath(s.spec.Unit))
 	if err != nil {
 		return fmt.Errorf("reading the installed unit %q: %w", s.spec.Unit, err)
@@ -507,15 +552,36 @@ func (s *Step) Won(ctx context.Context, env *engine.Env, profile string) error {
 // RestoreLastKnownGood reinstalls the last unit that passed the gate and restarts the
 // service; it reports false when there is none.
 func (s *Step) RestoreLastKnownGood(ctx context.Context, env *engine.Env) (bool, error) {
-	unit, ok, err := service.LoadLastKnownGood(env.StateDir, s.spec.Unit)
-	if err != nil || !ok {
-		return false, err
-	}
 	m, err := s.manager(ctx, env)
 	if err != nil {
 		return false, err
 	}
+	if back, err := s.bringBackReplaced(ctx, env, m); back || err != nil {
+		return back, err
+	}
 	if err := s.checkPort(env, m, s.load(env).LastKnownGood); err != nil {
+		return false, err
+	}
+	if st, ok := m.(service.Stager); ok {
+		// The persistent unit is the last one that passed (it points into its generation):
+		// dropping what was staged puts it in effect again.
+		if _, err := st.Discard(ctx, s.spec.Unit); err != nil {
+			return false, fmt.Errorf("dropping the unit that failed: %w", err)
+		}
+		if !st.Persistent(s.spec.Unit) {
+			_ = m.Stop(ctx, s.spec.Unit)
+			return false, nil
+		}
+		if err := m.Restart(ctx, s.spec.Unit); err != nil {
+			return false, fmt.Errorf("restarting the last-known-good unit: %w", err)
+		}
+		rec := s.load(env)
+		rec.Active = rec.LastKnownGood
+		env.StepDetail(s.name, "profile", rec.Active)
+		return true, s.save(env, rec)
+	}
+	unit, ok, err := service.LoadLastKnownGood(env.StateDir, s.spec.Unit)
+	if err != nil || !ok {
 		return false, err
 	}
 	if _, err := m.Install(ctx, s.spec.Unit, unit); err != nil {
