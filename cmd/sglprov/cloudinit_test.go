@@ -82,37 +82,63 @@ func TestCloudInitRuncmd(t *testing.T) {
 	daemonCfg := cfg
 	daemonCfg.Runcmd = append(append([][]string{}, cfg.Runcmd[:len(cfg.Runcmd)-1]...), daemonLine[0])
 
+	// The step that works needs a variable of /etc/sglprov/env: a runcmd line that does not
+	// read that file loses the proxy and HF_ENDPOINT set there, and fails here.
+	ok := `[sh, -c, 'test "$SGLPROV_ENV_PROBE" = from-env-file && touch HELLO']`
 	for _, tc := range []struct {
 		name     string
 		argv     string
 		wantExit int
 		wantStep string
 	}{
-		{name: "ok", argv: "[touch, HELLO]", wantExit: 0, wantStep: `hello +ok`},
+		{name: "ok", argv: ok, wantExit: 0, wantStep: `hello +ok`},
 		{name: "failing apply", argv: "[sh, -c, 'echo broken >&2; exit 9']", wantExit: 1, wantStep: `hello +failed`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			runCloudConfig(t, repo, cfg, tc.argv, tc.wantExit, tc.wantStep, false)
+			runCloudConfig(t, repo, cfg, tc.argv, tc.wantExit, tc.wantStep, modeApply)
 		})
 		t.Run("daemon "+tc.name, func(t *testing.T) {
-			runCloudConfig(t, repo, daemonCfg, tc.argv, tc.wantExit, tc.wantStep, true)
+			runCloudConfig(t, repo, daemonCfg, tc.argv, tc.wantExit, tc.wantStep, modeDaemon)
 		})
 	}
+	// A daemon that stopped before its first apply recorded no run: status, the line's
+	// last command, exits 1, and cloud-init records a failure.
+	t.Run("daemon without a run", func(t *testing.T) {
+		runCloudConfig(t, repo, daemonCfg, ok, 1, `no run recorded`, modeDaemonNoRun)
+	})
 	// The fleet's #cloud-configs (the node that pushes, the pull-only ones) record the
-	// result as the first does: a failed apply is a failed runcmd.
+	// result as the first does (a failed apply is a failed runcmd) and read the same
+	// /etc/sglprov/env.
 	for i, fleet := range cfgs[1:] {
+		t.Run(fmt.Sprintf("fleet %d ok", i+1), func(t *testing.T) {
+			runCloudConfig(t, repo, fleet, ok, 0, `hello +ok`, modeApply)
+		})
 		t.Run(fmt.Sprintf("fleet %d failing apply", i+1), func(t *testing.T) {
-			runCloudConfig(t, repo, fleet, "[sh, -c, 'echo broken >&2; exit 9']", 1, `hello +failed`, false)
+			runCloudConfig(t, repo, fleet, "[sh, -c, 'echo broken >&2; exit 9']", 1, `hello +failed`, modeApply)
 		})
 	}
 }
+
+// runMode is how a #cloud-config's last runcmd line runs sglprov.
+type runMode int
+
+const (
+	// modeApply: the line runs sglprov apply itself.
+	modeApply runMode = iota
+	// modeDaemon: the line enables the daemon, which applies once (systemctl's stand-in
+	// runs that apply with the unit's EnvironmentFile) and the line then runs status.
+	modeDaemon
+	// modeDaemonNoRun: as modeDaemon, but the daemon stops before its first apply.
+	modeDaemonNoRun
+)
 
 // runCloudConfig plays cfg on a fresh root with a recipe of one command step (argv, where
 // HELLO is a file under the root) and checks the exit code and the result's records. With
 // daemon, cfg's last runcmd line enables the daemon: systemctl stands in for systemd,
 // running the daemon's first apply and returning 0 once it is done, as `systemctl start`
 // of the Type=notify unit does whatever the apply found (READY=1 comes either way).
-func runCloudConfig(t *testing.T, repo string, cfg cloudConfig, argv string, wantExit int, wantStep string, daemon bool) {
+func runCloudConfig(t *testing.T, repo string, cfg cloudConfig, argv string, wantExit int, wantStep string, mode runMode) {
+	daemon := mode != modeApply
 	root := t.TempDir()
 	moved := regexp.MustCompile(`(^|[\s"'=])(/(?:etc|opt|usr/local|var/lib|var/log|root)/)`)
 	under := func(s string) string { return moved.ReplaceAllString(s, "${1}"+root+"${2}") }
@@ -137,8 +163,14 @@ func runCloudConfig(t *testing.T, repo string, cfg cloudConfig, argv string, wan
 	if err := os.WriteFile(filepath.Join(root, "shim", "logger"), []byte(shim), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// The unit reads /etc/sglprov/env as its EnvironmentFile (optional: the leading "-").
+	envFile := filepath.Join(root, "etc", "sglprov", "env")
 	systemctl := "#!/bin/sh\n[ \"$1 $2 $3\" = \"enable --now sglprov.service\" ] || { echo \"systemctl $*: not expected\" >&2; exit 1; }\n" +
+		"if [ -f " + envFile + " ]; then set -a; . " + envFile + "; set +a; fi\n" +
 		filepath.Join(root, "usr", "local", "bin", "sglprov") + " apply -f " + filepath.Join(root, "etc", "sglprov", "recipe.yaml") + "\nexit 0\n"
+	if mode == modeDaemonNoRun {
+		systemctl = "#!/bin/sh\nexit 0\n"
+	}
 	if err := os.WriteFile(filepath.Join(root, "shim", "systemctl"), []byte(systemctl), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -164,6 +196,13 @@ func runCloudConfig(t *testing.T, repo string, cfg cloudConfig, argv string, wan
 		if err := os.WriteFile(p, []byte(content), os.FileMode(perm)); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// /etc/sglprov/env as the first #cloud-config writes it (the fleet's say theirs is the
+	// same), with one variable the recipe's step reads.
+	envText, _ := os.ReadFile(envFile)
+	os.MkdirAll(filepath.Dir(envFile), 0o755)
+	if err := os.WriteFile(envFile, append(envText, "SGLPROV_ENV_PROBE=from-env-file\n"...), 0o600); err != nil {
+		t.Fatal(err)
 	}
 	env := append(os.Environ(), "SGLPROV_STATE_DIR="+filepath.Join(root, "var", "lib", "sglprov"),
 		"PATH="+filepath.Join(root, "shim")+string(os.PathListSeparator)+os.Getenv("PATH"))
@@ -206,7 +245,7 @@ func runCloudConfig(t *testing.T, repo string, cfg cloudConfig, argv string, wan
 			t.Errorf("the metrics textfile: %v\n%s", err, b)
 		}
 	}
-	if _, err := os.Stat(hello); (err == nil) != (wantExit == 0) {
+	if _, err := os.Stat(hello); (err == nil) != (wantExit == 0 && mode != modeDaemonNoRun) {
 		t.Errorf("the recipe's step: %v", err)
 	}
 	status := exec.Command(filepath.Join(root, "usr", "local", "bin", "sglprov"), "status")

@@ -64,7 +64,12 @@ func TestScripts(t *testing.T) {
 		// [registry]: a real OCI registry can be started (the executable is there), or
 		// this is root, where `make deps` installs it and its absence is a failure.
 		// [promtool]: Prometheus's promtool is there, or this is root (make deps installs it).
+		// [cudanvcc]: this host has nvcc where sglprov looks off the PATH.
 		Condition: func(cond string) (bool, error) {
+			if cond == "cudanvcc" {
+				_, err := os.Stat("/usr/local/cuda/bin/nvcc")
+				return err == nil, nil
+			}
 			var bin string
 			switch cond {
 			case "registry":
@@ -216,7 +221,7 @@ func lookPath(ts *testscript.TestScript, name string) string {
 func environ(ts *testscript.TestScript) []string {
 	var out []string
 	for _, k := range []string{"PATH", "HOME", "TMPDIR", "WORK", "TESTDATA", "REPO", "SGLPROV_GPU_FIXTURE",
-		"GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL", "HF_TOKEN", "HF_ENDPOINT", "GOTRACEBACK", "REGISTRY", "DOCKER_CONFIG"} {
+		"GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL", "HF_TOKEN", "HF_ENDPOINT", "CUDA_HOME", "GOTRACEBACK", "REGISTRY", "DOCKER_CONFIG"} {
 		if v := ts.Getenv(k); v != "" {
 			out = append(out, k+"="+v)
 		}

@@ -3,8 +3,10 @@
 package buildinfo
 
 import (
+	"encoding/json"
 	"fmt"
 	"runtime/debug"
+	"strconv"
 	"strings"
 )
 
@@ -31,10 +33,53 @@ type Info struct {
 	// Time is the commit's time (RFC 3339), as the VCS reports it.
 	Time string `json:"commit_time"`
 	// Modified is "true" when the working tree had changes, "false" when it had none, and
-	// "" when unknown.
+	// "" when unknown (in JSON: true, false or null).
 	Modified string `json:"modified"`
 	// GoVersion is the Go toolchain that built the binary.
 	GoVersion string `json:"go_version"`
+}
+
+// MarshalJSON writes Info with modified as a JSON boolean (null when unknown), as machines
+// read a flag.
+func (i Info) MarshalJSON() ([]byte, error) {
+	var modified *bool
+	if m, err := strconv.ParseBool(i.Modified); err == nil {
+		modified = &m
+	}
+	return json.Marshal(struct {
+		Version   string `json:"version"`
+		Commit    string `json:"commit"`
+		Time      string `json:"commit_time"`
+		Modified  *bool  `json:"modified"`
+		GoVersion string `json:"go_version"`
+	}{i.Version, i.Commit, i.Time, modified, i.GoVersion})
+}
+
+// UnmarshalJSON reads what MarshalJSON writes (and the older string form of modified).
+func (i *Info) UnmarshalJSON(b []byte) error {
+	var in struct {
+		Version   string          `json:"version"`
+		Commit    string          `json:"commit"`
+		Time      string          `json:"commit_time"`
+		Modified  json.RawMessage `json:"modified"`
+		GoVersion string          `json:"go_version"`
+	}
+	if err := json.Unmarshal(b, &in); err != nil {
+		return err
+	}
+	*i = Info{Version: in.Version, Commit: in.Commit, Time: in.Time, GoVersion: in.GoVersion}
+	var flag bool
+	var text string
+	switch {
+	case len(in.Modified) == 0 || string(in.Modified) == "null":
+	case json.Unmarshal(in.Modified, &flag) == nil:
+		i.Modified = strconv.FormatBool(flag)
+	case json.Unmarshal(in.Modified, &text) == nil:
+		i.Modified = text
+	default:
+		return fmt.Errorf("reading build info: modified is %s, not a boolean", in.Modified)
+	}
+	return nil
 }
 
 // Read returns the running binary's Info.

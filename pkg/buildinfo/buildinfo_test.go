@@ -183,3 +183,17 @@ func TestReadInABuildFromAWorktree(t *testing.T) {
 		t.Errorf("read %+v; want commit %s, a time, not modified", info, commit)
 	}
 }
+
+// TestJSONModifiedIsABool: version --json gives the modified flag as a JSON boolean, null
+// when the build does not know it.
+func TestJSONModifiedIsABool(t *testing.T) {
+	for modified, want := range map[string]string{"false": `"modified":false`, "true": `"modified":true`, "": `"modified":null`} {
+		b, err := json.Marshal(Info{Version: "dev", Commit: "abc", Modified: modified})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(b), want) {
+			t.Errorf("Modified %q: %s, want %s", modified, b, want)
+		}
+	}
+}

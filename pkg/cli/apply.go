@@ -55,6 +55,10 @@ func applyKeep(ctx context.Context, stdio IO, c *common, mod func(*engine.Option
 	if err := engine.EnsureStateDir(dir, c.insecure); err != nil {
 		return nil, nil, err
 	}
+	if c.nodeMu != nil {
+		c.nodeMu.Lock()
+		defer c.nodeMu.Unlock()
+	}
 	if c.lock != nil {
 		// The daemon holds the node's lock; others see it applying meanwhile.
 		_ = c.lock.SetNote(engine.NoteDaemonApplying)
@@ -76,6 +80,12 @@ func applyKeep(ctx context.Context, stdio IO, c *common, mod func(*engine.Option
 	rep, runErr := e.Apply(ctx)
 	if rep != nil {
 		fmt.Fprintf(stdio.Stdout, "\n%s", rep.Summary())
+		for _, h := range rep.Hints() {
+			fmt.Fprintln(stdio.Stdout, h)
+		}
+		if rep.Generation != nil {
+			fmt.Fprintf(stdio.Stdout, "\n%s\n", rep.Generation.Note)
+		}
 		fmt.Fprintf(stdio.Stdout, "\n%s: %s in %s; report: %s\n", r.Name, rep.Result, rep.Duration.Round(1e6), rep.Dir+string(os.PathSeparator)+"report.json")
 	}
 	return rep, e, runErr

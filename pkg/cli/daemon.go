@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -72,7 +71,10 @@ func runDaemon(ctx context.Context, stdio IO, args []string) error {
 		return err
 	}
 	defer unlock()
+	// The recipes' applies and rungs share the node's state dir: one at a time.
+	var nodeMu sync.Mutex
 	for _, w := range watches {
+		w.c.nodeMu = &nodeMu
 		if w.c.stateDirPath() == base.stateDirPath() {
 			w.c.lock = base.lock
 			continue
@@ -138,18 +140,12 @@ type RecipeStates interface {
 	StateDir(base string, r *recipe.Recipe, n int) string
 }
 
-// nodeStates is the layout until the node keeps per-recipe state of its own: one recipe
-// keeps the node's state dir, as apply does; several get BASE/recipes/NAME each, so that
-// their states and locks do not collide.
+// nodeStates is the node's layout: one state dir holds every recipe's records
+// (state.json keeps them by recipe), as apply uses it.
 type nodeStates struct{}
 
 // StateDir implements RecipeStates.
-func (nodeStates) StateDir(base string, r *recipe.Recipe, n int) string {
-	if n <= 1 {
-		return base
-	}
-	return filepath.Join(base, "recipes", r.Name)
-}
+func (nodeStates) StateDir(base string, _ *recipe.Recipe, _ int) string { return base }
 
 // recipeWatches loads each recipe file; two recipes of one name are bad usage (their
 // metrics and state would be one).
@@ -383,6 +379,10 @@ func restartService(stdio IO, c *common, held *heldEngine) func(ctx context.Cont
 		// The restart rewrites the unit: not while an apply holds the lock (the daemon
 		// holds it already).
 		var err error
+		if c.nodeMu != nil {
+			c.nodeMu.Lock()
+			defer c.nodeMu.Unlock()
+		}
 		if c.lock == nil {
 			lock, lerr := engine.AcquireLock(c.stateDirPath())
 			if lerr != nil {

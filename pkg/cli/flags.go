@@ -60,7 +60,13 @@ func parse(fs *flagSet, args []string) error {
 // the flags to the describe hook) and return errHelpShown; any other is a usage error.
 func (fs *flagSet) flagError(err error) error {
 	if !errors.Is(err, flag.ErrHelp) {
-		return usageError(fs.cmd, gnuFlagNames(err.Error()))
+		msg := gnuFlagNames(err.Error())
+		if name, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: -"); ok {
+			if s := fs.nearestFlag(strings.TrimLeft(name, "-")); s != "" {
+				msg += "; did you mean --" + s + "?"
+			}
+		}
+		return usageError(fs.cmd, msg)
 	}
 	if fs.stdio.describe != nil {
 		fs.stdio.describe(fs)
@@ -68,6 +74,21 @@ func (fs *flagSet) flagError(err error) error {
 		writeCommandHelp(fs.stdio.Stdout, fs)
 	}
 	return errHelpShown
+}
+
+// nearestFlag returns the flag of fs whose name is closest to name (edit distance at most
+// 2, at most a third of the name's length for short ones), or "".
+func (fs *flagSet) nearestFlag(name string) string {
+	best, bestD := "", min(3, len(name)/3+1)
+	fs.VisitAll(func(f *flag.Flag) {
+		if len(f.Name) < 2 {
+			return
+		}
+		if d := editDistance(strings.ToLower(name), f.Name); d < bestD {
+			best, bestD = f.Name, d
+		}
+	})
+	return best
 }
 
 // usageError is a bad-usage error (exit 2) that says where the command's help is.

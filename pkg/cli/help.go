@@ -165,7 +165,8 @@ func nearest(name string) string {
 		if len(name) >= 2 && strings.HasPrefix(c.name, name) {
 			return c.name
 		}
-		if d := editDistance(strings.ToLower(name), c.name); d < bestD {
+		// A short name ("gc") is near anything short: the guess must keep part of it.
+		if d := editDistance(strings.ToLower(name), c.name); d < bestD && d < len(c.name) {
 			best, bestD = c.name, d
 		}
 	}

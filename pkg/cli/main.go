@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -75,6 +76,8 @@ func commands() []command {
 		{"smoke", "--url URL | -f RECIPE", "the correctness gate alone, against a running server", runSmokeCommand},
 		{"status", "", "the last run: each step, its result, time and reason; exits with that run's code", runStatus},
 		{"daemon", "-f RECIPE [-f RECIPE...]", "apply, then keep watching the node (driver changes, canary smoke, remediation, health, metrics)", runDaemon},
+		{"remove", "-f RECIPE", "take a recipe off the node: its units, generations and records (--weights: its downloads)", runRemove},
+		{"gc", "", "free what no recipe needs: old generations, part files, weights of removed recipes", runGC},
 		{"version", "", "the version and the commit this binary was built from", runVersion},
 		{"help", "[COMMAND]", "sglprov's help, or a command's", runHelp},
 		{"completion", "bash|zsh|fish", "a shell completion script", runCompletion},
@@ -161,7 +164,7 @@ func Main(args []string, stdio IO) int {
 		code = ExitInterrupted
 	}
 	if err != nil && !errors.Is(err, errReported) {
-		stdio.run.final(stdio.Stderr, c.name, "err", strings.TrimSpace(err.Error()), code)
+		stdio.run.final(stdio.Stderr, c.name, "err", strings.TrimSpace(engine.Message(err)), code)
 	}
 	if hint := stdio.run.permissionHint(err); hint != "" {
 		stdio.run.final(stdio.Stderr, c.name, "hint", hint, code)
@@ -267,6 +270,12 @@ type common struct {
 	// lock is the state dir's lock when the command holds it from start to end (the
 	// daemon, between its applies too): applyKeep and the daemon's rungs take none then.
 	lock *engine.Lock
+	// nodeMu, with lock, makes the daemon's recipes apply and repair one at a time.
+	nodeMu *sync.Mutex
+	// keepShort asks newEngine to build the engine even on a host that falls short (plan
+	// shows what apply would do, then the problems); short are those problems.
+	keepShort bool
+	short     []string
 }
 
 // multi is a repeatable flag whose values are kept in order.
@@ -364,7 +373,7 @@ func (c *common) loadRecipe() (*recipe.Recipe, error) {
 	if err != nil {
 		var ps recipe.Problems
 		if errors.As(err, &ps) {
-			return nil, fmt.Errorf("%w: %d problem(s) in the recipe:\n%v", engine.ErrUsage, len(ps), ps)
+			return nil, fmt.Errorf("%w: %s in the recipe:\n%v", engine.ErrUsage, plural(len(ps), "problem"), ps)
 		}
 		return nil, fmt.Errorf("%w: %v", engine.ErrUsage, err)
 	}
@@ -414,7 +423,13 @@ func hostFacts(ctx context.Context, stdio IO, r *recipe.Recipe) (*gpu.Facts, []s
 	if err != nil {
 		return nil, nil, err
 	}
-	return facts, r.Requires.Check(facts), nil
+	// A recipe given some GPUs sees those only: its counts, memory, --tp and the
+	// server's CUDA_VISIBLE_DEVICES follow.
+	sub, err := facts.Subset(r.Requires.GPU.Devices)
+	if err != nil {
+		return nil, []string{err.Error()}, nil
+	}
+	return sub, r.Requires.Check(sub), nil
 }
 
 // providedCommands maps each command that a step of e installs (a packages step's
@@ -517,13 +532,24 @@ func (c *common) newEngine(ctx context.Context, stdio IO, r *recipe.Recipe, mod 
 	e, engErr := engine.New(opts)
 	// The commands are checked with the GPUs, before any step runs, so that every problem
 	// is listed at once; a command a packages step installs is not required yet.
+	// Under --root the recipe is rendered for another node: its commands are that node's
+	// business, listed as unchecked (with what this host has), never refused here.
 	c.commands = nil
 	if len(r.Commands) > 0 {
 		look := hostcmd.PathLooker{Path: stdio.Getenv("PATH"), Getenv: stdio.Getenv}
 		c.commands = hostcmd.Check(ctx, r.Commands, providedCommands(ctx, e, r), look)
-		problems = append(problems, hostcmd.Problems(c.commands)...)
-		giveCommands(e, r, look)
+		if c.root != "" && c.root != "/" {
+			c.commands = hostcmd.MarkUnchecked(c.commands, "--root renders for another node, whose own PATH decides")
+		} else {
+			problems = append(problems, hostcmd.Problems(c.commands)...)
+			giveCommands(e, r, look)
+		}
 	}
+	c.short = problems
+	if len(problems) > 0 && c.keepShort && engErr == nil {
+		return e, r, nil
+	}
+	problems = append(problems, fitnessProblems(stdio, facts, r, e)...)
 	if len(problems) > 0 {
 		if e != nil {
 			e.Close()

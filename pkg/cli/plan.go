@@ -56,6 +56,9 @@ func planBody(ctx context.Context, stdio IO, c *common, only, force string, asJS
 		return err
 	}
 	defer lock.Release()
+	// A host that falls short still gets its plan: the table and the rendered unit show
+	// what apply would do once it is fixed; the problems follow, and the exit is 4.
+	c.keepShort = true
 	e, _, err := c.newEngine(ctx, stdio, nil, func(o *engine.Options) {
 		o.Only, o.Force = splitList(only), splitList(force)
 		o.ApplyRunning = running
@@ -65,6 +68,9 @@ func planBody(ctx context.Context, stdio IO, c *common, only, force string, asJS
 	}
 	defer e.Close()
 	p, planErr := e.Plan(ctx)
+	if len(c.short) > 0 {
+		planErr = errors.Join(hostProblems(c.short), planErr)
+	}
 	if p == nil {
 		return planErr
 	}
@@ -88,6 +94,9 @@ func planBody(ctx context.Context, stdio IO, c *common, only, force string, asJS
 		fmt.Fprintln(stdio.Stdout, "an apply is running: this plan is the state as it stands now")
 	}
 	fmt.Fprintf(stdio.Stdout, "Plan for %s:\n", p.Recipe)
+	if p.Generation != "" {
+		fmt.Fprintf(stdio.Stdout, "  generation: %s\n", p.Generation)
+	}
 	for _, f := range p.FactsChanged {
 		fmt.Fprintf(stdio.Stdout, "  host fact changed: %s\n", f)
 	}

@@ -109,6 +109,10 @@ func (r *remedies) withService(ctx context.Context, f func(engine.ServiceStep, *
 	// The rung rewrites the unit and the state: not while an apply holds the lock (the
 	// daemon holds it already).
 	var err error
+	if r.c.nodeMu != nil {
+		r.c.nodeMu.Lock()
+		defer r.c.nodeMu.Unlock()
+	}
 	if r.c.lock == nil {
 		lock, lerr := engine.AcquireLock(r.c.stateDirPath())
 		if lerr != nil {

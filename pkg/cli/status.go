@@ -58,7 +58,7 @@ func applyRunning(dir string) (running, daemonPid int) {
 	return -1, 0
 }
 
-// runStatus prints the last run; its exit code is that run's (0 when none finished).
+// runStatus prints the last run; its exit code is that run's (1 when none was recorded).
 func runStatus(ctx context.Context, stdio IO, args []string) error {
 	var c common
 	var asJSON bool
@@ -69,23 +69,25 @@ func runStatus(ctx context.Context, stdio IO, args []string) error {
 		return err
 	}
 	dir := c.stateDirPath()
-	st, err := engine.LoadState(dir)
-	if err != nil {
-		return err
-	}
 	rep, repErr := engine.LatestReport(dir)
 	if repErr != nil {
 		rep = nil
+	}
+	// The state of the recipe the last run applied (one state dir holds several recipes').
+	var st *engine.State
+	var err error
+	if rep != nil {
+		st, err = engine.LoadRecipeState(dir, rep.Recipe)
+	} else {
+		st, err = engine.LoadState(dir)
+	}
+	if err != nil {
+		return err
 	}
 	none := len(st.Steps) == 0 && rep == nil
 	code := 0
 	if rep != nil {
 		code = rep.ExitCode
-	}
-	if none {
-		// No run recorded is not a node known to be right: a check that runs status
-		// must not read it as success.
-		code = engine.ExitFailed
 	}
 	prof := profileOf(rep, st)
 	running, daemonPid := applyRunning(dir)
@@ -103,9 +105,15 @@ func runStatus(ctx context.Context, stdio IO, args []string) error {
 	if len(killed) > 0 {
 		code = engine.ExitFailed
 	}
+	// No run recorded is not a success: a script that runs status after starting the
+	// daemon (cloud-init's runcmd) must not read "nothing ran" as "the node serves".
+	noRun := none && running == 0
+	if noRun {
+		code = engine.ExitFailed
+	}
 	if asJSON {
 		out := statusJSON{StateDir: dir, Report: rep, ExitCode: code, Profile: prof, ApplyRunning: running, Interrupted: killed, Daemon: daemonPid}
-		if none && running == 0 {
+		if noRun {
 			out.Message = "no run recorded in " + dir
 		} else {
 			out.State = st
@@ -126,8 +134,8 @@ func runStatus(ctx context.Context, stdio IO, args []string) error {
 	case running < 0:
 		fmt.Fprintln(stdio.Stdout, "an apply is running: each step as recorded so far")
 	case none:
-		fmt.Fprintf(stdio.Stdout, "no run recorded in %s\n", dir)
-		return reported(fmt.Errorf("no run recorded in %s: %w", dir, errNoRun))
+		fmt.Fprintf(stdio.Stdout, "no run recorded in %s (exit 1: sglprov apply -f RECIPE records one)\n", dir)
+		return exitAs(code)
 	}
 	switch {
 	case !st.Updated.IsZero():
@@ -153,6 +161,9 @@ func runStatus(ctx context.Context, stdio IO, args []string) error {
 			return exitAs(code)
 		}
 		writeProfile(stdio.Stdout, prof)
+		if rep.Generation != nil {
+			fmt.Fprintf(stdio.Stdout, "%s\n", rep.Generation.Note)
+		}
 		fmt.Fprintf(stdio.Stdout, "\n%s", rep.Summary())
 		if f := rep.Failures(10); f != "" {
 			fmt.Fprintf(stdio.Stdout, "\n%s", f)
@@ -179,9 +190,6 @@ func runStatus(ctx context.Context, stdio IO, args []string) error {
 	}
 	return exitAs(code)
 }
-
-// errNoRun is status's error when no run is recorded (exit 1).
-var errNoRun = errors.New("nothing to report")
 
 // exitAs returns an error that carries exit code code and prints nothing more.
 func exitAs(code int) error {

@@ -69,7 +69,7 @@ func nodeInfoOf(ctx context.Context, stdio IO, c *common, r *recipe.Recipe) daem
 					info.ServedName = v
 				}
 			}
-			info.Profile = activeProfile(c.stateDirPath(), s.Name)
+			info.Profile = activeProfile(c.stateDirPath(), r.Name, s.Name)
 		case "smoke":
 			var spec struct {
 				Model string `yaml:"model"`
@@ -97,12 +97,15 @@ func nodeInfoOf(ctx context.Context, stdio IO, c *common, r *recipe.Recipe) daem
 		// SGLang serves the model under its path unless told otherwise.
 		info.ServedName = info.Model
 	}
+	if rep, err := engine.LatestReport(c.stateDirPath()); err == nil && rep.Recipe == r.Name && rep.Generation != nil {
+		info.Generation = rep.Generation.Serving
+	}
 	return info
 }
 
-// activeProfile is the profile the state records as installed by the service step name.
-func activeProfile(stateDir, step string) string {
-	st, err := engine.LoadState(stateDir)
+// activeProfile is the profile recipe's state records as installed by its service step.
+func activeProfile(stateDir, recipe, step string) string {
+	st, err := engine.LoadRecipeState(stateDir, recipe)
 	if err != nil || st.Steps[step] == nil {
 		return ""
 	}

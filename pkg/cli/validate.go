@@ -4,11 +4,15 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"regexp"
+	"strings"
 
 	sglprov "github.com/sglprov/sglprov"
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/gpu"
+	"github.com/sglprov/sglprov/pkg/recipe"
 	"github.com/sglprov/sglprov/pkg/steps"
+	"github.com/sglprov/sglprov/pkg/steps/download"
 )
 
 func runValidate(ctx context.Context, stdio IO, args []string) error {
@@ -22,33 +26,124 @@ func runValidate(ctx context.Context, stdio IO, args []string) error {
 	if err != nil {
 		return err
 	}
-	// Build every step too, so that a bad value inside a step (a branch where a commit is
-	// needed, a path that leaves its folder) is found now, not at apply. Templates that use
-	// GPU facts need them: without a GPU (or a fixture) those steps are left to plan.
+	// Every step is built and checked, on any machine, so that the bad input plan and apply
+	// refuse (a branch where a commit is needed, a profile that is not defined, a missing
+	// required field, a FIFO as a patch) is refused here too. Templates that use GPU facts
+	// are rendered with this host's facts, or, where there are none, with those of a
+	// stand-in host that meets the recipe's requirements: what depends on the real values
+	// is said to be unchecked, by name.
 	var facts *gpu.Facts
-	checked := "every step built"
+	standIn := ""
 	if r.NeedsFacts() {
 		if f, err := detectFacts(ctx, stdio); err == nil {
 			facts = f
 		} else {
-			checked = "steps not built: no GPU facts here (" + err.Error() + ")"
+			facts, standIn = standInFacts(r.Requires), strings.TrimSuffix(firstLine(err.Error()), ".")
 		}
 	}
-	if !r.NeedsFacts() || facts != nil {
-		dir, _ := filepath.Abs(filepath.Dir(c.recipe))
-		e, err := engine.New(engine.Options{Recipe: r, RecipeDir: dir, Registry: steps.Registry(), Facts: facts,
-			Root: c.root, StateDir: c.stateDirPath(), Builtin: sglprov.Assets, InsecurePermissions: c.insecure, IgnoreState: true})
-		if err != nil {
-			return err
-		}
-		// The files the steps name (series, patches, templates, question files): what a
-		// run would refuse as bad input (a FIFO, another user's file) is refused here too.
-		err = e.ReadFiles()
-		e.Close()
-		if err != nil {
-			return err
-		}
+	dir, _ := filepath.Abs(filepath.Dir(c.recipe))
+	e, err := engine.New(engine.Options{Recipe: r, RecipeDir: dir, Registry: steps.Registry(), Facts: facts,
+		Root: c.root, StateDir: c.stateDirPath(), Builtin: sglprov.Assets, InsecurePermissions: c.insecure, IgnoreState: true})
+	if err != nil {
+		return err
 	}
-	fmt.Fprintf(stdio.Stdout, "%s: recipe %q is valid (%d steps, %d profiles; %s)\n", c.recipe, r.Name, len(r.Steps), len(r.Profiles), checked)
+	// The files the steps name (series, patches, templates, question files) and what each
+	// step refuses from its text alone (refs, profile names).
+	err = e.Check()
+	e.Close()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdio.Stdout, "%s: recipe %q is valid (%s, %s; every step built)\n",
+		c.recipe, r.Name, plural(len(r.Steps), "step"), plural(len(r.Profiles), "profile"))
+	for _, line := range unchecked(r, standIn) {
+		fmt.Fprintf(stdio.Stdout, "  %s\n", line)
+	}
+	for _, w := range download.RevisionWarnings(r) {
+		fmt.Fprintf(stdio.Stderr, "%s: warning: %s\n", c.recipe, w)
+	}
 	return nil
+}
+
+// unchecked names what validate leaves to plan because it needs the host: the
+// requirements, the required commands and, when the steps were built with a stand-in
+// host's facts (standIn says why there are no real ones), the facts each step uses.
+func unchecked(r *recipe.Recipe, standIn string) []string {
+	var host []string
+	if r.RequiresSet {
+		host = append(host, "requires (the GPUs, driver and CUDA)")
+	}
+	if names := r.Commands.Names(); len(names) > 0 {
+		host = append(host, "requires.commands ("+strings.Join(names, ", ")+")")
+	}
+	for _, p := range r.Profiles {
+		if p.Match.ComputeCapability != "" {
+			host = append(host, "which profile matches the GPUs")
+			break
+		}
+	}
+	var out []string
+	if len(host) > 0 {
+		out = append(out, "unchecked, needs the host (plan checks it): "+strings.Join(host, "; "))
+	}
+	if standIn == "" {
+		return out
+	}
+	var uses []string
+	for _, s := range r.Steps {
+		var fs []string
+		for _, ref := range r.ExpandRefs(s) {
+			if !strings.HasPrefix(ref, "vars.") {
+				fs = append(fs, ref)
+			}
+		}
+		if len(fs) > 0 {
+			uses = append(uses, fmt.Sprintf("step %s (%s)", s.Name, strings.Join(fs, ", ")))
+		}
+	}
+	if len(uses) > 0 {
+		out = append(out, "unchecked, rendered with a stand-in GPU ("+standIn+"): "+strings.Join(uses, "; "))
+	}
+	return out
+}
+
+// standInFacts are the GPU facts of a host that meets req as far as it says: its compute
+// capability when it names one (the lowest of a range), its count and memory per GPU; one
+// GPU of compute capability 9.0 and 80 GiB where it says nothing. validate renders the
+// steps' templates with them on a machine without GPU facts, so that every step is built.
+func standInFacts(req gpu.Requirements) *gpu.Facts {
+	cc := "9.0"
+	if m := ccRE.FindStringSubmatch(req.GPU.ComputeCapability); m != nil {
+		cc = m[1]
+	}
+	count := max(req.GPU.MinCount, 1)
+	if len(req.GPU.Counts) > 0 {
+		count = max(req.GPU.Counts[0], 1)
+	}
+	mem := req.GPU.MinMemoryGiB
+	if mem <= 0 {
+		mem = 80
+	}
+	f := &gpu.Facts{DriverVersion: "0", Source: "stand-in"}
+	for i := range count {
+		f.GPUs = append(f.GPUs, gpu.Device{Index: i, Name: "stand-in GPU", ComputeCapability: cc,
+			MemoryTotalBytes: uint64(mem * (1 << 30))})
+	}
+	return f
+}
+
+// ccRE finds the first compute capability of a range such as "12.0" or ">=9.0,<10.0".
+var ccRE = regexp.MustCompile(`(\d+\.\d+)`)
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
+}
+
+// plural is "1 step", "2 steps", "0 steps".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }

@@ -32,6 +32,9 @@ type Report struct {
 	Steps        []*StepReport     `json:"steps"`
 	// Dir is the run's folder (report and step logs).
 	Dir string `json:"dir"`
+	// Generation says which generation this run built and which one serves (nil when the
+	// recipe uses none).
+	Generation *GenerationReport `json:"generation,omitempty"`
 }
 
 // StepReport is one step's outcome in a run.
@@ -61,6 +64,10 @@ func (s *StepReport) Err() error { return s.err }
 // time, skipping what is unchanged and intact. It records the state after every step and
 // writes the run's report. The error is the first step failure (with its exit-code mark).
 func (e *Engine) Apply(ctx context.Context) (*Report, error) {
+	// A server that would share GPUs with another recipe's is refused before anything runs.
+	if err := e.GPUConflicts(); err != nil {
+		return nil, err
+	}
 	start := e.opts.Now()
 	rep := &Report{Recipe: e.opts.Recipe.Name, RecipeFile: e.opts.Recipe.File, Started: start.UTC(), FactsChanged: e.FactsChanged(), Facts: e.factsMap()}
 	runDir, err := e.newRunDir(start)
@@ -77,6 +84,9 @@ func (e *Engine) Apply(ctx context.Context) (*Report, error) {
 	}
 	if len(e.opts.Only) > 0 {
 		e.warnUnmetNeeds()
+	}
+	if err := e.beginGeneration(); err != nil {
+		return nil, err
 	}
 
 	sem := make(chan struct{}, e.opts.Concurrency)
@@ -102,18 +112,36 @@ func (e *Engine) Apply(ctx context.Context) (*Report, error) {
 	e.mu.Unlock()
 
 	var first error
+	failed := &stepsFailed{}
 	for _, n := range e.order() {
 		rep.Steps = append(rep.Steps, n.res)
 		n.res.Details = e.store.Details(n.step.Name)
-		if n.res.err != nil && first == nil {
-			first = fmt.Errorf("step %s: %w", n.step.Name, n.res.err)
+		if n.res.err != nil {
+			failed.names = append(failed.names, n.step.Name)
+			failed.errs = append(failed.errs, n.res.err)
 		}
+	}
+	if len(failed.errs) > 0 {
+		first = failed
 	}
 	if first == nil && saveErr != nil {
 		first = saveErr
 	}
 	if first == nil && ctx.Err() != nil {
 		first = fmt.Errorf("interrupted: %w", ctx.Err())
+	}
+	if first == nil && len(e.opts.Only) == 0 {
+		// The run passed: its server serves on the GPUs it sees (recorded for GPUConflicts).
+		e.mu.Lock()
+		e.served = true
+		if err := e.saveState(); err != nil {
+			first = err
+		}
+		e.mu.Unlock()
+	}
+	rep.Generation = e.endGeneration(first == nil)
+	if rep.Generation != nil {
+		e.log.Info(rep.Generation.Note)
 	}
 	rep.Duration = e.opts.Now().Sub(start)
 	rep.ExitCode = ExitCode(first)
@@ -174,9 +202,16 @@ func (e *Engine) runNode(ctx context.Context, n *node, sem chan struct{}, runDir
 	// The step log is opened only for a step that runs: a no-op re-run writes no logs.
 	denv := e.env(n, nil, "")
 	denv.DepsRan = ran
-	dec, err := e.decide(ctx, n, denv)
+	var dec Decision
+	err := e.guard(n, denv, runDir, "deciding whether to run", func() (err error) {
+		dec, err = e.decide(ctx, n, denv)
+		return err
+	})
 	if err != nil {
-		res.Result, res.err, res.Error, res.Reason = ResultFailed, err, err.Error(), "cannot tell whether to run"
+		res.Result, res.err, res.Error, res.Reason = ResultFailed, err, Message(err), "cannot tell whether to run"
+		if pe := (*PanicError)(nil); errors.As(err, &pe) {
+			res.Log = pe.Log
+		}
 		e.log.Error("step failed", "step", n.step.Name, "err", err)
 		return
 	}
@@ -190,7 +225,7 @@ func (e *Engine) runNode(ctx context.Context, n *node, sem chan struct{}, runDir
 	logf, logPath, err := openStepLog(runDir, n.step.Name)
 	if err != nil {
 		res.Result, res.err = ResultFailed, err
-		res.Error = err.Error()
+		res.Error = Message(err)
 		return
 	}
 	defer logf.Close()
@@ -204,7 +239,7 @@ func (e *Engine) runNode(ctx context.Context, n *node, sem chan struct{}, runDir
 	e.record(n.step.Name, func(r *StepRecord) {
 		r.Result, r.PID, r.Started, r.Reason, r.Error = ResultRunning, os.Getpid(), res.Started, dec.Reason, ""
 	})
-	runErr := e.restoreOrRun(ctx, n, env, slot, res)
+	runErr := e.guard(n, env, runDir, "running", func() error { return e.restoreOrRun(ctx, n, env, slot, res) })
 	res.Duration = e.opts.Now().Sub(res.Started)
 	var skip *SkipError
 	switch {
@@ -217,7 +252,11 @@ func (e *Engine) runNode(ctx context.Context, n *node, sem chan struct{}, runDir
 		res.Result = ResultOK
 		// Outputs may have changed what the step fingerprints (a tree it patched):
 		// record the inputs as they are now.
-		if parts, err := e.fingerprint(context.WithoutCancel(ctx), n, env); err == nil {
+		var parts map[string]string
+		if err := e.guard(n, env, runDir, "fingerprinting after the run", func() (err error) {
+			parts, err = e.fingerprint(context.WithoutCancel(ctx), n, env)
+			return err
+		}); err == nil {
 			dec.Parts, dec.Fingerprint = parts, fingerprintOf(parts)
 		}
 		env.Log.Info("done", "seconds", logval.Seconds(res.Duration))
@@ -233,7 +272,7 @@ func (e *Engine) runNode(ctx context.Context, n *node, sem chan struct{}, runDir
 		env.Log.Error("failed", "err", runErr, "log", logPath)
 	}
 	if res.err != nil {
-		res.Error = res.err.Error()
+		res.Error = Message(res.err)
 	}
 	e.record(n.step.Name, func(r *StepRecord) {
 		r.Result, r.PID, r.Duration, r.Error = res.Result, 0, res.Duration, res.Error
@@ -301,7 +340,11 @@ func (e *Engine) publish(ctx context.Context, n *node, env *Env, slot CacheSlot,
 		return
 	}
 	start := e.opts.Now()
-	digest, err := p.Publish(ctx, env, slot)
+	var digest string
+	err = e.guard(n, env, "", "publishing", func() (err error) {
+		digest, err = p.Publish(ctx, env, slot)
+		return err
+	})
 	if err != nil {
 		env.Log.Warn("pushing to the cache failed", "cache", slot.Cache.String(), "err", err)
 		env.Detail("cache_push_error", err.Error())
@@ -426,7 +469,7 @@ func (r *Report) Summary() string {
 		}
 		reason := s.Reason
 		if s.Error != "" {
-			reason += ": " + firstLine(s.Error)
+			reason += ": " + Cause(s.Error)
 		}
 		result := s.Result
 		if s.FromCache != "" && result == ResultOK {
@@ -444,9 +487,24 @@ func firstLine(s string) string {
 	return line
 }
 
+// Hints says what to do about the failures that have a known fix (the network: a proxy,
+// a hub mirror, the fleet cache), one line per failed step that has one.
+func (r *Report) Hints() []string {
+	var out []string
+	for _, s := range r.Steps {
+		if s.Result != ResultFailed {
+			continue
+		}
+		if h := NetworkHint(s.Kind, s.Error); h != "" {
+			out = append(out, "fix for "+s.Name+": "+h)
+		}
+	}
+	return out
+}
+
 // Failures describes each failed step in full: its error with every line, the path of its
-// log and, when the error is one line, the last tail lines of that log. Empty when no
-// step failed.
+// log and, when the error is one line, the last tail lines of that log, and the fix when
+// one is known (Hints). Empty when no step failed.
 func (r *Report) Failures(tail int) string {
 	var b strings.Builder
 	for _, s := range r.Steps {
@@ -461,6 +519,9 @@ func (r *Report) Failures(tail int) string {
 		fmt.Fprintf(&b, "%s failed: %s\n", s.Name, lines[0])
 		for _, l := range lines[1:] {
 			fmt.Fprintf(&b, "  %s\n", l)
+		}
+		if h := NetworkHint(s.Kind, msg); h != "" {
+			fmt.Fprintf(&b, "  fix: %s\n", h)
 		}
 		if s.Log == "" {
 			continue

@@ -64,6 +64,9 @@ type Options struct {
 	// Cache is the fleet cache (nil: none). Steps that implement Restorer take their
 	// outputs from it before running, and Publishers push what they made when it allows.
 	Cache cache.Cache
+	// OpenGenerations opens a recipe's generations kept in dir (a host path) with their
+	// record at record (nil: pkg/generation's store).
+	OpenGenerations func(dir, record string, keep int) (Generations, error)
 }
 
 // Engine plans and applies one recipe.
@@ -77,6 +80,8 @@ type Engine struct {
 	log    *log.Logger
 
 	facts  map[string]string // the host facts as recorded in the state
+	gen    *genState         // the run's generation (nil: the recipe uses none)
+	served bool              // this run passed: the recipe's server claims the GPUs it sees
 	mu     sync.Mutex        // guards state writes
 	ranAny bool              // a step ran (and its record changed) in this run
 }
@@ -108,21 +113,25 @@ func New(opts Options) (*Engine, error) {
 	st := &State{Version: StateVersion, Steps: map[string]*StepRecord{}}
 	if !opts.IgnoreState {
 		var err error
-		if st, err = LoadState(opts.StateDir); err != nil {
+		if st, err = LoadRecipeState(opts.StateDir, opts.Recipe.Name); err != nil {
 			return nil, err
 		}
 	}
 	e := &Engine{opts: opts, state: st, byName: map[string]*node{}, log: opts.NewLogger(opts.Console), facts: recordedFacts(opts.Facts)}
-	data := map[string]json.RawMessage{}
-	for name, rec := range st.Steps {
-		data[name] = rec.Data
-	}
-	e.store = NewStore(data)
 	var facts map[string]any
 	if opts.Facts != nil {
 		facts = opts.Facts.TemplateData()
 	}
 	var err error
+	if e.gen, facts, err = openGenerations(opts, facts); err != nil {
+		return nil, err
+	}
+	e.gen.adoptRecords(st)
+	data := map[string]json.RawMessage{}
+	for name, rec := range st.Steps {
+		data[name] = rec.Data
+	}
+	e.store = NewStore(data)
 	e.data, err = opts.Recipe.NewData(facts)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
@@ -186,8 +195,37 @@ func (e *Engine) env(n *node, logw io.Writer, logPath string) *Env {
 		Offline:             e.opts.Root != "" && e.opts.Root != "/",
 		Builtin:             e.opts.Builtin,
 		InsecurePermissions: e.opts.InsecurePermissions,
+		Generation:          e.generationInfo(),
+		Gated:               e.gated(n),
+		Replaces:            e.opts.Recipe.Replaces,
 		store:               e.store,
 	}
+}
+
+// generationInfo returns the run's generation (nil when the recipe uses none).
+func (e *Engine) generationInfo() *GenerationInfo {
+	if e.gen == nil {
+		return nil
+	}
+	info := e.gen.info
+	return &info
+}
+
+// gated reports whether a selected step that needs n is a Gate: the gate then decides
+// whether what n installs is kept.
+func (e *Engine) gated(n *node) bool {
+	for _, o := range e.nodes {
+		g, ok := o.impl.(Gate)
+		if !ok || !g.Gates() || len(e.opts.Only) > 0 && !contains(e.opts.Only, o.step.Name) {
+			continue
+		}
+		for _, d := range o.needs {
+			if d == n {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Decision is whether a step runs and why.
@@ -351,6 +389,23 @@ type Plan struct {
 	// Commands are the recipe's required commands as the host has them (the command
 	// line fills them in).
 	Commands []hostcmd.Result `json:"commands,omitempty"`
+	// Generation says which generation apply would build into and which one serves
+	// (empty when the recipe uses none).
+	Generation string `json:"generation,omitempty"`
+}
+
+// planGeneration is plan's line about generations.
+func (e *Engine) planGeneration() string {
+	g := e.gen
+	switch {
+	case g == nil:
+		return ""
+	case g.info.Serving == g.info.Key:
+		return fmt.Sprintf("%s (serving), in %s", g.info.Key, g.info.Dir)
+	case g.info.Serving == "":
+		return fmt.Sprintf("%s (new; none serves yet), in %s", g.info.Key, g.info.Dir)
+	}
+	return fmt.Sprintf("%s (new; %s serves), in %s", g.info.Key, g.info.Serving, g.info.Dir)
 }
 
 // ReadFiles reads the files the steps name (see FileReader) and returns the bad input
@@ -370,12 +425,29 @@ func (e *Engine) ReadFiles() error {
 	return errors.Join(errs...)
 }
 
+// Check is validate's look at every step without the host: the files the steps name (see
+// ReadFiles) and what each Checker refuses from the recipe text alone. It returns the bad
+// input (ErrUsage), joined, each with its step.
+func (e *Engine) Check() error {
+	errs := []error{e.ReadFiles()}
+	for _, n := range e.order() {
+		c, ok := n.impl.(Checker)
+		if !ok {
+			continue
+		}
+		if err := c.Check(e.env(n, nil, "")); err != nil {
+			errs = append(errs, fmt.Errorf("step %s: %w", n.step.Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // Plan says, step by step, what Apply would do and why. It changes nothing. A step whose
 // needs will run is shown as running: its inputs are only known after they ran. The
 // error joins the preflight failures of the steps (see Preflighter) and the bad input
 // (ErrUsage) that kept a step from telling; the plan is complete even then.
 func (e *Engine) Plan(ctx context.Context) (*Plan, error) {
-	p := &Plan{Recipe: e.opts.Recipe.Name, FactsChanged: e.FactsChanged()}
+	p := &Plan{Recipe: e.opts.Recipe.Name, FactsChanged: e.FactsChanged(), Generation: e.planGeneration()}
 	var preflight []error
 	var needs []stepNeed
 	runs := map[string]bool{}
@@ -395,13 +467,17 @@ func (e *Engine) Plan(ctx context.Context) (*Plan, error) {
 		}
 		env := e.env(n, nil, "")
 		if ds, ok := n.impl.(Describer); ok {
-			ps.Details = ds.Describe(env)
+			if err := e.guard(n, env, "", "describing", func() error { ps.Details = ds.Describe(env); return nil }); err != nil {
+				ps.Details = nil
+			}
 		}
-		d, err := e.decide(ctx, n, env)
+		var d Decision
+		// A step that panics while planning is a plan error for that step, never a dead plan.
+		err := e.guard(n, env, "", "planning", func() (err error) { d, err = e.decide(ctx, n, env); return err })
 		switch {
 		case err != nil && len(upstream) == 0:
-			ps.Error = err.Error()
-			ps.Run, ps.Reason = true, "cannot tell: "+err.Error()
+			ps.Error = Message(err)
+			ps.Run, ps.Reason = true, "cannot tell: "+Message(err)
 			// Bad input that apply would refuse (a FIFO as a patch, a branch where a commit
 			// is pinned) fails the plan too, with exit 2, after the table says why.
 			if errors.Is(err, ErrUsage) {
@@ -428,11 +504,21 @@ func (e *Engine) Plan(ctx context.Context) (*Plan, error) {
 		if os, ok := n.impl.(OfflineSkipper); ok && env.Offline {
 			ps.Run, ps.Reason = false, os.OfflineSkip()
 		}
-		if lines, need, ok, err := e.preflight(ctx, n, env, ps.Fingerprint, looked); ok {
+		var lines []string
+		var need *DiskNeed
+		var ok bool
+		var perr error
+		if g := e.guard(n, env, "", "checking before the run", func() error {
+			lines, need, ok, perr = e.preflight(ctx, n, env, ps.Fingerprint, looked)
+			return nil
+		}); g != nil {
+			ok, perr = true, g
+		}
+		if ok {
 			ps.Details = append(ps.Details, lines...)
-			if err != nil {
-				ps.Error = err.Error()
-				preflight = append(preflight, fmt.Errorf("step %s: %w", n.step.Name, err))
+			if perr != nil {
+				ps.Error = Message(perr)
+				preflight = append(preflight, fmt.Errorf("step %s: %w", n.step.Name, perr))
 			}
 			if need != nil && need.Need > 0 && need.Need <= need.Free {
 				needs = append(needs, stepNeed{n.step.Name, *need})
@@ -442,6 +528,9 @@ func (e *Engine) Plan(ctx context.Context) (*Plan, error) {
 		p.Steps = append(p.Steps, ps)
 	}
 	preflight = append(preflight, sharedDiskProblems(needs)...)
+	if err := e.GPUConflicts(); err != nil {
+		preflight = append(preflight, err)
+	}
 	if ctx.Err() != nil {
 		// Cut short (Ctrl-C): the reasons above may be the cancellation's, not the steps'.
 		preflight = append(preflight, fmt.Errorf("plan interrupted: %w", context.Cause(ctx)))
@@ -580,7 +669,26 @@ func (e *Engine) saveState() error {
 			e.state.Steps[n.step.Name] = &StepRecord{Result: ResultFailed, Data: e.store.Data(n.step.Name)}
 		}
 	}
+	e.state.Owns = e.owns()
 	return e.state.Save(e.opts.StateDir)
+}
+
+// owns returns what the recipe's steps install on the node (Owner) and its generations.
+func (e *Engine) owns() []Owned {
+	var out []Owned
+	for _, n := range e.nodes {
+		if o, ok := n.impl.(Owner); ok {
+			for _, x := range o.Owns(e.env(n, nil, "")) {
+				x.Step = n.step.Name
+				out = append(out, x)
+			}
+		}
+	}
+	out = append(out, e.gpuClaims(out)...)
+	if e.gen != nil {
+		out = append(out, Owned{Kind: OwnedGenerations, Path: HostPath(e.opts.Root, e.opts.Recipe.GenerationsDir()), Keep: e.opts.Recipe.KeepGenerations()})
+	}
+	return out
 }
 
 func openStepLog(dir, step string) (*os.File, string, error) {

@@ -27,6 +27,8 @@ type fakeSpec struct {
 	Sleep     string `yaml:"sleep"`
 	Input     string `yaml:"input"`
 	Output    string `yaml:"output"`
+	// Unit makes the step an engine.Owner of that unit (as the systemd step is).
+	Unit string `yaml:"unit"`
 }
 
 // world is what the fake steps share in one test.
@@ -55,6 +57,24 @@ func (f *fakeStep) Fingerprint(ctx context.Context, env *engine.Env) (map[string
 }
 
 func (f *fakeStep) Converges() bool { return f.spec.Converges }
+
+// GenerationKey gives the step's external input (a toolchain) to its generation's key,
+// as the build step gives its nvcc version.
+func (f *fakeStep) GenerationKey(context.Context, *engine.Env) (map[string]string, error) {
+	f.w.mu.Lock()
+	defer f.w.mu.Unlock()
+	if v, ok := f.w.external[f.name]; ok {
+		return map[string]string{"toolchain": v}, nil
+	}
+	return nil, nil
+}
+
+func (f *fakeStep) Owns(*engine.Env) []engine.Owned {
+	if f.spec.Unit == "" {
+		return nil
+	}
+	return []engine.Owned{{Kind: engine.OwnedUnit, Path: f.spec.Unit}}
+}
 
 func (f *fakeStep) Intact(ctx context.Context, env *engine.Env) (bool, string, error) {
 	f.w.mu.Lock()
@@ -87,6 +107,15 @@ func (f *fakeStep) Run(ctx context.Context, env *engine.Env) error {
 		}
 	}
 	env.Detail("ran", true)
+	if out := f.spec.Output; strings.HasPrefix(out, os.TempDir()) {
+		// An output in a test's folder is made, as a real step makes its tree.
+		if err := os.MkdirAll(out, 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(out, "made-by-"+f.name), []byte("0123456789"), 0o644); err != nil {
+			return err
+		}
+	}
 	if f.spec.Fail {
 		return fmt.Errorf("fake failure in %s", f.name)
 	}

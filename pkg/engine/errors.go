@@ -34,6 +34,10 @@ const (
 	ExitInterrupted = exitcode.ExitInterrupted
 )
 
+// Message returns err's text for a person, without the usage class text that wrapping put
+// beside the real message (exitcode.Message).
+func Message(err error) string { return exitcode.Message(err) }
+
 // ExitCode returns the exit code for err: 0 for nil, the contract's code for the marked
 // errors, 1 for anything else.
 func ExitCode(err error) int { return exitcode.Of(err) }

@@ -7,14 +7,17 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/atomicfile"
 	"github.com/sglprov/sglprov/pkg/safefile"
 )
 
-// StateVersion is the version of state.json this build writes.
-const StateVersion = 1
+// StateVersion is the version of state.json this build writes: 2 keeps one record set
+// per recipe (StateFile); version 1 held one recipe's records at the top level and is read
+// as that recipe's.
+const StateVersion = 2
 
 // Results a step record can hold.
 const (
@@ -27,14 +30,59 @@ const (
 	ResultNotSelected = "not selected"
 )
 
-// State is what state.json holds: the last known outcome of every step.
+// StateFile is what state.json holds: each recipe's records by recipe name. A recipe reads
+// and writes only its own.
+type StateFile struct {
+	Version int               `json:"version"`
+	Updated time.Time         `json:"updated"`
+	Recipes map[string]*State `json:"recipes"`
+	// Orphans are what removed recipes left on the node (weights kept by a remove without
+	// --weights): gc frees those no recipe owns.
+	Orphans []Owned `json:"orphans,omitempty"`
+}
+
+// Owned is something on the node a recipe installed and a remove takes away.
+type Owned struct {
+	// Kind is OwnedUnit, OwnedWeights or OwnedGenerations.
+	Kind string `json:"kind"`
+	// Path is the unit's name, or the host path of the folder.
+	Path string `json:"path"`
+	// Step is the step that made it; Keep, for generations, how many are kept.
+	Step string `json:"step,omitempty"`
+	Keep int    `json:"keep,omitempty"`
+}
+
+// Kinds of Owned.
+const (
+	OwnedUnit        = "unit"
+	OwnedWeights     = "weights"
+	OwnedGenerations = "generations"
+)
+
+// Owner is implemented by steps that install something a remove takes away: a unit, a
+// folder of downloaded weights. Owns names them (unit names; host paths).
+type Owner interface {
+	Owns(env *Env) []Owned
+}
+
+// SaveStates writes every recipe's records (remove and gc, which change more than one
+// recipe's), atomically.
+func SaveStates(dir string, f *StateFile) error {
+	f.Version = StateVersion
+	return f.save(dir)
+}
+
+// State is one recipe's records in state.json: the last known outcome of every step.
 type State struct {
-	Version int                        `json:"version"`
-	Recipe  string                     `json:"recipe"`
-	Updated time.Time                  `json:"updated"`
-	Facts   map[string]string          `json:"facts,omitempty"`
-	Steps   map[string]*StepRecord     `json:"steps"`
-	Extra   map[string]json.RawMessage `json:"extra,omitempty"`
+	Version int                    `json:"version"`
+	Recipe  string                 `json:"recipe"`
+	Updated time.Time              `json:"updated"`
+	Facts   map[string]string      `json:"facts,omitempty"`
+	Steps   map[string]*StepRecord `json:"steps"`
+	// Owns is what the recipe installed on the node (units, weights, generations), for
+	// remove and gc.
+	Owns  []Owned                    `json:"owns,omitempty"`
+	Extra map[string]json.RawMessage `json:"extra,omitempty"`
 }
 
 // StepRecord is the recorded outcome of one step.
@@ -63,12 +111,13 @@ type StepRecord struct {
 // StatePath returns the path of state.json in dir.
 func StatePath(dir string) string { return filepath.Join(dir, "state.json") }
 
-// LoadState reads state.json from dir; a missing file is an empty state.
-func LoadState(dir string) (*State, error) {
-	st := &State{Version: StateVersion, Steps: map[string]*StepRecord{}}
+// LoadStates reads every recipe's records from state.json in dir; a missing file holds
+// none. A version-1 file (one recipe's records at the top level) is read as that recipe's.
+func LoadStates(dir string) (*StateFile, error) {
+	f := &StateFile{Version: StateVersion, Recipes: map[string]*State{}}
 	b, err := safefile.ReadNoFollow(StatePath(dir))
 	if errors.Is(err, fs.ErrNotExist) {
-		return st, nil
+		return f, nil
 	}
 	if errors.Is(err, safefile.ErrNotRegular) || errors.Is(err, safefile.ErrSymlink) {
 		return nil, fmt.Errorf("%w: reading state: %v; remove it", ErrUsage, err)
@@ -76,22 +125,120 @@ func LoadState(dir string) (*State, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading state: %w", err)
 	}
-	if err := json.Unmarshal(b, st); err != nil {
+	var head struct {
+		Version int `json:"version"`
+	}
+	if err := json.Unmarshal(b, &head); err != nil {
 		return nil, fmt.Errorf("reading state %s: %w (move it away to start afresh)", StatePath(dir), err)
 	}
-	if st.Version > StateVersion {
-		return nil, fmt.Errorf("reading state %s: version %d is newer than this sglprov understands (%d)", StatePath(dir), st.Version, StateVersion)
+	switch {
+	case head.Version > StateVersion:
+		return nil, fmt.Errorf("reading state %s: version %d is newer than this sglprov understands (%d)", StatePath(dir), head.Version, StateVersion)
+	case head.Version < 2:
+		// One recipe's records at the top level: they are that recipe's.
+		st := &State{}
+		if err := json.Unmarshal(b, st); err != nil {
+			return nil, fmt.Errorf("reading state %s: %w (move it away to start afresh)", StatePath(dir), err)
+		}
+		st.Version = StateVersion
+		if st.Steps == nil {
+			st.Steps = map[string]*StepRecord{}
+		}
+		f.Updated = st.Updated
+		f.Recipes[st.Recipe] = st
+		return f, nil
 	}
-	if st.Steps == nil {
-		st.Steps = map[string]*StepRecord{}
+	if err := json.Unmarshal(b, f); err != nil {
+		return nil, fmt.Errorf("reading state %s: %w (move it away to start afresh)", StatePath(dir), err)
 	}
-	return st, nil
+	if f.Recipes == nil {
+		f.Recipes = map[string]*State{}
+	}
+	for name, st := range f.Recipes {
+		if st == nil {
+			st = &State{}
+			f.Recipes[name] = st
+		}
+		st.Version, st.Recipe = StateVersion, name
+		if st.Steps == nil {
+			st.Steps = map[string]*StepRecord{}
+		}
+	}
+	return f, nil
 }
 
-// Save writes the state atomically: a temporary file, fsynced, renamed over state.json,
-// and the directory fsynced.
+// LoadRecipeState reads one recipe's records from state.json in dir; a recipe with none
+// has an empty state.
+func LoadRecipeState(dir, recipe string) (*State, error) {
+	f, err := LoadStates(dir)
+	if err != nil {
+		return nil, err
+	}
+	if st := f.Recipes[recipe]; st != nil {
+		return st, nil
+	}
+	return &State{Version: StateVersion, Recipe: recipe, Steps: map[string]*StepRecord{}}, nil
+}
+
+// LoadState reads the records of the recipe that state.json in dir was last updated for
+// (the only one, on a node with one recipe); a missing file is an empty state.
+func LoadState(dir string) (*State, error) {
+	f, err := LoadStates(dir)
+	if err != nil {
+		return nil, err
+	}
+	var last *State
+	for _, st := range f.Recipes {
+		if last == nil || st.Updated.After(last.Updated) || st.Updated.Equal(last.Updated) && st.Recipe < last.Recipe {
+			last = st
+		}
+	}
+	if last == nil {
+		return &State{Version: StateVersion, Steps: map[string]*StepRecord{}}, nil
+	}
+	return last, nil
+}
+
+// Save writes this recipe's records into state.json, keeping every other recipe's as the
+// file has them: the file is read again, this recipe's entry replaced, and the whole written
+// atomically (a temporary file, fsynced, renamed over state.json, the directory fsynced).
+// Callers hold the state dir's lock, so no other run writes in between.
 func (s *State) Save(dir string) error {
-	b, err := json.MarshalIndent(s, "", "  ")
+	f, err := LoadStates(dir)
+	if err != nil {
+		return fmt.Errorf("saving state: %w", err)
+	}
+	s.Version = StateVersion
+	f.Version = StateVersion
+	f.Recipes[s.Recipe] = s
+	// What this recipe owns again is no one's orphan.
+	var orphans []Owned
+	for _, o := range f.Orphans {
+		if !slices.ContainsFunc(s.Owns, func(x Owned) bool { return x.Kind == o.Kind && x.Path == o.Path }) {
+			orphans = append(orphans, o)
+		}
+	}
+	f.Orphans = orphans
+	f.Updated = s.Updated
+	return f.save(dir)
+}
+
+// RemoveRecipeState deletes one recipe's records from state.json in dir (sglprov remove); it reports
+// whether there were any.
+func RemoveRecipeState(dir, recipe string) (bool, error) {
+	f, err := LoadStates(dir)
+	if err != nil {
+		return false, err
+	}
+	if _, ok := f.Recipes[recipe]; !ok {
+		return false, nil
+	}
+	delete(f.Recipes, recipe)
+	return true, f.save(dir)
+}
+
+func (f *StateFile) save(dir string) error {
+	b, err := json.MarshalIndent(f, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encoding state: %w", err)
 	}

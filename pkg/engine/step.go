@@ -89,6 +89,13 @@ type Publisher interface {
 	Publish(ctx context.Context, env *Env, slot CacheSlot) (artifact string, err error)
 }
 
+// Gate is implemented by steps that gate the service steps they need (the smoke step):
+// a service step that a gate needs installs its unit for this boot only, and keeps it
+// when the gate passed.
+type Gate interface {
+	Gates() bool
+}
+
 // AlwaysRunner is implemented by steps that run on every apply, whatever their
 // fingerprint (the smoke gate).
 type AlwaysRunner interface {
@@ -148,6 +155,13 @@ type DiskNeed struct {
 // user owns) is refused there too.
 type FileReader interface {
 	ReadFiles(env *Env) error
+}
+
+// Checker is a step that can refuse bad input without the host: what its Fingerprint or
+// Run would refuse from the recipe text alone (a source ref that is a branch, a profile
+// the recipe does not define). validate calls Check on any machine; errors wrap ErrUsage.
+type Checker interface {
+	Check(env *Env) error
 }
 
 // Kind describes one step kind: how to decode its recipe body and build the step.
@@ -223,6 +237,15 @@ type Env struct {
 	Builtin fs.FS
 	// InsecurePermissions accepts recipe files that other users own or can write.
 	InsecurePermissions bool
+	// Generation is the generation this run builds into and the one that serves (nil when
+	// the recipe uses none).
+	Generation *GenerationInfo
+	// Gated is set when a gate that runs in this run needs this step: what the step
+	// installs is kept only once the gate passed (a service step stages its unit).
+	Gated bool
+	// Replaces names the recipes whose services this recipe's service takes over on the
+	// node (recipe replaces:).
+	Replaces []string
 
 	store *Store
 }

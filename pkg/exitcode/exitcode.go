@@ -4,13 +4,17 @@
 // another.
 package exitcode
 
-import "errors"
+import (
+	"errors"
+	"regexp"
+	"strings"
+)
 
 // Errors that carry an exit code of the command-line contract. Callers wrap them with %w;
 // Of maps an error back to its code.
 var (
 	// ErrUsage marks bad usage or an invalid recipe or recipe value (exit 2).
-	ErrUsage = errors.New("invalid usage or recipe")
+	ErrUsage = errors.New(usageText)
 	// ErrGate marks a failed smoke gate (exit 3).
 	ErrGate = errors.New("smoke gate failed")
 	// ErrHost marks a host that does not meet the recipe's requirements (exit 4).
@@ -26,6 +30,9 @@ var (
 	// ErrInterrupted is the cause a run is cancelled with on Ctrl-C (SIGINT) (exit 130).
 	ErrInterrupted = errors.New("stopped by SIGINT")
 )
+
+// usageText is ErrUsage's text: the class, which Message drops from a message.
+const usageText = "invalid usage or recipe"
 
 // Exit codes of the command-line contract.
 const (
@@ -71,4 +78,38 @@ func Err(code int) error {
 		}
 	}
 	return nil
+}
+
+// classPhrase finds the text of ErrUsage where wrapping with %w put it beside the real
+// message: "...: invalid usage or recipe" at the end of a line or before another ": ", or
+// "invalid usage or recipe: ..." at the start of one.
+var classPhrase = regexp.MustCompile(`(?m)(: ` + regexp.QuoteMeta(usageText) + `(:|$))|((^|: )` + regexp.QuoteMeta(usageText) + `: )`)
+
+// Message returns err's text for a person: without the class phrase of ErrUsage that
+// wrapping added beside the real text ("step c: dir is required: invalid usage or recipe"
+// reads "step c: dir is required"); the exit code says the class. Other errors' text is
+// returned as it is.
+func Message(err error) string {
+	if err == nil {
+		return ""
+	}
+	msg := err.Error()
+	if !errors.Is(err, ErrUsage) {
+		return msg
+	}
+	out := classPhrase.ReplaceAllStringFunc(msg, func(m string) string {
+		switch m {
+		case ": " + usageText: // "a: invalid usage or recipe" at the end of a line
+			return ""
+		case ": " + usageText + ":": // "a: invalid usage or recipe: b"
+			return ":"
+		case ": " + usageText + ": ":
+			return ": "
+		}
+		return "" // "invalid usage or recipe: b" at the start of a line
+	})
+	if strings.TrimSpace(out) == "" {
+		return msg
+	}
+	return out
 }

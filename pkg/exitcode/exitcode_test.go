@@ -45,3 +45,24 @@ func TestErr(t *testing.T) {
 		}
 	}
 }
+
+// TestMessageDropsTheUsageClass: the class text that %w put beside the real message goes;
+// the real text stays whole.
+func TestMessageDropsTheUsageClass(t *testing.T) {
+	tests := []struct {
+		err  error
+		want string
+	}{
+		{fmt.Errorf("source ref %q is not a commit: %w", "main", ErrUsage), `source ref "main" is not a commit`},
+		{fmt.Errorf("%w: r.yaml:9:5: step %q: systemd: %w: model_path is required", ErrUsage, "svc", ErrUsage), `r.yaml:9:5: step "svc": systemd: model_path is required`},
+		{fmt.Errorf("%w: 2 problems in the recipe:\nr.yaml:4:1: unknown field", ErrUsage), "2 problems in the recipe:\nr.yaml:4:1: unknown field"},
+		{errors.Join(fmt.Errorf("step a: dir is required: %w", ErrUsage), fmt.Errorf("step b: %w: profile %q is not defined", ErrUsage, "p")), "step a: dir is required\nstep b: profile \"p\" is not defined"},
+		{fmt.Errorf("gate: %w", ErrGate), "gate: smoke gate failed"},
+		{ErrUsage, "invalid usage or recipe"},
+	}
+	for _, tc := range tests {
+		if got := Message(tc.err); got != tc.want {
+			t.Errorf("Message(%q) =\n  %q\nwant\n  %q", tc.err, got, tc.want)
+		}
+	}
+}

@@ -151,6 +151,36 @@ func (l PathLooker) Lookup(ctx context.Context, name string) Found {
 	return f
 }
 
+// Searched returns the folders Lookup searches for name, in order: the PATH's and, for
+// nvcc, CUDADirs after them. A "not found" says where it looked.
+func (l PathLooker) Searched(name string) []string {
+	path := l.Path
+	if path == "" {
+		path = os.Getenv("PATH")
+	}
+	dirs := filepath.SplitList(path)
+	if name == "nvcc" {
+		dirs = append(dirs, CUDADirs(l.Getenv)...)
+	}
+	var out []string
+	seen := map[string]bool{}
+	for _, dir := range dirs {
+		if dir == "" {
+			dir = "."
+		}
+		if !seen[dir] {
+			seen[dir] = true
+			out = append(out, dir)
+		}
+	}
+	return out
+}
+
+// Searcher is a Looker that can say which folders it searched for a command.
+type Searcher interface {
+	Searched(name string) []string
+}
+
 func (l PathLooker) lookPath(name, path string) (string, error) {
 	if path == "" {
 		path = os.Getenv("PATH")
@@ -258,16 +288,33 @@ type Result struct {
 	InstalledBy string `json:"installed_by,omitempty"`
 	// Problem says how the host falls short, with the fix ("" when it does not).
 	Problem string `json:"problem,omitempty"`
+	// Unchecked says why the verdict does not count (--root renders for another node,
+	// whose own PATH decides): the rest is this host's, for information; "" when it counts.
+	Unchecked string `json:"unchecked,omitempty"`
 }
 
 // OK reports whether the command does not stop the run.
-func (r Result) OK() bool { return r.Problem == "" }
+func (r Result) OK() bool { return r.Problem == "" || r.Unchecked != "" }
+
+// MarkUnchecked returns results with each one's verdict marked as not counting, and why.
+func MarkUnchecked(results []Result, why string) []Result {
+	out := append([]Result(nil), results...)
+	for i := range out {
+		out[i].Unchecked = why
+	}
+	return out
+}
 
 // String is the line plan prints for the command.
 func (r Result) String() string {
 	want := r.Name
 	if r.Want != "" {
 		want += " " + r.Want
+	}
+	if r.Unchecked != "" {
+		here := r
+		here.Unchecked = ""
+		return want + ": unchecked (" + r.Unchecked + "); here: " + strings.TrimPrefix(here.String(), want+": ")
 	}
 	switch {
 	case r.Problem != "":
@@ -304,7 +351,7 @@ func Check(ctx context.Context, reqs Requirements, provided map[string]string, l
 				r.InstalledBy = step
 				break
 			}
-			r.Problem = "not found on the PATH; " + Fix(name, want)
+			r.Problem = notFound(look, name) + "; " + Fix(name, want)
 		case want == "":
 		case !Known(name):
 			r.Problem = fmt.Sprintf("found at %s, but sglprov cannot read its version (it reads nvcc, python3, git, cmake, gcc); drop the version range or check it in a command step", f.Path)
@@ -341,6 +388,20 @@ func Problems(results []Result) []string {
 	return out
 }
 
+// notFound says that name was not found and, for nvcc (looked for off the PATH too) when
+// look can tell, every folder it was looked for in.
+func notFound(look Looker, name string) string {
+	s, ok := look.(Searcher)
+	if !ok || name != "nvcc" {
+		return "not found on the PATH"
+	}
+	dirs := s.Searched(name)
+	if len(dirs) == 0 {
+		return "not found on the PATH"
+	}
+	return "not found; sglprov looked in " + strings.Join(dirs, ", ")
+}
+
 // Fix says how to get a command: the Debian packages that have it, or, for nvcc, the CUDA
 // toolkit from NVIDIA's apt repository with its bin folder on the PATH.
 func Fix(name, want string) string {
@@ -349,7 +410,7 @@ func Fix(name, want string) string {
 		if want != "" {
 			v = "a CUDA toolkit " + want
 		}
-		return "install " + v + " from NVIDIA's apt repository (e.g. apt-get install cuda-toolkit-13-0) and put /usr/local/cuda/bin first on the PATH (see docs/cloud-init.md)"
+		return "install " + v + " from NVIDIA's apt repository (e.g. apt-get install cuda-toolkit-13-0), whose nvcc is in /usr/local/cuda/bin, where sglprov and the builds look; a toolkit elsewhere: set CUDA_HOME to its folder (see docs/cloud-init.md)"
 	}
 	if pkgs := debianPackages[name]; len(pkgs) > 0 {
 		return "install it (apt-get install " + pkgs[0] + ") or add a packages step that does"

@@ -9,6 +9,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/sglprov/sglprov/pkg/fitness"
 	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/hostcmd"
 	"github.com/sglprov/sglprov/pkg/safefile"
@@ -43,6 +44,11 @@ type Recipe struct {
 	Cache *Cache
 	// OnUnhealthy and OnHealthy are the daemon's drain and undrain hooks (nil: none).
 	OnUnhealthy, OnHealthy *Hook
+	// Generations is the generations block (zero: the defaults).
+	Generations Generations
+	// Replaces names the recipes whose services this recipe's service takes over on the
+	// node (a model switch).
+	Replaces []string
 }
 
 // Step is one step of a recipe, with its kind body kept as YAML until it is rendered.
@@ -128,7 +134,7 @@ func (p *parser) parse(data []byte, sets []string) *Recipe {
 	}
 	r := &Recipe{File: p.file, Vars: map[string]string{}, VarPos: map[string]Pos{}, Profiles: map[string]Profile{}}
 	seen := map[string]*yaml.Node{}
-	var stepsNode, varsNode, cacheNode, unhealthyNode, healthyNode *yaml.Node
+	var stepsNode, varsNode, cacheNode, unhealthyNode, healthyNode, replacesNode *yaml.Node
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		k, v := root.Content[i], root.Content[i+1]
 		if prev, dup := seen[k.Value]; dup {
@@ -170,6 +176,10 @@ func (p *parser) parse(data []byte, sets []string) *Recipe {
 			unhealthyNode = v
 		case "on_healthy":
 			healthyNode = v
+		case "generations":
+			p.parseGenerations(v, r)
+		case "replaces":
+			replacesNode = v
 		}
 	}
 	for _, f := range []string{"apiVersion", "name", "steps"} {
@@ -193,6 +203,9 @@ func (p *parser) parse(data []byte, sets []string) *Recipe {
 	}
 	if healthyNode != nil {
 		r.OnHealthy = p.parseHook(healthyNode, "on_healthy", r)
+	}
+	if replacesNode != nil {
+		p.parseReplaces(replacesNode, r)
 	}
 	// Templates in vars may refer to facts and to other vars, without a cycle.
 	// (varNodes, not nodeAt: a search of the mapping per var made validation quadratic.)
@@ -337,23 +350,31 @@ func (p *parser) parseProfiles(n *yaml.Node, r *Recipe) {
 			if c := prof.Match.Check; len(c) > 0 && strings.TrimSpace(c[0]) == "" {
 				p.addf(v, path+".match.check", "check's command (its first element) is empty")
 			}
+			for _, c := range prof.Match.GPUCounts {
+				if c < 1 {
+					p.addf(v, path+".match.gpu_counts", "GPU count %d is not a positive number", c)
+				}
+			}
 		}
 		r.Profiles[k.Value] = prof
 	}
 }
 
+// checkRanges checks the version ranges of requires, read from the nodes themselves, so
+// that a bad range is reported in the same pass as a misspelt field next to it (which
+// keeps req from being decoded).
 func (p *parser) checkRanges(n *yaml.Node, req *gpu.Requirements) {
-	check := func(field, val string, at *yaml.Node) {
-		if val == "" {
+	check := func(field string, at *yaml.Node) {
+		if at == nil || at.Kind != yaml.ScalarNode || at.Value == "" || at.Tag == "!!null" {
 			return
 		}
-		if _, err := gpu.ParseRange(val); err != nil {
+		if _, err := gpu.ParseRange(at.Value); err != nil {
 			p.addf(at, field, "%v", err)
 		}
 	}
-	check("requires.gpu.compute_capability", req.GPU.ComputeCapability, nodeAt(nodeAt(n, "gpu"), "compute_capability"))
-	check("requires.driver", req.Driver, nodeAt(n, "driver"))
-	check("requires.cuda", req.CUDA, nodeAt(n, "cuda"))
+	check("requires.gpu.compute_capability", nodeAt(nodeAt(n, "gpu"), "compute_capability"))
+	check("requires.driver", nodeAt(n, "driver"))
+	check("requires.cuda", nodeAt(n, "cuda"))
 	counts := gpu.Requirements{GPU: gpu.GPURequirements{MinCount: req.GPU.MinCount, Counts: req.GPU.Counts,
 		CountsReason: req.GPU.CountsReason}}
 	if err := counts.Validate(); err != nil {
@@ -363,6 +384,16 @@ func (p *parser) checkRanges(n *yaml.Node, req *gpu.Requirements) {
 		}
 		field, msg, _ := strings.Cut(err.Error(), ": ")
 		p.addf(at, field, "%s", msg)
+	}
+	for _, c := range fitness.Checks() {
+		if err := fitness.ValidateOne(req.GPU, c); err != nil {
+			at := nodeAt(nodeAt(n, "gpu"), c)
+			if at == nil {
+				at = nodeAt(n, "gpu")
+			}
+			field, msg, _ := strings.Cut(err.Error(), ": ")
+			p.addf(at, field, "%s", msg)
+		}
 	}
 }
 
@@ -545,12 +576,16 @@ func (p *parser) checkRefs(at *yaml.Node, path string, refs []string, r *Recipe)
 			if _, ok := r.Vars[field]; !ok {
 				p.addf(at, path, "template refers to unknown var %q (vars: %s)", field, varList(r))
 			}
+		case "generation":
+			if ref != GenerationDirRef {
+				p.addf(at, path, "template refers to %q: a generation has only %q", ref, GenerationDirRef)
+			}
 		case "gpu", "driver", "cuda":
 			if !knownFacts[ref] {
 				p.addf(at, path, "template refers to unknown fact %q (facts: %s)", ref, strings.Join(FactNames(), ", "))
 			}
 		default:
-			p.addf(at, path, "template refers to %q: templates see .vars, .gpu, .driver and .cuda", ref)
+			p.addf(at, path, "template refers to %q: templates see .vars, .gpu, .driver, .cuda and .generation", ref)
 		}
 	}
 }

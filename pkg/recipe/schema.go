@@ -33,6 +33,11 @@ type File struct {
 	OnUnhealthy Hook `yaml:"on_unhealthy"`
 	// OnHealthy runs when the node is healthy again (undrain it).
 	OnHealthy Hook `yaml:"on_healthy"`
+	// Generations says where the generations of the steps that use
+	// {{ .generation.dir }} are kept, and how many.
+	Generations Generations `yaml:"generations"`
+	// Replaces names the recipes whose services this recipe takes over on the node.
+	Replaces []string `yaml:"replaces"`
 }
 
 // RequiresSection is the requires section as written: what the GPUs, the driver and CUDA

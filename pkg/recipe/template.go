@@ -339,7 +339,7 @@ func (r *Recipe) NeedsFacts() bool {
 	}
 	for _, s := range r.Steps {
 		for _, ref := range s.Refs {
-			if !strings.HasPrefix(ref, "vars.") {
+			if !strings.HasPrefix(ref, "vars.") && ref != GenerationDirRef {
 				return true
 			}
 		}
@@ -347,7 +347,7 @@ func (r *Recipe) NeedsFacts() bool {
 	for _, v := range r.Vars {
 		refs, _ := templateRefs(v)
 		for _, ref := range refs {
-			if !strings.HasPrefix(ref, "vars.") {
+			if !strings.HasPrefix(ref, "vars.") && ref != GenerationDirRef {
 				return true
 			}
 		}

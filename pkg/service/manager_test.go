@@ -106,6 +106,10 @@ func (f *fakeConn) EnableUnitFilesContext(_ context.Context, files []string, _, 
 	f.record("enable " + strings.Join(files, ","))
 	return true, nil, nil
 }
+func (f *fakeConn) DisableUnitFilesContext(_ context.Context, files []string, _ bool) ([]sddbus.DisableUnitFileChange, error) {
+	f.record("disable " + strings.Join(files, ","))
+	return nil, nil
+}
 func (f *fakeConn) job(name, unit string, ch chan<- string) (int, error) {
 	f.record(name + " " + unit)
 	if f.startErr != nil {

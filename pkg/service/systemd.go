@@ -18,6 +18,7 @@ import (
 type Conn interface {
 	ReloadContext(ctx context.Context) error
 	EnableUnitFilesContext(ctx context.Context, files []string, runtime, force bool) (bool, []sddbus.EnableUnitFileChange, error)
+	DisableUnitFilesContext(ctx context.Context, files []string, runtime bool) ([]sddbus.DisableUnitFileChange, error)
 	StartUnitContext(ctx context.Context, name, mode string, ch chan<- string) (int, error)
 	RestartUnitContext(ctx context.Context, name, mode string, ch chan<- string) (int, error)
 	StopUnitContext(ctx context.Context, name, mode string, ch chan<- string) (int, error)
@@ -33,6 +34,8 @@ type Conn interface {
 type Systemd struct {
 	conn Conn
 	dir  string
+	// RuntimeDir is where units are staged for this boot only (RuntimeUnitDir).
+	RuntimeDir string
 	// verify checks a unit before it is installed (Verify by default).
 	verify func(ctx context.Context, unit string, content []byte) (bool, error)
 	// journal returns a unit's last log lines (journalctl by default).
@@ -53,7 +56,7 @@ func NewSystemd(ctx context.Context) (*Systemd, error) {
 func NewSystemdConn(conn Conn, dir string,
 	verify func(ctx context.Context, unit string, content []byte) (bool, error),
 	journal func(ctx context.Context, unit string, n int) (string, error)) *Systemd {
-	return &Systemd{conn: conn, dir: dir, verify: verify, journal: journal}
+	return &Systemd{conn: conn, dir: dir, RuntimeDir: RuntimeUnitDir, verify: verify, journal: journal}
 }
 
 // JournalTail returns the last n lines a unit logged, read with journalctl.

@@ -1,6 +1,7 @@
 package smoke
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,9 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -17,9 +21,11 @@ import (
 const (
 	DefaultReadyTimeout   = 20 * time.Minute
 	DefaultRequestTimeout = 2 * time.Minute
-	DefaultMaxTokens      = 1024
-	DefaultPollInitial    = 250 * time.Millisecond
-	DefaultPollMax        = 5 * time.Second
+	// DefaultCasesTimeout bounds all the cases of one run together.
+	DefaultCasesTimeout = 10 * time.Minute
+	DefaultMaxTokens    = 1024
+	DefaultPollInitial  = 250 * time.Millisecond
+	DefaultPollMax      = 5 * time.Second
 	// SampleRunes is how many runes of an answer a verdict shows.
 	SampleRunes = 80
 )
@@ -31,13 +37,26 @@ const NaNStop = "NaN happened"
 type Config struct {
 	// URL is the server's base URL, e.g. http://127.0.0.1:30000.
 	URL string
-	// Model is the model name sent with each request; empty asks /v1/models for the first id.
+	// Model is the model name sent with each request; empty takes ServedModel, else the
+	// first id /v1/models lists.
 	Model string
+	// ServedModel, when set, is the name the recipe serves the model under: after
+	// readiness /v1/models must list it, or the gate fails naming both (the server on the
+	// port is not the recipe's).
+	ServedModel string
+	// ModelPath, when set, is the model the recipe's server loads: SGLang's
+	// /get_model_info must report it as model_path (a server without that endpoint is not
+	// asked).
+	ModelPath string
 	// APIKey, when set, is sent as a bearer token (SGLang's --api-key); it never appears in
 	// a verdict or error.
 	APIKey string
 	// ReadyTimeout bounds the readiness wait; RequestTimeout each chat request.
 	ReadyTimeout, RequestTimeout time.Duration
+	// CasesTimeout bounds all the cases of one run together, after readiness: a server
+	// that never answers costs this, not RequestTimeout for every request of every case.
+	// When it runs out, the request in flight ends and the cases not run fail.
+	CasesTimeout time.Duration
 	// MaxTokens is each request's max_tokens.
 	MaxTokens int
 	// ChatTemplateKwargs is sent as chat_template_kwargs when set (e.g. enable_thinking: false).
@@ -65,6 +84,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RequestTimeout <= 0 {
 		c.RequestTimeout = DefaultRequestTimeout
+	}
+	if c.CasesTimeout <= 0 {
+		c.CasesTimeout = DefaultCasesTimeout
 	}
 	if c.MaxTokens <= 0 {
 		c.MaxTokens = DefaultMaxTokens
@@ -210,20 +232,27 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return res, nil
 	}
 	res.Ready = true
-	if res.Model == "" {
-		m, err := FirstModel(ctx, cfg)
-		if err != nil {
-			res.Reason = err.Error()
-			if cfg.APIKey != "" {
-				res.Reason = strings.ReplaceAll(res.Reason, cfg.APIKey, "[redacted]")
-			}
-			return res, nil
+	if reason := ownServer(ctx, cfg, res); reason != "" {
+		res.Reason = reason
+		if cfg.APIKey != "" {
+			res.Reason = strings.ReplaceAll(res.Reason, cfg.APIKey, "[redacted]")
 		}
-		res.Model = m
+		return res, nil
 	}
 	res.Pass = true
+	// One budget for all the cases: each request ends at its own timeout or at the
+	// budget's end, whichever comes first.
+	budget := casesBudget(cfg.CasesTimeout)
+	cctx, cancel := context.WithTimeoutCause(ctx, cfg.CasesTimeout, budget)
+	defer cancel()
 	for _, k := range cfg.Cases {
-		cr := runCase(ctx, cfg, res.Model, k, sets[k.Name])
+		if errors.Is(context.Cause(cctx), budget) {
+			res.Pass = false
+			res.Cases = append(res.Cases, CaseResult{Name: k.Name, Kind: k.Kind(),
+				Reason: "not run: " + budget.Error()})
+			continue
+		}
+		cr := runCase(cctx, cfg, res.Model, k, sets[k.Name])
 		if cfg.APIKey != "" {
 			cr.redact(cfg.APIKey)
 		}
@@ -231,6 +260,13 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		res.Cases = append(res.Cases, cr)
 	}
 	return res, nil
+}
+
+// casesBudget is the cause of a run's cases context when CasesTimeout ran out.
+type casesBudget time.Duration
+
+func (b casesBudget) Error() string {
+	return fmt.Sprintf("the cases' time budget (cases_timeout %s) was spent", time.Duration(b))
 }
 
 func auth(req *http.Request, cfg Config) {
@@ -251,35 +287,122 @@ func shortErr(err error) string {
 	return err.Error()
 }
 
-// FirstModel asks /v1/models for the served model and returns the first id.
-func FirstModel(ctx context.Context, cfg Config) (string, error) {
-	cfg = cfg.withDefaults()
+// ownServer checks that the server that got ready is the recipe's: /v1/models lists the
+// served model name and /get_model_info reports the model path, when the config names
+// them. It fills res.Model (the name sent with each request) and returns why the server
+// is not the recipe's, or "".
+func ownServer(ctx context.Context, cfg Config, res *Result) string {
+	if res.Model == "" || cfg.ServedModel != "" {
+		ids, err := ListModels(ctx, cfg)
+		if err != nil {
+			return err.Error()
+		}
+		if len(ids) == 0 {
+			return "asking /v1/models: no model served"
+		}
+		if cfg.ServedModel != "" && !slices.Contains(ids, cfg.ServedModel) {
+			return fmt.Sprintf("the server at %s serves %s (/v1/models), not the recipe's %q: another server holds the port, or the unit's --served-model-name differs",
+				RedactURL(cfg.URL), quoteList(ids), cfg.ServedModel)
+		}
+		if res.Model == "" {
+			res.Model = cmp.Or(cfg.ServedModel, ids[0])
+		}
+	}
+	if cfg.ModelPath != "" {
+		path, found, err := ModelInfoPath(ctx, cfg)
+		if err != nil {
+			return err.Error()
+		}
+		if found && !samePath(path, cfg.ModelPath) {
+			return fmt.Sprintf("the server at %s loaded model_path %q (/get_model_info), not the recipe's %q: another server holds the port",
+				RedactURL(cfg.URL), path, cfg.ModelPath)
+		}
+	}
+	return ""
+}
+
+func quoteList(ids []string) string {
+	q := make([]string, len(ids))
+	for i, id := range ids {
+		q[i] = strconv.Quote(id)
+	}
+	return strings.Join(q, ", ")
+}
+
+// samePath compares model paths as SGLang was given them: absolute paths after cleaning,
+// anything else (a hub repository id) as written.
+func samePath(a, b string) bool {
+	if filepath.IsAbs(a) && filepath.IsAbs(b) {
+		return filepath.Clean(a) == filepath.Clean(b)
+	}
+	return a == b
+}
+
+// getJSON asks path and decodes its JSON answer into v (at most 1 MiB is read). found is
+// false when the server answers 404.
+func getJSON(ctx context.Context, cfg Config, path string, v any) (found bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, cfg.RequestTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, cfg.URL+"/v1/models", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, cfg.URL+path, nil)
 	if err != nil {
-		return "", fmt.Errorf("asking /v1/models: %w", err)
+		return false, fmt.Errorf("asking %s: %w", path, err)
 	}
 	auth(req, cfg)
 	resp, err := cfg.Client.Do(req)
 	if err != nil {
-		return "", fmt.Errorf("asking /v1/models: %s", shortErr(err))
+		return false, fmt.Errorf("asking %s: %s", path, shortErr(err))
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("asking /v1/models: HTTP %d: %s", resp.StatusCode, Sample(string(body), SampleRunes))
+	if resp.StatusCode == http.StatusNotFound {
+		return false, nil
 	}
+	if resp.StatusCode != http.StatusOK {
+		return false, fmt.Errorf("asking %s: HTTP %d: %s", path, resp.StatusCode, Sample(string(body), SampleRunes))
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return false, fmt.Errorf("asking %s: answer is not JSON: %s", path, Sample(string(body), SampleRunes))
+	}
+	return true, nil
+}
+
+// ListModels asks /v1/models for the ids of the served models.
+func ListModels(ctx context.Context, cfg Config) ([]string, error) {
+	cfg = cfg.withDefaults()
 	var list struct {
 		Data []struct {
 			ID string `json:"id"`
 		} `json:"data"`
 	}
-	if err := json.Unmarshal(body, &list); err != nil {
-		return "", fmt.Errorf("asking /v1/models: answer is not JSON: %s", Sample(string(body), SampleRunes))
+	found, err := getJSON(ctx, cfg, "/v1/models", &list)
+	if err != nil {
+		return nil, err
 	}
-	if len(list.Data) == 0 || list.Data[0].ID == "" {
-		return "", errors.New("asking /v1/models: no model served")
+	if !found {
+		return nil, errors.New("asking /v1/models: HTTP 404: the server has no OpenAI model list")
 	}
-	return list.Data[0].ID, nil
+	var ids []string
+	for _, m := range list.Data {
+		if m.ID != "" {
+			ids = append(ids, m.ID)
+		}
+	}
+	return ids, nil
+}
+
+// ModelInfoPath asks SGLang's /get_model_info for the model_path the server loaded; found
+// is false when the server has no such endpoint (404).
+func ModelInfoPath(ctx context.Context, cfg Config) (path string, found bool, err error) {
+	cfg = cfg.withDefaults()
+	var info struct {
+		ModelPath *string `json:"model_path"`
+	}
+	found, err = getJSON(ctx, cfg, "/get_model_info", &info)
+	if err != nil || !found {
+		return "", found, err
+	}
+	if info.ModelPath == nil {
+		return "", false, errors.New("asking /get_model_info: the answer has no model_path")
+	}
+	return *info.ModelPath, true, nil
 }

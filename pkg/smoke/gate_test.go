@@ -261,6 +261,38 @@ func TestHangVersusRequestTimeout(t *testing.T) {
 	}
 }
 
+// TestCasesTimeout: a server that is ready and never answers chat costs CasesTimeout for
+// the whole run: the request in flight ends when it runs out and the later cases are not
+// run, each saying why.
+func TestCasesTimeout(t *testing.T) {
+	srv, rec := fake(t, fakesglang.Options{Mode: fakesglang.ModeHang})
+	cfg := fastConfig(srv.URL)
+	cfg.RequestTimeout, cfg.CasesTimeout = 10*time.Second, 200*time.Millisecond
+	cfg.Cases = BuiltinSet()
+	start := time.Now()
+	res, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if el := time.Since(start); el > 3*time.Second {
+		t.Errorf("took %s, want about the 200ms budget", el)
+	}
+	if res.Pass || len(res.Cases) != len(cfg.Cases) {
+		t.Fatalf("%s", res.Summary())
+	}
+	if c := res.Cases[0]; c.Reason != "no answer before the cases' time budget (cases_timeout 200ms) was spent" {
+		t.Errorf("first case: %q", c.Reason)
+	}
+	for _, c := range res.Cases[1:] {
+		if c.Pass || c.Reason != "not run: the cases' time budget (cases_timeout 200ms) was spent" {
+			t.Errorf("case %s: %v %q", c.Name, c.Pass, c.Reason)
+		}
+	}
+	if n := rec.saw("/v1/chat/completions"); n != 1 {
+		t.Errorf("%d chat requests, want 1", n)
+	}
+}
+
 func TestRequestShape(t *testing.T) {
 	srv, rec := fake(t, fakesglang.Options{Model: "served"})
 	cfg := fastConfig(srv.URL)
@@ -339,6 +371,18 @@ func TestAnswerShapes(t *testing.T) {
 		{"nan with text", `{"choices":[{"message":{"content":"Paris 391 def f(x):"},"finish_reason":"stop","matched_stop":"NaN happened"}]}`, false, "NaN happened"},
 		{"reasoning only, stopped", `{"choices":[{"message":{"content":null,"reasoning_content":"The answer is Paris."},"finish_reason":"stop"}]}`, false, "content empty: the model answered only in reasoning_content"},
 		{"tool call", `{"choices":[{"message":{"content":null,"tool_calls":[{"id":"1","type":"function","function":{"name":"f","arguments":"{}"}}]},"finish_reason":"tool_calls"}]}`, false, "tool call"},
+		// Fields of the wrong JSON type are named with the type they have, not reported
+		// as an answer that is not JSON.
+		{"content a number", `{"choices":[{"message":{"content":391},"finish_reason":"stop"}]}`, false,
+			"message.content is a number, not a string or null as the OpenAI chat protocol defines it: \"391\""},
+		{"content an object", `{"choices":[{"message":{"content":{"text":"Paris"}},"finish_reason":"stop"}]}`, false,
+			"message.content is an object, not a string or null"},
+		{"reasoning a list", `{"choices":[{"message":{"content":"Paris 391 def f(x):","reasoning_content":["a"]},"finish_reason":"stop"}]}`, false,
+			"message.reasoning_content is a list, not a string or null"},
+		{"choices an object", `{"choices":{"message":{"content":"Paris"}}}`, false, "choices is an object, not a list"},
+		{"message a string", `{"choices":[{"message":"Paris 391 def f(x):"}]}`, false, "choices[0].message is a string, not an object"},
+		{"finish_reason a number", `{"choices":[{"message":{"content":"Paris 391 def f(x):"},"finish_reason":1}]}`, false,
+			"finish_reason is a number, not a string or null"},
 		{"control characters", `{"choices":[{"message":{"content":"Paris\u0000\u0001\u0002\u0003"},"finish_reason":"stop"}]}`, false, "degenerate content (bad-runes)"},
 	}
 	for _, tt := range tests {
@@ -380,7 +424,7 @@ func TestExpectations(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := unmet(tt.content, tt.exp); got != tt.want {
+			if got := unmet(text{head: tt.content, size: int64(len(tt.content))}, tt.exp); got != tt.want {
 				t.Errorf("unmet = %q, want %q", got, tt.want)
 			}
 		})
@@ -484,5 +528,49 @@ func TestAPIKeyEchoRedacted(t *testing.T) {
 	c := res.Cases[0]
 	if strings.Contains(c.Reason, "sk-echoed") || !strings.Contains(c.Reason, `HTTP 401: "bad key [redacted]"`) {
 		t.Errorf("reason %q", c.Reason)
+	}
+}
+
+// TestOwnServer: after readiness, /v1/models must list ServedModel and /get_model_info
+// report ModelPath (when the endpoint exists); a mismatch fails the run with both names and
+// no case asked.
+func TestOwnServer(t *testing.T) {
+	tests := []struct {
+		name         string
+		opts         fakesglang.Options
+		served, path string
+		want         string // "" for a pass
+	}{
+		{"match", fakesglang.Options{Model: "qwen", ModelPath: "/models/qwen"}, "qwen", "/models/qwen", ""},
+		{"path cleaned", fakesglang.Options{ModelPath: "/models/qwen/"}, "/models/qwen/", "/models//qwen", ""},
+		{"no model info endpoint", fakesglang.Options{Model: "qwen", ModelPath: "/models/a", NoModelInfo: true}, "qwen", "/models/b", ""},
+		{"other name", fakesglang.Options{Model: "qwen-a", ModelPath: "/models/a"}, "qwen-b", "/models/b",
+			`the server at URL serves "qwen-a" (/v1/models), not the recipe's "qwen-b": another server holds the port, or the unit's --served-model-name differs`},
+		{"other path", fakesglang.Options{Model: "qwen", ModelPath: "/models/a"}, "qwen", "/models/b",
+			`the server at URL loaded model_path "/models/a" (/get_model_info), not the recipe's "/models/b": another server holds the port`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv, rec := fake(t, tt.opts)
+			cfg := fastConfig(srv.URL)
+			cfg.ServedModel, cfg.ModelPath = tt.served, tt.path
+			res, err := Run(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.want == "" {
+				if !res.Pass || res.Model != tt.served {
+					t.Errorf("%s (model %q)", res.Summary(), res.Model)
+				}
+				return
+			}
+			want := strings.ReplaceAll(tt.want, "URL", srv.URL)
+			if res.Pass || res.Reason != want || len(res.Cases) != 0 {
+				t.Errorf("reason %q, want %q", res.Reason, want)
+			}
+			if n := rec.saw("/v1/chat/completions"); n != 0 {
+				t.Errorf("%d chat requests to a server that is not the recipe's", n)
+			}
+		})
 	}
 }

@@ -163,7 +163,14 @@ func TestToolCallCase(t *testing.T) {
 		{"arguments not JSON", call("get_weather", `city=Paris`), "arguments of get_weather are not JSON"},
 		{"no call", `{"content":"It is sunny in Paris."}`, "no tool call in tool_calls, want get_weather"},
 		{"degenerate arguments", call("get_weather", `{"city": "Paris`+strings.Repeat("!", 40)+`"}`), "degenerate tool call arguments (punct-run): '!' repeated 40 times"},
-		{"arguments as an object", `{"content":null,"tool_calls":[{"type":"function","function":{"name":"get_weather","arguments":{"city":"Paris"}}}]}`, "ok"},
+		// The protocol's arguments are a string holding JSON; an object in its place
+		// breaks clients that parse the string.
+		{"arguments as an object", `{"content":null,"tool_calls":[{"type":"function","function":{"name":"get_weather","arguments":{"city":"Paris"}}}]}`,
+			`tool call get_weather: function.arguments is an object, not a string holding JSON as the OpenAI protocol defines it: "{\"city\":\"Paris\"}"`},
+		{"arguments as a number", `{"content":null,"tool_calls":[{"type":"function","function":{"name":"get_weather","arguments":7}}]}`,
+			"function.arguments is a number, not a string holding JSON"},
+		{"arguments absent", `{"content":null,"tool_calls":[{"type":"function","function":{"name":"get_weather"}}]}`,
+			"function.arguments is absent, not a string holding JSON"},
 		{"raw text beside a parsed call", `{"content":"<tool_call>\n<function=get_weather>","tool_calls":[{"type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}]}`, "tool call left as raw <tool_call> text"},
 	}
 	for _, tt := range tests {
@@ -309,8 +316,8 @@ func TestGoodCorpusThroughJudge(t *testing.T) {
 			{"answer after reasoning", `{"choices":[{"message":{"content":` + string(js) + `,"reasoning_content":"Let me think."},"finish_reason":"stop"}]}`,
 				request{expect: Expect{Reasoning: true}}},
 		} {
-			var resp chatResponse
-			if err := json.Unmarshal([]byte(tt.body), &resp); err != nil {
+			resp, err := decodeAnswer(strings.NewReader(tt.body))
+			if err != nil {
 				t.Fatal(err)
 			}
 			var a answer
@@ -320,9 +327,8 @@ func TestGoodCorpusThroughJudge(t *testing.T) {
 			}
 		}
 		args, _ := json.Marshal(map[string]string{"city": "Paris", "note": text})
-		var resp chatResponse
-		_ = json.Unmarshal([]byte(`{"choices":[{"message":{"content":null,"tool_calls":[{"type":"function","function":{"name":"get_weather","arguments":`+
-			string(mustJSON(string(args)))+`}}]},"finish_reason":"tool_calls"}]}`), &resp)
+		resp, _ := decodeAnswer(strings.NewReader(`{"choices":[{"message":{"content":null,"tool_calls":[{"type":"function","function":{"name":"get_weather","arguments":` +
+			string(mustJSON(string(args))) + `}}]},"finish_reason":"tool_calls"}]}`))
 		var a answer
 		judge(&a, resp, request{tools: true, expect: Expect{ToolCall: &ToolCallExpect{Name: "get_weather", Arguments: map[string]any{"city": "Paris"}}}})
 		if !a.pass {

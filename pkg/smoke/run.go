@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"regexp"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -34,30 +35,18 @@ type chatRequest struct {
 	Tools              []chatTool     `json:"tools,omitempty"`
 }
 
-// chatResponse is the part of SGLang's ChatCompletionResponse the gate reads.
-type chatResponse struct {
-	Choices []struct {
-		Message struct {
-			Content          *string         `json:"content"`
-			ReasoningContent *string         `json:"reasoning_content"`
-			ToolCalls        json.RawMessage `json:"tool_calls"`
-		} `json:"message"`
-		FinishReason *string `json:"finish_reason"`
-		// MatchedStop is a string (a stop string, or "NaN happened"), an int (a stop
-		// token id) or null.
-		MatchedStop json.RawMessage `json:"matched_stop"`
-	} `json:"choices"`
-}
-
-// answer is the verdict on one answer of a case.
+// answer is the verdict on one answer of a case: what the case's verdict needs of it, and
+// never the answer itself.
 type answer struct {
 	pass      bool
 	reason    string
 	sample    string
 	finish    string
-	content   string
 	latency   time.Duration
 	toolCalls []ToolCall
+	// right is set when the content holds one of the request's accepted answers (an
+	// accuracy question).
+	right bool
 }
 
 // request is one chat request of a case, ready to send.
@@ -65,6 +54,8 @@ type request struct {
 	body   []byte
 	expect Expect
 	tools  bool
+	// accept are an accuracy question's accepted answers.
+	accept []string
 }
 
 func newRequest(cfg Config, model string, k Case, prompt string) request {
@@ -99,8 +90,17 @@ func newRequest(cfg Config, model string, k Case, prompt string) request {
 // ask sends one request and judges its answer.
 func ask(ctx context.Context, cfg Config, r request) answer {
 	var a answer
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, cfg.RequestTimeout)
 	defer cancel()
+	// spent says why the request ended early when the run's budget for its cases did.
+	spent := func() string {
+		var b casesBudget
+		if errors.As(context.Cause(parent), &b) {
+			return "no answer before " + b.Error()
+		}
+		return ""
+	}
 	start := time.Now()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, cfg.URL+"/v1/chat/completions", bytes.NewReader(r.body))
 	if err != nil {
@@ -112,21 +112,19 @@ func ask(ctx context.Context, cfg Config, r request) answer {
 	resp, err := cfg.Client.Do(req)
 	if err != nil {
 		a.latency = time.Since(start)
-		if errors.Is(err, context.DeadlineExceeded) {
+		if why := spent(); why != "" {
+			a.reason = why
+		} else if errors.Is(err, context.DeadlineExceeded) {
 			a.reason = fmt.Sprintf("no answer within the request timeout (%s)", cfg.RequestTimeout)
 		} else {
 			a.reason = "request failed: " + shortErr(err)
 		}
 		return a
 	}
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
-	resp.Body.Close()
-	a.latency = time.Since(start)
-	if err != nil {
-		a.reason = "reading answer: " + shortErr(err)
-		return a
-	}
 	if resp.StatusCode != http.StatusOK {
+		raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		resp.Body.Close()
+		a.latency = time.Since(start)
 		body := strings.TrimSpace(string(raw))
 		if cfg.APIKey != "" {
 			body = strings.ReplaceAll(body, cfg.APIKey, "[redacted]")
@@ -134,14 +132,29 @@ func ask(ctx context.Context, cfg Config, r request) answer {
 		a.reason = fmt.Sprintf("HTTP %d: %s", resp.StatusCode, Sample(body, SampleRunes))
 		return a
 	}
-	var cresp chatResponse
-	if err := json.Unmarshal(raw, &cresp); err != nil {
-		a.reason = "answer is not JSON: " + Sample(string(raw), SampleRunes)
+	// The answer is judged as it arrives, keeping only its bounded parts.
+	cresp, err := decodeAnswer(resp.Body)
+	resp.Body.Close()
+	a.latency = time.Since(start)
+	if err != nil {
+		if why := spent(); why != "" {
+			a.reason = why
+		} else if errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+			a.reason = fmt.Sprintf("no whole answer within the request timeout (%s)", cfg.RequestTimeout)
+		} else {
+			a.reason = err.Error()
+		}
 		return a
 	}
+	judging <- struct{}{}
 	judge(&a, cresp, r)
+	<-judging
 	return a
 }
+
+// judging bounds how many answers are judged at once: the detectors are CPU work, and
+// each needs memory in proportion to the text it looks at.
+var judging = make(chan struct{}, max(runtime.GOMAXPROCS(0), 1))
 
 // runCase runs one case: one request, several at once (load), or a sweep (accuracy).
 func runCase(ctx context.Context, cfg Config, model string, k Case, qs []Question) CaseResult {
@@ -252,6 +265,7 @@ func runAccuracy(ctx context.Context, cfg Config, model string, k Case, qs []Que
 	reqs := make([]request, len(qs))
 	for i, q := range qs {
 		reqs[i] = newRequest(cfg, model, k, q.Prompt)
+		reqs[i].accept = q.Answers
 	}
 	start := time.Now()
 	answers := make([]answer, len(qs))
@@ -277,7 +291,7 @@ func runAccuracy(ctx context.Context, cfg Config, model string, k Case, qs []Que
 		return cr
 	}
 	for i, a := range answers {
-		if HasAnswer(a.content, qs[i].Answers) {
+		if a.right {
 			cr.Correct++
 			continue
 		}
@@ -299,26 +313,6 @@ func runAccuracy(ctx context.Context, cfg Config, model string, k Case, qs []Que
 	return cr
 }
 
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
-}
-
-// matchedStop returns matched_stop as text: a string as it is, a number in decimal, ""
-// for null or absent.
-func matchedStop(raw json.RawMessage) string {
-	if len(raw) == 0 || string(raw) == "null" {
-		return ""
-	}
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		return s
-	}
-	return string(raw)
-}
-
 // Texts in content that show the server did not parse what it should have.
 var (
 	rawToolCall = regexp.MustCompile(`<tool_call>|</tool_call>|<function=[^>\s]*>`)
@@ -328,40 +322,47 @@ var (
 // judge fills a's verdict from a decoded answer.
 func judge(a *answer, resp chatResponse, r request) {
 	exp := r.expect
-	if len(resp.Choices) == 0 {
+	if resp.shapeErr != "" {
+		a.reason = resp.shapeErr
+		return
+	}
+	if resp.choices == 0 {
 		a.reason = "answer has no choices"
 		return
 	}
-	ch := resp.Choices[0]
-	content, reasoning := deref(ch.Message.Content), deref(ch.Message.ReasoningContent)
-	a.content = content
-	a.finish = deref(ch.FinishReason)
-	calls, callErr := parseToolCalls(ch.Message.ToolCalls)
+	content, reasoning := resp.content, resp.reasoning
+	a.finish = resp.finish
+	calls := resp.calls
 	a.toolCalls = calls
 	switch {
-	case strings.TrimSpace(content) != "":
-		a.sample = Sample(content, SampleRunes)
+	case !content.blank():
+		a.sample = Sample(content.head, SampleRunes)
 	case len(calls) > 0:
 		a.sample = Sample(calls[0].String(), SampleRunes)
 	default:
-		a.sample = Sample(reasoning, SampleRunes)
+		a.sample = Sample(reasoning.head, SampleRunes)
 	}
 	if a.finish == "abort" {
 		a.reason = "finish_reason abort: the server aborted the request"
 		return
 	}
-	if matchedStop(ch.MatchedStop) == NaNStop {
+	if resp.matchedStop == NaNStop {
 		a.reason = `matched_stop "NaN happened": the model produced NaN logits`
 		return
 	}
-	if callErr != nil {
-		a.reason = callErr.Error()
+	if resp.callErr != "" {
+		a.reason = resp.callErr
 		return
 	}
-	for _, f := range []struct{ name, text string }{{"content", content}, {"reasoning_content", reasoning}} {
-		if d := Detect(f.text); d != nil {
-			a.reason = fmt.Sprintf("degenerate %s (%s): %s", f.name, d.Detector, d.Detail)
-			return
+	for _, f := range []struct {
+		name string
+		text text
+	}{{"content", content}, {"reasoning_content", reasoning}} {
+		for _, part := range f.text.parts() {
+			if d := Detect(part); d != nil {
+				a.reason = fmt.Sprintf("degenerate %s (%s): %s", f.name, d.Detector, d.Detail)
+				return
+			}
 		}
 	}
 	for _, c := range calls {
@@ -373,7 +374,7 @@ func judge(a *answer, resp chatResponse, r request) {
 		}
 	}
 	if r.tools || exp.ToolCall != nil {
-		if m := rawToolCall.FindString(content); m != "" {
+		if m := findIn(rawToolCall, content); m != "" {
 			a.reason = fmt.Sprintf("tool call left as raw %s text in content, not parsed into tool_calls: check --tool-call-parser (qwen3_coder for Qwen3.5), the chat template and the model revision", m)
 			return
 		}
@@ -390,7 +391,7 @@ func judge(a *answer, resp chatResponse, r request) {
 		a.pass, a.reason = true, "ok"
 		return
 	}
-	if strings.TrimSpace(content) == "" && strings.TrimSpace(reasoning) == "" {
+	if content.blank() && reasoning.blank() {
 		if len(calls) > 0 {
 			a.reason = "answered with a tool call instead of text"
 			return
@@ -399,16 +400,16 @@ func judge(a *answer, resp chatResponse, r request) {
 		return
 	}
 	if exp.Reasoning {
-		if m := thinkTag.FindString(content); m != "" {
+		if m := findIn(thinkTag, content); m != "" {
 			a.reason = fmt.Sprintf("think tag %s inline in content: the reasoning parser did not split the answer (check --reasoning-parser qwen3)", m)
 			return
 		}
-		if strings.TrimSpace(reasoning) == "" {
+		if reasoning.blank() {
 			a.reason = "reasoning_content is empty: no thinking came back split from the answer (check --reasoning-parser qwen3 and chat_template_kwargs enable_thinking: true)"
 			return
 		}
 	}
-	if strings.TrimSpace(content) == "" {
+	if content.blank() {
 		if a.finish == "length" {
 			a.reason = "answer cut off while reasoning (finish_reason length, content empty): raise max_tokens or set chat_template_kwargs enable_thinking: false"
 		} else {
@@ -421,29 +422,56 @@ func judge(a *answer, resp chatResponse, r request) {
 		return
 	}
 	a.pass, a.reason = true, "ok"
+	if r.accept != nil {
+		a.right = HasAnswer(content.head, r.accept) || (content.tail != "" && HasAnswer(content.tail, r.accept))
+	}
 }
 
-// unmet returns what content lacks of exp's text expectations, or "".
-func unmet(content string, exp Expect) string {
+// findIn returns the first match of re in the kept parts of t, or "".
+func findIn(re *regexp.Regexp, t text) string {
+	for _, p := range t.parts() {
+		if m := re.FindString(p); m != "" {
+			return m
+		}
+	}
+	return ""
+}
+
+// unmet returns what content lacks of exp's text expectations, or "". Of a text longer
+// than what the gate keeps, each expectation may be met in its head or in its tail.
+func unmet(content text, exp Expect) string {
+	parts := content.parts()
 	if exp.Regex != "" {
 		re, err := regexp.Compile(exp.Regex)
 		if err != nil {
 			return "expect.regex: " + err.Error()
 		}
-		if !re.MatchString(content) {
+		if findIn(re, content) == "" {
 			return fmt.Sprintf("content does not match regex %s", exp.Regex)
 		}
 	}
-	lower := strings.ToLower(content)
+	lower := make([]string, len(parts))
+	for i, p := range parts {
+		lower[i] = strings.ToLower(p)
+	}
+	has := func(s string) bool {
+		s = strings.ToLower(s)
+		for _, p := range lower {
+			if strings.Contains(p, s) {
+				return true
+			}
+		}
+		return false
+	}
 	for _, s := range exp.Contains {
-		if !strings.Contains(lower, strings.ToLower(s)) {
+		if !has(s) {
 			return fmt.Sprintf("content does not contain %q", s)
 		}
 	}
 	if len(exp.ContainsAny) > 0 {
 		found := false
 		for _, s := range exp.ContainsAny {
-			if strings.Contains(lower, strings.ToLower(s)) {
+			if has(s) {
 				found = true
 				break
 			}

@@ -1,7 +1,6 @@
 package smoke
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"reflect"
@@ -19,35 +18,6 @@ type ToolCall struct {
 
 // String returns name(arguments).
 func (c ToolCall) String() string { return c.Name + "(" + c.Arguments + ")" }
-
-// parseToolCalls reads an OpenAI tool_calls list; null, absent or [] is no call. The
-// arguments may come as a JSON string (the API's form) or as an object.
-func parseToolCalls(raw json.RawMessage) ([]ToolCall, error) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || string(raw) == "null" {
-		return nil, nil
-	}
-	var list []struct {
-		Type     string `json:"type"`
-		Function struct {
-			Name      string          `json:"name"`
-			Arguments json.RawMessage `json:"arguments"`
-		} `json:"function"`
-	}
-	if err := json.Unmarshal(raw, &list); err != nil {
-		return nil, fmt.Errorf("tool_calls is not a list of calls: %s", Sample(string(raw), SampleRunes))
-	}
-	out := make([]ToolCall, 0, len(list))
-	for _, c := range list {
-		args := string(bytes.TrimSpace(c.Function.Arguments))
-		var s string
-		if json.Unmarshal(c.Function.Arguments, &s) == nil {
-			args = s
-		}
-		out = append(out, ToolCall{Name: c.Function.Name, Arguments: args})
-	}
-	return out, nil
-}
 
 // unmetToolCall returns why calls lack want, or "".
 func unmetToolCall(calls []ToolCall, want ToolCallExpect) string {

@@ -33,6 +33,7 @@ steps:
       unit: sglang-e2e.service
       template: templates/sglang.service.tmpl
       manager: systemd
+      needs_commands: []
       command: [/usr/local/bin/fake-sglang, -m, sglang.launch_server]
       model_path: /var/lib/sglprov/models/qwen
       port: "30000"

@@ -158,6 +158,7 @@ type Container struct {
 	Root string
 	// PID is the host PID of the container's systemd.
 	PID     int
+	cfg     bootConfig
 	nspawn  *exec.Cmd
 	console *syncBuffer
 	exited  chan struct{}
@@ -192,10 +193,22 @@ func bootContainer(t *testing.T, opts ...bootOption) *Container {
 	if err := checkBootRoot(root); err != nil {
 		t.Fatalf("refusing to boot: %v", err)
 	}
+	c := &Container{t: t, Root: root, cfg: cfg}
+	t.Cleanup(c.stop)
+	state := c.boot()
+	t.Logf("container %s up (%s) in %s (copy %s)", root, state, time.Since(start).Round(10*time.Millisecond), copied.Round(10*time.Millisecond))
+	return c
+}
+
+// boot starts systemd-nspawn on the container's root and waits for systemd to finish
+// starting up; it returns the state systemd reports.
+func (c *Container) boot() string {
+	c.t.Helper()
+	root := c.Root
 	// The container's network is its own (loopback only): servers inside listen on
 	// 127.0.0.1 without clashing with the host or with other containers.
 	args := []string{"--register=no", "--keep-unit", "-q", "--private-network", "-D", root, "-b", "--console=pipe"}
-	if cfg.hostNetwork {
+	if c.cfg.hostNetwork {
 		args = append(args[:3:3], args[4:]...)
 	}
 	cmd := exec.Command("systemd-nspawn", args...)
@@ -205,14 +218,14 @@ func bootContainer(t *testing.T, opts ...bootOption) *Container {
 	console := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = console, console
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting systemd-nspawn: %v", err)
+		c.t.Fatalf("starting systemd-nspawn: %v", err)
 	}
-	c := &Container{t: t, Root: root, nspawn: cmd, console: console, exited: make(chan struct{})}
+	c.nspawn, c.console, c.exited, c.PID = cmd, console, make(chan struct{}), 0
+	exited := c.exited
 	go func() {
 		_ = cmd.Wait()
-		close(c.exited)
+		close(exited)
 	}()
-	t.Cleanup(c.stop)
 
 	deadline := time.Now().Add(90 * time.Second)
 	for c.PID == 0 {
@@ -222,11 +235,11 @@ func bootContainer(t *testing.T, opts ...bootOption) *Container {
 		}
 		select {
 		case <-c.exited:
-			t.Fatalf("systemd-nspawn exited before the container started:\n%s", console.String())
+			c.t.Fatalf("systemd-nspawn exited before the container started:\n%s", console.String())
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no container process under systemd-nspawn (pid %d):\n%s", cmd.Process.Pid, console.String())
+			c.t.Fatalf("no container process under systemd-nspawn (pid %d):\n%s", cmd.Process.Pid, console.String())
 		}
 	}
 	state := ""
@@ -238,16 +251,25 @@ func bootContainer(t *testing.T, opts ...bootOption) *Container {
 		}
 		select {
 		case <-c.exited:
-			t.Fatalf("container stopped while booting (last state %q):\n%s", state, console.String())
+			c.t.Fatalf("container stopped while booting (last state %q):\n%s", state, console.String())
 		case <-time.After(100 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
 			failed, _, _ := c.exec(context.Background(), 10*time.Second, "systemctl", "--failed", "--no-pager")
-			t.Fatalf("container not up after 90s (systemctl is-system-running: %q)\n%s\nconsole:\n%s", state, failed, console.String())
+			c.t.Fatalf("container not up after 90s (systemctl is-system-running: %q)\n%s\nconsole:\n%s", state, failed, console.String())
 		}
 	}
-	t.Logf("container %s up (%s) in %s (copy %s)", root, state, time.Since(start).Round(10*time.Millisecond), copied.Round(10*time.Millisecond))
-	return c
+	return state
+}
+
+// Reboot powers the container off (an orderly shutdown, as a reboot does) and boots the
+// same root again: what was written to its disk stays, /run starts empty.
+func (c *Container) Reboot() {
+	c.t.Helper()
+	c.stop()
+	start := time.Now()
+	state := c.boot()
+	c.t.Logf("container rebooted (%s) in %s", state, time.Since(start).Round(10*time.Millisecond))
 }
 
 // freshRoot gives the test its own writable copy of base: an overlay mount (base as the

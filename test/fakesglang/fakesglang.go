@@ -1,6 +1,6 @@
 // Package fakesglang is a fake SGLang server for tests: an http.Handler that speaks the
 // parts of SGLang's HTTP API the smoke gate uses (/health, /health_generate, /v1/models,
-// /v1/chat/completions) and answers well or badly depending on its mode, the way a real
+// /get_model_info, /v1/chat/completions) and answers well or badly depending on its mode, the way a real
 // server answers depending on its kernel backends.
 package fakesglang
 
@@ -91,6 +91,10 @@ const EOSTokenID = 151645
 // DefaultReadyAfter is how long ModeSlowReady stays unready when Options.ReadyAfter is 0.
 const DefaultReadyAfter = 2 * time.Second
 
+// DefaultContextLength is the max_model_len /v1/models reports when Options.ContextLength
+// is 0 (SGLang reads it from the model's config).
+const DefaultContextLength = 262144
+
 // DefaultCrowdedAbove is how many requests in flight ModeCrowded still answers well.
 const DefaultCrowdedAbove = 32
 
@@ -102,8 +106,16 @@ const DefaultCrowdedLatency = 40 * time.Millisecond
 type Options struct {
 	// Mode is the behaviour (default ModeGood).
 	Mode Mode
-	// Model is the served model name /v1/models reports (default "default").
+	// Model is the served model name /v1/models reports (default: ModelPath, as SGLang's
+	// --served-model-name defaults to --model-path).
 	Model string
+	// ModelPath is the model the server loaded (--model-path), which /get_model_info
+	// reports (default "default").
+	ModelPath string
+	// ContextLength is max_model_len in /v1/models (default DefaultContextLength).
+	ContextLength int
+	// NoModelInfo makes /get_model_info answer 404, as a server that is not SGLang does.
+	NoModelInfo bool
 	// ReadyAfter is how long health checks answer 503 after the server was created, in
 	// any mode (ModeSlowReady without it waits DefaultReadyAfter).
 	ReadyAfter time.Duration
@@ -123,6 +135,10 @@ type Options struct {
 	BrokenWhile string
 	// BrokenMode is what BrokenWhile makes the server do (default ModeBang).
 	BrokenMode Mode
+	// AnswerBytes, when set, pads each text answer with fluent filler (made-up words in
+	// sentences, nothing repeated) to this many bytes: a valid answer of any size, for
+	// measuring what large answers cost the client.
+	AnswerBytes int
 	// Log, when set, receives one line per request.
 	Log io.Writer
 	// Now is the clock (default time.Now).
@@ -139,6 +155,9 @@ type Server struct {
 	// flight with it; peak is the most ever.
 	active map[*int]struct{}
 	peak   int
+	// filler is the padding of AnswerBytes, made once.
+	fillerOnce sync.Once
+	filler     string
 }
 
 // New returns a fake server.
@@ -146,8 +165,14 @@ func New(opts Options) *Server {
 	if opts.Mode == "" {
 		opts.Mode = ModeGood
 	}
+	if opts.ModelPath == "" {
+		opts.ModelPath = "default"
+	}
 	if opts.Model == "" {
-		opts.Model = "default"
+		opts.Model = opts.ModelPath
+	}
+	if opts.ContextLength <= 0 {
+		opts.ContextLength = DefaultContextLength
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -243,10 +268,22 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 		}
 		s.health(w)
 	case "/v1/models":
+		// SGLang's ModelList of one ModelCard: the served model name, created at the time
+		// of the request, and the context length.
 		writeJSON(w, http.StatusOK, map[string]any{
 			"object": "list",
 			"data": []map[string]any{{"id": s.opts.Model, "object": "model",
-				"created": s.start.Unix(), "owned_by": "sglang", "root": s.opts.Model}},
+				"created": s.opts.Now().Unix(), "owned_by": "sglang", "root": s.opts.Model,
+				"max_model_len": s.opts.ContextLength}},
+		})
+	case "/get_model_info":
+		if s.opts.NoModelInfo {
+			writeError(w, http.StatusNotFound, "Not Found")
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{
+			"model_path": s.opts.ModelPath, "tokenizer_path": s.opts.ModelPath,
+			"is_generation": true, "preferred_sampling_params": nil, "weight_version": "default",
 		})
 	case "/v1/chat/completions":
 		if r.Method != http.MethodPost {
@@ -470,6 +507,10 @@ func (s *Server) answer(prompt string, maxTokens int, thinking bool, tools []Req
 		content = GoodAnswer(prompt)
 		if mode == ModeFluentWrong {
 			content = fluentWrong(prompt, content)
+		}
+		if n := s.opts.AnswerBytes - len(content) - 1; n > 0 {
+			s.fillerOnce.Do(func() { s.filler = Filler(s.opts.AnswerBytes) })
+			content += " " + s.filler[:n]
 		}
 	}
 	if content != "" {

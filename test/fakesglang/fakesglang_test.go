@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/sglprov/sglprov/pkg/smoke"
 	"time"
 )
 
@@ -29,36 +31,39 @@ func TestParseConfig(t *testing.T) {
 		error string
 	}{
 		{"good launch", append(launch, "--fp4-gemm-backend", "flashinfer_cutlass"), nil,
-			Config{Host: "0.0.0.0", Port: "30001", Model: "/models/qwen", Mode: ModeGood}, ""},
+			Config{Host: "0.0.0.0", Port: "30001", Model: "/models/qwen", ModelPath: "/models/qwen", Mode: ModeGood}, ""},
 		{"default broken flag", append(launch, "--fp4-gemm-backend", "flashinfer_cudnn"), nil,
-			Config{Host: "0.0.0.0", Port: "30001", Model: "/models/qwen", Mode: ModeBang,
+			Config{Host: "0.0.0.0", Port: "30001", Model: "/models/qwen", ModelPath: "/models/qwen", Mode: ModeBang,
 				BrokenBy: "--fp4-gemm-backend=flashinfer_cudnn"}, ""},
 		{"equals form", append(launch, "--fp4-gemm-backend=flashinfer_cudnn"), nil,
-			Config{Host: "0.0.0.0", Port: "30001", Model: "/models/qwen", Mode: ModeBang,
+			Config{Host: "0.0.0.0", Port: "30001", Model: "/models/qwen", ModelPath: "/models/qwen", Mode: ModeBang,
 				BrokenBy: "--fp4-gemm-backend=flashinfer_cudnn"}, ""},
 		{"own broken-if and mode", append(launch, "--fake-broken-if", "moe-runner-backend=flashinfer_cutlass",
 			"--fake-broken-mode", "nan", "--fp4-gemm-backend", "flashinfer_cudnn"), nil,
-			Config{Host: "0.0.0.0", Port: "30001", Model: "/models/qwen", Mode: ModeNaN,
+			Config{Host: "0.0.0.0", Port: "30001", Model: "/models/qwen", ModelPath: "/models/qwen", Mode: ModeNaN,
 				BrokenBy: "--moe-runner-backend=flashinfer_cutlass"}, ""},
 		{"broken-if none", append(launch, "--fake-broken-if", "none", "--fp4-gemm-backend", "flashinfer_cudnn"), nil,
-			Config{Host: "0.0.0.0", Port: "30001", Model: "/models/qwen", Mode: ModeGood}, ""},
+			Config{Host: "0.0.0.0", Port: "30001", Model: "/models/qwen", ModelPath: "/models/qwen", Mode: ModeGood}, ""},
 		{"served name, env mode", []string{"--served-model-name", "qwen3.5", "--model-path", "/m"},
 			map[string]string{"SGLANG_FAKE_MODE": "plus"},
-			Config{Host: "127.0.0.1", Port: "30000", Model: "qwen3.5", Mode: ModePlus, RawToolCalls: true, InlineThink: true}, ""},
+			Config{Host: "127.0.0.1", Port: "30000", Model: "qwen3.5", ModelPath: "/m", Mode: ModePlus, RawToolCalls: true, InlineThink: true}, ""},
 		{"flag beats env", []string{"--fake-mode", "hang"}, map[string]string{"SGLANG_FAKE_MODE": "plus"},
-			Config{Host: "127.0.0.1", Port: "30000", Model: "default", Mode: ModeHang, RawToolCalls: true, InlineThink: true}, ""},
+			Config{Host: "127.0.0.1", Port: "30000", Model: "default", ModelPath: "default", Mode: ModeHang, RawToolCalls: true, InlineThink: true}, ""},
 		{"crash-after", []string{"--fake-mode", "crash-after=1.5s", "--fake-ready-after", "2"}, nil,
-			Config{Host: "127.0.0.1", Port: "30000", Model: "default", Mode: ModeCrashAfter,
+			Config{Host: "127.0.0.1", Port: "30000", Model: "default", ModelPath: "default", Mode: ModeCrashAfter,
 				CrashAfter: 1500 * time.Millisecond, ReadyAfter: 2 * time.Second, RawToolCalls: true, InlineThink: true}, ""},
 		{"port file, no health_generate", []string{"--port", "0", "--fake-port-file", "/tmp/p", "--fake-no-health-generate"}, nil,
-			Config{Host: "127.0.0.1", Port: "0", Model: "default", Mode: ModeGood, PortFile: "/tmp/p", NoHealthGenerate: true, RawToolCalls: true, InlineThink: true}, ""},
+			Config{Host: "127.0.0.1", Port: "0", Model: "default", ModelPath: "default", Mode: ModeGood, PortFile: "/tmp/p", NoHealthGenerate: true, RawToolCalls: true, InlineThink: true}, ""},
 		{"wrong parsers", []string{"--tool-call-parser", "hermes", "--reasoning-parser", "deepseek-r1"}, nil,
-			Config{Host: "127.0.0.1", Port: "30000", Model: "default", Mode: ModeGood, RawToolCalls: true, InlineThink: true}, ""},
+			Config{Host: "127.0.0.1", Port: "30000", Model: "default", ModelPath: "default", Mode: ModeGood, RawToolCalls: true, InlineThink: true}, ""},
 		{"crowded under one backend", append(launch, "--fake-broken-if", "fp4-gemm-backend=flashinfer_cutlass",
 			"--fake-broken-mode", "crowded", "--fake-crowded-above", "48", "--fake-latency", "30ms",
 			"--fp4-gemm-backend", "flashinfer_cutlass"), nil,
-			Config{Host: "0.0.0.0", Port: "30001", Model: "/models/qwen", Mode: ModeCrowded,
+			Config{Host: "0.0.0.0", Port: "30001", Model: "/models/qwen", ModelPath: "/models/qwen", Mode: ModeCrowded,
 				BrokenBy: "--fp4-gemm-backend=flashinfer_cutlass", CrowdedAbove: 48, Latency: 30 * time.Millisecond}, ""},
+		{"context length", []string{"--model", "/m", "--context-length", "8192"}, nil,
+			Config{Host: "127.0.0.1", Port: "30000", Model: "/m", ModelPath: "/m", ContextLength: 8192, Mode: ModeGood, RawToolCalls: true, InlineThink: true}, ""},
+		{"bad context length", []string{"--context-length", "long"}, nil, Config{}, "--context-length"},
 		{"bad crowded-above", []string{"--fake-crowded-above", "many"}, nil, Config{}, "--fake-crowded-above"},
 		{"bad latency", []string{"--fake-latency", "soon"}, nil, Config{}, "--fake-latency"},
 		{"unknown mode", []string{"--fake-mode", "sideways"}, nil, Config{}, `unknown mode`},
@@ -243,6 +248,39 @@ func TestHealthAndModels(t *testing.T) {
 	}
 	if code, _ := get("/nope"); code != 404 {
 		t.Errorf("unknown path: %d", code)
+	}
+}
+
+// TestModelsAndModelInfoAsSGLang: /v1/models is SGLang's ModelList (the served model name,
+// defaulting to the model path, with max_model_len) and /get_model_info its dict.
+func TestModelsAndModelInfoAsSGLang(t *testing.T) {
+	get := func(s *Server, path string) (int, map[string]any) {
+		rec := httptest.NewRecorder()
+		s.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		var m map[string]any
+		_ = json.Unmarshal(rec.Body.Bytes(), &m)
+		return rec.Code, m
+	}
+	now := time.Unix(2000, 0)
+	s := New(Options{ModelPath: "/models/qwen", Now: func() time.Time { return now }})
+	code, list := get(s, "/v1/models")
+	want := map[string]any{"object": "list", "data": []any{map[string]any{"id": "/models/qwen", "object": "model",
+		"created": float64(2000), "owned_by": "sglang", "root": "/models/qwen", "max_model_len": float64(DefaultContextLength)}}}
+	if code != 200 || fmt.Sprint(list) != fmt.Sprint(want) {
+		t.Errorf("/v1/models: %d %v", code, list)
+	}
+	code, info := get(s, "/get_model_info")
+	wantInfo := map[string]any{"model_path": "/models/qwen", "tokenizer_path": "/models/qwen", "is_generation": true,
+		"preferred_sampling_params": nil, "weight_version": "default"}
+	if code != 200 || fmt.Sprint(info) != fmt.Sprint(wantInfo) {
+		t.Errorf("/get_model_info: %d %v", code, info)
+	}
+	s = New(Options{Model: "qwen3.5", ModelPath: "/m", NoModelInfo: true})
+	if _, list := get(s, "/v1/models"); list["data"].([]any)[0].(map[string]any)["id"] != "qwen3.5" {
+		t.Errorf("served name: %v", list)
+	}
+	if code, _ := get(s, "/get_model_info"); code != 404 {
+		t.Errorf("/get_model_info with NoModelInfo: %d", code)
 	}
 }
 
@@ -468,5 +506,23 @@ func TestBrokenWhile(t *testing.T) {
 	os.Remove(flag)
 	if got := content(); !strings.Contains(got, "391") {
 		t.Errorf("the file removed: %q", got)
+	}
+}
+
+// TestAnswerBytes: with AnswerBytes, a good answer keeps its right start and is padded to
+// the size with filler the gate's detectors take for language.
+func TestAnswerBytes(t *testing.T) {
+	srv := httptest.NewServer(New(Options{AnswerBytes: 1 << 20}))
+	defer srv.Close()
+	_, cr, _ := chat(t, srv.URL, `{"messages":[{"role":"user","content":"What is 17 * 23?"}],"chat_template_kwargs":{"enable_thinking":false}}`)
+	c := deref(cr.Choices[0].Message.Content)
+	if len(c) != 1<<20 || !strings.HasPrefix(c, "391 ") {
+		t.Fatalf("content of %d bytes starting %.20q", len(c), c)
+	}
+	if f := smoke.Detect(c); f != nil {
+		t.Errorf("the filler is degenerate to the gate: %s", f)
+	}
+	if Filler(100) != Filler(100) || len(Filler(77)) != 77 {
+		t.Error("Filler is not fixed or not of the size asked")
 	}
 }

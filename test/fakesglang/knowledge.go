@@ -186,3 +186,33 @@ func pickToolCall(prompt string, tools []RequestTool) (call, bool) {
 	}
 	return c, true
 }
+
+// Filler returns n bytes of text that reads like language to the gate's detectors:
+// made-up words of a few syllables in sentences, from a fixed seed, with no run or
+// repeated n-gram beyond what prose has.
+func Filler(n int) string {
+	syll := []string{"ka", "lo", "mi", "ren", "tu", "sha", "vor", "ne", "dil", "po", "qua", "ter",
+		"bis", "gan", "ul", "fe", "zor", "yan", "ri", "cho", "pel", "mas", "tin", "wu", "ek"}
+	var b strings.Builder
+	b.Grow(n + 64)
+	x := uint64(0x9E3779B97F4A7C15)
+	next := func(k int) int { // xorshift64*
+		x ^= x >> 12
+		x ^= x << 25
+		x ^= x >> 27
+		return int(((x * 0x2545F4914F6CDD1D) >> 33) % uint64(k))
+	}
+	for b.Len() < n {
+		words := 5 + next(10)
+		for w := range words {
+			for range 1 + next(3) {
+				b.WriteString(syll[next(len(syll))])
+			}
+			if w < words-1 {
+				b.WriteByte(' ')
+			}
+		}
+		b.WriteString(". ")
+	}
+	return b.String()[:n]
+}

@@ -61,11 +61,14 @@ func (a Args) Has(name string) bool { return len(a[name]) > 0 }
 // Config is what the binary makes of its command line.
 type Config struct {
 	Host, Port string
-	Model      string
-	Mode       Mode
-	CrashAfter time.Duration
-	ReadyAfter time.Duration
-	PortFile   string
+	// Model is the served model name; ModelPath the loaded model.
+	Model, ModelPath string
+	// ContextLength is --context-length (0: the fake's default).
+	ContextLength int
+	Mode          Mode
+	CrashAfter    time.Duration
+	ReadyAfter    time.Duration
+	PortFile      string
 	// BrokenBy names the launch flag that made the server broken ("" when none did).
 	BrokenBy         string
 	NoHealthGenerate bool
@@ -80,6 +83,8 @@ type Config struct {
 	// exists, checked at every request; BrokenMode that mode.
 	BrokenWhile string
 	BrokenMode  Mode
+	// AnswerBytes is --fake-answer-bytes.
+	AnswerBytes int
 }
 
 // The parsers a launch line must name for tool calls and thinking to come back split
@@ -98,6 +103,7 @@ const (
 // time), --fake-broken-while FILE (the broken mode while FILE exists, read at every
 // request). SGLang's own --tool-call-parser and --reasoning-parser decide whether tool calls
 // and thinking come back parsed (qwen3_coder, qwen3) or as raw text in the content.
+// --fake-answer-bytes N pads every text answer with fluent filler to N bytes.
 func ParseConfig(args []string, getenv func(string) string) (Config, error) {
 	a := ParseArgs(args)
 	c := Config{
@@ -115,6 +121,13 @@ func ParseConfig(args []string, getenv func(string) string) (Config, error) {
 		}
 		c.CrowdedAbove = n
 	}
+	if v := a.Get("fake-answer-bytes", ""); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > 1<<30 {
+			return c, fmt.Errorf("--fake-answer-bytes %q: want a number of bytes up to 1 GiB", v)
+		}
+		c.AnswerBytes = n
+	}
 	if v := a.Get("fake-latency", ""); v != "" {
 		d, err := parseDuration(v)
 		if err != nil || d < 0 {
@@ -122,7 +135,15 @@ func ParseConfig(args []string, getenv func(string) string) (Config, error) {
 		}
 		c.Latency = d
 	}
-	c.Model = a.Get("served-model-name", a.Get("model-path", a.Get("model", "default")))
+	c.ModelPath = a.Get("model-path", a.Get("model", "default"))
+	c.Model = a.Get("served-model-name", c.ModelPath)
+	if v := a.Get("context-length", ""); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return c, fmt.Errorf("--context-length %q: want a whole number above 0", v)
+		}
+		c.ContextLength = n
+	}
 	mode := a.Get("fake-mode", "")
 	if mode == "" && getenv != nil {
 		mode = getenv("SGLANG_FAKE_MODE")
@@ -218,10 +239,12 @@ func Main(ctx context.Context, args []string, stderr io.Writer, getenv func(stri
 		}
 	}
 	srv := &http.Server{
-		Handler: New(Options{Mode: cfg.Mode, Model: cfg.Model, ReadyAfter: cfg.ReadyAfter,
+		Handler: New(Options{Mode: cfg.Mode, Model: cfg.Model, ModelPath: cfg.ModelPath,
+			ContextLength: cfg.ContextLength, ReadyAfter: cfg.ReadyAfter,
 			NoHealthGenerate: cfg.NoHealthGenerate, Log: stderr, RawToolCalls: cfg.RawToolCalls,
 			InlineThink: cfg.InlineThink, CrowdedAbove: cfg.CrowdedAbove, Latency: cfg.Latency,
-			BrokenWhile: cfg.BrokenWhile, BrokenMode: cfg.BrokenMode}),
+			BrokenWhile: cfg.BrokenWhile, BrokenMode: cfg.BrokenMode,
+			AnswerBytes: cfg.AnswerBytes}),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	why := ""

@@ -103,7 +103,7 @@ type Step struct {
 // New validates spec and returns the step. Problems are wrapped with engine.ErrUsage.
 func New(name string, spec *Spec) (*Step, error) {
 	if spec == nil {
-		return nil, fmt.Errorf("build step %q: no spec: %w", name, engine.ErrUsage)
+		return nil, fmt.Errorf("build: no spec: %w", engine.ErrUsage)
 	}
 	s := *spec
 	var problems []string
@@ -142,7 +142,7 @@ func New(name string, spec *Spec) (*Step, error) {
 		problems = append(problems, "jobs is negative")
 	}
 	if len(problems) > 0 {
-		return nil, fmt.Errorf("build step %q: %s: %w", name, strings.Join(problems, "; "), engine.ErrUsage)
+		return nil, fmt.Errorf("build: %s: %w", strings.Join(problems, "; "), engine.ErrUsage)
 	}
 	return &Step{
 		name:         name,

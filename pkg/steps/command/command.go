@@ -36,7 +36,7 @@ type Spec struct {
 func Kind() engine.Kind {
 	return engine.KindOf(func(name string, s Spec) (*Step, error) {
 		if len(s.Argv) == 0 || s.Argv[0] == "" {
-			return nil, fmt.Errorf("command step %q: argv must name a program: %w", name, engine.ErrUsage)
+			return nil, fmt.Errorf("command: argv must name a program: %w", engine.ErrUsage)
 		}
 		return &Step{spec: s}, nil
 	})

@@ -43,13 +43,17 @@ func TestShippedSeriesParse(t *testing.T) {
 
 // With SGLPROV_SGLANG_TREE naming a folder that holds the upstream files the shipped SGLang
 // series touches (as they are at the pinned commit), the series applies to a copy of it,
-// and a second run finds it already applied.
+// and a second run finds it already applied. `make verify-patches` fetches those files and
+// runs this test with them (SGLPROV_SGLANG_SERIES: the one series they are for).
 func TestShippedSGLangSeriesApplies(t *testing.T) {
 	src := os.Getenv("SGLPROV_SGLANG_TREE")
 	if src == "" {
-		t.Skip("SGLPROV_SGLANG_TREE not set")
+		t.Skip("SGLPROV_SGLANG_TREE not set: make verify-patches fetches the pinned files and runs this test")
 	}
 	series, err := filepath.Glob("../../../patches/sglang/*/series")
+	if one := os.Getenv("SGLPROV_SGLANG_SERIES"); one != "" {
+		series, err = []string{one}, nil
+	}
 	if err != nil || len(series) == 0 {
 		t.Fatalf("no shipped sglang series: %v", err)
 	}

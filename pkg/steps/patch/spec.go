@@ -6,7 +6,9 @@
 // and changes nothing. In a git checkout, a hunk whose lines moved is merged three-way from
 // the preimage blob the diff's index line names. Files are staged in one folder in the tree
 // and renamed into place after a journal is written, so that a killed run is finished by
-// the next (see journal.go).
+// the next (see journal.go), under a lock in that folder that keeps two runs from writing
+// one tree at once (lock.go). Every patch is parsed whole when it is read (parse.go); a
+// patch may make symbolic links inside the tree, and the modes it gives are bounded.
 package patch
 
 import (
@@ -33,10 +35,10 @@ func Kind() engine.Kind {
 // New builds a patch step from its spec.
 func New(name string, spec Spec) (*Step, error) {
 	if spec.Dir == "" {
-		return nil, fmt.Errorf("patch step %q: dir is required: %w", name, engine.ErrUsage)
+		return nil, fmt.Errorf("patch: dir is required: %w", engine.ErrUsage)
 	}
 	if spec.Series == "" {
-		return nil, fmt.Errorf("patch step %q: series is required: %w", name, engine.ErrUsage)
+		return nil, fmt.Errorf("patch: series is required: %w", engine.ErrUsage)
 	}
 	return &Step{name: name, spec: spec}, nil
 }

@@ -29,6 +29,10 @@ type Spec struct {
 	// ReadyTimeout and RequestTimeout are durations such as "20m" and "2m".
 	ReadyTimeout   string `yaml:"ready_timeout" json:"ready_timeout,omitempty"`
 	RequestTimeout string `yaml:"request_timeout" json:"request_timeout,omitempty"`
+	// CasesTimeout bounds all the cases of one gate run (one profile) together, after
+	// readiness (default 10m): a server that never answers chat costs this once, not
+	// request_timeout for every request.
+	CasesTimeout string `yaml:"cases_timeout" json:"cases_timeout,omitempty"`
 	// MaxTokens is each request's max_tokens (default 1024).
 	MaxTokens int `yaml:"max_tokens" json:"max_tokens,omitempty"`
 	// ChatTemplateKwargs is sent with each request, e.g. {enable_thinking: false}.
@@ -46,13 +50,18 @@ type Spec struct {
 // errors wrapping engine.ErrUsage. The API key is read from APIKeyEnv through getenv
 // (nil: no key).
 func (s Spec) Config(getenv func(string) string) (gate.Config, error) {
-	cfg := gate.Config{URL: s.URL, Model: s.Model, MaxTokens: s.MaxTokens,
+	// A model the recipe names must be one the server lists (the gate run of a service's
+	// profile checks the unit's own served name and model path instead).
+	cfg := gate.Config{URL: s.URL, Model: s.Model, ServedModel: s.Model, MaxTokens: s.MaxTokens,
 		ChatTemplateKwargs: s.ChatTemplateKwargs, Cases: s.Cases}
 	var err error
 	if cfg.ReadyTimeout, err = duration("ready_timeout", s.ReadyTimeout); err != nil {
 		return cfg, err
 	}
 	if cfg.RequestTimeout, err = duration("request_timeout", s.RequestTimeout); err != nil {
+		return cfg, err
+	}
+	if cfg.CasesTimeout, err = duration("cases_timeout", s.CasesTimeout); err != nil {
 		return cfg, err
 	}
 	if s.MaxTokens < 0 {
@@ -101,6 +110,10 @@ func New(name string, spec Spec) (*Step, error) {
 	}
 	return &Step{name: name, spec: spec, getenv: os.Getenv}, nil
 }
+
+// Gates reports true: a service step this step needs keeps its unit only once the gate
+// passed (engine.Gate).
+func (s *Step) Gates() bool { return true }
 
 // AlwaysRun reports true: the gate runs on every apply.
 func (s *Step) AlwaysRun() bool { return true }
@@ -184,6 +197,7 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 		return nil
 	}
 	cfg.Failed = svc.Failed
+	served, _ := svc.(servedModel)
 	candidates := svc.Candidates(env)
 	if len(candidates) == 0 {
 		candidates = []string{""}
@@ -204,7 +218,17 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 				continue
 			}
 		}
-		res, err := s.gate(ctx, env, cfg, p)
+		pcfg := cfg
+		if served != nil {
+			// The server judged must be the unit's: the model it lists and loaded are the
+			// unit's (another server on the port would pass the gate in its place).
+			name, path, err := served.ServedModel(env)
+			if err != nil {
+				return fmt.Errorf("reading the model %s serves: %w", svc.ServiceName(), err)
+			}
+			pcfg.ServedModel, pcfg.ModelPath = name, path
+		}
+		res, err := s.gate(ctx, env, pcfg, p)
 		if err != nil {
 			return err
 		}
@@ -212,10 +236,12 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 		tried = append(tried, pr)
 		env.Detail("profiles", tried)
 		if res.Pass {
+			// Won also keeps the unit that passed (a staged unit becomes the persistent
+			// one), with or without profiles.
+			if err := svc.Won(ctx, env, p); err != nil {
+				return fmt.Errorf("recording profile %q as the winner: %w", p, err)
+			}
 			if p != "" {
-				if err := svc.Won(ctx, env, p); err != nil {
-					return fmt.Errorf("recording profile %s as the winner: %w", p, err)
-				}
 				env.Detail("profile", p)
 			}
 			return nil
@@ -233,13 +259,34 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	if len(candidates) == 1 && candidates[0] == "" {
 		msg = "the service failed the gate"
 	}
+	if g := env.Generation; g != nil && g.Serving != g.Key {
+		msg = fmt.Sprintf("generation %s failed the gate (%s)", short(g.Key), msg)
+	}
 	restored, rerr := svc.RestoreLastKnownGood(ctx, env)
 	switch {
 	case rerr != nil:
 		msg += fmt.Sprintf(" (restoring the last-known-good unit failed: %v)", rerr)
 	case restored:
-		msg += "; the last-known-good unit was restored"
-		env.Log.Warn("restored the last-known-good unit", "service", svc.ServiceName())
+		what := "the last-known-good unit"
+		if g := env.Generation; g != nil && g.Serving != "" && g.Serving != g.Key {
+			what = fmt.Sprintf("the last-known-good unit of generation %s", short(g.Serving))
+		}
+		if r, ok := svc.(interface{ Restored() string }); ok && r.Restored() != "" {
+			what = r.Restored() // a model switch: the units it replaced
+		}
+		env.Log.Warn("restored "+what, "service", svc.ServiceName())
+		// What came back is gated again: the run says whether the node serves well now.
+		again, gerr := s.gate(ctx, env, cfg, svc.Active(env))
+		env.Detail("restored_gate", again)
+		switch {
+		case gerr != nil:
+			msg += fmt.Sprintf("; %s was restored, and gating it again failed: %v", what, gerr)
+		case again.Pass:
+			msg += fmt.Sprintf("; %s was restored and passed the gate again", what)
+		default:
+			msg += fmt.Sprintf("; %s was restored and failed the gate too: %s", what, again.Summary())
+		}
+		env.Detail("restored_passed", gerr == nil && again.Pass)
 	default:
 		msg += "; there is no last-known-good unit to restore"
 	}
@@ -290,6 +337,20 @@ func (s *Step) gate(ctx context.Context, env *engine.Env, cfg gate.Config, profi
 		}
 	}
 	return res, nil
+}
+
+// servedModel is a service step that knows the model its server serves: the name
+// /v1/models lists and the path SGLang's /get_model_info reports.
+type servedModel interface {
+	ServedModel(env *engine.Env) (name, path string, err error)
+}
+
+// short shortens a generation key for messages.
+func short(key string) string {
+	if len(key) > 12 {
+		return key[:12]
+	}
+	return key
 }
 
 // serviceDep returns the first dependency (by name) that is a service step, or nil.

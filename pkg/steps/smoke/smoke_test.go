@@ -281,6 +281,7 @@ func TestKind(t *testing.T) {
 		{"ok", &Spec{URL: "http://127.0.0.1:30000", ReadyTimeout: "20m"}, ""},
 		{"bad duration", &Spec{URL: "http://h:1", ReadyTimeout: "twenty minutes"}, `ready_timeout "twenty minutes"`},
 		{"negative duration", &Spec{URL: "http://h:1", RequestTimeout: "-1s"}, "request_timeout"},
+		{"bad cases_timeout", &Spec{URL: "http://h:1", CasesTimeout: "0s"}, `cases_timeout "0s": want a positive duration`},
 		{"no url", &Spec{}, "url is required"},
 		{"bad regex", &Spec{URL: "http://h:1", Cases: []gateCase{{Name: "x", Prompt: "p", Expect: gateExpect{Regex: "("}}}}, "expect.regex"},
 		{"wrong type", Spec{}, "want *smoke.Spec"},
@@ -365,6 +366,35 @@ func TestOfflineDoesNotGate(t *testing.T) {
 	}
 	if hits.Load() != 0 {
 		t.Errorf("offline gate asked the server %d times; output:\n%s", hits.Load(), out)
+	}
+}
+
+// TestCasesTimeoutPerProfile: against servers that never answer chat, each profile costs
+// cases_timeout once, not request_timeout for every request of every case.
+func TestCasesTimeoutPerProfile(t *testing.T) {
+	svc := newFakeService(t, []string{"a", "b"},
+		map[string]fakesglang.Mode{"a": fakesglang.ModeHang, "b": fakesglang.ModeHang})
+	spec := testSpec(svc.srv.URL)
+	spec.RequestTimeout, spec.CasesTimeout = "10s", "300ms"
+	spec.Cases = gatepkg.BuiltinSet()
+	step, err := New("smoke", spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, out := newEnv(t, map[string]engine.Step{"sglang-service": svc})
+	start := time.Now()
+	err = step.Run(context.Background(), env)
+	if el := time.Since(start); el > 5*time.Second {
+		t.Errorf("two hanging profiles took %s", el)
+	}
+	if !errors.Is(err, engine.ErrGate) {
+		t.Fatalf("Run: %v", err)
+	}
+	for _, want := range []string{"arithmetic: no answer before the cases' time budget (cases_timeout 300ms) was spent",
+		"fact: not run: the cases' time budget (cases_timeout 300ms) was spent", "b: FAIL: 0/7 cases passed"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q: %v\n%s", want, err, out)
+		}
 	}
 }
 
@@ -464,5 +494,82 @@ func TestShippedRecipesUseEveryKind(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// servedService is a fake service step that says which model its unit serves.
+type servedService struct {
+	*fakeService
+	name, path string
+}
+
+func (s servedService) ServedModel(*engine.Env) (string, string, error) { return s.name, s.path, nil }
+
+// TestGateChecksItsOwnServer: the gate judges the unit's server only: a server on the port
+// that lists another model, or loaded another model path, fails the gate with both names
+// before a case is asked; the unit's own server passes.
+func TestGateChecksItsOwnServer(t *testing.T) {
+	tests := []struct {
+		name, served, path, want string
+	}{
+		{"own server", "qwen", "default", ""},
+		{"another model listed", "qwen-b", "/models/b",
+			`serves "qwen" (/v1/models), not the recipe's "qwen-b": another server holds the port`},
+		{"another model path", "qwen", "/models/b",
+			`loaded model_path "default" (/get_model_info), not the recipe's "/models/b"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fs := newFakeService(t, []string{"good"}, map[string]fakesglang.Mode{"good": fakesglang.ModeGood})
+			svc := servedService{fs, tt.served, tt.path}
+			step, err := New("smoke", testSpec(fs.srv.URL))
+			if err != nil {
+				t.Fatal(err)
+			}
+			env, out := newEnv(t, map[string]engine.Step{"sglang-service": svc})
+			err = step.Run(context.Background(), env)
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("Run: %v\n%s", err, out)
+				}
+				return
+			}
+			if !errors.Is(err, engine.ErrGate) || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Run: %v, want a gate failure with %q", err, tt.want)
+			}
+			if strings.Contains(out.String(), "arithmetic") {
+				t.Errorf("cases were asked of a server that is not the unit's:\n%s", out)
+			}
+		})
+	}
+}
+
+// TestGateWithoutServiceChecksNamedModel: without a service step, a model the recipe names
+// must be listed by the server at the URL.
+func TestGateWithoutServiceChecksNamedModel(t *testing.T) {
+	srv := httptest.NewServer(fakesglang.New(fakesglang.Options{Model: "qwen-a"}))
+	defer srv.Close()
+	spec := testSpec(srv.URL)
+	spec.Model = "qwen-b"
+	step, err := New("smoke", spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, _ := newEnv(t, nil)
+	err = step.Run(context.Background(), env)
+	if !errors.Is(err, engine.ErrGate) || !strings.Contains(err.Error(), `serves "qwen-a" (/v1/models), not the recipe's "qwen-b"`) {
+		t.Errorf("Run: %v", err)
+	}
+}
+
+// TestConfigServedModel: the spec's model is the served name the gate checks wherever the
+// config is used (sglprov smoke, the daemon's canary).
+func TestConfigServedModel(t *testing.T) {
+	cfg, err := Spec{URL: "http://127.0.0.1:1", Model: "qwen"}.Config(nil)
+	if err != nil || cfg.ServedModel != "qwen" || cfg.Model != "qwen" {
+		t.Errorf("%+v %v", cfg, err)
+	}
+	if cfg, _ := (Spec{URL: "http://127.0.0.1:1"}).Config(nil); cfg.ServedModel != "" {
+		t.Errorf("no model named, ServedModel %q", cfg.ServedModel)
 	}
 }

@@ -3,6 +3,9 @@ package systemd
 import (
 	"context"
 	"fmt"
+	"slices"
+	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/sglprov/sglprov/pkg/engine"
@@ -37,6 +40,9 @@ func (s *Step) mismatch(env *engine.Env, name string, p recipe.Profile) (string,
 			}
 		}
 	}
+	if counts := p.Match.GPUCounts; len(counts) > 0 && !slices.Contains(counts, env.Facts.Count()) {
+		return fmt.Sprintf("%s is for %s GPUs (this host has %d)", name, joinInts(counts), env.Facts.Count()), nil
+	}
 	if want := p.Match.Quantization; want != "" {
 		if have := s.quantization(); have != want {
 			if have == "" {
@@ -52,6 +58,30 @@ func (s *Step) mismatch(env *engine.Env, name string, p recipe.Profile) (string,
 		}
 	}
 	return "", nil
+}
+
+// Check refuses a profile the step names that the recipe does not define (validate): the
+// choice among the defined ones needs the host, the names do not.
+func (s *Step) Check(env *engine.Env) error {
+	for _, name := range s.spec.Profiles {
+		if _, ok := env.Profiles[name]; !ok {
+			return fmt.Errorf("%w: profile %q is not defined in the recipe's profiles (profiles: %s)", engine.ErrUsage, name, profileNames(env.Profiles))
+		}
+	}
+	return nil
+}
+
+// profileNames lists the recipe's profiles by name, sorted ("none" when there are none).
+func profileNames(ps map[string]recipe.Profile) string {
+	names := make([]string, 0, len(ps))
+	for n := range ps {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, ", ")
 }
 
 // matching returns the step's profiles that match the host and model, in recipe order;
@@ -105,4 +135,13 @@ func (s *Step) candidates(env *engine.Env) ([]string, error) {
 		}
 	}
 	return m, nil
+}
+
+// joinInts writes counts as "4 or 8".
+func joinInts(counts []int) string {
+	parts := make([]string, len(counts))
+	for i, c := range counts {
+		parts[i] = strconv.Itoa(c)
+	}
+	return strings.Join(parts, " or ")
 }

@@ -16,6 +16,8 @@ import (
 	"sync"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/nccl"
+	"github.com/sglprov/sglprov/pkg/portowner"
 	"github.com/sglprov/sglprov/pkg/service"
 	"github.com/sglprov/sglprov/templates"
 )
@@ -32,9 +34,19 @@ type Step struct {
 
 	// newManager makes the service manager (service.New; tests replace it).
 	newManager func(context.Context, service.Options) (service.Manager, error)
+	// peerFacts gives the host's GPU peer-path facts for the NCCL environment
+	// (hostPeerFacts; tests replace it).
+	peerFacts func(*engine.Env) nccl.Source
+	// lookupPort finds who listens on a port (portowner.Lookup; tests replace it).
+	lookupPort func(port int) ([]portowner.Listener, error)
 
 	mu  sync.Mutex
 	mgr service.Manager
+	// replaced are the units of replaced recipes this run stopped and disabled, to bring
+	// back when the gate fails.
+	replaced []string
+	// restored names what the last restore brought back, when not the step's own unit.
+	restored string
 }
 
 var _ engine.ServiceStep = (*Step)(nil)
@@ -45,7 +57,8 @@ func New(name string, spec Spec) (*Step, error) {
 	if err != nil {
 		return nil, fmt.Errorf("systemd: %w: %w", engine.ErrUsage, err)
 	}
-	return &Step{name: name, spec: spec, port: port, newManager: service.New}, nil
+	return &Step{name: name, spec: spec, port: port, newManager: service.New, peerFacts: hostPeerFacts,
+		lookupPort: portowner.Lookup}, nil
 }
 
 // record is what the step keeps in the state between runs.
@@ -195,9 +208,23 @@ func (s *Step) data(env *engine.Env, profile string) (service.Data, error) {
 			d.Env[k] = v
 		}
 	}
+	if v, byIndex := env.Facts.CUDAVisibleDevices(); v != "" {
+		// The recipe was given some GPUs (requires.gpu.devices): the server sees those.
+		d.Env["CUDA_VISIBLE_DEVICES"] = v
+		if byIndex {
+			d.Env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+		}
+	}
 	for k, v := range s.spec.Env {
 		d.Env[k] = v
 	}
+	// NCCL chooses its peer-to-peer path unless the host's facts say it is blocked.
+	for k, v := range s.ncclDecision(env, profile).Env {
+		d.Env[k] = v
+	}
+	// systemd gives a service its own short PATH, without the virtual environment's bin
+	// (ninja) or the toolkit's (nvcc), which the server's run-time kernel compiles exec.
+	d.Env["PATH"] = unitPath(d.Command, d.Env)
 	all := append(append([]string(nil), d.Profile.Args...), s.spec.Args...)
 	if v, ok := flagValue(all, "--model-path", "--model"); ok {
 		d.ModelPath = v
@@ -266,6 +293,26 @@ func displayPath(env *engine.Env, path string) string {
 // ServiceName returns the unit's name.
 func (s *Step) ServiceName() string { return s.spec.Unit }
 
+// ServedModel returns the name the unit serves its model under (--served-model-name, else
+// the model path, as SGLang defaults it) and the model path, for the active profile: the
+// gate checks that the server it judges says the same.
+func (s *Step) ServedModel(env *engine.Env) (name, path string, err error) {
+	if s.Restored() != "" {
+		// What this recipe replaced serves again (its gate failed): that server serves the
+		// other recipe's model, which passed its own gate; the re-gate judges its answers.
+		return "", "", nil
+	}
+	d, err := s.data(env, s.Active(env))
+	if err != nil {
+		return "", "", err
+	}
+	name = d.ModelPath
+	if v, ok := flagValue(d.Args, "--served-model-name"); ok && v != "" {
+		name = v
+	}
+	return name, d.ModelPath, nil
+}
+
 // Fingerprint names the candidate profiles (those that match the host and model, in
 // recipe order), the template's digest, and a digest of the unit rendered for each
 // candidate, which covers the profiles' flags and environment, the GPU count behind --tp,
@@ -320,6 +367,14 @@ func (s *Step) Intact(ctx context.Context, env *engine.Env) (bool, string, error
 	if err != nil {
 		return false, "", err
 	}
+	if st, ok := m.(service.Stager); ok && st.Staged(s.spec.Unit) {
+		return false, "a unit staged by a switch whose gate did not finish is in effect (" + s.spec.Unit + ")", nil
+	}
+	if others, err := s.othersInUse(ctx, env, m); err != nil {
+		return false, "", err
+	} else if len(others) > 0 {
+		return false, "replaced units still in use: " + strings.Join(others, ", "), nil
+	}
 	path := m.UnitPath(s.spec.Unit)
 	have, err := os.ReadFile(path)
 	switch {
@@ -362,7 +417,7 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	if err != nil {
 		return err
 	}
-	changed, err := s.install(ctx, env, p, len(env.DepsRan) > 0)
+	changed, err := s.install(ctx, env, p, len(env.DepsRan) > 0, env.Gated)
 	if err != nil {
 		return err
 	}
@@ -375,8 +430,10 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 }
 
 // install renders the unit for profile, installs it and starts the service: restarting it
-// when the unit changed or restart is set. It records profile as the active one.
-func (s *Step) install(ctx context.Context, env *engine.Env, profile string, restart bool) (bool, error) {
+// when the unit changed or restart is set. It records profile as the active one. With
+// stage set (a gate decides whether the unit is kept) and a manager that can, the unit is
+// staged for this boot only (service.Stager).
+func (s *Step) install(ctx context.Context, env *engine.Env, profile string, restart, stage bool) (bool, error) {
 	unit, err := s.render(env, profile)
 	if err != nil {
 		return false, err
@@ -385,7 +442,24 @@ func (s *Step) install(ctx context.Context, env *engine.Env, profile string, res
 	if err != nil {
 		return false, err
 	}
-	changed, err := m.Install(ctx, s.spec.Unit, unit)
+	if err := s.checkNeeds(env, m.Kind(), unit); err != nil {
+		return false, err
+	}
+	// The replaced recipes' units are stopped first: until then they hold the port.
+	if err := s.replaceOthers(ctx, env, m); err != nil {
+		return false, err
+	}
+	if err := s.checkPort(env, m, profile); err != nil {
+		return false, err
+	}
+	var changed bool
+	if st, ok := m.(service.Stager); ok && stage {
+		// The gate decides whether this unit is kept: until it passes, the unit is in
+		// effect for this boot only, and a reboot starts the last one that passed.
+		changed, err = st.Stage(ctx, s.spec.Unit, unit)
+	} else {
+		changed, err = m.Install(ctx, s.spec.Unit, unit)
+	}
 	if err != nil {
 		return false, err
 	}
@@ -441,7 +515,8 @@ func (s *Step) Activate(ctx context.Context, env *engine.Env, profile string) er
 		return fmt.Errorf("%w: profile %q is not a candidate of %s (candidates: %s)",
 			engine.ErrUsage, profile, s.spec.Unit, strings.Join(c, ", "))
 	}
-	_, err = s.install(ctx, env, profile, true)
+	// Only a gate activates a profile: the unit is staged until the gate passes.
+	_, err = s.install(ctx, env, profile, true, true)
 	return err
 }
 
@@ -468,6 +543,12 @@ func (s *Step) Won(ctx context.Context, env *engine.Env, profile string) error {
 	if err != nil {
 		return err
 	}
+	if st, ok := m.(service.Stager); ok {
+		// The gate passed: the staged unit becomes the one a reboot starts.
+		if err := st.Commit(ctx, s.spec.Unit); err != nil {
+			return fmt.Errorf("keeping the unit that passed: %w", err)
+		}
+	}
 	unit, err := os.ReadFile(m.UnitPath(s.spec.Unit))
 	if err != nil {
 		return fmt.Errorf("reading the installed unit %q: %w", s.spec.Unit, err)
@@ -482,12 +563,36 @@ func (s *Step) Won(ctx context.Context, env *engine.Env, profile string) error {
 // RestoreLastKnownGood reinstalls the last unit that passed the gate and restarts the
 // service; it reports false when there is none.
 func (s *Step) RestoreLastKnownGood(ctx context.Context, env *engine.Env) (bool, error) {
-	unit, ok, err := service.LoadLastKnownGood(env.StateDir, s.spec.Unit)
-	if err != nil || !ok {
-		return false, err
-	}
 	m, err := s.manager(ctx, env)
 	if err != nil {
+		return false, err
+	}
+	if back, err := s.bringBackReplaced(ctx, env, m); back || err != nil {
+		return back, err
+	}
+	if err := s.checkPort(env, m, s.load(env).LastKnownGood); err != nil {
+		return false, err
+	}
+	if st, ok := m.(service.Stager); ok {
+		// The persistent unit is the last one that passed (it points into its generation):
+		// dropping what was staged puts it in effect again.
+		if _, err := st.Discard(ctx, s.spec.Unit); err != nil {
+			return false, fmt.Errorf("dropping the unit that failed: %w", err)
+		}
+		if !st.Persistent(s.spec.Unit) {
+			_ = m.Stop(ctx, s.spec.Unit)
+			return false, nil
+		}
+		if err := m.Restart(ctx, s.spec.Unit); err != nil {
+			return false, fmt.Errorf("restarting the last-known-good unit: %w", err)
+		}
+		rec := s.load(env)
+		rec.Active = rec.LastKnownGood
+		env.StepDetail(s.name, "profile", rec.Active)
+		return true, s.save(env, rec)
+	}
+	unit, ok, err := service.LoadLastKnownGood(env.StateDir, s.spec.Unit)
+	if err != nil || !ok {
 		return false, err
 	}
 	if _, err := m.Install(ctx, s.spec.Unit, unit); err != nil {

@@ -1,0 +1,160 @@
+package engine_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/generation"
+)
+
+// genRecipe builds src and kernel into the generation; weights and service stay outside.
+const genRecipe = `apiVersion: sglprov/v1
+name: gen
+generations: {dir: %s, keep: 2}
+vars:
+  pin: "1"
+  src: "{{ .generation.dir }}/src"
+steps:
+  - name: src
+    fake: {input: "{{ .vars.pin }}", output: "{{ .vars.src }}"}
+  - name: kernel
+    needs: [src]
+    fake: {output: "{{ .vars.src }}/dist", fail: %v}
+  - name: weights
+    fake: {output: /models/a}
+  - name: service
+    needs: [kernel, weights]
+    fake: {input: "{{ .vars.src }}/bin/python"}
+`
+
+func genApply(t *testing.T, w *world, gens, dir string, fail bool, sets ...string) (*engine.Report, error) {
+	t.Helper()
+	r := load(t, w, fmt.Sprintf(genRecipe, gens, fail), sets...)
+	w.ran = nil
+	return newEngine(t, w, r, dir, nil).Apply(context.Background())
+}
+
+func currentLink(t *testing.T, gens string) string {
+	t.Helper()
+	got, err := os.Readlink(filepath.Join(gens, "gen", generation.CurrentLink))
+	if err != nil {
+		t.Fatalf("reading the current link: %v", err)
+	}
+	return got
+}
+
+// A new pin builds into a new generation beside the serving one; only the steps that
+// build into a generation run for it; going back to a kept generation builds nothing; a
+// failed build leaves the serving generation as it was; generations beyond keep go.
+func TestGenerations(t *testing.T) {
+	w := newWorld()
+	dir, gens := t.TempDir(), t.TempDir()
+
+	rep, err := genApply(t, w, gens, dir, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g1 := rep.Generation.Serving
+	if g1 == "" || rep.Generation.Building != g1 || currentLink(t, gens) != g1 {
+		t.Fatalf("first apply: generation %+v, current %s", rep.Generation, currentLink(t, gens))
+	}
+	// The steps see the generation's folder, named by its key.
+	if env := newEngine(t, w, load(t, w, fmt.Sprintf(genRecipe, gens, false)), dir, nil).EnvFor("src"); env.Generation == nil ||
+		env.Generation.Dir != filepath.Join(gens, "gen", g1) {
+		t.Errorf("the step's generation = %+v, want the folder of %s", env.Generation, g1)
+	}
+
+	rep, err = genApply(t, w, gens, dir, false, "pin=2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g2 := rep.Generation.Serving
+	if g2 == g1 || currentLink(t, gens) != g2 {
+		t.Fatalf("a new pin serves %s (was %s), current %s", g2, g1, currentLink(t, gens))
+	}
+	if strings.Join(sorted(w.ran), ",") != "kernel,service,src" {
+		t.Errorf("a new pin ran %v, want the generation's steps and the service", w.ran)
+	}
+	if !strings.Contains(rep.Generation.Note, "kept "+generation.Short(g2)+", "+generation.Short(g1)) {
+		t.Errorf("note %q does not say both are kept", rep.Generation.Note)
+	}
+
+	// Back to pin 1: its generation is kept, its records come back, nothing is built.
+	rep, err = genApply(t, w, gens, dir, false, "pin=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Generation.Serving != g1 || contains(w.ran, "src") || contains(w.ran, "kernel") {
+		t.Errorf("back to pin 1: serving %s (want %s), ran %v (want no build)", rep.Generation.Serving, g1, w.ran)
+	}
+
+	// A build that fails: the serving generation stays, and so does the link.
+	rep, err = genApply(t, w, gens, dir, true, "pin=3")
+	if err == nil {
+		t.Fatal("a failing build passed")
+	}
+	if rep.Generation.Serving != g1 || currentLink(t, gens) != g1 || !strings.Contains(rep.Generation.Note, "serves") {
+		t.Errorf("after a failed build: %+v, current %s; want %s serving", rep.Generation, currentLink(t, gens), g1)
+	}
+
+	// A third good pin: keep 2 keeps it and pin 1 (the last two that passed); pin 2 goes.
+	rep, err = genApply(t, w, gens, dir, false, "pin=4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g4 := rep.Generation.Serving
+	for key, want := range map[string]bool{g1: true, g2: false, g4: true} {
+		if _, err := os.Stat(filepath.Join(gens, "gen", key)); (err == nil) != want {
+			t.Errorf("generation %s on disk = %v, want %v (%s)", key, err == nil, want, rep.Generation.Note)
+		}
+	}
+	if !strings.Contains(rep.Generation.Note, "freed") {
+		t.Errorf("note %q does not say what was freed", rep.Generation.Note)
+	}
+}
+
+func sorted(s []string) []string {
+	out := append([]string(nil), s...)
+	for i := range out {
+		for j := i + 1; j < len(out); j++ {
+			if out[j] < out[i] {
+				out[i], out[j] = out[j], out[i]
+			}
+		}
+	}
+	return out
+}
+
+// A toolchain the build's generation depends on (a new nvcc) makes a new generation: the
+// serving one is never rebuilt in place.
+func TestGenerationKeyFollowsToolchain(t *testing.T) {
+	w := newWorld()
+	dir, gens := t.TempDir(), t.TempDir()
+	w.external["kernel"] = "nvcc 13.0"
+	rep, err := genApply(t, w, gens, dir, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g1 := rep.Generation.Serving
+	made := filepath.Join(gens, "gen", g1, "src", "dist", "made-by-kernel")
+	before, err := os.Stat(made)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.external["kernel"] = "nvcc 13.1"
+	rep, err = genApply(t, w, gens, dir, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Generation.Serving == g1 || !contains(w.ran, "kernel") {
+		t.Fatalf("a new nvcc: serving %s (was %s), ran %v; want a new generation built", rep.Generation.Serving, g1, w.ran)
+	}
+	if after, err := os.Stat(made); err != nil || !after.ModTime().Equal(before.ModTime()) {
+		t.Errorf("the old generation's build output was rewritten (%v)", err)
+	}
+}

@@ -1,0 +1,73 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/gpu"
+)
+
+const serverRecipe = `apiVersion: sglprov/v1
+name: %s
+%s
+steps:
+  - name: service
+    fake: {unit: %s.service}
+`
+
+// Two recipes whose servers would run on the same GPUs are refused on one node (exit 4,
+// naming the other recipe and the GPUs), unless one replaces the other or their
+// requires.gpu.devices do not overlap.
+func TestGPUClaimsOverlapRefused(t *testing.T) {
+	w := newWorld()
+	host := &gpu.Facts{GPUs: []gpu.Device{{Index: 0, UUID: "GPU-0"}, {Index: 1, UUID: "GPU-1"}, {Index: 2, UUID: "GPU-2"}, {Index: 3, UUID: "GPU-3"}}}
+	half := func(devices ...string) *gpu.Facts {
+		s, err := host.Subset(devices)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	run := func(dir, name, extra string, facts *gpu.Facts) error {
+		e := newEngine(t, w, load(t, w, fmt.Sprintf(serverRecipe, name, extra, name)), dir, func(o *engine.Options) { o.Facts = facts })
+		_, err := e.Apply(context.Background())
+		return err
+	}
+
+	dir := t.TempDir()
+	if err := run(dir, "model-a", "", host); err != nil {
+		t.Fatal(err)
+	}
+	err := run(dir, "model-b", "", host)
+	if !errors.Is(err, engine.ErrHost) || engine.ExitCode(err) != 4 || !strings.Contains(err.Error(), "recipe model-a serves on GPU-0, GPU-1, GPU-2, GPU-3") {
+		t.Fatalf("a second whole-node recipe: %v, want exit 4 naming model-a and its GPUs", err)
+	}
+	if err := run(dir, "model-b", "replaces: [model-a]", host); err != nil {
+		t.Errorf("a recipe that replaces the other: %v", err)
+	}
+
+	dir = t.TempDir()
+	if err := run(dir, "model-a", "", half("0", "1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := run(dir, "model-b", "", half("2", "3")); err != nil {
+		t.Errorf("disjoint devices refused: %v", err)
+	}
+	if err := run(dir, "model-c", "", half("1", "2")); !errors.Is(err, engine.ErrHost) || !strings.Contains(err.Error(), "model-a serves on GPU-1") || !strings.Contains(err.Error(), "model-b serves on GPU-2") {
+		t.Errorf("overlapping devices: %v, want both recipes named", err)
+	}
+
+	// A recipe whose run failed serves nowhere: it claims no GPU.
+	dir = t.TempDir()
+	failing := load(t, w, strings.Replace(fmt.Sprintf(serverRecipe, "model-x", "", "model-x"), "fake: {", "fake: {fail: true, ", 1))
+	if _, err := newEngine(t, w, failing, dir, func(o *engine.Options) { o.Facts = host }).Apply(context.Background()); err == nil {
+		t.Fatal("the failing recipe passed")
+	}
+	if err := run(dir, "model-a", "", host); err != nil {
+		t.Errorf("a recipe beside one that never served: %v", err)
+	}
+}

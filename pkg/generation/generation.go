@@ -1,0 +1,368 @@
+// Package generation keeps a recipe's generations: the folders that hold what a serving
+// node's server reads (source tree, venv, built wheels), one per set of inputs, built beside
+// the one that serves and never written again once it served. A record in the state dir
+// lists them with the time each passed the gate; a "current" link names the last one that
+// passed. The anchors are NixOS generations and OSTree deployments.
+//
+// The package knows folders and records only; which steps build into a generation, and
+// when one passed, is the engine's to say.
+package generation
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/sglprov/sglprov/pkg/atomicfile"
+	"github.com/sglprov/sglprov/pkg/safefile"
+)
+
+// CurrentLink is the name of the link, in a recipe's generations folder, to the last
+// generation that passed.
+const CurrentLink = "current"
+
+// maxRecord bounds the record file read back.
+const maxRecord = 16 << 20
+
+// Generation is one generation in the record.
+type Generation struct {
+	// Key names the generation's folder: a digest of what decides it.
+	Key string `json:"key"`
+	// Created is when a run first built into it.
+	Created time.Time `json:"created"`
+	// Passed is when it last passed the gate (zero: never).
+	Passed time.Time `json:"passed,omitzero"`
+	// Steps are the records of the steps that built it, as they stood when it passed:
+	// going back to it takes them, so nothing is built again.
+	Steps map[string]json.RawMessage `json:"steps,omitempty"`
+}
+
+// Record is what the record file holds.
+type Record struct {
+	// Current is the key of the generation that last passed (the serving one).
+	Current     string        `json:"current,omitempty"`
+	Generations []*Generation `json:"generations"`
+}
+
+// Store is one recipe's generations.
+type Store struct {
+	dir    string
+	record string
+	keep   int
+	now    func() time.Time
+	rec    Record
+}
+
+// Key returns a generation's key from the named digests that decide it.
+func Key(parts map[string]string) string {
+	names := make([]string, 0, len(parts))
+	for k := range parts {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	h := sha256.New()
+	for _, k := range names {
+		fmt.Fprintf(h, "%s=%s\n", k, parts[k])
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// Open reads the record at recordPath of the generations kept in dir (a host path), keeping
+// keep passed ones (at least 1). A missing record has no generations.
+func Open(dir, recordPath string, keep int) (*Store, error) {
+	if keep < 1 {
+		keep = 1
+	}
+	s := &Store{dir: dir, record: recordPath, keep: keep, now: time.Now}
+	b, err := safefile.ReadNoFollow(recordPath)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return s, nil
+	case err != nil:
+		return nil, fmt.Errorf("reading the generations record: %w", err)
+	case len(b) > maxRecord:
+		return nil, fmt.Errorf("reading the generations record %s: larger than %d bytes", recordPath, maxRecord)
+	}
+	if err := json.Unmarshal(b, &s.rec); err != nil {
+		return nil, fmt.Errorf("reading the generations record %s: %w (move it away to start afresh)", recordPath, err)
+	}
+	return s, nil
+}
+
+// Dir returns the folder that holds the generations.
+func (s *Store) Dir() string { return s.dir }
+
+// Path returns the host path of the generation with key.
+func (s *Store) Path(key string) string { return filepath.Join(s.dir, key) }
+
+// Serving returns the key of the last generation that passed ("" when none has).
+func (s *Store) Serving() string { return s.rec.Current }
+
+// Generations returns the generations in the record, oldest first.
+func (s *Store) Generations() []Generation {
+	out := make([]Generation, 0, len(s.rec.Generations))
+	for _, g := range s.rec.Generations {
+		out = append(out, *g)
+	}
+	return out
+}
+
+func (s *Store) find(key string) *Generation {
+	for _, g := range s.rec.Generations {
+		if g.Key == key {
+			return g
+		}
+	}
+	return nil
+}
+
+// Begin records that a run builds into the generation with key (before anything is
+// written there, so that a folder the record does not name is never one of ours half built).
+func (s *Store) Begin(key string) error {
+	if s.find(key) != nil {
+		return nil
+	}
+	s.rec.Generations = append(s.rec.Generations, &Generation{Key: key, Created: s.now().UTC()})
+	return s.save()
+}
+
+// Steps returns the step records kept with the generation with key, when it passed.
+func (s *Store) Steps(key string) map[string]json.RawMessage {
+	if g := s.find(key); g != nil {
+		return g.Steps
+	}
+	return nil
+}
+
+// Freed is one generation removed (or that would be, in a dry run).
+type Freed struct {
+	Key   string `json:"key"`
+	Bytes int64  `json:"bytes"`
+}
+
+// Pruned says what a prune kept and freed.
+type Pruned struct {
+	// Kept are the keys kept, the serving one first.
+	Kept []string `json:"kept"`
+	// Freed are the generations removed; Bytes their size together.
+	Freed []Freed `json:"freed,omitempty"`
+	Bytes int64   `json:"bytes"`
+}
+
+// Passed records that the generation with key passed the gate, with the records of the
+// steps that built it: it becomes the serving one and the "current" link is flipped to it
+// (a new link renamed over the old one). Then the generations beyond the kept ones are
+// removed.
+func (s *Store) Passed(key string, steps map[string]json.RawMessage) (*Pruned, error) {
+	g := s.find(key)
+	if g == nil {
+		g = &Generation{Key: key, Created: s.now().UTC()}
+		s.rec.Generations = append(s.rec.Generations, g)
+	}
+	g.Passed, g.Steps = s.now().UTC(), steps
+	s.rec.Current = key
+	if err := s.save(); err != nil {
+		return nil, err
+	}
+	if err := s.link(key); err != nil {
+		return nil, err
+	}
+	return s.Prune(false)
+}
+
+// link points the "current" link at key.
+func (s *Store) link(key string) error {
+	if err := os.MkdirAll(s.dir, 0o755); err != nil {
+		return fmt.Errorf("creating %s: %w", s.dir, err)
+	}
+	tmp := filepath.Join(s.dir, fmt.Sprintf(".%s.%d", CurrentLink, os.Getpid()))
+	_ = os.Remove(tmp)
+	if err := os.Symlink(key, tmp); err != nil {
+		return fmt.Errorf("linking the current generation: %w", err)
+	}
+	if err := os.Rename(tmp, filepath.Join(s.dir, CurrentLink)); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("linking the current generation: %w", err)
+	}
+	return atomicfile.SyncDir(s.dir)
+}
+
+// keptKeys returns the generations a prune keeps: the serving one and the newest passed
+// ones up to keep, and besides, when given, the one being built.
+func (s *Store) keptKeys(building string) []string {
+	passed := make([]*Generation, 0, len(s.rec.Generations))
+	for _, g := range s.rec.Generations {
+		if !g.Passed.IsZero() {
+			passed = append(passed, g)
+		}
+	}
+	sort.SliceStable(passed, func(i, j int) bool { return passed[i].Passed.After(passed[j].Passed) })
+	var kept []string
+	if s.rec.Current != "" {
+		kept = append(kept, s.rec.Current)
+	}
+	for _, g := range passed {
+		if len(kept) >= s.keep {
+			break
+		}
+		if g.Key != s.rec.Current {
+			kept = append(kept, g.Key)
+		}
+	}
+	if building != "" && !contains(kept, building) {
+		kept = append(kept, building)
+	}
+	return kept
+}
+
+// Prune removes the generations beyond the kept ones (see Passed): their folders and their
+// records. With dryRun it only says what it would remove.
+func (s *Store) Prune(dryRun bool) (*Pruned, error) {
+	return s.prune(dryRun, "")
+}
+
+// PruneKeeping is Prune that also keeps the generation being built (gc while a new one is
+// half built: it is the next apply's to finish).
+func (s *Store) PruneKeeping(building string, dryRun bool) (*Pruned, error) {
+	return s.prune(dryRun, building)
+}
+
+func (s *Store) prune(dryRun bool, building string) (*Pruned, error) {
+	kept := s.keptKeys(building)
+	p := &Pruned{Kept: kept}
+	var left []*Generation
+	var errs []error
+	for _, g := range s.rec.Generations {
+		if contains(kept, g.Key) {
+			left = append(left, g)
+			continue
+		}
+		size := DiskUsage(s.Path(g.Key))
+		if !dryRun {
+			if err := os.RemoveAll(s.Path(g.Key)); err != nil {
+				errs = append(errs, fmt.Errorf("removing generation %s: %w", g.Key, err))
+				left = append(left, g)
+				continue
+			}
+		}
+		p.Freed = append(p.Freed, Freed{Key: g.Key, Bytes: size})
+		p.Bytes += size
+	}
+	if !dryRun && len(left) != len(s.rec.Generations) {
+		s.rec.Generations = left
+		if err := s.save(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return p, errors.Join(errs...)
+}
+
+// RemoveAll removes every generation, the "current" link, the folder when empty, and the
+// record (sglprov remove). With dryRun it only says what it would free.
+func (s *Store) RemoveAll(dryRun bool) (*Pruned, error) {
+	p := &Pruned{}
+	for _, g := range s.rec.Generations {
+		size := DiskUsage(s.Path(g.Key))
+		p.Freed = append(p.Freed, Freed{Key: g.Key, Bytes: size})
+		p.Bytes += size
+	}
+	if dryRun {
+		return p, nil
+	}
+	var errs []error
+	for _, g := range s.rec.Generations {
+		if err := os.RemoveAll(s.Path(g.Key)); err != nil {
+			errs = append(errs, fmt.Errorf("removing generation %s: %w", g.Key, err))
+		}
+	}
+	_ = os.Remove(filepath.Join(s.dir, CurrentLink))
+	_ = os.Remove(s.dir) // only when empty: what else is there is not ours
+	if err := os.Remove(s.record); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		errs = append(errs, fmt.Errorf("removing the generations record: %w", err))
+	}
+	if len(errs) == 0 {
+		s.rec = Record{}
+	}
+	return p, errors.Join(errs...)
+}
+
+func (s *Store) save() error {
+	if err := os.MkdirAll(filepath.Dir(s.record), 0o700); err != nil {
+		return fmt.Errorf("creating the generations record's folder: %w", err)
+	}
+	b, err := json.MarshalIndent(&s.rec, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encoding the generations record: %w", err)
+	}
+	if err := atomicfile.Write(s.record, append(b, '\n'), 0o600); err != nil {
+		return fmt.Errorf("writing the generations record: %w", err)
+	}
+	return nil
+}
+
+// DiskUsage returns the bytes the regular files under path take (a file with several
+// links counted once); 0 when path is not there.
+func DiskUsage(path string) int64 {
+	var total int64
+	seen := map[[2]uint64]bool{}
+	_ = filepath.WalkDir(path, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return nil
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return nil
+		}
+		if id, ok := inode(fi); ok {
+			if seen[id] {
+				return nil
+			}
+			seen[id] = true
+		}
+		total += fi.Size()
+		return nil
+	})
+	return total
+}
+
+// Short returns the first 12 characters of a key, for messages.
+func Short(key string) string {
+	if len(key) > 12 {
+		return key[:12]
+	}
+	return key
+}
+
+// Describe says what a prune kept and freed, in one line.
+func (p *Pruned) Describe(format func(int64) string) string {
+	kept := make([]string, 0, len(p.Kept))
+	for _, k := range p.Kept {
+		kept = append(kept, Short(k))
+	}
+	s := "kept " + strings.Join(kept, ", ")
+	if len(p.Freed) == 0 {
+		return s + "; freed nothing"
+	}
+	freed := make([]string, 0, len(p.Freed))
+	for _, f := range p.Freed {
+		freed = append(freed, Short(f.Key))
+	}
+	return fmt.Sprintf("%s; freed %s (%s)", s, strings.Join(freed, ", "), format(p.Bytes))
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

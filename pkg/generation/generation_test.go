@@ -1,0 +1,117 @@
+package generation
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func fill(t *testing.T, s *Store, key string, size int) {
+	t.Helper()
+	dir := filepath.Join(s.Path(key), "venv")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "lib.so"), make([]byte, size), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func openAt(t *testing.T, root string, keep int, clock *time.Time) *Store {
+	t.Helper()
+	s, err := Open(filepath.Join(root, "gens", "r"), filepath.Join(root, "state", "generations", "r.json"), keep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.now = func() time.Time { *clock = clock.Add(time.Minute); return *clock }
+	return s
+}
+
+// Generations that passed are kept up to keep, the serving one always; the link names the
+// last that passed; older ones and ones that never passed are removed with their size said.
+func TestPassedFlipsCurrentAndPrunes(t *testing.T) {
+	root := t.TempDir()
+	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	s := openAt(t, root, 2, &clock)
+	for i, key := range []string{"g1", "g2", "broken", "g3"} {
+		if err := s.Begin(key); err != nil {
+			t.Fatal(err)
+		}
+		fill(t, s, key, 1000*(i+1))
+		if key == "broken" {
+			continue // its build failed: it never passes
+		}
+		if _, err := s.Passed(key, nil); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := os.Readlink(filepath.Join(s.Dir(), CurrentLink)); got != key {
+			t.Errorf("after %s passed, current -> %q", key, got)
+		}
+	}
+	// g3 passed last: g1 went when g3 passed (keep 2: g3, g2), broken too.
+	if s.Serving() != "g3" {
+		t.Errorf("serving %q, want g3", s.Serving())
+	}
+	for key, want := range map[string]bool{"g1": false, "g2": true, "broken": false, "g3": true} {
+		if _, err := os.Stat(s.Path(key)); (err == nil) != want {
+			t.Errorf("generation %s on disk = %v, want %v", key, err == nil, want)
+		}
+	}
+	// The record survives a reopen.
+	again := openAt(t, root, 2, &clock)
+	if again.Serving() != "g3" || len(again.Generations()) != 2 {
+		t.Errorf("reopened: serving %q, %d generations", again.Serving(), len(again.Generations()))
+	}
+}
+
+func TestPruneSaysWhatItFrees(t *testing.T) {
+	root := t.TempDir()
+	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	s := openAt(t, root, 3, &clock)
+	for i, key := range []string{"g1", "g2", "g3"} {
+		_ = s.Begin(key)
+		fill(t, s, key, 1000*(i+1))
+		if _, err := s.Passed(key, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.keep = 1
+	p, err := s.Prune(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Bytes != 3000 || len(p.Freed) != 2 || strings.Join(p.Kept, ",") != "g3" {
+		t.Errorf("dry run = %+v, want g1 and g2 freed (3000 bytes), g3 kept", p)
+	}
+	if _, err := os.Stat(s.Path("g1")); err != nil {
+		t.Errorf("a dry run removed g1: %v", err)
+	}
+	p, err = s.Prune(false)
+	if err != nil || p.Bytes != 3000 {
+		t.Fatalf("prune = %+v, %v", p, err)
+	}
+	if _, err := os.Stat(s.Path("g1")); err == nil {
+		t.Errorf("g1 is still there after the prune")
+	}
+	if d := p.Describe(func(n int64) string { return "N" }); !strings.Contains(d, "kept g3") || !strings.Contains(d, "freed g1, g2") {
+		t.Errorf("Describe = %q", d)
+	}
+	all, err := s.RemoveAll(false)
+	if err != nil || all.Bytes != 3000 {
+		t.Fatalf("RemoveAll = %+v, %v", all, err)
+	}
+	if _, err := os.Stat(s.Dir()); err == nil {
+		t.Errorf("the recipe's generations folder is still there")
+	}
+}
+
+func TestKeyIsStable(t *testing.T) {
+	a := Key(map[string]string{"src.spec": "1", "build.spec": "2"})
+	b := Key(map[string]string{"build.spec": "2", "src.spec": "1"})
+	c := Key(map[string]string{"build.spec": "2", "src.spec": "3"})
+	if a != b || a == c || len(a) != 16 {
+		t.Errorf("keys %s %s %s", a, b, c)
+	}
+}

@@ -1,0 +1,325 @@
+// Package portowner finds who listens on a TCP port: the listening sockets from
+// /proc/net/tcp and /proc/net/tcp6, the processes that hold them (the socket's inode among
+// /proc/PID/fd), and the systemd unit each process runs in (from /proc/PID/cgroup). It
+// reads only /proc, so it sees the sockets of the caller's network namespace, and the
+// processes of other users only when run as root.
+package portowner
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// Listener is a socket listening on the port and one process that holds it.
+type Listener struct {
+	// Addr is the local address the socket listens on.
+	Addr netip.AddrPort
+	// Inode is the socket's inode number.
+	Inode uint64
+	// PID is a process that holds the socket; 0 when none could be read (a process of
+	// another user, read without root).
+	PID int
+	// Command is the process's name (/proc/PID/comm).
+	Command string
+	// Cgroup is the process's cgroup path (the unified hierarchy's, else systemd's v1
+	// name=systemd hierarchy's).
+	Cgroup string
+	// Unit is the systemd unit of that cgroup: its deepest .service or .scope; "" when
+	// the process is in none (a container's root cgroup, a process outside systemd).
+	Unit string
+}
+
+// String describes the listener for a message, e.g. "pid 4242 (python3, unit
+// sglang-a.service) listening on 127.0.0.1:30000".
+func (l Listener) String() string {
+	if l.PID == 0 {
+		return fmt.Sprintf("a process sglprov cannot see (socket inode %d; run as root to name it) listening on %s", l.Inode, l.Addr)
+	}
+	who := l.Command
+	switch {
+	case l.Unit != "":
+		who += ", unit " + l.Unit
+	case l.Cgroup != "":
+		who += ", cgroup " + l.Cgroup + ", in no systemd unit"
+	}
+	return fmt.Sprintf("pid %d (%s) listening on %s", l.PID, who, l.Addr)
+}
+
+// Conflicts reports whether a server binding host on the listener's port would collide
+// with it: the same address, or either of them the wildcard. A host that is not an IP
+// address ("localhost", a name) is taken to collide.
+func (l Listener) Conflicts(host string) bool {
+	ip, err := netip.ParseAddr(strings.Trim(host, "[]"))
+	if err != nil {
+		return true
+	}
+	have := l.Addr.Addr().Unmap()
+	ip = ip.Unmap()
+	return ip.IsUnspecified() || have.IsUnspecified() || ip == have
+}
+
+// Lookup returns the sockets listening on TCP port and the processes that hold them,
+// reading /proc.
+func Lookup(port int) ([]Listener, error) {
+	return LookupIn("/proc", port)
+}
+
+// LookupIn is Lookup with /proc at proc. A socket no readable process holds is returned
+// once with PID 0; a socket held by several processes (inherited across fork) once per
+// process.
+func LookupIn(proc string, port int) ([]Listener, error) {
+	if port < 1 || port > 65535 {
+		return nil, fmt.Errorf("port %d: want 1 to 65535", port)
+	}
+	socks := map[uint64]netip.AddrPort{}
+	var order []uint64
+	for _, name := range []string{"tcp", "tcp6"} {
+		f, err := os.Open(filepath.Join(proc, "net", name))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // no IPv6
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading the listening sockets: %w", err)
+		}
+		found, err := listening(io.LimitReader(f, 64<<20), uint16(port))
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("reading %s: %w", filepath.Join(proc, "net", name), err)
+		}
+		for _, s := range found {
+			if _, ok := socks[s.inode]; !ok {
+				order = append(order, s.inode)
+			}
+			socks[s.inode] = s.addr
+		}
+	}
+	if len(socks) == 0 {
+		return nil, nil
+	}
+	holders, err := holders(proc, socks)
+	if err != nil {
+		return nil, err
+	}
+	var out []Listener
+	for _, ino := range order {
+		pids := holders[ino]
+		if len(pids) == 0 {
+			out = append(out, Listener{Addr: socks[ino], Inode: ino})
+			continue
+		}
+		for _, pid := range pids {
+			l := Listener{Addr: socks[ino], Inode: ino, PID: pid}
+			l.Command = readSmall(filepath.Join(proc, strconv.Itoa(pid), "comm"))
+			if b, err := readLimited(filepath.Join(proc, strconv.Itoa(pid), "cgroup"), 64<<10); err == nil {
+				l.Cgroup = CgroupPath(b)
+				l.Unit = UnitOf(l.Cgroup)
+			}
+			out = append(out, l)
+		}
+	}
+	return out, nil
+}
+
+type socket struct {
+	addr  netip.AddrPort
+	inode uint64
+}
+
+// listening parses /proc/net/tcp{,6} and returns the sockets in state LISTEN (0A) on port.
+// Addresses are written as the kernel's 32-bit words in host order, which is little
+// endian on the hosts sglprov runs on (x86-64, arm64).
+func listening(r io.Reader, port uint16) ([]socket, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 4096), 4096)
+	var out []socket
+	first := true
+	for sc.Scan() {
+		if first { // the header
+			first = false
+			continue
+		}
+		f := strings.Fields(sc.Text())
+		if len(f) < 10 || f[3] != "0A" {
+			continue
+		}
+		hostHex, portHex, ok := strings.Cut(f[1], ":")
+		if !ok {
+			return nil, fmt.Errorf("local address %q is not HEX:PORT", f[1])
+		}
+		p, err := strconv.ParseUint(portHex, 16, 16)
+		if err != nil {
+			return nil, fmt.Errorf("local address %q: %w", f[1], err)
+		}
+		if uint16(p) != port {
+			continue
+		}
+		ip, err := parseHexAddr(hostHex)
+		if err != nil {
+			return nil, fmt.Errorf("local address %q: %w", f[1], err)
+		}
+		ino, err := strconv.ParseUint(f[9], 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("inode %q: %w", f[9], err)
+		}
+		out = append(out, socket{addr: netip.AddrPortFrom(ip, port), inode: ino})
+	}
+	return out, sc.Err()
+}
+
+func parseHexAddr(h string) (netip.Addr, error) {
+	if len(h) != 8 && len(h) != 32 {
+		return netip.Addr{}, fmt.Errorf("address of %d hex digits", len(h))
+	}
+	b := make([]byte, 0, 16)
+	for i := 0; i < len(h); i += 8 {
+		w, err := strconv.ParseUint(h[i:i+8], 16, 32)
+		if err != nil {
+			return netip.Addr{}, err
+		}
+		b = append(b, byte(w), byte(w>>8), byte(w>>16), byte(w>>24))
+	}
+	a, _ := netip.AddrFromSlice(b)
+	return a, nil
+}
+
+// holders maps each socket inode to the processes that have it open, from the links in
+// /proc/PID/fd; processes that vanish or cannot be read are skipped.
+func holders(proc string, socks map[uint64]netip.AddrPort) (map[uint64][]int, error) {
+	entries, err := os.ReadDir(proc)
+	if err != nil {
+		return nil, fmt.Errorf("listing processes: %w", err)
+	}
+	out := map[uint64][]int{}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid <= 0 {
+			continue
+		}
+		dir := filepath.Join(proc, e.Name(), "fd")
+		fds, err := os.ReadDir(dir)
+		if err != nil {
+			continue
+		}
+		for _, fd := range fds {
+			link, err := os.Readlink(filepath.Join(dir, fd.Name()))
+			if err != nil {
+				continue
+			}
+			num, ok := strings.CutPrefix(link, "socket:[")
+			if !ok {
+				continue
+			}
+			ino, err := strconv.ParseUint(strings.TrimSuffix(num, "]"), 10, 64)
+			if err != nil {
+				continue
+			}
+			if _, want := socks[ino]; want {
+				out[ino] = append(out[ino], pid)
+			}
+		}
+	}
+	return out, nil
+}
+
+// CgroupPath returns the cgroup path of a /proc/PID/cgroup file: the unified hierarchy's
+// ("0::PATH"), else the v1 name=systemd hierarchy's; "" when it has neither.
+func CgroupPath(cgroup []byte) string {
+	var v1, v2 string
+	for _, line := range strings.Split(string(cgroup), "\n") {
+		id, rest, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		ctrl, path, ok := strings.Cut(rest, ":")
+		if !ok {
+			continue
+		}
+		switch {
+		case id == "0" && ctrl == "":
+			v2 = path
+		case ctrl == "name=systemd":
+			v1 = path
+		}
+	}
+	// On a hybrid host the unified hierarchy may be unused ("/") while systemd's v1
+	// hierarchy has the unit.
+	if v2 != "" && (v2 != "/" || v1 == "") {
+		return v2
+	}
+	return v1
+}
+
+// UnitOf returns the systemd unit a cgroup path belongs to: its deepest component that
+// names a service or a scope ("/system.slice/sglang.service/payload" is sglang.service);
+// "" when there is none.
+func UnitOf(path string) string {
+	parts := strings.Split(path, "/")
+	for i := len(parts) - 1; i >= 0; i-- {
+		if strings.HasSuffix(parts[i], ".service") || strings.HasSuffix(parts[i], ".scope") {
+			return parts[i]
+		}
+	}
+	return ""
+}
+
+func readLimited(path string, n int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, n))
+}
+
+func readSmall(path string) string {
+	b, err := readLimited(path, 256)
+	if err != nil {
+		return ""
+	}
+	return string(bytes.TrimSpace(b))
+}
+
+// DescendsFrom reports whether process pid is a child, grandchild, ... of ancestor,
+// following the parents in /proc/PID/stat (at most 128 generations).
+func DescendsFrom(pid, ancestor int) bool {
+	return descendsFrom("/proc", pid, ancestor)
+}
+
+func descendsFrom(proc string, pid, ancestor int) bool {
+	for range 128 {
+		if pid <= 1 {
+			return false
+		}
+		stat, err := readLimited(filepath.Join(proc, strconv.Itoa(pid), "stat"), 4096)
+		if err != nil {
+			return false
+		}
+		// "PID (COMM) STATE PPID ...": COMM may hold spaces and parentheses.
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 {
+			return false
+		}
+		f := strings.Fields(string(stat[i+1:]))
+		if len(f) < 2 {
+			return false
+		}
+		ppid, err := strconv.Atoi(f[1])
+		if err != nil {
+			return false
+		}
+		if ppid == ancestor {
+			return true
+		}
+		pid = ppid
+	}
+	return false
+}

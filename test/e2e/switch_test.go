@@ -1,0 +1,105 @@
+package e2e
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// switchRecipe makes recipe NAME of e2eRecipe: its own unit and model, the same port.
+func switchRecipe(name, unit, model, replaces string) string {
+	r := strings.Replace(e2eRecipe, "name: e2e-systemd", "name: "+name+replaces, 1)
+	r = strings.Replace(r, "unit: sglang-e2e.service", "unit: "+unit, 1)
+	return strings.Replace(r, "/var/lib/sglprov/models/Qwen3.5-397B-A17B-NVFP4", "/var/lib/sglprov/models/"+model, 1)
+}
+
+// TestModelSwitch applies recipe B, which replaces recipe A, on a node that serves A,
+// against real systemd: A's unit is stopped and disabled and B's serves B's model (exit 0);
+// then B broken on a node that serves A: A serves again, B is stopped, exit 3.
+func TestModelSwitch(t *testing.T) {
+	requireE2E(t)
+	bins := buildBinaries(t)
+	const (
+		recipeA = "/etc/sglprov/a.yaml"
+		recipeB = "/etc/sglprov/b.yaml"
+		unitA   = "sglang-a.service"
+		unitB   = "sglang-b.service"
+	)
+	setup := func(t *testing.T) *host {
+		h := newHost(t, bins)
+		h.WriteFile(recipeA, []byte(switchRecipe("e2e-a", unitA, "model-A", "")), 0o644)
+		h.WriteFile(recipeB, []byte(switchRecipe("e2e-b", unitB, "model-B", "\nreplaces: [e2e-a]")), 0o644)
+		return h
+	}
+	apply := func(h *host, recipe string, extra ...string) applied {
+		h.t.Helper()
+		argv := append([]string{"SGLPROV_GPU_FIXTURE=/etc/sglprov/gpu.json", "sglprov", "apply", "-f", recipe, "--state-dir", stateDir}, extra...)
+		start := time.Now()
+		out, code := h.Run(5*time.Minute, argv...)
+		h.t.Logf("sglprov apply -f %s %s: exit %d in %s", recipe, strings.Join(extra, " "), code, time.Since(start).Round(10*time.Millisecond))
+		return applied{out: out, code: code, took: time.Since(start)}
+	}
+	state := func(h *host, unit string) (active, enabled string) {
+		a, _ := h.Run(10*time.Second, "systemctl", "is-active", unit)
+		e, _ := h.Run(10*time.Second, "systemctl", "is-enabled", unit)
+		return strings.TrimSpace(a), strings.TrimSpace(e)
+	}
+	serving := func(h *host, unit string) string {
+		out, _ := h.Run(10*time.Second, "sh", "-c", "p=$(systemctl show -p MainPID --value "+unit+"); [ \"$p\" != 0 ] && tr '\\0' ' ' </proc/$p/cmdline")
+		return out
+	}
+
+	t.Run("B replaces A", func(t *testing.T) {
+		h := setup(t)
+		if a := apply(h, recipeA); a.code != 0 {
+			t.Fatalf("apply A: exit %d\n%s", a.code, a.out)
+		}
+		a := apply(h, recipeB)
+		if a.code != 0 {
+			t.Fatalf("apply B: exit %d\n%s", a.code, a.out)
+		}
+		if act, en := state(h, unitA); act == "active" || en == "enabled" {
+			t.Errorf("after B: %s is %s and %s, want stopped and disabled", unitA, act, en)
+		}
+		if act, en := state(h, unitB); act != "active" || en != "enabled" {
+			t.Errorf("after B: %s is %s and %s, want active and enabled", unitB, act, en)
+		}
+		if cmd := serving(h, unitB); !strings.Contains(cmd, "/models/model-B") {
+			t.Errorf("B's server runs %q, want B's model", cmd)
+		}
+		if !strings.Contains(a.out, "stopped and disabled a replaced unit") {
+			t.Errorf("apply B does not say that it replaced %s:\n%s", unitA, a.out)
+		}
+	})
+
+	t.Run("B broken: A serves again and the run exits 3", func(t *testing.T) {
+		h := setup(t)
+		if a := apply(h, recipeA); a.code != 0 {
+			t.Fatalf("apply A: exit %d\n%s", a.code, a.out)
+		}
+		a := apply(h, recipeB, "--set", "also_broken_if=fp4-gemm-backend=flashinfer_cutlass")
+		if a.code != 3 {
+			t.Fatalf("apply broken B: exit %d, want 3\n%s", a.code, a.out)
+		}
+		if !strings.Contains(a.out, "what it replaced ("+unitA+") was restored and passed the gate again") {
+			t.Errorf("apply broken B does not say that %s serves again:\n%s", unitA, a.out)
+		}
+		if act, en := state(h, unitA); act != "active" || en != "enabled" {
+			t.Errorf("after broken B: %s is %s and %s, want active and enabled", unitA, act, en)
+		}
+		if act, _ := state(h, unitB); act == "active" {
+			t.Errorf("after broken B: %s is still active", unitB)
+		}
+		if cmd := serving(h, unitA); !strings.Contains(cmd, "/models/model-A") {
+			t.Errorf("A's server runs %q, want A's model", cmd)
+		}
+		// Back on A: A's own records are there, so its apply restarts nothing.
+		before := h.Show(unitA, "MainPID")
+		if a := apply(h, recipeA); a.code != 0 {
+			t.Fatalf("apply A again: exit %d\n%s", a.code, a.out)
+		}
+		if after := h.Show(unitA, "MainPID"); after["MainPID"] != before["MainPID"] {
+			t.Errorf("apply A after the failed switch restarted A (%s -> %s)", before["MainPID"], after["MainPID"])
+		}
+	})
+}
