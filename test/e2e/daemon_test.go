@@ -227,3 +227,47 @@ func asString(v any) string {
 	s, _ := v.(string)
 	return s
 }
+
+// TestJournalPriorities: a one-shot apply run by systemd (its stderr the journal's stream)
+// that the host refuses (exit 4) leaves its last word in the journal with PRIORITY=3 and
+// the exit code and recipe as fields, not as PRIORITY=6 text; the refusal is recorded
+// (status exits 4) and the textfile says so.
+func TestJournalPriorities(t *testing.T) {
+	requireE2E(t)
+	h := newHost(t, buildBinaries(t))
+	h.WriteFile("/etc/sglprov/big.yaml", []byte(`apiVersion: sglprov/v1
+name: e2e-big
+requires:
+  gpu: {min_count: 64}
+steps:
+  - name: hello
+    command: {argv: ["true"]}
+`), 0o644)
+	out, code := h.Run(2*time.Minute, "systemd-run", "--wait", "--unit", "sglprov-once", "--setenv=SGLPROV_GPU_FIXTURE=/etc/sglprov/gpu.json",
+		"/usr/local/bin/sglprov", "apply", "-f", "/etc/sglprov/big.yaml", "--state-dir", stateDir, "--textfile", textfilePath)
+	if code == 0 {
+		t.Fatalf("the refused apply's unit succeeded:\n%s", out)
+	}
+	j := h.MustRun("journalctl", "-u", "sglprov-once", "-o", "json", "--no-pager", "PRIORITY=3")
+	found := false
+	for _, line := range strings.Split(strings.TrimSpace(j), "\n") {
+		var e map[string]any
+		if json.Unmarshal([]byte(line), &e) == nil && e["EXIT_CODE"] == "4" && strings.HasPrefix(asString(e["MESSAGE"]), "sglprov apply failed") &&
+			strings.Contains(asString(e["ERR"]), "this recipe needs at least 64") {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("no PRIORITY=3 entry with EXIT_CODE=4 and ERR for the refusal:\n%s", j)
+	}
+	if all := h.MustRun("journalctl", "-u", "sglprov-once", "-o", "cat", "--no-pager", "PRIORITY=6"); strings.Contains(all, "sglprov apply failed") {
+		t.Errorf("the refusal also reached the journal at PRIORITY=6:\n%s", all)
+	}
+	out, code = h.Run(time.Minute, "sglprov", "status", "--state-dir", stateDir)
+	if code != 4 || !strings.Contains(out, "refused before any step ran") {
+		t.Errorf("status after the refusal: exit %d\n%s", code, out)
+	}
+	if m := string(h.ReadFile(textfilePath)); !strings.Contains(m, `sglprov_apply_refused{recipe="e2e-big"} 1`) || !strings.Contains(m, `sglprov_apply_exit_code{recipe="e2e-big"} 4`) {
+		t.Errorf("the textfile after the refusal:\n%s", m)
+	}
+}
