@@ -27,6 +27,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/logval"
@@ -78,16 +79,26 @@ type Options struct {
 	// StallTimeout cancels and retries a request that received no byte for this long
 	// (default 60s). There is no total timeout.
 	StallTimeout time.Duration
-	// Retries is how many times a failing request (5xx, dropped connection, stall) is
-	// retried without progress, and how many times a whole file is downloaded again after
-	// a digest or size mismatch (default 3; negative means none).
+	// Retries is how many times a whole file is downloaded again after a digest or size
+	// mismatch (default 3). Negative means none, and no retry of a failing request either.
 	Retries int
-	// RetryWait is the first wait between retries; it doubles up to 30s (default 1s).
+	// NoProgress is the retry budget of a file: a failing request (refused or dropped
+	// connection, 5xx, 408, 429, stall) is retried for as long as the file received a
+	// byte within this long; a file that receives none for NoProgress fails, alone, while
+	// the others go on (default 10m).
+	NoProgress time.Duration
+	// RetryWait is the first wait between retries of a request; it doubles, with jitter,
+	// up to 30s (default 1s). A Retry-After or RateLimit header on a 429 or 5xx answer
+	// makes the wait at least what the server asks, within what is left of NoProgress.
 	RetryWait time.Duration
 	// CheckpointBytes is how often (in hashed bytes) the part file is fsynced and its
 	// resume record NAME.part.json written, so that a killed run resumes from there
 	// (default 256 MiB).
 	CheckpointBytes int64
+	// CheckpointEvery also writes the resume record when this long has passed since the
+	// last one and bytes were hashed since (default 10s), so that a slow link loses at
+	// most that much of a killed run.
+	CheckpointEvery time.Duration
 	// Client is the HTTP client (default: a client with sane transport timeouts). Its
 	// CheckRedirect is wrapped so that the token never follows a redirect to another host.
 	Client *http.Client
@@ -153,6 +164,30 @@ func (e *MismatchError) Error() string {
 	return fmt.Sprintf("%s: %s mismatch: expected %s, got %s", e.Path, e.What, e.Expected, e.Actual)
 }
 
+// FilesError reports the files of a Fetch call that failed while the others finished.
+type FilesError struct {
+	// Failed holds one error per failed file, in the order of the files; each names its
+	// file.
+	Failed []error
+	// Total is the number of files of the call.
+	Total int
+}
+
+// Error implements error.
+func (e *FilesError) Error() string {
+	if len(e.Failed) == 1 {
+		return e.Failed[0].Error()
+	}
+	msgs := make([]string, len(e.Failed))
+	for i, err := range e.Failed {
+		msgs[i] = err.Error()
+	}
+	return fmt.Sprintf("%d of %d files failed: %s", len(e.Failed), e.Total, strings.Join(msgs, "; "))
+}
+
+// Unwrap returns the errors of the failed files.
+func (e *FilesError) Unwrap() []error { return e.Failed }
+
 // SpaceError reports that the destination has too little free space for the download.
 type SpaceError struct {
 	// Dir is the folder whose file system was checked.
@@ -171,9 +206,10 @@ func FormatBytes(n int64) string { return logval.Format(n) }
 
 // Fetch downloads files into opt.Dest and returns one Result per file, in the order of
 // files. Files already present with their expected size are not downloaded (Result.Present).
-// Free space for all remaining bytes is checked before the first byte. On failure it
-// returns the results of the files that finished and an error naming the failed file;
-// part files stay in place so that the next call resumes them.
+// Free space for all remaining bytes is checked before the first byte. A file that fails
+// does not stop the others: Fetch returns the results of the files that finished and,
+// when any failed, a *FilesError naming every failed file (when ctx is cancelled, the
+// cancellation instead); part files stay in place so that the next call resumes them.
 func Fetch(ctx context.Context, files []File, opt Options) ([]Result, error) {
 	return fetch(ctx, files, opt)
 }

@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sglprov/sglprov/pkg/httpwait"
 	"github.com/sglprov/sglprov/pkg/redact"
 	"github.com/sglprov/sglprov/pkg/safefile"
 )
@@ -495,6 +496,8 @@ type APIError struct {
 	Message string
 	// Hint says what to do about it.
 	Hint string
+	// after is the wait the answer asked for (Retry-After, RateLimit), or 0.
+	after time.Duration
 }
 
 // Error implements error.
@@ -512,8 +515,13 @@ func (e *APIError) Error() string {
 	return s
 }
 
+// maxAPIWait bounds the wait before one retry of an API request that a Retry-After or
+// RateLimit header asks for (the hub's windows are 5 minutes).
+const maxAPIWait = 5 * time.Minute
+
 // getJSON decodes the JSON answer to a GET of u into v, retrying transport errors, 5xx and
-// 429 answers; hdr, when set, receives the answer's header.
+// 429 answers, each after at least the wait a Retry-After or RateLimit header asks for;
+// hdr, when set, receives the answer's header.
 func (c *Client) getJSON(ctx context.Context, u, repo, rev string, v any, hdr *http.Header) error {
 	wait := c.retryWait
 	for attempt := 0; ; attempt++ {
@@ -521,7 +529,12 @@ func (c *Client) getJSON(ctx context.Context, u, repo, rev string, v any, hdr *h
 		if err == nil || !retry || attempt >= c.retries || ctx.Err() != nil {
 			return err
 		}
-		t := time.NewTimer(wait)
+		d := wait
+		var api *APIError
+		if errors.As(err, &api) && api.after > d {
+			d = min(api.after, maxAPIWait)
+		}
+		t := time.NewTimer(d)
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -562,7 +575,8 @@ func (c *Client) getJSONOnce(ctx context.Context, u, repo, rev string, v any, hd
 
 func (c *Client) apiError(resp *http.Response, repo, rev string) error {
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	e := &APIError{Status: resp.StatusCode, Code: resp.Header.Get("X-Error-Code"), Message: resp.Header.Get("X-Error-Message")}
+	e := &APIError{Status: resp.StatusCode, Code: resp.Header.Get("X-Error-Code"), Message: resp.Header.Get("X-Error-Message"),
+		after: httpwait.ServerWait(resp.Header, time.Now())}
 	if e.Message == "" {
 		var j struct {
 			Error string `json:"error"`

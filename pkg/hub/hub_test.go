@@ -487,3 +487,42 @@ func TestReadTokenRefusesFIFO(t *testing.T) {
 		})
 	}
 }
+
+// A 429 with Retry-After (or the hub's RateLimit header) is retried no sooner than it asks.
+func TestRetryAfterHonoured(t *testing.T) {
+	h := startHub(t, fakehub.Options{})
+	for name, hdr := range map[string][2]string{
+		"Retry-After": {"Retry-After", "1"},
+		"RateLimit":   {"RateLimit", `"api";r=0;t=1`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var first time.Time
+			var again time.Duration
+			hits := 0
+			limited := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				hits++
+				if hits == 1 {
+					first = time.Now()
+					w.Header().Set(hdr[0], hdr[1])
+					http.Error(w, "rate limited", http.StatusTooManyRequests)
+					return
+				}
+				if hits == 2 {
+					again = time.Since(first)
+				}
+				h.Handler().ServeHTTP(w, r)
+			}))
+			defer limited.Close()
+			c, err := hub.New(hub.Options{Endpoint: limited.URL, Getenv: noEnv, RetryWait: time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.ResolveRevision(context.Background(), repo, "main"); err != nil {
+				t.Fatal(err)
+			}
+			if again < 900*time.Millisecond {
+				t.Errorf("asked again after %s, before the second the 429 asked for", again)
+			}
+		})
+	}
+}

@@ -150,7 +150,7 @@ func (s *Step) fetchFromCache(ctx context.Context, env *engine.Env, c cache.Cach
 			defer func() { <-sem }()
 			res, ferr := fetch.Fetch(ctx, []fetch.File{reg}, fetch.Options{
 				Dest: dest, Files: 1, Conns: s.spec.Connections, ChunkSize: cache.ChunkSize, StallTimeout: s.stall,
-				Retries: s.spec.Retries, Client: c.HTTPClient(), Progress: rep, FreeSpace: s.freeSpace,
+				Retries: s.spec.Retries, NoProgress: s.noProgress, Client: c.HTTPClient(), Progress: rep, FreeSpace: s.freeSpace,
 				Logf: func(format string, args ...any) { env.Log.Info(redact.Userinfo(fmt.Sprintf(format, args...))) },
 			})
 			out[i] = outcome{f: f, res: res, err: ferr}

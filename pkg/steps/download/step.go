@@ -351,7 +351,7 @@ func (s *Step) run(ctx context.Context, env *engine.Env, slot engine.CacheSlot) 
 		rep, closeRep := s.reporter(env)
 		results, ferr := fetch.Fetch(ctx, todo, fetch.Options{
 			Dest: dest, Files: s.spec.FilesAtOnce, Conns: s.spec.Connections,
-			StallTimeout: s.stall, Retries: s.spec.Retries, Client: s.client,
+			StallTimeout: s.stall, Retries: s.spec.Retries, NoProgress: s.noProgress, Client: s.client,
 			Token: token, TokenHost: tokenHost, Progress: rep, FreeSpace: s.freeSpace,
 			Logf: func(format string, args ...any) { env.Log.Info(redact.Userinfo(fmt.Sprintf(format, args...))) },
 		})
@@ -368,6 +368,13 @@ func (s *Step) run(ctx context.Context, env *engine.Env, slot engine.CacheSlot) 
 			ferr = fmt.Errorf("recording verified files: %w", err)
 		}
 		if ferr != nil {
+			var fe *fetch.FilesError
+			if errors.As(ferr, &fe) {
+				for _, e := range fe.Failed {
+					env.Log.Error("file failed", "err", redact.Error(e))
+				}
+				env.Detail("files_failed", len(fe.Failed))
+			}
 			return fmt.Errorf("downloading into %s: %w", s.spec.Dest, ferr)
 		}
 	}
