@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha1"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -144,8 +145,22 @@ func newConfig(opt Options) (*config, error) {
 	return c, nil
 }
 
+// newTransport returns the downloader's transport. It speaks HTTP/1.1 only, also over TLS
+// to a server that offers h2: HTTP/2 would carry every range of every file as streams of
+// one TCP connection, so that a per-connection cap (a CDN edge's) capped the whole download
+// and one stalled connection stalled everything; over HTTP/1.1 each range has its own.
 func newTransport(conns int) *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.ForceAttemptHTTP2 = false
+	t.Protocols = new(http.Protocols)
+	t.Protocols.SetHTTP1(true)
+	// Clone sets up h2 first: its TLS config offers "h2" by ALPN, which a server then picks
+	// and speaks to a client that reads HTTP/1.1. Offer http/1.1 alone.
+	t.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
+	if t.TLSClientConfig == nil {
+		t.TLSClientConfig = &tls.Config{}
+	}
+	t.TLSClientConfig.NextProtos = []string{"http/1.1"}
 	t.MaxIdleConnsPerHost = conns + 4
 	t.MaxIdleConns = 4 * (conns + 4)
 	t.DisableCompression = true
