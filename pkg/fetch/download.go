@@ -892,7 +892,7 @@ func (j *job) request(ctx context.Context, s *stream, pos *int64, b int64) error
 	case resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusRequestTimeout:
 		return &transientError{err: fmt.Errorf("%s answered %s", redact.URL(j.f.URL), resp.Status), after: httpwait.ServerWait(resp.Header, time.Now())}
 	default:
-		return fmt.Errorf("downloading %s: %s answered %s", j.f.Path, redact.URL(j.f.URL), resp.Status)
+		return newStatusError(j.f.Path, j.f.URL, resp)
 	}
 
 	body := &stallReader{r: resp.Body, timer: timer, d: stall}

@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/logval"
+	"github.com/sglprov/sglprov/pkg/redact"
 )
 
 // WorkDir is the folder inside Options.Dest that holds the part files and resume records
@@ -187,6 +188,48 @@ func (e *FilesError) Error() string {
 
 // Unwrap returns the errors of the failed files.
 func (e *FilesError) Unwrap() []error { return e.Failed }
+
+// StatusError is an answer that retrying cannot change (a 4xx other than 408 and 429, or
+// an unexpected status), with what the server said about it: the hub names the cause of a
+// refusal in X-Error-Code (GatedRepo, RepoNotFound, ...) and X-Error-Message.
+type StatusError struct {
+	// Path is the file's path relative to Dest.
+	Path string
+	// URL is the file's URL without its query string or user information.
+	URL string
+	// Status is the HTTP status code.
+	Status int
+	// Code and Message are the answer's X-Error-Code and X-Error-Message ("" when absent;
+	// Message at most 300 bytes).
+	Code, Message string
+}
+
+// Error implements error.
+func (e *StatusError) Error() string {
+	s := fmt.Sprintf("downloading %s: %s answered %d %s", e.Path, e.URL, e.Status, http.StatusText(e.Status))
+	switch {
+	case e.Code != "" && e.Message != "":
+		s += " (" + e.Code + ": " + e.Message + ")"
+	case e.Code != "" || e.Message != "":
+		s += " (" + e.Code + e.Message + ")"
+	}
+	return s
+}
+
+// maxErrorMessage bounds the X-Error-Message kept in a StatusError.
+const maxErrorMessage = 300
+
+func newStatusError(path, rawURL string, resp *http.Response) *StatusError {
+	msg := strings.TrimSpace(resp.Header.Get("X-Error-Message"))
+	if len(msg) > maxErrorMessage {
+		msg = msg[:maxErrorMessage] + "..."
+	}
+	code := strings.TrimSpace(resp.Header.Get("X-Error-Code"))
+	if len(code) > 64 {
+		code = code[:64]
+	}
+	return &StatusError{Path: path, URL: redact.URL(rawURL), Status: resp.StatusCode, Code: code, Message: redact.Userinfo(msg)}
+}
 
 // SpaceError reports that the destination has too little free space for the download.
 type SpaceError struct {

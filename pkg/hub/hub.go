@@ -591,23 +591,74 @@ func (c *Client) apiError(resp *http.Response, repo, rev string) error {
 		}
 	}
 	e.Message = c.redact(e.Message)
-	switch {
-	case e.Code == "GatedRepo" || (resp.StatusCode == http.StatusForbidden):
-		e.Hint = fmt.Sprintf("%s is gated or private: accept its licence at %s/%s with your account, and set HF_TOKEN (or hf.token_file) to a token of that account", repo, c.shownEndpoint(), repo)
-	case e.Code == "RevisionNotFound" || e.Code == "EntryNotFound":
-		e.Hint = fmt.Sprintf("check the revision %q of %s (a branch, tag or 40-hex commit that exists)", rev, repo)
-	case resp.StatusCode == http.StatusUnauthorized:
-		if c.token == "" {
-			e.Hint = fmt.Sprintf("check that the repository %q exists; if it is private or gated, accept its licence at %s/%s and set HF_TOKEN (or hf.token_file)", repo, c.shownEndpoint(), repo)
-		} else {
-			e.Hint = fmt.Sprintf("the token was refused or has no access to %q: check that the repository exists, that the token is valid, and that its account accepted the licence at %s/%s", repo, c.shownEndpoint(), repo)
-		}
-	case resp.StatusCode == http.StatusNotFound:
-		e.Hint = fmt.Sprintf("check the repository name %q and the revision %q", repo, rev)
-	case resp.StatusCode == http.StatusTooManyRequests:
-		e.Hint = "the hub rate-limits this client; wait and retry, or use a token"
-	}
+	e.Hint = c.Hint(resp.StatusCode, e.Code, e.Message, repo, rev)
 	return e
+}
+
+// Refused reports whether an answer with this status and X-Error-Code refuses access to
+// the repository (gated, private, a token that is invalid or without access), as opposed
+// to a missing file or revision or a passing fault.
+func Refused(status int, code string) bool {
+	return status == http.StatusUnauthorized || status == http.StatusForbidden || code == "GatedRepo" || code == "RepoNotFound"
+}
+
+// Hint says what causes a refused or failed answer about repo at rev, and what fixes it,
+// from its status and the hub's X-Error-Code and X-Error-Message; "" when there is
+// nothing to say.
+func (c *Client) Hint(status int, code, message, repo, rev string) string {
+	page := c.shownEndpoint() + "/" + repo
+	switch {
+	case message == "Access to this resource is disabled.":
+		return fmt.Sprintf("the hub has disabled %s: nothing on this host can fix it; pin another repository", repo)
+	case message == "Invalid credentials in Authorization header":
+		return fmt.Sprintf("the hub does not know this token (mistyped, revoked or expired): make a read token at %s/settings/tokens and put it in hf.token_file or HF_TOKEN", c.shownEndpoint())
+	case code == "GatedRepo" && c.token == "":
+		return fmt.Sprintf("%s is gated: accept its licence at %s with your account, then set hf.token_file (or HF_TOKEN) to a read token of that account", repo, page)
+	case code == "GatedRepo":
+		return fmt.Sprintf("%s is gated and the token's account has no access (yet): accept the licence at %s with the account the token belongs to (some repositories also wait for the authors' approval), or use a token of an account that has access; a fine-grained token also needs read access to gated repositories", repo, page)
+	case code == "RevisionNotFound" || code == "EntryNotFound":
+		return fmt.Sprintf("check the revision %q of %s (a branch, tag or 40-hex commit that exists)", rev, repo)
+	case (code == "RepoNotFound" || status == http.StatusUnauthorized) && c.token == "":
+		return fmt.Sprintf("check that the repository %q exists; if it is private or gated, set hf.token_file (or HF_TOKEN) to a read token of an account with access (for a gated one, accept its licence at %s first)", repo, page)
+	case code == "RepoNotFound" || status == http.StatusUnauthorized:
+		return fmt.Sprintf("%q does not exist or the token cannot read it: check the name, and that the token's account has access to it (a private repository of another account or organisation, or a fine-grained token without read access to it)", repo)
+	case status == http.StatusForbidden:
+		return fmt.Sprintf("the hub refused the token for %s: give it read access (a fine-grained token without access to this repository, or a write-only one), or use another", repo)
+	case status == http.StatusNotFound:
+		return fmt.Sprintf("check the repository name %q and the revision %q", repo, rev)
+	case status == http.StatusTooManyRequests:
+		return "the hub rate-limits this client (5-minute windows): wait and retry, or use a token (its limits are higher)"
+	}
+	return ""
+}
+
+// ProbeTimeout bounds Probe.
+const ProbeTimeout = 30 * time.Second
+
+// Probe asks for one file's resolve URL with HEAD, without following its redirect to the
+// CDN, as a download would begin: the hub refuses resolve for a gated or private
+// repository whose API it answers to anyone, so this is where a missing licence or token
+// shows. It returns nil when the hub would serve the file, an *APIError with its hint when
+// it refuses, and another error when it cannot be asked.
+func (c *Client) Probe(ctx context.Context, repo, rev, resolveURL string) error {
+	ctx, cancel := context.WithTimeout(ctx, ProbeTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodHead, resolveURL, nil)
+	if err != nil {
+		return fmt.Errorf("probing %s: %w", redact.URL(resolveURL), err)
+	}
+	req.Header.Set("User-Agent", "sglprov")
+	hc := *c.http
+	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	resp, err := hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("probing %s: %w", redact.URL(resolveURL), c.scrub(err))
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode < 400 {
+		return nil
+	}
+	return fmt.Errorf("probing %s: %w", redact.URL(resolveURL), c.apiError(resp, repo, rev))
 }
 
 // redact removes the token, and the user information of every URL, from s.

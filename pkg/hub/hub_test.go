@@ -220,15 +220,15 @@ func TestUnsafeNamesRefused(t *testing.T) {
 	}
 }
 
-func TestGatedRepoErrors(t *testing.T) {
+func TestPrivateRepoErrors(t *testing.T) {
 	const secret = "hf_SECRETtoken123"
-	h := startHub(t, fakehub.Options{Token: secret})
+	h := startHub(t, fakehub.Options{Token: secret, Private: true})
 	tests := []struct {
 		name, token, repo string
 		wantErr           []string
 	}{
-		{name: "no token", repo: repo, wantErr: []string{"401", "accept its licence", "HF_TOKEN"}},
-		{name: "wrong token", token: "hf_wrongWRONGwrong", repo: repo, wantErr: []string{"401", "accept its licence"}},
+		{name: "no token", repo: repo, wantErr: []string{"401", "RepoNotFound", "private or gated", "HF_TOKEN"}},
+		{name: "wrong token", token: "hf_wrongWRONGwrong", repo: repo, wantErr: []string{"401", "Invalid credentials", "does not know this token"}},
 		{name: "wrong repo", token: secret, repo: "org/other", wantErr: []string{"401", "RepoNotFound", `"org/other"`}},
 	}
 	for _, tt := range tests {
@@ -524,5 +524,60 @@ func TestRetryAfterHonoured(t *testing.T) {
 				t.Errorf("asked again after %s, before the second the 429 asked for", again)
 			}
 		})
+	}
+}
+
+// TestGatedRepoProbe: as on the real hub, a gated repository's API answers anyone and only
+// resolve refuses; Probe (a HEAD of one file's resolve URL) tells the cause and the fix.
+func TestGatedRepoProbe(t *testing.T) {
+	const secret, denied = "hf_SECRETtoken123", "hf_DENIEDtoken456"
+	h := startHub(t, fakehub.Options{Token: secret, DeniedTokens: []string{denied}})
+	anon := newClient(t, h, "")
+	commit, err := anon.ResolveRevision(context.Background(), repo, "main")
+	if err != nil {
+		t.Fatalf("the API of a gated repository refused an anonymous client: %v", err)
+	}
+	files, err := anon.Files(context.Background(), repo, commit, nil, nil)
+	if err != nil || len(files) == 0 {
+		t.Fatalf("listing a gated repository anonymously: %d files, %v", len(files), err)
+	}
+	for _, tc := range []struct {
+		token  string
+		status int
+		want   []string
+	}{
+		{"", http.StatusUnauthorized, []string{"GatedRepo", "is restricted", "accept its licence", "hf.token_file (or HF_TOKEN)"}},
+		{denied, http.StatusForbidden, []string{"GatedRepo", "not in the authorized list", "no access", "accept the licence"}},
+		{"hf_madeUPmadeUP", http.StatusUnauthorized, []string{"Invalid credentials", "does not know this token"}},
+		{secret, 0, nil},
+	} {
+		c := newClient(t, h, tc.token)
+		err := c.Probe(context.Background(), repo, commit, files[0].URL)
+		if tc.status == 0 {
+			if err != nil {
+				t.Errorf("token with access: %v", err)
+			}
+			continue
+		}
+		var api *hub.APIError
+		if !errors.As(err, &api) || api.Status != tc.status || !hub.Refused(api.Status, api.Code) {
+			t.Fatalf("token %q: Probe = %v, want a refusal %d", tc.token, err, tc.status)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("token %q: error %q does not say %q", tc.token, err, w)
+			}
+		}
+		if tc.token != "" && strings.Contains(err.Error(), tc.token) {
+			t.Errorf("error shows the token: %q", err)
+		}
+	}
+	// The probe does not follow the redirect to the CDN: one request, to the hub.
+	before := h.FileRequests()
+	if err := newClient(t, h, secret).Probe(context.Background(), repo, commit, files[len(files)-1].URL); err != nil {
+		t.Fatal(err)
+	}
+	if n := h.FileRequests() - before; n != 1 {
+		t.Errorf("Probe made %d file requests, want 1", n)
 	}
 }

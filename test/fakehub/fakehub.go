@@ -42,9 +42,18 @@ type Options struct {
 	// LFSThreshold is the size from which a file is listed as an LFS file (with its
 	// sha256) and its resolve URL redirects to the CDN; 0 means 1 MiB.
 	LFSThreshold int64
-	// Token, when set, is required (as a bearer token) by every hub endpoint; requests
-	// without it get 401 with X-Error-Code GatedRepo.
+	// Token, when set, is the one token with access to the repository. As on the real hub,
+	// a gated repository (the default when Token is set) answers the API (revision, tree)
+	// to anyone and refuses only resolve: no token gets 401 with X-Error-Code GatedRepo, a
+	// token of DeniedTokens (an account that has not accepted the licence) 403 GatedRepo,
+	// any other token 401 "Invalid credentials in Authorization header".
 	Token string
+	// Private makes the repository private: every endpoint, the API included, refuses a
+	// request without Token as the real hub does (401 RepoNotFound, as for a repository
+	// that does not exist).
+	Private bool
+	// DeniedTokens are valid tokens of accounts without access (see Token).
+	DeniedTokens []string
 	// ExtraListing adds entries to the tree listing (e.g. a "../x" file) as given.
 	ExtraListing []Entry
 	// CDNHost is the host name the CDN's redirect URLs use instead of the listener's
@@ -290,8 +299,35 @@ func hubError(w http.ResponseWriter, status int, code, msg string) {
 	_ = json.NewEncoder(w).Encode(map[string]string{"error": msg})
 }
 
-func (h *Hub) authorized(r *http.Request) bool {
-	return h.opt.Token == "" || r.Header.Get("Authorization") == "Bearer "+h.opt.Token
+// refuse answers a request without access to the repository as the real hub does, and
+// reports whether it did. gate is set for resolve (and for every endpoint of a private
+// repository).
+func (h *Hub) refuse(w http.ResponseWriter, r *http.Request, gate bool) bool {
+	if h.opt.Token == "" || !gate {
+		return false
+	}
+	auth := r.Header.Get("Authorization")
+	if auth == "Bearer "+h.opt.Token {
+		return false
+	}
+	repo := h.opt.Repo
+	denied := false
+	for _, t := range h.opt.DeniedTokens {
+		if auth == "Bearer "+t {
+			denied = true
+		}
+	}
+	switch {
+	case auth != "" && !denied:
+		hubError(w, http.StatusUnauthorized, "", "Invalid credentials in Authorization header")
+	case h.opt.Private:
+		hubError(w, http.StatusUnauthorized, "RepoNotFound", "Repository Not Found for url: "+r.URL.String()+". Please make sure you specified the correct repo_id and repo_type. If you are trying to access a private or gated repo, make sure you are authenticated.")
+	case denied:
+		hubError(w, http.StatusForbidden, "GatedRepo", "Access to model "+repo+" is restricted and you are not in the authorized list. Visit https://huggingface.co/"+repo+" to ask for access.")
+	default:
+		hubError(w, http.StatusUnauthorized, "GatedRepo", "Access to model "+repo+" is restricted. You must have access to it and be authenticated to access it. Please log in.")
+	}
+	return true
 }
 
 func (h *Hub) serveHub(w http.ResponseWriter, r *http.Request) {
@@ -305,8 +341,7 @@ func (h *Hub) serveHub(w http.ResponseWriter, r *http.Request) {
 			hubError(w, http.StatusUnauthorized, "RepoNotFound", "Repository Not Found for url: "+r.URL.String()+". Please make sure you specified the correct repo_id and repo_type. If you are trying to access a private or gated repo, make sure you are authenticated.")
 			return
 		}
-		if !h.authorized(r) {
-			hubError(w, http.StatusUnauthorized, "GatedRepo", "Access to model "+repo+" is restricted. You must have access to it and be authenticated to access it. Please log in.")
+		if h.refuse(w, r, h.opt.Private) {
 			return
 		}
 		rest = strings.TrimPrefix(rest, repo+"/")
@@ -331,8 +366,7 @@ func (h *Hub) serveHub(w http.ResponseWriter, r *http.Request) {
 		}
 	case strings.HasPrefix(p, "/"+repo+"/resolve/"):
 		h.fileRequests.Add(1)
-		if !h.authorized(r) {
-			hubError(w, http.StatusUnauthorized, "GatedRepo", "Access to model "+repo+" is restricted.")
+		if h.refuse(w, r, true) {
 			return
 		}
 		rest := strings.TrimPrefix(p, "/"+repo+"/resolve/")
@@ -385,10 +419,14 @@ func (h *Hub) serveInfo(w http.ResponseWriter, commit string) {
 		siblings = append(siblings, map[string]string{"rfilename": p})
 	}
 	h.mu.Unlock()
+	var gated any = false
+	if h.opt.Token != "" && !h.opt.Private {
+		gated = "manual"
+	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(map[string]any{
 		"_id": "fake", "id": h.opt.Repo, "modelId": h.opt.Repo, "sha": commit,
-		"private": false, "gated": h.opt.Token != "", "siblings": siblings,
+		"private": h.opt.Private, "gated": gated, "siblings": siblings,
 		"lastModified": time.Unix(0, 0).UTC().Format(time.RFC3339),
 	})
 }

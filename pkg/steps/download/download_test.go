@@ -349,6 +349,16 @@ func TestGatedRepo(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "HF_TOKEN") || !strings.Contains(err.Error(), "401") {
 			t.Fatalf("err = %v, want a 401 that says to set HF_TOKEN", err)
 		}
+		// The hub answers the listing of a gated repository and refuses the files: the
+		// error names the cause and the fix once, for all of them.
+		for _, w := range []string{"the hub refused", "GatedRepo", "is restricted", "accept its licence at", "more files the same way"} {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("error %q does not say %q", err, w)
+			}
+		}
+		if n := strings.Count(err.Error(), "accept its licence"); n != 1 {
+			t.Errorf("the fix is said %d times: %q", n, err)
+		}
 	})
 	t.Run("wrong token is not shown", func(t *testing.T) {
 		err := fx.step(t, spec, map[string]string{"HF_TOKEN": "hf_wrongWRONGwrong"}).Run(ctx, fx.env)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/http"
 	"os"
 	"path"
 	"path/filepath"
@@ -244,6 +245,7 @@ func (s *Step) run(ctx context.Context, env *engine.Env, slot engine.CacheSlot) 
 		files     []fetch.File
 		token     string
 		tokenHost string
+		hubc      *hub.Client
 	)
 	artifact := s.lookupListing(ctx, env, slot)
 	var listing *cacheListing
@@ -262,7 +264,7 @@ func (s *Step) run(ctx context.Context, env *engine.Env, slot engine.CacheSlot) 
 			files = append(files, fetch.File{URL: c.ResolveURL(listing.Repo, listing.Commit, f.Path), Path: f.Path, Size: f.Size, SHA256: f.SHA256, GitSHA1: f.GitSHA1})
 		}
 		rec.Repo, rec.Revision, rec.Commit = listing.Repo, listing.Revision, listing.Commit
-		token, tokenHost = c.Token(), c.TokenHost()
+		token, tokenHost, hubc = c.Token(), c.TokenHost(), c
 	} else if s.spec.HF != nil {
 		c, err := s.hubClient(env, s.spec.Retries)
 		if err != nil {
@@ -291,7 +293,7 @@ func (s *Step) run(ctx context.Context, env *engine.Env, slot engine.CacheSlot) 
 			files = append(files, fetch.File{URL: f.URL, Path: f.Path, Size: f.Size, SHA256: f.SHA256, GitSHA1: f.GitSHA1})
 		}
 		rec.Repo, rec.Revision, rec.Commit = s.spec.HF.Repo, rev, commit
-		token, tokenHost = c.Token(), c.TokenHost()
+		token, tokenHost, hubc = c.Token(), c.TokenHost(), c
 	} else {
 		for _, f := range s.spec.Files {
 			size := f.Size
@@ -375,6 +377,9 @@ func (s *Step) run(ctx context.Context, env *engine.Env, slot engine.CacheSlot) 
 				}
 				env.Detail("files_failed", len(fe.Failed))
 			}
+			if hubc != nil {
+				ferr = explainRefusal(hubc, s.spec.HF.Repo, rec.Commit, ferr)
+			}
 			return fmt.Errorf("downloading into %s: %w", s.spec.Dest, ferr)
 		}
 	}
@@ -410,6 +415,65 @@ func (s *Step) run(ctx context.Context, env *engine.Env, slot engine.CacheSlot) 
 	}
 	return nil
 }
+
+// explainRefusal turns the hub's refusals among a download's errors (401, 403, GatedRepo,
+// RepoNotFound on a file's resolve URL: a gated or private repository, a token without
+// access) into one error that names the cause and the fix, once for all the files it
+// refused; the other errors follow it as they were.
+func explainRefusal(c *hub.Client, repo, rev string, err error) error {
+	var all []error
+	if fe := (*fetch.FilesError)(nil); errors.As(err, &fe) {
+		all = fe.Failed
+	} else {
+		all = []error{err}
+	}
+	var first *fetch.StatusError
+	var refused int
+	var rest []error
+	for _, e := range all {
+		var se *fetch.StatusError
+		if errors.As(e, &se) && hub.Refused(se.Status, se.Code) {
+			refused++
+			if first == nil {
+				first = se
+			}
+			continue
+		}
+		rest = append(rest, e)
+	}
+	if first == nil {
+		return err
+	}
+	what := first.Code
+	if what == "" {
+		what = http.StatusText(first.Status)
+	}
+	msg := fmt.Sprintf("the hub refused %s of %s (%d %s", first.Path, repo, first.Status, what)
+	if first.Message != "" {
+		msg += ": " + first.Message
+	}
+	msg += ")"
+	if refused > 1 {
+		msg += fmt.Sprintf(", and %d more files the same way", refused-1)
+	}
+	if h := c.Hint(first.Status, first.Code, first.Message, repo, rev); h != "" {
+		msg += "; " + h
+	}
+	refusal := &refusedError{msg: msg, cause: first}
+	if len(rest) == 0 {
+		return refusal
+	}
+	return errors.Join(append([]error{refusal}, rest...)...)
+}
+
+// refusedError is the hub's refusal of a download, explained.
+type refusedError struct {
+	msg   string
+	cause *fetch.StatusError
+}
+
+func (e *refusedError) Error() string { return e.msg }
+func (e *refusedError) Unwrap() error { return e.cause }
 
 // removeOldParts removes the part files that earlier versions kept beside each file
 // (NAME.part, NAME.part.json), unless the listing itself names them.
