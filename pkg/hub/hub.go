@@ -267,7 +267,7 @@ func (c *Client) ListTree(ctx context.Context, repo, commit string) ([]Entry, er
 	if err := CheckRepo(repo); err != nil {
 		return nil, err
 	}
-	next := c.Endpoint() + "/api/models/" + repo + "/tree/" + url.PathEscape(commit) + "?recursive=true&expand=true"
+	next := c.Endpoint() + "/api/models/" + repo + "/tree/" + url.PathEscape(commit) + "?recursive=true"
 	var all []Entry
 	seen := map[string]bool{}
 	for next != "" {

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -579,5 +580,36 @@ func TestGatedRepoProbe(t *testing.T) {
 	}
 	if n := h.FileRequests() - before; n != 1 {
 		t.Errorf("Probe made %d file requests, want 1", n)
+	}
+}
+
+// TestListingWithoutExpand: the listing is asked without expand=true (which cuts the real
+// hub's pages from 1000 entries to 50 and adds nothing the download uses: lfs is there
+// without it), so 120 files come in one page, each LFS file with its sha256.
+func TestListingWithoutExpand(t *testing.T) {
+	fsys := fstest.MapFS{}
+	for i := range 120 {
+		fsys[fmt.Sprintf("shard-%03d.bin", i)] = &fstest.MapFile{Data: bytes.Repeat([]byte{byte(i)}, 2048)}
+	}
+	h, err := fakehub.New(fakehub.Options{Repo: repo, FS: fsys, LFSThreshold: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Start()
+	t.Cleanup(h.Close)
+	files, err := newClient(t, h, "").Files(context.Background(), repo, fakehub.DefaultCommit, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) != 120 {
+		t.Fatalf("%d files listed, want 120", len(files))
+	}
+	for _, f := range files {
+		if len(f.SHA256) != 64 {
+			t.Fatalf("%s listed without its LFS sha256", f.Path)
+		}
+	}
+	if n := h.TreePages(); n != 1 {
+		t.Errorf("the listing took %d pages, want 1 (expand=true pages by 50)", n)
 	}
 }

@@ -37,8 +37,12 @@ type Options struct {
 	Commit string
 	// Refs maps branch and tag names to commits; "main" maps to Commit unless set.
 	Refs map[string]string
-	// PageSize is the number of entries per tree-listing page; 0 means 1000.
+	// PageSize is the number of entries per tree-listing page; 0 means 1000, as the real
+	// hub pages a listing without expand.
 	PageSize int
+	// ExpandPageSize is the number of entries per page of a listing asked with
+	// expand=true; 0 means 50, as the real hub pages it.
+	ExpandPageSize int
 	// LFSThreshold is the size from which a file is listed as an LFS file (with its
 	// sha256) and its resolve URL redirects to the CDN; 0 means 1 MiB.
 	LFSThreshold int64
@@ -74,7 +78,7 @@ type Entry struct {
 	Size int64 `json:"size"`
 	// Path is the path in the repository.
 	Path string `json:"path"`
-	// LFS is set for LFS files (in expanded listings).
+	// LFS is set for LFS files (with or without expand, as on the real hub).
 	LFS *LFS `json:"lfs,omitempty"`
 }
 
@@ -109,6 +113,7 @@ type Hub struct {
 	bytesServed  atomic.Int64
 	fileRequests atomic.Int64
 	apiRequests  atomic.Int64
+	treePages    atomic.Int64
 
 	// servers started by Start
 	hubSrv, cdnSrv *httptest.Server
@@ -124,6 +129,9 @@ func New(opt Options) (*Hub, error) {
 	}
 	if opt.PageSize <= 0 {
 		opt.PageSize = 1000
+	}
+	if opt.ExpandPageSize <= 0 {
+		opt.ExpandPageSize = 50
 	}
 	if opt.LFSThreshold <= 0 {
 		opt.LFSThreshold = 1 << 20
@@ -260,11 +268,15 @@ func (h *Hub) FileRequests() int64 { return h.fileRequests.Load() }
 // APIRequests returns the number of API (revision and tree) requests answered so far.
 func (h *Hub) APIRequests() int64 { return h.apiRequests.Load() }
 
+// TreePages returns the number of tree-listing pages served so far.
+func (h *Hub) TreePages() int64 { return h.treePages.Load() }
+
 // ResetCounters zeroes the counters and the record of Authorization headers.
 func (h *Hub) ResetCounters() {
 	h.bytesServed.Store(0)
 	h.fileRequests.Store(0)
 	h.apiRequests.Store(0)
+	h.treePages.Store(0)
 	h.mu.Lock()
 	h.authSeen = nil
 	h.mu.Unlock()
@@ -471,21 +483,23 @@ func (h *Hub) serveTree(w http.ResponseWriter, r *http.Request, rev string) {
 		}
 		start = n
 	}
-	end := min(start+h.opt.PageSize, len(all))
-	page := all[start:end]
-	expand := r.URL.Query().Get("expand") == "true"
-	if !expand {
-		stripped := make([]Entry, len(page))
-		for i, e := range page {
-			e.LFS = nil
-			stripped[i] = e
-		}
-		page = stripped
+	size := h.opt.PageSize
+	if r.URL.Query().Get("expand") == "true" {
+		// The real hub adds each entry's last commit and security scan status to an
+		// expanded listing, and pages it 50 entries at a time.
+		size = h.opt.ExpandPageSize
 	}
+	end := min(start+size, len(all))
+	page := all[start:end]
+	h.treePages.Add(1)
 	if end < len(all) {
 		q := r.URL.Query()
 		q.Set("cursor", strconv.Itoa(end))
-		next := &url.URL{Scheme: "http", Host: r.Host, Path: r.URL.Path, RawQuery: q.Encode()}
+		scheme := "http"
+		if r.TLS != nil {
+			scheme = "https"
+		}
+		next := &url.URL{Scheme: scheme, Host: r.Host, Path: r.URL.Path, RawQuery: q.Encode()}
 		w.Header().Set("Link", "<"+next.String()+`>; rel="next"`)
 	}
 	w.Header().Set("Content-Type", "application/json")
