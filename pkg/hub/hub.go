@@ -15,7 +15,9 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/httpwait"
@@ -285,9 +287,44 @@ func (c *Client) ListTree(ctx context.Context, repo, commit string) ([]Entry, er
 		if err != nil {
 			return nil, fmt.Errorf("listing files of %s at %s: %w", repo, commit, err)
 		}
+		if n != "" {
+			if n, err = c.onEndpoint(n, "/api/models/"+repo+"/tree/"); err != nil {
+				return nil, fmt.Errorf("listing files of %s at %s: %w", repo, commit, err)
+			}
+		}
 		next = n
 	}
 	return all, nil
+}
+
+// onEndpoint returns a next-page link as it is followed: on the endpoint's own scheme and
+// host as it stands; a link that names another host (a mirror that passes on its
+// upstream's links) is taken onto the endpoint, its path under the endpoint's path, never
+// followed elsewhere (nor is the token sent there). The path must lie under wantPath.
+func (c *Client) onEndpoint(link, wantPath string) (string, error) {
+	u, err := url.Parse(link)
+	if err != nil {
+		return "", fmt.Errorf("parsing next-page link: %w", err)
+	}
+	ep := c.endpoint
+	if u.Scheme == ep.Scheme && u.Host == ep.Host {
+		if !strings.HasPrefix(u.Path, ep.Path+wantPath) {
+			return "", fmt.Errorf("next-page link %s leaves the listing", redact.URL(link))
+		}
+		return link, nil
+	}
+	p := u.Path
+	if ep.Path != "" && strings.HasPrefix(p, ep.Path+"/") {
+		p = strings.TrimPrefix(p, ep.Path)
+	}
+	if !strings.HasPrefix(p, wantPath) {
+		return "", fmt.Errorf("next-page link %s names another host and leaves the listing", redact.URL(link))
+	}
+	onto := *ep
+	onto.Path = ep.Path + p
+	onto.RawPath = ""
+	onto.RawQuery = u.RawQuery
+	return onto.String(), nil
 }
 
 // File is a file to download from the hub.
@@ -314,6 +351,9 @@ func (c *Client) Files(ctx context.Context, repo, commit string, include, exclud
 		return nil, err
 	}
 	entries, err := c.ListTree(ctx, repo, commit)
+	if noTree(err) {
+		return c.filesFromSiblings(ctx, repo, commit, include, exclude, err)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -354,6 +394,117 @@ func (c *Client) Files(ctx context.Context, repo, commit string, include, exclud
 		files = append(files, f)
 	}
 	return files, nil
+}
+
+// noTree reports whether a listing failed because the endpoint does not serve the tree API
+// (a mirror: 404, 405 or 501 without the hub's X-Error-Code), not because the hub said the
+// repository or revision does not exist.
+func noTree(err error) bool {
+	var api *APIError
+	if !errors.As(err, &api) || api.Code != "" {
+		return false
+	}
+	return api.Status == http.StatusNotFound || api.Status == http.StatusMethodNotAllowed || api.Status == http.StatusNotImplemented
+}
+
+// headWorkers is how many HEAD requests filesFromSiblings makes at once.
+const headWorkers = 8
+
+// filesFromSiblings lists the files of repo at commit as huggingface_hub does where there
+// is no tree API: the names from the revision's siblings, and for each file that include
+// and exclude keep, a HEAD of its resolve URL (the redirect not followed): X-Linked-Etag
+// is an LFS file's sha256 and X-Linked-Size its size; a file kept in git has its blob
+// sha1 as ETag and its size as Content-Length.
+func (c *Client) filesFromSiblings(ctx context.Context, repo, commit string, include, exclude []string, treeErr error) ([]File, error) {
+	u := c.Endpoint() + "/api/models/" + repo + "/revision/" + url.PathEscape(commit)
+	var info struct {
+		Siblings []struct {
+			RFilename string `json:"rfilename"`
+		} `json:"siblings"`
+	}
+	if err := c.getJSON(ctx, u, repo, commit, &info, nil); err != nil {
+		return nil, fmt.Errorf("listing files of %s at %s: no tree listing (%v), and the revision's siblings: %w", repo, commit, treeErr, err)
+	}
+	var files []File
+	dup := map[string]bool{}
+	for _, sib := range info.Siblings {
+		name := sib.RFilename
+		if err := CheckName(name); err != nil {
+			return nil, fmt.Errorf("listing files of %s at %s: %w", repo, commit, err)
+		}
+		if dup[name] {
+			return nil, fmt.Errorf("listing files of %s at %s: %q listed twice", repo, commit, name)
+		}
+		dup[name] = true
+		if (len(include) > 0 && !Match(include, name)) || Match(exclude, name) {
+			continue
+		}
+		files = append(files, File{Path: name, URL: c.ResolveURL(repo, commit, name)})
+	}
+	errs := make([]error, len(files))
+	work := make(chan int)
+	var wg sync.WaitGroup
+	for range min(headWorkers, len(files)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				errs[i] = c.headFile(ctx, repo, commit, &files[i])
+			}
+		}()
+	}
+	for i := range files {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("listing files of %s at %s from the revision's siblings: %w", repo, commit, err)
+	}
+	return files, nil
+}
+
+// headFile fills f's size and digest from a HEAD of its resolve URL.
+func (c *Client) headFile(ctx context.Context, repo, commit string, f *File) error {
+	ctx, cancel := context.WithTimeout(ctx, apiTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodHead, f.URL, nil)
+	if err != nil {
+		return fmt.Errorf("%s: %w", f.Path, err)
+	}
+	req.Header.Set("User-Agent", "sglprov")
+	req.Header.Set("Accept-Encoding", "identity")
+	hc := *c.http
+	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	resp, err := hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s: %w", f.Path, c.scrub(err))
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 400 {
+		return fmt.Errorf("%s: %w", f.Path, c.apiError(resp, repo, commit))
+	}
+	if etag := unquoteETag(resp.Header.Get("X-Linked-Etag")); etag != "" {
+		size, err := strconv.ParseInt(resp.Header.Get("X-Linked-Size"), 10, 64)
+		if !hexOf(etag, 64) || err != nil || size < 0 {
+			return fmt.Errorf("%s: X-Linked-Etag %q and X-Linked-Size %q, want a sha256 and a size", f.Path, etag, resp.Header.Get("X-Linked-Size"))
+		}
+		f.SHA256, f.Size = etag, size
+		return nil
+	}
+	etag := unquoteETag(resp.Header.Get("ETag"))
+	size, err := strconv.ParseInt(resp.Header.Get("Content-Length"), 10, 64)
+	if !hexOf(etag, 40) || err != nil || size < 0 || resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: answered %s with ETag %q and Content-Length %q, want a git sha1 and a size (or X-Linked-Etag and X-Linked-Size)", f.Path, resp.Status, etag, resp.Header.Get("Content-Length"))
+	}
+	f.GitSHA1, f.Size = etag, size
+	return nil
+}
+
+// unquoteETag returns an entity tag without W/ and quotes, in lower case.
+func unquoteETag(v string) string {
+	v = strings.TrimPrefix(strings.TrimSpace(v), "W/")
+	return strings.ToLower(strings.Trim(v, `"`))
 }
 
 func hexOf(s string, n int) bool {

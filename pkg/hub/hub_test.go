@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"testing/fstest"
@@ -611,5 +612,67 @@ func TestListingWithoutExpand(t *testing.T) {
 	}
 	if n := h.TreePages(); n != 1 {
 		t.Errorf("the listing took %d pages, want 1 (expand=true pages by 50)", n)
+	}
+}
+
+// TestMirrorWithoutTree: a mirror that does not serve the tree API (Artifactory, Nexus):
+// the files come from the revision's siblings and a HEAD of each resolve URL, with the same
+// sizes and digests as the tree listing gives.
+func TestMirrorWithoutTree(t *testing.T) {
+	want, err := newClient(t, startHub(t, fakehub.Options{}), "").Files(context.Background(), repo, fakehub.DefaultCommit, nil, []string{"README.md"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mirror := startHub(t, fakehub.Options{NoTree: true})
+	c := newClient(t, mirror, "")
+	got, err := c.Files(context.Background(), repo, fakehub.DefaultCommit, nil, []string{"README.md"})
+	if err != nil {
+		t.Fatalf("listing through a mirror without /tree: %v", err)
+	}
+	strip := func(fs []hub.File) []hub.File {
+		out := append([]hub.File(nil), fs...)
+		for i := range out {
+			out[i].URL = ""
+		}
+		sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+		return out
+	}
+	if d := cmp.Diff(strip(want), strip(got)); d != "" {
+		t.Errorf("files from the siblings differ from the tree listing (-tree +siblings):\n%s", d)
+	}
+	for _, f := range got {
+		if !strings.HasPrefix(f.URL, mirror.URL()+"/") {
+			t.Errorf("%s: URL %s is not on the mirror", f.Path, f.URL)
+		}
+	}
+	// A repository the mirror does not know is still an error, not a fallback.
+	if _, err := c.Files(context.Background(), "org/other", fakehub.DefaultCommit, nil, nil); err == nil || !strings.Contains(err.Error(), "RepoNotFound") {
+		t.Errorf("unknown repository through the mirror: %v", err)
+	}
+}
+
+// TestNextLinkStaysOnEndpoint: a Link: rel="next" that names another host is followed on
+// the configured endpoint, never on that host.
+func TestNextLinkStaysOnEndpoint(t *testing.T) {
+	var elsewhere atomic.Int64
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		elsewhere.Add(1)
+		w.Write([]byte("[]"))
+	}))
+	t.Cleanup(other.Close)
+	h := startHub(t, fakehub.Options{PageSize: 2, NextHost: strings.TrimPrefix(other.URL, "http://"), Token: "hf_tok"})
+	c := newClient(t, h, "hf_tok")
+	files, err := c.Files(context.Background(), repo, fakehub.DefaultCommit, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) != len(testFS()) {
+		t.Errorf("%d files listed, want %d", len(files), len(testFS()))
+	}
+	if n := elsewhere.Load(); n != 0 {
+		t.Errorf("%d requests went to the host the next link named", n)
+	}
+	if h.TreePages() < 3 {
+		t.Errorf("%d pages: the listing was not paged", h.TreePages())
 	}
 }

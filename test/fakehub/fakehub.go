@@ -63,6 +63,12 @@ type Options struct {
 	// CDNHost is the host name the CDN's redirect URLs use instead of the listener's
 	// address (with the CDN's port), e.g. "localhost", so that it differs from the hub's.
 	CDNHost string
+	// NextHost, when set, is the host the tree listing's Link: rel="next" names instead of
+	// the request's (a mirror that names its upstream, or a hostile one).
+	NextHost string
+	// NoTree makes the hub answer 404 to /api/models/{repo}/tree, as mirrors that proxy
+	// only the revision API and resolve do (Artifactory, Nexus).
+	NoTree bool
 	// Rate, when positive, bounds each file response to this many bytes per second, as
 	// the real hub throttles a connection.
 	Rate int64
@@ -372,6 +378,10 @@ func (h *Hub) serveHub(w http.ResponseWriter, r *http.Request) {
 		case "revision":
 			h.serveInfo(w, commit)
 		case "tree":
+			if h.opt.NoTree {
+				hubError(w, http.StatusNotFound, "", "Not Found")
+				return
+			}
 			h.serveTree(w, r, rev)
 		default:
 			hubError(w, http.StatusNotFound, "", "not found")
@@ -500,6 +510,9 @@ func (h *Hub) serveTree(w http.ResponseWriter, r *http.Request, rev string) {
 			scheme = "https"
 		}
 		next := &url.URL{Scheme: scheme, Host: r.Host, Path: r.URL.Path, RawQuery: q.Encode()}
+		if h.opt.NextHost != "" {
+			next.Host = h.opt.NextHost
+		}
 		w.Header().Set("Link", "<"+next.String()+`>; rel="next"`)
 	}
 	w.Header().Set("Content-Type", "application/json")

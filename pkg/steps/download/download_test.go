@@ -533,3 +533,17 @@ func TestSpecChecks(t *testing.T) {
 		})
 	}
 }
+
+// TestDownloadThroughMirrorWithoutTree: an HF_ENDPOINT mirror that serves no tree API:
+// the step lists the files from the revision's siblings and HEADs, downloads them from the
+// mirror and checks them against the sha256 and git sha1 the HEADs gave.
+func TestDownloadThroughMirrorWithoutTree(t *testing.T) {
+	fx := newFixture(t, fakehub.Options{NoTree: true})
+	spec := fx.hfSpec("main")
+	spec.HF.Endpoint = ""
+	st := fx.step(t, spec, map[string]string{"HF_ENDPOINT": fx.hub.URL()})
+	if err := st.Run(context.Background(), fx.env); err != nil {
+		t.Fatalf("download through a mirror without /tree: %v", err)
+	}
+	fx.sameAsSource(t)
+}
