@@ -108,11 +108,11 @@ func New(opt Options) (*Client, error) {
 	return c, nil
 }
 
-// ReadToken returns the hub token: the contents of tokenFile when it is set (an error when
-// it cannot be read), else HF_TOKEN, else the file HF_TOKEN_PATH names, else
-// $HF_HOME/token, else ~/.cache/huggingface/token; "" when there is none. Surrounding
-// whitespace is trimmed. A token file that is not a regular file (a FIFO) or holds more
-// than 64 KiB is an error that names it, never waited on.
+// ReadToken returns the hub token as huggingface_hub finds it: the contents of tokenFile
+// when it is set (an error when it cannot be read), else HF_TOKEN, else the older
+// HUGGING_FACE_HUB_TOKEN, else the file HF_TOKEN_PATH names, else Home()/token; "" when
+// there is none. Surrounding whitespace is trimmed. A token file that is not a regular file
+// (a FIFO) or holds more than 64 KiB is an error that names it, never waited on.
 func ReadToken(getenv func(string) string, tokenFile string) (string, error) {
 	if getenv == nil {
 		getenv = os.Getenv
@@ -124,17 +124,17 @@ func ReadToken(getenv func(string) string, tokenFile string) (string, error) {
 		}
 		return strings.TrimSpace(string(b)), nil
 	}
-	if t := strings.TrimSpace(getenv("HF_TOKEN")); t != "" {
-		return t, nil
+	for _, k := range []string{"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"} {
+		if t := strings.TrimSpace(getenv(k)); t != "" {
+			return t, nil
+		}
 	}
 	var candidates []string
 	if p := getenv("HF_TOKEN_PATH"); p != "" {
 		candidates = append(candidates, p)
 	}
-	if h := getenv("HF_HOME"); h != "" {
+	if h := Home(getenv); h != "" {
 		candidates = append(candidates, filepath.Join(h, "token"))
-	} else if h := getenv("HOME"); h != "" {
-		candidates = append(candidates, filepath.Join(h, ".cache", "huggingface", "token"))
 	}
 	for _, p := range candidates {
 		b, err := safefile.ReadRegular(p, maxTokenFile)
@@ -146,6 +146,50 @@ func ReadToken(getenv func(string) string, tokenFile string) (string, error) {
 		}
 	}
 	return "", nil
+}
+
+// Home returns huggingface_hub's home folder: HF_HOME, else $XDG_CACHE_HOME/huggingface,
+// else ~/.cache/huggingface; "" when none of them is set (no HOME either).
+func Home(getenv func(string) string) string {
+	if h := getenv("HF_HOME"); h != "" {
+		return h
+	}
+	if x := getenv("XDG_CACHE_HOME"); x != "" {
+		return filepath.Join(x, "huggingface")
+	}
+	if h := getenv("HOME"); h != "" {
+		return filepath.Join(h, ".cache", "huggingface")
+	}
+	return ""
+}
+
+// CacheDir returns huggingface_hub's cache of repositories (the folder that holds
+// models--ORG--NAME): HF_HUB_CACHE, else the older HUGGINGFACE_HUB_CACHE, else
+// Home()/hub; "" when there is no home.
+func CacheDir(getenv func(string) string) string {
+	for _, k := range []string{"HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"} {
+		if d := getenv(k); d != "" {
+			return d
+		}
+	}
+	if h := Home(getenv); h != "" {
+		return filepath.Join(h, "hub")
+	}
+	return ""
+}
+
+// Offline reports whether HF_HUB_OFFLINE (or the older TRANSFORMERS_OFFLINE) asks that
+// the hub not be contacted: 1, ON, YES or TRUE in any case, as huggingface_hub reads it.
+func Offline(getenv func(string) string) bool {
+	v := getenv("HF_HUB_OFFLINE")
+	if v == "" {
+		v = getenv("TRANSFORMERS_OFFLINE")
+	}
+	switch strings.ToUpper(strings.TrimSpace(v)) {
+	case "1", "ON", "YES", "TRUE":
+		return true
+	}
+	return false
 }
 
 // maxTokenFile is the largest hub token file read; a token is a few dozen bytes.

@@ -676,3 +676,49 @@ func TestNextLinkStaysOnEndpoint(t *testing.T) {
 		t.Errorf("%d pages: the listing was not paged", h.TreePages())
 	}
 }
+
+// TestHubConventions: the environment as huggingface_hub reads it: HUGGING_FACE_HUB_TOKEN
+// after HF_TOKEN, the token file under XDG_CACHE_HOME, the cache folder, HF_HUB_OFFLINE.
+func TestHubConventions(t *testing.T) {
+	xdg := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(xdg, "huggingface"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(xdg, "huggingface", "token"), []byte("hf_xdg\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+	for _, c := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"HUGGING_FACE_HUB_TOKEN": "hf_old"}, "hf_old"},
+		{map[string]string{"HF_TOKEN": "hf_new", "HUGGING_FACE_HUB_TOKEN": "hf_old"}, "hf_new"},
+		{map[string]string{"XDG_CACHE_HOME": xdg, "HOME": "/nonexistent"}, "hf_xdg"},
+		{map[string]string{"XDG_CACHE_HOME": xdg, "HF_HOME": "/nonexistent"}, ""},
+	} {
+		got, err := hub.ReadToken(env(c.env), "")
+		if err != nil || got != c.want {
+			t.Errorf("ReadToken with %v = %q, %v; want %q", c.env, got, err, c.want)
+		}
+	}
+	for _, c := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"HOME": "/root"}, "/root/.cache/huggingface/hub"},
+		{map[string]string{"HOME": "/root", "XDG_CACHE_HOME": "/xdg"}, "/xdg/huggingface/hub"},
+		{map[string]string{"HF_HOME": "/hf", "XDG_CACHE_HOME": "/xdg"}, "/hf/hub"},
+		{map[string]string{"HF_HOME": "/hf", "HUGGINGFACE_HUB_CACHE": "/old"}, "/old"},
+		{map[string]string{"HF_HUB_CACHE": "/new", "HUGGINGFACE_HUB_CACHE": "/old"}, "/new"},
+	} {
+		if got := hub.CacheDir(env(c.env)); got != c.want {
+			t.Errorf("CacheDir with %v = %q, want %q", c.env, got, c.want)
+		}
+	}
+	for v, want := range map[string]bool{"1": true, "on": true, "YES": true, "True": true, "0": false, "": false, "offline": false} {
+		if got := hub.Offline(env(map[string]string{"HF_HUB_OFFLINE": v})); got != want {
+			t.Errorf("Offline(HF_HUB_OFFLINE=%q) = %v, want %v", v, got, want)
+		}
+	}
+}

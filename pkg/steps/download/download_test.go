@@ -547,3 +547,38 @@ func TestDownloadThroughMirrorWithoutTree(t *testing.T) {
 	}
 	fx.sameAsSource(t)
 }
+
+// TestHubOffline: with HF_HUB_OFFLINE set, the step asks the hub nothing: the fingerprint
+// and the listing come from the last run's record, the files present are checked against
+// it, and a missing one is an error that names it and the fix.
+func TestHubOffline(t *testing.T) {
+	ctx := context.Background()
+	fx := newFixture(t, fakehub.Options{})
+	spec := fx.hfSpec("main")
+	if err := fx.step(t, spec, nil).Run(ctx, fx.env); err != nil {
+		t.Fatal(err)
+	}
+	fx.hub.ResetCounters()
+	offline := map[string]string{"HF_HUB_OFFLINE": "1"}
+	fp, err := fx.step(t, spec, offline).Fingerprint(ctx, fx.env)
+	if err != nil || fp["hf.commit"] != fx.hub.Commit() {
+		t.Fatalf("offline Fingerprint = %v, %v; want the recorded commit", fp, err)
+	}
+	if err := fx.step(t, spec, offline).Run(ctx, fx.env); err != nil {
+		t.Fatalf("offline run over complete files: %v", err)
+	}
+	if _, _, err := fx.step(t, spec, offline).Preflight(ctx, fx.env, engine.CacheSlot{}); err != nil {
+		t.Fatalf("offline plan: %v", err)
+	}
+	shard := "model-00002-of-00003.safetensors"
+	if err := os.Remove(filepath.Join(fx.dest, shard)); err != nil {
+		t.Fatal(err)
+	}
+	err = fx.step(t, spec, offline).Run(ctx, fx.env)
+	if engine.ExitCode(err) != engine.ExitHost || !strings.Contains(err.Error(), shard) || !strings.Contains(err.Error(), "unset HF_HUB_OFFLINE") {
+		t.Errorf("offline run with a file missing = %v (exit %d), want exit 4 naming it", err, engine.ExitCode(err))
+	}
+	if n := fx.hub.APIRequests() + fx.hub.FileRequests(); n != 0 {
+		t.Errorf("the hub was asked %d times while HF_HUB_OFFLINE was set", n)
+	}
+}

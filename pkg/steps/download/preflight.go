@@ -94,6 +94,19 @@ func (s *Step) listForPlan(ctx context.Context, env *engine.Env, slot engine.Cac
 	}
 	ctx, cancel := context.WithTimeout(ctx, preflightTimeout)
 	defer cancel()
+	if hub.Offline(s.getenv) {
+		// HF_HUB_OFFLINE: what the last run recorded, and no request to the hub.
+		rec, ok := s.loadRecord(env)
+		if !ok || rec.Repo != s.spec.HF.Repo || rec.Revision != s.revision() || len(rec.Expected) == 0 {
+			return nil, 0, errors.New("HF_HUB_OFFLINE is set and no earlier run recorded the listing")
+		}
+		for _, p := range rec.Expected {
+			fr := rec.Files[p]
+			files = append(files, fetch.File{Path: p, Size: fr.Size, SHA256: fr.SHA256, GitSHA1: fr.GitSHA1})
+			total += fr.Size
+		}
+		return files, total, nil
+	}
 	if a := s.lookupListing(ctx, env, slot); a != nil {
 		if l := s.listingFrom(env, a); l != nil {
 			for _, f := range l.Files {

@@ -98,6 +98,12 @@ func (s *Step) Fingerprint(ctx context.Context, env *engine.Env) (map[string]str
 	if hub.IsCommit(rev) {
 		return map[string]string{"hf.commit": rev}, nil
 	}
+	if hub.Offline(s.getenv) {
+		if rec, ok := s.loadRecord(env); ok && rec.Repo == s.spec.HF.Repo && rec.Revision == rev && rec.Commit != "" {
+			return map[string]string{"hf.commit": rec.Commit}, nil
+		}
+		return map[string]string{"hf.commit": "unresolved " + rev}, nil
+	}
 	c, err := s.hubClient(env, -1)
 	if err == nil {
 		var commit string
@@ -265,6 +271,28 @@ func (s *Step) run(ctx context.Context, env *engine.Env, slot engine.CacheSlot) 
 		}
 		rec.Repo, rec.Revision, rec.Commit = listing.Repo, listing.Revision, listing.Commit
 		token, tokenHost, hubc = c.Token(), c.TokenHost(), c
+	} else if s.spec.HF != nil && hub.Offline(s.getenv) {
+		// HF_HUB_OFFLINE: the listing recorded by the last run, and no request to the hub.
+		old, ok := s.loadRecord(env)
+		rev := s.revision()
+		if !ok || old.Repo != s.spec.HF.Repo || old.Revision != rev || old.Commit == "" || len(old.Expected) == 0 {
+			return fmt.Errorf("%w: HF_HUB_OFFLINE is set and no earlier run recorded the files of %s at %q: unset HF_HUB_OFFLINE for one run with the hub in reach", engine.ErrHost, s.spec.HF.Repo, rev)
+		}
+		var missing []string
+		for _, p := range old.Expected {
+			fr, ok := old.Files[p]
+			if !ok {
+				missing = append(missing, p)
+				continue
+			}
+			files = append(files, fetch.File{Path: p, Size: fr.Size, SHA256: fr.SHA256, GitSHA1: fr.GitSHA1})
+		}
+		if len(missing) > 0 {
+			return fmt.Errorf("%w: HF_HUB_OFFLINE is set and %d files of %s were never downloaded (%s): unset HF_HUB_OFFLINE to fetch them", engine.ErrHost, len(missing), s.spec.HF.Repo, strings.Join(missing, ", "))
+		}
+		env.Log.Info("HF_HUB_OFFLINE: the recorded listing, no hub request", "commit", old.Commit, "files", len(files))
+		env.Detail("commit", old.Commit)
+		rec.Repo, rec.Revision, rec.Commit = old.Repo, old.Revision, old.Commit
 	} else if s.spec.HF != nil {
 		c, err := s.hubClient(env, s.spec.Retries)
 		if err != nil {
@@ -333,6 +361,13 @@ func (s *Step) run(ctx context.Context, env *engine.Env, slot engine.CacheSlot) 
 		bytes   int64
 		fromReg int
 	)
+	if len(todo) > 0 && s.spec.HF != nil && hub.Offline(s.getenv) && slot.Cache == nil {
+		var names []string
+		for _, f := range todo {
+			names = append(names, f.Path)
+		}
+		return fmt.Errorf("%w: HF_HUB_OFFLINE is set and %d files at %s are missing or changed (%s): unset HF_HUB_OFFLINE to fetch them again", engine.ErrHost, len(todo), s.spec.Dest, strings.Join(names, ", "))
+	}
 	if slot.Cache != nil && len(todo) > 0 {
 		var regFetched []fetch.Result
 		var regBytes int64
