@@ -238,7 +238,7 @@ func (s *Step) Publish(ctx context.Context, env *engine.Env, slot engine.CacheSl
 	if !ok || len(rec.Expected) == 0 {
 		return "", nil
 	}
-	dest := env.Path(s.spec.Dest)
+	dest := s.root(env, rec.Commit)
 	l := cacheListing{Repo: rec.Repo, Revision: rec.Revision, Commit: rec.Commit}
 	var files []cache.File
 	for _, rel := range rec.Expected {

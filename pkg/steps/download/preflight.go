@@ -42,14 +42,14 @@ func (s *Step) Preflight(ctx context.Context, env *engine.Env, slot engine.Cache
 	}
 	where := fmt.Sprintf("free at %s: %s", s.spec.Dest, freeText)
 
-	files, total, err := s.listForPlan(ctx, env, slot)
+	files, total, commit, err := s.listForPlan(ctx, env, slot)
 	if errors.Is(err, engine.ErrMissing) || errors.Is(err, engine.ErrHost) {
 		return []string{"to fetch: unknown; " + where}, nil, err
 	}
 	if err != nil {
 		return []string{"to fetch: unknown (" + err.Error() + "); " + where}, nil, nil
 	}
-	need, unknown, err := fetch.Remaining(dest, files)
+	need, unknown, err := fetch.Remaining(s.root(env, commit), files)
 	if err != nil {
 		return []string{"to fetch: unknown (" + err.Error() + "); " + where}, nil, nil
 	}
@@ -78,9 +78,7 @@ func (s *Step) Preflight(ctx context.Context, env *engine.Env, slot engine.Cache
 // files. A revision the hub says does not exist is an error marked engine.ErrMissing, a
 // file the hub refuses to this host (gated, private, a token without access: 401, 403)
 // one marked engine.ErrHost (exit 4 both).
-func (s *Step) listForPlan(ctx context.Context, env *engine.Env, slot engine.CacheSlot) ([]fetch.File, int64, error) {
-	var files []fetch.File
-	var total int64
+func (s *Step) listForPlan(ctx context.Context, env *engine.Env, slot engine.CacheSlot) (files []fetch.File, total int64, commit string, err error) {
 	if s.spec.HF == nil {
 		for _, f := range s.spec.Files {
 			size := f.Size
@@ -90,7 +88,7 @@ func (s *Step) listForPlan(ctx context.Context, env *engine.Env, slot engine.Cac
 			files = append(files, fetch.File{URL: f.URL, Path: f.Path, Size: size, SHA256: f.SHA256})
 			total += max(size, 0)
 		}
-		return files, total, nil
+		return files, total, "", nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, preflightTimeout)
 	defer cancel()
@@ -98,14 +96,14 @@ func (s *Step) listForPlan(ctx context.Context, env *engine.Env, slot engine.Cac
 		// HF_HUB_OFFLINE: what the last run recorded, and no request to the hub.
 		rec, ok := s.loadRecord(env)
 		if !ok || rec.Repo != s.spec.HF.Repo || rec.Revision != s.revision() || len(rec.Expected) == 0 {
-			return nil, 0, errors.New("HF_HUB_OFFLINE is set and no earlier run recorded the listing")
+			return nil, 0, "", errors.New("HF_HUB_OFFLINE is set and no earlier run recorded the listing")
 		}
 		for _, p := range rec.Expected {
 			fr := rec.Files[p]
 			files = append(files, fetch.File{Path: p, Size: fr.Size, SHA256: fr.SHA256, GitSHA1: fr.GitSHA1})
 			total += fr.Size
 		}
-		return files, total, nil
+		return files, total, rec.Commit, nil
 	}
 	if a := s.lookupListing(ctx, env, slot); a != nil {
 		if l := s.listingFrom(env, a); l != nil {
@@ -113,25 +111,25 @@ func (s *Step) listForPlan(ctx context.Context, env *engine.Env, slot engine.Cac
 				files = append(files, fetch.File{Path: f.Path, Size: f.Size, SHA256: f.SHA256, GitSHA1: f.GitSHA1})
 				total += f.Size
 			}
-			return files, total, nil
+			return files, total, l.Commit, nil
 		}
 	}
 	c, err := s.hubClient(env, -1)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, "", err
 	}
 	rev := s.revision()
-	commit, err := c.ResolveRevision(ctx, s.spec.HF.Repo, rev)
+	commit, err = c.ResolveRevision(ctx, s.spec.HF.Repo, rev)
 	var api *hub.APIError
 	if errors.As(err, &api) && api.Code == "RevisionNotFound" {
-		return nil, 0, fmt.Errorf("%w: the hub has no revision %q of %s: %w", engine.ErrMissing, rev, s.spec.HF.Repo, err)
+		return nil, 0, "", fmt.Errorf("%w: the hub has no revision %q of %s: %w", engine.ErrMissing, rev, s.spec.HF.Repo, err)
 	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("hub not reachable: %w", err)
+		return nil, 0, "", fmt.Errorf("hub not reachable: %w", err)
 	}
 	listed, err := c.Files(ctx, s.spec.HF.Repo, commit, s.spec.HF.Include, s.spec.HF.Exclude)
 	if err != nil {
-		return nil, 0, fmt.Errorf("hub not reachable: %w", err)
+		return nil, 0, "", fmt.Errorf("hub not reachable: %w", err)
 	}
 	for _, f := range listed {
 		files = append(files, fetch.File{URL: f.URL, Path: f.Path, Size: f.Size, SHA256: f.SHA256, GitSHA1: f.GitSHA1})
@@ -143,11 +141,11 @@ func (s *Step) listForPlan(ctx context.Context, env *engine.Env, slot engine.Cac
 	if len(listed) > 0 {
 		perr := c.Probe(ctx, s.spec.HF.Repo, commit, listed[0].URL)
 		if errors.As(perr, &api) && hub.Refused(api.Status, api.Code) {
-			return nil, 0, fmt.Errorf("%w: the hub refuses the files of %s to this host: %w", engine.ErrHost, s.spec.HF.Repo, perr)
+			return nil, 0, "", fmt.Errorf("%w: the hub refuses the files of %s to this host: %w", engine.ErrHost, s.spec.HF.Repo, perr)
 		}
 		if perr != nil {
-			return nil, 0, fmt.Errorf("hub not reachable: %w", perr)
+			return nil, 0, "", fmt.Errorf("hub not reachable: %w", perr)
 		}
 	}
-	return files, total, nil
+	return files, total, commit, nil
 }

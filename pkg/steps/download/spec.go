@@ -39,6 +39,10 @@ type Spec struct {
 	// Retries bounds the downloads again of a file with a bad digest (0: default;
 	// negative: none, and no retry of a failing request either).
 	Retries int `yaml:"retries"`
+	// Layout is how dest holds the files: "files" (the default: dest/PATH) or "hf-cache"
+	// (huggingface_hub's cache: dest/models--ORG--NAME/{blobs,snapshots/COMMIT,refs}, the
+	// snapshot's files links to the blobs; for hf only).
+	Layout string `yaml:"layout"`
 	// NoProgressTimeout is the retry budget of each file, e.g. "10m" ("": 10m): a failing
 	// request is retried for as long as the file received a byte within this long; a file
 	// that receives none for this long fails alone while the others finish.
@@ -115,6 +119,15 @@ func (s *Spec) check() error {
 		if err != nil || d <= 0 {
 			return fmt.Errorf("stall_timeout %q: want a positive duration such as 60s", s.StallTimeout)
 		}
+	}
+	switch s.Layout {
+	case "", LayoutFiles:
+	case LayoutHFCache:
+		if s.HF == nil {
+			return fmt.Errorf("layout %q is for hf downloads: files have no repository to lay out", s.Layout)
+		}
+	default:
+		return fmt.Errorf("layout %q: want %q or %q", s.Layout, LayoutFiles, LayoutHFCache)
 	}
 	if s.NoProgressTimeout != "" {
 		d, err := time.ParseDuration(s.NoProgressTimeout)

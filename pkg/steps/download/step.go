@@ -152,7 +152,7 @@ func (s *Step) Intact(ctx context.Context, env *engine.Env) (intact bool, reason
 	if !ok || len(rec.Expected) == 0 {
 		return false, "no record of an earlier download", nil
 	}
-	dest := env.Path(s.spec.Dest)
+	dest, shownDest := s.root(env, rec.Commit), s.shownRoot(rec.Commit)
 	s.hashed = nil // only what this check hashes counts for the run that follows it
 	refreshed := false
 	// What was re-hashed is recorded whatever the answer: a re-run must not read the
@@ -168,7 +168,7 @@ func (s *Step) Intact(ctx context.Context, env *engine.Env) (intact bool, reason
 		if err := ctx.Err(); err != nil {
 			return false, "", err
 		}
-		shown := filepath.Join(s.spec.Dest, filepath.FromSlash(rel))
+		shown := filepath.Join(shownDest, filepath.FromSlash(rel))
 		fr, ok := rec.Files[rel]
 		if !ok {
 			return false, "outputs changed: " + shown + " (never verified)", nil
@@ -242,7 +242,6 @@ func runError(err error) error {
 
 func (s *Step) run(ctx context.Context, env *engine.Env, slot engine.CacheSlot) error {
 	start := time.Now()
-	dest := env.Path(s.spec.Dest)
 	rec := record{Files: map[string]fileRecord{}}
 	if old, ok := s.loadRecord(env); ok {
 		rec.Files = old.Files
@@ -345,8 +344,14 @@ func (s *Step) run(ctx context.Context, env *engine.Env, slot engine.CacheSlot) 
 			delete(rec.Files, p)
 		}
 	}
+	dest := s.root(env, rec.Commit)
 	if err := os.MkdirAll(dest, 0o755); err != nil {
-		return fmt.Errorf("creating %s: %w", s.spec.Dest, err)
+		return fmt.Errorf("creating %s: %w", s.shownRoot(rec.Commit), err)
+	}
+	if s.hfCache() {
+		if err := s.relink(dest, files); err != nil {
+			return err
+		}
 	}
 
 	todo, kept, err := s.sortOut(ctx, env, dest, files, &rec)
@@ -433,6 +438,12 @@ func (s *Step) run(ctx context.Context, env *engine.Env, slot engine.CacheSlot) 
 		env.Log.Warn("cannot remove leftover part files", "err", err)
 	}
 	s.removeOldParts(env, dest, want)
+	if s.hfCache() {
+		if err := s.toBlobs(dest, files, rec.Revision, rec.Commit); err != nil {
+			return fmt.Errorf("laying out %s as huggingface_hub's cache: %w", s.spec.Dest, err)
+		}
+		env.Detail("snapshot", s.shownRoot(rec.Commit))
+	}
 	// Taken from the cache: the listing, or every file fetched, came from the registry.
 	if artifact != nil && fromReg == len(fetched) && (listing != nil || fromReg > 0) {
 		env.FromCache(artifact.Digest)
@@ -555,7 +566,7 @@ func (s *Step) sortOut(ctx context.Context, env *engine.Env, dest string, files 
 			return nil, 0, err
 		}
 		p := filepath.Join(dest, filepath.FromSlash(f.Path))
-		shown := filepath.Join(s.spec.Dest, filepath.FromSlash(f.Path))
+		shown := filepath.Join(s.shownRoot(rec.Commit), filepath.FromSlash(f.Path))
 		cur, serr := statOf(p)
 		if errors.Is(serr, fs.ErrNotExist) {
 			delete(rec.Files, f.Path)
