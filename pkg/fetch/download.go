@@ -40,7 +40,7 @@ const (
 	defaultRetries    = 3
 	defaultNoProgress = 10 * time.Minute
 	defaultRetryWait  = time.Second
-	maxRetryWait      = 30 * time.Second
+	maxRetryWait      = 10 * time.Second
 	defaultCheckpoint = 256 << 20
 	defaultCkEvery    = 10 * time.Second
 	// pieceSize is the unit bytes are read from the network in, written and hashed.
@@ -687,7 +687,7 @@ func sameFile(f *os.File, path string) (bool, error) {
 
 // fetchRange downloads bytes [a, b) (b < 0: to the end) with retries, delivering them to s.
 // A refused or dropped connection, a 5xx, 408 or 429 answer or a stall is retried from the
-// byte reached, after a wait that doubles (with jitter, up to 30s) and starts again
+// byte reached, after a wait that doubles (with jitter, up to 10s) and starts again
 // whenever bytes arrived, and that is at least what a Retry-After or RateLimit header asks;
 // it gives up once the file has received no byte for NoProgress.
 func (j *job) fetchRange(ctx context.Context, s *stream, a, b int64) error {

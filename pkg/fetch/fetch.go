@@ -89,7 +89,7 @@ type Options struct {
 	// the others go on (default 10m).
 	NoProgress time.Duration
 	// RetryWait is the first wait between retries of a request; it doubles, with jitter,
-	// up to 30s (default 1s). A Retry-After or RateLimit header on a 429 or 5xx answer
+	// up to 10s (default 1s). A Retry-After or RateLimit header on a 429 or 5xx answer
 	// makes the wait at least what the server asks, within what is left of NoProgress.
 	RetryWait time.Duration
 	// CheckpointBytes is how often (in hashed bytes) the part file is fsynced and its
