@@ -1,17 +1,22 @@
 // Package fakehub is a fake Hugging Face hub for tests and demos: it serves one repository
-// from a file set with the hub's revision, tree-listing (paginated, expanded) and resolve
-// endpoints, redirecting large files to a second "CDN" server as the real hub does, with
-// Range support and counters of what it served.
+// from a file set with the hub's revision, tree-listing (paginated as the hub pages it) and
+// resolve endpoints, redirecting large files to a second "CDN" server with signed URLs that
+// expire, as the real hub does, with Range support, gated and private access as the hub
+// answers it, injected 429s, optional TLS with h2, and counters of what it served.
+// README.md lists every way it differs from the real hub.
 package fakehub
 
 import (
+	"crypto/hmac"
 	"crypto/sha1"
 	"crypto/sha256"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -72,6 +77,13 @@ type Options struct {
 	// Rate, when positive, bounds each file response to this many bytes per second, as
 	// the real hub throttles a connection.
 	Rate int64
+	// SignedURLTTL is how long a CDN URL that a redirect hands out stays valid (0: one
+	// hour, as the real hub's signed URLs); after it the CDN answers 403, as CloudFront and
+	// S3 do for an expired signature, and the client must ask resolve again.
+	SignedURLTTL time.Duration
+	// TLS makes Start serve the hub and the CDN over TLS offering h2 and HTTP/1.1, as the
+	// real ones do; Client trusts their certificate.
+	TLS bool
 }
 
 // Entry is a tree-listing entry in the hub's JSON shape.
@@ -116,6 +128,13 @@ type Hub struct {
 	cdnBase  string
 	authSeen []string
 
+	// rateLimited is how many resolve requests are still to be answered 429.
+	rateLimited atomic.Int64
+	// expired counts CDN requests refused for an expired signature.
+	expired atomic.Int64
+	// conns counts the TCP connections each server accepted (hub, CDN).
+	hubConns, cdnConns atomic.Int64
+
 	bytesServed  atomic.Int64
 	fileRequests atomic.Int64
 	apiRequests  atomic.Int64
@@ -138,6 +157,9 @@ func New(opt Options) (*Hub, error) {
 	}
 	if opt.ExpandPageSize <= 0 {
 		opt.ExpandPageSize = 50
+	}
+	if opt.SignedURLTTL <= 0 {
+		opt.SignedURLTTL = time.Hour
 	}
 	if opt.LFSThreshold <= 0 {
 		opt.LFSThreshold = 1 << 20
@@ -221,12 +243,54 @@ func GitBlobSHA1(content []byte) string {
 	return hex.EncodeToString(s.Sum(nil))
 }
 
-// Start serves the hub and its CDN on two httptest servers; Close stops them.
+// Start serves the hub and its CDN on two httptest servers (TLS with h2 when
+// Options.TLS); Close stops them.
 func (h *Hub) Start() {
-	h.cdnSrv = httptest.NewServer(h.CDNHandler())
+	h.cdnSrv = h.newServer(h.CDNHandler(), &h.cdnConns)
 	h.SetCDNBase(h.cdnSrv.URL)
-	h.hubSrv = httptest.NewServer(h.Handler())
+	h.hubSrv = h.newServer(h.Handler(), &h.hubConns)
 }
+
+func (h *Hub) newServer(handler http.Handler, conns *atomic.Int64) *httptest.Server {
+	srv := httptest.NewUnstartedServer(handler)
+	srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	if h.opt.TLS {
+		srv.EnableHTTP2 = true
+		srv.StartTLS()
+	} else {
+		srv.Start()
+	}
+	return srv
+}
+
+// Client returns a client that trusts the servers Start started (with Options.TLS, their
+// certificate; it negotiates h2 where offered, as a browser would).
+func (h *Hub) Client() *http.Client { return h.hubSrv.Client() }
+
+// CertPool returns the certificate pool that trusts the servers Start started over TLS
+// (httptest's certificate, the same for both), or nil without TLS.
+func (h *Hub) CertPool() *x509.CertPool {
+	if !h.opt.TLS {
+		return nil
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(h.hubSrv.Certificate())
+	return pool
+}
+
+// Connections returns the TCP connections the hub and the CDN accepted so far.
+func (h *Hub) Connections() (hub, cdn int64) { return h.hubConns.Load(), h.cdnConns.Load() }
+
+// RateLimit makes the next n resolve requests answer 429 with Retry-After: 1 and the
+// hub's RateLimit ("resolvers";r=0;t=1) and RateLimit-Policy headers.
+func (h *Hub) RateLimit(n int) { h.rateLimited.Store(int64(n)) }
+
+// Expired returns how many CDN requests were refused for an expired signed URL.
+func (h *Hub) Expired() int64 { return h.expired.Load() }
 
 // Close stops the servers Start started.
 func (h *Hub) Close() {
@@ -388,6 +452,14 @@ func (h *Hub) serveHub(w http.ResponseWriter, r *http.Request) {
 		}
 	case strings.HasPrefix(p, "/"+repo+"/resolve/"):
 		h.fileRequests.Add(1)
+		if h.rateLimited.Add(-1) >= 0 {
+			// As the real hub limits resolvers over 5-minute windows.
+			w.Header().Set("Retry-After", "1")
+			w.Header().Set("RateLimit", `"resolvers";r=0;t=1`)
+			w.Header().Set("RateLimit-Policy", `"fixed window";"resolvers";q=3000;w=300`)
+			hubError(w, http.StatusTooManyRequests, "", "You have been rate-limited; you can retry this action in about 1 second.")
+			return
+		}
 		if h.refuse(w, r, true) {
 			return
 		}
@@ -416,7 +488,9 @@ func (h *Hub) serveHub(w http.ResponseWriter, r *http.Request) {
 		if fi.size >= h.opt.LFSThreshold && cdn != "" {
 			w.Header().Set("X-Linked-Etag", `"`+fi.sha256+`"`)
 			w.Header().Set("X-Linked-Size", strconv.FormatInt(fi.size, 10))
-			http.Redirect(w, r, cdn+"/cdn/"+fi.sha256+"?name="+url.QueryEscape(path.Base(name)), http.StatusFound)
+			expires := strconv.FormatInt(time.Now().Add(h.opt.SignedURLTTL).UnixMilli(), 10)
+			http.Redirect(w, r, cdn+"/cdn/"+fi.sha256+"?name="+url.QueryEscape(path.Base(name))+
+				"&Expires="+expires+"&Signature="+h.sign(fi.sha256, expires), http.StatusFound)
 			return
 		}
 		w.Header().Set("ETag", `"`+fi.sha1+`"`)
@@ -527,6 +601,17 @@ func (h *Hub) serveCDN(w http.ResponseWriter, r *http.Request) {
 		h.mu.Unlock()
 	}
 	sum := strings.TrimPrefix(r.URL.Path, "/cdn/")
+	q := r.URL.Query()
+	exp, err := strconv.ParseInt(q.Get("Expires"), 10, 64)
+	if err != nil || q.Get("Signature") != h.sign(sum, q.Get("Expires")) {
+		http.Error(w, "<Error><Code>AccessDenied</Code><Message>Invalid signature</Message></Error>", http.StatusForbidden)
+		return
+	}
+	if time.Now().UnixMilli() > exp {
+		h.expired.Add(1)
+		http.Error(w, "<Error><Code>AccessDenied</Code><Message>Request has expired</Message></Error>", http.StatusForbidden)
+		return
+	}
 	h.mu.Lock()
 	name := ""
 	for _, p := range h.paths {
@@ -542,6 +627,14 @@ func (h *Hub) serveCDN(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("ETag", `"`+sum+`"`)
 	h.serveFile(w, r, name)
+}
+
+// sign returns the signature of a CDN URL (an HMAC over the object and the expiry, keyed
+// by the commit: a stand-in for the CDN's key).
+func (h *Hub) sign(sum, expires string) string {
+	m := hmac.New(sha256.New, []byte(h.opt.Commit))
+	m.Write([]byte(sum + "\x00" + expires))
+	return hex.EncodeToString(m.Sum(nil))[:32]
 }
 
 // countingWriter counts the body bytes written.
