@@ -51,8 +51,12 @@ type Options struct {
 	// Retries is how many times an API request that failed in transport or with a 5xx or
 	// 429 answer is tried again (0: 3; negative: none).
 	Retries int
-	// RetryWait is the wait before the first retry; it doubles each time (0: 1s).
+	// RetryWait is the wait before the first retry; it doubles each time, up to 10s (0: 1s).
 	RetryWait time.Duration
+	// RetryFor, when positive, keeps retrying such a request past Retries for as long as
+	// this has not passed since its first attempt (a download's no-progress budget), so that
+	// a minute of 5xx or a DNS blip does not end a run; Retries < 0 still means none.
+	RetryFor time.Duration
 }
 
 // Client talks to one hub endpoint. It is safe for concurrent use.
@@ -62,6 +66,7 @@ type Client struct {
 	http      *http.Client
 	retries   int
 	retryWait time.Duration
+	retryFor  time.Duration
 }
 
 // New returns a client for the endpoint and token that opt names.
@@ -92,7 +97,10 @@ func New(opt Options) (*Client, error) {
 	if base == nil {
 		base = &http.Client{}
 	}
-	c := &Client{endpoint: u, token: token, retries: opt.Retries, retryWait: opt.RetryWait}
+	c := &Client{endpoint: u, token: token, retries: opt.Retries, retryWait: opt.RetryWait, retryFor: opt.RetryFor}
+	if opt.Retries < 0 {
+		c.retryFor = 0
+	}
 	if c.retries == 0 {
 		c.retries = 3
 	}
@@ -719,9 +727,13 @@ const maxAPIWait = 5 * time.Minute
 // hdr, when set, receives the answer's header.
 func (c *Client) getJSON(ctx context.Context, u, repo, rev string, v any, hdr *http.Header) error {
 	wait := c.retryWait
+	start := time.Now()
 	for attempt := 0; ; attempt++ {
 		retry, err := c.getJSONOnce(ctx, u, repo, rev, v, hdr)
-		if err == nil || !retry || attempt >= c.retries || ctx.Err() != nil {
+		if err == nil || !retry || ctx.Err() != nil {
+			return err
+		}
+		if attempt >= c.retries && time.Since(start) >= c.retryFor {
 			return err
 		}
 		d := wait
@@ -736,9 +748,12 @@ func (c *Client) getJSON(ctx context.Context, u, repo, rev string, v any, hdr *h
 			return err
 		case <-t.C:
 		}
-		wait *= 2
+		wait = min(2*wait, maxRetryWait)
 	}
 }
+
+// maxRetryWait caps the doubling wait between retries of an API request.
+const maxRetryWait = 10 * time.Second
 
 func (c *Client) getJSONOnce(ctx context.Context, u, repo, rev string, v any, hdr *http.Header) (retry bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, apiTimeout)

@@ -722,3 +722,32 @@ func TestHubConventions(t *testing.T) {
 		}
 	}
 }
+
+// TestRetryForOutlastsAnOutage: with RetryFor, an API request is retried past Retries for
+// as long as RetryFor allows, so an outage of the hub's API (here 600 ms of 503, scaled
+// from a minute) does not end the run; past RetryFor it gives up.
+func TestRetryForOutlastsAnOutage(t *testing.T) {
+	h := startHub(t, fakehub.Options{})
+	for _, tc := range []struct {
+		retryFor time.Duration
+		wantErr  bool
+	}{{3 * time.Second, false}, {100 * time.Millisecond, true}} {
+		downUntil := time.Now().Add(600 * time.Millisecond)
+		flaky := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if time.Now().Before(downUntil) {
+				http.Error(w, "upstream down", http.StatusServiceUnavailable)
+				return
+			}
+			h.Handler().ServeHTTP(w, r)
+		}))
+		c, err := hub.New(hub.Options{Endpoint: flaky.URL, Getenv: noEnv, Retries: 1, RetryWait: 20 * time.Millisecond, RetryFor: tc.retryFor})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.ResolveRevision(context.Background(), repo, "main")
+		flaky.Close()
+		if (err != nil) != tc.wantErr {
+			t.Errorf("RetryFor %s through 600ms of 503: err = %v, want error %v", tc.retryFor, err, tc.wantErr)
+		}
+	}
+}

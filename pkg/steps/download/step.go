@@ -135,12 +135,25 @@ func (s *Step) hubClient(env *engine.Env, retries int) (*hub.Client, error) {
 	}
 	c, err := hub.New(hub.Options{
 		Endpoint: s.spec.HF.Endpoint, TokenFile: tokenFile, Getenv: s.getenv, HTTPClient: s.client,
-		Retries: retries, RetryWait: s.retryWait,
+		Retries: retries, RetryWait: s.retryWait, RetryFor: s.apiRetryFor(retries),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("setting up the hub client: %w", err)
 	}
 	return c, nil
+}
+
+// apiRetryFor is how long a failing hub API request of apply is retried: the downloads'
+// no-progress budget (none for plan's and the fingerprint's requests, made with retries
+// -1, which must not hold plan for minutes).
+func (s *Step) apiRetryFor(retries int) time.Duration {
+	if retries < 0 {
+		return 0
+	}
+	if s.noProgress > 0 {
+		return s.noProgress
+	}
+	return 10 * time.Minute
 }
 
 // Intact reports whether every file the last run downloaded is still at dest, unchanged:
