@@ -23,7 +23,7 @@
 #   6  a build step's time on a fleet cache hit against the build's own: a generated C
 #      project (BENCH_BUILD_UNITS files, make -j) built by `sglprov apply` on node A, which
 #      pushes it, then taken from the registry by node B (its own --root and state)
-#   7  TLS offering h2 with a cap per TCP connection (BENCH_CONN_CAP_MB, default 20 MB/s, as
+#   7  TLS offering h2 with a cap per TCP connection (BENCH_CONN_CAP_MB, default 8.7 MB/s, as
 #      a CDN edge caps one): bench/cmd/benchcdn serves 2 files; sglprov (HTTP/1.1, 8
 #      connections a file), sglprov-h2 (fetchbench -http2: the client negotiates h2, every
 #      range a stream of one connection, as before), aria2c -x8 and curl (its own h2)
@@ -35,7 +35,8 @@
 # Environment: BENCH_SIZE_MB (512), BENCH_DIR (base for the temporary folder, /tmp),
 # BENCH_OUT (also write the table there), BENCH_CASES ("1 2 3 4 5 6 7 8"), FETCHBENCH_FLAGS (more
 # flags for fetchbench, e.g. "-chunk-mb 4 -buffer-mb 32"), BENCH_TOOLS (only these rows,
-# e.g. "cat sglprov"), BENCH_BUILD_UNITS (16: C files of case 6).
+# e.g. "cat sglprov"), BENCH_BUILD_UNITS (16: C files of case 6), BENCH_CONN_CAP_MB (8.7:
+# case 7's cap per TCP connection, 10^6 bytes/s), BENCH_OUTAGE_S (60: case 8's outage).
 # Columns: wall seconds, MB/s (10^6 bytes per second of the bytes downloaded or hashed),
 # CPU seconds (user+system of the command and its children, /usr/bin/time), peak RSS (the
 # largest single process, /usr/bin/time -v), the load average when the row started.
@@ -400,7 +401,7 @@ print(f"build step {ta:.2f} s on node A (built), {tb:.2f} s on node B (from the 
 EOF
 		;;
 	7)
-		start_cdn -tls -conn-rate-mb "${BENCH_CONN_CAP_MB:-20}"
+		start_cdn -tls -conn-rate-mb "${BENCH_CONN_CAP_MB:-8.7}"
 		cdn_lists 2
 		ca=$WORK/cdn.pem
 		for tool in sglprov sglprov-h2 aria2c curl; do
