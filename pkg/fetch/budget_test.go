@@ -281,3 +281,43 @@ func TestCheckpointByTime(t *testing.T) {
 		t.Fatal("no resume record was written while the file downloaded")
 	}
 }
+
+// TestCDNRateLimited: the CDN a file redirected to answers 429 with Retry-After: the
+// downloader waits what it asks and keeps the CDN URL (a 429 is no expired signature),
+// rather than asking the origin again at once.
+func TestCDNRateLimited(t *testing.T) {
+	data := randomBytes(t, 2<<20)
+	fs := newFaultServer(t, map[string][]byte{"t": data})
+	var limited atomic.Int64
+	limited.Store(4)
+	fs.configure(func() {
+		fs.plan = func(n int, r *http.Request) action {
+			if r.URL.Path == "/w" {
+				return action{redirect: fs.url("t")}
+			}
+			if n > 0 && limited.Add(-1) >= 0 {
+				return action{status: http.StatusTooManyRequests, header: http.Header{"Retry-After": {"1"}}}
+			}
+			return action{}
+		}
+	})
+	opt := testOptions(t.TempDir())
+	start := time.Now()
+	f := File{URL: fs.url("w"), Path: "w.bin", Size: int64(len(data)), SHA256: sha256Hex(data)}
+	if _, err := Fetch(context.Background(), []File{f}, opt); err != nil {
+		t.Fatalf("Fetch through a CDN that rate-limits: %v", err)
+	}
+	if took := time.Since(start); took < 900*time.Millisecond {
+		t.Errorf("finished in %s: the CDN's Retry-After of 1 s was not waited", took)
+	}
+	origin := 0
+	for _, r := range fs.requests() {
+		if r.path == "w" {
+			origin++
+		}
+	}
+	// Each connection asks the origin once before the first answer names the CDN URL.
+	if origin > opt.Conns {
+		t.Errorf("the origin was asked %d times for %d connections: a 429 from the CDN dropped its URL", origin, opt.Conns)
+	}
+}

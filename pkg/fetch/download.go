@@ -841,7 +841,7 @@ func (j *job) request(ctx context.Context, s *stream, pos *int64, b int64) error
 		return transient(fmt.Errorf("requesting %s: %w", redact.URL(j.f.URL), err))
 	}
 	defer resp.Body.Close()
-	if cached && resp.StatusCode >= 400 && resp.StatusCode < 500 {
+	if cached && resp.StatusCode >= 400 && resp.StatusCode < 500 && resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusRequestTimeout {
 		j.target.Store(nil)
 		return transient(fmt.Errorf("redirect target of %s answered %s", redact.URL(j.f.URL), resp.Status))
 	}
