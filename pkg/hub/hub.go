@@ -501,7 +501,7 @@ func (c *Client) filesFromSiblings(ctx context.Context, repo, commit string, inc
 		go func() {
 			defer wg.Done()
 			for i := range work {
-				errs[i] = c.headFile(ctx, repo, commit, &files[i])
+				errs[i] = c.retry(ctx, func() (bool, error) { return c.headFile(ctx, repo, commit, &files[i]) })
 			}
 		}()
 	}
@@ -516,13 +516,14 @@ func (c *Client) filesFromSiblings(ctx context.Context, repo, commit string, inc
 	return files, nil
 }
 
-// headFile fills f's size and digest from a HEAD of its resolve URL.
-func (c *Client) headFile(ctx context.Context, repo, commit string, f *File) error {
+// headFile fills f's size and digest from a HEAD of its resolve URL; retry says whether
+// its failure is worth retrying (transport, 5xx, 429).
+func (c *Client) headFile(ctx context.Context, repo, commit string, f *File) (retry bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, apiTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodHead, f.URL, nil)
 	if err != nil {
-		return fmt.Errorf("%s: %w", f.Path, err)
+		return false, fmt.Errorf("%s: %w", f.Path, err)
 	}
 	req.Header.Set("User-Agent", "sglprov")
 	req.Header.Set("Accept-Encoding", "identity")
@@ -530,27 +531,28 @@ func (c *Client) headFile(ctx context.Context, repo, commit string, f *File) err
 	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	resp, err := hc.Do(req)
 	if err != nil {
-		return fmt.Errorf("%s: %w", f.Path, c.scrub(err))
+		return true, fmt.Errorf("%s: %w", f.Path, c.scrub(err))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 400 {
-		return fmt.Errorf("%s: %w", f.Path, c.apiError(resp, repo, commit))
+		retry := resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests
+		return retry, fmt.Errorf("%s: %w", f.Path, c.apiError(resp, repo, commit))
 	}
 	if etag := unquoteETag(resp.Header.Get("X-Linked-Etag")); etag != "" {
 		size, err := strconv.ParseInt(resp.Header.Get("X-Linked-Size"), 10, 64)
 		if !hexOf(etag, 64) || err != nil || size < 0 {
-			return fmt.Errorf("%s: X-Linked-Etag %q and X-Linked-Size %q, want a sha256 and a size", f.Path, etag, resp.Header.Get("X-Linked-Size"))
+			return false, fmt.Errorf("%s: X-Linked-Etag %q and X-Linked-Size %q, want a sha256 and a size", f.Path, etag, resp.Header.Get("X-Linked-Size"))
 		}
 		f.SHA256, f.Size = etag, size
-		return nil
+		return false, nil
 	}
 	etag := unquoteETag(resp.Header.Get("ETag"))
 	size, err := strconv.ParseInt(resp.Header.Get("Content-Length"), 10, 64)
 	if !hexOf(etag, 40) || err != nil || size < 0 || resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: answered %s with ETag %q and Content-Length %q, want a git sha1 and a size (or X-Linked-Etag and X-Linked-Size)", f.Path, resp.Status, etag, resp.Header.Get("Content-Length"))
+		return false, fmt.Errorf("%s: answered %s with ETag %q and Content-Length %q, want a git sha1 and a size (or X-Linked-Etag and X-Linked-Size)", f.Path, resp.Status, etag, resp.Header.Get("Content-Length"))
 	}
 	f.GitSHA1, f.Size = etag, size
-	return nil
+	return false, nil
 }
 
 // unquoteETag returns an entity tag without W/ and quotes, in lower case.
@@ -726,10 +728,17 @@ const maxAPIWait = 5 * time.Minute
 // 429 answers, each after at least the wait a Retry-After or RateLimit header asks for;
 // hdr, when set, receives the answer's header.
 func (c *Client) getJSON(ctx context.Context, u, repo, rev string, v any, hdr *http.Header) error {
+	return c.retry(ctx, func() (bool, error) { return c.getJSONOnce(ctx, u, repo, rev, v, hdr) })
+}
+
+// retry calls once until it succeeds, fails in a way not worth retrying, or the client's
+// retries (Retries, then RetryFor) are spent; the waits double up to 10s and are at least
+// what an APIError's Retry-After or RateLimit asked for.
+func (c *Client) retry(ctx context.Context, once func() (retry bool, err error)) error {
 	wait := c.retryWait
 	start := time.Now()
 	for attempt := 0; ; attempt++ {
-		retry, err := c.getJSONOnce(ctx, u, repo, rev, v, hdr)
+		retry, err := once()
 		if err == nil || !retry || ctx.Err() != nil {
 			return err
 		}

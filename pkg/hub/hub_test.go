@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -749,5 +750,33 @@ func TestRetryForOutlastsAnOutage(t *testing.T) {
 		if (err != nil) != tc.wantErr {
 			t.Errorf("RetryFor %s through 600ms of 503: err = %v, want error %v", tc.retryFor, err, tc.wantErr)
 		}
+	}
+}
+
+// TestMirrorHeadRetried: a HEAD of a file's resolve that fails with a 5xx is retried as
+// the API requests are, so one flaky answer of the mirror does not fail the listing.
+func TestMirrorHeadRetried(t *testing.T) {
+	mirror := startHub(t, fakehub.Options{NoTree: true})
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	flaky := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		first := r.Method == http.MethodHead && !seen[r.URL.Path]
+		seen[r.URL.Path] = true
+		mu.Unlock()
+		if first {
+			http.Error(w, "bad gateway", http.StatusBadGateway)
+			return
+		}
+		mirror.Handler().ServeHTTP(w, r)
+	}))
+	t.Cleanup(flaky.Close)
+	c, err := hub.New(hub.Options{Endpoint: flaky.URL, Getenv: noEnv, RetryWait: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := c.Files(context.Background(), repo, fakehub.DefaultCommit, nil, nil)
+	if err != nil || len(files) != len(testFS()) {
+		t.Fatalf("listing through a flaky mirror without /tree: %d files, %v", len(files), err)
 	}
 }
