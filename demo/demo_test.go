@@ -34,6 +34,8 @@ func TestDemo(t *testing.T) {
 		t.Fatalf("demo failed: %v\n%s", err, out)
 	}
 	for _, want := range []string{
+		// host fitness: GPU 3's link at x8, refused with its fix, exit 4
+		`GPU 3 \(NVIDIA RTX PRO 6000 Blackwell Server Edition\) has its PCIe link at x8; the GPU and its slot can do x16\n    fix: reseat the GPU`,
 		// preflight: the H200 host with CUDA 12.4's nvcc, every problem at once, exit 4
 		`(?s)host does not meet the recipe's requirements:\n  host has 1 GPU; this recipe needs at least 4\n.*GPU 0 \(NVIDIA H200\) has compute capability 9.0.*\n  driver 570.172.08 does not satisfy >=575\n  nvcc: 12.4.131 at \S+/cuda-12.4/bin/nvcc does not satisfy >=12.8; install a CUDA toolkit`,
 		`sglprov plan exited 4`,

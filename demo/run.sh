@@ -74,6 +74,14 @@ echo "sglprov plan exited $code"
 [ "$code" = 4 ] || { echo "demo: the preflight refusal should exit 4" >&2; exit 1; }
 export PATH="$ROOT/cuda-12.8/bin:$PATH"
 
+# Host fitness is part of the preflight: the right GPUs, but GPU 3's PCIe link trained at
+# x8 (the fixture's health facts, as NVML reports them), and the recipe refuses a degraded link.
+say "host fitness: an 8 x RTX PRO 6000 host whose GPU 3 runs its PCIe link at x8 is refused (exit 4)"
+code=0
+SGLPROV_GPU_FIXTURE=$PWD/testdata/gpu/rtx-pro-6000-x8-link-x8.json "$SGLPROV" plan "${ARGS[@]}" || code=$?
+echo "sglprov plan exited $code"
+[ "$code" = 4 ] || { echo "demo: the host-fitness refusal should exit 4" >&2; exit 1; }
+
 say "sglprov plan"
 "$SGLPROV" plan "${ARGS[@]}"
 

@@ -45,6 +45,9 @@ type Cache interface {
 	BlobURL(sha256 string) string
 	// HTTPClient is a client that authenticates to the registry (for pkg/fetch).
 	HTTPClient() *http.Client
+	// GaveUp returns why the cache is not asked again in this run (it did not answer, or
+	// a blob stalled; the error wraps ErrNotAskedAgain), or nil while it is asked.
+	GaveUp() error
 	// CanPush reports whether this node publishes (cache.push).
 	CanPush() bool
 	// String names the repository, for logs.

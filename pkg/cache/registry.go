@@ -42,6 +42,12 @@ const (
 	maxManifest = 16 << 20
 )
 
+// ErrNotAskedAgain is in the error of every call to a registry that this Registry gave up
+// on earlier in the run: it did not answer within Options.Timeout, or a blob transfer
+// stalled (pkg/fetch's stall timeout ran out). Callers take what they wanted from the
+// origin without asking the registry again.
+var ErrNotAskedAgain = errors.New("not asked again in this run")
+
 // Options are what New needs besides the Config.
 type Options struct {
 	// Getenv reads DOCKER_CONFIG and HOME (default os.Getenv).
@@ -210,9 +216,57 @@ func (h httpsOnly) RoundTrip(req *http.Request) (*http.Response, error) {
 // repository: the bearer token flow runs once and its token is cached.
 type authTransport struct{ r *Registry }
 
+// A registry given up on in this run (it did not answer, or a blob stalled) is not asked
+// again: the request fails at once. A blob transfer that pkg/fetch cancels for a stall
+// gives up on the registry: one stall timeout per registry per run, not one per try of
+// every file.
 func (t *authTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if err := t.r.unreachable(); err != nil {
+		if req.Body != nil {
+			req.Body.Close()
+		}
+		return nil, err
+	}
 	ctx := auth.AppendRepositoryScope(req.Context(), t.r.repo.Reference, auth.ActionPull)
-	return t.r.auth.Do(req.WithContext(ctx))
+	resp, err := t.r.auth.Do(req.WithContext(ctx))
+	if err != nil {
+		t.r.noteStall(req.Context())
+		return nil, err
+	}
+	resp.Body = &stallNoter{ReadCloser: resp.Body, ctx: req.Context(), r: t.r}
+	return resp, nil
+}
+
+// stallNoter tells the registry when a read of a body fails because pkg/fetch cancelled
+// the request for a stall.
+type stallNoter struct {
+	io.ReadCloser
+	ctx context.Context
+	r   *Registry
+}
+
+func (s *stallNoter) Read(p []byte) (int, error) {
+	n, err := s.ReadCloser.Read(p)
+	if err != nil && err != io.EOF {
+		s.r.noteStall(s.ctx)
+	}
+	return n, err
+}
+
+// noteStall gives up on the registry for the rest of the run when ctx was cancelled for a
+// stall, and says so once.
+func (r *Registry) noteStall(ctx context.Context) {
+	var se *fetch.StallError
+	if !errors.As(context.Cause(ctx), &se) {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.down != nil {
+		return
+	}
+	r.down = fmt.Errorf("the registry %s sent no byte of a blob for %s; it is %w", r, se.Timeout, ErrNotAskedAgain)
+	r.logf("the registry %s sent no byte of a blob for %s: it is not asked again in this run, and every file still to fetch comes from its origin", r, se.Timeout)
 }
 
 // bounded returns ctx limited to the registry's timeout, and a function that turns the
@@ -234,7 +288,7 @@ func (r *Registry) bounded(ctx context.Context) (context.Context, func(error) er
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		if r.down == nil {
-			r.down = fmt.Errorf("the registry %s did not answer within %s; it is not asked again in this run: %w", r, r.timeout, context.DeadlineExceeded)
+			r.down = fmt.Errorf("the registry %s did not answer within %s; it is %w: %w", r, r.timeout, ErrNotAskedAgain, context.DeadlineExceeded)
 		}
 		return r.down
 	}, nil
@@ -246,6 +300,9 @@ func (r *Registry) unreachable() error {
 	defer r.mu.Unlock()
 	return r.down
 }
+
+// GaveUp returns why the registry is not asked again in this run, or nil.
+func (r *Registry) GaveUp() error { return r.unreachable() }
 
 // String names the repository.
 func (r *Registry) String() string { return r.cfg.Repository }
@@ -259,6 +316,11 @@ func (r *Registry) HTTPClient() *http.Client { return r.client }
 // BlobURL returns the URL of a blob by its sha256.
 func (r *Registry) BlobURL(sha string) string {
 	return r.base + "/v2/" + r.path + "/blobs/sha256:" + sha
+}
+
+// blobURL is the URL of the blob d.
+func (r *Registry) blobURL(d digest.Digest) string {
+	return r.base + "/v2/" + r.path + "/blobs/" + d.String()
 }
 
 // HasBlob reports whether the registry holds the blob.
@@ -276,11 +338,51 @@ func (r *Registry) exists(ctx context.Context, desc ocispec.Descriptor) (bool, e
 	if err != nil {
 		return false, err
 	}
-	ok, err := r.repo.Blobs().Exists(bctx, desc)
+	ok, err := r.headBlob(bctx, desc.Digest)
 	if err = done(err); err != nil {
 		return false, fmt.Errorf("asking %s for blob %s: %w", r, desc.Digest, r.hint(err))
 	}
 	return ok, nil
+}
+
+// headBlob asks whether the registry holds the blob d. Blob requests go through
+// HTTPClient, which follows a redirect (a registry that keeps its blobs in object storage
+// answers 307 to a signed URL on another host) hop by hop, each hop authorized for its own
+// host only: the registry's credentials never reach the blob store.
+func (r *Registry) headBlob(ctx context.Context, d digest.Digest) (bool, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodHead, r.blobURL(d), nil)
+	if err != nil {
+		return false, err
+	}
+	resp, err := r.client.Do(req)
+	if err != nil {
+		return false, err
+	}
+	defer resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusOK:
+		return true, nil
+	case http.StatusNotFound:
+		return false, nil
+	}
+	return false, statusError(resp)
+}
+
+// getBlob fetches the blob d (through HTTPClient, as headBlob) and returns its body.
+func (r *Registry) getBlob(ctx context.Context, d digest.Digest) (io.ReadCloser, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.blobURL(d), nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := r.client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		defer resp.Body.Close()
+		return nil, statusError(resp)
+	}
+	return resp.Body, nil
 }
 
 // Lookup fetches the manifest tagged tag and its config, checking both digests.
@@ -328,9 +430,12 @@ func (r *Registry) Lookup(ctx context.Context, tag string) (_ *Artifact, err err
 	if m.Config.Size > maxManifest {
 		return nil, fmt.Errorf("manifest %s: config of %d bytes is too large", got, m.Config.Size)
 	}
-	crc, err := r.repo.Blobs().Fetch(ctx, m.Config)
+	if m.Config.Digest.Validate() != nil {
+		return nil, fmt.Errorf("manifest %s: config digest %q", got, m.Config.Digest)
+	}
+	crc, err := r.getBlob(ctx, m.Config.Digest)
 	if err != nil {
-		return nil, fmt.Errorf("fetching the config of %s: %w", got, err)
+		return nil, fmt.Errorf("fetching the config of %s: %w", got, r.hint(err))
 	}
 	a.Meta, err = readAll(crc, m.Config.Size)
 	crc.Close()
@@ -354,24 +459,30 @@ func (r *Registry) Lookup(ctx context.Context, tag string) (_ *Artifact, err err
 		}
 		f := File{Name: name, Size: l.Size, SHA256: l.Digest.Encoded()}
 		if m, err := strconv.ParseUint(l.Annotations[annotationMode], 8, 32); err == nil {
-			f.Mode = os.FileMode(m).Perm()
+			f.Mode = BoundMode(os.FileMode(m & 0o777))
 		}
 		a.Files = append(a.Files, f)
 	}
 	return a, nil
 }
 
-// readAll reads at most size bytes (and at most maxManifest) of rc.
+// readAll reads rc, which must hold size bytes (at most maxManifest; size < 0: any
+// number up to maxManifest).
 func readAll(rc io.Reader, size int64) ([]byte, error) {
 	if size > maxManifest {
 		return nil, fmt.Errorf("%d bytes is too large", size)
 	}
-	b, err := io.ReadAll(io.LimitReader(rc, maxManifest+1))
+	limit := int64(maxManifest)
+	if size >= 0 {
+		limit = size
+	}
+	// One byte more than the descriptor says is read, to tell a longer body; no more.
+	b, err := io.ReadAll(io.LimitReader(rc, limit+1))
 	if err != nil {
 		return nil, err
 	}
-	if len(b) > maxManifest {
-		return nil, fmt.Errorf("more than %d bytes", maxManifest)
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("more than %d bytes", limit)
 	}
 	if size >= 0 && int64(len(b)) != size {
 		return nil, fmt.Errorf("%d bytes, want %d", len(b), size)
@@ -398,12 +509,25 @@ func (r *Registry) Pull(ctx context.Context, a *Artifact, dir string) error {
 	}
 	for _, f := range a.Files {
 		if f.Mode != 0 {
-			if err := os.Chmod(filepath.Join(dir, filepath.FromSlash(f.Name)), f.Mode); err != nil {
+			if err := os.Chmod(filepath.Join(dir, filepath.FromSlash(f.Name)), BoundMode(f.Mode)); err != nil {
 				return fmt.Errorf("pulling %s: %w", a.Digest, err)
 			}
 		}
 	}
 	return nil
+}
+
+// BoundMode is the mode a pulled file gets from the mode its artifact names (the pushing
+// node's permission bits): at most 0755 for a file that someone could execute there (and
+// then the owner can), at most 0644 otherwise. Group and other never get write, and no
+// setuid, setgid or sticky bit survives: an artifact cannot make a restored file one that
+// anyone may change, or one that runs as its owner.
+func BoundMode(m os.FileMode) os.FileMode {
+	perm := m.Perm() & 0o755
+	if perm&0o111 != 0 {
+		perm |= 0o100
+	}
+	return perm
 }
 
 // Push uploads every file the registry lacks (streamed from disk, in resumable chunks),

@@ -40,6 +40,8 @@ func runDetect(ctx context.Context, stdio IO, args []string) error {
 			facts.DriverVersion)
 	} else if err := gpu.FormatTable(stdio.Stdout, facts); err != nil {
 		return err
+	} else if err := gpu.FormatHealth(stdio.Stdout, facts); err != nil {
+		return err
 	}
 	if nvcc != nil {
 		v := nvcc.Version

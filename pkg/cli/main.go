@@ -513,6 +513,7 @@ func (c *common) newEngine(ctx context.Context, stdio IO, r *recipe.Recipe, mod 
 		problems = append(problems, hostcmd.Problems(c.commands)...)
 		giveCommands(e, r, look)
 	}
+	problems = append(problems, fitnessProblems(stdio, facts, r, e)...)
 	if len(problems) > 0 {
 		if e != nil {
 			e.Close()

@@ -9,6 +9,7 @@ import (
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/steps"
+	"github.com/sglprov/sglprov/pkg/steps/download"
 )
 
 func runValidate(ctx context.Context, stdio IO, args []string) error {
@@ -48,6 +49,9 @@ func runValidate(ctx context.Context, stdio IO, args []string) error {
 		if err != nil {
 			return err
 		}
+	}
+	for _, w := range download.RevisionWarnings(r) {
+		fmt.Fprintf(stdio.Stderr, "%s: warning: %s\n", c.recipe, w)
 	}
 	fmt.Fprintf(stdio.Stdout, "%s: recipe %q is valid (%d steps, %d profiles; %s)\n", c.recipe, r.Name, len(r.Steps), len(r.Profiles), checked)
 	return nil

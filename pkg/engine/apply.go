@@ -174,9 +174,16 @@ func (e *Engine) runNode(ctx context.Context, n *node, sem chan struct{}, runDir
 	// The step log is opened only for a step that runs: a no-op re-run writes no logs.
 	denv := e.env(n, nil, "")
 	denv.DepsRan = ran
-	dec, err := e.decide(ctx, n, denv)
+	var dec Decision
+	err := e.guard(n, denv, runDir, "deciding whether to run", func() (err error) {
+		dec, err = e.decide(ctx, n, denv)
+		return err
+	})
 	if err != nil {
 		res.Result, res.err, res.Error, res.Reason = ResultFailed, err, err.Error(), "cannot tell whether to run"
+		if pe := (*PanicError)(nil); errors.As(err, &pe) {
+			res.Log = pe.Log
+		}
 		e.log.Error("step failed", "step", n.step.Name, "err", err)
 		return
 	}
@@ -204,7 +211,7 @@ func (e *Engine) runNode(ctx context.Context, n *node, sem chan struct{}, runDir
 	e.record(n.step.Name, func(r *StepRecord) {
 		r.Result, r.PID, r.Started, r.Reason, r.Error = ResultRunning, os.Getpid(), res.Started, dec.Reason, ""
 	})
-	runErr := e.restoreOrRun(ctx, n, env, slot, res)
+	runErr := e.guard(n, env, runDir, "running", func() error { return e.restoreOrRun(ctx, n, env, slot, res) })
 	res.Duration = e.opts.Now().Sub(res.Started)
 	var skip *SkipError
 	switch {
@@ -217,7 +224,11 @@ func (e *Engine) runNode(ctx context.Context, n *node, sem chan struct{}, runDir
 		res.Result = ResultOK
 		// Outputs may have changed what the step fingerprints (a tree it patched):
 		// record the inputs as they are now.
-		if parts, err := e.fingerprint(context.WithoutCancel(ctx), n, env); err == nil {
+		var parts map[string]string
+		if err := e.guard(n, env, runDir, "fingerprinting after the run", func() (err error) {
+			parts, err = e.fingerprint(context.WithoutCancel(ctx), n, env)
+			return err
+		}); err == nil {
 			dec.Parts, dec.Fingerprint = parts, fingerprintOf(parts)
 		}
 		env.Log.Info("done", "seconds", logval.Seconds(res.Duration))
@@ -301,7 +312,11 @@ func (e *Engine) publish(ctx context.Context, n *node, env *Env, slot CacheSlot,
 		return
 	}
 	start := e.opts.Now()
-	digest, err := p.Publish(ctx, env, slot)
+	var digest string
+	err = e.guard(n, env, "", "publishing", func() (err error) {
+		digest, err = p.Publish(ctx, env, slot)
+		return err
+	})
 	if err != nil {
 		env.Log.Warn("pushing to the cache failed", "cache", slot.Cache.String(), "err", err)
 		env.Detail("cache_push_error", err.Error())

@@ -56,6 +56,7 @@ func (m *memCache) HasBlob(ctx context.Context, sha string) (bool, error) { retu
 func (m *memCache) BlobURL(sha string) string                             { return "" }
 func (m *memCache) HTTPClient() *http.Client                              { return http.DefaultClient }
 func (m *memCache) CanPush() bool                                         { return m.push }
+func (m *memCache) GaveUp() error                                         { return nil }
 func (m *memCache) String() string                                        { return "mem" }
 
 // cachedStep is a fake step that restores from and publishes to the cache.

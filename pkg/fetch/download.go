@@ -441,8 +441,11 @@ func (j *job) run(ctx context.Context) error {
 	}
 	if err != nil {
 		var mm *MismatchError
+		var tl *TooLongError
 		if errors.As(err, &mm) {
 			j.removePart()
+		} else if errors.As(err, &tl) {
+			j.dropTooLong()
 		}
 		// A cancellation is said as such; any other error is the cause and stays.
 		if ctx.Err() != nil && !errors.As(err, &mm) && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
@@ -794,11 +797,11 @@ func (s *stallReader) Read(p []byte) (int, error) {
 
 // request makes one HTTP request for [*pos, b) and delivers what arrives, advancing *pos.
 func (j *job) request(ctx context.Context, s *stream, pos *int64, b int64) error {
-	rctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	rctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	var stalled atomic.Bool
 	stall := j.c.StallTimeout
-	timer := time.AfterFunc(stall, func() { stalled.Store(true); cancel() })
+	timer := time.AfterFunc(stall, func() { stalled.Store(true); cancel(&StallError{Timeout: stall}) })
 	defer timer.Stop()
 	transient := func(err error) error {
 		if stalled.Load() {
@@ -895,7 +898,7 @@ func (j *job) request(ctx context.Context, s *stream, pos *int64, b int64) error
 		return newStatusError(j.f.Path, j.f.URL, resp)
 	}
 
-	body := &stallReader{r: resp.Body, timer: timer, d: stall}
+	body := &stallReader{r: j.bound(resp.Body, s, *pos, want), timer: timer, d: stall}
 	got := int64(0)
 	for want < 0 || got < want {
 		timer.Stop()
@@ -921,6 +924,9 @@ func (j *job) request(ctx context.Context, s *stream, pos *int64, b int64) error
 			s.release(pc)
 		}
 		if rerr != nil {
+			if be := (*boundError)(nil); errors.As(rerr, &be) {
+				return be.err
+			}
 			if want < 0 && (rerr == io.EOF || rerr == io.ErrUnexpectedEOF) {
 				if err := s.setSize(*pos); err != nil {
 					return err

@@ -1,15 +1,20 @@
 // Package gitrepo asks the git command about a work tree, with the environment that keeps
-// user and system settings from changing its output.
+// user and system settings from changing its output. Every argument that comes from a
+// recipe or a patch (a URL, a commit, an object name) is passed after "--", or is checked
+// to be hex first, so that git never reads it as an option.
 package gitrepo
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
+	"time"
 )
 
 // Output runs `git -C dir ARGS...` and returns its standard output; a failure carries
@@ -41,6 +46,64 @@ func command(ctx context.Context, dir string, args ...string) *exec.Cmd {
 	return cmd
 }
 
+// maxStderr bounds what is kept of a clone's standard error (its last bytes).
+const maxStderr = 16 << 10
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	max int
+	b   []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.b = append(t.b, p...)
+	if over := len(t.b) - t.max; over > 0 {
+		t.b = append(t.b[:0], t.b[over:]...)
+	}
+	return len(p), nil
+}
+
+// Clone clones the repository at url into dst (a folder that does not exist yet) and
+// checks out commit, a full hex object name, detached, with its submodules. The URL comes
+// after "--" and one that starts with "-" is refused, so that git never reads it as an
+// option (--upload-pack=...); git never asks for a password on the terminal, and reads
+// the host's git settings as any clone does. The error
+// carries git's standard error, which may quote the URL: callers redact it.
+func Clone(ctx context.Context, url, dst, commit string) error {
+	if strings.HasPrefix(url, "-") {
+		return fmt.Errorf("cloning: the repository URL starts with \"-\", which git would read as an option")
+	}
+	if len(commit) != 40 && len(commit) != 64 || strings.Trim(commit, "0123456789abcdefABCDEF") != "" {
+		return fmt.Errorf("cloning: %q is not a full hex commit", commit)
+	}
+	run := func(what, dir string, args ...string) error {
+		// The system's and the user's git settings stay (a proxy, url.insteadOf, a
+		// credential helper), as for any clone on the host.
+		if dir != "" {
+			args = append([]string{"-C", dir}, args...)
+		}
+		cmd := exec.CommandContext(ctx, "git", args...)
+		cmd.Env = append(os.Environ(), "LC_ALL=C", "GIT_TERMINAL_PROMPT=0")
+		errb := &tailBuffer{max: maxStderr}
+		cmd.Stdout, cmd.Stderr = io.Discard, errb
+		if err := cmd.Run(); err != nil {
+			if msg := strings.TrimSpace(string(errb.b)); msg != "" {
+				return fmt.Errorf("%s: git: %s (%w)", what, msg, err)
+			}
+			return fmt.Errorf("%s: git: %w", what, err)
+		}
+		return nil
+	}
+	// In the working directory, as go-getter cloned: a relative local path is read from it.
+	if err := run("cloning", "", "clone", "--quiet", "--no-checkout", "--", url, dst); err != nil {
+		return err
+	}
+	if err := run("checking out "+commit, dst, "checkout", "--quiet", "--detach", commit, "--"); err != nil {
+		return err
+	}
+	return run("fetching the submodules", dst, "submodule", "--quiet", "update", "--init", "--recursive")
+}
+
 // Blob returns the content of the blob named by oid (whole or abbreviated, as a diff's
 // `index` line has it) from the object store of the work tree at dir.
 func Blob(ctx context.Context, dir, oid string) ([]byte, error) {
@@ -49,14 +112,20 @@ func Blob(ctx context.Context, dir, oid string) ([]byte, error) {
 			return nil, fmt.Errorf("blob %q: not a hex object name", oid)
 		}
 	}
-	return Output(ctx, dir, "cat-file", "blob", oid)
+	return Output(ctx, dir, "cat-file", "blob", "--", oid)
 }
+
+// MergePrefix starts the names of the folders MergeFile writes the three versions to.
+const MergePrefix = "sglprov-merge-"
 
 // MergeFile merges three versions of a file as `git merge-file` does: the changes from
 // base to theirs are made to ours. It returns the merged content (with conflict markers
-// where there are conflicts) and the number of conflicts.
-func MergeFile(ctx context.Context, ours, base, theirs []byte) ([]byte, int, error) {
-	dir, err := os.MkdirTemp("", "sglprov-merge-")
+// where there are conflicts) and the number of conflicts. The versions are written to a
+// folder made in scratch (a folder of the caller's, which a run killed meanwhile leaves
+// the folder in for the next run to remove; "" is the system's temporary folder) and
+// removed after.
+func MergeFile(ctx context.Context, scratch string, ours, base, theirs []byte) ([]byte, int, error) {
+	dir, err := os.MkdirTemp(scratch, MergePrefix)
 	if err != nil {
 		return nil, 0, fmt.Errorf("merging: %w", err)
 	}
@@ -67,7 +136,7 @@ func MergeFile(ctx context.Context, ours, base, theirs []byte) ([]byte, int, err
 			return nil, 0, fmt.Errorf("merging: %w", err)
 		}
 	}
-	cmd := command(ctx, dir, "merge-file", "-p", "-q", "ours", "base", "theirs")
+	cmd := command(ctx, dir, "merge-file", "-p", "-q", "--", "ours", "base", "theirs")
 	out, err := cmd.Output()
 	if err == nil {
 		return out, 0, nil
@@ -81,4 +150,49 @@ func MergeFile(ctx context.Context, ours, base, theirs []byte) ([]byte, int, err
 		return nil, 0, fmt.Errorf("git merge-file: %s", strings.TrimSpace(string(ee.Stderr)))
 	}
 	return nil, 0, fmt.Errorf("git merge-file: %w", err)
+}
+
+// RemoveStaleMerges removes the folders that MergeFile wrote to the system's temporary
+// folder (as sglprov did before merges were staged in the caller's folder) and a run
+// killed mid-merge left: those this user owns, older than a minute, holding only the
+// three versions. It returns how many it removed.
+func RemoveStaleMerges(now time.Time) int {
+	tmp := os.TempDir()
+	entries, err := os.ReadDir(tmp)
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, e := range entries {
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), MergePrefix) {
+			continue
+		}
+		dir := filepath.Join(tmp, e.Name())
+		fi, err := os.Lstat(dir)
+		if err != nil || !fi.IsDir() || now.Sub(fi.ModTime()) < time.Minute {
+			continue
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != os.Getuid() {
+			continue
+		}
+		inner, err := os.ReadDir(dir)
+		if err != nil {
+			continue
+		}
+		ours := true
+		for _, f := range inner {
+			switch f.Name() {
+			case "ours", "base", "theirs":
+			default:
+				ours = false
+			}
+			if !f.Type().IsRegular() {
+				ours = false
+			}
+		}
+		if ours && os.RemoveAll(dir) == nil {
+			n++
+		}
+	}
+	return n
 }

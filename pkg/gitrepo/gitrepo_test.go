@@ -3,8 +3,11 @@ package gitrepo
 import (
 	"bytes"
 	"context"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 )
 
@@ -34,11 +37,11 @@ func TestMergeFileAndBlob(t *testing.T) {
 	}
 	ctx := context.Background()
 	base := []byte("a\nb\nc\nd\ne\n")
-	out, n, err := MergeFile(ctx, []byte("top\na\nb\nc\nd\ne\n"), base, []byte("a\nb\nC\nd\ne\n"))
+	out, n, err := MergeFile(ctx, "", []byte("top\na\nb\nc\nd\ne\n"), base, []byte("a\nb\nC\nd\ne\n"))
 	if err != nil || n != 0 || string(out) != "top\na\nb\nC\nd\ne\n" {
 		t.Errorf("clean merge = %q, %d, %v", out, n, err)
 	}
-	_, n, err = MergeFile(ctx, []byte("a\nb\nc2\nd\ne\n"), base, []byte("a\nb\nC\nd\ne\n"))
+	_, n, err = MergeFile(ctx, "", []byte("a\nb\nc2\nd\ne\n"), base, []byte("a\nb\nC\nd\ne\n"))
 	if err != nil || n != 1 {
 		t.Errorf("conflicting merge: %d conflicts, %v; want 1", n, err)
 	}
@@ -61,5 +64,78 @@ func TestMergeFileAndBlob(t *testing.T) {
 	}
 	if _, err := Blob(ctx, dir, "--help"); err == nil {
 		t.Error("Blob of an option succeeded")
+	}
+}
+
+func TestClone(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("no git")
+	}
+	ctx := context.Background()
+	repo := t.TempDir()
+	commit := func(msg string) string {
+		if _, err := Output(ctx, repo, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-q", "--allow-empty", "-m", msg); err != nil {
+			t.Fatal(err)
+		}
+		h, err := Head(ctx, repo)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	if _, err := Output(ctx, repo, "init", "-q"); err != nil {
+		t.Fatal(err)
+	}
+	first := commit("first")
+	commit("second")
+
+	dst := filepath.Join(t.TempDir(), "tree")
+	if err := Clone(ctx, "file://"+repo, dst, first); err != nil {
+		t.Fatal(err)
+	}
+	if h, err := Head(ctx, dst); err != nil || h != first {
+		t.Errorf("cloned HEAD = %s, %v; want %s", h, err, first)
+	}
+
+	// A URL that git would read as an option never reaches git: the program it names
+	// does not run.
+	marker := filepath.Join(t.TempDir(), "ran")
+	script := filepath.Join(t.TempDir(), "pack.sh")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\ntouch "+marker+"\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, url := range []string{"--upload-pack=" + script, "-u" + script} {
+		err := Clone(ctx, url, filepath.Join(t.TempDir(), "tree"), first)
+		if err == nil || !strings.Contains(err.Error(), "read as an option") {
+			t.Errorf("Clone(%q) = %v; want a refusal", url, err)
+		}
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("the upload-pack program ran")
+	}
+	for _, c := range []string{"--orphan", "HEAD", first[:12]} {
+		if err := Clone(ctx, "file://"+repo, filepath.Join(t.TempDir(), "tree"), c); err == nil || !strings.Contains(err.Error(), "not a full hex commit") {
+			t.Errorf("Clone at %q = %v; want a refusal", c, err)
+		}
+	}
+	// A commit the repository lacks fails, naming it.
+	missing := strings.Repeat("ab", 20)
+	if err := Clone(ctx, "file://"+repo, filepath.Join(t.TempDir(), "tree"), missing); err == nil || !strings.Contains(err.Error(), missing) {
+		t.Errorf("Clone at a missing commit = %v", err)
+	}
+}
+
+func TestMergeFileWritesInScratch(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("no git")
+	}
+	scratch := t.TempDir()
+	t.Setenv("TMPDIR", filepath.Join(t.TempDir(), "missing"))
+	out, n, err := MergeFile(context.Background(), scratch, []byte("a\n"), []byte("a\n"), []byte("b\n"))
+	if err != nil || n != 0 || string(out) != "b\n" {
+		t.Fatalf("MergeFile = %q, %d, %v", out, n, err)
+	}
+	if entries, _ := os.ReadDir(scratch); len(entries) != 0 {
+		t.Errorf("left in scratch: %v", entries)
 	}
 }

@@ -26,6 +26,10 @@ type Facts struct {
 	GPUs []Device `json:"gpus"`
 	// Source says where the facts came from: "nvml" or "fixture:PATH".
 	Source string `json:"source,omitempty"`
+	// Topology is one Link per pair of GPUs (A < B), when read.
+	Topology []Link `json:"topology,omitempty"`
+	// Kernel is what the kernel says of the GPUs' IOMMU, PCIe ACS and Xid events, when read.
+	Kernel *KernelFacts `json:"kernel,omitempty"`
 }
 
 // Device is one GPU.
@@ -43,6 +47,8 @@ type Device struct {
 	MemoryTotalBytes uint64 `json:"memory_total_bytes"`
 	// PCIBusID is NVML's bus id, e.g. "00000000:18:00.0", when known.
 	PCIBusID string `json:"pci_bus_id,omitempty"`
+	// Health is the GPU's link, error counters, modes and processes, when read.
+	Health *Health `json:"health,omitempty"`
 }
 
 // gib is the number of bytes in one GiB.

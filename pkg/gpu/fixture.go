@@ -29,6 +29,9 @@ type fixtureFile struct {
 	CUDADriverVersion int      `json:"cuda_driver_version"`
 	NVMLVersion       string   `json:"nvml_version"`
 	GPUs              []Device `json:"gpus"`
+	// Topology and Kernel are the host-fitness facts (optional).
+	Topology []Link       `json:"topology"`
+	Kernel   *KernelFacts `json:"kernel"`
 	// Source is accepted (so that `detect --json` output is a fixture) and replaced.
 	Source string `json:"source"`
 	// Error is "", FixtureErrorMismatch or FixtureErrorNoLibrary.
@@ -95,6 +98,13 @@ func parseFixture(path string, b []byte) (*Facts, error) {
 		NVMLVersion:       ff.NVMLVersion,
 		GPUs:              gpus,
 		Source:            "fixture:" + path,
+		Topology:          ff.Topology,
+		Kernel:            ff.Kernel,
+	}
+	for i, l := range ff.Topology {
+		if l.A >= l.B || !seen[l.A] || !seen[l.B] {
+			return nil, fmt.Errorf("reading GPU fixture %s: topology[%d]: a %d, b %d must name two GPUs of the fixture, a < b", path, i, l.A, l.B)
+		}
 	}
 	if len(gpus) == 0 {
 		return f, ErrNoGPU

@@ -50,11 +50,14 @@ type NVMLDetector struct {
 	// LibraryGlobs are searched for the library's file name when MapsFile does not name it;
 	// DefaultLibraryGlobs() when nil.
 	LibraryGlobs []string
+	// Kernel reads the IOMMU, ACS and Xid facts after NVML; nil reads nothing of the kernel.
+	// NewNVMLDetector sets the real one.
+	Kernel *KernelReader
 }
 
 // NewNVMLDetector returns a detector that uses lib.
 func NewNVMLDetector(lib nvml.Interface) *NVMLDetector {
-	return &NVMLDetector{lib: lib}
+	return &NVMLDetector{lib: lib, Kernel: &KernelReader{}}
 }
 
 // Detect initializes NVML and reads the host's driver, CUDA and NVML versions and each
@@ -101,18 +104,26 @@ func (d *NVMLDetector) Detect(ctx context.Context) (*Facts, error) {
 	if r != nvml.SUCCESS {
 		return nil, fmt.Errorf("counting GPUs: nvmlDeviceGetCount: %w", r)
 	}
+	handles := make([]nvml.Device, 0, n)
+	buses := make([]string, 0, n)
 	for i := range n {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		dev, err := d.device(i)
+		dev, h, err := d.device(i)
 		if err != nil {
 			return nil, err
 		}
 		f.GPUs = append(f.GPUs, dev)
+		handles = append(handles, h)
+		buses = append(buses, dev.PCIBusID)
 	}
 	if n == 0 {
 		return f, ErrNoGPU
+	}
+	f.Topology = topology(handles, buses)
+	if d.Kernel != nil {
+		f.Kernel = d.Kernel.Read(ctx, f.GPUs)
 	}
 	return f, nil
 }
@@ -127,25 +138,25 @@ func (d *NVMLDetector) init() (ret nvml.Return, err error) {
 	return d.lib.Init(), nil
 }
 
-// device reads one GPU.
-func (d *NVMLDetector) device(i int) (Device, error) {
+// device reads one GPU and returns its handle too.
+func (d *NVMLDetector) device(i int) (Device, nvml.Device, error) {
 	fail := func(call string, r nvml.Return) error {
 		return fmt.Errorf("reading GPU %d: %s: %w", i, call, r)
 	}
 	h, r := d.lib.DeviceGetHandleByIndex(i)
 	if r != nvml.SUCCESS {
-		return Device{}, fail("nvmlDeviceGetHandleByIndex", r)
+		return Device{}, nil, fail("nvmlDeviceGetHandleByIndex", r)
 	}
 	dev := Device{Index: i}
 	if dev.Name, r = h.GetName(); r != nvml.SUCCESS {
-		return Device{}, fail("nvmlDeviceGetName", r)
+		return Device{}, nil, fail("nvmlDeviceGetName", r)
 	}
 	if dev.UUID, r = h.GetUUID(); r != nvml.SUCCESS {
-		return Device{}, fail("nvmlDeviceGetUUID", r)
+		return Device{}, nil, fail("nvmlDeviceGetUUID", r)
 	}
 	major, minor, r := h.GetCudaComputeCapability()
 	if r != nvml.SUCCESS {
-		return Device{}, fail("nvmlDeviceGetCudaComputeCapability", r)
+		return Device{}, nil, fail("nvmlDeviceGetCudaComputeCapability", r)
 	}
 	dev.ComputeCapability = fmt.Sprintf("%d.%d", major, minor)
 	mem, r := h.GetMemoryInfo()
@@ -155,14 +166,15 @@ func (d *NVMLDetector) device(i int) (Device, error) {
 	case nvml.ERROR_NOT_SUPPORTED:
 		// GPUs with unified memory (GB10) report none; 0 stands for unknown.
 	default:
-		return Device{}, fail("nvmlDeviceGetMemoryInfo", r)
+		return Device{}, nil, fail("nvmlDeviceGetMemoryInfo", r)
 	}
 	pci, r := h.GetPciInfo()
 	if r != nvml.SUCCESS {
-		return Device{}, fail("nvmlDeviceGetPciInfo", r)
+		return Device{}, nil, fail("nvmlDeviceGetPciInfo", r)
 	}
 	dev.PCIBusID = cString(pci.BusId[:])
-	return dev, nil
+	dev.Health = health(h)
+	return dev, h, nil
 }
 
 // cString converts a NUL-terminated C char array.

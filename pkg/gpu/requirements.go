@@ -33,13 +33,40 @@ type GPURequirements struct {
 	Counts []int `yaml:"counts" json:"counts,omitempty"`
 	// CountsReason says why only Counts work; the refusal quotes it.
 	CountsReason string `yaml:"counts_reason" json:"counts_reason,omitempty"`
+
+	// The host-fitness policies (pkg/fitness): each is "refuse", "warn" or "ignore" ("allow"
+	// for MIG), and "" takes the default given.
+
+	// PCIeLink is for a GPU whose PCIe link trained below its width, or below its
+	// generation while busy (default warn).
+	PCIeLink string `yaml:"pcie_link" json:"pcie_link,omitempty"`
+	// ECC is for uncorrectable ECC errors since the driver loaded, rows or pages waiting to
+	// be remapped or retired, and failed remaps (default refuse).
+	ECC string `yaml:"ecc" json:"ecc,omitempty"`
+	// MIG is for a GPU with MIG on or pending (default refuse; "allow" lets it be).
+	MIG string `yaml:"mig" json:"mig,omitempty"`
+	// Busy is for a compute process on a GPU the service uses that is not the recipe's own
+	// unit's (default refuse).
+	Busy string `yaml:"busy" json:"busy,omitempty"`
+	// Clocks is for clocks held down by a hardware or thermal slowdown (default warn).
+	Clocks string `yaml:"clocks" json:"clocks,omitempty"`
+	// Xid is for an Xid since boot after which the GPU needs a reset (default refuse).
+	Xid string `yaml:"xid" json:"xid,omitempty"`
+	// P2P is for GPUs of the service between which peer-to-peer is blocked (default ignore:
+	// the service's NCCL settings then turn P2P off).
+	P2P string `yaml:"p2p" json:"p2p,omitempty"`
 }
 
 // IsZero reports whether r requires nothing.
 func (r Requirements) IsZero() bool {
 	g := r.GPU
 	return g.ComputeCapability == "" && g.MinCount == 0 && g.MinMemoryGiB == 0 && g.MinTotalMemoryGiB == 0 && len(g.Counts) == 0 &&
-		g.CountsReason == "" && r.Driver == "" && r.CUDA == ""
+		g.CountsReason == "" && r.Driver == "" && r.CUDA == "" && !g.HasFitnessPolicy()
+}
+
+// HasFitnessPolicy reports whether any host-fitness policy is set.
+func (g GPURequirements) HasFitnessPolicy() bool {
+	return g.PCIeLink != "" || g.ECC != "" || g.MIG != "" || g.Busy != "" || g.Clocks != "" || g.Xid != "" || g.P2P != ""
 }
 
 // Validate checks the ranges and numbers of r, naming the field of the first bad one:

@@ -185,6 +185,10 @@ func (a *Apt) Install(ctx context.Context, pkgs []string) error {
 	if _, err := lookPath("apt-get"); err != nil {
 		return fmt.Errorf("installing %s: apt-get not found (apt packages need a Debian or Ubuntu host): %w", strings.Join(pkgs, ", "), ErrNoManager)
 	}
+	if journal := a.interrupted(); journal != "" {
+		return fmt.Errorf("installing %s: %w: %s holds the journal of a dpkg run that did not finish (it was killed, or the host went down mid-install); run `dpkg --configure -a` as root to finish it, then apply again",
+			strings.Join(pkgs, ", "), ErrDpkgInterrupted, journal)
+	}
 	deadline := a.now().Add(a.lockTimeout())
 	unknown, err := a.unknown(ctx, pkgs)
 	if err != nil {
@@ -221,9 +225,32 @@ func (a *Apt) Install(ctx context.Context, pkgs []string) error {
 	argv = append(argv, pkgs...)
 	a.logf("installing %s", strings.Join(pkgs, " "))
 	if err := a.runner().Run(ctx, argv, aptEnv); err != nil {
+		if a.interrupted() != "" || strings.Contains(err.Error(), "dpkg --configure -a") {
+			// dpkg stopped half way (apt says so as "E: dpkg was interrupted, you must
+			// manually run 'dpkg --configure -a'..."): the fix comes first.
+			return fmt.Errorf("installing %s: %w; run `dpkg --configure -a` as root to finish it, then apply again: %w",
+				strings.Join(pkgs, ", "), ErrDpkgInterrupted, err)
+		}
 		return fmt.Errorf("installing %s: %w", strings.Join(pkgs, ", "), err)
 	}
 	return nil
+}
+
+// interrupted returns dpkg's journal folder (ADMINDIR/updates) when it holds an entry of
+// a dpkg run that did not finish, as apt checks before it installs ("" when none). Its
+// entries are named by numbers; "tmp.i" is dpkg's own scratch file.
+func (a *Apt) interrupted() string {
+	dir := filepath.Join(a.adminDir(), "updates")
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return ""
+	}
+	for _, e := range entries {
+		if n := e.Name(); n != "" && strings.Trim(n, "0123456789") == "" {
+			return dir
+		}
+	}
+	return ""
 }
 
 // aptEnv keeps apt and dpkg from asking questions. needrestart (Ubuntu 22.04 and later)

@@ -77,6 +77,10 @@ func (e *UnknownError) Error() string {
 		e.Manager, strings.Join(e.Packages, ", "))
 }
 
+// ErrDpkgInterrupted marks an install refused, or failed, because an earlier dpkg run did
+// not finish: `dpkg --configure -a` (as root) finishes it.
+var ErrDpkgInterrupted = errors.New("dpkg was interrupted")
+
 // ErrNoManager marks a host without the manager's tools (a packages step for apt on a host
 // without dpkg).
 var ErrNoManager = errors.New("package manager not found on this host")

@@ -172,6 +172,7 @@ type fakeRunner struct {
 	updated       string
 	whenHeld      func() bool // reports, at apt-get install time, whether the lock is still held
 	heldAtInstall bool
+	installErr    error // what apt-get install returns
 }
 
 func (f *fakeRunner) Run(ctx context.Context, argv, env []string) error {
@@ -183,6 +184,9 @@ func (f *fakeRunner) Run(ctx context.Context, argv, env []string) error {
 	}
 	if f.whenHeld != nil && strings.Contains(strings.Join(argv, " "), " install ") {
 		f.heldAtInstall = f.whenHeld()
+	}
+	if strings.Contains(strings.Join(argv, " "), " install ") {
+		return f.installErr
 	}
 	return nil
 }
@@ -426,5 +430,54 @@ func TestInstallLeavesServicesRunning(t *testing.T) {
 	last := r.calls[len(r.calls)-1]
 	if !strings.Contains(last, " install ") || !strings.Contains(last, "NEEDRESTART_MODE=l") || strings.Contains(last, "NEEDRESTART_MODE=a") {
 		t.Errorf("apt-get install: %s", last)
+	}
+}
+
+// A dpkg run that did not finish left its journal in ADMINDIR/updates (apt refuses to
+// install then): Install says so, and the fix, before it runs apt at all.
+func TestInstallRefusesAnInterruptedDpkg(t *testing.T) {
+	r := &fakeRunner{policy: helloPolicy}
+	a := aptIn(t, r, time.Hour)
+	updates := filepath.Join(a.AdminDir, "updates")
+	if err := os.MkdirAll(updates, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// dpkg's scratch file alone is no unfinished run.
+	if err := os.WriteFile(filepath.Join(updates, "tmp.i"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Install(context.Background(), []string{"hello"}); err != nil {
+		t.Fatalf("Install with only tmp.i in updates/: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(updates, "0001"), []byte("Package: hello\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r.calls = nil
+	err := a.Install(context.Background(), []string{"hello"})
+	if !errors.Is(err, ErrDpkgInterrupted) || !strings.Contains(err.Error(), updates+" holds the journal of a dpkg run that did not finish") ||
+		!strings.Contains(err.Error(), "run `dpkg --configure -a` as root") {
+		t.Errorf("Install = %v; want the interrupted dpkg and its fix named", err)
+	}
+	if len(r.calls) != 0 {
+		t.Errorf("apt ran: %q", r.calls)
+	}
+}
+
+// apt-get saying that dpkg was interrupted (its own check, or dpkg killed during this
+// install) gives an error whose first line has the fix.
+func TestInstallFailureOfAnInterruptedDpkgNamesTheFix(t *testing.T) {
+	aptSays := errors.New("running apt-get: exit status 100: E: dpkg was interrupted, you must manually run 'dpkg --configure -a' to correct the problem.")
+	a := aptIn(t, &fakeRunner{policy: helloPolicy, installErr: aptSays}, time.Hour)
+	err := a.Install(context.Background(), []string{"hello"})
+	first, _, _ := strings.Cut(err.Error(), "\n")
+	if !errors.Is(err, ErrDpkgInterrupted) || !errors.Is(err, aptSays) ||
+		!strings.HasPrefix(first, "installing hello: dpkg was interrupted; run `dpkg --configure -a` as root to finish it, then apply again: running apt-get: exit status 100: E: dpkg was interrupted") {
+		t.Errorf("Install = %v", err)
+	}
+	// Another failure is passed on as it is.
+	other := errors.New("running apt-get: exit status 100: E: Unable to fetch some archives")
+	a = aptIn(t, &fakeRunner{policy: helloPolicy, installErr: other}, time.Hour)
+	if err := a.Install(context.Background(), []string{"hello"}); errors.Is(err, ErrDpkgInterrupted) || !errors.Is(err, other) {
+		t.Errorf("Install = %v", err)
 	}
 }

@@ -25,4 +25,7 @@ type ProfileMatch struct {
 	// reason it was passed over. For profiles that need what GPU facts cannot tell (a
 	// library's support for the architecture, peer access between every pair of GPUs).
 	Check []string `yaml:"check" json:"check,omitempty"`
+	// GPUCounts, when set, lists the GPU counts the profile is for (a layout such as
+	// --tp 4 --dp-size 2 that needs exactly 8 GPUs).
+	GPUCounts []int `yaml:"gpu_counts" json:"gpu_counts,omitempty"`
 }

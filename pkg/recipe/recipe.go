@@ -9,6 +9,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/sglprov/sglprov/pkg/fitness"
 	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/hostcmd"
 	"github.com/sglprov/sglprov/pkg/safefile"
@@ -325,6 +326,11 @@ func (p *parser) parseProfiles(n *yaml.Node, r *Recipe) {
 			if c := prof.Match.Check; len(c) > 0 && strings.TrimSpace(c[0]) == "" {
 				p.addf(v, path+".match.check", "check's command (its first element) is empty")
 			}
+			for _, c := range prof.Match.GPUCounts {
+				if c < 1 {
+					p.addf(v, path+".match.gpu_counts", "GPU count %d is not a positive number", c)
+				}
+			}
 		}
 		r.Profiles[k.Value] = prof
 	}
@@ -351,6 +357,16 @@ func (p *parser) checkRanges(n *yaml.Node, req *gpu.Requirements) {
 		}
 		field, msg, _ := strings.Cut(err.Error(), ": ")
 		p.addf(at, field, "%s", msg)
+	}
+	for _, c := range fitness.Checks() {
+		if err := fitness.ValidateOne(req.GPU, c); err != nil {
+			at := nodeAt(nodeAt(n, "gpu"), c)
+			if at == nil {
+				at = nodeAt(n, "gpu")
+			}
+			field, msg, _ := strings.Cut(err.Error(), ": ")
+			p.addf(at, field, "%s", msg)
+		}
 	}
 }
 

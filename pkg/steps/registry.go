@@ -4,6 +4,7 @@ package steps
 import (
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/recipe"
+	"github.com/sglprov/sglprov/pkg/steps/allreduce"
 	"github.com/sglprov/sglprov/pkg/steps/build"
 	"github.com/sglprov/sglprov/pkg/steps/command"
 	"github.com/sglprov/sglprov/pkg/steps/download"
@@ -25,6 +26,8 @@ func Registry() engine.Registry {
 		"packages": packages.Kind(),
 		"systemd":  systemd.Kind(),
 		"smoke":    smoke.Kind(),
+		// allreduce is host fitness's deep check: NCCL bus bandwidth over the service's GPUs.
+		"allreduce": allreduce.Kind(),
 	}
 }
 

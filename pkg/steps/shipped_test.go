@@ -23,10 +23,15 @@ func loadShipped(t *testing.T, file string) *recipe.Recipe {
 	return r
 }
 
-// pipInstalls returns the rendered argv of every command step that runs "pip install".
+// pipInstalls returns the rendered argv of every command step that runs "pip install"
+// (GPU templates rendered with the RTX PRO 6000 fixture's facts).
 func pipInstalls(t *testing.T, r *recipe.Recipe) map[string][]string {
 	t.Helper()
-	data, err := r.NewData(nil)
+	facts, err := gpu.LoadFixture(filepath.Join("..", "..", "testdata", "gpu", "rtx-pro-6000-x8.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := r.NewData(facts.TemplateData())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +57,7 @@ func pipInstalls(t *testing.T, r *recipe.Recipe) map[string][]string {
 // "nvidia-cudnn-cu13>=9.15" beside it makes pip give up, or backtrack to PyPI's CUDA 12.8
 // torch. Such an upgrade belongs in its own step, with --no-deps.
 func TestShippedRecipesKeepTorchPinsOutOfSGLangInstall(t *testing.T) {
-	for _, file := range []string{"qwen3.5-397b-a17b-nvfp4-sm120.yaml", "qwen3-235b-a22b-fp8-sm90.yaml"} {
+	for _, file := range []string{"qwen3.5-397b-a17b-nvfp4-sm120.yaml", "qwen3.5-397b-a17b-nvfp4-sm120-sglang-0.5.20.yaml", "qwen3-235b-a22b-fp8-sm90.yaml"} {
 		t.Run(file, func(t *testing.T) {
 			installsSGLang := false
 			for name, argv := range pipInstalls(t, loadShipped(t, file)) {
@@ -131,8 +136,9 @@ func TestSM120RecipeUpgradesCuDNN(t *testing.T) {
 // sgl-kernel was built with (and torch is built for).
 func TestShippedServicesUseTheBuildToolkit(t *testing.T) {
 	for file, fixture := range map[string]string{
-		"qwen3.5-397b-a17b-nvfp4-sm120.yaml": "rtx-pro-6000-x8.json",
-		"qwen3-235b-a22b-fp8-sm90.yaml":      "h100-x8.json",
+		"qwen3.5-397b-a17b-nvfp4-sm120.yaml":               "rtx-pro-6000-x8.json",
+		"qwen3.5-397b-a17b-nvfp4-sm120-sglang-0.5.20.yaml": "rtx-pro-6000-x8.json",
+		"qwen3-235b-a22b-fp8-sm90.yaml":                    "h100-x8.json",
 	} {
 		t.Run(file, func(t *testing.T) {
 			r := loadShipped(t, file)
@@ -157,7 +163,11 @@ func TestShippedServicesUseTheBuildToolkit(t *testing.T) {
 				}
 				return body.Env
 			}
-			built := envOf("sgl-kernel")["CUDA_HOME"]
+			kernel := "sgl-kernel"
+			if r.Step(kernel) == nil {
+				kernel = "sglang-kernel" // the package's name from sgl-project/sglang#20440 on
+			}
+			built := envOf(kernel)["CUDA_HOME"]
 			if built == "" {
 				t.Fatal("sgl-kernel is built without CUDA_HOME")
 			}
@@ -165,5 +175,75 @@ func TestShippedServicesUseTheBuildToolkit(t *testing.T) {
 				t.Errorf("the service runs with CUDA_HOME=%q; sgl-kernel was built with %q", got, built)
 			}
 		})
+	}
+}
+
+// TestShippedRecipesLetNCCLChoose: no shipped recipe forces an NCCL peer-to-peer level or
+// switch; the service step derives NCCL_P2P_DISABLE from the host's facts.
+func TestShippedRecipesLetNCCLChoose(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("..", "..", "recipes", "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no shipped recipes: %v", err)
+	}
+	for _, f := range files {
+		r := loadShipped(t, filepath.Base(f))
+		for name, p := range r.Profiles {
+			for k := range p.Env {
+				if strings.HasPrefix(k, "NCCL_P2P") {
+					t.Errorf("%s: profile %s sets %s", filepath.Base(f), name, k)
+				}
+			}
+		}
+		for _, st := range r.Steps {
+			if st.Kind != "systemd" {
+				continue
+			}
+			var body struct {
+				Env map[string]string `yaml:"env"`
+			}
+			data, err := r.NewData(map[string]any{"gpu": map[string]any{"count": 8}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := st.Render(data, &body); err != nil {
+				t.Fatalf("%s: step %s: %v", filepath.Base(f), st.Name, err)
+			}
+			for k := range body.Env {
+				if strings.HasPrefix(k, "NCCL_P2P") {
+					t.Errorf("%s: step %s sets %s", filepath.Base(f), st.Name, k)
+				}
+			}
+		}
+	}
+}
+
+// TestShippedRecipesInstallHostPackages: every shipped recipe that builds SGLang from source
+// installs the host packages the build needs (git for the source, the venv module, the
+// headers and toolchain for sgl-kernel) before its source step. The demo recipes, which run
+// on a laptop with a fake server, are left out.
+func TestShippedRecipesInstallHostPackages(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("..", "..", "recipes", "*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if strings.HasPrefix(filepath.Base(f), "demo") {
+			continue
+		}
+		r := loadShipped(t, filepath.Base(f))
+		for _, st := range r.Steps {
+			if st.Kind != "source" {
+				continue
+			}
+			ok := false
+			for _, n := range st.Needs {
+				if d := r.Step(n); d != nil && d.Kind == "packages" {
+					ok = true
+				}
+			}
+			if !ok {
+				t.Errorf("%s: source step %s needs no packages step (git, python3-venv, build-essential, libnuma-dev)", filepath.Base(f), st.Name)
+			}
+		}
 	}
 }

@@ -227,3 +227,62 @@ func copyAptConfig(t *testing.T, c *Container) {
 	}
 	t.Logf("apt configuration from the host: %s", strings.Join(sources, ", "))
 }
+
+// interruptedRecipe installs hello; it requires no command, so nothing is refused up front.
+const interruptedRecipe = `apiVersion: sglprov/v1
+name: e2e-dpkg-interrupted
+steps:
+  - name: host-packages
+    packages:
+      apt: [hello]
+      lock_timeout: 1m
+`
+
+// TestPackagesDpkgInterrupted kills a real dpkg half way through installing a package
+// (its preinst waits, dpkg gets SIGKILL), which leaves dpkg's journal in
+// /var/lib/dpkg/updates as a power cut would; apt itself then refuses to install. The
+// packages step fails at once with a first line (the summary's) that says dpkg was
+// interrupted and names the fix, `dpkg --configure -a`; once that ran, the step no longer
+// says so.
+func TestPackagesDpkgInterrupted(t *testing.T) {
+	requireE2E(t)
+	b := buildBinaries(t)
+	c := bootContainer(t)
+	c.CopyIn(b.sglprov, "/usr/local/bin/sglprov", 0o755)
+	const recipe = "/etc/sglprov/interrupted.yaml"
+	c.WriteFile(recipe, []byte(interruptedRecipe), 0o644)
+	c.WriteFile("/root/slow/DEBIAN/control", []byte("Package: sglprov-e2e-slow\nVersion: 1\nArchitecture: all\nMaintainer: e2e <e2e@example.invalid>\nDescription: a package whose preinst waits\n"), 0o644)
+	c.WriteFile("/root/slow/DEBIAN/preinst", []byte("#!/bin/sh\necho $$ > /tmp/preinst.pid\nexec sleep 300\n"), 0o755)
+	c.MustRun("dpkg-deb", "--build", "/root/slow", "/root/slow.deb")
+	c.MustRun("sh", "-c", `dpkg -i /root/slow.deb >/tmp/dpkg.log 2>&1 & echo $! > /tmp/dpkg.pid
+n=0; while [ ! -s /tmp/preinst.pid ] && [ $n -lt 300 ]; do sleep 0.1; n=$((n+1)); done
+[ -s /tmp/preinst.pid ] || { cat /tmp/dpkg.log; exit 1; }
+kill -9 "$(cat /tmp/dpkg.pid)"; kill -9 "$(cat /tmp/preinst.pid)"; sleep 0.5`)
+	journal, _ := os.ReadDir(filepath.Join(c.Root, "var/lib/dpkg/updates"))
+	if len(journal) == 0 {
+		t.Fatal("the killed dpkg left no journal in /var/lib/dpkg/updates")
+	}
+	// apt sees the same.
+	if out, code := c.Run(time.Minute, "apt-get", "install", "-y", "hello"); code == 0 || !strings.Contains(out, "dpkg was interrupted") {
+		t.Fatalf("apt-get install after the kill: exit %d\n%s", code, out)
+	}
+
+	out, code := c.Run(5*time.Minute, "sglprov", "apply", "-f", recipe, "--state-dir", stateDir)
+	t.Logf("apply after the kill: exit %d\n%s", code, out)
+	if code != 1 {
+		t.Errorf("apply exit %d, want 1", code)
+	}
+	summary := regexp.MustCompile(`(?m)^host-packages +failed +\S+ +.*installing hello: dpkg was interrupted: /var/lib/dpkg/updates holds the journal of a dpkg run that did not finish .*run ` + "`dpkg --configure -a`" + ` as root`)
+	if !summary.MatchString(out) {
+		t.Errorf("the summary's line does not name the interrupted dpkg and its fix:\n%s", out)
+	}
+
+	c.Run(5*time.Minute, "dpkg", "--configure", "-a") // the half-installed package stays broken; the journal goes
+	if journal, _ := os.ReadDir(filepath.Join(c.Root, "var/lib/dpkg/updates")); len(journal) != 0 {
+		t.Fatalf("dpkg --configure -a left its journal: %v", journal)
+	}
+	out, _ = c.Run(5*time.Minute, "sglprov", "apply", "-f", recipe, "--state-dir", stateDir)
+	if strings.Contains(out, "dpkg was interrupted") {
+		t.Errorf("apply after dpkg --configure -a still says dpkg was interrupted:\n%s", out)
+	}
+}

@@ -42,6 +42,11 @@ type Options struct {
 	// Token, when set, makes the registry ask for bearer tokens from a token service
 	// (distribution's token auth): 401 with a Bearer challenge naming Realm and Service.
 	Token *TokenAuth
+	// RedirectTo, when set, makes the registry answer blob GETs and HEADs with a 307 to
+	// this base URL followed by the blob's path in the storage folder (distribution's
+	// redirect storage middleware), as a registry that keeps its blobs in object storage
+	// redirects to a signed URL. Serve Dir/storage there.
+	RedirectTo string
 }
 
 // TokenAuth configures distribution's token auth.
@@ -62,6 +67,9 @@ func Config(dir, addr string, opt Options) string {
 	case opt.Token != nil:
 		auth = fmt.Sprintf("auth:\n  token:\n    realm: %s\n    service: %s\n    issuer: %s\n    rootcertbundle: %s\n",
 			opt.Token.Realm, opt.Token.Service, opt.Token.Issuer, filepath.Join(dir, "token-root.pem"))
+	}
+	if opt.RedirectTo != "" {
+		auth += fmt.Sprintf("middleware:\n  storage:\n    - name: redirect\n      options: {baseurl: %q}\n", opt.RedirectTo)
 	}
 	return auth + fmt.Sprintf(`version: 0.1
 log:

@@ -44,9 +44,29 @@ func (s *Step) Restore(ctx context.Context, env *engine.Env, slot engine.CacheSl
 	}
 	dir := s.dir(env)
 	dests := make([]string, len(a.Files))
+	seen := map[string]bool{}
 	for i, f := range a.Files {
 		if dests[i], err = s.restorePath(env, dir, f.Name); err != nil {
 			return "", false, fmt.Errorf("artifact %s: %w", a.Digest, err)
+		}
+		if seen[dests[i]] {
+			return "", false, fmt.Errorf("artifact %s names %s twice", a.Digest, f.Name)
+		}
+		seen[dests[i]] = true
+	}
+	// Every output of the step must come from the artifact: one it lacks would be
+	// recorded from whatever the tree holds, or fail the restore half done.
+	for _, g := range s.spec.Outputs {
+		pat := s.outputPath(env, dir, g)
+		found := false
+		for _, d := range dests {
+			if ok, _ := filepath.Match(pat, d); ok {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return "", false, fmt.Errorf("the artifact %s lacks %s, an output of the step; the tree is left as it was", a.Digest, g)
 		}
 	}
 	// The pull is staged in the state dir, not in the source tree: a pull killed half way
@@ -70,20 +90,21 @@ func (s *Step) Restore(ctx context.Context, env *engine.Env, slot engine.CacheSl
 		return "", false, err
 	}
 	known := map[string]string{}
+	var tx restoreTx
 	for i, f := range pulled.Files {
 		src := filepath.Join(stage, filepath.FromSlash(f.Name))
-		if err := os.MkdirAll(filepath.Dir(dests[i]), 0o755); err != nil {
-			return "", false, fmt.Errorf("restoring %s: %w", dests[i], err)
-		}
-		if err := moveFile(src, dests[i]); err != nil {
-			return "", false, fmt.Errorf("restoring %s: %w", dests[i], err)
+		if err := tx.place(src, dests[i]); err != nil {
+			tx.undo()
+			return "", false, fmt.Errorf("restoring %s: %w; the tree is left as it was", dests[i], err)
 		}
 		known[dests[i]] = f.SHA256
 	}
 	rec, err := s.recordOutputsKnown(env, known)
 	if err != nil {
-		return "", false, err
+		tx.undo()
+		return "", false, fmt.Errorf("%w; the tree is left as it was", err)
 	}
+	tx.commit()
 	if err := env.SaveData(rec); err != nil {
 		return "", false, fmt.Errorf("recording outputs: %w", err)
 	}
@@ -170,6 +191,79 @@ func (s *Step) restorePath(env *engine.Env, dir, name string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("file %q is not one of the step's outputs (%s)", name, strings.Join(s.spec.Outputs, ", "))
+}
+
+// restoreTx places restored files so that a restore that fails half way can put the
+// tree back as it was: a file it replaces is kept aside (renamed beside it) until the
+// restore is done, and the folders it creates are removed again.
+type restoreTx struct {
+	placed []placedFile
+}
+
+type placedFile struct {
+	dst, backup string
+	moved       bool     // src was (or was being) moved to dst
+	created     []string // folders made for dst, deepest first
+}
+
+// place moves src to dst, keeping what dst was.
+func (tx *restoreTx) place(src, dst string) error {
+	p := placedFile{dst: dst}
+	for d := filepath.Dir(dst); ; d = filepath.Dir(d) {
+		if _, err := os.Lstat(d); err == nil || filepath.Dir(d) == d {
+			break
+		}
+		p.created = append(p.created, d)
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		tx.placed = append(tx.placed, p)
+		return err
+	}
+	if _, err := os.Lstat(dst); err == nil {
+		// A name of its own beside dst (same file system), taken by creating it.
+		tmp, err := os.CreateTemp(filepath.Dir(dst), "."+filepath.Base(dst)+".before-restore-")
+		if err != nil {
+			tx.placed = append(tx.placed, p)
+			return err
+		}
+		tmp.Close()
+		if err := os.Rename(dst, tmp.Name()); err != nil {
+			_ = os.Remove(tmp.Name())
+			tx.placed = append(tx.placed, p)
+			return err
+		}
+		p.backup = tmp.Name()
+	}
+	p.moved = true
+	tx.placed = append(tx.placed, p)
+	return moveFile(src, dst)
+}
+
+// undo removes what was placed and puts back what was there, newest first.
+func (tx *restoreTx) undo() {
+	for i := len(tx.placed) - 1; i >= 0; i-- {
+		p := tx.placed[i]
+		if p.moved {
+			_ = os.Remove(p.dst)
+		}
+		if p.backup != "" {
+			_ = os.Rename(p.backup, p.dst)
+		}
+		for _, d := range p.created {
+			_ = os.Remove(d)
+		}
+	}
+	tx.placed = nil
+}
+
+// commit drops what was kept aside.
+func (tx *restoreTx) commit() {
+	for _, p := range tx.placed {
+		if p.backup != "" {
+			_ = os.Remove(p.backup)
+		}
+	}
+	tx.placed = nil
 }
 
 // moveFile renames src to dst, or copies it (fsynced, then renamed) across file systems.

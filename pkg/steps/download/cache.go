@@ -3,6 +3,7 @@ package download
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"sync"
@@ -62,8 +63,10 @@ func (s *Step) listingFrom(env *engine.Env, a *cache.Artifact) *cacheListing {
 	if err == nil && s.spec.HF != nil && (l.Repo != s.spec.HF.Repo || !hub.IsCommit(l.Commit)) {
 		err = fmt.Errorf("it lists %s at %q, the recipe names %s", l.Repo, l.Commit, s.spec.HF.Repo)
 	}
-	if rev := s.revision(); err == nil && s.spec.HF != nil && hub.IsCommit(rev) && l.Commit != rev {
-		err = fmt.Errorf("it lists commit %s, the recipe pins %s", l.Commit, rev)
+	if s.spec.HF != nil {
+		if rev := s.revision(); err == nil && hub.IsCommit(rev) && l.Commit != rev {
+			err = fmt.Errorf("it lists commit %s, the recipe pins %s", l.Commit, rev)
+		}
 	}
 	if err == nil && len(l.Files) == 0 {
 		err = fmt.Errorf("it lists no file")
@@ -100,8 +103,9 @@ func (s *Step) listingFrom(env *engine.Env, a *cache.Artifact) *cacheListing {
 // origin alone. It returns the files left for the origin and those it fetched.
 func (s *Step) fetchFromCache(ctx context.Context, env *engine.Env, c cache.Cache, dest string, todo []fetch.File, rec *record) (rest []fetch.File, fetched []fetch.Result, bytes int64, err error) {
 	var inReg []fetch.File
+	var gaveUp error // the registry is not asked again in this run
 	for _, f := range todo {
-		if f.SHA256 == "" {
+		if f.SHA256 == "" || gaveUp != nil {
 			rest = append(rest, f)
 			continue
 		}
@@ -109,6 +113,13 @@ func (s *Step) fetchFromCache(ctx context.Context, env *engine.Env, c cache.Cach
 		if herr != nil {
 			if ctx.Err() != nil {
 				return nil, nil, 0, ctx.Err()
+			}
+			if errors.Is(herr, cache.ErrNotAskedAgain) {
+				// Said once for the step, not once per file.
+				gaveUp = herr
+				env.Log.Warn("the cache is not asked again in this run; every file left comes from the origin", "cache", c.String(), "err", herr)
+				rest = append(rest, f)
+				continue
 			}
 			env.Log.Warn("cannot ask the cache for a file; fetching it from the origin", "file", f.Path, "err", herr)
 		}
@@ -148,6 +159,11 @@ func (s *Step) fetchFromCache(ctx context.Context, env *engine.Env, c cache.Cach
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
+			if err := c.GaveUp(); err != nil {
+				// A file before this one stalled: the registry is not asked again.
+				out[i] = outcome{f: f, err: err}
+				return
+			}
 			res, ferr := fetch.Fetch(ctx, []fetch.File{reg}, fetch.Options{
 				Dest: dest, Files: 1, Conns: s.spec.Connections, ChunkSize: cache.ChunkSize, StallTimeout: s.stall,
 				Retries: s.spec.Retries, NoProgress: s.noProgress, Client: c.HTTPClient(), Progress: rep, FreeSpace: s.freeSpace,
@@ -166,8 +182,14 @@ func (s *Step) fetchFromCache(ctx context.Context, env *engine.Env, c cache.Cach
 			if ctx.Err() != nil {
 				return nil, nil, 0, ctx.Err()
 			}
-			env.Log.Warn("fetching a file from the cache failed; fetching it from the origin", "file", o.f.Path, "err", o.err)
 			rest = append(rest, o.f)
+			if errors.Is(o.err, cache.ErrNotAskedAgain) && gaveUp != nil {
+				continue
+			}
+			if errors.Is(o.err, cache.ErrNotAskedAgain) {
+				gaveUp = o.err
+			}
+			env.Log.Warn("fetching a file from the cache failed; fetching it from the origin", "file", o.f.Path, "err", o.err)
 			continue
 		}
 		fetched, bytes = append(fetched, got...), bytes+n
@@ -176,6 +198,43 @@ func (s *Step) fetchFromCache(ctx context.Context, env *engine.Env, c cache.Cach
 		return nil, nil, 0, fmt.Errorf("recording verified files: %w", err)
 	}
 	return rest, fetched, bytes, nil
+}
+
+// originEntries returns the files of todo (entries of the cache's listing, left for the
+// origin) as the origin lists them at the listing's commit: one tree listing from the hub.
+// An entry the origin lists otherwise (another size or digest) is said and the origin's
+// taken; one the origin does not list at all is an error. When the hub cannot be asked,
+// the cache's entries stay (the digests still decide what is kept).
+func (s *Step) originEntries(ctx context.Context, env *engine.Env, listing *cacheListing, todo []fetch.File) ([]fetch.File, error) {
+	c, err := s.hubClient(env, s.spec.Retries)
+	if err != nil {
+		return nil, err
+	}
+	listed, err := c.Files(ctx, listing.Repo, listing.Commit, s.spec.HF.Include, s.spec.HF.Exclude)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		env.Log.Warn("cannot read the origin's listing; fetching from the origin with the cache's", "err", redact.Error(err))
+		return todo, nil
+	}
+	byPath := make(map[string]hub.File, len(listed))
+	for _, f := range listed {
+		byPath[f.Path] = f
+	}
+	out := make([]fetch.File, 0, len(todo))
+	for _, f := range todo {
+		o, ok := byPath[f.Path]
+		if !ok {
+			return nil, fmt.Errorf("the cache's listing names %s, which %s at %s does not have", f.Path, listing.Repo, listing.Commit)
+		}
+		if o.Size != f.Size || o.SHA256 != "" && o.SHA256 != f.SHA256 || o.SHA256 == "" && o.GitSHA1 != f.GitSHA1 {
+			env.Log.Warn("the cache's listing differs from the origin's; taking the origin's", "file", f.Path,
+				"cache_size", f.Size, "origin_size", o.Size, "cache_sha256", f.SHA256, "origin_sha256", o.SHA256)
+		}
+		out = append(out, fetch.File{URL: o.URL, Path: o.Path, Size: o.Size, SHA256: o.SHA256, GitSHA1: o.GitSHA1})
+	}
+	return out, nil
 }
 
 // recordResults records each verified file of results (files are what was asked) in rec,

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -82,8 +83,8 @@ func TestFleetCache(t *testing.T) {
 	if err := fx.step(t, specB, nil).RunCached(ctx, envB, slotB); err != nil {
 		t.Fatalf("node B: %v\n%s", err, logB)
 	}
-	if n := fx.hub.APIRequests(); n != 0 {
-		t.Errorf("node B made %d hub API requests; the listing is in the registry", n)
+	if n := fx.hub.APIRequests(); n != 1 {
+		t.Errorf("node B made %d hub API requests; the listing is in the registry, and only the file that falls back is looked up in the origin's (one tree request)", n)
 	}
 	if got := fx.hub.BytesServed(); got != int64(len(want)) {
 		t.Errorf("the origin served %d bytes to node B, want only the corrupted shard's %d; node B's log:\n%s", got, len(want), logB)
@@ -221,4 +222,126 @@ func TestFleetCacheThatNeverAnswers(t *testing.T) {
 		t.Errorf("the log does not say the registry did not answer:\n%s", fx.log)
 	}
 	fx.sameAsSource(t)
+}
+
+// A `files:` download with a cache: the pushing node publishes, a pulling node takes the
+// files from the registry, and the pushing node run again with --force (RunCached with
+// the artifact there) downloads again; none of them panics on the revision a `files:`
+// source does not have.
+func TestFilesDownloadWithACache(t *testing.T) {
+	ctx := context.Background()
+	reg := ociregistry.StartT(t)
+	src := t.TempDir()
+	body := bytes.Repeat([]byte("w"), 40<<10)
+	writeSrc(t, src, map[string][]byte{"w.bin": body})
+	srv := fileServer(t, src, nil)
+	repoRef := reg.Addr + "/fleet/files"
+	pusher, err := cache.New(cache.Config{Repository: repoRef, Push: true}, cache.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	puller, err := cache.New(cache.Config{Repository: repoRef}, cache.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tag := strings.Repeat("1f", 32)
+	node := func() (*engine.Env, Spec, *syncBuffer) {
+		dir := t.TempDir()
+		log := &syncBuffer{}
+		env := engine.NewTestEnv(dir, log)
+		env.StepName = "weights"
+		return env, Spec{Dest: filepath.Join(dir, "w"), StallTimeout: "5s",
+			Files: []FileSpec{{URL: srv.URL + "/w.bin", Path: "w.bin", Size: int64(len(body)), SHA256: sum(body)}}}, log
+	}
+	fx := &fixture{}
+	envA, specA, logA := node()
+	slotA := engine.CacheSlot{Cache: pusher, Tag: tag}
+	if err := fx.step(t, specA, nil).RunCached(ctx, envA, slotA); err != nil {
+		t.Fatalf("pushing node: %v\n%s", err, logA)
+	}
+	if _, err := fx.step(t, specA, nil).Publish(ctx, envA, slotA); err != nil {
+		t.Fatal(err)
+	}
+	envB, specB, logB := node()
+	if err := fx.step(t, specB, nil).RunCached(ctx, envB, engine.CacheSlot{Cache: puller, Tag: tag}); err != nil {
+		t.Fatalf("pulling node: %v\n%s", err, logB)
+	}
+	if got, err := os.ReadFile(filepath.Join(specB.Dest, "w.bin")); err != nil || !bytes.Equal(got, body) {
+		t.Errorf("pulling node: w.bin = %d bytes, %v", len(got), err)
+	}
+	if !strings.Contains(logB.String(), "downloading from the cache") {
+		t.Errorf("the pulling node did not take the file from the cache:\n%s", logB)
+	}
+	// --force on the pushing node: the step runs again with its artifact in the registry.
+	if err := os.Remove(filepath.Join(specA.Dest, "w.bin")); err != nil {
+		t.Fatal(err)
+	}
+	if err := fx.step(t, specA, nil).RunCached(ctx, envA, slotA); err != nil {
+		t.Fatalf("pushing node, forced: %v\n%s", err, logA)
+	}
+}
+
+// TestCacheListingWithAWrongSize: a cached listing that gives one file a wrong size (one
+// byte more, or one less) costs that file its fetch from the registry, and the fallback
+// takes the origin's listing: the step succeeds, with the origin's bytes, and the log
+// names the difference.
+func TestCacheListingWithAWrongSize(t *testing.T) {
+	ctx := context.Background()
+	reg := ociregistry.StartT(t)
+	for i, delta := range []int64{+1, -1} {
+		t.Run(fmt.Sprintf("%+d", delta), func(t *testing.T) {
+			fx := newFixture(t, fakehub.Options{})
+			c, err := cache.New(cache.Config{Repository: reg.Addr + "/fleet/wrongsize", Push: true}, cache.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			spec := fx.hfSpec(fx.hub.Commit())
+			good := engine.CacheSlot{Cache: c, Tag: strings.Repeat(fmt.Sprint(i), 64)}
+			a := fx.step(t, spec, nil)
+			if err := a.RunCached(ctx, fx.env, good); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := a.Publish(ctx, fx.env, good); err != nil {
+				t.Fatal(err)
+			}
+			art, err := c.Lookup(ctx, good.Tag)
+			if err != nil || art == nil {
+				t.Fatalf("Lookup = %v, %v", art, err)
+			}
+			var l cacheListing
+			if err := json.Unmarshal(art.Meta, &l); err != nil {
+				t.Fatal(err)
+			}
+			shard := "model-00002-of-00003.safetensors"
+			var files []cache.File
+			for j, f := range l.Files {
+				files = append(files, cache.File{Name: f.Path, Path: filepath.Join(fx.dest, f.Path), Size: f.Size, SHA256: f.SHA256})
+				if f.Path == shard {
+					l.Files[j].Size += delta
+				}
+			}
+			meta, _ := json.Marshal(l)
+			bad := engine.CacheSlot{Cache: c, Tag: strings.Repeat(fmt.Sprint(i+5), 64)}
+			if _, err := c.Push(ctx, bad.Tag, cache.KindDownload, meta, files); err != nil {
+				t.Fatal(err)
+			}
+
+			dir := t.TempDir()
+			log := &syncBuffer{}
+			env := engine.NewTestEnv(dir, log)
+			env.StepName = "weights"
+			specB := spec
+			specB.Dest = filepath.Join(dir, "models", "m")
+			if err := fx.step(t, specB, nil).RunCached(ctx, env, bad); err != nil {
+				t.Fatalf("node B: %v\n%s", err, log)
+			}
+			want, _ := os.ReadFile(filepath.Join(fx.src, shard))
+			if got, err := os.ReadFile(filepath.Join(specB.Dest, shard)); err != nil || !bytes.Equal(got, want) {
+				t.Errorf("%s: %d bytes (%v), want the origin's %d", shard, len(got), err, len(want))
+			}
+			if !strings.Contains(log.String(), "the cache's listing differs from the origin's") || !strings.Contains(log.String(), shard) {
+				t.Errorf("the log does not name the difference:\n%s", log)
+			}
+		})
+	}
 }

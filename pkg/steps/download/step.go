@@ -120,7 +120,12 @@ func (s *Step) Fingerprint(ctx context.Context, env *engine.Env) (map[string]str
 	return map[string]string{"hf.commit": "unresolved " + rev}, nil
 }
 
+// revision is the hub revision the recipe names ("main" when it names none; "" for
+// `files:`, which have none).
 func (s *Step) revision() string {
+	if s.spec.HF == nil {
+		return ""
+	}
 	if s.spec.HF.Revision == "" {
 		return "main"
 	}
@@ -396,6 +401,13 @@ func (s *Step) run(ctx context.Context, env *engine.Env, slot engine.CacheSlot) 
 		fetched, bytes, fromReg = append(fetched, regFetched...), bytes+regBytes, len(regFetched)
 		env.Detail("files_from_cache", fromReg)
 		env.Detail("bytes_from_cache", regBytes)
+	}
+	if listing != nil && len(todo) > 0 {
+		// What the origin serves is described by the origin's listing, not the cache's:
+		// a cached listing that is wrong about a file must not fail its fallback too.
+		if todo, err = s.originEntries(ctx, env, listing, todo); err != nil {
+			return err
+		}
 	}
 	if len(todo) > 0 {
 		var total int64

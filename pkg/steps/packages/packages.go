@@ -6,6 +6,7 @@ package packages
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"regexp"
@@ -220,7 +221,61 @@ type stepRunner struct {
 }
 
 func (r stepRunner) Run(ctx context.Context, argv []string, extra []string) error {
-	return build.Exec(ctx, r.env, r.env.StepName, argv, "/", append(os.Environ(), extra...))
+	err := build.Exec(ctx, r.env, r.env.StepName, argv, "/", append(os.Environ(), extra...))
+	var f *build.Failure
+	if errors.As(err, &f) {
+		return &aptFailure{f: f}
+	}
+	return err
+}
+
+// aptFailure is an apt command that failed: its first line says how it ended and apt's
+// last error ("E: ..."), which is what the run's summary shows of an error; the lines
+// that follow give its last lines of output and the log.
+type aptFailure struct {
+	f *build.Failure
+}
+
+// Error says how the command ended with apt's last error line, then its last lines of
+// output and where the log is.
+func (e *aptFailure) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "running %s: %s", e.f.Argv0, e.f.Status)
+	if key := keyLine(e.f.Tail); key != "" {
+		b.WriteString(": ")
+		b.WriteString(key)
+	}
+	if len(e.f.Tail) > 0 {
+		fmt.Fprintf(&b, "\nlast %d lines of output:", len(e.f.Tail))
+		for _, l := range e.f.Tail {
+			b.WriteString("\n  ")
+			b.WriteString(strings.TrimRight(l, " \t"))
+		}
+	} else {
+		b.WriteString("; it printed nothing")
+	}
+	if e.f.LogPath != "" {
+		b.WriteString("\nfull log: " + e.f.LogPath)
+	}
+	return b.String()
+}
+
+// Unwrap returns the *build.Failure.
+func (e *aptFailure) Unwrap() error { return e.f }
+
+// keyLine returns the last error line of apt's output ("E: ..."), else its last line.
+func keyLine(tail []string) string {
+	for i := len(tail) - 1; i >= 0; i-- {
+		if l := strings.TrimSpace(tail[i]); strings.HasPrefix(l, "E: ") {
+			return l
+		}
+	}
+	for i := len(tail) - 1; i >= 0; i-- {
+		if l := strings.TrimSpace(tail[i]); l != "" {
+			return l
+		}
+	}
+	return ""
 }
 
 func (stepRunner) Output(ctx context.Context, argv []string) ([]byte, []byte, error) {

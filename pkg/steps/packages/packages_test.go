@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/hostcmd"
@@ -225,5 +226,80 @@ func TestRunChecksACommandStillMissing(t *testing.T) {
 	err := s.Run(context.Background(), engine.NewTestEnv(t.TempDir(), nil))
 	if !errors.Is(err, engine.ErrHost) || !strings.Contains(err.Error(), "hello: still not found on the PATH after installing its packages") {
 		t.Errorf("err = %v", err)
+	}
+}
+
+// fakeApt puts apt-cache and apt-get scripts first on the PATH. apt-cache policy says
+// every package has a candidate; apt-get update does nothing; apt-get install does what
+// apt does when the dpkg it runs is killed half way: dpkg's journal is left in
+// ADMINDIR/updates, apt prints its lines and exits 100. Unlike the real ones they read no
+// configuration, lists or archives, take no lock, and write only that journal and a line
+// per call to calls.
+func fakeApt(t *testing.T, admin string) (calls string) {
+	t.Helper()
+	bin := t.TempDir()
+	calls = filepath.Join(bin, "calls")
+	scripts := map[string]string{
+		"apt-cache": "#!/bin/sh\nfor p in \"$@\"; do [ \"$p\" = policy ] || printf '%s:\\n  Installed: (none)\\n  Candidate: 1.0-1\\n' \"$p\"; done\n",
+		"apt-get": "#!/bin/sh\necho \"apt-get $*\" >> " + calls + "\ncase \" $* \" in *\" install \"*)\n" +
+			"  echo 'Reading package lists...'\n  mkdir -p " + admin + "/updates && echo 'Package: hello' > " + admin + "/updates/0001\n" +
+			"  echo 'E: Sub-process /usr/bin/dpkg received a segmentation fault.' >&2\n  exit 100;;\nesac\n",
+	}
+	for name, body := range scripts {
+		if err := os.WriteFile(filepath.Join(bin, name), []byte(body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	return calls
+}
+
+// dpkg killed during the step's install: the error's first line (what the run's summary
+// shows) says dpkg was interrupted, the fix and apt's error; the lines follow. The next
+// run refuses before it runs apt-get, naming dpkg's journal and the fix.
+func TestInterruptedDpkgNamesTheFixOnTheFirstLine(t *testing.T) {
+	dir := t.TempDir()
+	admin, lists, archives := filepath.Join(dir, "dpkg"), filepath.Join(dir, "lists"), filepath.Join(dir, "archives")
+	for _, d := range []string{admin, lists, archives} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(lists, "deb.debian.org_debian_dists_bookworm_InRelease"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	calls := fakeApt(t, admin)
+	s, err := New("host-packages", Spec{Apt: []string{"hello"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.manager = func(env *engine.Env) pkgmgr.Manager {
+		return &pkgmgr.Apt{Runner: stepRunner{env: env}, AdminDir: admin, ListsDir: lists, ArchivesDir: archives, LockTimeout: 5 * time.Second}
+	}
+	env := engine.NewTestEnv(t.TempDir(), &bytes.Buffer{})
+
+	err = s.Run(context.Background(), env)
+	if err == nil {
+		t.Fatal("Run succeeded")
+	}
+	lines := strings.Split(err.Error(), "\n")
+	if want := "installing hello: dpkg was interrupted; run `dpkg --configure -a` as root to finish it, then apply again: running apt-get: exit status 100: E: Sub-process /usr/bin/dpkg received a segmentation fault."; lines[0] != want {
+		t.Errorf("first line:\n%s\nwant\n%s", lines[0], want)
+	}
+	if !strings.Contains(err.Error(), "\nlast 2 lines of output:\n  Reading package lists...\n  E: Sub-process /usr/bin/dpkg received a segmentation fault.") {
+		t.Errorf("the lines of output are not shown:\n%s", err)
+	}
+	if !errors.Is(err, pkgmgr.ErrDpkgInterrupted) {
+		t.Errorf("err does not wrap ErrDpkgInterrupted: %v", err)
+	}
+
+	before, _ := os.ReadFile(calls)
+	err = s.Run(context.Background(), env)
+	if err == nil || !strings.Contains(strings.Split(err.Error(), "\n")[0], filepath.Join(admin, "updates")+" holds the journal of a dpkg run that did not finish") ||
+		!strings.Contains(err.Error(), "run `dpkg --configure -a` as root") {
+		t.Errorf("second Run = %v; want the interrupted dpkg named with its fix", err)
+	}
+	if after, _ := os.ReadFile(calls); string(after) != string(before) {
+		t.Errorf("apt-get ran again: %s", after)
 	}
 }

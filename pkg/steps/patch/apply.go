@@ -11,16 +11,43 @@ import (
 	"strings"
 
 	"github.com/bluekeyes/go-gitdiff/gitdiff"
+
+	"github.com/sglprov/sglprov/pkg/engine"
 )
 
 // absent is the digest recorded for a file that does not exist.
 const absent = "absent"
 
-// entry is one file of the in-memory tree.
+// entry is one file of the in-memory tree: a regular file (data is its content) or a
+// symbolic link (data is its target).
 type entry struct {
 	exists bool
+	link   bool
 	data   []byte
 	perm   fs.FileMode
+}
+
+// linkPerm is the mode a symbolic link entry records.
+const linkPerm = fs.ModeSymlink | 0o777
+
+// Git's file modes, as a diff's mode lines give them (go-gitdiff keeps them as numbers).
+const (
+	gitTypeMask = 0o170000
+	gitRegular  = 0o100000
+	gitSymlink  = 0o120000
+)
+
+// gitType returns the type bits of a git mode (0 when the diff gives no mode).
+func gitType(m fs.FileMode) uint32 { return uint32(m) & gitTypeMask }
+
+// clampPerm bounds the permissions a patch gives a file to what git itself records: 0755
+// for a file its owner may execute, 0644 otherwise. Nothing the patch says makes a file
+// writable by group or others, or setuid, setgid or sticky; tighter bits are kept.
+func clampPerm(m fs.FileMode) fs.FileMode {
+	if m&0o100 != 0 {
+		return m.Perm() & 0o755
+	}
+	return m.Perm() & 0o644
 }
 
 // tree is the in-memory view of the files a series touches. Files are read from disk on
@@ -77,7 +104,9 @@ func (t *tree) set(rel string, e entry) {
 }
 
 // readEntry reads the file rel under root; a missing file is an entry that does not exist.
-// Symbolic links are refused, so that a patch never writes through one out of the tree.
+// A symbolic link at rel is read as a link (its target), never followed; a path whose
+// folders lead out of the tree through one is refused, so that a patch never writes
+// through a link out of the tree.
 func readEntry(root, rel string) (*entry, error) {
 	if err := checkInside(root, rel); err != nil {
 		return nil, err
@@ -90,8 +119,15 @@ func readEntry(root, rel string) (*entry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading %s: %w", p, err)
 	}
+	if fi.Mode()&fs.ModeSymlink != 0 {
+		target, err := os.Readlink(p)
+		if err != nil {
+			return nil, fmt.Errorf("reading %s: %w", p, err)
+		}
+		return &entry{exists: true, link: true, data: []byte(target), perm: linkPerm}, nil
+	}
 	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file (%s); patches change regular files only", p, fi.Mode().Type())
+		return nil, fmt.Errorf("%s is not a regular file (%s); patches change regular files and symbolic links only", p, fi.Mode().Type())
 	}
 	data, err := os.ReadFile(p)
 	if err != nil {
@@ -193,6 +229,13 @@ func applyFile(t *tree, patch string, f *gitdiff.File, threeWay bool) error {
 			return conflict("the file does not exist")
 		}
 		src = *e
+		diffLink := gitType(f.OldMode) == gitSymlink
+		switch {
+		case src.link && !diffLink && (f.OldMode != 0 || len(f.TextFragments) > 0 || f.IsBinary):
+			return conflict("it is a symbolic link, but the patch changes a regular file")
+		case !src.link && diffLink:
+			return conflict("the patch changes a symbolic link, but it is a regular file")
+		}
 	}
 	if (f.IsRename || f.IsCopy) && !f.IsNew {
 		dst, err := t.get(f.NewName)
@@ -227,17 +270,82 @@ func applyFile(t *tree, patch string, f *gitdiff.File, threeWay bool) error {
 		t.set(f.OldName, entry{})
 		return nil
 	}
-	perm := src.perm
-	switch {
-	case f.IsNew && f.NewMode != 0:
-		perm = f.NewMode.Perm()
-	case f.OldMode != 0 && f.NewMode != 0 && f.OldMode != f.NewMode:
-		perm = f.NewMode.Perm()
+	perm, link := src.perm, src.link
+	if f.IsNew && f.NewMode != 0 || f.OldMode != 0 && f.NewMode != 0 && f.OldMode != f.NewMode {
+		switch gitType(f.NewMode) {
+		case gitSymlink:
+			perm, link = linkPerm, true
+		case gitRegular, 0:
+			perm, link = clampPerm(f.NewMode), false
+		default:
+			return conflict(fmt.Sprintf("mode %o is neither a regular file nor a symbolic link", uint32(f.NewMode)))
+		}
+	}
+	if link != src.link && f.OldMode != 0 && !f.IsNew {
+		return conflict("the patch changes a regular file into a symbolic link or back; git writes that as a removal and a new file")
+	}
+	// An undo (threeWay unset) is never written: a link it would make back (a patch that
+	// removes an upstream link to /usr/...) is not the patch's to check.
+	if link && threeWay {
+		if err := checkLinkTarget(t.root, f.NewName, string(out)); err != nil {
+			return fmt.Errorf("patch %s: %w", patch, err)
+		}
 	}
 	if f.IsRename {
 		t.set(f.OldName, entry{})
 	}
-	t.set(f.NewName, entry{exists: true, data: out, perm: perm})
+	t.set(f.NewName, entry{exists: true, link: link, data: out, perm: perm})
+	return nil
+}
+
+// checkLinkTarget refuses the target of a symbolic link that the patch makes at rel unless
+// it points inside the tree: a relative target that stays in the tree, through no link
+// that leads out of it. Errors wrap engine.ErrUsage: the patch is bad input.
+func checkLinkTarget(root, rel, target string) error {
+	bad := func(why string) error {
+		return fmt.Errorf("%s: the symbolic link's target %q %s; patches make links only to paths inside the tree: %w", rel, target, why, engine.ErrUsage)
+	}
+	if err := lexicalLinkTarget(rel, target); err != nil {
+		return bad(err.Error())
+	}
+	if root == "" {
+		return nil
+	}
+	joined := filepath.Join(filepath.Dir(rel), target)
+	p := filepath.Join(root, joined)
+	real, err := filepath.EvalSymlinks(p)
+	switch {
+	case err == nil:
+		realRoot, err := filepath.EvalSymlinks(root)
+		if err != nil {
+			return fmt.Errorf("resolving %s: %w", root, err)
+		}
+		if r, err := filepath.Rel(realRoot, real); err != nil || !filepath.IsLocal(r) && r != "." {
+			return bad("leads out of the tree through a symbolic link (to " + real + ")")
+		}
+	case errors.Is(err, fs.ErrNotExist):
+		if err := checkInside(root, joined); err != nil {
+			return bad("leads out of the tree through a symbolic link")
+		}
+	default:
+		return fmt.Errorf("resolving %s: %w", p, err)
+	}
+	return nil
+}
+
+// lexicalLinkTarget checks a link target as text: relative, one line, and inside the
+// tree when joined to the link's folder.
+func lexicalLinkTarget(rel, target string) error {
+	switch {
+	case target == "":
+		return errors.New("is empty")
+	case strings.ContainsAny(target, "\x00\n"):
+		return errors.New("holds a newline or a NUL")
+	case filepath.IsAbs(target):
+		return errors.New("is an absolute path")
+	case !filepath.IsLocal(filepath.Join(filepath.Dir(rel), target)):
+		return errors.New("points out of the tree")
+	}
 	return nil
 }
 

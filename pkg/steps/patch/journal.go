@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/atomicfile"
@@ -62,8 +63,8 @@ type journalEntry struct {
 // by the next run (recoverJournal).
 func write(root, step string, t, disk *tree) error {
 	stage := filepath.Join(root, stageDir)
-	if err := os.RemoveAll(stage); err != nil {
-		return fmt.Errorf("removing %s: %w", stage, err)
+	if _, err := clearStage(stage); err != nil {
+		return err
 	}
 	var j journal
 	j.Version = 1
@@ -79,10 +80,23 @@ func write(root, step string, t, disk *tree) error {
 			continue
 		case !want.exists:
 			e.Op = opRemove
-		case have.exists && bytes.Equal(have.data, want.data) && have.perm == want.perm:
+		case have.exists && have.link == want.link && bytes.Equal(have.data, want.data) && have.perm == want.perm:
 			continue
-		case have.exists && bytes.Equal(have.data, want.data):
+		case have.exists && !have.link && !want.link && bytes.Equal(have.data, want.data):
 			e.Op = opChmod
+		case want.link:
+			e.Op, e.Staged = opWrite, strconv.Itoa(len(j.Changes))
+			if err := os.MkdirAll(stage, 0o700); err != nil {
+				return fmt.Errorf("creating %s: %w", stage, err)
+			}
+			if err := os.Symlink(string(want.data), filepath.Join(stage, e.Staged)); err != nil {
+				_, _ = clearStage(stage)
+				return fmt.Errorf("staging the symbolic link %s: %w", filepath.Join(root, rel), err)
+			}
+			if err := atomicfile.SyncDir(stage); err != nil {
+				_, _ = clearStage(stage)
+				return err
+			}
 		default:
 			e.Op, e.Staged = opWrite, strconv.Itoa(len(j.Changes))
 			if err := os.MkdirAll(stage, 0o700); err != nil {
@@ -90,26 +104,27 @@ func write(root, step string, t, disk *tree) error {
 			}
 			st, err := atomicfile.Stage(filepath.Join(stage, e.Staged), want.data, want.perm)
 			if err != nil {
-				os.RemoveAll(stage)
+				_, _ = clearStage(stage)
 				return err
 			}
 			// Stage wrote a temporary name; the journal names the final one.
 			if err := st.Commit(); err != nil {
-				os.RemoveAll(stage)
+				_, _ = clearStage(stage)
 				return err
 			}
 		}
 		j.Changes = append(j.Changes, e)
 	}
 	if len(j.Changes) == 0 {
-		return os.RemoveAll(stage)
+		_, err := clearStage(stage)
+		return err
 	}
 	b, err := json.MarshalIndent(j, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encoding the patch journal: %w", err)
 	}
 	if err := atomicfile.Write(filepath.Join(stage, journalName), append(b, '\n'), 0o600); err != nil {
-		os.RemoveAll(stage)
+		_, _ = clearStage(stage)
 		return fmt.Errorf("writing the patch journal: %w", err)
 	}
 	return finish(root, step, &j)
@@ -140,7 +155,12 @@ func finish(root, step string, j *journal) error {
 			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 				return fmt.Errorf("creating %s: %w", filepath.Dir(p), err)
 			}
-			if err := os.Rename(filepath.Join(stage, e.Staged), p); err != nil {
+			staged := filepath.Join(stage, e.Staged)
+			if _, err := os.Lstat(staged); errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("finishing an interrupted patch write: the journal %s has %s written from its staged copy %s, which is gone, and %s is not written yet; restore the tree (`sglprov apply --force %s` restores the series' files from git; outside git restore them by hand and remove %s) and run again",
+					filepath.Join(stage, journalName), p, staged, p, step, filepath.Join(stage, journalName))
+			}
+			if err := os.Rename(staged, p); err != nil {
 				return fmt.Errorf("renaming the staged %s into place: %w", p, err)
 			}
 		case opRemove:
@@ -171,63 +191,111 @@ func finish(root, step string, j *journal) error {
 	if err := os.Remove(filepath.Join(stage, journalName)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("removing the patch journal: %w", err)
 	}
-	if err := os.RemoveAll(stage); err != nil {
-		return fmt.Errorf("removing %s: %w", stage, err)
+	if _, err := clearStage(stage); err != nil {
+		return err
 	}
 	return atomicfile.SyncDir(root)
 }
 
 // recoverJournal finishes a write that an earlier run left among its renames (its journal
 // is there), or removes what a run killed while staging left (no journal: the tree was not
-// touched). It reports whether it finished a write.
-func recoverJournal(root, step string) (bool, error) {
+// touched). It says what it found ("" when the stage folder held nothing) and reports
+// whether it finished a write. The caller holds the tree's lock.
+func recoverJournal(root, step string) (found string, finished bool, err error) {
 	stage := filepath.Join(root, stageDir)
 	fi, err := os.Lstat(stage)
 	if errors.Is(err, fs.ErrNotExist) {
-		return false, nil
+		return "", false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("checking %s: %w", stage, err)
+		return "", false, fmt.Errorf("checking %s: %w", stage, err)
 	}
 	if !fi.IsDir() {
-		return false, fmt.Errorf("%s is not a folder the patch step made; remove it", stage)
+		return "", false, fmt.Errorf("%s is not a folder the patch step made; remove it", stage)
 	}
 	b, err := safefile.ReadRegular(filepath.Join(stage, journalName), 16<<20)
 	if errors.Is(err, fs.ErrNotExist) {
-		if err := os.RemoveAll(stage); err != nil {
-			return false, fmt.Errorf("removing %s: %w", stage, err)
+		n, err := clearStage(stage)
+		if err != nil {
+			return "", false, err
 		}
-		return false, nil
+		if n == 0 {
+			return "", false, nil
+		}
+		return fmt.Sprintf("%d staged file(s) or merge folder(s) and no journal in %s: a run stopped while merging or staging, before it changed the tree; removed them", n, stage), false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("reading the patch journal: %w", err)
+		return "", false, fmt.Errorf("reading the patch journal: %w", err)
 	}
 	var j journal
 	if err := json.Unmarshal(b, &j); err != nil || j.Version != 1 {
-		return false, fmt.Errorf("reading the patch journal %s: not a journal this sglprov wrote (%w); restore the tree with `sglprov apply --force %s` (outside git: restore it by hand and remove %s)", filepath.Join(stage, journalName), err, step, stage)
+		return "", false, fmt.Errorf("reading the patch journal %s: not a journal this sglprov wrote (%w); restore the tree with `sglprov apply --force %s` (outside git: restore it by hand and remove %s)", filepath.Join(stage, journalName), err, step, stage)
 	}
+	var paths []string
+	done, missing := 0, 0
+	untouched := true // every write and removal still to do: the tree is as before the write
 	for _, e := range j.Changes {
-		if !filepath.IsLocal(e.Path) || e.Staged != "" && !filepath.IsLocal(e.Staged) {
-			return false, fmt.Errorf("the patch journal names %q, a path outside the tree; remove %s", e.Path, stage)
+		if !filepath.IsLocal(e.Path) || e.Staged != "" && !stagedNameRE.MatchString(e.Staged) {
+			return "", false, fmt.Errorf("the patch journal names %q (staged as %q), a path outside the tree or the stage folder; remove %s", e.Path, e.Staged, filepath.Join(stage, journalName))
+		}
+		paths = append(paths, e.Path)
+		d, err := fileDigest(root, e.Path)
+		if err == nil && d == e.Post {
+			done++
+		}
+		if e.Op != opChmod && (err != nil || d != e.Pre || d == e.Post) {
+			untouched = false
+		}
+		if e.Op == opWrite {
+			if _, err := os.Lstat(filepath.Join(stage, e.Staged)); errors.Is(err, fs.ErrNotExist) {
+				missing++
+			}
 		}
 	}
-	if err := finish(root, step, &j); err != nil {
-		return false, err
+	found = fmt.Sprintf("the journal of an unfinished patch write in %s: %d change(s) (%s), %d already made", stage, len(j.Changes), strings.Join(paths, ", "), done)
+	if missing > 0 && untouched {
+		// Nothing was changed yet and the staged copies are gone: the journal cannot be
+		// finished, and need not be; the series is applied afresh from the tree as it is.
+		if _, err := clearStage(stage); err != nil {
+			return found, false, err
+		}
+		return found + fmt.Sprintf("; %d staged cop(ies) gone, so dropped it: the tree was not changed, and the series is applied afresh", missing), false, nil
 	}
-	return true, nil
+	if err := finish(root, step, &j); err != nil {
+		return found, false, fmt.Errorf("%s: %w", found, err)
+	}
+	return found + "; finished the rest", true, nil
 }
 
+// stagedNameRE matches the names write gives staged files.
+var stagedNameRE = regexp.MustCompile(`^[0-9]+$`)
+
 // dropJournal removes what an earlier run left in the stage folder, journal and all,
-// without finishing it: a forced run restores the series' files from git instead.
-func dropJournal(root string) (bool, error) {
+// without finishing it: a forced run restores the series' files from git instead. It says
+// what it dropped ("" when there was nothing).
+func dropJournal(root string) (string, error) {
 	stage := filepath.Join(root, stageDir)
-	if _, err := os.Lstat(stage); errors.Is(err, fs.ErrNotExist) {
-		return false, nil
+	found := ""
+	if b, err := safefile.ReadRegular(filepath.Join(stage, journalName), 16<<20); err == nil {
+		var j journal
+		if json.Unmarshal(b, &j) == nil {
+			var paths []string
+			for _, e := range j.Changes {
+				paths = append(paths, e.Path)
+			}
+			found = fmt.Sprintf("the journal of an unfinished patch write in %s: %d change(s) (%s)", stage, len(j.Changes), strings.Join(paths, ", "))
+		} else {
+			found = "a patch journal in " + stage + " that this sglprov cannot read"
+		}
 	}
-	if err := os.RemoveAll(stage); err != nil {
-		return false, fmt.Errorf("removing %s: %w", stage, err)
+	n, err := clearStage(stage)
+	if err != nil || n == 0 {
+		return "", err
 	}
-	return true, nil
+	if found == "" {
+		found = fmt.Sprintf("%d staged file(s) or merge folder(s) and no journal in %s", n, stage)
+	}
+	return found, nil
 }
 
 // litterRE matches the temporary files that atomicfile.Stage names after their target

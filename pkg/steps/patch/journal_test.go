@@ -117,6 +117,9 @@ func TestForceDropsJournalItCannotFinish(t *testing.T) {
 	if _, err := os.Lstat(stage); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("the stage folder is still there: %v", err)
 	}
+	if !strings.Contains(f.log.String(), "dropped what an earlier run left, the journal of an unfinished patch write in "+stage+": 1 change(s) (a.txt); the files are restored from git") {
+		t.Errorf("the log does not say what was dropped:\n%s", f.log)
+	}
 }
 
 // A patched file replaced by a FIFO is an output that changed, found without opening it:

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"io/fs"
 	"path/filepath"
 	"strings"
 
@@ -81,13 +82,13 @@ func loadSeries(path string, read func(string) ([]byte, string, error)) (*series
 	}
 	s := &series{Path: resolved, Digest: digest(data)}
 	for _, name := range names {
-		raw, _, err := read(engine.JoinRecipePath(path, name))
+		raw, file, err := read(engine.JoinRecipePath(path, name))
 		if err != nil {
 			return nil, fmt.Errorf("reading patch %q: %w", name, err)
 		}
-		files, _, err := gitdiff.Parse(bytes.NewReader(raw))
+		files, err := parsePatch(raw)
 		if err != nil {
-			return nil, fmt.Errorf("parsing patch %q: %w", name, err)
+			return nil, fmt.Errorf("patch %q (%s): %w: %w", name, file, err, engine.ErrUsage)
 		}
 		if len(files) == 0 {
 			return nil, fmt.Errorf("patch %q changes no file: %w", name, engine.ErrUsage)
@@ -106,6 +107,9 @@ func loadSeries(path string, read func(string) ([]byte, string, error)) (*series
 				if first, _, _ := strings.Cut(filepath.ToSlash(p), "/"); first == stageDir {
 					return nil, fmt.Errorf("patch %q: path %q is inside %s, the folder the patch step writes through: %w", name, p, stageDir, engine.ErrUsage)
 				}
+			}
+			if err := checkModes(f); err != nil {
+				return nil, fmt.Errorf("patch %q: %w", name, err)
 			}
 		}
 		s.Patches = append(s.Patches, patchFile{Name: name, Digest: digest(raw), Files: files})
@@ -160,4 +164,26 @@ func stripPrefixes(files []*gitdiff.File) {
 	for _, f := range files {
 		f.OldName, f.NewName = strip(f.OldName), strip(f.NewName)
 	}
+}
+
+// checkModes refuses a file diff whose modes are neither a regular file's nor a symbolic
+// link's (a submodule, a folder), and a new symbolic link whose target, as the patch
+// gives it, is absolute or leaves the tree (apply checks the links on the disk too).
+func checkModes(f *gitdiff.File) error {
+	for _, m := range []fs.FileMode{f.OldMode, f.NewMode} {
+		if t := gitType(m); t != 0 && t != gitRegular && t != gitSymlink {
+			return fmt.Errorf("%s: mode %o is neither a regular file nor a symbolic link (patches change only those): %w", fileName(f), uint32(m), engine.ErrUsage)
+		}
+	}
+	if gitType(f.NewMode) != gitSymlink || !f.IsNew && gitType(f.OldMode) == gitSymlink {
+		return nil
+	}
+	target, err := applyContent(nil, f)
+	if err != nil {
+		return nil // apply reports it, at the hunk
+	}
+	if err := lexicalLinkTarget(f.NewName, string(target)); err != nil {
+		return fmt.Errorf("%s: the symbolic link's target %q %v; patches make links only to paths inside the tree: %w", f.NewName, target, err, engine.ErrUsage)
+	}
+	return nil
 }

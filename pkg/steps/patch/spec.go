@@ -6,7 +6,9 @@
 // and changes nothing. In a git checkout, a hunk whose lines moved is merged three-way from
 // the preimage blob the diff's index line names. Files are staged in one folder in the tree
 // and renamed into place after a journal is written, so that a killed run is finished by
-// the next (see journal.go).
+// the next (see journal.go), under a lock in that folder that keeps two runs from writing
+// one tree at once (lock.go). Every patch is parsed whole when it is read (parse.go); a
+// patch may make symbolic links inside the tree, and the modes it gives are bounded.
 package patch
 
 import (

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/gitrepo"
@@ -93,6 +94,14 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	}
 	head := gitHead(ctx, root)
 
+	// One run at a time writes the tree, whatever its state folder, and one step of this
+	// run at a time.
+	lock, err := lockTree(ctx, root)
+	if err != nil {
+		return err
+	}
+	defer lock.release()
+
 	// What an earlier run killed while writing left: finish its journalled renames (the
 	// whole series had applied in memory), or drop what it staged. A forced run in a git
 	// checkout drops a journal unfinished: it restores the series' files from git below,
@@ -103,20 +112,24 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 		if err != nil {
 			return err
 		}
-		if dropped {
-			env.Log.Info("dropped the patch write an earlier run left; the files are restored from git", "dir", root)
+		if dropped != "" {
+			env.Log.Info("dropped what an earlier run left, "+dropped+"; the files are restored from git", "dir", root)
 		}
 	} else {
-		recovered, err = recoverJournal(root, s.name)
+		var found string
+		found, recovered, err = recoverJournal(root, s.name)
 		if err != nil {
 			return err
 		}
-		if recovered {
-			env.Log.Info("finished the patch write an earlier run left among its renames", "dir", root)
+		if found != "" {
+			env.Log.Info("found what an earlier run left: "+found, "dir", root)
 		}
 	}
 	if n := removeLitter(root, ser.touched()); n > 0 {
 		env.Log.Info("removed temporary files an earlier run left", "dir", root, "files", n)
+	}
+	if n := gitrepo.RemoveStaleMerges(time.Now()); n > 0 {
+		env.Log.Info("removed the three-way merge folders that earlier runs killed mid-merge left in the system's temporary folder", "dir", os.TempDir(), "folders", n)
 	}
 
 	var rec record
@@ -142,7 +155,7 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 
 	base := newTree(root)
 	if head != "" {
-		base.merge = gitMerger{ctx: ctx, dir: root}
+		base.merge = gitMerger{ctx: ctx, dir: root, scratch: filepath.Join(root, stageDir)}
 	}
 	for _, rel := range ser.touched() {
 		if _, err := base.get(rel); err != nil {
@@ -190,14 +203,20 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 }
 
 func entryDigest(e *entry) string {
-	if !e.exists {
+	switch {
+	case !e.exists:
 		return absent
+	case e.link:
+		return linkDigest(e.data)
 	}
 	return digest(e.data)
 }
 
-// fileDigest returns the digest of the file at rel, absent when there is none, or, for
-// something that is not a regular file (a FIFO is never opened: it waits for a writer),
+// linkDigest is the digest recorded for a symbolic link: its target's, marked as a link's.
+func linkDigest(target []byte) string { return "link " + digest(target) }
+
+// fileDigest returns the digest of the file at rel (of its target for a symbolic link),
+// absent when there is none, or, for something else that is not a regular file (a FIFO is never opened: it waits for a writer),
 // its type.
 func fileDigest(root, rel string) (string, error) {
 	p := filepath.Join(root, rel)
@@ -207,6 +226,13 @@ func fileDigest(root, rel string) (string, error) {
 	}
 	if err != nil {
 		return "", fmt.Errorf("reading %s: %w", p, err)
+	}
+	if fi.Mode()&fs.ModeSymlink != 0 {
+		target, err := os.Readlink(p)
+		if err != nil {
+			return "", fmt.Errorf("reading %s: %w", p, err)
+		}
+		return linkDigest([]byte(target)), nil
 	}
 	if !fi.Mode().IsRegular() {
 		return "type " + fi.Mode().Type().String(), nil
@@ -227,16 +253,18 @@ func sortedKeys[V any](m map[string]V) []string {
 	return keys
 }
 
-// gitMerger finds preimage blobs in the tree's git object store and merges with git.
+// gitMerger finds preimage blobs in the tree's git object store and merges with git,
+// writing the three versions in the step's stage folder (scratch).
 type gitMerger struct {
-	ctx context.Context
-	dir string
+	ctx     context.Context
+	dir     string
+	scratch string
 }
 
 func (g gitMerger) Blob(oid string) ([]byte, error) { return gitrepo.Blob(g.ctx, g.dir, oid) }
 
 func (g gitMerger) Merge(ours, base, theirs []byte) ([]byte, int, error) {
-	return gitrepo.MergeFile(g.ctx, ours, base, theirs)
+	return gitrepo.MergeFile(g.ctx, g.scratch, ours, base, theirs)
 }
 
 // gitHead returns the tree's HEAD commit, or "" when dir is not a git work tree.

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 const upstreamC = "import os\n\ndef a():\n    return 1\n\ndef b():\n    return 2\n\ndef c():\n    return 3\n"
@@ -75,5 +76,62 @@ func TestThreeWayConflictNamedAndChangesNothing(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(f.tree, stageDir)); err == nil {
 		t.Error("the stage folder was left")
+	}
+}
+
+// A three-way merge writes its three versions in the step's own stage folder, never in
+// the system's temporary folder (here one that does not exist); what a run killed
+// mid-merge left there, and in the temporary folder from earlier versions, is removed.
+func TestThreeWayMergeStagedInTheStepsFolder(t *testing.T) {
+	drifted := "# header\n" + upstreamC
+	f := threeWayFixture(t, drifted)
+	// What a run killed mid-merge left in the stage folder.
+	for _, name := range []string{"ours", "base", "theirs"} {
+		writeFile(t, filepath.Join(f.tree, stageDir, "sglprov-merge-123", name), upstreamC, 0o600)
+	}
+	t.Setenv("TMPDIR", filepath.Join(t.TempDir(), "no-such-folder"))
+	if err := f.run(t); err != nil {
+		t.Fatalf("Run with no usable system temporary folder: %v", err)
+	}
+	if got := f.read(t, "c.py"); got != strings.Replace(drifted, "return 2", "return 20", 1) {
+		t.Errorf("c.py = %q", got)
+	}
+	if _, err := os.Lstat(filepath.Join(f.tree, stageDir)); !os.IsNotExist(err) {
+		t.Errorf("the stage folder is left: %v", err)
+	}
+	if !strings.Contains(f.log.String(), "1 staged file(s) or merge folder(s) and no journal") {
+		t.Errorf("the log does not say what was found:\n%s", f.log)
+	}
+
+	// Merge folders an earlier version left in the system's temporary folder: the stale
+	// ones of this user holding only the three versions go; others stay.
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	old := time.Now().Add(-time.Hour)
+	for dir, names := range map[string][]string{"sglprov-merge-old": {"ours", "base", "theirs"}, "sglprov-merge-fresh": {"ours"}, "sglprov-merge-other": {"ours", "notes"}} {
+		for _, n := range names {
+			writeFile(t, filepath.Join(tmp, dir, n), "x", 0o600)
+		}
+		if dir != "sglprov-merge-fresh" {
+			if err := os.Chtimes(filepath.Join(tmp, dir), old, old); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	f.log.Reset()
+	f.env.Force = true
+	if err := f.run(t); err != nil {
+		t.Fatal(err)
+	}
+	entries, _ := os.ReadDir(tmp)
+	var left []string
+	for _, e := range entries {
+		left = append(left, e.Name())
+	}
+	if strings.Join(left, " ") != "sglprov-merge-fresh sglprov-merge-other" {
+		t.Errorf("left in the temporary folder: %v", left)
+	}
+	if !strings.Contains(f.log.String(), "folders=1") {
+		t.Errorf("the log does not count the removed folder:\n%s", f.log)
 	}
 }

@@ -1,5 +1,6 @@
-// Package source is the source step kind: a source tree at a pinned commit, fetched with
-// git through go-getter, or an archive whose sha256 is checked before it is unpacked.
+// Package source is the source step kind: a source tree at a pinned commit, cloned with
+// git (every user-given argument after "--"), or an archive whose sha256 is checked before
+// it is unpacked.
 // A tree is fetched into a temporary folder beside its destination and moved into place
 // only when complete, so the destination is never half written.
 package source
@@ -25,7 +26,7 @@ import (
 
 // Spec is the recipe body of a source step.
 type Spec struct {
-	// URL is where the tree comes from: a go-getter git source
+	// URL is where the tree comes from: a git source in go-getter's spelling
 	// ("git::https://github.com/sgl-project/sglang?ref=<40-hex commit>", also
 	// "git::file:///path/to/repo?ref=<commit>") or an archive URL (.tar.gz, .zip, ...).
 	URL string `yaml:"url"`
@@ -53,6 +54,22 @@ func New(name string, spec Spec) (*Step, error) {
 	if spec.Dest == "" {
 		return nil, fmt.Errorf("source step %q: dest is required: %w", name, engine.ErrUsage)
 	}
+	// git (and go-getter's getters) would read a URL or ref that starts with "-" as an
+	// option (git::--upload-pack=...): refuse it when the recipe is validated.
+	raw := spec.URL
+	if i := strings.Index(raw, "::"); i > 0 && !strings.Contains(raw[:i], "/") {
+		raw = raw[i+2:]
+	}
+	if strings.HasPrefix(strings.TrimSpace(raw), "-") {
+		return nil, fmt.Errorf("source step %q: url %q starts with \"-\", which git would read as an option: give the repository's URL: %w", name, redact(spec.URL), engine.ErrUsage)
+	}
+	// ssh would read a host or user that starts with "-" as an option (ssh://-oProxyCommand=...).
+	if u, err := url.Parse(raw); err == nil && (strings.HasPrefix(u.Hostname(), "-") || u.User != nil && strings.HasPrefix(u.User.Username(), "-")) {
+		return nil, fmt.Errorf("source step %q: url %q has a host or user that starts with \"-\", which ssh would read as an option: %w", name, redact(spec.URL), engine.ErrUsage)
+	}
+	if strings.HasPrefix(strings.TrimSpace(spec.Ref), "-") {
+		return nil, fmt.Errorf("source step %q: ref %q starts with \"-\", which git would read as an option: recipes pin a 40-hex commit: %w", name, spec.Ref, engine.ErrUsage)
+	}
 	return &Step{name: name, spec: spec}, nil
 }
 
@@ -73,7 +90,7 @@ var (
 // resolved is a spec with its kind and ref worked out.
 type resolved struct {
 	git    bool
-	src    string // the go-getter source
+	src    string // the repository URL for git clone (git), or the go-getter source (archive)
 	ref    string // lower-case commit (git), or the optional ref (archive)
 	sha256 string // lower-case (archive)
 }
@@ -110,9 +127,22 @@ func (s *Step) resolve() (*resolved, error) {
 			return nil, fmt.Errorf("source ref %q is not a commit: recipes pin a full 40-hex commit, not a branch or tag, so that every host builds the same tree: %w", ref, engine.ErrUsage)
 		}
 		ref = strings.ToLower(ref)
-		q.Set("ref", ref)
+		if strings.Contains(strings.TrimPrefix(u.Path, "/"), "//") {
+			return nil, fmt.Errorf("source %q: a subfolder of the repository (go-getter's //sub) is not supported: fetch the repository and point the later steps at the folder inside it: %w", redact(s.spec.URL), engine.ErrUsage)
+		}
+		for _, k := range []string{"depth", "sshkey"} {
+			if q.Has(k) {
+				return nil, fmt.Errorf("source %q: the %s= parameter is not supported (the step clones the repository whole and checks out the pinned commit; give an ssh key through ssh's own configuration): %w", redact(s.spec.URL), k, engine.ErrUsage)
+			}
+		}
+		q.Del("ref")
 		u.RawQuery = q.Encode()
-		return &resolved{git: true, src: "git::" + u.String(), ref: ref}, nil
+		repo := u.String()
+		if u.Scheme == "" && u.Host == "" && strings.HasPrefix(u.Path, "github.com/") {
+			// go-getter's shorthand for a GitHub repository.
+			repo = "https://" + repo
+		}
+		return &resolved{git: true, src: repo, ref: ref}, nil
 	}
 	if s.spec.SHA256 == "" {
 		return nil, fmt.Errorf("archive source %q needs sha256: %w", redact(s.spec.URL), engine.ErrUsage)
@@ -150,6 +180,9 @@ func (s *Step) Intact(ctx context.Context, env *engine.Env) (bool, string, error
 		return false, "", err
 	}
 	dest := env.Path(s.spec.Dest)
+	if err := checkNotLink(dest); err != nil {
+		return false, "", err
+	}
 	if _, err := os.Stat(dest); errors.Is(err, fs.ErrNotExist) {
 		return false, "outputs changed: " + dest + " does not exist", nil
 	} else if err != nil {
@@ -184,6 +217,9 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 		return err
 	}
 	dest := env.Path(s.spec.Dest)
+	if err := checkNotLink(dest); err != nil {
+		return err
+	}
 	if !env.Force {
 		if ok, _, err := s.Intact(ctx, env); err == nil && ok {
 			env.Log.Info("source tree already at its pin", "dest", s.spec.Dest, "ref", r.ref)
@@ -240,6 +276,29 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	return nil
 }
 
+// Preflight refuses, when plan checks the host, a dest that is a symbolic link (see
+// checkNotLink): plan says so before apply would.
+func (s *Step) Preflight(_ context.Context, env *engine.Env, _ engine.CacheSlot) ([]string, *engine.DiskNeed, error) {
+	return nil, nil, checkNotLink(env.Path(s.spec.Dest))
+}
+
+// checkNotLink refuses a dest that is a symbolic link. The step replaces its dest whole
+// (a rename over it), which would put a real folder where the link was and leave the
+// link's target at the old commit; following the link instead would replace a folder
+// elsewhere that the recipe does not name. The folders above dest may be links.
+func checkNotLink(dest string) error {
+	fi, err := os.Lstat(dest)
+	if err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+		return nil
+	}
+	target, rerr := os.Readlink(dest)
+	if rerr != nil {
+		target = "?"
+	}
+	return fmt.Errorf("source dest %s is a symbolic link (to %s): the step replaces its dest whole and would replace the link, not its target; set dest to the folder the link points to, or remove the link: %w",
+		dest, target, engine.ErrUsage)
+}
+
 // checkReplaceable refuses to replace a dest that this kind of step did not make: a
 // folder that is neither empty, nor a git work tree (git sources), nor marked with an
 // archive's checksum (archive sources). A mistyped dest must not delete someone's data.
@@ -264,17 +323,11 @@ func checkReplaceable(ctx context.Context, dest string, git bool) error {
 	return fmt.Errorf("%s exists and does not hold a source tree this step fetched; move it away or choose another dest", dest)
 }
 
-// fetchGit clones the repository into dst and checks out the commit.
+// fetchGit clones the repository into dst and checks out the commit. It runs git itself
+// (go-getter's git getter passes the URL and the ref to git before any "--", where one
+// that starts with "-" is read as an option).
 func fetchGit(ctx context.Context, r *resolved, dst string) error {
-	c := &getter.Client{
-		Getters: []getter.Getter{&getter.GitGetter{Detectors: []getter.Detector{
-			new(getter.GitHubDetector), new(getter.GitDetector),
-		}}},
-		// A git tree is never unpacked, whatever its URL ends with.
-		Decompressors: map[string]getter.Decompressor{},
-	}
-	_, err := c.Get(ctx, &getter.Request{Src: r.src, Dst: dst, GetMode: getter.ModeDir})
-	return err
+	return gitrepo.Clone(ctx, r.src, dst, r.ref)
 }
 
 // fetchArchive downloads the archive, checks its sha256 (go-getter's checksum parameter,

@@ -412,3 +412,78 @@ func TestKind(t *testing.T) {
 		t.Error("New accepted a spec of the wrong type")
 	}
 }
+
+func TestSymlinkDestRefused(t *testing.T) {
+	needGit(t)
+	repo, first, second := newRepo(t)
+	ctx := context.Background()
+	parent := t.TempDir()
+	target := filepath.Join(parent, "sglang-real")
+	if err := mustNew(t, Spec{URL: "git::file://" + repo + "?ref=" + first, Dest: target}).Run(ctx, newEnv(t)); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(parent, "sglang")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	step := mustNew(t, Spec{URL: "git::file://" + repo + "?ref=" + second, Dest: link})
+	for name, call := range map[string]func() error{
+		"Run":    func() error { return step.Run(ctx, newEnv(t)) },
+		"Intact": func() error { _, _, err := step.Intact(ctx, newEnv(t)); return err },
+		"Preflight": func() error {
+			_, _, err := step.Preflight(ctx, newEnv(t), engine.CacheSlot{})
+			return err
+		},
+	} {
+		err := call()
+		if !errors.Is(err, engine.ErrUsage) || !strings.Contains(err.Error(), link+" is a symbolic link (to "+target+")") ||
+			!strings.Contains(err.Error(), "set dest to the folder the link points to") {
+			t.Errorf("%s error = %v; want a usage error naming the link and the fix", name, err)
+		}
+	}
+	if fi, err := os.Lstat(link); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Errorf("the link was replaced: %v, %v", fi, err)
+	}
+	if head := git(t, target, "rev-parse", "HEAD"); head != first {
+		t.Errorf("the link's target is at %s, want it untouched at %s", head, first)
+	}
+	if extra := leftovers(t, parent, "sglang", "sglang-real"); len(extra) > 0 {
+		t.Errorf("left behind next to dest: %v", extra)
+	}
+}
+
+func TestOptionLikeURLAndRefRefused(t *testing.T) {
+	commit := strings.Repeat("a", 40)
+	for _, spec := range []Spec{
+		{URL: "git::--upload-pack=touch /tmp/pwned?ref=" + commit},
+		{URL: "git::-uexploit?ref=" + commit},
+		{URL: "--config=core.sshCommand=x"},
+		{URL: "git::https://github.com/sgl-project/sglang", Ref: "--orphan"},
+	} {
+		spec.Dest = filepath.Join(t.TempDir(), "dest")
+		_, err := New("sglang-src", spec)
+		if !errors.Is(err, engine.ErrUsage) || !strings.Contains(err.Error(), "which git would read as an option") {
+			t.Errorf("New(%+v) error = %v; want a usage error", spec, err)
+		}
+	}
+	for _, u := range []string{"git::ssh://-oProxyCommand=x/repo?ref=" + commit, "git::ssh://-oProxyCommand=x@example.com/repo?ref=" + commit} {
+		_, err := New("sglang-src", Spec{URL: u, Dest: filepath.Join(t.TempDir(), "dest")})
+		if !errors.Is(err, engine.ErrUsage) || !strings.Contains(err.Error(), "which ssh would read as an option") {
+			t.Errorf("New(%q) error = %v; want a usage error", u, err)
+		}
+	}
+}
+
+func TestGetterParametersRefused(t *testing.T) {
+	commit := strings.Repeat("a", 40)
+	for _, k := range []string{"depth=1", "sshkey=AAAA", "subfolder"} {
+		u := "git::https://example.com/x.git?ref=" + commit + "&" + k
+		if k == "subfolder" {
+			u = "git::https://example.com/x.git//python?ref=" + commit
+		}
+		step := mustNew(t, Spec{URL: u, Dest: filepath.Join(t.TempDir(), "dest")})
+		if _, err := step.Fingerprint(context.Background(), newEnv(t)); !errors.Is(err, engine.ErrUsage) || !strings.Contains(err.Error(), "is not supported") {
+			t.Errorf("%s: error = %v; want a usage error", k, err)
+		}
+	}
+}

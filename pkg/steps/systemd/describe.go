@@ -24,5 +24,14 @@ func (s *Step) Describe(env *engine.Env) []string {
 		}
 		head = "unit " + s.spec.Unit + ", profile " + p + ", candidates " + strings.Join(c, ", ")
 	}
-	return []string{head, "ExecStart: " + strings.Join(d.Argv(), " ")}
+	out := []string{head, "ExecStart: " + strings.Join(d.Argv(), " "), "PATH: " + d.Env["PATH"]}
+	if n := s.needs(); len(n) > 0 {
+		out = append(out, "needs on PATH before start: "+strings.Join(n, ", "))
+	}
+	if env.Facts.Count() > 1 {
+		for _, r := range s.ncclDecision(env, d.Profile.Name).Reasons {
+			out = append(out, "NCCL: "+r)
+		}
+	}
+	return out
 }

@@ -55,6 +55,7 @@ steps:
     systemd:
       unit: sglang-e2e.service
       manager: exec
+      needs_commands: []
       command: [TESTBIN, -m, sglang.launch_server]
       env: {SGLPROV_TEST_FAKE_SGLANG: "1"}
       model_path: /models/qwen

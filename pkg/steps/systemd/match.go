@@ -3,6 +3,8 @@ package systemd
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/sglprov/sglprov/pkg/engine"
@@ -36,6 +38,9 @@ func (s *Step) mismatch(env *engine.Env, name string, p recipe.Profile) (string,
 				return fmt.Sprintf("%s needs compute capability %s", name, expr), nil
 			}
 		}
+	}
+	if counts := p.Match.GPUCounts; len(counts) > 0 && !slices.Contains(counts, env.Facts.Count()) {
+		return fmt.Sprintf("%s is for %s GPUs (this host has %d)", name, joinInts(counts), env.Facts.Count()), nil
 	}
 	if want := p.Match.Quantization; want != "" {
 		if have := s.quantization(); have != want {
@@ -105,4 +110,13 @@ func (s *Step) candidates(env *engine.Env) ([]string, error) {
 		}
 	}
 	return m, nil
+}
+
+// joinInts writes counts as "4 or 8".
+func joinInts(counts []int) string {
+	parts := make([]string, len(counts))
+	for i, c := range counts {
+		parts[i] = strconv.Itoa(c)
+	}
+	return strings.Join(parts, " or ")
 }

@@ -47,6 +47,10 @@ type Spec struct {
 	// WorkingDirectory is the server's working directory; a relative one is resolved
 	// against the recipe's folder.
 	WorkingDirectory string `yaml:"working_directory"`
+	// NeedsCommands are the programs the server execs itself (FlashInfer's run-time kernel
+	// compiles run ninja and nvcc); before the server starts, each must resolve under the
+	// unit's own PATH. Unset: DefaultNeedsCommands; an empty list checks none.
+	NeedsCommands *[]string `yaml:"needs_commands"`
 }
 
 // Defaults of a spec.
@@ -106,6 +110,13 @@ func (s *Spec) check() (int, error) {
 		for i, a := range l {
 			if err := service.CheckValue(fmt.Sprintf("%s[%d] %q", name, i, a), a); err != nil {
 				return 0, err
+			}
+		}
+	}
+	if s.NeedsCommands != nil {
+		for i, c := range *s.NeedsCommands {
+			if strings.TrimSpace(c) == "" || strings.ContainsAny(c, " \t\n") || (strings.Contains(c, "/") && !strings.HasPrefix(c, "/")) {
+				return 0, fmt.Errorf("needs_commands[%d] %q is not a program name or an absolute path", i, c)
 			}
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"sync"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/nccl"
 	"github.com/sglprov/sglprov/pkg/service"
 	"github.com/sglprov/sglprov/templates"
 )
@@ -32,6 +33,9 @@ type Step struct {
 
 	// newManager makes the service manager (service.New; tests replace it).
 	newManager func(context.Context, service.Options) (service.Manager, error)
+	// peerFacts gives the host's GPU peer-path facts for the NCCL environment
+	// (hostPeerFacts; tests replace it).
+	peerFacts func(*engine.Env) nccl.Source
 
 	mu  sync.Mutex
 	mgr service.Manager
@@ -45,7 +49,7 @@ func New(name string, spec Spec) (*Step, error) {
 	if err != nil {
 		return nil, fmt.Errorf("systemd: %w: %w", engine.ErrUsage, err)
 	}
-	return &Step{name: name, spec: spec, port: port, newManager: service.New}, nil
+	return &Step{name: name, spec: spec, port: port, newManager: service.New, peerFacts: hostPeerFacts}, nil
 }
 
 // record is what the step keeps in the state between runs.
@@ -187,6 +191,13 @@ func (s *Step) data(env *engine.Env, profile string) (service.Data, error) {
 	for k, v := range s.spec.Env {
 		d.Env[k] = v
 	}
+	// NCCL chooses its peer-to-peer path unless the host's facts say it is blocked.
+	for k, v := range s.ncclDecision(env, profile).Env {
+		d.Env[k] = v
+	}
+	// systemd gives a service its own short PATH, without the virtual environment's bin
+	// (ninja) or the toolkit's (nvcc), which the server's run-time kernel compiles exec.
+	d.Env["PATH"] = unitPath(d.Command, d.Env)
 	all := append(append([]string(nil), d.Profile.Args...), s.spec.Args...)
 	if v, ok := flagValue(all, "--model-path", "--model"); ok {
 		d.ModelPath = v
@@ -372,6 +383,9 @@ func (s *Step) install(ctx context.Context, env *engine.Env, profile string, res
 	}
 	m, err := s.manager(ctx, env)
 	if err != nil {
+		return false, err
+	}
+	if err := s.checkNeeds(env, m.Kind(), unit); err != nil {
 		return false, err
 	}
 	changed, err := m.Install(ctx, s.spec.Unit, unit)

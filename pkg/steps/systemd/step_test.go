@@ -51,12 +51,17 @@ func recipeProfiles() map[string]recipe.Profile {
 	}
 }
 
-// qwenSpec is the recipe's sglang-service step.
+// noNeeds is a needs_commands that checks nothing, for the tests whose server is a fake
+// that execs no compiler.
+func noNeeds() *[]string { return &[]string{} }
+
+// qwenSpec is the recipe's sglang-service step, with a server that execs nothing.
 func qwenSpec() Spec {
 	return Spec{
-		Unit:      "sglang-qwen.service",
-		Profiles:  []string{"sm120-fp4-cudnn", "sm120-fp4-cutlass"},
-		ModelPath: "/var/lib/sglprov/models/Qwen3.5-397B-A17B-NVFP4",
+		NeedsCommands: noNeeds(),
+		Unit:          "sglang-qwen.service",
+		Profiles:      []string{"sm120-fp4-cudnn", "sm120-fp4-cutlass"},
+		ModelPath:     "/var/lib/sglprov/models/Qwen3.5-397B-A17B-NVFP4",
 		Args: []string{"--quantization", "modelopt_fp4", "--reasoning-parser", "qwen3",
 			"--tool-call-parser", "qwen3_coder"},
 	}
@@ -544,12 +549,13 @@ func TestExecManagerEndToEnd(t *testing.T) {
 	ctx := context.Background()
 	marker := filepath.Join(t.TempDir(), "args")
 	spec := Spec{
-		Unit:      "fake-sglang.service",
-		Manager:   "exec",
-		Command:   []string{"/bin/sh", "-c", `printf '%s\n' "$@" > ` + marker + `; exec sleep 60`, "fake-server"},
-		ModelPath: "/models/tiny",
-		Port:      "31000",
-		Env:       map[string]string{"FAKE_MODE": "good"},
+		NeedsCommands: noNeeds(),
+		Unit:          "fake-sglang.service",
+		Manager:       "exec",
+		Command:       []string{"/bin/sh", "-c", `printf '%s\n' "$@" > ` + marker + `; exec sleep 60`, "fake-server"},
+		ModelPath:     "/models/tiny",
+		Port:          "31000",
+		Env:           map[string]string{"FAKE_MODE": "good"},
 	}
 	s := newStep(t, spec)
 	if err := s.Run(ctx, env); err != nil {

@@ -1,0 +1,48 @@
+package cli
+
+import (
+	"fmt"
+
+	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/fitness"
+	"github.com/sglprov/sglprov/pkg/gpu"
+	"github.com/sglprov/sglprov/pkg/recipe"
+)
+
+// fitnessProblems runs the host-fitness checks for the recipe's service on the detected
+// GPUs: the refusals join the preflight's problems (exit 4, every one at once); warnings
+// and what could not be checked are printed on stderr and do not stop the run.
+func fitnessProblems(stdio IO, facts *gpu.Facts, r *recipe.Recipe, e *engine.Engine) []string {
+	if facts == nil || len(facts.GPUs) == 0 {
+		return nil
+	}
+	res := fitness.Check(facts, r.Requires.GPU, fitness.Options{Unit: serviceUnit(e, r)})
+	for _, p := range res.Warnings {
+		fmt.Fprintf(stdio.Stderr, "warning: host fitness (requires.gpu.%s: warn): %s\n", p.Check, p)
+	}
+	var out []string
+	for _, p := range res.Refusals {
+		out = append(out, p.String())
+	}
+	if len(out) > 0 {
+		for _, u := range res.Unchecked {
+			fmt.Fprintf(stdio.Stderr, "note: host fitness unchecked: %s\n", u)
+		}
+	}
+	return out
+}
+
+// serviceUnit returns the systemd unit of the recipe's first service step ("" when it has
+// none): its own processes on the GPUs are not another server's.
+func serviceUnit(e *engine.Engine, r *recipe.Recipe) string {
+	if e == nil {
+		return ""
+	}
+	for _, name := range r.StepNames() {
+		st, _ := e.StepNamed(name)
+		if s, ok := st.(interface{ ServiceName() string }); ok && s.ServiceName() != "" {
+			return s.ServiceName()
+		}
+	}
+	return ""
+}
