@@ -3,6 +3,7 @@ package fetch
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -319,5 +320,22 @@ func TestCDNRateLimited(t *testing.T) {
 	// Each connection asks the origin once before the first answer names the CDN URL.
 	if origin > opt.Conns {
 		t.Errorf("the origin was asked %d times for %d connections: a 429 from the CDN dropped its URL", origin, opt.Conns)
+	}
+}
+
+type refuseRT struct{ err error }
+
+func (r refuseRT) RoundTrip(*http.Request) (*http.Response, error) { return nil, r.err }
+
+// TestNoRetryFailsAtOnce: a transport error that wraps ErrNoRetry (a source given up for
+// the run) fails the file at once instead of retrying it for its no-progress budget.
+func TestNoRetryFailsAtOnce(t *testing.T) {
+	opt := testOptions(t.TempDir())
+	opt.NoProgress = time.Minute
+	opt.Client = &http.Client{Transport: refuseRT{fmt.Errorf("%w: the registry is given up", ErrNoRetry)}}
+	start := time.Now()
+	_, err := Fetch(context.Background(), []File{{URL: "http://127.0.0.1:1/x", Path: "x.bin", Size: 10, SHA256: sha256Hex([]byte("0123456789"))}}, opt)
+	if !errors.Is(err, ErrNoRetry) || time.Since(start) > 5*time.Second {
+		t.Fatalf("Fetch = %v after %s, want ErrNoRetry at once", err, time.Since(start))
 	}
 }

@@ -838,6 +838,9 @@ func (j *job) request(ctx context.Context, s *stream, pos *int64, b int64) error
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
+		if errors.Is(err, ErrNoRetry) {
+			return fmt.Errorf("downloading %s from %s: %w", j.f.Path, redact.URL(j.f.URL), err)
+		}
 		if cached {
 			j.target.Store(nil)
 		}

@@ -25,6 +25,7 @@ package fetch
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -164,6 +165,11 @@ type MismatchError struct {
 func (e *MismatchError) Error() string {
 	return fmt.Sprintf("%s: %s mismatch: expected %s, got %s", e.Path, e.What, e.Expected, e.Actual)
 }
+
+// ErrNoRetry, wrapped in the error of an Options.Client's transport, says that asking again
+// is pointless (a source that has been given up for the run): the file fails at once
+// rather than retrying for its no-progress budget.
+var ErrNoRetry = errors.New("not to be asked again")
 
 // FilesError reports the files of a Fetch call that failed while the others finished.
 type FilesError struct {
