@@ -392,6 +392,10 @@ func (h *Hub) refuse(w http.ResponseWriter, r *http.Request, gate bool) bool {
 	if auth == "Bearer "+h.opt.Token {
 		return false
 	}
+	if !strings.HasPrefix(auth, "Bearer ") {
+		// Not a token (Basic credentials of a URL's user:password): anonymous.
+		auth = ""
+	}
 	repo := h.opt.Repo
 	denied := false
 	for _, t := range h.opt.DeniedTokens {
