@@ -23,11 +23,20 @@
 #   6  a build step's time on a fleet cache hit against the build's own: a generated C
 #      project (BENCH_BUILD_UNITS files, make -j) built by `sglprov apply` on node A, which
 #      pushes it, then taken from the registry by node B (its own --root and state)
+#   7  TLS offering h2 with a cap per TCP connection (BENCH_CONN_CAP_MB, default 8.7 MB/s, as
+#      a CDN edge caps one): bench/cmd/benchcdn serves 2 files; sglprov (HTTP/1.1, 8
+#      connections a file), sglprov-h2 (fetchbench -http2: the client negotiates h2, every
+#      range a stream of one connection, as before), aria2c -x8 and curl (its own h2)
+#   8  an outage of BENCH_OUTAGE_S (60) seconds in the middle: benchcdn (plain HTTP, 5 MB/s a
+#      connection) serves 2 files; sglprov without the outage, then with the port refusing
+#      connections (every connection cut) for the outage once half the bytes are served,
+#      then answering 503 for it; the rows' seconds against the first say what it cost
 #
 # Environment: BENCH_SIZE_MB (512), BENCH_DIR (base for the temporary folder, /tmp),
-# BENCH_OUT (also write the table there), BENCH_CASES ("1 2 3 4 5 6"), FETCHBENCH_FLAGS (more
+# BENCH_OUT (also write the table there), BENCH_CASES ("1 2 3 4 5 6 7 8"), FETCHBENCH_FLAGS (more
 # flags for fetchbench, e.g. "-chunk-mb 4 -buffer-mb 32"), BENCH_TOOLS (only these rows,
-# e.g. "cat sglprov"), BENCH_BUILD_UNITS (16: C files of case 6).
+# e.g. "cat sglprov"), BENCH_BUILD_UNITS (16: C files of case 6), BENCH_CONN_CAP_MB (8.7:
+# case 7's cap per TCP connection, 10^6 bytes/s), BENCH_OUTAGE_S (60: case 8's outage).
 # Columns: wall seconds, MB/s (10^6 bytes per second of the bytes downloaded or hashed),
 # CPU seconds (user+system of the command and its children, /usr/bin/time), peak RSS (the
 # largest single process, /usr/bin/time -v), the load average when the row started.
@@ -35,7 +44,7 @@ set -euo pipefail
 
 SIZE_MB=${BENCH_SIZE_MB:-512}
 BASE=${BENCH_DIR:-/tmp}
-CASES=${BENCH_CASES:-1 2 3 4 5 6}
+CASES=${BENCH_CASES:-1 2 3 4 5 6 7 8}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 
 log() { printf '%s\n' "$*" >&2; }
@@ -72,7 +81,9 @@ fi
 WORK=$(mktemp -d "$BASE/sglprov-bench.XXXXXX")
 NGINX_PID=
 REG_PID=
+CDN_PID=
 cleanup() {
+	declare -F stop_cdn >/dev/null && stop_cdn
 	if [ -n "$NGINX_PID" ] && kill -0 "$NGINX_PID" 2>/dev/null; then
 		kill "$NGINX_PID"
 	fi
@@ -89,6 +100,7 @@ mkdir -p "$WORK/srv" "$WORK/dst" "$WORK/bin" "$WORK/logs"
 log "building the drivers"
 (cd "$ROOT" && GOTOOLCHAIN=local go build -o "$WORK/bin/fetchbench" ./bench/cmd/fetchbench &&
 	GOTOOLCHAIN=local go build -o "$WORK/bin/cachebench" ./bench/cmd/cachebench &&
+	GOTOOLCHAIN=local go build -o "$WORK/bin/benchcdn" ./bench/cmd/benchcdn &&
 	GOTOOLCHAIN=local go build -o "$WORK/bin/oci-registry" ./test/ociregistry/cmd/oci-registry &&
 	GOTOOLCHAIN=local CGO_ENABLED=1 go build -o "$WORK/bin/sglprov" ./cmd/sglprov)
 
@@ -168,6 +180,37 @@ with open(f"{d}/Makefile", "w") as f:
             "out/prog: $(OBJS) main.c\n\tmkdir -p out && $(CC) -O2 -o $@ main.c $(OBJS)\n"
             "obj/%.o: %.c\n\tmkdir -p obj && $(CC) -O2 -c -o $@ $<\n")
 EOF
+}
+
+# --- benchcdn --------------------------------------------------------------------------
+# start_cdn ARGS...: bench/cmd/benchcdn on a free loopback port, serving $WORK/srv; sets CDN
+# (its base URL). stop_cdn stops it.
+CDN=
+start_cdn() {
+	rm -f "$WORK/cdn.addr"
+	"$WORK/bin/benchcdn" -dir "$WORK/srv" -addr-file "$WORK/cdn.addr" -cert-file "$WORK/cdn.pem" "$@" 2>>"$WORK/logs/benchcdn.err" &
+	CDN_PID=$!
+	for _ in $(seq 100); do [ -s "$WORK/cdn.addr" ] && break; sleep 0.1; done
+	[ -s "$WORK/cdn.addr" ] || { log "benchcdn did not start:"; cat "$WORK/logs/benchcdn.err" >&2; exit 1; }
+	CDN=$(cat "$WORK/cdn.addr")
+}
+stop_cdn() {
+	if [ -n "$CDN_PID" ] && kill -0 "$CDN_PID" 2>/dev/null; then
+		kill "$CDN_PID"
+		wait "$CDN_PID" 2>/dev/null || true
+	fi
+	CDN_PID=
+}
+# cdn_lists N: $WORK/list.cdn (fetchbench) and $WORK/aria.cdn (aria2c) for f1..fN at $CDN.
+cdn_lists() {
+	local n=$1 i sum
+	: >"$WORK/list.cdn"
+	: >"$WORK/aria.cdn"
+	for i in $(seq "$n"); do
+		sum=$(cat "$WORK/srv/f$i.sha256")
+		echo "$CDN/f$i.bin $sum $((SIZE_MB << 20)) f$i.bin" >>"$WORK/list.cdn"
+		printf '%s\n  out=f%d.bin\n  checksum=sha-256=%s\n' "$CDN/f$i.bin" "$i" "$sum" >>"$WORK/aria.cdn"
+	done
 }
 
 # --- helpers ---------------------------------------------------------------------------
@@ -357,6 +400,42 @@ print(f"build step {ta:.2f} s on node A (built), {tb:.2f} s on node B (from the 
       f"{ta / tb:.0f}x; output {os.path.getsize(prog) / 1e6:.1f} MB")
 EOF
 		;;
+	7)
+		start_cdn -tls -conn-rate-mb "${BENCH_CONN_CAP_MB:-8.7}"
+		cdn_lists 2
+		ca=$WORK/cdn.pem
+		for tool in sglprov sglprov-h2 aria2c curl; do
+			clean_dst
+			case $tool in
+			sglprov) measure 7 sglprov $((2 * B)) "SSL_CERT_FILE='$ca' '$WORK/bin/fetchbench' -q -list '$WORK/list.cdn' -dest '$WORK/dst' -conns 8" ;;
+			sglprov-h2) measure 7 sglprov-h2 $((2 * B)) "SSL_CERT_FILE='$ca' '$WORK/bin/fetchbench' -q -http2 -list '$WORK/list.cdn' -dest '$WORK/dst' -conns 8" ;;
+			aria2c) measure 7 aria2c $((2 * B)) "aria2c -q -i '$WORK/aria.cdn' -d '$WORK/dst' -j 2 -x 8 -s 8 --ca-certificate='$ca' --file-allocation=falloc --allow-overwrite=true --auto-file-renaming=false --summary-interval=0 && sync $WORK/dst/*.bin" ;;
+			curl)
+				s=""
+				for i in 1 2; do
+					s+="h=\$(curl -sSf --cacert '$ca' '$CDN/f$i.bin' | tee '$WORK/dst/f$i.bin' | sha256sum | cut -d' ' -f1); "
+					s+="[ \"\$h\" = \"$(cat "$WORK/srv/f$i.sha256")\" ] || { echo 'digest mismatch f$i'; exit 1; }; "
+				done
+				measure 7 curl $((2 * B)) "${s}sync $WORK/dst/*.bin"
+				;;
+			esac
+		done
+		stop_cdn
+		;;
+	8)
+		outage=${BENCH_OUTAGE_S:-60}
+		for tool in sglprov sglprov-outage-refused sglprov-outage-503; do
+			case $tool in
+			sglprov) start_cdn -conn-rate-mb 5 ;;
+			sglprov-outage-refused) start_cdn -conn-rate-mb 5 -outage "${outage}s" -outage-after-mb "$SIZE_MB" -outage-mode refuse ;;
+			sglprov-outage-503) start_cdn -conn-rate-mb 5 -outage "${outage}s" -outage-after-mb "$SIZE_MB" -outage-mode 503 ;;
+			esac
+			cdn_lists 2
+			clean_dst
+			measure 8 "$tool" $((2 * B)) "'$WORK/bin/fetchbench' -list '$WORK/list.cdn' -dest '$WORK/dst' -conns 8"
+			stop_cdn
+		done
+		;;
 	esac
 done
 
@@ -377,6 +456,9 @@ table=$(awk -F'\t' '
 notes=$(awk -F'\t' '$1==5 && $2=="sglprov" {ob+=$4; os+=$3} $1==5 && $2=="sglprov-registry" {rb+=$4; rs+=$3}
 	END { if (os > 0 && rs > 0) printf "case 5: registry / origin (nginx) = %.2fx (bytes over seconds of both rows of each)", (rb/rs)/(ob/os) }' "$RESULTS")
 if [ -s "$WORK/build-steps.txt" ]; then notes+=$'\n'"case 6: $(cat "$WORK/build-steps.txt")"; fi
+outage_note=$(awk -F'\t' -v o="${BENCH_OUTAGE_S:-60}" '$1==8 && $2=="sglprov" {base=$3} $1==8 && $2 ~ /outage/ {n++; t[n]=$2; s[n]=$3}
+	END { for (i=1; i<=n; i++) printf "%scase 8: %s %.1f s against %.1f s without the outage: %.1f s more for a %d s outage", (i>1?"\n":""), t[i], s[i], base, s[i]-base, o }' "$RESULTS")
+if [ -n "$outage_note" ]; then notes+=${notes:+$'\n'}$outage_note; fi
 if [ -n "$notes" ]; then table+=$'\n\n'"$notes"; fi
 echo "$table"
 if [ -n "${BENCH_OUT:-}" ]; then echo "$table" >"$BENCH_OUT"; fi

@@ -53,17 +53,7 @@ func TestAStepThatPanicsFailsTheStep(t *testing.T) {
 	for _, in := range []string{"run", "intact"} {
 		t.Run(in, func(t *testing.T) {
 			w := newWorld()
-			reg := registry(w)
-			reg["panicky"] = engine.Kind{
-				NewSpec: func() any { return &panickySpec{} },
-				New: func(name string, spec any) (engine.Step, error) {
-					return &panickyStep{spec: *spec.(*panickySpec)}, nil
-				},
-			}
-			specs := recipe.KindSpecs{}
-			for k, v := range reg {
-				specs[k] = v.NewSpec
-			}
+			reg, specs := panickyRegistry(w)
 			text := "apiVersion: sglprov/v1\nname: p\nsteps:\n  - name: bad\n    panicky: {in: " + in + "}\n  - name: good\n    fake: {}\n  - name: after\n    needs: [bad]\n    fake: {}\n"
 			r, err := recipe.Parse("test.yaml", []byte(text), specs, nil)
 			if err != nil {
@@ -115,17 +105,7 @@ func TestAStepThatPanicsFailsTheStep(t *testing.T) {
 // shows every step), never a dead plan.
 func TestAStepThatPanicsInPlan(t *testing.T) {
 	w := newWorld()
-	reg := registry(w)
-	reg["panicky"] = engine.Kind{
-		NewSpec: func() any { return &panickySpec{} },
-		New: func(name string, spec any) (engine.Step, error) {
-			return &panickyStep{spec: *spec.(*panickySpec)}, nil
-		},
-	}
-	specs := recipe.KindSpecs{}
-	for k, v := range reg {
-		specs[k] = v.NewSpec
-	}
+	reg, specs := panickyRegistry(w)
 	text := "apiVersion: sglprov/v1\nname: p\nsteps:\n  - name: bad\n    panicky: {in: fingerprint}\n  - name: good\n    fake: {}\n"
 	r, err := recipe.Parse("test.yaml", []byte(text), specs, nil)
 	if err != nil {
@@ -141,4 +121,20 @@ func TestAStepThatPanicsInPlan(t *testing.T) {
 	if p.Steps[1].Error != "" || !p.Steps[1].Run {
 		t.Errorf("good step = %+v", p.Steps[1])
 	}
+}
+
+// panickyRegistry is the test registry with the panicky step kind, and its specs.
+func panickyRegistry(w *world) (engine.Registry, recipe.KindSpecs) {
+	reg := registry(w)
+	reg["panicky"] = engine.Kind{
+		NewSpec: func() any { return &panickySpec{} },
+		New: func(name string, spec any) (engine.Step, error) {
+			return &panickyStep{spec: *spec.(*panickySpec)}, nil
+		},
+	}
+	specs := recipe.KindSpecs{}
+	for k, v := range reg {
+		specs[k] = v.NewSpec
+	}
+	return reg, specs
 }

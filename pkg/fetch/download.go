@@ -4,11 +4,13 @@ import (
 	"context"
 	"crypto/sha1"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
@@ -18,11 +20,13 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/sglprov/sglprov/pkg/atomicfile"
+	"github.com/sglprov/sglprov/pkg/httpwait"
 	"github.com/sglprov/sglprov/pkg/redact"
 )
 
@@ -34,9 +38,11 @@ const (
 	defaultMaxBuffer  = 48 << 20
 	defaultStall      = 60 * time.Second
 	defaultRetries    = 3
+	defaultNoProgress = 10 * time.Minute
 	defaultRetryWait  = time.Second
-	maxRetryWait      = 30 * time.Second
+	maxRetryWait      = 10 * time.Second
 	defaultCheckpoint = 256 << 20
+	defaultCkEvery    = 10 * time.Second
 	// pieceSize is the unit bytes are read from the network in, written and hashed.
 	pieceSize = 256 << 10
 	// frontierReserve is how many pieces the connection at a file's hashed frontier may
@@ -94,8 +100,14 @@ func newConfig(opt Options) (*config, error) {
 	if c.RetryWait <= 0 {
 		c.RetryWait = defaultRetryWait
 	}
+	if c.NoProgress <= 0 {
+		c.NoProgress = defaultNoProgress
+	}
 	if c.CheckpointBytes <= 0 {
 		c.CheckpointBytes = defaultCheckpoint
+	}
+	if c.CheckpointEvery <= 0 {
+		c.CheckpointEvery = defaultCkEvery
 	}
 	if c.FreeSpace == nil {
 		c.FreeSpace = statfsFree
@@ -133,8 +145,22 @@ func newConfig(opt Options) (*config, error) {
 	return c, nil
 }
 
+// newTransport returns the downloader's transport. It speaks HTTP/1.1 only, also over TLS
+// to a server that offers h2: HTTP/2 would carry every range of every file as streams of
+// one TCP connection, so that a per-connection cap (a CDN edge's) capped the whole download
+// and one stalled connection stalled everything; over HTTP/1.1 each range has its own.
 func newTransport(conns int) *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.ForceAttemptHTTP2 = false
+	t.Protocols = new(http.Protocols)
+	t.Protocols.SetHTTP1(true)
+	// Clone sets up h2 first: its TLS config offers "h2" by ALPN, which a server then picks
+	// and speaks to a client that reads HTTP/1.1. Offer http/1.1 alone.
+	t.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
+	if t.TLSClientConfig == nil {
+		t.TLSClientConfig = &tls.Config{}
+	}
+	t.TLSClientConfig.NextProtos = []string{"http/1.1"}
 	t.MaxIdleConnsPerHost = conns + 4
 	t.MaxIdleConns = 4 * (conns + 4)
 	t.DisableCompression = true
@@ -213,6 +239,9 @@ type job struct {
 	// downloaded from 0 on one connection.
 	noRanges bool
 	net      atomic.Int64
+	// lastByte is when the file last received a byte (unix nanoseconds), or when its
+	// download began: the retry budget (NoProgress) counts from it.
+	lastByte atomic.Int64
 	// target is where the file's URL last redirected to, or nil.
 	target atomic.Pointer[string]
 }
@@ -296,11 +325,14 @@ func fetch(ctx context.Context, files []File, opt Options) ([]Result, error) {
 			}
 			defer func() { <-sem }()
 			start := time.Now()
+			j.lastByte.Store(start.UnixNano())
 			err := j.run(ctx)
 			j.result.Duration = time.Since(start)
 			j.result.Bytes = j.net.Load()
-			if err != nil {
-				errs[i] = err
+			// A failed file fails alone: the others go on, unless the disk is full,
+			// which no other file can get past either.
+			errs[i] = err
+			if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
 				cancel()
 			}
 		}()
@@ -308,19 +340,24 @@ func fetch(ctx context.Context, files []File, opt Options) ([]Result, error) {
 	wg.Wait()
 
 	var results []Result
+	var failed []error
 	var first error
 	for i, j := range jobs {
 		if errs[i] == nil {
 			results = append(results, j.result)
 			continue
 		}
-		// Prefer the error that caused the others to be cancelled.
+		failed = append(failed, errs[i])
 		if first == nil || (errors.Is(first, context.Canceled) && !errors.Is(errs[i], context.Canceled)) {
 			first = errs[i]
 		}
 	}
-	if first != nil {
+	if ctx.Err() != nil && first != nil {
+		// Cancelled by the caller: that is the cause, whatever each file said.
 		return results, first
+	}
+	if len(failed) > 0 {
+		return results, &FilesError{Failed: failed, Total: len(jobs)}
 	}
 	// Every file is in place: the part folders are empty unless another file's part is
 	// still there; remove the empty ones.
@@ -652,8 +689,10 @@ func sameFile(f *os.File, path string) (bool, error) {
 }
 
 // fetchRange downloads bytes [a, b) (b < 0: to the end) with retries, delivering them to s.
-// A dropped connection, a 5xx answer or a stall is retried from the byte reached; the
-// count of retries starts again whenever bytes arrived.
+// A refused or dropped connection, a 5xx, 408 or 429 answer or a stall is retried from the
+// byte reached, after a wait that doubles (with jitter, up to 10s) and starts again
+// whenever bytes arrived, and that is at least what a Retry-After or RateLimit header asks;
+// it gives up once the file has received no byte for NoProgress.
 func (j *job) fetchRange(ctx context.Context, s *stream, a, b int64) error {
 	_, err := j.fetchRangeTo(ctx, s, a, b)
 	return err
@@ -664,7 +703,6 @@ func (j *job) fetchRange(ctx context.Context, s *stream, a, b int64) error {
 // shorter than b.
 func (j *job) fetchRangeTo(ctx context.Context, s *stream, a, b int64) (int64, error) {
 	pos := a
-	fails := 0
 	wait := j.c.RetryWait
 	for {
 		before := pos
@@ -680,23 +718,45 @@ func (j *job) fetchRangeTo(ctx context.Context, s *stream, a, b int64) (int64, e
 			return pos, err
 		}
 		if pos > before {
-			fails = 0
 			wait = j.c.RetryWait
 		}
-		fails++
-		if fails > j.c.Retries {
-			return pos, fmt.Errorf("downloading %s from %s: %w (after %d retries)", j.f.Path, redact.URL(j.f.URL), te.err, j.c.Retries)
+		if j.c.Retries < 0 {
+			return pos, fmt.Errorf("downloading %s from %s: %w (retries are off)", j.f.Path, redact.URL(j.f.URL), te.err)
+		}
+		idle := time.Since(time.Unix(0, j.lastByte.Load()))
+		left := j.c.NoProgress - idle
+		if left <= 0 {
+			return pos, fmt.Errorf("downloading %s from %s: no byte for %s, the no-progress budget: giving up this file after: %w",
+				j.f.Path, redact.URL(j.f.URL), idle.Round(time.Second), te.err)
 		}
 		if j.noRanges && pos > 0 {
 			// The server cannot continue a range: start the file over.
 			return pos, errRangeIgnored
 		}
-		j.c.Logf("%s: retrying from byte %d in %s after: %v", j.f.Path, pos, wait, te.err)
-		if !sleepCtx(ctx, wait) {
+		d := jitter(wait)
+		if te.after > d {
+			d = te.after
+		}
+		d = min(d, left)
+		if te.after > 0 {
+			j.c.Logf("%s: the server asks to wait %s; retrying from byte %d in %s after: %v", j.f.Path, te.after, pos, d.Round(time.Millisecond), te.err)
+		} else {
+			j.c.Logf("%s: retrying from byte %d in %s after: %v", j.f.Path, pos, d.Round(time.Millisecond), te.err)
+		}
+		if !sleepCtx(ctx, d) {
 			return pos, ctx.Err()
 		}
 		wait = min(2*wait, maxRetryWait)
 	}
+}
+
+// jitter returns a wait between d/2 and d, so that connections that failed together do
+// not all come back at the same instant.
+func jitter(d time.Duration) time.Duration {
+	if d <= 1 {
+		return d
+	}
+	return d/2 + rand.N(d/2+1)
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {
@@ -710,8 +770,12 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// transientError is an error worth retrying (dropped connection, 5xx, stall).
-type transientError struct{ err error }
+// transientError is an error worth retrying (dropped connection, 5xx, stall); after is
+// the wait the server asked for (Retry-After, RateLimit), or 0.
+type transientError struct {
+	err   error
+	after time.Duration
+}
 
 func (e *transientError) Error() string { return e.err.Error() }
 func (e *transientError) Unwrap() error { return e.err }
@@ -741,9 +805,9 @@ func (j *job) request(ctx context.Context, s *stream, pos *int64, b int64) error
 	defer timer.Stop()
 	transient := func(err error) error {
 		if stalled.Load() {
-			return &transientError{fmt.Errorf("stalled: no bytes for %s", stall)}
+			return &transientError{err: fmt.Errorf("stalled: no bytes for %s", stall)}
 		}
-		return &transientError{err}
+		return &transientError{err: err}
 	}
 
 	// After a redirect, later ranges of the file go straight to where it led (a CDN URL
@@ -774,13 +838,16 @@ func (j *job) request(ctx context.Context, s *stream, pos *int64, b int64) error
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
+		if errors.Is(err, ErrNoRetry) {
+			return fmt.Errorf("downloading %s from %s: %w", j.f.Path, redact.URL(j.f.URL), err)
+		}
 		if cached {
 			j.target.Store(nil)
 		}
 		return transient(fmt.Errorf("requesting %s: %w", redact.URL(j.f.URL), err))
 	}
 	defer resp.Body.Close()
-	if cached && resp.StatusCode >= 400 && resp.StatusCode < 500 {
+	if cached && resp.StatusCode >= 400 && resp.StatusCode < 500 && resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusRequestTimeout {
 		j.target.Store(nil)
 		return transient(fmt.Errorf("redirect target of %s answered %s", redact.URL(j.f.URL), resp.Status))
 	}
@@ -829,9 +896,9 @@ func (j *job) request(ctx context.Context, s *stream, pos *int64, b int64) error
 	case resp.StatusCode == http.StatusRequestedRangeNotSatisfiable && ranged && (b < 0 || size < 0):
 		return errStartOver
 	case resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusRequestTimeout:
-		return transient(fmt.Errorf("%s answered %s", redact.URL(j.f.URL), resp.Status))
+		return &transientError{err: fmt.Errorf("%s answered %s", redact.URL(j.f.URL), resp.Status), after: httpwait.ServerWait(resp.Header, time.Now())}
 	default:
-		return fmt.Errorf("downloading %s: %s answered %s", j.f.Path, redact.URL(j.f.URL), resp.Status)
+		return newStatusError(j.f.Path, j.f.URL, resp)
 	}
 
 	body := &stallReader{r: j.bound(resp.Body, s, *pos, want), timer: timer, d: stall}
@@ -850,6 +917,7 @@ func (j *job) request(ctx context.Context, s *stream, pos *int64, b int64) error
 		n, rerr := io.ReadFull(body, buf)
 		if n > 0 {
 			j.net.Add(int64(n))
+			j.lastByte.Store(time.Now().UnixNano())
 			pc.data = buf[:n]
 			pc.off = *pos
 			s.deliver(pc)

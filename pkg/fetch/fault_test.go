@@ -23,6 +23,7 @@ type action struct {
 	stallAfter  int64 // stop sending after this many body bytes until the client gives up (0: never)
 	corrupt     bool  // flip one byte of the body
 	redirect    string
+	header      http.Header // added to the answer
 }
 
 // faultServer serves files and injects faults, and counts what it served.
@@ -96,6 +97,9 @@ func (fs *faultServer) serveCounted(w http.ResponseWriter, r *http.Request) {
 		fs.mu.Lock()
 		fs.log = append(fs.log, reqLog{path: path, rng: r.Header.Get("Range"), auth: r.Header.Get("Authorization"), status: status})
 		fs.mu.Unlock()
+	}
+	for k, v := range act.header {
+		w.Header()[k] = v
 	}
 	if act.redirect != "" {
 		record(http.StatusFound)

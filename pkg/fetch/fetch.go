@@ -25,11 +25,14 @@ package fetch
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/logval"
+	"github.com/sglprov/sglprov/pkg/redact"
 )
 
 // WorkDir is the folder inside Options.Dest that holds the part files and resume records
@@ -78,16 +81,26 @@ type Options struct {
 	// StallTimeout cancels and retries a request that received no byte for this long
 	// (default 60s). There is no total timeout.
 	StallTimeout time.Duration
-	// Retries is how many times a failing request (5xx, dropped connection, stall) is
-	// retried without progress, and how many times a whole file is downloaded again after
-	// a digest or size mismatch (default 3; negative means none).
+	// Retries is how many times a whole file is downloaded again after a digest or size
+	// mismatch (default 3). Negative means none, and no retry of a failing request either.
 	Retries int
-	// RetryWait is the first wait between retries; it doubles up to 30s (default 1s).
+	// NoProgress is the retry budget of a file: a failing request (refused or dropped
+	// connection, 5xx, 408, 429, stall) is retried for as long as the file received a
+	// byte within this long; a file that receives none for NoProgress fails, alone, while
+	// the others go on (default 10m).
+	NoProgress time.Duration
+	// RetryWait is the first wait between retries of a request; it doubles, with jitter,
+	// up to 10s (default 1s). A Retry-After or RateLimit header on a 429 or 5xx answer
+	// makes the wait at least what the server asks, within what is left of NoProgress.
 	RetryWait time.Duration
 	// CheckpointBytes is how often (in hashed bytes) the part file is fsynced and its
 	// resume record NAME.part.json written, so that a killed run resumes from there
 	// (default 256 MiB).
 	CheckpointBytes int64
+	// CheckpointEvery also writes the resume record when this long has passed since the
+	// last one and bytes were hashed since (default 10s), so that a slow link loses at
+	// most that much of a killed run.
+	CheckpointEvery time.Duration
 	// Client is the HTTP client (default: a client with sane transport timeouts). Its
 	// CheckRedirect is wrapped so that the token never follows a redirect to another host.
 	Client *http.Client
@@ -153,6 +166,77 @@ func (e *MismatchError) Error() string {
 	return fmt.Sprintf("%s: %s mismatch: expected %s, got %s", e.Path, e.What, e.Expected, e.Actual)
 }
 
+// ErrNoRetry, wrapped in the error of an Options.Client's transport, says that asking again
+// is pointless (a source that has been given up for the run): the file fails at once
+// rather than retrying for its no-progress budget.
+var ErrNoRetry = errors.New("not to be asked again")
+
+// FilesError reports the files of a Fetch call that failed while the others finished.
+type FilesError struct {
+	// Failed holds one error per failed file, in the order of the files; each names its
+	// file.
+	Failed []error
+	// Total is the number of files of the call.
+	Total int
+}
+
+// Error implements error.
+func (e *FilesError) Error() string {
+	if len(e.Failed) == 1 {
+		return e.Failed[0].Error()
+	}
+	msgs := make([]string, len(e.Failed))
+	for i, err := range e.Failed {
+		msgs[i] = err.Error()
+	}
+	return fmt.Sprintf("%d of %d files failed: %s", len(e.Failed), e.Total, strings.Join(msgs, "; "))
+}
+
+// Unwrap returns the errors of the failed files.
+func (e *FilesError) Unwrap() []error { return e.Failed }
+
+// StatusError is an answer that retrying cannot change (a 4xx other than 408 and 429, or
+// an unexpected status), with what the server said about it: the hub names the cause of a
+// refusal in X-Error-Code (GatedRepo, RepoNotFound, ...) and X-Error-Message.
+type StatusError struct {
+	// Path is the file's path relative to Dest.
+	Path string
+	// URL is the file's URL without its query string or user information.
+	URL string
+	// Status is the HTTP status code.
+	Status int
+	// Code and Message are the answer's X-Error-Code and X-Error-Message ("" when absent;
+	// Message at most 300 bytes).
+	Code, Message string
+}
+
+// Error implements error.
+func (e *StatusError) Error() string {
+	s := fmt.Sprintf("downloading %s: %s answered %d %s", e.Path, e.URL, e.Status, http.StatusText(e.Status))
+	switch {
+	case e.Code != "" && e.Message != "":
+		s += " (" + e.Code + ": " + e.Message + ")"
+	case e.Code != "" || e.Message != "":
+		s += " (" + e.Code + e.Message + ")"
+	}
+	return s
+}
+
+// maxErrorMessage bounds the X-Error-Message kept in a StatusError.
+const maxErrorMessage = 300
+
+func newStatusError(path, rawURL string, resp *http.Response) *StatusError {
+	msg := strings.TrimSpace(resp.Header.Get("X-Error-Message"))
+	if len(msg) > maxErrorMessage {
+		msg = msg[:maxErrorMessage] + "..."
+	}
+	code := strings.TrimSpace(resp.Header.Get("X-Error-Code"))
+	if len(code) > 64 {
+		code = code[:64]
+	}
+	return &StatusError{Path: path, URL: redact.URL(rawURL), Status: resp.StatusCode, Code: code, Message: redact.Userinfo(msg)}
+}
+
 // SpaceError reports that the destination has too little free space for the download.
 type SpaceError struct {
 	// Dir is the folder whose file system was checked.
@@ -171,9 +255,10 @@ func FormatBytes(n int64) string { return logval.Format(n) }
 
 // Fetch downloads files into opt.Dest and returns one Result per file, in the order of
 // files. Files already present with their expected size are not downloaded (Result.Present).
-// Free space for all remaining bytes is checked before the first byte. On failure it
-// returns the results of the files that finished and an error naming the failed file;
-// part files stay in place so that the next call resumes them.
+// Free space for all remaining bytes is checked before the first byte. A file that fails
+// does not stop the others: Fetch returns the results of the files that finished and,
+// when any failed, a *FilesError naming every failed file (when ctx is cancelled, the
+// cancellation instead); part files stay in place so that the next call resumes them.
 func Fetch(ctx context.Context, files []File, opt Options) ([]Result, error) {
 	return fetch(ctx, files, opt)
 }

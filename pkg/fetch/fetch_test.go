@@ -24,6 +24,7 @@ func testOptions(dest string) Options {
 	return Options{
 		Dest:         dest,
 		RetryWait:    time.Millisecond,
+		NoProgress:   time.Second,
 		StallTimeout: 5 * time.Second,
 		MinChunk:     1 << 20,
 		ChunkSize:    256 << 10,
@@ -276,7 +277,7 @@ func TestFetchFailures(t *testing.T) {
 				return File{URL: url + "?sig=SECRETSIG", Path: "w.bin", Size: int64(len(data)), SHA256: sha256Hex(data)}
 			},
 			plan:    func(int, *http.Request) action { return action{status: http.StatusServiceUnavailable} },
-			wantErr: []string{"w.bin", "503", "after 3 retries"},
+			wantErr: []string{"w.bin", "503", "no byte for", "no-progress budget"},
 		},
 	}
 	for _, tc := range tests {

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // pool bounds the bytes held in memory over all files of a Fetch call: pieces read ahead of
@@ -83,8 +84,9 @@ type stream struct {
 	size        int64
 
 	// Owned by the sink (and by attempt once the sink is done).
-	written int64
-	lastCk  int64
+	written  int64
+	lastCk   int64
+	lastCkAt time.Time
 }
 
 func newStream(j *job, pf *os.File, h *hashers, have, size int64) *stream {
@@ -93,7 +95,7 @@ func newStream(j *job, pf *os.File, h *hashers, have, size int64) *stream {
 		w = wrapPartWriter(pf)
 	}
 	return &stream{j: j, p: j.pool, pf: pf, w: w, h: h, contig: have, written: have, lastCk: have,
-		size: size, ahead: map[int64]*piece{}, sinkCond: sync.NewCond(&j.pool.mu)}
+		lastCkAt: time.Now(), size: size, ahead: map[int64]*piece{}, sinkCond: sync.NewCond(&j.pool.mu)}
 }
 
 // acquire returns an empty piece for bytes at pos, waiting while the memory bound is reached.
@@ -265,7 +267,7 @@ func (s *stream) sink(cancel context.CancelFunc) error {
 		p.wake()
 		p.mu.Unlock()
 		rep.Add(s.j.f.Path, n)
-		if err == nil && s.written-s.lastCk >= s.j.c.CheckpointBytes {
+		if err == nil && (s.written-s.lastCk >= s.j.c.CheckpointBytes || (s.written > s.lastCk && time.Since(s.lastCkAt) >= s.j.c.CheckpointEvery)) {
 			err = s.checkpoint()
 		}
 	}
@@ -328,6 +330,7 @@ func (s *stream) checkpoint() error {
 		return fmt.Errorf("saving resume point of %s: %w", j.part, err)
 	}
 	s.lastCk = s.written
+	s.lastCkAt = time.Now()
 	return nil
 }
 

@@ -15,9 +15,12 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/sglprov/sglprov/pkg/httpwait"
 	"github.com/sglprov/sglprov/pkg/redact"
 	"github.com/sglprov/sglprov/pkg/safefile"
 )
@@ -48,8 +51,12 @@ type Options struct {
 	// Retries is how many times an API request that failed in transport or with a 5xx or
 	// 429 answer is tried again (0: 3; negative: none).
 	Retries int
-	// RetryWait is the wait before the first retry; it doubles each time (0: 1s).
+	// RetryWait is the wait before the first retry; it doubles each time, up to 10s (0: 1s).
 	RetryWait time.Duration
+	// RetryFor, when positive, keeps retrying such a request past Retries for as long as
+	// this has not passed since its first attempt (a download's no-progress budget), so that
+	// a minute of 5xx or a DNS blip does not end a run; Retries < 0 still means none.
+	RetryFor time.Duration
 }
 
 // Client talks to one hub endpoint. It is safe for concurrent use.
@@ -59,6 +66,7 @@ type Client struct {
 	http      *http.Client
 	retries   int
 	retryWait time.Duration
+	retryFor  time.Duration
 }
 
 // New returns a client for the endpoint and token that opt names.
@@ -89,7 +97,10 @@ func New(opt Options) (*Client, error) {
 	if base == nil {
 		base = &http.Client{}
 	}
-	c := &Client{endpoint: u, token: token, retries: opt.Retries, retryWait: opt.RetryWait}
+	c := &Client{endpoint: u, token: token, retries: opt.Retries, retryWait: opt.RetryWait, retryFor: opt.RetryFor}
+	if opt.Retries < 0 {
+		c.retryFor = 0
+	}
 	if c.retries == 0 {
 		c.retries = 3
 	}
@@ -105,11 +116,11 @@ func New(opt Options) (*Client, error) {
 	return c, nil
 }
 
-// ReadToken returns the hub token: the contents of tokenFile when it is set (an error when
-// it cannot be read), else HF_TOKEN, else the file HF_TOKEN_PATH names, else
-// $HF_HOME/token, else ~/.cache/huggingface/token; "" when there is none. Surrounding
-// whitespace is trimmed. A token file that is not a regular file (a FIFO) or holds more
-// than 64 KiB is an error that names it, never waited on.
+// ReadToken returns the hub token as huggingface_hub finds it: the contents of tokenFile
+// when it is set (an error when it cannot be read), else HF_TOKEN, else the older
+// HUGGING_FACE_HUB_TOKEN, else the file HF_TOKEN_PATH names, else Home()/token; "" when
+// there is none. Surrounding whitespace is trimmed. A token file that is not a regular file
+// (a FIFO) or holds more than 64 KiB is an error that names it, never waited on.
 func ReadToken(getenv func(string) string, tokenFile string) (string, error) {
 	if getenv == nil {
 		getenv = os.Getenv
@@ -121,17 +132,17 @@ func ReadToken(getenv func(string) string, tokenFile string) (string, error) {
 		}
 		return strings.TrimSpace(string(b)), nil
 	}
-	if t := strings.TrimSpace(getenv("HF_TOKEN")); t != "" {
-		return t, nil
+	for _, k := range []string{"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"} {
+		if t := strings.TrimSpace(getenv(k)); t != "" {
+			return t, nil
+		}
 	}
 	var candidates []string
 	if p := getenv("HF_TOKEN_PATH"); p != "" {
 		candidates = append(candidates, p)
 	}
-	if h := getenv("HF_HOME"); h != "" {
+	if h := Home(getenv); h != "" {
 		candidates = append(candidates, filepath.Join(h, "token"))
-	} else if h := getenv("HOME"); h != "" {
-		candidates = append(candidates, filepath.Join(h, ".cache", "huggingface", "token"))
 	}
 	for _, p := range candidates {
 		b, err := safefile.ReadRegular(p, maxTokenFile)
@@ -143,6 +154,50 @@ func ReadToken(getenv func(string) string, tokenFile string) (string, error) {
 		}
 	}
 	return "", nil
+}
+
+// Home returns huggingface_hub's home folder: HF_HOME, else $XDG_CACHE_HOME/huggingface,
+// else ~/.cache/huggingface; "" when none of them is set (no HOME either).
+func Home(getenv func(string) string) string {
+	if h := getenv("HF_HOME"); h != "" {
+		return h
+	}
+	if x := getenv("XDG_CACHE_HOME"); x != "" {
+		return filepath.Join(x, "huggingface")
+	}
+	if h := getenv("HOME"); h != "" {
+		return filepath.Join(h, ".cache", "huggingface")
+	}
+	return ""
+}
+
+// CacheDir returns huggingface_hub's cache of repositories (the folder that holds
+// models--ORG--NAME): HF_HUB_CACHE, else the older HUGGINGFACE_HUB_CACHE, else
+// Home()/hub; "" when there is no home.
+func CacheDir(getenv func(string) string) string {
+	for _, k := range []string{"HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"} {
+		if d := getenv(k); d != "" {
+			return d
+		}
+	}
+	if h := Home(getenv); h != "" {
+		return filepath.Join(h, "hub")
+	}
+	return ""
+}
+
+// Offline reports whether HF_HUB_OFFLINE (or the older TRANSFORMERS_OFFLINE) asks that
+// the hub not be contacted: 1, ON, YES or TRUE in any case, as huggingface_hub reads it.
+func Offline(getenv func(string) string) bool {
+	v := getenv("HF_HUB_OFFLINE")
+	if v == "" {
+		v = getenv("TRANSFORMERS_OFFLINE")
+	}
+	switch strings.ToUpper(strings.TrimSpace(v)) {
+	case "1", "ON", "YES", "TRUE":
+		return true
+	}
+	return false
 }
 
 // maxTokenFile is the largest hub token file read; a token is a few dozen bytes.
@@ -266,7 +321,7 @@ func (c *Client) ListTree(ctx context.Context, repo, commit string) ([]Entry, er
 	if err := CheckRepo(repo); err != nil {
 		return nil, err
 	}
-	next := c.Endpoint() + "/api/models/" + repo + "/tree/" + url.PathEscape(commit) + "?recursive=true&expand=true"
+	next := c.Endpoint() + "/api/models/" + repo + "/tree/" + url.PathEscape(commit) + "?recursive=true"
 	var all []Entry
 	seen := map[string]bool{}
 	for next != "" {
@@ -284,9 +339,44 @@ func (c *Client) ListTree(ctx context.Context, repo, commit string) ([]Entry, er
 		if err != nil {
 			return nil, fmt.Errorf("listing files of %s at %s: %w", repo, commit, err)
 		}
+		if n != "" {
+			if n, err = c.onEndpoint(n, "/api/models/"+repo+"/tree/"); err != nil {
+				return nil, fmt.Errorf("listing files of %s at %s: %w", repo, commit, err)
+			}
+		}
 		next = n
 	}
 	return all, nil
+}
+
+// onEndpoint returns a next-page link as it is followed: on the endpoint's own scheme and
+// host as it stands; a link that names another host (a mirror that passes on its
+// upstream's links) is taken onto the endpoint, its path under the endpoint's path, never
+// followed elsewhere (nor is the token sent there). The path must lie under wantPath.
+func (c *Client) onEndpoint(link, wantPath string) (string, error) {
+	u, err := url.Parse(link)
+	if err != nil {
+		return "", fmt.Errorf("parsing next-page link: %w", err)
+	}
+	ep := c.endpoint
+	if u.Scheme == ep.Scheme && u.Host == ep.Host {
+		if !strings.HasPrefix(u.Path, ep.Path+wantPath) {
+			return "", fmt.Errorf("next-page link %s leaves the listing", redact.URL(link))
+		}
+		return link, nil
+	}
+	p := u.Path
+	if ep.Path != "" && strings.HasPrefix(p, ep.Path+"/") {
+		p = strings.TrimPrefix(p, ep.Path)
+	}
+	if !strings.HasPrefix(p, wantPath) {
+		return "", fmt.Errorf("next-page link %s names another host and leaves the listing", redact.URL(link))
+	}
+	onto := *ep
+	onto.Path = ep.Path + p
+	onto.RawPath = ""
+	onto.RawQuery = u.RawQuery
+	return onto.String(), nil
 }
 
 // File is a file to download from the hub.
@@ -313,6 +403,9 @@ func (c *Client) Files(ctx context.Context, repo, commit string, include, exclud
 		return nil, err
 	}
 	entries, err := c.ListTree(ctx, repo, commit)
+	if noTree(err) {
+		return c.filesFromSiblings(ctx, repo, commit, include, exclude, err)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -353,6 +446,119 @@ func (c *Client) Files(ctx context.Context, repo, commit string, include, exclud
 		files = append(files, f)
 	}
 	return files, nil
+}
+
+// noTree reports whether a listing failed because the endpoint does not serve the tree API
+// (a mirror: 404, 405 or 501 without the hub's X-Error-Code), not because the hub said the
+// repository or revision does not exist.
+func noTree(err error) bool {
+	var api *APIError
+	if !errors.As(err, &api) || api.Code != "" {
+		return false
+	}
+	return api.Status == http.StatusNotFound || api.Status == http.StatusMethodNotAllowed || api.Status == http.StatusNotImplemented
+}
+
+// headWorkers is how many HEAD requests filesFromSiblings makes at once.
+const headWorkers = 8
+
+// filesFromSiblings lists the files of repo at commit as huggingface_hub does where there
+// is no tree API: the names from the revision's siblings, and for each file that include
+// and exclude keep, a HEAD of its resolve URL (the redirect not followed): X-Linked-Etag
+// is an LFS file's sha256 and X-Linked-Size its size; a file kept in git has its blob
+// sha1 as ETag and its size as Content-Length.
+func (c *Client) filesFromSiblings(ctx context.Context, repo, commit string, include, exclude []string, treeErr error) ([]File, error) {
+	u := c.Endpoint() + "/api/models/" + repo + "/revision/" + url.PathEscape(commit)
+	var info struct {
+		Siblings []struct {
+			RFilename string `json:"rfilename"`
+		} `json:"siblings"`
+	}
+	if err := c.getJSON(ctx, u, repo, commit, &info, nil); err != nil {
+		return nil, fmt.Errorf("listing files of %s at %s: no tree listing (%v), and the revision's siblings: %w", repo, commit, treeErr, err)
+	}
+	var files []File
+	dup := map[string]bool{}
+	for _, sib := range info.Siblings {
+		name := sib.RFilename
+		if err := CheckName(name); err != nil {
+			return nil, fmt.Errorf("listing files of %s at %s: %w", repo, commit, err)
+		}
+		if dup[name] {
+			return nil, fmt.Errorf("listing files of %s at %s: %q listed twice", repo, commit, name)
+		}
+		dup[name] = true
+		if (len(include) > 0 && !Match(include, name)) || Match(exclude, name) {
+			continue
+		}
+		files = append(files, File{Path: name, URL: c.ResolveURL(repo, commit, name)})
+	}
+	errs := make([]error, len(files))
+	work := make(chan int)
+	var wg sync.WaitGroup
+	for range min(headWorkers, len(files)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				errs[i] = c.retry(ctx, func() (bool, error) { return c.headFile(ctx, repo, commit, &files[i]) })
+			}
+		}()
+	}
+	for i := range files {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("listing files of %s at %s from the revision's siblings: %w", repo, commit, err)
+	}
+	return files, nil
+}
+
+// headFile fills f's size and digest from a HEAD of its resolve URL; retry says whether
+// its failure is worth retrying (transport, 5xx, 429).
+func (c *Client) headFile(ctx context.Context, repo, commit string, f *File) (retry bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, apiTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodHead, f.URL, nil)
+	if err != nil {
+		return false, fmt.Errorf("%s: %w", f.Path, err)
+	}
+	req.Header.Set("User-Agent", "sglprov")
+	req.Header.Set("Accept-Encoding", "identity")
+	hc := *c.http
+	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	resp, err := hc.Do(req)
+	if err != nil {
+		return true, fmt.Errorf("%s: %w", f.Path, c.scrub(err))
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 400 {
+		retry := resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests
+		return retry, fmt.Errorf("%s: %w", f.Path, c.apiError(resp, repo, commit))
+	}
+	if etag := unquoteETag(resp.Header.Get("X-Linked-Etag")); etag != "" {
+		size, err := strconv.ParseInt(resp.Header.Get("X-Linked-Size"), 10, 64)
+		if !hexOf(etag, 64) || err != nil || size < 0 {
+			return false, fmt.Errorf("%s: X-Linked-Etag %q and X-Linked-Size %q, want a sha256 and a size", f.Path, etag, resp.Header.Get("X-Linked-Size"))
+		}
+		f.SHA256, f.Size = etag, size
+		return false, nil
+	}
+	etag := unquoteETag(resp.Header.Get("ETag"))
+	size, err := strconv.ParseInt(resp.Header.Get("Content-Length"), 10, 64)
+	if !hexOf(etag, 40) || err != nil || size < 0 || resp.StatusCode != http.StatusOK {
+		return false, fmt.Errorf("%s: answered %s with ETag %q and Content-Length %q, want a git sha1 and a size (or X-Linked-Etag and X-Linked-Size)", f.Path, resp.Status, etag, resp.Header.Get("Content-Length"))
+	}
+	f.GitSHA1, f.Size = etag, size
+	return false, nil
+}
+
+// unquoteETag returns an entity tag without W/ and quotes, in lower case.
+func unquoteETag(v string) string {
+	v = strings.TrimPrefix(strings.TrimSpace(v), "W/")
+	return strings.ToLower(strings.Trim(v, `"`))
 }
 
 func hexOf(s string, n int) bool {
@@ -495,6 +701,8 @@ type APIError struct {
 	Message string
 	// Hint says what to do about it.
 	Hint string
+	// after is the wait the answer asked for (Retry-After, RateLimit), or 0.
+	after time.Duration
 }
 
 // Error implements error.
@@ -512,25 +720,49 @@ func (e *APIError) Error() string {
 	return s
 }
 
+// maxAPIWait bounds the wait before one retry of an API request that a Retry-After or
+// RateLimit header asks for (the hub's windows are 5 minutes).
+const maxAPIWait = 5 * time.Minute
+
 // getJSON decodes the JSON answer to a GET of u into v, retrying transport errors, 5xx and
-// 429 answers; hdr, when set, receives the answer's header.
+// 429 answers, each after at least the wait a Retry-After or RateLimit header asks for;
+// hdr, when set, receives the answer's header.
 func (c *Client) getJSON(ctx context.Context, u, repo, rev string, v any, hdr *http.Header) error {
+	return c.retry(ctx, func() (bool, error) { return c.getJSONOnce(ctx, u, repo, rev, v, hdr) })
+}
+
+// retry calls once until it succeeds, fails in a way not worth retrying, or the client's
+// retries (Retries, then RetryFor) are spent; the waits double up to 10s and are at least
+// what an APIError's Retry-After or RateLimit asked for.
+func (c *Client) retry(ctx context.Context, once func() (retry bool, err error)) error {
 	wait := c.retryWait
+	start := time.Now()
 	for attempt := 0; ; attempt++ {
-		retry, err := c.getJSONOnce(ctx, u, repo, rev, v, hdr)
-		if err == nil || !retry || attempt >= c.retries || ctx.Err() != nil {
+		retry, err := once()
+		if err == nil || !retry || ctx.Err() != nil {
 			return err
 		}
-		t := time.NewTimer(wait)
+		if attempt >= c.retries && time.Since(start) >= c.retryFor {
+			return err
+		}
+		d := wait
+		var api *APIError
+		if errors.As(err, &api) && api.after > d {
+			d = min(api.after, maxAPIWait)
+		}
+		t := time.NewTimer(d)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return err
 		case <-t.C:
 		}
-		wait *= 2
+		wait = min(2*wait, maxRetryWait)
 	}
 }
+
+// maxRetryWait caps the doubling wait between retries of an API request.
+const maxRetryWait = 10 * time.Second
 
 func (c *Client) getJSONOnce(ctx context.Context, u, repo, rev string, v any, hdr *http.Header) (retry bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, apiTimeout)
@@ -562,7 +794,8 @@ func (c *Client) getJSONOnce(ctx context.Context, u, repo, rev string, v any, hd
 
 func (c *Client) apiError(resp *http.Response, repo, rev string) error {
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	e := &APIError{Status: resp.StatusCode, Code: resp.Header.Get("X-Error-Code"), Message: resp.Header.Get("X-Error-Message")}
+	e := &APIError{Status: resp.StatusCode, Code: resp.Header.Get("X-Error-Code"), Message: resp.Header.Get("X-Error-Message"),
+		after: httpwait.ServerWait(resp.Header, time.Now())}
 	if e.Message == "" {
 		var j struct {
 			Error string `json:"error"`
@@ -577,23 +810,74 @@ func (c *Client) apiError(resp *http.Response, repo, rev string) error {
 		}
 	}
 	e.Message = c.redact(e.Message)
-	switch {
-	case e.Code == "GatedRepo" || (resp.StatusCode == http.StatusForbidden):
-		e.Hint = fmt.Sprintf("%s is gated or private: accept its licence at %s/%s with your account, and set HF_TOKEN (or hf.token_file) to a token of that account", repo, c.shownEndpoint(), repo)
-	case e.Code == "RevisionNotFound" || e.Code == "EntryNotFound":
-		e.Hint = fmt.Sprintf("check the revision %q of %s (a branch, tag or 40-hex commit that exists)", rev, repo)
-	case resp.StatusCode == http.StatusUnauthorized:
-		if c.token == "" {
-			e.Hint = fmt.Sprintf("check that the repository %q exists; if it is private or gated, accept its licence at %s/%s and set HF_TOKEN (or hf.token_file)", repo, c.shownEndpoint(), repo)
-		} else {
-			e.Hint = fmt.Sprintf("the token was refused or has no access to %q: check that the repository exists, that the token is valid, and that its account accepted the licence at %s/%s", repo, c.shownEndpoint(), repo)
-		}
-	case resp.StatusCode == http.StatusNotFound:
-		e.Hint = fmt.Sprintf("check the repository name %q and the revision %q", repo, rev)
-	case resp.StatusCode == http.StatusTooManyRequests:
-		e.Hint = "the hub rate-limits this client; wait and retry, or use a token"
-	}
+	e.Hint = c.Hint(resp.StatusCode, e.Code, e.Message, repo, rev)
 	return e
+}
+
+// Refused reports whether an answer with this status and X-Error-Code refuses access to
+// the repository (gated, private, a token that is invalid or without access), as opposed
+// to a missing file or revision or a passing fault.
+func Refused(status int, code string) bool {
+	return status == http.StatusUnauthorized || status == http.StatusForbidden || code == "GatedRepo" || code == "RepoNotFound"
+}
+
+// Hint says what causes a refused or failed answer about repo at rev, and what fixes it,
+// from its status and the hub's X-Error-Code and X-Error-Message; "" when there is
+// nothing to say.
+func (c *Client) Hint(status int, code, message, repo, rev string) string {
+	page := c.shownEndpoint() + "/" + repo
+	switch {
+	case message == "Access to this resource is disabled.":
+		return fmt.Sprintf("the hub has disabled %s: nothing on this host can fix it; pin another repository", repo)
+	case message == "Invalid credentials in Authorization header":
+		return fmt.Sprintf("the hub does not know this token (mistyped, revoked or expired): make a read token at %s/settings/tokens and put it in hf.token_file or HF_TOKEN", c.shownEndpoint())
+	case code == "GatedRepo" && c.token == "":
+		return fmt.Sprintf("%s is gated: accept its licence at %s with your account, then set hf.token_file (or HF_TOKEN) to a read token of that account", repo, page)
+	case code == "GatedRepo":
+		return fmt.Sprintf("%s is gated and the token's account has no access (yet): accept the licence at %s with the account the token belongs to (some repositories also wait for the authors' approval), or use a token of an account that has access; a fine-grained token also needs read access to gated repositories", repo, page)
+	case code == "RevisionNotFound" || code == "EntryNotFound":
+		return fmt.Sprintf("check the revision %q of %s (a branch, tag or 40-hex commit that exists)", rev, repo)
+	case (code == "RepoNotFound" || status == http.StatusUnauthorized) && c.token == "":
+		return fmt.Sprintf("check that the repository %q exists; if it is private or gated, set hf.token_file (or HF_TOKEN) to a read token of an account with access (for a gated one, accept its licence at %s first)", repo, page)
+	case code == "RepoNotFound" || status == http.StatusUnauthorized:
+		return fmt.Sprintf("%q does not exist or the token cannot read it: check the name, and that the token's account has access to it (a private repository of another account or organisation, or a fine-grained token without read access to it)", repo)
+	case status == http.StatusForbidden:
+		return fmt.Sprintf("the hub refused the token for %s: give it read access (a fine-grained token without access to this repository, or a write-only one), or use another", repo)
+	case status == http.StatusNotFound:
+		return fmt.Sprintf("check the repository name %q and the revision %q", repo, rev)
+	case status == http.StatusTooManyRequests:
+		return "the hub rate-limits this client (5-minute windows): wait and retry, or use a token (its limits are higher)"
+	}
+	return ""
+}
+
+// ProbeTimeout bounds Probe.
+const ProbeTimeout = 30 * time.Second
+
+// Probe asks for one file's resolve URL with HEAD, without following its redirect to the
+// CDN, as a download would begin: the hub refuses resolve for a gated or private
+// repository whose API it answers to anyone, so this is where a missing licence or token
+// shows. It returns nil when the hub would serve the file, an *APIError with its hint when
+// it refuses, and another error when it cannot be asked.
+func (c *Client) Probe(ctx context.Context, repo, rev, resolveURL string) error {
+	ctx, cancel := context.WithTimeout(ctx, ProbeTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodHead, resolveURL, nil)
+	if err != nil {
+		return fmt.Errorf("probing %s: %w", redact.URL(resolveURL), err)
+	}
+	req.Header.Set("User-Agent", "sglprov")
+	hc := *c.http
+	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	resp, err := hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("probing %s: %w", redact.URL(resolveURL), c.scrub(err))
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode < 400 {
+		return nil
+	}
+	return fmt.Errorf("probing %s: %w", redact.URL(resolveURL), c.apiError(resp, repo, rev))
 }
 
 // redact removes the token, and the user information of every URL, from s.

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +15,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"testing/fstest"
@@ -220,15 +223,15 @@ func TestUnsafeNamesRefused(t *testing.T) {
 	}
 }
 
-func TestGatedRepoErrors(t *testing.T) {
+func TestPrivateRepoErrors(t *testing.T) {
 	const secret = "hf_SECRETtoken123"
-	h := startHub(t, fakehub.Options{Token: secret})
+	h := startHub(t, fakehub.Options{Token: secret, Private: true})
 	tests := []struct {
 		name, token, repo string
 		wantErr           []string
 	}{
-		{name: "no token", repo: repo, wantErr: []string{"401", "accept its licence", "HF_TOKEN"}},
-		{name: "wrong token", token: "hf_wrongWRONGwrong", repo: repo, wantErr: []string{"401", "accept its licence"}},
+		{name: "no token", repo: repo, wantErr: []string{"401", "RepoNotFound", "private or gated", "HF_TOKEN"}},
+		{name: "wrong token", token: "hf_wrongWRONGwrong", repo: repo, wantErr: []string{"401", "Invalid credentials", "does not know this token"}},
 		{name: "wrong repo", token: secret, repo: "org/other", wantErr: []string{"401", "RepoNotFound", `"org/other"`}},
 	}
 	for _, tt := range tests {
@@ -485,5 +488,295 @@ func TestReadTokenRefusesFIFO(t *testing.T) {
 				t.Fatal("ReadToken waited on a FIFO")
 			}
 		})
+	}
+}
+
+// A 429 with Retry-After (or the hub's RateLimit header) is retried no sooner than it asks.
+func TestRetryAfterHonoured(t *testing.T) {
+	h := startHub(t, fakehub.Options{})
+	for name, hdr := range map[string][2]string{
+		"Retry-After": {"Retry-After", "1"},
+		"RateLimit":   {"RateLimit", `"api";r=0;t=1`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var first time.Time
+			var again time.Duration
+			hits := 0
+			limited := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				hits++
+				if hits == 1 {
+					first = time.Now()
+					w.Header().Set(hdr[0], hdr[1])
+					http.Error(w, "rate limited", http.StatusTooManyRequests)
+					return
+				}
+				if hits == 2 {
+					again = time.Since(first)
+				}
+				h.Handler().ServeHTTP(w, r)
+			}))
+			defer limited.Close()
+			c, err := hub.New(hub.Options{Endpoint: limited.URL, Getenv: noEnv, RetryWait: time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.ResolveRevision(context.Background(), repo, "main"); err != nil {
+				t.Fatal(err)
+			}
+			if again < 900*time.Millisecond {
+				t.Errorf("asked again after %s, before the second the 429 asked for", again)
+			}
+		})
+	}
+}
+
+// TestGatedRepoProbe: as on the real hub, a gated repository's API answers anyone and only
+// resolve refuses; Probe (a HEAD of one file's resolve URL) tells the cause and the fix.
+func TestGatedRepoProbe(t *testing.T) {
+	const secret, denied = "hf_SECRETtoken123", "hf_DENIEDtoken456"
+	h := startHub(t, fakehub.Options{Token: secret, DeniedTokens: []string{denied}})
+	anon := newClient(t, h, "")
+	commit, err := anon.ResolveRevision(context.Background(), repo, "main")
+	if err != nil {
+		t.Fatalf("the API of a gated repository refused an anonymous client: %v", err)
+	}
+	files, err := anon.Files(context.Background(), repo, commit, nil, nil)
+	if err != nil || len(files) == 0 {
+		t.Fatalf("listing a gated repository anonymously: %d files, %v", len(files), err)
+	}
+	for _, tc := range []struct {
+		token  string
+		status int
+		want   []string
+	}{
+		{"", http.StatusUnauthorized, []string{"GatedRepo", "is restricted", "accept its licence", "hf.token_file (or HF_TOKEN)"}},
+		{denied, http.StatusForbidden, []string{"GatedRepo", "not in the authorized list", "no access", "accept the licence"}},
+		{"hf_madeUPmadeUP", http.StatusUnauthorized, []string{"Invalid credentials", "does not know this token"}},
+		{secret, 0, nil},
+	} {
+		c := newClient(t, h, tc.token)
+		err := c.Probe(context.Background(), repo, commit, files[0].URL)
+		if tc.status == 0 {
+			if err != nil {
+				t.Errorf("token with access: %v", err)
+			}
+			continue
+		}
+		var api *hub.APIError
+		if !errors.As(err, &api) || api.Status != tc.status || !hub.Refused(api.Status, api.Code) {
+			t.Fatalf("token %q: Probe = %v, want a refusal %d", tc.token, err, tc.status)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("token %q: error %q does not say %q", tc.token, err, w)
+			}
+		}
+		if tc.token != "" && strings.Contains(err.Error(), tc.token) {
+			t.Errorf("error shows the token: %q", err)
+		}
+	}
+	// The probe does not follow the redirect to the CDN: one request, to the hub.
+	before := h.FileRequests()
+	if err := newClient(t, h, secret).Probe(context.Background(), repo, commit, files[len(files)-1].URL); err != nil {
+		t.Fatal(err)
+	}
+	if n := h.FileRequests() - before; n != 1 {
+		t.Errorf("Probe made %d file requests, want 1", n)
+	}
+}
+
+// TestListingWithoutExpand: the listing is asked without expand=true (which cuts the real
+// hub's pages from 1000 entries to 50 and adds nothing the download uses: lfs is there
+// without it), so 120 files come in one page, each LFS file with its sha256.
+func TestListingWithoutExpand(t *testing.T) {
+	fsys := fstest.MapFS{}
+	for i := range 120 {
+		fsys[fmt.Sprintf("shard-%03d.bin", i)] = &fstest.MapFile{Data: bytes.Repeat([]byte{byte(i)}, 2048)}
+	}
+	h, err := fakehub.New(fakehub.Options{Repo: repo, FS: fsys, LFSThreshold: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Start()
+	t.Cleanup(h.Close)
+	files, err := newClient(t, h, "").Files(context.Background(), repo, fakehub.DefaultCommit, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) != 120 {
+		t.Fatalf("%d files listed, want 120", len(files))
+	}
+	for _, f := range files {
+		if len(f.SHA256) != 64 {
+			t.Fatalf("%s listed without its LFS sha256", f.Path)
+		}
+	}
+	if n := h.TreePages(); n != 1 {
+		t.Errorf("the listing took %d pages, want 1 (expand=true pages by 50)", n)
+	}
+}
+
+// TestMirrorWithoutTree: a mirror that does not serve the tree API (Artifactory, Nexus):
+// the files come from the revision's siblings and a HEAD of each resolve URL, with the same
+// sizes and digests as the tree listing gives.
+func TestMirrorWithoutTree(t *testing.T) {
+	want, err := newClient(t, startHub(t, fakehub.Options{}), "").Files(context.Background(), repo, fakehub.DefaultCommit, nil, []string{"README.md"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mirror := startHub(t, fakehub.Options{NoTree: true})
+	c := newClient(t, mirror, "")
+	got, err := c.Files(context.Background(), repo, fakehub.DefaultCommit, nil, []string{"README.md"})
+	if err != nil {
+		t.Fatalf("listing through a mirror without /tree: %v", err)
+	}
+	strip := func(fs []hub.File) []hub.File {
+		out := append([]hub.File(nil), fs...)
+		for i := range out {
+			out[i].URL = ""
+		}
+		sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+		return out
+	}
+	if d := cmp.Diff(strip(want), strip(got)); d != "" {
+		t.Errorf("files from the siblings differ from the tree listing (-tree +siblings):\n%s", d)
+	}
+	for _, f := range got {
+		if !strings.HasPrefix(f.URL, mirror.URL()+"/") {
+			t.Errorf("%s: URL %s is not on the mirror", f.Path, f.URL)
+		}
+	}
+	// A repository the mirror does not know is still an error, not a fallback.
+	if _, err := c.Files(context.Background(), "org/other", fakehub.DefaultCommit, nil, nil); err == nil || !strings.Contains(err.Error(), "RepoNotFound") {
+		t.Errorf("unknown repository through the mirror: %v", err)
+	}
+}
+
+// TestNextLinkStaysOnEndpoint: a Link: rel="next" that names another host is followed on
+// the configured endpoint, never on that host.
+func TestNextLinkStaysOnEndpoint(t *testing.T) {
+	var elsewhere atomic.Int64
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		elsewhere.Add(1)
+		w.Write([]byte("[]"))
+	}))
+	t.Cleanup(other.Close)
+	h := startHub(t, fakehub.Options{PageSize: 2, NextHost: strings.TrimPrefix(other.URL, "http://"), Token: "hf_tok"})
+	c := newClient(t, h, "hf_tok")
+	files, err := c.Files(context.Background(), repo, fakehub.DefaultCommit, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) != len(testFS()) {
+		t.Errorf("%d files listed, want %d", len(files), len(testFS()))
+	}
+	if n := elsewhere.Load(); n != 0 {
+		t.Errorf("%d requests went to the host the next link named", n)
+	}
+	if h.TreePages() < 3 {
+		t.Errorf("%d pages: the listing was not paged", h.TreePages())
+	}
+}
+
+// TestHubConventions: the environment as huggingface_hub reads it: HUGGING_FACE_HUB_TOKEN
+// after HF_TOKEN, the token file under XDG_CACHE_HOME, the cache folder, HF_HUB_OFFLINE.
+func TestHubConventions(t *testing.T) {
+	xdg := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(xdg, "huggingface"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(xdg, "huggingface", "token"), []byte("hf_xdg\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+	for _, c := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"HUGGING_FACE_HUB_TOKEN": "hf_old"}, "hf_old"},
+		{map[string]string{"HF_TOKEN": "hf_new", "HUGGING_FACE_HUB_TOKEN": "hf_old"}, "hf_new"},
+		{map[string]string{"XDG_CACHE_HOME": xdg, "HOME": "/nonexistent"}, "hf_xdg"},
+		{map[string]string{"XDG_CACHE_HOME": xdg, "HF_HOME": "/nonexistent"}, ""},
+	} {
+		got, err := hub.ReadToken(env(c.env), "")
+		if err != nil || got != c.want {
+			t.Errorf("ReadToken with %v = %q, %v; want %q", c.env, got, err, c.want)
+		}
+	}
+	for _, c := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"HOME": "/root"}, "/root/.cache/huggingface/hub"},
+		{map[string]string{"HOME": "/root", "XDG_CACHE_HOME": "/xdg"}, "/xdg/huggingface/hub"},
+		{map[string]string{"HF_HOME": "/hf", "XDG_CACHE_HOME": "/xdg"}, "/hf/hub"},
+		{map[string]string{"HF_HOME": "/hf", "HUGGINGFACE_HUB_CACHE": "/old"}, "/old"},
+		{map[string]string{"HF_HUB_CACHE": "/new", "HUGGINGFACE_HUB_CACHE": "/old"}, "/new"},
+	} {
+		if got := hub.CacheDir(env(c.env)); got != c.want {
+			t.Errorf("CacheDir with %v = %q, want %q", c.env, got, c.want)
+		}
+	}
+	for v, want := range map[string]bool{"1": true, "on": true, "YES": true, "True": true, "0": false, "": false, "offline": false} {
+		if got := hub.Offline(env(map[string]string{"HF_HUB_OFFLINE": v})); got != want {
+			t.Errorf("Offline(HF_HUB_OFFLINE=%q) = %v, want %v", v, got, want)
+		}
+	}
+}
+
+// TestRetryForOutlastsAnOutage: with RetryFor, an API request is retried past Retries for
+// as long as RetryFor allows, so an outage of the hub's API (here 600 ms of 503, scaled
+// from a minute) does not end the run; past RetryFor it gives up.
+func TestRetryForOutlastsAnOutage(t *testing.T) {
+	h := startHub(t, fakehub.Options{})
+	for _, tc := range []struct {
+		retryFor time.Duration
+		wantErr  bool
+	}{{3 * time.Second, false}, {100 * time.Millisecond, true}} {
+		downUntil := time.Now().Add(600 * time.Millisecond)
+		flaky := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if time.Now().Before(downUntil) {
+				http.Error(w, "upstream down", http.StatusServiceUnavailable)
+				return
+			}
+			h.Handler().ServeHTTP(w, r)
+		}))
+		c, err := hub.New(hub.Options{Endpoint: flaky.URL, Getenv: noEnv, Retries: 1, RetryWait: 20 * time.Millisecond, RetryFor: tc.retryFor})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.ResolveRevision(context.Background(), repo, "main")
+		flaky.Close()
+		if (err != nil) != tc.wantErr {
+			t.Errorf("RetryFor %s through 600ms of 503: err = %v, want error %v", tc.retryFor, err, tc.wantErr)
+		}
+	}
+}
+
+// TestMirrorHeadRetried: a HEAD of a file's resolve that fails with a 5xx is retried as
+// the API requests are, so one flaky answer of the mirror does not fail the listing.
+func TestMirrorHeadRetried(t *testing.T) {
+	mirror := startHub(t, fakehub.Options{NoTree: true})
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	flaky := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		first := r.Method == http.MethodHead && !seen[r.URL.Path]
+		seen[r.URL.Path] = true
+		mu.Unlock()
+		if first {
+			http.Error(w, "bad gateway", http.StatusBadGateway)
+			return
+		}
+		mirror.Handler().ServeHTTP(w, r)
+	}))
+	t.Cleanup(flaky.Close)
+	c, err := hub.New(hub.Options{Endpoint: flaky.URL, Getenv: noEnv, RetryWait: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := c.Files(context.Background(), repo, fakehub.DefaultCommit, nil, nil)
+	if err != nil || len(files) != len(testFS()) {
+		t.Fatalf("listing through a flaky mirror without /tree: %d files, %v", len(files), err)
 	}
 }

@@ -48,6 +48,8 @@ steps:
       unit: sglang-e2e.service
       template: templates/sglang.service.tmpl
       manager: systemd
+      # The fake server execs no compiler; TestServicePath checks the default list.
+      needs_commands: []
       command: ["{{ .generation.dir }}/app/bin/server", -m, sglang.launch_server]
       model_path: /var/lib/sglprov/models/Qwen3.5-397B-A17B-NVFP4
       port: "{{ .vars.port }}"

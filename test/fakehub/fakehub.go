@@ -1,17 +1,22 @@
 // Package fakehub is a fake Hugging Face hub for tests and demos: it serves one repository
-// from a file set with the hub's revision, tree-listing (paginated, expanded) and resolve
-// endpoints, redirecting large files to a second "CDN" server as the real hub does, with
-// Range support and counters of what it served.
+// from a file set with the hub's revision, tree-listing (paginated as the hub pages it) and
+// resolve endpoints, redirecting large files to a second "CDN" server with signed URLs that
+// expire, as the real hub does, with Range support, gated and private access as the hub
+// answers it, injected 429s, optional TLS with h2, and counters of what it served.
+// README.md lists every way it differs from the real hub.
 package fakehub
 
 import (
+	"crypto/hmac"
 	"crypto/sha1"
 	"crypto/sha256"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -37,22 +42,48 @@ type Options struct {
 	Commit string
 	// Refs maps branch and tag names to commits; "main" maps to Commit unless set.
 	Refs map[string]string
-	// PageSize is the number of entries per tree-listing page; 0 means 1000.
+	// PageSize is the number of entries per tree-listing page; 0 means 1000, as the real
+	// hub pages a listing without expand.
 	PageSize int
+	// ExpandPageSize is the number of entries per page of a listing asked with
+	// expand=true; 0 means 50, as the real hub pages it.
+	ExpandPageSize int
 	// LFSThreshold is the size from which a file is listed as an LFS file (with its
 	// sha256) and its resolve URL redirects to the CDN; 0 means 1 MiB.
 	LFSThreshold int64
-	// Token, when set, is required (as a bearer token) by every hub endpoint; requests
-	// without it get 401 with X-Error-Code GatedRepo.
+	// Token, when set, is the one token with access to the repository. As on the real hub,
+	// a gated repository (the default when Token is set) answers the API (revision, tree)
+	// to anyone and refuses only resolve: no token gets 401 with X-Error-Code GatedRepo, a
+	// token of DeniedTokens (an account that has not accepted the licence) 403 GatedRepo,
+	// any other token 401 "Invalid credentials in Authorization header".
 	Token string
+	// Private makes the repository private: every endpoint, the API included, refuses a
+	// request without Token as the real hub does (401 RepoNotFound, as for a repository
+	// that does not exist).
+	Private bool
+	// DeniedTokens are valid tokens of accounts without access (see Token).
+	DeniedTokens []string
 	// ExtraListing adds entries to the tree listing (e.g. a "../x" file) as given.
 	ExtraListing []Entry
 	// CDNHost is the host name the CDN's redirect URLs use instead of the listener's
 	// address (with the CDN's port), e.g. "localhost", so that it differs from the hub's.
 	CDNHost string
+	// NextHost, when set, is the host the tree listing's Link: rel="next" names instead of
+	// the request's (a mirror that names its upstream, or a hostile one).
+	NextHost string
+	// NoTree makes the hub answer 404 to /api/models/{repo}/tree, as mirrors that proxy
+	// only the revision API and resolve do (Artifactory, Nexus).
+	NoTree bool
 	// Rate, when positive, bounds each file response to this many bytes per second, as
 	// the real hub throttles a connection.
 	Rate int64
+	// SignedURLTTL is how long a CDN URL that a redirect hands out stays valid (0: one
+	// hour, as the real hub's signed URLs); after it the CDN answers 403, as CloudFront and
+	// S3 do for an expired signature, and the client must ask resolve again.
+	SignedURLTTL time.Duration
+	// TLS makes Start serve the hub and the CDN over TLS offering h2 and HTTP/1.1, as the
+	// real ones do; Client trusts their certificate.
+	TLS bool
 }
 
 // Entry is a tree-listing entry in the hub's JSON shape.
@@ -65,7 +96,7 @@ type Entry struct {
 	Size int64 `json:"size"`
 	// Path is the path in the repository.
 	Path string `json:"path"`
-	// LFS is set for LFS files (in expanded listings).
+	// LFS is set for LFS files (with or without expand, as on the real hub).
 	LFS *LFS `json:"lfs,omitempty"`
 }
 
@@ -97,9 +128,17 @@ type Hub struct {
 	cdnBase  string
 	authSeen []string
 
+	// rateLimited is how many resolve requests are still to be answered 429.
+	rateLimited atomic.Int64
+	// expired counts CDN requests refused for an expired signature.
+	expired atomic.Int64
+	// conns counts the TCP connections each server accepted (hub, CDN).
+	hubConns, cdnConns atomic.Int64
+
 	bytesServed  atomic.Int64
 	fileRequests atomic.Int64
 	apiRequests  atomic.Int64
+	treePages    atomic.Int64
 
 	// servers started by Start
 	hubSrv, cdnSrv *httptest.Server
@@ -115,6 +154,12 @@ func New(opt Options) (*Hub, error) {
 	}
 	if opt.PageSize <= 0 {
 		opt.PageSize = 1000
+	}
+	if opt.ExpandPageSize <= 0 {
+		opt.ExpandPageSize = 50
+	}
+	if opt.SignedURLTTL <= 0 {
+		opt.SignedURLTTL = time.Hour
 	}
 	if opt.LFSThreshold <= 0 {
 		opt.LFSThreshold = 1 << 20
@@ -198,12 +243,54 @@ func GitBlobSHA1(content []byte) string {
 	return hex.EncodeToString(s.Sum(nil))
 }
 
-// Start serves the hub and its CDN on two httptest servers; Close stops them.
+// Start serves the hub and its CDN on two httptest servers (TLS with h2 when
+// Options.TLS); Close stops them.
 func (h *Hub) Start() {
-	h.cdnSrv = httptest.NewServer(h.CDNHandler())
+	h.cdnSrv = h.newServer(h.CDNHandler(), &h.cdnConns)
 	h.SetCDNBase(h.cdnSrv.URL)
-	h.hubSrv = httptest.NewServer(h.Handler())
+	h.hubSrv = h.newServer(h.Handler(), &h.hubConns)
 }
+
+func (h *Hub) newServer(handler http.Handler, conns *atomic.Int64) *httptest.Server {
+	srv := httptest.NewUnstartedServer(handler)
+	srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	if h.opt.TLS {
+		srv.EnableHTTP2 = true
+		srv.StartTLS()
+	} else {
+		srv.Start()
+	}
+	return srv
+}
+
+// Client returns a client that trusts the servers Start started (with Options.TLS, their
+// certificate; it negotiates h2 where offered, as a browser would).
+func (h *Hub) Client() *http.Client { return h.hubSrv.Client() }
+
+// CertPool returns the certificate pool that trusts the servers Start started over TLS
+// (httptest's certificate, the same for both), or nil without TLS.
+func (h *Hub) CertPool() *x509.CertPool {
+	if !h.opt.TLS {
+		return nil
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(h.hubSrv.Certificate())
+	return pool
+}
+
+// Connections returns the TCP connections the hub and the CDN accepted so far.
+func (h *Hub) Connections() (hub, cdn int64) { return h.hubConns.Load(), h.cdnConns.Load() }
+
+// RateLimit makes the next n resolve requests answer 429 with Retry-After: 1 and the
+// hub's RateLimit ("resolvers";r=0;t=1) and RateLimit-Policy headers.
+func (h *Hub) RateLimit(n int) { h.rateLimited.Store(int64(n)) }
+
+// Expired returns how many CDN requests were refused for an expired signed URL.
+func (h *Hub) Expired() int64 { return h.expired.Load() }
 
 // Close stops the servers Start started.
 func (h *Hub) Close() {
@@ -251,11 +338,15 @@ func (h *Hub) FileRequests() int64 { return h.fileRequests.Load() }
 // APIRequests returns the number of API (revision and tree) requests answered so far.
 func (h *Hub) APIRequests() int64 { return h.apiRequests.Load() }
 
+// TreePages returns the number of tree-listing pages served so far.
+func (h *Hub) TreePages() int64 { return h.treePages.Load() }
+
 // ResetCounters zeroes the counters and the record of Authorization headers.
 func (h *Hub) ResetCounters() {
 	h.bytesServed.Store(0)
 	h.fileRequests.Store(0)
 	h.apiRequests.Store(0)
+	h.treePages.Store(0)
 	h.mu.Lock()
 	h.authSeen = nil
 	h.mu.Unlock()
@@ -290,8 +381,39 @@ func hubError(w http.ResponseWriter, status int, code, msg string) {
 	_ = json.NewEncoder(w).Encode(map[string]string{"error": msg})
 }
 
-func (h *Hub) authorized(r *http.Request) bool {
-	return h.opt.Token == "" || r.Header.Get("Authorization") == "Bearer "+h.opt.Token
+// refuse answers a request without access to the repository as the real hub does, and
+// reports whether it did. gate is set for resolve (and for every endpoint of a private
+// repository).
+func (h *Hub) refuse(w http.ResponseWriter, r *http.Request, gate bool) bool {
+	if h.opt.Token == "" || !gate {
+		return false
+	}
+	auth := r.Header.Get("Authorization")
+	if auth == "Bearer "+h.opt.Token {
+		return false
+	}
+	if !strings.HasPrefix(auth, "Bearer ") {
+		// Not a token (Basic credentials of a URL's user:password): anonymous.
+		auth = ""
+	}
+	repo := h.opt.Repo
+	denied := false
+	for _, t := range h.opt.DeniedTokens {
+		if auth == "Bearer "+t {
+			denied = true
+		}
+	}
+	switch {
+	case auth != "" && !denied:
+		hubError(w, http.StatusUnauthorized, "", "Invalid credentials in Authorization header")
+	case h.opt.Private:
+		hubError(w, http.StatusUnauthorized, "RepoNotFound", "Repository Not Found for url: "+r.URL.String()+". Please make sure you specified the correct repo_id and repo_type. If you are trying to access a private or gated repo, make sure you are authenticated.")
+	case denied:
+		hubError(w, http.StatusForbidden, "GatedRepo", "Access to model "+repo+" is restricted and you are not in the authorized list. Visit https://huggingface.co/"+repo+" to ask for access.")
+	default:
+		hubError(w, http.StatusUnauthorized, "GatedRepo", "Access to model "+repo+" is restricted. You must have access to it and be authenticated to access it. Please log in.")
+	}
+	return true
 }
 
 func (h *Hub) serveHub(w http.ResponseWriter, r *http.Request) {
@@ -305,8 +427,7 @@ func (h *Hub) serveHub(w http.ResponseWriter, r *http.Request) {
 			hubError(w, http.StatusUnauthorized, "RepoNotFound", "Repository Not Found for url: "+r.URL.String()+". Please make sure you specified the correct repo_id and repo_type. If you are trying to access a private or gated repo, make sure you are authenticated.")
 			return
 		}
-		if !h.authorized(r) {
-			hubError(w, http.StatusUnauthorized, "GatedRepo", "Access to model "+repo+" is restricted. You must have access to it and be authenticated to access it. Please log in.")
+		if h.refuse(w, r, h.opt.Private) {
 			return
 		}
 		rest = strings.TrimPrefix(rest, repo+"/")
@@ -325,14 +446,25 @@ func (h *Hub) serveHub(w http.ResponseWriter, r *http.Request) {
 		case "revision":
 			h.serveInfo(w, commit)
 		case "tree":
+			if h.opt.NoTree {
+				hubError(w, http.StatusNotFound, "", "Not Found")
+				return
+			}
 			h.serveTree(w, r, rev)
 		default:
 			hubError(w, http.StatusNotFound, "", "not found")
 		}
 	case strings.HasPrefix(p, "/"+repo+"/resolve/"):
 		h.fileRequests.Add(1)
-		if !h.authorized(r) {
-			hubError(w, http.StatusUnauthorized, "GatedRepo", "Access to model "+repo+" is restricted.")
+		if h.rateLimited.Add(-1) >= 0 {
+			// As the real hub limits resolvers over 5-minute windows.
+			w.Header().Set("Retry-After", "1")
+			w.Header().Set("RateLimit", `"resolvers";r=0;t=1`)
+			w.Header().Set("RateLimit-Policy", `"fixed window";"resolvers";q=3000;w=300`)
+			hubError(w, http.StatusTooManyRequests, "", "You have been rate-limited; you can retry this action in about 1 second.")
+			return
+		}
+		if h.refuse(w, r, true) {
 			return
 		}
 		rest := strings.TrimPrefix(p, "/"+repo+"/resolve/")
@@ -360,7 +492,9 @@ func (h *Hub) serveHub(w http.ResponseWriter, r *http.Request) {
 		if fi.size >= h.opt.LFSThreshold && cdn != "" {
 			w.Header().Set("X-Linked-Etag", `"`+fi.sha256+`"`)
 			w.Header().Set("X-Linked-Size", strconv.FormatInt(fi.size, 10))
-			http.Redirect(w, r, cdn+"/cdn/"+fi.sha256+"?name="+url.QueryEscape(path.Base(name)), http.StatusFound)
+			expires := strconv.FormatInt(time.Now().Add(h.opt.SignedURLTTL).UnixMilli(), 10)
+			http.Redirect(w, r, cdn+"/cdn/"+fi.sha256+"?name="+url.QueryEscape(path.Base(name))+
+				"&Expires="+expires+"&Signature="+h.sign(fi.sha256, expires), http.StatusFound)
 			return
 		}
 		w.Header().Set("ETag", `"`+fi.sha1+`"`)
@@ -385,10 +519,14 @@ func (h *Hub) serveInfo(w http.ResponseWriter, commit string) {
 		siblings = append(siblings, map[string]string{"rfilename": p})
 	}
 	h.mu.Unlock()
+	var gated any = false
+	if h.opt.Token != "" && !h.opt.Private {
+		gated = "manual"
+	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(map[string]any{
 		"_id": "fake", "id": h.opt.Repo, "modelId": h.opt.Repo, "sha": commit,
-		"private": false, "gated": h.opt.Token != "", "siblings": siblings,
+		"private": h.opt.Private, "gated": gated, "siblings": siblings,
 		"lastModified": time.Unix(0, 0).UTC().Format(time.RFC3339),
 	})
 }
@@ -433,21 +571,26 @@ func (h *Hub) serveTree(w http.ResponseWriter, r *http.Request, rev string) {
 		}
 		start = n
 	}
-	end := min(start+h.opt.PageSize, len(all))
-	page := all[start:end]
-	expand := r.URL.Query().Get("expand") == "true"
-	if !expand {
-		stripped := make([]Entry, len(page))
-		for i, e := range page {
-			e.LFS = nil
-			stripped[i] = e
-		}
-		page = stripped
+	size := h.opt.PageSize
+	if r.URL.Query().Get("expand") == "true" {
+		// The real hub adds each entry's last commit and security scan status to an
+		// expanded listing, and pages it 50 entries at a time.
+		size = h.opt.ExpandPageSize
 	}
+	end := min(start+size, len(all))
+	page := all[start:end]
+	h.treePages.Add(1)
 	if end < len(all) {
 		q := r.URL.Query()
 		q.Set("cursor", strconv.Itoa(end))
-		next := &url.URL{Scheme: "http", Host: r.Host, Path: r.URL.Path, RawQuery: q.Encode()}
+		scheme := "http"
+		if r.TLS != nil {
+			scheme = "https"
+		}
+		next := &url.URL{Scheme: scheme, Host: r.Host, Path: r.URL.Path, RawQuery: q.Encode()}
+		if h.opt.NextHost != "" {
+			next.Host = h.opt.NextHost
+		}
 		w.Header().Set("Link", "<"+next.String()+`>; rel="next"`)
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -462,6 +605,17 @@ func (h *Hub) serveCDN(w http.ResponseWriter, r *http.Request) {
 		h.mu.Unlock()
 	}
 	sum := strings.TrimPrefix(r.URL.Path, "/cdn/")
+	q := r.URL.Query()
+	exp, err := strconv.ParseInt(q.Get("Expires"), 10, 64)
+	if err != nil || q.Get("Signature") != h.sign(sum, q.Get("Expires")) {
+		http.Error(w, "<Error><Code>AccessDenied</Code><Message>Invalid signature</Message></Error>", http.StatusForbidden)
+		return
+	}
+	if time.Now().UnixMilli() > exp {
+		h.expired.Add(1)
+		http.Error(w, "<Error><Code>AccessDenied</Code><Message>Request has expired</Message></Error>", http.StatusForbidden)
+		return
+	}
 	h.mu.Lock()
 	name := ""
 	for _, p := range h.paths {
@@ -477,6 +631,14 @@ func (h *Hub) serveCDN(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("ETag", `"`+sum+`"`)
 	h.serveFile(w, r, name)
+}
+
+// sign returns the signature of a CDN URL (an HMAC over the object and the expiry, keyed
+// by the commit: a stand-in for the CDN's key).
+func (h *Hub) sign(sum, expires string) string {
+	m := hmac.New(sha256.New, []byte(h.opt.Commit))
+	m.Write([]byte(sum + "\x00" + expires))
+	return hex.EncodeToString(m.Sum(nil))[:32]
 }
 
 // countingWriter counts the body bytes written.

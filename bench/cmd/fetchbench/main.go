@@ -1,13 +1,16 @@
 // Command fetchbench downloads a list of files with pkg/fetch, for bench/run.sh.
 //
 // The list has one file a line: URL SHA256 SIZE PATH. With -verify, files already present
-// are also hashed (VerifyFile), as `sglprov apply --verify` does.
+// are also hashed (VerifyFile), as `sglprov apply --verify` does. With -http2, the files
+// come through a client that negotiates HTTP/2 over TLS (every range a stream of one
+// connection, as the downloader did before it kept to HTTP/1.1), for comparison.
 package main
 
 import (
 	"context"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"time"
 
@@ -31,6 +34,7 @@ func run() error {
 	bufferMB := flag.Int64("buffer-mb", 0, "read-ahead memory bound in MiB (0: default)")
 	verify := flag.Bool("verify", false, "hash files that are already present")
 	quiet := flag.Bool("q", false, "no progress lines")
+	h2 := flag.Bool("http2", false, "negotiate HTTP/2 over TLS (the old behaviour, for comparison)")
 	flag.Parse()
 	if *list == "" || *dest == "" {
 		return fmt.Errorf("usage: fetchbench -list FILE -dest DIR [-files N] [-conns N] [-verify]")
@@ -40,10 +44,19 @@ func run() error {
 		return err
 	}
 	opt := fetch.Options{Dest: *dest, Files: *files, Conns: *conns, ChunkSize: *chunkMB << 20, MaxBuffer: *bufferMB << 20}
+	if *h2 {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.ForceAttemptHTTP2 = true
+		t.DisableCompression = true
+		opt.Client = &http.Client{Transport: t}
+	}
+	if !*quiet {
+		opt.Logf = func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }
+	}
 	var pipe *fetch.PipeReporter
 	if !*quiet {
-		pipe = fetch.NewPipeReporter(func(format string, args ...any) {
-			fmt.Fprintf(os.Stderr, format+"\n", args...)
+		pipe = fetch.NewPipeReporter(func(msg string, keyvals ...any) {
+			fmt.Fprintln(os.Stderr, append([]any{msg}, keyvals...)...)
 		}, 5*time.Second)
 		opt.Progress = pipe
 	}

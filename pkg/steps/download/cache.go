@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/sglprov/sglprov/pkg/cache"
 	"github.com/sglprov/sglprov/pkg/engine"
@@ -166,7 +168,7 @@ func (s *Step) fetchFromCache(ctx context.Context, env *engine.Env, c cache.Cach
 			}
 			res, ferr := fetch.Fetch(ctx, []fetch.File{reg}, fetch.Options{
 				Dest: dest, Files: 1, Conns: s.spec.Connections, ChunkSize: cache.ChunkSize, StallTimeout: s.stall,
-				Retries: s.spec.Retries, Client: c.HTTPClient(), Progress: rep, FreeSpace: s.freeSpace,
+				Retries: s.spec.Retries, NoProgress: s.registryNoProgress(), Client: giveUpClient(c), Progress: rep, FreeSpace: s.freeSpace,
 				Logf: func(format string, args ...any) { env.Log.Info(redact.Userinfo(fmt.Sprintf(format, args...))) },
 			})
 			out[i] = outcome{f: f, res: res, err: ferr}
@@ -289,6 +291,49 @@ func (s *Step) recordResults(dest string, files []fetch.File, results []fetch.Re
 	return fetched, bytes, ferr
 }
 
+// registryNoProgress is the retry budget of a file taken from the fleet cache: two stall
+// timeouts (2 min by default), not the origin's no_progress_timeout. The registry only
+// spares the origin; a file it stops serving comes from the origin instead, and the run
+// must not wait many minutes on the registry first.
+func (s *Step) registryNoProgress() time.Duration {
+	d := s.stall
+	if d <= 0 {
+		d = time.Minute
+	}
+	d *= 2
+	if s.noProgress > 0 {
+		d = min(d, s.noProgress)
+	}
+	return d
+}
+
+// giveUpClient is the cache's HTTP client whose requests fail at once, not to be retried
+// (fetch.ErrNoRetry), once the cache is given up for the run (it stalled or did not answer).
+func giveUpClient(c cache.Cache) *http.Client {
+	hc := *c.HTTPClient()
+	base := hc.Transport
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	hc.Transport = giveUpTransport{base: base, c: c}
+	return &hc
+}
+
+type giveUpTransport struct {
+	base http.RoundTripper
+	c    cache.Cache
+}
+
+func (t giveUpTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if err := t.c.GaveUp(); err != nil {
+		if req.Body != nil {
+			req.Body.Close()
+		}
+		return nil, fmt.Errorf("%w: %w", fetch.ErrNoRetry, err)
+	}
+	return t.base.RoundTrip(req)
+}
+
 // Publish pushes every file the step verified as a blob whose digest is its sha256 (the
 // files the hub keeps in git, without one, are hashed first), and the resolved listing as
 // the artifact's config, tagged with the step's fingerprint.
@@ -297,7 +342,7 @@ func (s *Step) Publish(ctx context.Context, env *engine.Env, slot engine.CacheSl
 	if !ok || len(rec.Expected) == 0 {
 		return "", nil
 	}
-	dest := env.Path(s.spec.Dest)
+	dest := s.root(env, rec.Commit)
 	l := cacheListing{Repo: rec.Repo, Revision: rec.Revision, Commit: rec.Commit}
 	var files []cache.File
 	for _, rel := range rec.Expected {

@@ -349,6 +349,16 @@ func TestGatedRepo(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "HF_TOKEN") || !strings.Contains(err.Error(), "401") {
 			t.Fatalf("err = %v, want a 401 that says to set HF_TOKEN", err)
 		}
+		// The hub answers the listing of a gated repository and refuses the files: the
+		// error names the cause and the fix once, for all of them.
+		for _, w := range []string{"the hub refused", "GatedRepo", "is restricted", "accept its licence at", "more files the same way"} {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("error %q does not say %q", err, w)
+			}
+		}
+		if n := strings.Count(err.Error(), "accept its licence"); n != 1 {
+			t.Errorf("the fix is said %d times: %q", n, err)
+		}
 	})
 	t.Run("wrong token is not shown", func(t *testing.T) {
 		err := fx.step(t, spec, map[string]string{"HF_TOKEN": "hf_wrongWRONGwrong"}).Run(ctx, fx.env)
@@ -521,5 +531,54 @@ func TestSpecChecks(t *testing.T) {
 				t.Errorf("err = %v, want a usage error containing %q", err, tt.wantErr)
 			}
 		})
+	}
+}
+
+// TestDownloadThroughMirrorWithoutTree: an HF_ENDPOINT mirror that serves no tree API:
+// the step lists the files from the revision's siblings and HEADs, downloads them from the
+// mirror and checks them against the sha256 and git sha1 the HEADs gave.
+func TestDownloadThroughMirrorWithoutTree(t *testing.T) {
+	fx := newFixture(t, fakehub.Options{NoTree: true})
+	spec := fx.hfSpec("main")
+	spec.HF.Endpoint = ""
+	st := fx.step(t, spec, map[string]string{"HF_ENDPOINT": fx.hub.URL()})
+	if err := st.Run(context.Background(), fx.env); err != nil {
+		t.Fatalf("download through a mirror without /tree: %v", err)
+	}
+	fx.sameAsSource(t)
+}
+
+// TestHubOffline: with HF_HUB_OFFLINE set, the step asks the hub nothing: the fingerprint
+// and the listing come from the last run's record, the files present are checked against
+// it, and a missing one is an error that names it and the fix.
+func TestHubOffline(t *testing.T) {
+	ctx := context.Background()
+	fx := newFixture(t, fakehub.Options{})
+	spec := fx.hfSpec("main")
+	if err := fx.step(t, spec, nil).Run(ctx, fx.env); err != nil {
+		t.Fatal(err)
+	}
+	fx.hub.ResetCounters()
+	offline := map[string]string{"HF_HUB_OFFLINE": "1"}
+	fp, err := fx.step(t, spec, offline).Fingerprint(ctx, fx.env)
+	if err != nil || fp["hf.commit"] != fx.hub.Commit() {
+		t.Fatalf("offline Fingerprint = %v, %v; want the recorded commit", fp, err)
+	}
+	if err := fx.step(t, spec, offline).Run(ctx, fx.env); err != nil {
+		t.Fatalf("offline run over complete files: %v", err)
+	}
+	if _, _, err := fx.step(t, spec, offline).Preflight(ctx, fx.env, engine.CacheSlot{}); err != nil {
+		t.Fatalf("offline plan: %v", err)
+	}
+	shard := "model-00002-of-00003.safetensors"
+	if err := os.Remove(filepath.Join(fx.dest, shard)); err != nil {
+		t.Fatal(err)
+	}
+	err = fx.step(t, spec, offline).Run(ctx, fx.env)
+	if engine.ExitCode(err) != engine.ExitHost || !strings.Contains(err.Error(), shard) || !strings.Contains(err.Error(), "unset HF_HUB_OFFLINE") {
+		t.Errorf("offline run with a file missing = %v (exit %d), want exit 4 naming it", err, engine.ExitCode(err))
+	}
+	if n := fx.hub.APIRequests() + fx.hub.FileRequests(); n != 0 {
+		t.Errorf("the hub was asked %d times while HF_HUB_OFFLINE was set", n)
 	}
 }

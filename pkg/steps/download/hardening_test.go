@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sglprov/sglprov/pkg/fetch"
 	"github.com/sglprov/sglprov/test/fakehub"
@@ -131,5 +132,50 @@ func TestPartsOfUnlistedFilesRemoved(t *testing.T) {
 	ents, _ := os.ReadDir(fx.dest)
 	if len(ents) != 1 || ents[0].Name() != "keep.bin" {
 		t.Errorf("dest holds %v, want keep.bin only", ents)
+	}
+}
+
+// A file whose source keeps failing runs out of its no-progress budget and fails alone:
+// the other files are downloaded and recorded, and the step's error and log name every
+// failed file.
+func TestFailedFilesReportedOthersKept(t *testing.T) {
+	ctx := context.Background()
+	fx := newFixture(t, fakehub.Options{})
+	src := t.TempDir()
+	good := bytes.Repeat([]byte("k"), 300<<10)
+	writeSrc(t, src, map[string][]byte{"good": good})
+	down := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Retry-After", "0")
+		http.Error(w, "upstream down", http.StatusBadGateway)
+	}))
+	t.Cleanup(down.Close)
+	srv := fileServer(t, src, nil)
+	other := sum([]byte("never served"))
+	spec := Spec{Dest: fx.dest, NoProgressTimeout: "300ms", Files: []FileSpec{
+		{URL: down.URL + "/x", SHA256: other, Path: "x.bin"},
+		{URL: srv.URL + "/good", SHA256: sum(good), Path: "good.bin"},
+		{URL: down.URL + "/y", SHA256: other, Path: "y.bin"},
+	}}
+	st := fx.step(t, spec, nil)
+	st.stall = time.Second
+	err := st.Run(ctx, fx.env)
+	if err == nil {
+		t.Fatal("the run did not fail")
+	}
+	for _, want := range []string{"2 of 3 files failed", "x.bin", "y.bin", "502"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	if got, err := os.ReadFile(filepath.Join(fx.dest, "good.bin")); err != nil || !bytes.Equal(got, good) {
+		t.Fatalf("good.bin was not downloaded alongside the failing files: %v", err)
+	}
+	var rec record
+	fx.env.LoadData(&rec)
+	if rec.Files["good.bin"].SHA256 != sum(good) {
+		t.Errorf("good.bin not recorded: %+v", rec.Files)
+	}
+	if log := fx.log.String(); strings.Count(log, "file failed") != 2 {
+		t.Errorf("log does not name each failed file:\n%s", log)
 	}
 }

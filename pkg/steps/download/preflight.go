@@ -18,10 +18,12 @@ const preflightTimeout = 30 * time.Second
 // there: "to fetch: 221.4 GiB of 223.1 GiB (97 files); free at /var/lib/sglprov/models:
 // 1.7 TiB". The sizes come from the hub's listing at the pinned revision (or the recipe's
 // files); when the hub cannot be reached now they are "unknown", which is not the recipe's
-// fault and no error. Two answers are errors that make plan exit 4 rather than promise a
+// fault and no error. Three answers are errors that make plan exit 4 rather than promise a
 // download that cannot happen: the hub says the revision does not exist (RevisionNotFound;
-// a commit too, which the fingerprint takes on trust; engine.ErrMissing), or the bytes
-// still to fetch do not fit (engine.ErrHost). apply refuses the latter too, before the first byte.
+// a commit too, which the fingerprint takes on trust; engine.ErrMissing), the hub refuses
+// the files to this host (a gated or private repository without a token that has access:
+// the API answers, resolve refuses; engine.ErrHost, with the cause and the fix), or the
+// bytes still to fetch do not fit (engine.ErrHost). apply refuses the latter too, before the first byte.
 // With the fleet cache in slot it takes the listing, as apply does, from the artifact tagged
 // slot.Tag when the cache has one that fits the step (the same checks), and asks the hub
 // otherwise, so that a node whose hub is out of reach still says what is left to fetch.
@@ -40,14 +42,14 @@ func (s *Step) Preflight(ctx context.Context, env *engine.Env, slot engine.Cache
 	}
 	where := fmt.Sprintf("free at %s: %s", s.spec.Dest, freeText)
 
-	files, total, err := s.listForPlan(ctx, env, slot)
-	if errors.Is(err, engine.ErrMissing) {
+	files, total, commit, err := s.listForPlan(ctx, env, slot)
+	if errors.Is(err, engine.ErrMissing) || errors.Is(err, engine.ErrHost) {
 		return []string{"to fetch: unknown; " + where}, nil, err
 	}
 	if err != nil {
 		return []string{"to fetch: unknown (" + err.Error() + "); " + where}, nil, nil
 	}
-	need, unknown, err := fetch.Remaining(dest, files)
+	need, unknown, err := fetch.Remaining(s.root(env, commit), files)
 	if err != nil {
 		return []string{"to fetch: unknown (" + err.Error() + "); " + where}, nil, nil
 	}
@@ -71,12 +73,12 @@ func (s *Step) Preflight(ctx context.Context, env *engine.Env, slot engine.Cache
 }
 
 // listForPlan returns the files the step would fetch and their total size, from the fleet
-// cache's listing (slot, as apply takes it), the hub's listing at the revision (one resolve
-// and one listing, no retries) or the recipe's files. A revision the hub says does not
-// exist is an error marked engine.ErrMissing (exit 4).
-func (s *Step) listForPlan(ctx context.Context, env *engine.Env, slot engine.CacheSlot) ([]fetch.File, int64, error) {
-	var files []fetch.File
-	var total int64
+// cache's listing (slot, as apply takes it), the hub's listing at the revision (one resolve,
+// one listing and a HEAD of the first file's resolve URL, no retries) or the recipe's
+// files. A revision the hub says does not exist is an error marked engine.ErrMissing, a
+// file the hub refuses to this host (gated, private, a token without access: 401, 403)
+// one marked engine.ErrHost (exit 4 both).
+func (s *Step) listForPlan(ctx context.Context, env *engine.Env, slot engine.CacheSlot) (files []fetch.File, total int64, commit string, err error) {
 	if s.spec.HF == nil {
 		for _, f := range s.spec.Files {
 			size := f.Size
@@ -86,39 +88,64 @@ func (s *Step) listForPlan(ctx context.Context, env *engine.Env, slot engine.Cac
 			files = append(files, fetch.File{URL: f.URL, Path: f.Path, Size: size, SHA256: f.SHA256})
 			total += max(size, 0)
 		}
-		return files, total, nil
+		return files, total, "", nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, preflightTimeout)
 	defer cancel()
+	if hub.Offline(s.getenv) {
+		// HF_HUB_OFFLINE: what the last run recorded, and no request to the hub.
+		rec, ok := s.loadRecord(env)
+		if !ok || rec.Repo != s.spec.HF.Repo || rec.Revision != s.revision() || len(rec.Expected) == 0 {
+			return nil, 0, "", errors.New("HF_HUB_OFFLINE is set and no earlier run recorded the listing")
+		}
+		for _, p := range rec.Expected {
+			fr := rec.Files[p]
+			files = append(files, fetch.File{Path: p, Size: fr.Size, SHA256: fr.SHA256, GitSHA1: fr.GitSHA1})
+			total += fr.Size
+		}
+		return files, total, rec.Commit, nil
+	}
 	if a := s.lookupListing(ctx, env, slot); a != nil {
 		if l := s.listingFrom(env, a); l != nil {
 			for _, f := range l.Files {
 				files = append(files, fetch.File{Path: f.Path, Size: f.Size, SHA256: f.SHA256, GitSHA1: f.GitSHA1})
 				total += f.Size
 			}
-			return files, total, nil
+			return files, total, l.Commit, nil
 		}
 	}
 	c, err := s.hubClient(env, -1)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, "", err
 	}
 	rev := s.revision()
-	commit, err := c.ResolveRevision(ctx, s.spec.HF.Repo, rev)
+	commit, err = c.ResolveRevision(ctx, s.spec.HF.Repo, rev)
 	var api *hub.APIError
 	if errors.As(err, &api) && api.Code == "RevisionNotFound" {
-		return nil, 0, fmt.Errorf("%w: the hub has no revision %q of %s: %w", engine.ErrMissing, rev, s.spec.HF.Repo, err)
+		return nil, 0, "", fmt.Errorf("%w: the hub has no revision %q of %s: %w", engine.ErrMissing, rev, s.spec.HF.Repo, err)
 	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("hub not reachable: %w", err)
+		return nil, 0, "", fmt.Errorf("hub not reachable: %w", err)
 	}
 	listed, err := c.Files(ctx, s.spec.HF.Repo, commit, s.spec.HF.Include, s.spec.HF.Exclude)
 	if err != nil {
-		return nil, 0, fmt.Errorf("hub not reachable: %w", err)
+		return nil, 0, "", fmt.Errorf("hub not reachable: %w", err)
 	}
 	for _, f := range listed {
 		files = append(files, fetch.File{URL: f.URL, Path: f.Path, Size: f.Size, SHA256: f.SHA256, GitSHA1: f.GitSHA1})
 		total += max(f.Size, 0)
 	}
-	return files, total, nil
+	// The hub answers the API of a gated or private repository to anyone and refuses only
+	// the files: ask for one as the download will, so that a missing licence or token
+	// stops plan now rather than the download after an hour of kernel build.
+	if len(listed) > 0 {
+		perr := c.Probe(ctx, s.spec.HF.Repo, commit, listed[0].URL)
+		if errors.As(perr, &api) && hub.Refused(api.Status, api.Code) {
+			return nil, 0, "", fmt.Errorf("%w: the hub refuses the files of %s to this host: %w", engine.ErrHost, s.spec.HF.Repo, perr)
+		}
+		if perr != nil {
+			return nil, 0, "", fmt.Errorf("hub not reachable: %w", perr)
+		}
+	}
+	return files, total, commit, nil
 }

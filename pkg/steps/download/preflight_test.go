@@ -229,3 +229,41 @@ steps:
 		}
 	}
 }
+
+// TestPreflightGatedRepo: the hub answers the API of a gated repository to anyone and
+// refuses only resolve, so plan probes one file's resolve: without a token that has
+// access, plan stops (exit 4) naming the cause and the fix; with one, it passes.
+func TestPreflightGatedRepo(t *testing.T) {
+	const denied = "hf_deniedDENIEDdenied"
+	fx := newFixture(t, fakehub.Options{Token: secret, DeniedTokens: []string{denied}})
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		want []string
+	}{
+		{"no token", nil, []string{"401", "GatedRepo", "accept its licence at", "hf.token_file (or HF_TOKEN)"}},
+		{"token without access", map[string]string{"HF_TOKEN": denied}, []string{"403", "GatedRepo", "no access", "accept the licence"}},
+		{"unknown token", map[string]string{"HF_TOKEN": "hf_madeUPmadeUP"}, []string{"401", "does not know this token", "settings/tokens"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lines, _, err := fx.step(t, fx.hfSpec("main"), tc.env).Preflight(ctx, fx.env, engine.CacheSlot{})
+			if engine.ExitCode(err) != engine.ExitHost {
+				t.Fatalf("Preflight = %q, %v (exit %d), want exit 4", lines, err, engine.ExitCode(err))
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not say %q", err, w)
+				}
+			}
+			for _, tok := range tc.env {
+				if strings.Contains(err.Error(), tok) {
+					t.Errorf("error %q shows the token", err)
+				}
+			}
+		})
+	}
+	if _, _, err := fx.step(t, fx.hfSpec("main"), map[string]string{"HF_TOKEN": secret}).Preflight(ctx, fx.env, engine.CacheSlot{}); err != nil {
+		t.Errorf("with a token that has access: %v", err)
+	}
+}

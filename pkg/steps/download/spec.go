@@ -36,9 +36,17 @@ type Spec struct {
 	// StallTimeout is how long a connection may receive nothing before it is retried,
 	// e.g. "60s" ("": default). There is no total timeout.
 	StallTimeout string `yaml:"stall_timeout"`
-	// Retries bounds the retries of a failing request or a file with a bad digest
-	// (0: default; negative: none).
+	// Retries bounds the downloads again of a file with a bad digest (0: default;
+	// negative: none, and no retry of a failing request either).
 	Retries int `yaml:"retries"`
+	// Layout is how dest holds the files: "files" (the default: dest/PATH) or "hf-cache"
+	// (huggingface_hub's cache: dest/models--ORG--NAME/{blobs,snapshots/COMMIT,refs}, the
+	// snapshot's files links to the blobs; for hf only).
+	Layout string `yaml:"layout"`
+	// NoProgressTimeout is the retry budget of each file, e.g. "10m" ("": 10m): a failing
+	// request is retried for as long as the file received a byte within this long; a file
+	// that receives none for this long fails alone while the others finish.
+	NoProgressTimeout string `yaml:"no_progress_timeout"`
 }
 
 // HFSpec names a hub repository and which of its files to download.
@@ -89,6 +97,10 @@ func New(spec Spec) (*Step, error) {
 		d, _ := time.ParseDuration(spec.StallTimeout)
 		st.stall = d
 	}
+	if spec.NoProgressTimeout != "" {
+		d, _ := time.ParseDuration(spec.NoProgressTimeout)
+		st.noProgress = d
+	}
 	return st, nil
 }
 
@@ -106,6 +118,21 @@ func (s *Spec) check() error {
 		d, err := time.ParseDuration(s.StallTimeout)
 		if err != nil || d <= 0 {
 			return fmt.Errorf("stall_timeout %q: want a positive duration such as 60s", s.StallTimeout)
+		}
+	}
+	switch s.Layout {
+	case "", LayoutFiles:
+	case LayoutHFCache:
+		if s.HF == nil {
+			return fmt.Errorf("layout %q is for hf downloads: files have no repository to lay out", s.Layout)
+		}
+	default:
+		return fmt.Errorf("layout %q: want %q or %q", s.Layout, LayoutFiles, LayoutHFCache)
+	}
+	if s.NoProgressTimeout != "" {
+		d, err := time.ParseDuration(s.NoProgressTimeout)
+		if err != nil || d <= 0 {
+			return fmt.Errorf("no_progress_timeout %q: want a positive duration such as 10m", s.NoProgressTimeout)
 		}
 	}
 	if s.HF != nil {
@@ -167,8 +194,9 @@ func checkNotWorkDir(p string) error {
 
 // Step is a download step.
 type Step struct {
-	spec  Spec
-	stall time.Duration
+	spec       Spec
+	stall      time.Duration
+	noProgress time.Duration
 
 	// hashed holds the files this process has already hashed and found right, with
 	// their stat then: Run does not hash again what Intact just did.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/http"
 	"os"
 	"path"
 	"path/filepath"
@@ -97,6 +98,12 @@ func (s *Step) Fingerprint(ctx context.Context, env *engine.Env) (map[string]str
 	if hub.IsCommit(rev) {
 		return map[string]string{"hf.commit": rev}, nil
 	}
+	if hub.Offline(s.getenv) {
+		if rec, ok := s.loadRecord(env); ok && rec.Repo == s.spec.HF.Repo && rec.Revision == rev && rec.Commit != "" {
+			return map[string]string{"hf.commit": rec.Commit}, nil
+		}
+		return map[string]string{"hf.commit": "unresolved " + rev}, nil
+	}
 	c, err := s.hubClient(env, -1)
 	if err == nil {
 		var commit string
@@ -133,12 +140,25 @@ func (s *Step) hubClient(env *engine.Env, retries int) (*hub.Client, error) {
 	}
 	c, err := hub.New(hub.Options{
 		Endpoint: s.spec.HF.Endpoint, TokenFile: tokenFile, Getenv: s.getenv, HTTPClient: s.client,
-		Retries: retries, RetryWait: s.retryWait,
+		Retries: retries, RetryWait: s.retryWait, RetryFor: s.apiRetryFor(retries),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("setting up the hub client: %w", err)
 	}
 	return c, nil
+}
+
+// apiRetryFor is how long a failing hub API request of apply is retried: the downloads'
+// no-progress budget (none for plan's and the fingerprint's requests, made with retries
+// -1, which must not hold plan for minutes).
+func (s *Step) apiRetryFor(retries int) time.Duration {
+	if retries < 0 {
+		return 0
+	}
+	if s.noProgress > 0 {
+		return s.noProgress
+	}
+	return 10 * time.Minute
 }
 
 // Intact reports whether every file the last run downloaded is still at dest, unchanged:
@@ -150,7 +170,7 @@ func (s *Step) Intact(ctx context.Context, env *engine.Env) (intact bool, reason
 	if !ok || len(rec.Expected) == 0 {
 		return false, "no record of an earlier download", nil
 	}
-	dest := env.Path(s.spec.Dest)
+	dest, shownDest := s.root(env, rec.Commit), s.shownRoot(rec.Commit)
 	s.hashed = nil // only what this check hashes counts for the run that follows it
 	refreshed := false
 	// What was re-hashed is recorded whatever the answer: a re-run must not read the
@@ -166,7 +186,7 @@ func (s *Step) Intact(ctx context.Context, env *engine.Env) (intact bool, reason
 		if err := ctx.Err(); err != nil {
 			return false, "", err
 		}
-		shown := filepath.Join(s.spec.Dest, filepath.FromSlash(rel))
+		shown := filepath.Join(shownDest, filepath.FromSlash(rel))
 		fr, ok := rec.Files[rel]
 		if !ok {
 			return false, "outputs changed: " + shown + " (never verified)", nil
@@ -240,7 +260,6 @@ func runError(err error) error {
 
 func (s *Step) run(ctx context.Context, env *engine.Env, slot engine.CacheSlot) error {
 	start := time.Now()
-	dest := env.Path(s.spec.Dest)
 	rec := record{Files: map[string]fileRecord{}}
 	if old, ok := s.loadRecord(env); ok {
 		rec.Files = old.Files
@@ -249,6 +268,7 @@ func (s *Step) run(ctx context.Context, env *engine.Env, slot engine.CacheSlot) 
 		files     []fetch.File
 		token     string
 		tokenHost string
+		hubc      *hub.Client
 	)
 	artifact := s.lookupListing(ctx, env, slot)
 	var listing *cacheListing
@@ -267,7 +287,29 @@ func (s *Step) run(ctx context.Context, env *engine.Env, slot engine.CacheSlot) 
 			files = append(files, fetch.File{URL: c.ResolveURL(listing.Repo, listing.Commit, f.Path), Path: f.Path, Size: f.Size, SHA256: f.SHA256, GitSHA1: f.GitSHA1})
 		}
 		rec.Repo, rec.Revision, rec.Commit = listing.Repo, listing.Revision, listing.Commit
-		token, tokenHost = c.Token(), c.TokenHost()
+		token, tokenHost, hubc = c.Token(), c.TokenHost(), c
+	} else if s.spec.HF != nil && hub.Offline(s.getenv) {
+		// HF_HUB_OFFLINE: the listing recorded by the last run, and no request to the hub.
+		old, ok := s.loadRecord(env)
+		rev := s.revision()
+		if !ok || old.Repo != s.spec.HF.Repo || old.Revision != rev || old.Commit == "" || len(old.Expected) == 0 {
+			return fmt.Errorf("%w: HF_HUB_OFFLINE is set and no earlier run recorded the files of %s at %q: unset HF_HUB_OFFLINE for one run with the hub in reach", engine.ErrHost, s.spec.HF.Repo, rev)
+		}
+		var missing []string
+		for _, p := range old.Expected {
+			fr, ok := old.Files[p]
+			if !ok {
+				missing = append(missing, p)
+				continue
+			}
+			files = append(files, fetch.File{Path: p, Size: fr.Size, SHA256: fr.SHA256, GitSHA1: fr.GitSHA1})
+		}
+		if len(missing) > 0 {
+			return fmt.Errorf("%w: HF_HUB_OFFLINE is set and %d files of %s were never downloaded (%s): unset HF_HUB_OFFLINE to fetch them", engine.ErrHost, len(missing), s.spec.HF.Repo, strings.Join(missing, ", "))
+		}
+		env.Log.Info("HF_HUB_OFFLINE: the recorded listing, no hub request", "commit", old.Commit, "files", len(files))
+		env.Detail("commit", old.Commit)
+		rec.Repo, rec.Revision, rec.Commit = old.Repo, old.Revision, old.Commit
 	} else if s.spec.HF != nil {
 		c, err := s.hubClient(env, s.spec.Retries)
 		if err != nil {
@@ -296,7 +338,7 @@ func (s *Step) run(ctx context.Context, env *engine.Env, slot engine.CacheSlot) 
 			files = append(files, fetch.File{URL: f.URL, Path: f.Path, Size: f.Size, SHA256: f.SHA256, GitSHA1: f.GitSHA1})
 		}
 		rec.Repo, rec.Revision, rec.Commit = s.spec.HF.Repo, rev, commit
-		token, tokenHost = c.Token(), c.TokenHost()
+		token, tokenHost, hubc = c.Token(), c.TokenHost(), c
 	} else {
 		for _, f := range s.spec.Files {
 			size := f.Size
@@ -320,8 +362,14 @@ func (s *Step) run(ctx context.Context, env *engine.Env, slot engine.CacheSlot) 
 			delete(rec.Files, p)
 		}
 	}
+	dest := s.root(env, rec.Commit)
 	if err := os.MkdirAll(dest, 0o755); err != nil {
-		return fmt.Errorf("creating %s: %w", s.spec.Dest, err)
+		return fmt.Errorf("creating %s: %w", s.shownRoot(rec.Commit), err)
+	}
+	if s.hfCache() {
+		if err := s.relink(dest, files); err != nil {
+			return err
+		}
 	}
 
 	todo, kept, err := s.sortOut(ctx, env, dest, files, &rec)
@@ -336,6 +384,13 @@ func (s *Step) run(ctx context.Context, env *engine.Env, slot engine.CacheSlot) 
 		bytes   int64
 		fromReg int
 	)
+	if len(todo) > 0 && s.spec.HF != nil && hub.Offline(s.getenv) && slot.Cache == nil {
+		var names []string
+		for _, f := range todo {
+			names = append(names, f.Path)
+		}
+		return fmt.Errorf("%w: HF_HUB_OFFLINE is set and %d files at %s are missing or changed (%s): unset HF_HUB_OFFLINE to fetch them again", engine.ErrHost, len(todo), s.spec.Dest, strings.Join(names, ", "))
+	}
 	if slot.Cache != nil && len(todo) > 0 {
 		var regFetched []fetch.Result
 		var regBytes int64
@@ -363,7 +418,7 @@ func (s *Step) run(ctx context.Context, env *engine.Env, slot engine.CacheSlot) 
 		rep, closeRep := s.reporter(env)
 		results, ferr := fetch.Fetch(ctx, todo, fetch.Options{
 			Dest: dest, Files: s.spec.FilesAtOnce, Conns: s.spec.Connections,
-			StallTimeout: s.stall, Retries: s.spec.Retries, Client: s.client,
+			StallTimeout: s.stall, Retries: s.spec.Retries, NoProgress: s.noProgress, Client: s.client,
 			Token: token, TokenHost: tokenHost, Progress: rep, FreeSpace: s.freeSpace,
 			Logf: func(format string, args ...any) { env.Log.Info(redact.Userinfo(fmt.Sprintf(format, args...))) },
 		})
@@ -380,6 +435,16 @@ func (s *Step) run(ctx context.Context, env *engine.Env, slot engine.CacheSlot) 
 			ferr = fmt.Errorf("recording verified files: %w", err)
 		}
 		if ferr != nil {
+			var fe *fetch.FilesError
+			if errors.As(ferr, &fe) {
+				for _, e := range fe.Failed {
+					env.Log.Error("file failed", "err", redact.Error(e))
+				}
+				env.Detail("files_failed", len(fe.Failed))
+			}
+			if hubc != nil {
+				ferr = explainRefusal(hubc, s.spec.HF.Repo, rec.Commit, ferr)
+			}
 			return fmt.Errorf("downloading into %s: %w", s.spec.Dest, ferr)
 		}
 	}
@@ -398,6 +463,12 @@ func (s *Step) run(ctx context.Context, env *engine.Env, slot engine.CacheSlot) 
 		env.Log.Warn("cannot remove leftover part files", "err", err)
 	}
 	s.removeOldParts(env, dest, want)
+	if s.hfCache() {
+		if err := s.toBlobs(dest, files, rec.Revision, rec.Commit); err != nil {
+			return fmt.Errorf("laying out %s as huggingface_hub's cache: %w", s.spec.Dest, err)
+		}
+		env.Detail("snapshot", s.shownRoot(rec.Commit))
+	}
 	// Taken from the cache: the listing, or every file fetched, came from the registry.
 	if artifact != nil && fromReg == len(fetched) && (listing != nil || fromReg > 0) {
 		env.FromCache(artifact.Digest)
@@ -415,6 +486,65 @@ func (s *Step) run(ctx context.Context, env *engine.Env, slot engine.CacheSlot) 
 	}
 	return nil
 }
+
+// explainRefusal turns the hub's refusals among a download's errors (401, 403, GatedRepo,
+// RepoNotFound on a file's resolve URL: a gated or private repository, a token without
+// access) into one error that names the cause and the fix, once for all the files it
+// refused; the other errors follow it as they were.
+func explainRefusal(c *hub.Client, repo, rev string, err error) error {
+	var all []error
+	if fe := (*fetch.FilesError)(nil); errors.As(err, &fe) {
+		all = fe.Failed
+	} else {
+		all = []error{err}
+	}
+	var first *fetch.StatusError
+	var refused int
+	var rest []error
+	for _, e := range all {
+		var se *fetch.StatusError
+		if errors.As(e, &se) && hub.Refused(se.Status, se.Code) {
+			refused++
+			if first == nil {
+				first = se
+			}
+			continue
+		}
+		rest = append(rest, e)
+	}
+	if first == nil {
+		return err
+	}
+	what := first.Code
+	if what == "" {
+		what = http.StatusText(first.Status)
+	}
+	msg := fmt.Sprintf("the hub refused %s of %s (%d %s", first.Path, repo, first.Status, what)
+	if first.Message != "" {
+		msg += ": " + first.Message
+	}
+	msg += ")"
+	if refused > 1 {
+		msg += fmt.Sprintf(", and %d more files the same way", refused-1)
+	}
+	if h := c.Hint(first.Status, first.Code, first.Message, repo, rev); h != "" {
+		msg += "; " + h
+	}
+	refusal := &refusedError{msg: msg, cause: first}
+	if len(rest) == 0 {
+		return refusal
+	}
+	return errors.Join(append([]error{refusal}, rest...)...)
+}
+
+// refusedError is the hub's refusal of a download, explained.
+type refusedError struct {
+	msg   string
+	cause *fetch.StatusError
+}
+
+func (e *refusedError) Error() string { return e.msg }
+func (e *refusedError) Unwrap() error { return e.cause }
 
 // removeOldParts removes the part files that earlier versions kept beside each file
 // (NAME.part, NAME.part.json), unless the listing itself names them.
@@ -461,7 +591,7 @@ func (s *Step) sortOut(ctx context.Context, env *engine.Env, dest string, files 
 			return nil, 0, err
 		}
 		p := filepath.Join(dest, filepath.FromSlash(f.Path))
-		shown := filepath.Join(s.spec.Dest, filepath.FromSlash(f.Path))
+		shown := filepath.Join(s.shownRoot(rec.Commit), filepath.FromSlash(f.Path))
 		cur, serr := statOf(p)
 		if errors.Is(serr, fs.ErrNotExist) {
 			delete(rec.Files, f.Path)

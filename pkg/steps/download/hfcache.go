@@ -1,0 +1,138 @@
+package download
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/sglprov/sglprov/pkg/atomicfile"
+	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/fetch"
+)
+
+// Layouts of a download's dest.
+const (
+	// LayoutFiles puts each file at dest/PATH (the default).
+	LayoutFiles = "files"
+	// LayoutHFCache lays the repository out in dest as huggingface_hub's cache does, so
+	// that tools that take a repository id (huggingface-cli, transformers, SGLang with
+	// HF_HUB_CACHE=dest or HF_HOME=dest/..) find the weights without a second download:
+	// dest/models--ORG--NAME/blobs/ETAG holds each file's bytes (ETAG: its sha256 for an
+	// LFS file, its git blob sha1 otherwise), dest/models--ORG--NAME/snapshots/COMMIT/PATH
+	// is a relative symbolic link to its blob, and dest/models--ORG--NAME/refs/REVISION
+	// holds the commit a branch or tag named (no trailing newline).
+	LayoutHFCache = "hf-cache"
+)
+
+// hfCache reports whether the step writes huggingface_hub's cache layout.
+func (s *Step) hfCache() bool { return s.spec.Layout == LayoutHFCache && s.spec.HF != nil }
+
+// repoFolder is huggingface_hub's folder name of a model repository: "models--ORG--NAME".
+func repoFolder(repo string) string {
+	return "models--" + strings.ReplaceAll(repo, "/", "--")
+}
+
+// root returns the folder the files' paths are relative to: dest, or with the hf-cache
+// layout the snapshot folder of commit (whose files are links to the blobs).
+func (s *Step) root(env *engine.Env, commit string) string {
+	dest := env.Path(s.spec.Dest)
+	if !s.hfCache() {
+		return dest
+	}
+	return filepath.Join(dest, repoFolder(s.spec.HF.Repo), "snapshots", commit)
+}
+
+// shownRoot is root as log lines and errors show it (the recipe's dest, not resolved).
+func (s *Step) shownRoot(commit string) string {
+	if !s.hfCache() {
+		return s.spec.Dest
+	}
+	return filepath.Join(s.spec.Dest, repoFolder(s.spec.HF.Repo), "snapshots", commit)
+}
+
+// etag is the name of f's blob: its sha256, or its git blob sha1 for a file kept in git.
+func etag(f fetch.File) string {
+	if f.SHA256 != "" {
+		return f.SHA256
+	}
+	return f.GitSHA1
+}
+
+// blobLink returns the relative link target from the snapshot entry of rel to its blob.
+func blobLink(rel, name string) string {
+	up := strings.Repeat("../", 2+strings.Count(rel, "/"))
+	return up + "blobs/" + name
+}
+
+// relink restores the snapshot links of files whose blob is already there (a link that
+// was removed, or a second commit that shares blobs with the first), so that they are not
+// downloaded again; sortOut then checks each one as for a plain file.
+func (s *Step) relink(root string, files []fetch.File) error {
+	blobs := filepath.Join(filepath.Dir(filepath.Dir(root)), "blobs")
+	for _, f := range files {
+		p := filepath.Join(root, filepath.FromSlash(f.Path))
+		if _, err := os.Lstat(p); !errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if st, err := os.Stat(filepath.Join(blobs, etag(f))); err != nil || !st.Mode().IsRegular() {
+			continue
+		}
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return fmt.Errorf("creating the snapshot folder of %s: %w", f.Path, err)
+		}
+		if err := os.Symlink(blobLink(f.Path, etag(f)), p); err != nil {
+			return fmt.Errorf("linking %s to its blob: %w", f.Path, err)
+		}
+	}
+	return nil
+}
+
+// toBlobs turns the snapshot's verified files into huggingface_hub's layout: each regular
+// file (as the downloader or the fleet cache wrote it) moves to blobs/ETAG (the same inode,
+// so its record still holds) and a relative link takes its place; a second file with the
+// same content is replaced by a link to the blob that is there. Then refs/REVISION is
+// written when rev is a branch or tag.
+func (s *Step) toBlobs(root string, files []fetch.File, rev, commit string) error {
+	repoDir := filepath.Dir(filepath.Dir(root))
+	blobs := filepath.Join(repoDir, "blobs")
+	if err := os.MkdirAll(blobs, 0o755); err != nil {
+		return fmt.Errorf("creating %s: %w", blobs, err)
+	}
+	for _, f := range files {
+		p := filepath.Join(root, filepath.FromSlash(f.Path))
+		st, err := os.Lstat(p)
+		if err != nil {
+			return fmt.Errorf("checking %s: %w", p, err)
+		}
+		if st.Mode()&fs.ModeSymlink != 0 {
+			continue
+		}
+		blob := filepath.Join(blobs, etag(f))
+		if bst, err := os.Stat(blob); err == nil && bst.Mode().IsRegular() && bst.Size() == st.Size() && fetch.VerifyFile(blob, f) == nil {
+			if err := os.Remove(p); err != nil {
+				return fmt.Errorf("removing %s: %w", p, err)
+			}
+		} else if err := os.Rename(p, blob); err != nil {
+			return fmt.Errorf("moving %s to its blob: %w", p, err)
+		}
+		if err := os.Symlink(blobLink(f.Path, etag(f)), p); err != nil {
+			return fmt.Errorf("linking %s to its blob: %w", f.Path, err)
+		}
+	}
+	if err := atomicfile.SyncDir(blobs); err != nil {
+		return err
+	}
+	if rev != "" && rev != commit {
+		ref := filepath.Join(repoDir, "refs", filepath.FromSlash(rev))
+		if err := os.MkdirAll(filepath.Dir(ref), 0o755); err != nil {
+			return fmt.Errorf("creating %s: %w", filepath.Dir(ref), err)
+		}
+		if err := atomicfile.Write(ref, []byte(commit), 0o644); err != nil {
+			return fmt.Errorf("writing %s: %w", ref, err)
+		}
+	}
+	return nil
+}
