@@ -20,7 +20,7 @@ BIN     := bin/sglprov
 PKGS    := ./...
 FUZZTIME ?= 5s
 
-.PHONY: all build test unit e2e fuzz lint bench demo deps clean schema man verify-patches
+.PHONY: all build test unit e2e fuzz lint bench demo deps clean schema man verify-patches rules
 
 all: build
 
@@ -34,6 +34,8 @@ build:
 # while it differs from what `sglprov schema` prints).
 schema: build
 	$(BIN) schema > docs/recipe.schema.json
+	$(BIN) schema report > docs/report.schema.json
+	$(BIN) schema status > docs/status.schema.json
 
 # man writes the man page sglprov(1), made from the same text as the help.
 man: build
@@ -45,8 +47,13 @@ man: build
 # above it, by name and reason); the last line is the total, "N passed, N failed, N skipped".
 test: deps lint
 	@rm -f $(COUNTS)
-	@$(MAKE) --no-print-directory unit fuzz e2e verify-patches RECORD="-record $(CURDIR)/$(COUNTS)" COUNTS_FILE=$(CURDIR)/$(COUNTS)
+	@$(MAKE) --no-print-directory unit fuzz rules e2e verify-patches RECORD="-record $(CURDIR)/$(COUNTS)" COUNTS_FILE=$(CURDIR)/$(COUNTS)
 	@$(TESTSUMMARY) -total $(COUNTS)
+
+# rules checks the shipped Prometheus alert rules with Prometheus's own promtool and runs
+# their unit tests (the Go tests do the same, and check every metric they name).
+rules:
+	cd contrib/prometheus && promtool check rules sglprov.rules.yml && promtool test rules sglprov.rules.test.yml
 
 $(TESTSUMMARY): $(wildcard internal/testsummary/*.go)
 	$(GO) build -o $@ ./internal/testsummary

@@ -14,6 +14,8 @@ command -v nsenter >/dev/null || need+=(util-linux)
 command -v zsh >/dev/null || need+=(zsh)
 command -v fish >/dev/null || need+=(fish)
 command -v groff >/dev/null || need+=(groff-base)
+# The textfile and alert-rule tests check sglprov's metrics with Prometheus's promtool.
+command -v promtool >/dev/null || need+=(prometheus)
 # The fleet cache's tests run a real OCI registry (distribution 2.8).
 command -v docker-registry >/dev/null || need+=(docker-registry)
 if [ "${#need[@]}" -gt 0 ]; then

@@ -237,6 +237,14 @@ func runCloudConfig(t *testing.T, repo string, cfg cloudConfig, argv string, wan
 	if b, err := os.ReadFile(journal); !daemon && (err != nil || !strings.Contains(string(b), "sglprov: "+want)) {
 		t.Errorf("journal (logger): %q, %v; want a line tagged sglprov: %q...", b, err, want)
 	}
+	if !daemon {
+		// The one-shot node shows up in the fleet's Prometheus: the textfile says how the
+		// apply ended.
+		tf := filepath.Join(root, "var", "lib", "prometheus", "node-exporter", "sglprov.prom")
+		if b, err := os.ReadFile(tf); err != nil || !regexp.MustCompile(fmt.Sprintf(`(?m)^sglprov_apply_exit_code\{recipe="[^"]+"\} %d$`, wantExit)).Match(b) {
+			t.Errorf("the metrics textfile: %v\n%s", err, b)
+		}
+	}
 	if _, err := os.Stat(hello); (err == nil) != (wantExit == 0 && mode != modeDaemonNoRun) {
 		t.Errorf("the recipe's step: %v", err)
 	}

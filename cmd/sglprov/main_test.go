@@ -63,16 +63,23 @@ func TestScripts(t *testing.T) {
 		RequireExplicitExec: true,
 		// [registry]: a real OCI registry can be started (the executable is there), or
 		// this is root, where `make deps` installs it and its absence is a failure.
+		// [promtool]: Prometheus's promtool is there, or this is root (make deps installs it).
 		// [cudanvcc]: this host has nvcc where sglprov looks off the PATH.
 		Condition: func(cond string) (bool, error) {
 			if cond == "cudanvcc" {
 				_, err := os.Stat("/usr/local/cuda/bin/nvcc")
 				return err == nil, nil
 			}
-			if cond != "registry" {
+			var bin string
+			switch cond {
+			case "registry":
+				bin = ociregistry.Binary
+			case "promtool":
+				bin = "promtool"
+			default:
 				return false, fmt.Errorf("unknown condition %q", cond)
 			}
-			_, err := exec.LookPath(ociregistry.Binary)
+			_, err := exec.LookPath(bin)
 			return err == nil || os.Geteuid() == 0, nil
 		},
 		Setup: func(env *testscript.Env) error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/sglprov/sglprov/pkg/engine"
 )
@@ -13,19 +14,24 @@ func runApply(ctx context.Context, stdio IO, args []string) error {
 	var only, force multi
 	var verify bool
 	var jobs int
+	var textfile string
 	fs := newFlags("apply", stdio)
 	c.register(fs, stdio)
 	fs.Var(&only, "only", "run just these steps, `STEP[,STEP]` (repeatable)")
 	fs.Var(&force, "force", "run this step even when it would be skipped, `STEP[,STEP]` (repeatable)")
 	fs.BoolVar(&verify, "verify", false, "re-check every output fully (re-hash downloads)")
 	fs.IntVar(&jobs, "jobs", 4, "steps to run at once")
+	fs.StringVar(&textfile, "textfile", "", "write the run's metrics to `FILE` for node_exporter's textfile collector")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	_, err := apply(ctx, stdio, &c, func(o *engine.Options) {
+	rep, err := apply(ctx, stdio, &c, func(o *engine.Options) {
 		o.Only, o.Force = splitList(only.String()), splitList(force.String())
 		o.Verify, o.Concurrency = verify, jobs
 	})
+	if terr := writeRunTextfile(ctx, stdio, &c, textfile, rep, err); terr != nil {
+		fmt.Fprintf(stdio.Stderr, "sglprov apply: writing the metrics textfile: %v\n", terr)
+	}
 	return err
 }
 
@@ -49,14 +55,27 @@ func applyKeep(ctx context.Context, stdio IO, c *common, mod func(*engine.Option
 	if err := engine.EnsureStateDir(dir, c.insecure); err != nil {
 		return nil, nil, err
 	}
-	lock, err := engine.AcquireLock(dir)
-	if err != nil {
-		return nil, nil, err
+	if c.nodeMu != nil {
+		c.nodeMu.Lock()
+		defer c.nodeMu.Unlock()
 	}
-	defer lock.Release()
+	if c.lock != nil {
+		// The daemon holds the node's lock; others see it applying meanwhile.
+		_ = c.lock.SetNote(engine.NoteDaemonApplying)
+		defer c.lock.SetNote(engine.NoteDaemon)
+	} else {
+		lock, err := engine.AcquireLock(dir)
+		if err != nil {
+			return nil, nil, err
+		}
+		defer lock.Release()
+	}
+	started := time.Now()
 	e, _, err := c.newEngine(ctx, stdio, r, mod)
 	if err != nil {
-		return nil, nil, err
+		// A host short of the recipe, or one that needs a reboot, is a run too: recorded,
+		// so that status says so and exits with its code.
+		return recordRefusal(c, r, started, err), nil, err
 	}
 	rep, runErr := e.Apply(ctx)
 	if rep != nil {

@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -41,6 +42,9 @@ type IO struct {
 	describe func(*flagSet)
 	// run is what Main learns of the command while it runs (nil outside Main).
 	run *invocation
+	// journal is set when Stderr is the systemd journal (see journalStderr): logs default
+	// to logfmt there, which the journal writer turns into fields.
+	journal bool
 }
 
 // DefaultStateDir is where state lives unless --state-dir says otherwise.
@@ -71,14 +75,14 @@ func commands() []command {
 		{"detect", "", "the GPUs, driver and CUDA version of this host (NVML), and nvcc's", runDetect},
 		{"smoke", "--url URL | -f RECIPE", "the correctness gate alone, against a running server", runSmokeCommand},
 		{"status", "", "the last run: each step, its result, time and reason; exits with that run's code", runStatus},
-		{"daemon", "-f RECIPE", "apply, then keep watching the node (driver changes, canary smoke, metrics)", runDaemon},
+		{"daemon", "-f RECIPE [-f RECIPE...]", "apply, then keep watching the node (driver changes, canary smoke, remediation, health, metrics)", runDaemon},
 		{"remove", "-f RECIPE", "take a recipe off the node: its units, generations and records (--weights: its downloads)", runRemove},
 		{"gc", "", "free what no recipe needs: old generations, part files, weights of removed recipes", runGC},
 		{"version", "", "the version and the commit this binary was built from", runVersion},
 		{"help", "[COMMAND]", "sglprov's help, or a command's", runHelp},
 		{"completion", "bash|zsh|fish", "a shell completion script", runCompletion},
 		{"man", "", "the man page, sglprov(1), in roff", runMan},
-		{"schema", "", "the JSON Schema of recipes, for editors", runSchema},
+		{"schema", "[recipe|report|status]", "the JSON Schema of recipes (for editors), of report.json or of status --json", runSchema},
 	}
 }
 
@@ -150,6 +154,7 @@ func Main(args []string, stdio IO) int {
 		os.Exit(engine.ExitFailed)
 	})
 	stdio.run = &invocation{}
+	stdio = journalStderr(stdio)
 	err := c.run(ctx, stdio, args[2:])
 	if errors.Is(err, errHelpShown) {
 		return engine.ExitOK
@@ -262,6 +267,11 @@ type common struct {
 
 	// commands is the verdict on the recipe's required commands, set by newEngine.
 	commands []hostcmd.Result
+	// lock is the state dir's lock when the command holds it from start to end (the
+	// daemon, between its applies too): applyKeep and the daemon's rungs take none then.
+	lock *engine.Lock
+	// nodeMu, with lock, makes the daemon's recipes apply and repair one at a time.
+	nodeMu *sync.Mutex
 	// keepShort asks newEngine to build the engine even on a host that falls short (plan
 	// shows what apply would do, then the problems); short are those problems.
 	keepShort bool
@@ -286,7 +296,11 @@ func (c *common) register(fs *flagSet, stdio IO) {
 	fs.Var(&c.sets, "set", "override a recipe var, `KEY=VALUE` (repeatable)")
 	fs.StringVar(&c.stateDir, "state-dir", stateDir, "state `DIR`; $SGLPROV_STATE_DIR sets the default")
 	fs.StringVar(&c.root, "root", "", "write every host path under `DIR`; start nothing")
-	fs.StringVar(&c.logFormat, "log-format", "text", "log `FORMAT`: text, json or logfmt")
+	logFormat := "text"
+	if stdio.journal {
+		logFormat = "logfmt"
+	}
+	fs.StringVar(&c.logFormat, "log-format", logFormat, "log `FORMAT`: text, json or logfmt")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log `LEVEL`: debug, info, warn or error")
 	fs.BoolVar(&c.insecure, "insecure-permissions", false, "accept recipe files and a state dir that other users own or can write")
 	for _, n := range []string{"f", "recipe", "set", "state-dir", "root", "log-format", "log-level", "insecure-permissions"} {
@@ -503,7 +517,7 @@ func (c *common) newEngine(ctx context.Context, stdio IO, r *recipe.Recipe, mod 
 		Facts:               facts,
 		Root:                c.root,
 		StateDir:            c.stateDirPath(),
-		NewLogger:           newLogger,
+		NewLogger:           withRecipe(stdio, newLogger, r.Name),
 		Console:             console.New(stdio.Stderr), // shared by the steps' logs and progress bars
 		IsTerminal:          isTerminal(stdio.Stderr),
 		Builtin:             sglprov.Assets,

@@ -14,15 +14,27 @@ import (
 func runPlan(ctx context.Context, stdio IO, args []string) error {
 	var c common
 	var asJSON bool
-	var only, force string
+	var only, force, textfile string
 	fs := newFlags("plan", stdio)
 	c.register(fs, stdio)
 	fs.BoolVar(&asJSON, "json", false, "print the plan as JSON")
 	fs.StringVar(&only, "only", "", "plan just these steps, `STEP[,STEP]`")
 	fs.StringVar(&force, "force", "", "plan these steps as forced, `STEP[,STEP]`")
+	fs.StringVar(&textfile, "textfile", "", "when the plan refuses the recipe (exit 4 or 6), write the refusal as metrics to `FILE` for node_exporter's textfile collector")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	err := planBody(ctx, stdio, &c, only, force, asJSON)
+	if engine.Refused(err) {
+		if terr := writeRunTextfile(ctx, stdio, &c, textfile, nil, err); terr != nil {
+			fmt.Fprintf(stdio.Stderr, "sglprov plan: writing the metrics textfile: %v\n", terr)
+		}
+	}
+	return err
+}
+
+// planBody prints the plan; its error is plan's.
+func planBody(ctx context.Context, stdio IO, c *common, only, force string, asJSON bool) error {
 	// Shared with other readers; an apply that holds the lock is named, and the steps it
 	// runs now are shown as running, not as interrupted.
 	running := 0
@@ -32,6 +44,13 @@ func runPlan(ctx context.Context, stdio IO, args []string) error {
 		running = engine.LockHolder(c.stateDirPath())
 		if running == 0 {
 			running = -1
+		}
+		if engine.LockNote(c.stateDirPath()) == engine.NoteDaemon {
+			// A daemon between its applies: the state is at rest.
+			if !asJSON {
+				fmt.Fprintf(stdio.Stdout, "the sglprov daemon, pid %d, watches this node\n", running)
+			}
+			running = 0
 		}
 	case err != nil:
 		return err

@@ -3,19 +3,40 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"strings"
 
 	"github.com/sglprov/sglprov/pkg/recipe"
 	"github.com/sglprov/sglprov/pkg/steps"
 )
 
-// runSchema is `sglprov schema`: the JSON Schema of recipes, made from the recipe types and
-// the step kinds this build has.
+// runSchema is `sglprov schema [recipe|report|status]`: the JSON Schema of recipes, made
+// from the recipe types and the step kinds this build has, or of report.json or
+// `status --json`, made from the types they are encoded from.
 func runSchema(ctx context.Context, stdio IO, args []string) error {
 	fs := newFlags("schema", stdio)
-	if err := parse(fs, args); err != nil {
-		return err
+	if err := fs.Parse(args); err != nil {
+		return fs.flagError(err)
 	}
-	return writeSchema(stdio)
+	switch fs.NArg() {
+	case 0:
+		return writeSchema(stdio)
+	case 1:
+	default:
+		return usageError("schema", fmt.Sprintf("give one of recipe, report or status, not %q", strings.Join(fs.Args(), " ")))
+	}
+	name := fs.Arg(0)
+	if name == "recipe" {
+		return writeSchema(stdio)
+	}
+	o, ok := outputSchemas[name]
+	if !ok {
+		return usageError("schema", fmt.Sprintf("unknown schema %q: want recipe, report or status", name))
+	}
+	enc := json.NewEncoder(stdio.Stdout)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	return enc.Encode(outputSchema(o.id, o.title, o.t))
 }
 
 func writeSchema(stdio IO) error {

@@ -31,21 +31,31 @@ type statusJSON struct {
 	// Interrupted lists the steps that the state records as running while no apply runs:
 	// the last run ended before it finished them (then ExitCode is 1).
 	Interrupted []string `json:"interrupted_steps,omitempty"`
+	// Daemon is the pid of the sglprov daemon that watches the node (holds its lock).
+	Daemon int `json:"daemon_pid,omitempty"`
 }
 
 // applyRunning returns the pid of the apply that holds dir's lock now (-1 when it wrote
-// none), or 0 when none does. It takes the lock shared and gives it back at once, so that
-// status never keeps an apply from starting.
-func applyRunning(dir string) int {
+// none), or 0 when none does, and the daemon's pid when a daemon holds it (between its
+// applies a daemon is not an apply running). It takes the lock shared and gives it back at
+// once, so that status never keeps an apply from starting.
+func applyRunning(dir string) (running, daemonPid int) {
 	lock, err := engine.AcquireSharedLock(dir)
 	if !errors.Is(err, engine.ErrLocked) {
 		lock.Release()
-		return 0
+		return 0, 0
 	}
-	if pid := engine.LockHolder(dir); pid > 0 {
-		return pid
+	pid := engine.LockHolder(dir)
+	switch engine.LockNote(dir) {
+	case engine.NoteDaemon:
+		return 0, pid
+	case engine.NoteDaemonApplying:
+		return pid, pid
 	}
-	return -1
+	if pid > 0 {
+		return pid, 0
+	}
+	return -1, 0
 }
 
 // runStatus prints the last run; its exit code is that run's (1 when none was recorded).
@@ -80,7 +90,7 @@ func runStatus(ctx context.Context, stdio IO, args []string) error {
 		code = rep.ExitCode
 	}
 	prof := profileOf(rep, st)
-	running := applyRunning(dir)
+	running, daemonPid := applyRunning(dir)
 	// A step recorded as running while no apply holds the lock belongs to a run that ended
 	// without finishing (killed, or the host went down): that run is the last, and failed.
 	var killed []string
@@ -102,7 +112,7 @@ func runStatus(ctx context.Context, stdio IO, args []string) error {
 		code = engine.ExitFailed
 	}
 	if asJSON {
-		out := statusJSON{StateDir: dir, Report: rep, ExitCode: code, Profile: prof, ApplyRunning: running, Interrupted: killed}
+		out := statusJSON{StateDir: dir, Report: rep, ExitCode: code, Profile: prof, ApplyRunning: running, Interrupted: killed, Daemon: daemonPid}
 		if noRun {
 			out.Message = "no run recorded in " + dir
 		} else {
@@ -115,6 +125,9 @@ func runStatus(ctx context.Context, stdio IO, args []string) error {
 		}
 		return exitAs(code)
 	}
+	if daemonPid > 0 {
+		fmt.Fprintf(stdio.Stdout, "the sglprov daemon, pid %d, watches this node\n", daemonPid)
+	}
 	switch {
 	case running > 0:
 		fmt.Fprintf(stdio.Stdout, "an apply is running, pid %d: each step as recorded so far\n", running)
@@ -124,7 +137,13 @@ func runStatus(ctx context.Context, stdio IO, args []string) error {
 		fmt.Fprintf(stdio.Stdout, "no run recorded in %s (exit 1: sglprov apply -f RECIPE records one)\n", dir)
 		return exitAs(code)
 	}
-	fmt.Fprintf(stdio.Stdout, "recipe %s, state updated %s\n", st.Recipe, st.Updated.Format(time.RFC3339))
+	switch {
+	case !st.Updated.IsZero():
+		fmt.Fprintf(stdio.Stdout, "recipe %s, state updated %s\n", st.Recipe, st.Updated.Format(time.RFC3339))
+	case rep != nil:
+		// Only refused runs so far: nothing ran, the state was never written.
+		fmt.Fprintf(stdio.Stdout, "recipe %s, no step has run yet\n", rep.Recipe)
+	}
 	if len(killed) > 0 {
 		fmt.Fprintf(stdio.Stdout, "last run: ended before it finished (killed?): %s was running; the next apply redoes it\n",
 			strings.Join(killed, ", "))
@@ -136,6 +155,11 @@ func runStatus(ctx context.Context, stdio IO, args []string) error {
 	if rep != nil && running == 0 && len(killed) == 0 {
 		fmt.Fprintf(stdio.Stdout, "last run: %s at %s, exit %d, took %s\n  report: %s/report.json\n",
 			rep.Result, rep.Started.Format(time.RFC3339), rep.ExitCode, rep.Duration.Round(time.Millisecond), rep.Dir)
+		if rep.Result == engine.ResultRefused {
+			// Nothing ran: the refusal is the whole story.
+			fmt.Fprintf(stdio.Stdout, "refused before any step ran: %s\n", strings.TrimSpace(rep.Error))
+			return exitAs(code)
+		}
 		writeProfile(stdio.Stdout, prof)
 		if rep.Generation != nil {
 			fmt.Fprintf(stdio.Stdout, "%s\n", rep.Generation.Note)

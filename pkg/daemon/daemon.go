@@ -1,7 +1,9 @@
 // Package daemon keeps a provisioned node right: it applies the recipe, then watches the
 // driver facts and runs a canary smoke case at an interval; a changed driver re-applies,
 // a driver/library mismatch reports "reboot required" and leaves the service alone, and
-// repeated canary failures restart the service and, past a bound, mark the node unhealthy.
+// repeated canary failures climb a remediation ladder (restart, the whole gate, the next
+// profile, the previous generation) and, when every rung fails, mark the node unhealthy,
+// running the recipe's drain hook; a node that passes again recovers by itself.
 package daemon
 
 import (
@@ -30,7 +32,16 @@ type Options struct {
 	// answer, it calls notReady with what it last saw ("connection refused", "HTTP 503"):
 	// the node is not healthy from that moment, not only once the wait gives up. A canary
 	// cut short because ctx ended (the daemon stopping) is neither a pass nor a failure.
-	Canary func(ctx context.Context, notReady func(last string)) (time.Duration, error)
+	// The readiness wait is bounded by wait: one interval for a server that was serving,
+	// CanaryTimeout for one the daemon has just restarted.
+	Canary func(ctx context.Context, notReady func(last string), wait time.Duration) (time.Duration, error)
+	// CanaryTimeout bounds the readiness wait of the canary after the daemon restarted the
+	// service (default 2 min).
+	CanaryTimeout time.Duration
+	// Remedies are the remediation ladder's regate and next-profile rungs (nil: skipped).
+	Remedies Remedies
+	// Generations is the ladder's previous-generation rung (nil: NoGenerations).
+	Generations Generations
 	// RestartService restarts the served model's service (nil: none to restart).
 	RestartService func(ctx context.Context) error
 	// Notify sends an sd_notify message ("READY=1", "STATUS=...", "WATCHDOG=1").
@@ -41,14 +52,23 @@ type Options struct {
 	Interval time.Duration
 	// FailuresBeforeRestart consecutive canary failures restart the service (default 3).
 	FailuresBeforeRestart int
-	// MaxRestarts restarts without a passing canary in between mark the node unhealthy
-	// (default 3).
+	// MaxRestarts is how many restarts the ladder's first rung makes in one climb before
+	// the next rung (default 1).
 	MaxRestarts int
+	// Recipe is the recipe's name: the `recipe` label of its metrics.
+	Recipe string
 	// Metrics records what happens (may be nil).
 	Metrics *Metrics
 	// AfterCheck is called after the first apply and after every round (to write the
 	// metrics textfile); may be nil.
 	AfterCheck func()
+	// Reapply, when it delivers, applies the recipe at once (the recipe was re-read on
+	// SIGHUP), the value saying why; nil: never.
+	Reapply <-chan string
+	// Hook runs the recipe's drain or undrain hook (HookUnhealthy, HookHealthy) with the
+	// node's health and its reason; nil when the recipe has none. It is called once per
+	// transition between serving correct answers and not, and must bound its own time.
+	Hook func(ctx context.Context, hook string, h Health, reason string) error
 	// Log is the daemon's logger.
 	Log *log.Logger
 }
@@ -61,7 +81,10 @@ func (o *Options) defaults() {
 		o.FailuresBeforeRestart = 3
 	}
 	if o.MaxRestarts <= 0 {
-		o.MaxRestarts = 3
+		o.MaxRestarts = 1
+	}
+	if o.CanaryTimeout <= 0 {
+		o.CanaryTimeout = 2 * time.Minute
 	}
 	if o.Notify == nil {
 		o.Notify = func(string) error { return nil }
@@ -82,6 +105,14 @@ const (
 	Unhealthy      Health = "unhealthy"
 	RebootRequired Health = "reboot_required"
 	ApplyFailed    Health = "apply_failed"
+	// Stopped is the state the daemon leaves in its last textfile as it stops.
+	Stopped Health = "stopped"
+)
+
+// Hook names: the recipe's fields.
+const (
+	HookUnhealthy = "on_unhealthy"
+	HookHealthy   = "on_healthy"
 )
 
 // Words returns the state for people (systemctl status): "reboot required".
@@ -99,12 +130,21 @@ type Daemon struct {
 	retryIn       int
 	mu            sync.Mutex // guards health, which notReady may set from the canary's goroutine
 	health        Health
+	reason        string // why the node is not healthy, for /healthz and the hooks
+	m             *recipeMetrics
+	// serving is what the hooks last told the fleet: "" (nothing yet), HookHealthy or
+	// HookUnhealthy.
+	serving string
+	// l is the remediation ladder's climb; fresh is set when the daemon has (re)started
+	// the server since the last canary.
+	l     ladder
+	fresh bool
 }
 
 // New returns a daemon with opts.
 func New(opts Options) *Daemon {
 	opts.defaults()
-	return &Daemon{o: opts}
+	return &Daemon{o: opts, m: opts.Metrics.forRecipe(opts.Recipe)}
 }
 
 // Health returns the node's health as the daemon last saw it.
@@ -139,7 +179,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.status("applying the recipe")
 	d.apply(ctx, "start")
 	if ctx.Err() != nil {
-		_ = d.o.Notify("STOPPING=1")
+		d.stop(ctx)
 		return nil
 	}
 	if f, err := d.detect(ctx); err == nil && f != nil {
@@ -147,31 +187,79 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	_ = d.o.Notify("READY=1")
 	d.status(d.health.Words())
-	if d.o.AfterCheck != nil {
-		d.o.AfterCheck()
-	}
+	d.syncHooks(ctx)
+	d.afterCheck()
 
 	tick := time.NewTicker(d.o.Interval)
 	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			d.o.Log.Info("stopping", "cause", context.Cause(ctx))
-			_ = d.o.Notify("STOPPING=1")
+			d.stop(ctx)
 			return nil
+		case why := <-d.o.Reapply:
+			d.o.Log.Info("applying the recipe again", "why", why)
+			d.status("applying the recipe")
+			d.apply(ctx, why)
+			if ctx.Err() != nil {
+				d.stop(ctx)
+				return nil
+			}
+			d.status(d.Health().Words())
+			d.syncHooks(ctx)
+			d.afterCheck()
 		case <-tick.C:
 			d.Check(ctx)
 			if ctx.Err() != nil {
-				d.o.Log.Info("stopping", "cause", context.Cause(ctx))
-				_ = d.o.Notify("STOPPING=1")
+				d.stop(ctx)
 				return nil
 			}
 			d.status(d.health.Words())
-			if d.o.AfterCheck != nil {
-				d.o.AfterCheck()
-			}
+			d.syncHooks(ctx)
+			d.afterCheck()
 		}
 	}
+}
+
+// afterCheck marks the heartbeat (the metrics endpoint's too, where no textfile is
+// written) and calls AfterCheck.
+func (d *Daemon) afterCheck() {
+	d.o.Metrics.beat()
+	if d.o.AfterCheck != nil {
+		d.o.AfterCheck()
+	}
+}
+
+// syncHooks runs the drain hook when the node has stopped serving correct answers since
+// the hooks last spoke, and the undrain hook when it serves them again: once per
+// transition, the first decision included (a node that comes up healthy is put in).
+func (d *Daemon) syncHooks(ctx context.Context) {
+	if ctx.Err() != nil {
+		return
+	}
+	d.mu.Lock()
+	h, reason := d.health, d.reason
+	d.mu.Unlock()
+	want := HookUnhealthy
+	if h == Healthy {
+		want = HookHealthy
+	}
+	if want == d.serving {
+		return
+	}
+	if d.o.Hook == nil {
+		d.serving = want
+		return
+	}
+	if err := d.o.Hook(ctx, want, h, reason); err != nil {
+		// Tried again at the next round: a drain that did not reach the router must not
+		// be taken as done.
+		d.o.Log.Error("the hook failed; it runs again at the next check", "hook", want, "err", err)
+		d.m.hook(want, "failed")
+		return
+	}
+	d.serving = want
+	d.m.hook(want, "ok")
 }
 
 // Check runs one round: the driver facts first, then the canary.
@@ -183,13 +271,13 @@ func (d *Daemon) Check(ctx context.Context) {
 			// err says "reboot required" itself.
 			d.o.Log.Error("the NVIDIA driver and its kernel module differ; the service is left as it is", "err", err)
 		}
-		d.setHealth(RebootRequired)
-		d.o.Metrics.setRebootRequired(true)
+		d.setHealth(RebootRequired, err.Error())
+		d.m.setRebootRequired(true)
 		return
 	case err != nil && !errors.Is(err, gpu.ErrNoGPU):
 		d.o.Log.Error("reading GPU facts", "err", err)
 	case f != nil:
-		d.o.Metrics.setRebootRequired(false)
+		d.m.setRebootRequired(false)
 		if d.driver != "" && f.DriverVersion != d.driver {
 			d.o.Log.Info("driver changed; applying the recipe again", "from", d.driver, "to", f.DriverVersion)
 			d.driver = f.DriverVersion
@@ -218,23 +306,25 @@ func (d *Daemon) apply(ctx context.Context, why string) {
 		d.o.Log.Info("apply interrupted: the daemon is stopping", "why", why)
 		return
 	}
-	d.o.Metrics.observeApply(rep, err)
+	d.m.observeApply(rep, err)
 	switch {
 	case errors.Is(err, engine.ErrReboot):
 		d.o.Log.Error("apply refused", "why", why, "err", err)
-		d.setHealth(RebootRequired)
-		d.o.Metrics.setRebootRequired(true)
+		d.setHealth(RebootRequired, err.Error())
+		d.m.setRebootRequired(true)
 	case err != nil:
 		d.applyFailures++
 		wait := min(1<<min(d.applyFailures-1, 30), maxRetryChecks) // 1, 2, 4 ... checks
 		d.retryIn = wait - 1
 		d.o.Log.Error("apply failed", "why", why, "err", err,
 			"retry_seconds", logval.Seconds(time.Duration(wait)*d.o.Interval))
-		d.setHealth(ApplyFailed)
+		d.setHealth(ApplyFailed, "apply failed: "+err.Error())
 	default:
 		d.o.Log.Info("apply done", "why", why)
 		d.failures, d.restarts, d.applyFailures, d.retryIn = 0, 0, 0, 0
-		d.setHealth(Healthy)
+		d.l, d.fresh = ladder{}, false
+		d.setHealth(Healthy, "")
+		d.m.setReady()
 	}
 }
 
@@ -242,58 +332,17 @@ func (d *Daemon) apply(ctx context.Context, why string) {
 // hour at the default interval).
 const maxRetryChecks = 64
 
-func (d *Daemon) canary(ctx context.Context) {
-	if d.o.Canary == nil {
-		return
-	}
-	notReady := func(last string) {
-		if ctx.Err() != nil || d.health != Healthy {
-			return
-		}
-		d.o.Log.Warn("canary: the server does not answer", "last", last)
-		d.setHealth(Degraded)
-		d.status("canary waiting for the server: " + last)
-	}
-	lat, err := d.o.Canary(ctx, notReady)
-	if ctx.Err() != nil {
-		// Stopping: the canary was cut short, not failed; nothing is restarted.
-		d.o.Log.Info("canary cancelled: the daemon is stopping")
-		return
-	}
-	d.o.Metrics.observeCanary(lat, err)
-	if err == nil {
-		if d.failures > 0 || d.health != Healthy {
-			d.o.Log.Info("canary passes again", "seconds", logval.Seconds(lat))
-		}
-		d.failures, d.restarts = 0, 0
-		d.setHealth(Healthy)
-		return
-	}
-	d.failures++
-	d.o.Log.Warn("canary failed", "failures", d.failures, "err", err)
-	if d.failures < d.o.FailuresBeforeRestart {
-		d.setHealth(Degraded)
-		return
-	}
-	if d.restarts >= d.o.MaxRestarts {
-		if d.health != Unhealthy {
-			d.o.Log.Error("node unhealthy: the canary keeps failing after restarts", "restarts", d.restarts)
-		}
-		d.setHealth(Unhealthy)
-		return
-	}
-	if d.o.RestartService == nil {
-		d.setHealth(Unhealthy)
-		return
-	}
-	d.restarts++
-	d.failures = 0
-	d.o.Metrics.incRestarts()
-	d.o.Log.Warn("restarting the service", "restart", d.restarts, "of", d.o.MaxRestarts)
-	if err := d.o.RestartService(ctx); err != nil {
-		d.o.Log.Error("restarting the service", "err", err)
-	}
-	d.setHealth(Degraded)
+// stop says the daemon stops, and leaves a final textfile that says so (health
+// "stopped", daemon_up 0, the heartbeat of this moment): a file left behind is not read
+// as a node still watched.
+func (d *Daemon) stop(ctx context.Context) {
+	d.o.Log.Info("stopping", "cause", context.Cause(ctx))
+	_ = d.o.Notify("STOPPING=1")
+	d.mu.Lock()
+	d.health = Stopped
+	d.mu.Unlock()
+	d.o.Metrics.stopped()
+	d.afterCheck()
 }
 
 func (d *Daemon) detect(ctx context.Context) (*gpu.Facts, error) {
@@ -303,11 +352,11 @@ func (d *Daemon) detect(ctx context.Context) (*gpu.Facts, error) {
 	return d.o.Detect(ctx)
 }
 
-func (d *Daemon) setHealth(h Health) {
+func (d *Daemon) setHealth(h Health, reason string) {
 	d.mu.Lock()
-	d.health = h
+	d.health, d.reason = h, reason
 	d.mu.Unlock()
-	d.o.Metrics.setHealth(h)
+	d.m.setHealth(h, reason)
 }
 
 func (d *Daemon) status(s string) {

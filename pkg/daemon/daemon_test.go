@@ -56,7 +56,7 @@ func (n *node) options() Options {
 			}
 			return &gpu.Facts{DriverVersion: n.driver}, nil
 		},
-		Canary: func(ctx context.Context, _ func(string)) (time.Duration, error) {
+		Canary: func(ctx context.Context, _ func(string), _ time.Duration) (time.Duration, error) {
 			n.mu.Lock()
 			defer n.mu.Unlock()
 			if !n.canaryOK {
@@ -72,6 +72,7 @@ func (n *node) options() Options {
 		},
 		FailuresBeforeRestart: 2,
 		MaxRestarts:           2,
+		Recipe:                "r",
 		Log:                   log.New(io.Discard),
 	}
 }
@@ -273,15 +274,16 @@ func TestRunNotifiesAndServesMetrics(t *testing.T) {
 		t.Errorf("Run: %v", err)
 	}
 	for name, want := range map[string]float64{
-		"sglprov_apply_success":                        1,
-		"sglprov_apply_exit_code":                      0,
-		"sglprov_gate_pass":                            1,
-		"sglprov_canary_latency_seconds":               0.007,
-		`sglprov_node_health{state="healthy"}`:         1,
-		`sglprov_node_health{state="apply_failed"}`:    0,
-		`sglprov_node_health{state="reboot_required"}`: 0,
-		`sglprov_step_duration_seconds{step="smoke"}`:  2,
-		"sglprov_reboot_required":                      0,
+		`sglprov_apply_success{recipe="r"}`:                       1,
+		`sglprov_apply_exit_code{recipe="r"}`:                     0,
+		`sglprov_gate_pass{recipe="r"}`:                           1,
+		`sglprov_canary_latency_seconds{recipe="r"}`:              0.007,
+		`sglprov_node_health{recipe="r",state="healthy"}`:         1,
+		`sglprov_node_health{recipe="r",state="apply_failed"}`:    0,
+		`sglprov_node_health{recipe="r",state="reboot_required"}`: 0,
+		`sglprov_step_duration_seconds{recipe="r",step="smoke"}`:  2,
+		`sglprov_reboot_required{recipe="r"}`:                     0,
+		`sglprov_daemon_up`:                                       1,
 	} {
 		got, ok := fams[name]
 		if !ok {
@@ -292,20 +294,25 @@ func TestRunNotifiesAndServesMetrics(t *testing.T) {
 			t.Errorf("%s = %v, want %v", name, got, want)
 		}
 	}
-	if fams["sglprov_canary_runs_total"] < 1 {
-		t.Errorf("no canary ran: %v", fams["sglprov_canary_runs_total"])
+	// The endpoint's heartbeat moves without a textfile too (an alert on a stale daemon
+	// must not fire on one that only serves /metrics).
+	if hb := fams["sglprov_heartbeat_timestamp_seconds"]; hb < float64(time.Now().Add(-time.Minute).Unix()) {
+		t.Errorf("heartbeat %v, want about now", hb)
+	}
+	if fams[`sglprov_canary_runs_total{recipe="r"}`] < 1 {
+		t.Errorf("no canary ran: %v", fams[`sglprov_canary_runs_total{recipe="r"}`])
 	}
 }
 
 func TestTextfile(t *testing.T) {
 	m := NewMetrics()
-	m.observeApply(&engine.Report{Started: time.Unix(1700000000, 0)}, fmt.Errorf("x: %w", engine.ErrGate))
+	m.ObserveApply("r", &engine.Report{Started: time.Unix(1700000000, 0)}, fmt.Errorf("x: %w", engine.ErrGate))
 	path := filepath.Join(t.TempDir(), "sglprov.prom")
 	if err := m.WriteTextfile(path); err != nil {
 		t.Fatal(err)
 	}
 	b, _ := os.ReadFile(path)
-	for _, want := range []string{"sglprov_apply_exit_code 3", "sglprov_apply_success 0", "sglprov_gate_pass 0", "sglprov_apply_last_timestamp_seconds 1.7e+09"} {
+	for _, want := range []string{`sglprov_apply_exit_code{recipe="r"} 3`, `sglprov_apply_success{recipe="r"} 0`, `sglprov_gate_pass{recipe="r"} 0`, `sglprov_apply_last_timestamp_seconds{recipe="r"} 1.7e+09`} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("textfile lacks %q:\n%s", want, b)
 		}
@@ -323,7 +330,7 @@ func TestTextfileMakesItsFolder(t *testing.T) {
 		t.Fatalf("writing the textfile where its folder does not exist yet: %v", err)
 	}
 	b, err := os.ReadFile(path)
-	if err != nil || !strings.Contains(string(b), "sglprov_apply_success") {
+	if err != nil || !strings.Contains(string(b), "sglprov_build_info") {
 		t.Fatalf("textfile: %v\n%s", err, b)
 	}
 	if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o755 {
@@ -380,7 +387,7 @@ func TestStopCancelsCanary(t *testing.T) {
 	o.Interval = 10 * time.Millisecond
 	o.FailuresBeforeRestart = 1
 	started := make(chan struct{}, 1)
-	o.Canary = func(ctx context.Context, _ func(string)) (time.Duration, error) {
+	o.Canary = func(ctx context.Context, _ func(string), _ time.Duration) (time.Duration, error) {
 		select {
 		case started <- struct{}{}:
 		default:
@@ -397,13 +404,14 @@ func TestStopCancelsCanary(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	if n.restarts != 0 || d.Health() != Healthy {
+	if n.restarts != 0 || d.Health() != Stopped {
 		t.Errorf("after a stop: %d restarts, health %s", n.restarts, d.Health())
 	}
 	path := filepath.Join(t.TempDir(), "m.prom")
 	o.Metrics.WriteTextfile(path)
 	b, _ := os.ReadFile(path)
-	for _, want := range []string{"sglprov_canary_failures_total 0", "sglprov_canary_runs_total 0", "sglprov_service_restarts_total 0"} {
+	for _, want := range []string{`sglprov_canary_failures_total{recipe="r"} 0`, `sglprov_canary_runs_total{recipe="r"} 0`, `sglprov_service_restarts_total{recipe="r"} 0`,
+		`sglprov_node_health{recipe="r",state="stopped"} 1`, `sglprov_node_health{recipe="r",state="healthy"} 0`, "sglprov_daemon_up 0"} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("metrics lack %q:\n%s", want, b)
 		}
@@ -423,7 +431,7 @@ func TestHealthLeavesHealthyWhenServerDies(t *testing.T) {
 	// scheduling delays.
 	const interval = time.Second
 	o.Interval = interval
-	o.Canary = func(ctx context.Context, notReady func(string)) (time.Duration, error) {
+	o.Canary = func(ctx context.Context, notReady func(string), _ time.Duration) (time.Duration, error) {
 		_, err := smoke.WaitReady(ctx, smoke.Config{URL: url, ReadyTimeout: time.Minute,
 			PollInitial: 50 * time.Millisecond, Waiting: func(s smoke.WaitStatus) { notReady(s.Last) }})
 		return 0, err
@@ -455,7 +463,7 @@ func TestHealthLeavesHealthyWhenServerDies(t *testing.T) {
 // passing gate.
 func TestSkippedGateIsNotAPass(t *testing.T) {
 	m := NewMetrics()
-	m.observeApply(&engine.Report{Started: time.Unix(1700000000, 0), Steps: []*engine.StepReport{
+	m.ObserveApply("r", &engine.Report{Started: time.Unix(1700000000, 0), Steps: []*engine.StepReport{
 		{Name: "unit", Kind: "systemd", Result: engine.ResultSkipped, Reason: "unchanged"},
 		{Name: "smoke", Kind: "smoke", Result: engine.ResultSkipped, Reason: "offline (--root): no server was started"},
 	}}, nil)
@@ -464,7 +472,7 @@ func TestSkippedGateIsNotAPass(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, _ := os.ReadFile(path)
-	for _, want := range []string{"sglprov_gate_pass 0", "sglprov_gate_skipped 1", `sglprov_step_ok{step="smoke"} 0`, `sglprov_step_ok{step="unit"} 1`} {
+	for _, want := range []string{`sglprov_gate_pass{recipe="r"} 0`, `sglprov_gate_skipped{recipe="r"} 1`, `sglprov_step_ok{recipe="r",step="smoke"} 0`, `sglprov_step_ok{recipe="r",step="unit"} 1`} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("metrics lack %q:\n%s", want, b)
 		}

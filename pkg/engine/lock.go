@@ -48,6 +48,9 @@ func AcquireLock(dir string) (*Lock, error) {
 			if holder == "another process" {
 				holder = "another process (a plan, or a run starting)"
 			}
+			if strings.HasPrefix(holder, "the sglprov daemon") {
+				return nil, fmt.Errorf("%w: %s holds %s: it watches this node and applies the recipe itself; send it SIGHUP to re-read the recipe, or stop it first", ErrLocked, holder, path)
+			}
 			return nil, fmt.Errorf("%w: %s holds %s; wait for it to finish", ErrLocked, holder, path)
 		}
 		return nil, fmt.Errorf("locking %s: %w", path, err)
@@ -87,19 +90,64 @@ func AcquireSharedLock(dir string) (*Lock, error) {
 // LockHolder returns the pid written in the state directory's lock by the apply holding
 // it (0 when none is written).
 func LockHolder(dir string) int {
-	b, err := safefile.ReadNoFollow(filepath.Join(dir, "lock"))
-	if err != nil {
-		return 0
-	}
-	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	pid, _ := lockContent(dir)
 	return pid
 }
 
+// LockNote returns what the holder of the state directory's lock says it is doing, beside
+// its pid: NoteDaemon for a daemon between its applies, NoteDaemonApplying while it
+// applies, "" for a one-shot run.
+func LockNote(dir string) string {
+	_, note := lockContent(dir)
+	return note
+}
+
+// Notes a lock holder writes after its pid.
+const (
+	// NoteDaemon: the daemon holds the node's lock between its applies (it watches the
+	// node; nothing is being written).
+	NoteDaemon = "daemon"
+	// NoteDaemonApplying: the daemon is applying the recipe.
+	NoteDaemonApplying = "daemon applying"
+)
+
+func lockContent(dir string) (int, string) {
+	b, err := safefile.ReadNoFollow(filepath.Join(dir, "lock"))
+	if err != nil {
+		return 0, ""
+	}
+	first, rest, _ := strings.Cut(strings.TrimSpace(string(b)), " ")
+	pid, _ := strconv.Atoi(first)
+	return pid, strings.TrimSpace(rest)
+}
+
 func holderOf(path string) string {
-	if pid := LockHolder(filepath.Dir(path)); pid > 0 {
+	pid, note := lockContent(filepath.Dir(path))
+	switch {
+	case pid > 0 && strings.HasPrefix(note, NoteDaemon):
+		return fmt.Sprintf("the sglprov daemon, pid %d,", pid)
+	case pid > 0:
 		return fmt.Sprintf("pid %d", pid)
 	}
 	return "another process"
+}
+
+// SetNote rewrites the lock's content as the holder's pid and note (see LockNote).
+func (l *Lock) SetNote(note string) error {
+	if l == nil || l.f == nil || l.shared {
+		return nil
+	}
+	line := strconv.Itoa(os.Getpid())
+	if note != "" {
+		line += " " + note
+	}
+	if err := l.f.Truncate(0); err != nil {
+		return fmt.Errorf("writing the lock: %w", err)
+	}
+	if _, err := l.f.WriteAt([]byte(line+"\n"), 0); err != nil {
+		return fmt.Errorf("writing the lock: %w", err)
+	}
+	return nil
 }
 
 // Release gives the lock up.

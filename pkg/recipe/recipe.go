@@ -42,6 +42,8 @@ type Recipe struct {
 	Steps []*Step
 	// Cache is the fleet cache block (nil when the recipe has none).
 	Cache *Cache
+	// OnUnhealthy and OnHealthy are the daemon's drain and undrain hooks (nil: none).
+	OnUnhealthy, OnHealthy *Hook
 	// Generations is the generations block (zero: the defaults).
 	Generations Generations
 	// Replaces names the recipes whose services this recipe's service takes over on the
@@ -132,7 +134,7 @@ func (p *parser) parse(data []byte, sets []string) *Recipe {
 	}
 	r := &Recipe{File: p.file, Vars: map[string]string{}, VarPos: map[string]Pos{}, Profiles: map[string]Profile{}}
 	seen := map[string]*yaml.Node{}
-	var stepsNode, varsNode, cacheNode, replacesNode *yaml.Node
+	var stepsNode, varsNode, cacheNode, unhealthyNode, healthyNode, replacesNode *yaml.Node
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		k, v := root.Content[i], root.Content[i+1]
 		if prev, dup := seen[k.Value]; dup {
@@ -170,6 +172,10 @@ func (p *parser) parse(data []byte, sets []string) *Recipe {
 			stepsNode = v
 		case "cache":
 			cacheNode = v
+		case "on_unhealthy":
+			unhealthyNode = v
+		case "on_healthy":
+			healthyNode = v
 		case "generations":
 			p.parseGenerations(v, r)
 		case "replaces":
@@ -191,6 +197,12 @@ func (p *parser) parse(data []byte, sets []string) *Recipe {
 	}
 	if cacheNode != nil {
 		p.parseCache(cacheNode, r)
+	}
+	if unhealthyNode != nil {
+		r.OnUnhealthy = p.parseHook(unhealthyNode, "on_unhealthy", r)
+	}
+	if healthyNode != nil {
+		r.OnHealthy = p.parseHook(healthyNode, "on_healthy", r)
 	}
 	if replacesNode != nil {
 		p.parseReplaces(replacesNode, r)

@@ -29,6 +29,10 @@ type File struct {
 	Steps []yaml.Node `yaml:"steps"`
 	// Cache is the fleet cache on an OCI registry.
 	Cache Cache `yaml:"cache"`
+	// OnUnhealthy runs when the daemon finds the node unhealthy (drain it).
+	OnUnhealthy Hook `yaml:"on_unhealthy"`
+	// OnHealthy runs when the node is healthy again (undrain it).
+	OnHealthy Hook `yaml:"on_healthy"`
 	// Generations says where the generations of the steps that use
 	// {{ .generation.dir }} are kept, and how many.
 	Generations Generations `yaml:"generations"`

@@ -234,6 +234,20 @@ func (m *Exec) Start(_ context.Context, unit string) error {
 	return nil
 }
 
+// Restarts returns how many times the supervisor started the service again after its
+// process ended, since it was last started (systemd's NRestarts); 0 when it is not known.
+func (m *Exec) Restarts(unit string) int {
+	m.mu.Lock()
+	p := m.procs[unit]
+	m.mu.Unlock()
+	if p == nil {
+		return 0
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.restarts
+}
+
 // Restart stops the service and starts it again from the installed unit file.
 func (m *Exec) Restart(ctx context.Context, unit string) error {
 	if err := m.Stop(ctx, unit); err != nil {
@@ -327,6 +341,7 @@ type proc struct {
 	active, sub string
 	failures    []time.Time
 	fastExits   int
+	restarts    int // times the supervisor started the child again after it ended
 }
 
 func (m *Exec) newProc(unit string, svc *ExecService) (*proc, error) {
@@ -477,6 +492,9 @@ func (p *proc) supervise(started chan<- error) {
 			p.set("inactive", "dead")
 			return
 		}
+		p.mu.Lock()
+		p.restarts++
+		p.mu.Unlock()
 	}
 }
 

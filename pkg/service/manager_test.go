@@ -381,6 +381,10 @@ func TestExecRestartsOnFailure(t *testing.T) {
 	if failed, _, _ := m.Failed(ctx, "x.service"); failed {
 		t.Error("Failed after recovering")
 	}
+	// Two crashes, two restarts by the supervisor, counted (the daemon exports them).
+	if n := m.Restarts("x.service"); n != 2 {
+		t.Errorf("Restarts = %d, want 2", n)
+	}
 }
 
 func TestExecFailsAfterFastCrashes(t *testing.T) {

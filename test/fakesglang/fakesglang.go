@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -129,6 +130,11 @@ type Options struct {
 	CrowdedAbove int
 	// Latency is how long each chat request is held before it is answered.
 	Latency time.Duration
+	// BrokenWhile names a file: while it exists, chat answers are those of BrokenMode
+	// (checked at every request), as a server whose cause of garbage is on disk.
+	BrokenWhile string
+	// BrokenMode is what BrokenWhile makes the server do (default ModeBang).
+	BrokenMode Mode
 	// AnswerBytes, when set, pads each text answer with fluent filler (made-up words in
 	// sentences, nothing repeated) to this many bytes: a valid answer of any size, for
 	// measuring what large answers cost the client.
@@ -451,6 +457,14 @@ func (s *Server) answer(prompt string, maxTokens int, thinking bool, tools []Req
 	mode := s.opts.Mode
 	if crowded {
 		mode = ModeCommaBang
+	}
+	if s.opts.BrokenWhile != "" {
+		if _, err := os.Stat(s.opts.BrokenWhile); err == nil {
+			mode = s.opts.BrokenMode
+			if mode == "" || mode == ModeGood {
+				mode = ModeBang
+			}
+		}
 	}
 	switch mode {
 	case ModeBang:

@@ -478,6 +478,37 @@ func TestGoodAnswerKnowledge(t *testing.T) {
 	}
 }
 
+// --fake-broken-while FILE: garbage while FILE exists, read at every request, so that a
+// cause fixed on disk is seen without a restart.
+func TestBrokenWhile(t *testing.T) {
+	flag := filepath.Join(t.TempDir(), "bad")
+	cfg, err := ParseConfig([]string{"--fake-broken-while", flag, "--fake-broken-mode", "plus"}, nil)
+	if err != nil || cfg.BrokenWhile != flag || cfg.BrokenMode != ModePlus || cfg.Mode != ModeGood {
+		t.Fatalf("%+v %v", cfg, err)
+	}
+	s := New(Options{BrokenWhile: cfg.BrokenWhile, BrokenMode: cfg.BrokenMode})
+	content := func() string {
+		m, _, _ := s.answer("What is 17 * 23? Answer with the number only.", 8, false, nil, false)
+		if m.Content == nil {
+			return ""
+		}
+		return *m.Content
+	}
+	if got := content(); !strings.Contains(got, "391") {
+		t.Errorf("without the file: %q", got)
+	}
+	if err := os.WriteFile(flag, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := content(); got != "++++++++" {
+		t.Errorf("with the file: %q", got)
+	}
+	os.Remove(flag)
+	if got := content(); !strings.Contains(got, "391") {
+		t.Errorf("the file removed: %q", got)
+	}
+}
+
 // TestAnswerBytes: with AnswerBytes, a good answer keeps its right start and is padded to
 // the size with filler the gate's detectors take for language.
 func TestAnswerBytes(t *testing.T) {

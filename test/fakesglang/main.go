@@ -79,6 +79,10 @@ type Config struct {
 	// CrowdedAbove and Latency are --fake-crowded-above and --fake-latency.
 	CrowdedAbove int
 	Latency      time.Duration
+	// BrokenWhile is --fake-broken-while FILE: garbage (the --fake-broken-mode) while FILE
+	// exists, checked at every request; BrokenMode that mode.
+	BrokenWhile string
+	BrokenMode  Mode
 	// AnswerBytes is --fake-answer-bytes.
 	AnswerBytes int
 }
@@ -96,7 +100,8 @@ const (
 // --fake-broken-mode MODE (what a broken server does, default bang), --fake-ready-after DUR,
 // --fake-port-file PATH, --fake-no-health-generate, --fake-crowded-above N (mode crowded:
 // garbage once more than N requests are in flight), --fake-latency DUR (each request's
-// time). SGLang's own --tool-call-parser and --reasoning-parser decide whether tool calls
+// time), --fake-broken-while FILE (the broken mode while FILE exists, read at every
+// request). SGLang's own --tool-call-parser and --reasoning-parser decide whether tool calls
 // and thinking come back parsed (qwen3_coder, qwen3) or as raw text in the content.
 // --fake-answer-bytes N pads every text answer with fluent filler to N bytes.
 func ParseConfig(args []string, getenv func(string) string) (Config, error) {
@@ -171,6 +176,9 @@ func ParseConfig(args []string, getenv func(string) string) (Config, error) {
 	if !brokenMode.Valid() {
 		return c, fmt.Errorf("--fake-broken-mode %q: unknown mode", brokenMode)
 	}
+	if c.BrokenWhile = a.Get("fake-broken-while", ""); c.BrokenWhile != "" {
+		c.BrokenMode = brokenMode
+	}
 	conds := a["fake-broken-if"]
 	if len(conds) == 0 {
 		conds = []string{DefaultBrokenIf}
@@ -235,6 +243,7 @@ func Main(ctx context.Context, args []string, stderr io.Writer, getenv func(stri
 			ContextLength: cfg.ContextLength, ReadyAfter: cfg.ReadyAfter,
 			NoHealthGenerate: cfg.NoHealthGenerate, Log: stderr, RawToolCalls: cfg.RawToolCalls,
 			InlineThink: cfg.InlineThink, CrowdedAbove: cfg.CrowdedAbove, Latency: cfg.Latency,
+			BrokenWhile: cfg.BrokenWhile, BrokenMode: cfg.BrokenMode,
 			AnswerBytes: cfg.AnswerBytes}),
 		ReadHeaderTimeout: 10 * time.Second,
 	}

@@ -84,6 +84,17 @@ func (s *Step) save(env *engine.Env, r record) error {
 	return nil
 }
 
+// ServerRestarts returns how many times the service manager restarted the server after it
+// died since this step last started it, when the manager counts them (the exec
+// supervisor).
+func (s *Step) ServerRestarts() (int, bool) {
+	c, ok := s.mgr.(interface{ Restarts(unit string) int })
+	if !ok {
+		return 0, false
+	}
+	return c.Restarts(s.spec.Unit), true
+}
+
 // manager returns the step's service manager, made on first use.
 func (s *Step) manager(ctx context.Context, env *engine.Env) (service.Manager, error) {
 	s.mu.Lock()

@@ -1,0 +1,89 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+
+	"charm.land/log/v2"
+
+	"github.com/sglprov/sglprov/pkg/daemon"
+	"github.com/sglprov/sglprov/pkg/gpu"
+)
+
+// daemonHook returns the daemon's Hook for c's recipe: it re-reads the recipe (a hook
+// edited on disk is the one run), renders the hook's argv with the recipe's data and runs
+// it with the node's facts in its environment (hookEnv), within the hook's timeout.
+func daemonHook(stdio IO, c *common, logger *log.Logger) func(ctx context.Context, hook string, h daemon.Health, reason string) error {
+	return func(ctx context.Context, hook string, h daemon.Health, reason string) error {
+		r, err := c.loadRecipe()
+		if err != nil {
+			return fmt.Errorf("reading the recipe for its %s hook: %w", hook, err)
+		}
+		hk := r.OnUnhealthy
+		if hook == daemon.HookHealthy {
+			hk = r.OnHealthy
+		}
+		if hk == nil {
+			return nil
+		}
+		var facts *gpu.Facts
+		if r.NeedsFacts() {
+			facts, _ = gpu.Detect(ctx, stdio.Getenv)
+		}
+		var fd map[string]any
+		if facts != nil {
+			fd = facts.TemplateData()
+		}
+		data, err := r.NewData(fd)
+		if err != nil {
+			return fmt.Errorf("rendering the %s hook: %w", hook, err)
+		}
+		argv, err := hk.RenderArgv(data)
+		if err != nil {
+			return fmt.Errorf("rendering the %s hook: %w", hook, err)
+		}
+		logger.Info("running the hook", "hook", hook, "node_health", string(h), "reason", reason, "argv", argv)
+		env := hookEnv(hook, h, reason, nodeInfoOf(ctx, stdio, c, r), facts)
+		out, err := daemon.RunHook(ctx, argv, env, hk.Timeout)
+		if out != "" {
+			logger.Info("hook output", "hook", hook, "output", out)
+		}
+		return err
+	}
+}
+
+// hookEnv is what a hook is told of the node, as SGLPROV_* variables: the hook and the
+// health that made it run, the node's info (recipe, unit, model, served name, profile,
+// SGLang commit), the host's name and its GPU facts.
+func hookEnv(hook string, h daemon.Health, reason string, info daemon.NodeInfo, facts *gpu.Facts) []string {
+	host, _ := os.Hostname()
+	env := []string{
+		"SGLPROV_HOOK=" + hook,
+		"SGLPROV_NODE_HEALTH=" + string(h),
+		"SGLPROV_REASON=" + reason,
+		"SGLPROV_RECIPE=" + info.Recipe,
+		"SGLPROV_UNIT=" + info.Unit,
+		"SGLPROV_MODEL=" + info.Model,
+		"SGLPROV_SERVED_NAME=" + info.ServedName,
+		"SGLPROV_PROFILE=" + info.Profile,
+		"SGLPROV_GENERATION=" + info.Generation,
+		"SGLPROV_SGLANG_COMMIT=" + info.SGLangCommit,
+		"SGLPROV_HOSTNAME=" + host,
+	}
+	if facts != nil {
+		name := ""
+		if facts.Count() > 0 {
+			name = facts.GPUs[0].Name
+		}
+		env = append(env,
+			"SGLPROV_GPU_COUNT="+strconv.Itoa(facts.Count()),
+			"SGLPROV_GPU_NAME="+name,
+			"SGLPROV_COMPUTE_CAPABILITY="+facts.ComputeCapability(),
+			"SGLPROV_DRIVER_VERSION="+facts.DriverVersion,
+			"SGLPROV_CUDA_VERSION="+facts.CUDAVersion(),
+		)
+	}
+	return env
+}

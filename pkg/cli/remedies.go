@@ -1,0 +1,148 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"time"
+
+	"github.com/sglprov/sglprov/pkg/daemon"
+	"github.com/sglprov/sglprov/pkg/engine"
+	gate "github.com/sglprov/sglprov/pkg/smoke"
+)
+
+// remedies are the daemon's ladder rungs that need the recipe: the whole gate, and the
+// service's next candidate profile, through the engine of the last apply (an exec-managed
+// server is its child) or one made for the purpose.
+type remedies struct {
+	stdio   IO
+	c       *common
+	held    *heldEngine
+	timeout time.Duration // the readiness wait of the whole gate on a running server
+}
+
+// gateConfig is the recipe's whole smoke gate (every case), with readiness bounded by
+// ready (0: the recipe's own ready_timeout).
+func (r *remedies) gateConfig(ctx context.Context, ready time.Duration) (gate.Config, error) {
+	return smokeConfig(ctx, r.stdio, smokeOptions{recipe: r.c.recipe, sets: r.c.sets, insecure: r.c.insecure, readyTimeout: ready})
+}
+
+// runGate runs cfg and turns a verdict that fails into an error that names the failures.
+func runGate(ctx context.Context, cfg gate.Config) error {
+	res, err := gate.Run(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if !res.Pass {
+		return errors.New(res.Summary())
+	}
+	return nil
+}
+
+// Regate runs every case of the recipe's gate against the server as it runs.
+func (r *remedies) Regate(ctx context.Context) error {
+	cfg, err := r.gateConfig(ctx, r.timeout)
+	if err != nil {
+		return err
+	}
+	return runGate(ctx, cfg)
+}
+
+// ActiveProfile is the profile the recipe's service runs now.
+func (r *remedies) ActiveProfile(ctx context.Context) string {
+	var p string
+	_ = r.withService(ctx, func(svc engine.ServiceStep, env *engine.Env) error {
+		p = svc.Active(env)
+		return nil
+	})
+	return p
+}
+
+// NextProfile installs the service's first candidate profile not in tried, gates it with
+// the recipe's own readiness wait (a model loads), and records it as the winner when it
+// passes, so that the next apply starts from it.
+func (r *remedies) NextProfile(ctx context.Context, tried []string) (string, error) {
+	var profile string
+	err := r.withService(ctx, func(svc engine.ServiceStep, env *engine.Env) error {
+		for _, c := range svc.Candidates(env) {
+			if c != "" && !slices.Contains(tried, c) {
+				profile = c
+				break
+			}
+		}
+		if profile == "" {
+			return daemon.ErrNoRung
+		}
+		if err := svc.Activate(ctx, env, profile); err != nil {
+			return fmt.Errorf("activating profile %s: %w", profile, err)
+		}
+		cfg, err := r.gateConfig(ctx, 0)
+		if err != nil {
+			return err
+		}
+		cfg.Failed = svc.Failed
+		if err := runGate(ctx, cfg); err != nil {
+			return err
+		}
+		if err := svc.Won(ctx, env, profile); err != nil {
+			return fmt.Errorf("recording profile %s as the winner: %w", profile, err)
+		}
+		return nil
+	})
+	return profile, err
+}
+
+// persist writes the state after a rung changed the service through e, so that status,
+// node_info and the next apply see the profile it runs.
+func persist(e *engine.Engine) error {
+	if err := e.SaveState(); err != nil {
+		return fmt.Errorf("recording the service's profile: %w", err)
+	}
+	return nil
+}
+
+// withService calls f with the recipe's first service step, through the held engine when
+// there is one.
+func (r *remedies) withService(ctx context.Context, f func(engine.ServiceStep, *engine.Env) error) error {
+	// The rung rewrites the unit and the state: not while an apply holds the lock (the
+	// daemon holds it already).
+	var err error
+	if r.c.nodeMu != nil {
+		r.c.nodeMu.Lock()
+		defer r.c.nodeMu.Unlock()
+	}
+	if r.c.lock == nil {
+		lock, lerr := engine.AcquireLock(r.c.stateDirPath())
+		if lerr != nil {
+			return lerr
+		}
+		defer lock.Release()
+	}
+	r.held.mu.Lock()
+	defer r.held.mu.Unlock()
+	e := r.held.e
+	if e == nil {
+		quiet := r.stdio
+		quiet.Stderr = io.Discard
+		if e, _, err = r.c.newEngine(ctx, quiet, nil, nil); err != nil {
+			return err
+		}
+		defer e.Close()
+	}
+	for _, name := range e.StepsOfKind("systemd") {
+		st, _ := e.StepNamed(name)
+		if svc, ok := st.(engine.ServiceStep); ok {
+			before := svc.Active(e.EnvFor(name))
+			err := f(svc, e.EnvFor(name))
+			if svc.Active(e.EnvFor(name)) != before {
+				if perr := persist(e); perr != nil && err == nil {
+					err = perr
+				}
+			}
+			return err
+		}
+	}
+	return daemon.ErrNoRung
+}
