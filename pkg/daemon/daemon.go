@@ -139,6 +139,8 @@ type Daemon struct {
 	// the server since the last canary.
 	l     ladder
 	fresh bool
+	// gpu is what the GPUs' counters said at the last check.
+	gpu gpuFault
 }
 
 // New returns a daemon with opts.
@@ -278,6 +280,21 @@ func (d *Daemon) Check(ctx context.Context) {
 		d.o.Log.Error("reading GPU facts", "err", err)
 	case f != nil:
 		d.m.setRebootRequired(false)
+		d.o.Metrics.setGPU(d.o.Recipe, f)
+		// Hardware gone wrong under the server (a new uncorrectable ECC error, a pending
+		// remap, an Xid that needs a reset): unhealthy at once, and no rung of the ladder
+		// (a restart or another profile cannot mend a GPU) until its cause is gone.
+		if fault := d.gpu.check(f); fault != "" {
+			if d.health != Unhealthy || !strings.HasPrefix(d.reason, "GPU fault: ") {
+				d.o.Log.Error("a GPU under the service went wrong; drain the node and reset the GPU or reboot", "fault", fault)
+			}
+			d.setHealth(Unhealthy, "GPU fault: "+fault)
+			return
+		}
+		if d.health == Unhealthy && strings.HasPrefix(d.reason, "GPU fault: ") {
+			d.o.Log.Info("the GPU fault is gone; checking the service again")
+			d.setHealth(Degraded, "GPU fault cleared; the canary decides")
+		}
 		if d.driver != "" && f.DriverVersion != d.driver {
 			d.o.Log.Info("driver changed; applying the recipe again", "from", d.driver, "to", f.DriverVersion)
 			d.driver = f.DriverVersion

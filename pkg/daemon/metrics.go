@@ -20,6 +20,8 @@ import (
 	"github.com/sglprov/sglprov/pkg/atomicfile"
 	"github.com/sglprov/sglprov/pkg/buildinfo"
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/fitness"
+	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/smoke"
 )
 
@@ -56,6 +58,7 @@ type Metrics struct {
 	up             prometheus.Gauge
 
 	names []string // every family's name, for Names
+	gpu   *gpuCollector
 
 	mu     sync.Mutex
 	states map[string]*recipeState // by recipe: what /healthz and /readyz answer from
@@ -135,6 +138,9 @@ func newMetrics(daemon bool) *Metrics {
 	m.health = gv("node_health", "1 for the node's current health state, 0 for the others.", "state")
 	m.ready = gv("ready", "1 once the first gate of the daemon passed (what /readyz answers).")
 	m.reboot = gv("reboot_required", "1 when NVML reports a driver/library mismatch.")
+	m.gpu = newGPUCollector()
+	m.reg.MustRegister(m.gpu)
+	m.names = append(m.names, fitness.CounterNames()...)
 	m.up = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "sglprov", Name: "daemon_up",
 		Help: "1 while the daemon runs; 0 in the final textfile it writes as it stops."})
 	m.reg.MustRegister(m.up)
@@ -495,4 +501,11 @@ func b2f(b bool) float64 {
 		return 1
 	}
 	return 0
+}
+
+// setGPU records the facts a daemon check read for recipe, for the GPU counters.
+func (m *Metrics) setGPU(recipe string, f *gpu.Facts) {
+	if m != nil && m.gpu != nil && f != nil {
+		m.gpu.set(recipe, f)
+	}
 }

@@ -218,3 +218,19 @@ func yesNo(b bool) string {
 	}
 	return "no"
 }
+
+// CounterNames returns the names of every metric Counters may give, sorted.
+func CounterNames() []string {
+	out := make([]string, 0, len(metricMeta))
+	for n := range metricMeta {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// CounterMeta returns a metric's Prometheus type ("counter" or "gauge") and help text.
+func CounterMeta(name string) (typ, help string) {
+	m := metricMeta[name]
+	return m[0], m[1]
+}
