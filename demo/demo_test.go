@@ -65,9 +65,9 @@ func TestDemo(t *testing.T) {
 		`smoke gate passed .*profile=sm120-fp4-gemm-cudnn`,
 		// the daemon watches the demo node: one canary, the metrics, a clean stop
 		`healthz: ok node_health=healthy`,
-		`sglprov_canary_runs_total [1-9]`,
-		`sglprov_canary_failures_total 0`,
-		`sglprov_node_health\{state="healthy"\} 1`,
+		`sglprov_canary_runs_total\{recipe="qwen3.5-397b-a17b-nvfp4-sm120-demo"\} [1-9]`,
+		`sglprov_canary_failures_total\{recipe="qwen3.5-397b-a17b-nvfp4-sm120-demo"\} 0`,
+		`sglprov_node_health\{recipe="qwen3.5-397b-a17b-nvfp4-sm120-demo",state="healthy"\} 1`,
 		`daemon stopped on SIGTERM, exit 0`,
 	} {
 		if !regexp.MustCompile(want).Match(out) {

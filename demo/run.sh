@@ -115,7 +115,7 @@ MPORT=$(( PORT + 2 ))
 DAEMON_PID=$!
 trap 'kill "$DAEMON_PID" 2>/dev/null || true; cleanup' EXIT
 for _ in $(seq 600); do
-  grep -q '^sglprov_canary_runs_total [1-9]' "$ROOT/sglprov.prom" 2>/dev/null && break
+  grep -Eq '^sglprov_canary_runs_total(\{[^}]*\})? [1-9]' "$ROOT/sglprov.prom" 2>/dev/null && break
   kill -0 "$DAEMON_PID" 2>/dev/null || { cat "$ROOT/daemon.log" >&2; exit 1; }
   sleep 0.1
 done
