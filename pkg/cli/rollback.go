@@ -10,6 +10,7 @@ import (
 	"github.com/sglprov/sglprov/pkg/daemon"
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/generation"
+	"github.com/sglprov/sglprov/pkg/recipe"
 )
 
 // rollback is the daemon's previous-generation rung (daemon.Generations) for a recipe that
@@ -46,6 +47,20 @@ func (g *rollback) previous() (string, error) {
 			daemon.ErrNotAvailable, r.Name, shortKey(store.Serving()))
 	}
 	return prev, nil
+}
+
+// servingGeneration returns the generation that serves recipe r according to its
+// generations record ("" when it keeps none or the record cannot be read).
+func servingGeneration(c *common, r *recipe.Recipe) string {
+	if !r.UsesGenerations() {
+		return ""
+	}
+	store, err := generation.Open(engine.HostPath(c.root, r.GenerationsDir()),
+		filepath.Join(c.stateDirPath(), "generations", r.Name+".json"), r.KeepGenerations())
+	if err != nil {
+		return ""
+	}
+	return store.Serving()
 }
 
 func shortKey(k string) string {

@@ -120,6 +120,14 @@ func TestRollBackToPreviousGeneration(t *testing.T) {
 	if err := rb.gate(context.Background()); err != nil {
 		t.Errorf("the rolled-back server does not pass the gate: %v", err)
 	}
+	// The node_info metric names the generation that serves, not the last apply's.
+	r, err := c.loadRecipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info := nodeInfoOf(context.Background(), rb.stdio, c, r); info.Generation != g1 {
+		t.Errorf("node_info generation = %q after the roll back, want %s", info.Generation, g1)
+	}
 
 	// Now g1 serves and g2 is broken: going "back" to g2 fails its gate, and g1's unit,
 	// the one that served, runs again and still passes.
