@@ -203,7 +203,7 @@ func watchRecipe(ctx context.Context, stdio IO, w *recipeWatch, o daemonFlags, m
 		Canary:                canary(stdio, c, o.canaryTimeout, logger),
 		CanaryTimeout:         o.canaryTimeout,
 		Remedies:              &remedies{stdio: stdio, c: c, held: &held, timeout: o.canaryTimeout},
-		Generations:           daemon.NoGenerations{},
+		Generations:           &rollback{stdio: stdio, c: c, held: &held},
 		RestartService:        restartService(stdio, c, &held),
 		Notify:                notify,
 		Interval:              o.interval,

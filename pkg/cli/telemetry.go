@@ -100,6 +100,10 @@ func nodeInfoOf(ctx context.Context, stdio IO, c *common, r *recipe.Recipe) daem
 	if rep, err := engine.LatestReport(c.stateDirPath()); err == nil && rep.Recipe == r.Name && rep.Generation != nil {
 		info.Generation = rep.Generation.Serving
 	}
+	if k := servingGeneration(c, r); k != "" {
+		// The generations record is the truth after the daemon rolled back.
+		info.Generation = k
+	}
 	return info
 }
 

@@ -67,6 +67,10 @@ type Options struct {
 	// OpenGenerations opens a recipe's generations kept in dir (a host path) with their
 	// record at record (nil: pkg/generation's store).
 	OpenGenerations func(dir, record string, keep int) (Generations, error)
+	// GenerationKey, when set, is the kept generation this engine works in instead of the
+	// one the recipe's inputs decide (a roll back to an earlier generation: its folder and
+	// its kept step records).
+	GenerationKey string
 }
 
 // Engine plans and applies one recipe.

@@ -152,6 +152,9 @@ func openGenerations(opts Options, facts map[string]any) (*genState, map[string]
 	if err != nil {
 		return nil, nil, err
 	}
+	if opts.GenerationKey != "" {
+		key = opts.GenerationKey
+	}
 	g := &genState{steps: steps, info: GenerationInfo{Key: key, Dir: path.Join(r.GenerationsDir(), key)}}
 	if !opts.IgnoreState {
 		open := opts.OpenGenerations
@@ -258,4 +261,19 @@ func shortOr(key, none string) string {
 		return none
 	}
 	return generation.Short(key)
+}
+
+// GenerationPassed records the engine's generation as passed with the step records the
+// engine holds (it becomes the serving one, "current" flips to it, generations beyond the
+// kept ones go) and writes the state: after a roll back that passed its gate, the next
+// apply knows which generation serves. nil when the recipe keeps no generations.
+func (e *Engine) GenerationPassed() (*GenerationReport, error) {
+	gr := e.endGeneration(true)
+	if gr == nil {
+		return nil, nil
+	}
+	if e.gen != nil {
+		e.gen.info.Serving = e.gen.info.Key
+	}
+	return gr, e.SaveState()
 }

@@ -158,3 +158,79 @@ func TestGenerationKeyFollowsToolchain(t *testing.T) {
 		t.Errorf("the old generation's build output was rewritten (%v)", err)
 	}
 }
+
+// An engine made for a kept generation (GenerationKey: the daemon's roll back) works in
+// that generation's folder with its kept records; once it passed, it serves: the current
+// link, the record and the state say so, and the next apply of the recipe as it stands
+// switches to the recipe's own generation again (gated), building nothing.
+func TestRollBackToKeptGeneration(t *testing.T) {
+	w := newWorld()
+	dir, gens := t.TempDir(), t.TempDir()
+	rep, err := genApply(t, w, gens, dir, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g1 := rep.Generation.Serving
+	if rep, err = genApply(t, w, gens, dir, false, "pin=2"); err != nil {
+		t.Fatal(err)
+	}
+	g2 := rep.Generation.Serving
+	store, err := generation.Open(filepath.Join(gens, "gen"), filepath.Join(dir, "generations", "gen.json"), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := store.Previous(); got != g1 {
+		t.Fatalf("previous generation = %q, want %s (serving %s)", got, g1, store.Serving())
+	}
+
+	r := load(t, w, fmt.Sprintf(genRecipe, gens, false), "pin=2")
+	e := newEngine(t, w, r, dir, func(o *engine.Options) { o.GenerationKey = g1 })
+	env := e.EnvFor("service")
+	if env.Generation == nil || env.Generation.Dir != filepath.Join(gens, "gen", g1) || env.Generation.Serving != g2 {
+		t.Fatalf("roll-back engine's generation = %+v, want %s's folder with %s serving", env.Generation, g1, g2)
+	}
+	gr, err := e.GenerationPassed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gr.Serving != g1 || currentLink(t, gens) != g1 || !strings.Contains(gr.Note, "was "+generation.Short(g2)) {
+		t.Fatalf("after the roll back passed: %+v, current %s; want %s serving", gr, currentLink(t, gens), g1)
+	}
+	if store, err = generation.Open(filepath.Join(gens, "gen"), filepath.Join(dir, "generations", "gen.json"), 2); err != nil {
+		t.Fatal(err)
+	}
+	if store.Serving() != g1 || store.Previous() != g2 {
+		t.Errorf("record: serving %s, previous %s; want %s and %s", store.Serving(), store.Previous(), g1, g2)
+	}
+	// The state holds g1's records: its src step's record names g1's folder.
+	st, err := engine.LoadRecipeState(dir, "gen")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec := st.Steps["src"]; rec == nil || rec.Parts["generation.dir"] == "" {
+		t.Fatalf("state after the roll back: src record %+v", rec)
+	}
+	next := newEngine(t, w, r, dir, nil).EnvFor("service")
+	if next.Generation.Serving != g1 || next.Generation.Key != g2 {
+		t.Errorf("next apply: %+v, want building %s with %s serving", next.Generation, g2, g1)
+	}
+	if rep, err = genApply(t, w, gens, dir, false, "pin=2"); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Generation.Serving != g2 || contains(w.ran, "src") || contains(w.ran, "kernel") {
+		t.Errorf("next apply: serving %s (want %s), ran %v (want no build)", rep.Generation.Serving, g2, w.ran)
+	}
+
+	// With only one generation there is nothing to go back to.
+	dir2, gens2 := t.TempDir(), t.TempDir()
+	if _, err := genApply(t, w, gens2, dir2, false); err != nil {
+		t.Fatal(err)
+	}
+	one, err := generation.Open(filepath.Join(gens2, "gen"), filepath.Join(dir2, "generations", "gen.json"), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := one.Previous(); got != "" {
+		t.Errorf("one generation: previous = %q, want none", got)
+	}
+}

@@ -142,6 +142,28 @@ func (s *Store) Steps(key string) map[string]json.RawMessage {
 	return nil
 }
 
+// Previous returns the generation to roll back to from the serving one: the newest other
+// generation that passed the gate, whose step records are kept and whose folder is still
+// on disk ("" when there is none).
+func (s *Store) Previous() string {
+	var best *Generation
+	for _, g := range s.rec.Generations {
+		if g.Key == s.rec.Current || g.Passed.IsZero() || len(g.Steps) == 0 {
+			continue
+		}
+		if fi, err := os.Stat(s.Path(g.Key)); err != nil || !fi.IsDir() {
+			continue
+		}
+		if best == nil || g.Passed.After(best.Passed) {
+			best = g
+		}
+	}
+	if best == nil {
+		return ""
+	}
+	return best.Key
+}
+
 // Freed is one generation removed (or that would be, in a dry run).
 type Freed struct {
 	Key   string `json:"key"`

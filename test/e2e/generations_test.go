@@ -92,6 +92,7 @@ var pins = map[string][2]string{
 	"v3-fail": {badBuild, ""},
 	"v4":      {goodBuild, "--fake-broken-if=fp4-gemm-backend=flashinfer_cudnn --fake-latency=1ms"},
 	"v5-slow": {goodBuild, "--fake-broken-if=fp4-gemm-backend=flashinfer_cudnn --fake-ready-after=80s"},
+	"v6-late": {goodBuild, "--fake-broken-if=fp4-gemm-backend=flashinfer_cudnn --fake-broken-while=/etc/sglprov/bad-gen"},
 }
 
 // pinArchive returns a .tar.gz of one pin's tree and its sha256.
@@ -359,4 +360,43 @@ func TestGenerations(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestDaemonRollsBackToPreviousGeneration: a node that serves a second generation, whose
+// server starts answering garbage in every profile, climbs the daemon's remediation ladder
+// to the previous generation (restart, the whole gate and the other profile fail first),
+// which serves again from its own folder, passes, and is recorded as the serving one.
+func TestDaemonRollsBackToPreviousGeneration(t *testing.T) {
+	requireE2E(t)
+	bins := buildBinaries(t)
+	g := newGenHost(t, bins)
+	if a := g.applyPin("v1"); a.code != 0 {
+		t.Fatalf("apply v1: exit %d\n%s\n%s", a.code, a.out, g.journal())
+	}
+	gen1 := g.current()
+	if a := g.applyPin("v6-late"); a.code != 0 {
+		t.Fatalf("apply v6-late: exit %d\n%s\n%s", a.code, a.out, g.journal())
+	}
+	gen6 := g.current()
+	if gen6 == gen1 {
+		t.Fatalf("v6-late serves generation %s, as v1 did", gen6)
+	}
+	g.MustRun("systemd-run", "--unit", daemonUnit, "--setenv=SGLPROV_GPU_FIXTURE=/etc/sglprov/gpu.json",
+		"/usr/local/bin/sglprov", "daemon", "-f", recipePath, "--state-dir", stateDir,
+		"--set", "pin=v6-late", "--set", "sha="+g.sums["v6-late"],
+		"--interval", "1s", "--failures-before-restart", "1", "--canary-timeout", "60s",
+		"--metrics-addr", "127.0.0.1:9477", "--textfile", textfilePath)
+	d := &daemonHost{g.host}
+	d.waitMetric(`sglprov_node_health\{recipe="e2e-gen",state="healthy"\} 1`, 2*time.Minute)
+
+	g.WriteFile("/etc/sglprov/bad-gen", []byte("broken\n"), 0o644)
+	d.waitMetric(`sglprov_remediation_total\{recipe="e2e-gen",result="ok",rung="previous_generation"\} 1`, 4*time.Minute)
+	d.waitMetric(`sglprov_node_health\{recipe="e2e-gen",state="healthy"\} 1`, time.Minute)
+	if got := g.current(); got != gen1 {
+		t.Errorf("after the roll back the current link names %s, want %s", got, gen1)
+	}
+	if got, want := g.servingExe(), filepath.Join(genDir, gen1, "app/bin/fake-sglang"); got != want {
+		t.Errorf("after the roll back the server runs %q, want %q", got, want)
+	}
+	g.gate("after the roll back")
 }

@@ -507,7 +507,8 @@ func (s *Step) Activate(ctx context.Context, env *engine.Env, profile string) er
 	if err != nil {
 		return err
 	}
-	found := false
+	// A step without profiles has one unit, rendered with none.
+	found := len(c) == 0 && profile == "" && len(s.spec.Profiles) == 0
 	for _, p := range c {
 		found = found || p == profile
 	}

@@ -1,0 +1,168 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+
+	"github.com/sglprov/sglprov/pkg/daemon"
+	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/generation"
+	"github.com/sglprov/sglprov/pkg/recipe"
+)
+
+// rollback is the daemon's previous-generation rung (daemon.Generations) for a recipe that
+// keeps generations: the newest other generation that passed and is still on disk is put
+// back (its unit, rendered into its folder with its kept records), restarted and gated;
+// on a pass it is recorded as serving (current link, generations record, state), on a fail
+// the unit that served before comes back and the ladder goes on to give up.
+type rollback struct {
+	stdio IO
+	c     *common
+	held  *heldEngine
+}
+
+var _ daemon.Generations = (*rollback)(nil)
+
+// previous returns the generation to go back to, or an ErrNotAvailable error saying why
+// there is none.
+func (g *rollback) previous() (string, error) {
+	r, err := g.c.loadRecipe()
+	if err != nil {
+		return "", err
+	}
+	if !r.UsesGenerations() {
+		return "", fmt.Errorf("%w: recipe %s keeps no generations to roll back to", daemon.ErrNotAvailable, r.Name)
+	}
+	store, err := generation.Open(engine.HostPath(g.c.root, r.GenerationsDir()),
+		filepath.Join(g.c.stateDirPath(), "generations", r.Name+".json"), r.KeepGenerations())
+	if err != nil {
+		return "", fmt.Errorf("opening the generations of %s: %w", r.Name, err)
+	}
+	prev := store.Previous()
+	if prev == "" {
+		return "", fmt.Errorf("%w: recipe %s keeps no earlier generation that passed (serving %s)",
+			daemon.ErrNotAvailable, r.Name, shortKey(store.Serving()))
+	}
+	return prev, nil
+}
+
+// servingGeneration returns the generation that serves recipe r according to its
+// generations record ("" when it keeps none or the record cannot be read).
+func servingGeneration(c *common, r *recipe.Recipe) string {
+	if !r.UsesGenerations() {
+		return ""
+	}
+	store, err := generation.Open(engine.HostPath(c.root, r.GenerationsDir()),
+		filepath.Join(c.stateDirPath(), "generations", r.Name+".json"), r.KeepGenerations())
+	if err != nil {
+		return ""
+	}
+	return store.Serving()
+}
+
+func shortKey(k string) string {
+	if k == "" {
+		return "none"
+	}
+	return generation.Short(k)
+}
+
+// RollBack implements daemon.Generations.
+func (g *rollback) RollBack(ctx context.Context) error {
+	if g.c.nodeMu != nil {
+		g.c.nodeMu.Lock()
+		defer g.c.nodeMu.Unlock()
+	}
+	if g.c.lock == nil {
+		lock, err := engine.AcquireLock(g.c.stateDirPath())
+		if err != nil {
+			return err
+		}
+		defer lock.Release()
+	}
+	prev, err := g.previous()
+	if err != nil {
+		return err
+	}
+	quiet := g.stdio
+	quiet.Stderr = io.Discard
+	// The engine of the last apply goes (with the exec manager it stops the server that
+	// answers wrong): the port is the previous generation's now.
+	g.held.set(nil)
+	e, _, err := g.c.newEngine(ctx, quiet, nil, func(o *engine.Options) { o.GenerationKey = prev })
+	if err != nil {
+		return fmt.Errorf("making the engine of generation %s: %w", generation.Short(prev), err)
+	}
+	svc, env := serviceOf(e)
+	if svc == nil {
+		e.Close()
+		return fmt.Errorf("%w: the recipe has no service step to roll back", daemon.ErrNotAvailable)
+	}
+	profile := svc.Active(env)
+	if profile == "" {
+		if cands := svc.Candidates(env); len(cands) > 0 {
+			profile = cands[0]
+		}
+	}
+	gateErr := func() error {
+		if err := svc.Activate(ctx, env, profile); err != nil {
+			return fmt.Errorf("installing generation %s's unit: %w", generation.Short(prev), err)
+		}
+		cfg, err := smokeConfig(ctx, g.stdio, smokeOptions{recipe: g.c.recipe, sets: g.c.sets, insecure: g.c.insecure})
+		if err != nil {
+			return err
+		}
+		cfg.Failed = svc.Failed
+		if err := runGate(ctx, cfg); err != nil {
+			return fmt.Errorf("generation %s failed the gate: %w", generation.Short(prev), err)
+		}
+		return nil
+	}()
+	if gateErr == nil {
+		if err := svc.Won(ctx, env, profile); err != nil {
+			gateErr = fmt.Errorf("keeping generation %s's unit: %w", generation.Short(prev), err)
+		} else if _, err := e.GenerationPassed(); err != nil {
+			gateErr = fmt.Errorf("recording generation %s as serving: %w", generation.Short(prev), err)
+		} else {
+			g.held.set(e)
+			return nil
+		}
+	}
+	// The roll back failed: the unit that served before (the one a reboot starts) comes
+	// back, through an engine of the recipe as the state records it.
+	e.Close()
+	back, _, err := g.c.newEngine(ctx, quiet, nil, nil)
+	if err != nil {
+		return errors.Join(gateErr, fmt.Errorf("restoring the unit that served: %w", err))
+	}
+	if bsvc, benv := serviceOf(back); bsvc != nil {
+		if _, err := bsvc.RestoreLastKnownGood(ctx, benv); err != nil {
+			gateErr = errors.Join(gateErr, fmt.Errorf("restoring the unit that served: %w", err))
+		}
+	}
+	g.held.set(back)
+	return gateErr
+}
+
+// serviceOf returns e's first service step and its Env (nil when it has none).
+func serviceOf(e *engine.Engine) (engine.ServiceStep, *engine.Env) {
+	for _, name := range e.StepsOfKind("systemd") {
+		st, _ := e.StepNamed(name)
+		if svc, ok := st.(engine.ServiceStep); ok {
+			return svc, e.EnvFor(name)
+		}
+	}
+	return nil, nil
+}
+
+// gate runs the recipe's whole gate against the server as it runs.
+func (g *rollback) gate(ctx context.Context) error {
+	cfg, err := smokeConfig(ctx, g.stdio, smokeOptions{recipe: g.c.recipe, sets: g.c.sets, insecure: g.c.insecure})
+	if err != nil {
+		return err
+	}
+	return runGate(ctx, cfg)
+}
