@@ -339,3 +339,16 @@ func TestNoRetryFailsAtOnce(t *testing.T) {
 		t.Fatalf("Fetch = %v after %s, want ErrNoRetry at once", err, time.Since(start))
 	}
 }
+
+// Retries: -1 turns retries off: a refused connection fails the file at once, not after
+// the no-progress budget.
+func TestRetriesOffFailsAtOnce(t *testing.T) {
+	opt := testOptions(t.TempDir())
+	opt.NoProgress = time.Minute
+	opt.Retries = -1
+	start := time.Now()
+	_, err := Fetch(context.Background(), []File{{URL: "http://127.0.0.1:1/x", Path: "x.bin", Size: 10, SHA256: sha256Hex([]byte("0123456789"))}}, opt)
+	if err == nil || !strings.Contains(err.Error(), "retries are off") || time.Since(start) > 10*time.Second {
+		t.Fatalf("Fetch = %v after %s, want a failure at once saying retries are off", err, time.Since(start))
+	}
+}

@@ -92,10 +92,10 @@ func newConfig(opt Options) (*config, error) {
 	if c.StallTimeout <= 0 {
 		c.StallTimeout = defaultStall
 	}
+	// A negative Retries turns retries off (a transient failure fails the file at once);
+	// it is kept negative so that fetchRangeTo sees it.
 	if c.Retries == 0 {
 		c.Retries = defaultRetries
-	} else if c.Retries < 0 {
-		c.Retries = 0
 	}
 	if c.RetryWait <= 0 {
 		c.RetryWait = defaultRetryWait
@@ -421,7 +421,7 @@ func (j *job) run(ctx context.Context) error {
 		case err == nil:
 		case errors.Is(err, errRangeIgnored) || errors.Is(err, errStartOver) || errors.Is(err, errWholeFile):
 			restarts++
-			if restarts <= j.c.Retries+1 {
+			if restarts <= max(j.c.Retries, 0)+1 {
 				j.noRanges = j.noRanges || errors.Is(err, errRangeIgnored) || errors.Is(err, errWholeFile)
 				j.c.Logf("%s: %v; starting over from byte 0", j.f.Path, err)
 				j.removePart()
