@@ -549,7 +549,7 @@ func (c *common) newEngine(ctx context.Context, stdio IO, r *recipe.Recipe, mod 
 	if len(problems) > 0 && c.keepShort && engErr == nil {
 		return e, r, nil
 	}
-	problems = append(problems, fitnessProblems(stdio, facts, r, e)...)
+	problems = append(problems, fitnessProblems(stdio, facts, r, e, c.stateDirPath())...)
 	if len(problems) > 0 {
 		if e != nil {
 			e.Close()

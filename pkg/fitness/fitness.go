@@ -91,6 +91,10 @@ type Processes interface {
 type Options struct {
 	// Unit is the recipe's own systemd unit: its processes are not "another server".
 	Unit string
+	// Replaced are the units of the recipes this one replaces (recipe `replaces:`): their
+	// servers hold the GPUs until the switch stops them, so they are not "another server"
+	// either.
+	Replaced []string
 	// GPUs are the indices the service uses; nil means every GPU of the facts.
 	GPUs []int
 	// Procs describes the processes found on the GPUs; nil reads /proc.
@@ -273,7 +277,7 @@ func checkDevice(d gpu.Device, h *gpu.Health, opts Options) []Problem {
 	if h.Processes != nil {
 		for _, p := range *h.Processes {
 			cmd, unit := opts.Procs.Describe(p.PID)
-			if opts.Unit != "" && unit == opts.Unit {
+			if unit != "" && (unit == opts.Unit || slices.Contains(opts.Replaced, unit)) {
 				continue
 			}
 			who := fmt.Sprintf("pid %d", p.PID)

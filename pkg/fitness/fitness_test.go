@@ -124,6 +124,16 @@ func TestBusyOwnUnitAndSubset(t *testing.T) {
 	if len(res.Refusals) != 0 {
 		t.Errorf("own unit refused: %v", messages(res.Refusals))
 	}
+	// A model switch: the server of the recipe this one replaces holds the GPUs until the
+	// switch stops it, after the preflight.
+	res = Check(f, gpu.GPURequirements{ECC: Ignore}, Options{Unit: "sglang-b.service", Replaced: []string{"sglang-qwen.service"}, Procs: procs})
+	if len(res.Refusals) != 0 {
+		t.Errorf("the replaced recipe's unit refused: %v", messages(res.Refusals))
+	}
+	res = Check(f, gpu.GPURequirements{ECC: Ignore}, Options{Unit: "sglang-b.service", Procs: procs})
+	if len(res.Refusals) != 1 || !strings.Contains(res.Refusals[0].Fix, "replaces") {
+		t.Errorf("another recipe's unit, not replaced: %v", res.Refusals)
+	}
 	res = Check(f, gpu.GPURequirements{ECC: Ignore}, Options{Unit: "other.service", Procs: procs, GPUs: []int{1, 2}})
 	if len(res.Refusals) != 0 {
 		t.Errorf("GPUs 1-2 only: %v", messages(res.Refusals))
