@@ -1,13 +1,11 @@
 package steps_test
 
 import (
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 
-	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/steps/build"
 )
 
@@ -20,19 +18,10 @@ var commitRE = regexp.MustCompile(`^[0-9a-f]{40}$`)
 func TestSM120RecipeForCurrentSGLang(t *testing.T) {
 	early := loadShipped(t, "qwen3.5-397b-a17b-nvfp4-sm120.yaml")
 	r := loadShipped(t, "qwen3.5-397b-a17b-nvfp4-sm120-sglang-0.5.20.yaml")
-	facts, err := gpu.LoadFixture(filepath.Join("..", "..", "testdata", "gpu", "rtx-pro-6000-x8.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := r.NewData(facts.TemplateData())
-	if err != nil {
-		t.Fatal(err)
-	}
+	facts := rtxFacts(t)
+	data := templateData(t, r, facts)
 	vars := data["vars"].(map[string]string)
-	earlyData, err := early.NewData(facts.TemplateData())
-	if err != nil {
-		t.Fatal(err)
-	}
+	earlyData := templateData(t, early, facts)
 	earlyVars := earlyData["vars"].(map[string]string)
 	if !commitRE.MatchString(vars["sglang_commit"]) || vars["sglang_commit"] == earlyVars["sglang_commit"] {
 		t.Errorf("sglang_commit %q: want a 40-hex commit other than the early pin", vars["sglang_commit"])
@@ -81,14 +70,8 @@ func TestSM120RecipeForCurrentSGLang(t *testing.T) {
 // torch's cpp_extension to parse the same TORCH_CUDA_ARCH_LIST the build gets.
 func TestSM120RecipeChecksTorchArchList(t *testing.T) {
 	r := loadShipped(t, "qwen3.5-397b-a17b-nvfp4-sm120.yaml")
-	facts, err := gpu.LoadFixture(filepath.Join("..", "..", "testdata", "gpu", "rtx-pro-6000-x8.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := r.NewData(facts.TemplateData())
-	if err != nil {
-		t.Fatal(err)
-	}
+	facts := rtxFacts(t)
+	data := templateData(t, r, facts)
 	var body struct {
 		Argv []string          `yaml:"argv"`
 		Env  map[string]string `yaml:"env"`

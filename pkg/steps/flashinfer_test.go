@@ -1,13 +1,11 @@
 package steps_test
 
 import (
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
-	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/recipe"
 )
 
@@ -78,14 +76,8 @@ func versionAtLeast(v string, min []int) bool {
 // keeps its 64-request load case.
 func TestSM120RecipePinsFlashInfer(t *testing.T) {
 	r := loadShipped(t, "qwen3.5-397b-a17b-nvfp4-sm120.yaml")
-	facts, err := gpu.LoadFixture(filepath.Join("..", "..", "testdata", "gpu", "rtx-pro-6000-x8.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := r.NewData(facts.TemplateData())
-	if err != nil {
-		t.Fatal(err)
-	}
+	facts := rtxFacts(t)
+	data := templateData(t, r, facts)
 	vars := data["vars"].(map[string]string)
 	fi, constraints, torch := vars["flashinfer_version"], vars["constraints"], vars["torch_version"]
 	if fi == "" || constraints == "" {

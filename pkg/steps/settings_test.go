@@ -2,13 +2,10 @@ package steps_test
 
 import (
 	"math"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
-
-	"github.com/sglprov/sglprov/pkg/gpu"
 )
 
 // sglangMemFraction is SGLang's own default for --mem-fraction-static in early 2026
@@ -37,14 +34,8 @@ func sglangMemFraction(gpuMiB float64, chunk, graphBS, tp, vitLayers, vitHidden 
 // the gate's load case fits in max_running_requests. Its settings are named starting values.
 func TestSM120ServerSettings(t *testing.T) {
 	r := loadShipped(t, "qwen3.5-397b-a17b-nvfp4-sm120.yaml")
-	facts, err := gpu.LoadFixture(filepath.Join("..", "..", "testdata", "gpu", "rtx-pro-6000-x8.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := r.NewData(facts.TemplateData())
-	if err != nil {
-		t.Fatal(err)
-	}
+	facts := rtxFacts(t)
+	data := templateData(t, r, facts)
 	vars := data["vars"].(map[string]string)
 	num := func(name string) float64 {
 		v, err := strconv.ParseFloat(vars[name], 64)

@@ -23,18 +23,32 @@ func loadShipped(t *testing.T, file string) *recipe.Recipe {
 	return r
 }
 
-// pipInstalls returns the rendered argv of every command step that runs "pip install"
-// (GPU templates rendered with the RTX PRO 6000 fixture's facts).
-func pipInstalls(t *testing.T, r *recipe.Recipe) map[string][]string {
+// rtxFacts returns the GPU facts of the 8 x RTX PRO 6000 fixture, the SM120 recipes' host.
+func rtxFacts(t *testing.T) *gpu.Facts {
 	t.Helper()
 	facts, err := gpu.LoadFixture(filepath.Join("..", "..", "testdata", "gpu", "rtx-pro-6000-x8.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	return facts
+}
+
+// templateData returns r's template data for facts.
+func templateData(t *testing.T, r *recipe.Recipe, facts *gpu.Facts) recipe.Data {
+	t.Helper()
 	data, err := r.NewData(facts.TemplateData())
 	if err != nil {
 		t.Fatal(err)
 	}
+	return data
+}
+
+// pipInstalls returns the rendered argv of every command step that runs "pip install"
+// (GPU templates rendered with the RTX PRO 6000 fixture's facts).
+func pipInstalls(t *testing.T, r *recipe.Recipe) map[string][]string {
+	t.Helper()
+	facts := rtxFacts(t)
+	data := templateData(t, r, facts)
 	out := map[string][]string{}
 	for _, st := range r.Steps {
 		if st.Kind != "command" {
