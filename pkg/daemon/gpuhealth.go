@@ -74,6 +74,15 @@ func (c *gpuCollector) Collect(ch chan<- prometheus.Metric) {
 // GPUs are fine) and keeps it while its cause lasts: an ECC fault until the volatile count
 // and the remap state are clear again (a GPU reset), an Xid until the daemon restarts
 // (after the reset or reboot its fix needs).
+// eccOnly asks fitness.Check for its ecc check alone.
+var eccOnly = gpu.GPURequirements{ECC: fitness.Refuse, PCIeLink: fitness.Ignore, MIG: fitness.Warn, Busy: fitness.Ignore,
+	Clocks: fitness.Ignore, Xid: fitness.Ignore, P2P: fitness.Ignore}
+
+// noProcs describes no process: the busy check is not asked, so /proc is not read.
+type noProcs struct{}
+
+func (noProcs) Describe(uint32) (string, string) { return "", "" }
+
 type gpuFault struct {
 	last *gpu.Facts
 	xid  []string
@@ -91,18 +100,11 @@ func (g *gpuFault) check(now *gpu.Facts) string {
 		}
 	}
 	g.last = now
+	// The memory faults are the preflight's own ecc check (uncorrected errors since the
+	// driver loaded, rows or pages pending, a failed remap): the only one asked here.
 	var reasons []string
-	for _, d := range now.GPUs {
-		h := d.Health
-		if h == nil {
-			continue
-		}
-		if h.ECC != nil && h.ECC.VolatileUncorrected > 0 {
-			reasons = append(reasons, d.Label()+": uncorrectable ECC errors since the driver loaded")
-		}
-		if r := h.RemappedRows; r != nil && (r.Pending || r.Failure) {
-			reasons = append(reasons, d.Label()+": memory row remap pending or failed")
-		}
+	for _, p := range fitness.Check(now, eccOnly, fitness.Options{Procs: noProcs{}}).Refusals {
+		reasons = append(reasons, p.Message)
 	}
 	return strings.Join(append(reasons, g.xid...), "; ")
 }

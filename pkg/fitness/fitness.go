@@ -321,15 +321,10 @@ func checkXid(f *gpu.Facts, used []gpu.Device) []Problem {
 	}
 	byPCI := map[string]gpu.Device{}
 	for _, d := range used {
-		// The driver prints "0000:18:00" (no function).
-		pci := gpu.SysfsPCI(d.PCIBusID)
-		if i := strings.LastIndex(pci, "."); i > 0 {
-			pci = pci[:i]
-		}
-		byPCI[pci] = d
+		byPCI[driverPCI(d)] = d
 	}
 	type key struct {
-		gpu  int
+		gpu  gpu.Device
 		code int
 	}
 	count := map[key]int{}
@@ -340,7 +335,7 @@ func checkXid(f *gpu.Facts, used []gpu.Device) []Problem {
 		if !ok || !resetXids[x.Code] {
 			continue
 		}
-		k := key{d.Index, x.Code}
+		k := key{d, x.Code}
 		if count[k] == 0 {
 			order = append(order, k)
 		}
@@ -349,25 +344,22 @@ func checkXid(f *gpu.Facts, used []gpu.Device) []Problem {
 	}
 	var out []Problem
 	for _, k := range order {
-		d := byPCI[pciOf(used, k.gpu)]
-		out = append(out, Problem{Check: "xid", GPU: k.gpu,
+		d := k.gpu
+		out = append(out, Problem{Check: "xid", GPU: d.Index,
 			Message: fmt.Sprintf("%s logged Xid %d %d time(s) since boot: %s", d.Label(), k.code, count[k], last[k]),
-			Fix:     fmt.Sprintf("drain the node, then reset the GPU (nvidia-smi -r -i %d) or reboot; Xid %d again after that means the GPU needs service", k.gpu, k.code)})
+			Fix:     fmt.Sprintf("drain the node, then reset the GPU (nvidia-smi -r -i %d) or reboot; Xid %d again after that means the GPU needs service", d.Index, k.code)})
 	}
 	return out
 }
 
-func pciOf(ds []gpu.Device, idx int) string {
-	for _, d := range ds {
-		if d.Index == idx {
-			pci := gpu.SysfsPCI(d.PCIBusID)
-			if i := strings.LastIndex(pci, "."); i > 0 {
-				pci = pci[:i]
-			}
-			return pci
-		}
+// driverPCI is a GPU's address as the driver prints it in Xid lines: "0000:18:00", no
+// function.
+func driverPCI(d gpu.Device) string {
+	pci := gpu.SysfsPCI(d.PCIBusID)
+	if i := strings.LastIndex(pci, "."); i > 0 {
+		pci = pci[:i]
 	}
-	return ""
+	return pci
 }
 
 // P2PBlocked says why peer-to-peer between the GPUs idx cannot be used ("" when it can,

@@ -113,10 +113,7 @@ func Counters(f *gpu.Facts) []Sample {
 
 // xidOf returns the last Xid code logged for d (0 with none) and the count per code.
 func xidOf(xs []gpu.XidEvent, d gpu.Device) (int, map[int]int) {
-	pci := gpu.SysfsPCI(d.PCIBusID)
-	if i := strings.LastIndex(pci, "."); i > 0 {
-		pci = pci[:i]
-	}
+	pci := driverPCI(d)
 	last, counts := 0, map[int]int{}
 	for _, x := range xs {
 		if strings.EqualFold(x.PCI, pci) {

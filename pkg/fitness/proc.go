@@ -2,13 +2,13 @@ package fitness
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 
 	"github.com/sglprov/sglprov/pkg/portowner"
-	"github.com/sglprov/sglprov/pkg/safefile"
 )
 
 // ProcFS describes processes from /proc (Root prefixes it, for tests).
@@ -17,27 +17,31 @@ type ProcFS struct {
 }
 
 // Describe reads /proc/PID/cmdline (arguments joined by spaces, cut at 200 bytes) and the
-// systemd unit named by /proc/PID/cgroup.
+// systemd unit named by /proc/PID/cgroup, each read bounded to 64 KiB.
 func (p ProcFS) Describe(pid uint32) (string, string) {
 	dir := filepath.Join(p.Root, "/proc", strconv.FormatUint(uint64(pid), 10))
 	var cmd string
-	if b, err := safefile.ReadRegular(filepath.Join(dir, "cmdline"), 64<<10); err == nil {
+	if b, err := readBounded(filepath.Join(dir, "cmdline")); err == nil {
 		cmd = strings.TrimSpace(string(bytes.ReplaceAll(b, []byte{0}, []byte{' '})))
 		if len(cmd) > 200 {
 			cmd = cmd[:200] + "..."
 		}
-	} else if b, err := os.ReadFile(filepath.Join(dir, "cmdline")); err == nil {
-		// /proc files are not regular in every kernel's eyes: read them plainly, bounded.
-		if len(b) > 64<<10 {
-			b = b[:64<<10]
-		}
-		cmd = strings.TrimSpace(string(bytes.ReplaceAll(b, []byte{0}, []byte{' '})))
 	}
 	var unit string
-	if b, err := os.ReadFile(filepath.Join(dir, "cgroup")); err == nil {
+	if b, err := readBounded(filepath.Join(dir, "cgroup")); err == nil {
 		unit = UnitOfCgroup(string(b))
 	}
 	return cmd, unit
+}
+
+// readBounded reads at most 64 KiB of a /proc file (whose size stat reports as 0).
+func readBounded(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, 64<<10))
 }
 
 // UnitOfCgroup returns the systemd service or scope a /proc/PID/cgroup text names
