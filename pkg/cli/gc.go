@@ -28,15 +28,11 @@ func runGC(ctx context.Context, stdio IO, args []string) error {
 		return err
 	}
 	dir := c.stateDirPath()
-	lock, err := engine.AcquireLock(dir)
+	lock, states, err := lockedStates(dir)
 	if err != nil {
 		return err
 	}
 	defer lock.Release()
-	states, err := engine.LoadStates(dir)
-	if err != nil {
-		return err
-	}
 	verb := "freed"
 	if dryRun {
 		verb = "would free"
@@ -126,4 +122,19 @@ func runGC(ctx context.Context, stdio IO, args []string) error {
 		return fmt.Errorf("gc: %w", errors.Join(errs...))
 	}
 	return nil
+}
+
+// lockedStates takes the state dir's lock and reads every recipe's records under it, for
+// the commands that change what the node keeps (remove, gc); the caller releases the lock.
+func lockedStates(dir string) (*engine.Lock, *engine.StateFile, error) {
+	lock, err := engine.AcquireLock(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	states, err := engine.LoadStates(dir)
+	if err != nil {
+		_ = lock.Release()
+		return nil, nil, err
+	}
+	return lock, states, nil
 }

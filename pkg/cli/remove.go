@@ -42,15 +42,11 @@ func runRemove(ctx context.Context, stdio IO, args []string) error {
 		return err
 	}
 	dir := c.stateDirPath()
-	lock, err := engine.AcquireLock(dir)
+	lock, states, err := lockedStates(dir)
 	if err != nil {
 		return err
 	}
 	defer lock.Release()
-	states, err := engine.LoadStates(dir)
-	if err != nil {
-		return err
-	}
 	st := states.Recipes[r.Name]
 	if st == nil {
 		fmt.Fprintf(stdio.Stdout, "recipe %s has no records in %s: nothing to remove\n", r.Name, dir)
