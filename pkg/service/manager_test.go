@@ -326,7 +326,8 @@ func TestExecRunsAndStopsTheGroup(t *testing.T) {
 	if active, sub, _ := m.State(ctx, "x.service"); active != "active" || sub != "running" {
 		t.Errorf("State = %s/%s", active, sub)
 	}
-	waitFor(t, "the args file", func() bool { _, err := os.Stat(pidFile + ".args"); return err == nil })
+	// The shell creates the file before printf writes to it: wait for the content.
+	waitFor(t, "the args file", func() bool { b, _ := os.ReadFile(pidFile + ".args"); return strings.HasSuffix(string(b), "|") })
 	args, _ := os.ReadFile(pidFile + ".args")
 	if string(args) != "arg with space|50%|$literal|" {
 		t.Errorf("the child got args %q", args)
@@ -336,10 +337,10 @@ func TestExecRunsAndStopsTheGroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The script echoes its environment after writing the args file: wait for the line
-	// before stopping it.
+	// before stopping it (its expanded form: the log's "starting" line quotes the script).
 	waitFor(t, "the environment line in the log", func() bool {
 		b, _ := os.ReadFile(m.LogPath("x.service"))
-		return strings.Contains(string(b), "env=")
+		return strings.Contains(string(b), "env=hi there")
 	})
 	if err := m.Stop(ctx, "x.service"); err != nil {
 		t.Fatal(err)
