@@ -37,7 +37,7 @@ const (
 	defaultChunkSize  = 2 << 20
 	defaultMaxBuffer  = 48 << 20
 	defaultStall      = 60 * time.Second
-	defaultRetries    = 3
+	defaultRetries    = 1
 	defaultNoProgress = 10 * time.Minute
 	defaultRetryWait  = time.Second
 	maxRetryWait      = 10 * time.Second
@@ -126,8 +126,8 @@ func newConfig(opt Options) (*config, error) {
 	}
 	orig := base.CheckRedirect
 	base.CheckRedirect = func(req *http.Request, via []*http.Request) error {
-		if len(via) >= 10 {
-			return errors.New("stopped after 10 redirects")
+		if err := httpwait.CheckRedirect(req, via); err != nil {
+			return err
 		}
 		if orig != nil {
 			if err := orig(req, via); err != nil {
@@ -733,15 +733,20 @@ func (j *job) fetchRangeTo(ctx context.Context, s *stream, a, b int64) (int64, e
 			// The server cannot continue a range: start the file over.
 			return pos, errRangeIgnored
 		}
+		if te.after > left {
+			// Waiting would outlast the budget: say so now rather than after it.
+			return pos, fmt.Errorf("downloading %s from %s: %w (Retry-After or RateLimit) asks to wait %s, more than the %s left of the no-progress budget (no_progress_timeout %s): giving up this file now",
+				j.f.Path, redact.URL(j.f.URL), te.err, te.after.Round(time.Second), left.Round(time.Second), j.c.NoProgress)
+		}
 		d := jitter(wait)
 		if te.after > d {
 			d = te.after
 		}
 		d = min(d, left)
 		if te.after > 0 {
-			j.c.Logf("%s: the server asks to wait %s; retrying from byte %d in %s after: %v", j.f.Path, te.after, pos, d.Round(time.Millisecond), te.err)
+			j.c.Logf("%s: the server asks to wait %s (%v); retrying from byte %d in %s, %s left of the no-progress budget", j.f.Path, te.after, te.err, pos, d.Round(time.Millisecond), left.Round(time.Second))
 		} else {
-			j.c.Logf("%s: retrying from byte %d in %s after: %v", j.f.Path, pos, d.Round(time.Millisecond), te.err)
+			j.c.Logf("%s: retrying from byte %d in %s after: %v; %s left of the no-progress budget", j.f.Path, pos, d.Round(time.Millisecond), te.err, left.Round(time.Second))
 		}
 		if !sleepCtx(ctx, d) {
 			return pos, ctx.Err()
@@ -838,7 +843,7 @@ func (j *job) request(ctx context.Context, s *stream, pos *int64, b int64) error
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
-		if errors.Is(err, ErrNoRetry) {
+		if errors.Is(err, ErrNoRetry) || httpwait.IsRedirectError(err) {
 			return fmt.Errorf("downloading %s from %s: %w", j.f.Path, redact.URL(j.f.URL), err)
 		}
 		if cached {

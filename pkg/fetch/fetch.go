@@ -82,7 +82,8 @@ type Options struct {
 	// (default 60s). There is no total timeout.
 	StallTimeout time.Duration
 	// Retries is how many times a whole file is downloaded again after a digest or size
-	// mismatch (default 3). Negative means none, and no retry of a failing request either.
+	// mismatch (default 1: once more, then the file fails naming both digests). Negative
+	// means none, and no retry of a failing request either.
 	Retries int
 	// NoProgress is the retry budget of a file: a failing request (refused or dropped
 	// connection, 5xx, 408, 429, stall) is retried for as long as the file received a
