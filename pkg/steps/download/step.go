@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"net/http"
 	"os"
 	"path"
@@ -141,6 +142,13 @@ func (s *Step) hubClient(env *engine.Env, retries int) (*hub.Client, error) {
 	c, err := hub.New(hub.Options{
 		Endpoint: s.spec.HF.Endpoint, TokenFile: tokenFile, Getenv: s.getenv, HTTPClient: s.client,
 		Retries: retries, RetryWait: s.retryWait, RetryFor: s.apiRetryFor(retries),
+		Log: func(level slog.Level, msg string, keyvals ...any) {
+			if level >= slog.LevelError {
+				env.Log.Error(msg, keyvals...)
+			} else {
+				env.Log.Info(msg, keyvals...)
+			}
+		},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("setting up the hub client: %w", err)
@@ -270,6 +278,9 @@ func (s *Step) run(ctx context.Context, env *engine.Env, slot engine.CacheSlot) 
 		tokenHost string
 		hubc      *hub.Client
 	)
+	if s.spec.HF != nil {
+		env.Detail(engine.HubDetail, s.spec.HF.Repo)
+	}
 	artifact := s.lookupListing(ctx, env, slot)
 	var listing *cacheListing
 	if artifact != nil {
