@@ -805,10 +805,14 @@ func (j *job) request(ctx context.Context, s *stream, pos *int64, b int64) error
 	rctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var stalled atomic.Bool
+	var slowed atomic.Pointer[SlowError]
 	stall := j.c.StallTimeout
 	timer := time.AfterFunc(stall, func() { stalled.Store(true); cancel(&StallError{Timeout: stall}) })
 	defer timer.Stop()
 	transient := func(err error) error {
+		if se := slowed.Load(); se != nil {
+			return &transientError{err: se}
+		}
 		if stalled.Load() {
 			return &transientError{err: fmt.Errorf("stalled: no bytes for %s", stall)}
 		}
@@ -906,13 +910,21 @@ func (j *job) request(ctx context.Context, s *stream, pos *int64, b int64) error
 		return newStatusError(j.f.Path, j.f.URL, resp)
 	}
 
-	body := &stallReader{r: j.bound(resp.Body, s, *pos, want), timer: timer, d: stall}
+	var body io.Reader = &stallReader{r: j.bound(resp.Body, s, *pos, want), timer: timer, d: stall}
+	body = newRateReader(body, j.c.MinRate, j.c.MinRateWindow, func(se *SlowError) { slowed.Store(se); cancel(se) })
+	rate, _ := body.(*rateReader)
 	got := int64(0)
 	for want < 0 || got < want {
 		timer.Stop()
+		if rate != nil {
+			rate.pause()
+		}
 		pc, err := s.acquire(ctx, *pos)
 		if err != nil {
 			return err
+		}
+		if rate != nil {
+			rate.resume()
 		}
 		timer.Reset(stall)
 		buf := pc.buf
@@ -934,6 +946,9 @@ func (j *job) request(ctx context.Context, s *stream, pos *int64, b int64) error
 		if rerr != nil {
 			if be := (*boundError)(nil); errors.As(rerr, &be) {
 				return be.err
+			}
+			if se := (*SlowError)(nil); errors.As(rerr, &se) {
+				return transient(se)
 			}
 			if want < 0 && (rerr == io.EOF || rerr == io.ErrUnexpectedEOF) {
 				if err := s.setSize(*pos); err != nil {
