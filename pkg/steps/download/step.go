@@ -374,6 +374,11 @@ func (s *Step) run(ctx context.Context, env *engine.Env, slot engine.CacheSlot) 
 		}
 	}
 	dest := s.root(env, rec.Commit)
+	if s.hfCache() {
+		if err := s.checkLinks(env.Path(s.spec.Dest), rec.Commit, rec.Revision, files); err != nil {
+			return err
+		}
+	}
 	if err := os.MkdirAll(dest, 0o755); err != nil {
 		return fmt.Errorf("creating %s: %w", s.shownRoot(rec.Commit), err)
 	}
@@ -475,6 +480,10 @@ func (s *Step) run(ctx context.Context, env *engine.Env, slot engine.CacheSlot) 
 	}
 	s.removeOldParts(env, dest, want)
 	if s.hfCache() {
+		// Again: a link put there while the files downloaded is refused as well.
+		if err := s.checkLinks(env.Path(s.spec.Dest), rec.Commit, rec.Revision, files); err != nil {
+			return err
+		}
 		if err := s.toBlobs(dest, files, rec.Revision, rec.Commit); err != nil {
 			return fmt.Errorf("laying out %s as huggingface_hub's cache: %w", s.spec.Dest, err)
 		}
