@@ -64,6 +64,8 @@ var errStartOver = errors.New("server refused the resumed range (416)")
 type config struct {
 	Options
 	client *http.Client
+	// dnsSaid is set once DNSError was called.
+	dnsSaid atomic.Bool
 }
 
 func newConfig(opt Options) (*config, error) {
@@ -852,6 +854,10 @@ func (j *job) request(ctx context.Context, s *stream, pos *int64, b int64) error
 		}
 		if cached {
 			j.target.Store(nil)
+		}
+		var dns *net.DNSError
+		if errors.As(err, &dns) && j.c.DNSError != nil && j.c.dnsSaid.CompareAndSwap(false, true) {
+			j.c.DNSError(dns.Name, err)
 		}
 		return transient(fmt.Errorf("requesting %s: %w", redact.URL(j.f.URL), err))
 	}

@@ -126,6 +126,10 @@ type Options struct {
 	FreeSpace func(dir string) (uint64, error)
 	// Logf receives retry and resume notes (default: discarded). URLs are redacted.
 	Logf func(format string, args ...any)
+	// DNSError, when set, is called once per Fetch call, at the first request whose host
+	// name does not resolve, so that the caller can say so at once (as an error, with its
+	// fix); the request is still retried within its budget, each wait logged.
+	DNSError func(host string, err error)
 }
 
 // Result describes one file after Fetch.

@@ -436,7 +436,8 @@ func (s *Step) run(ctx context.Context, env *engine.Env, slot engine.CacheSlot) 
 			Dest: dest, Files: s.spec.FilesAtOnce, Conns: s.spec.Connections,
 			StallTimeout: s.stall, Retries: s.spec.Retries, NoProgress: s.noProgress, Client: s.client,
 			Token: token, TokenHost: tokenHost, Progress: rep, FreeSpace: s.freeSpace,
-			Logf: func(format string, args ...any) { env.Log.Info(redact.Userinfo(fmt.Sprintf(format, args...))) },
+			Logf:     func(format string, args ...any) { env.Log.Info(redact.Userinfo(fmt.Sprintf(format, args...))) },
+			DNSError: s.dnsError(env, hubc),
 		})
 		closeRep()
 		got, n, rerr := s.recordResults(dest, todo, results, &rec)
@@ -505,6 +506,21 @@ func (s *Step) run(ctx context.Context, env *engine.Env, slot engine.CacheSlot) 
 		return fmt.Errorf("checking downloaded weights: %w", err)
 	}
 	return nil
+}
+
+// dnsError returns what the downloader calls at the first host name that does not
+// resolve: an error line naming the host, and, for the hub's files, the endpoint and
+// HF_ENDPOINT (never for plain URLs, which no hub mirror serves).
+func (s *Step) dnsError(env *engine.Env, hubc *hub.Client) func(string, error) {
+	return func(host string, err error) {
+		if hubc != nil {
+			env.Log.Error("the hub's host name does not resolve; retrying within the budget", "host", host, "endpoint", redact.URL(hubc.Endpoint()),
+				"fix", "check the name in hf.endpoint or HF_ENDPOINT (unset for https://huggingface.co) and this host's DNS (/etc/resolv.conf, a proxy in /etc/sglprov/env)", "err", redact.Error(err))
+			return
+		}
+		env.Log.Error("a download's host name does not resolve; retrying within the budget", "host", host,
+			"fix", "check the URL's host and this host's DNS (/etc/resolv.conf, a proxy in /etc/sglprov/env)", "err", redact.Error(err))
+	}
 }
 
 // explainRefusal turns the hub's refusals among a download's errors (401, 403, GatedRepo,
