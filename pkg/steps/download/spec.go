@@ -210,4 +210,6 @@ type Step struct {
 	freeSpace func(string) (uint64, error)
 	// retryWait is the first wait between retries of hub API requests (0: the default).
 	retryWait time.Duration
+	// minRateWindow is the window of the fleet cache's minimum rate (0: fetch's default).
+	minRateWindow time.Duration
 }
