@@ -737,7 +737,7 @@ func (j *job) fetchRangeTo(ctx context.Context, s *stream, a, b int64) (int64, e
 		}
 		if te.after > left {
 			// Waiting would outlast the budget: say so now rather than after it.
-			return pos, fmt.Errorf("downloading %s from %s: %w (Retry-After or RateLimit) asks to wait %s, more than the %s left of the no-progress budget (no_progress_timeout %s): giving up this file now",
+			return pos, fmt.Errorf("downloading %s from %s: %w, and its Retry-After or RateLimit asks to wait %s, more than the %s left of the no-progress budget (no_progress_timeout %s): giving up this file now",
 				j.f.Path, redact.URL(j.f.URL), te.err, te.after.Round(time.Second), left.Round(time.Second), j.c.NoProgress)
 		}
 		d := jitter(wait)

@@ -795,7 +795,7 @@ func (c *Client) retry(ctx context.Context, what string, once func() (retry bool
 		var api *APIError
 		if errors.As(err, &api) && api.after > d {
 			if api.after > maxAPIWait || (c.retryFor > 0 && api.after > left) {
-				return fmt.Errorf("%w; the hub asks to wait %s (Retry-After or RateLimit), more than the retry budget allows (%s left, at most %s per wait): giving up now",
+				return fmt.Errorf("%w; its Retry-After or RateLimit asks to wait %s, more than the retry budget allows (%s left, at most %s per wait): giving up now",
 					err, api.after.Round(time.Second), max(left, 0).Round(time.Second), maxAPIWait)
 			}
 			d = api.after
