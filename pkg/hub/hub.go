@@ -827,7 +827,7 @@ func (c *Client) noteDNS(err error) {
 	if !errors.As(err, &dns) || !c.dnsSaid.CompareAndSwap(false, true) {
 		return
 	}
-	c.log(slog.LevelError, "the hub's host name does not resolve; retrying within the budget", "host", dns.Name, "endpoint", c.shownEndpoint(), "from", c.source,
+	c.log(slog.LevelError, "the hub's host name does not resolve", "host", dns.Name, "endpoint", c.shownEndpoint(), "from", c.source,
 		"fix", "check the name in hf.endpoint or HF_ENDPOINT (unset for https://huggingface.co) and this host's DNS (/etc/resolv.conf, a proxy in /etc/sglprov/env)", "err", dns.Error())
 }
 
