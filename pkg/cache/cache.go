@@ -14,6 +14,7 @@ import (
 	"context"
 	"net/http"
 	"os"
+	"time"
 )
 
 // Kinds of artifacts (the manifest's artifactType).
@@ -28,6 +29,15 @@ const (
 // more on each request (it resolves the blob's link in its storage) than a static file
 // server, so ranges are larger than pkg/fetch's default. Measured in docs/benchmarks.md.
 const ChunkSize = 16 << 20
+
+// DefaultMinRate is the minimum rate of a blob's answer when cache.min_rate is not set:
+// 64 KiB/s per connection over 30 s (fetch.DefaultMinRateWindow). A registry slower than
+// that (a trickle that never stalls) is given up for the run and the origin takes over.
+const DefaultMinRate = 64 << 10
+
+// DefaultStallTimeout is the stall timeout of a pull whose fetch options set none (as
+// pkg/fetch's default).
+const DefaultStallTimeout = 60 * time.Second
 
 // Cache is the fleet cache as the steps and the engine use it.
 type Cache interface {
@@ -46,8 +56,11 @@ type Cache interface {
 	// HTTPClient is a client that authenticates to the registry (for pkg/fetch).
 	HTTPClient() *http.Client
 	// GaveUp returns why the cache is not asked again in this run (it did not answer, or
-	// a blob stalled; the error wraps ErrNotAskedAgain), or nil while it is asked.
+	// a blob stalled or trickled; the error wraps ErrNotAskedAgain), or nil while it is asked.
 	GaveUp() error
+	// MinRate is the fewest bytes per second a blob's answer may bring (fetch.Options'
+	// MinRate for pulls from the cache; 0: no minimum).
+	MinRate() int64
 	// CanPush reports whether this node publishes (cache.push).
 	CanPush() bool
 	// String names the repository, for logs.
@@ -64,6 +77,9 @@ type Config struct {
 	PlainHTTP bool
 	// Digests, when not empty, is the only manifest digests Lookup accepts.
 	Digests []string
+	// MinRate is the fewest bytes per second a blob's answer may bring over 30 s before
+	// the registry is given up for the run (0: DefaultMinRate; negative: no minimum).
+	MinRate int64
 }
 
 // Artifact is one step's artifact in the registry.

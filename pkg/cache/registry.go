@@ -225,7 +225,8 @@ func (t *authTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if req.Body != nil {
 			req.Body.Close()
 		}
-		return nil, err
+		// pkg/fetch fails the file at once on it rather than retrying for its budget.
+		return nil, fmt.Errorf("%w (%w)", err, fetch.ErrNoRetry)
 	}
 	ctx := auth.AppendRepositoryScope(req.Context(), t.r.repo.Reference, auth.ActionPull)
 	resp, err := t.r.auth.Do(req.WithContext(ctx))
@@ -253,11 +254,26 @@ func (s *stallNoter) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// Close closes the body; one closed after pkg/fetch cancelled its request for a stall or
+// a trickle below the minimum rate (the reader stopped reading) gives up on the registry.
+func (s *stallNoter) Close() error {
+	s.r.noteStall(s.ctx)
+	return s.ReadCloser.Close()
+}
+
 // noteStall gives up on the registry for the rest of the run when ctx was cancelled for a
-// stall, and says so once.
+// stall (no byte, headers included, for the stall timeout) or a trickle (below
+// cache.min_rate), and says so once.
 func (r *Registry) noteStall(ctx context.Context) {
+	var why string
 	var se *fetch.StallError
-	if !errors.As(context.Cause(ctx), &se) {
+	var slow *fetch.SlowError
+	switch cause := context.Cause(ctx); {
+	case errors.As(cause, &se):
+		why = fmt.Sprintf("sent no byte of a blob (or of its answer's headers) for %s", se.Timeout)
+	case errors.As(cause, &slow):
+		why = fmt.Sprintf("sent %s of a blob in %s, below cache.min_rate (%s/s)", fetch.FormatBytes(slow.Got), slow.Window, fetch.FormatBytes(slow.MinRate))
+	default:
 		return
 	}
 	r.mu.Lock()
@@ -265,8 +281,8 @@ func (r *Registry) noteStall(ctx context.Context) {
 	if r.down != nil {
 		return
 	}
-	r.down = fmt.Errorf("the registry %s sent no byte of a blob for %s; it is %w", r, se.Timeout, ErrNotAskedAgain)
-	r.logf("the registry %s sent no byte of a blob for %s: it is not asked again in this run, and every file still to fetch comes from its origin", r, se.Timeout)
+	r.down = fmt.Errorf("the registry %s %s; it is %w", r, why, ErrNotAskedAgain)
+	r.logf("the registry %s %s: it is not asked again in this run, and every file still to fetch comes from its origin (the hub, or a build)", r, why)
 }
 
 // bounded returns ctx limited to the registry's timeout, and a function that turns the
@@ -306,6 +322,19 @@ func (r *Registry) GaveUp() error { return r.unreachable() }
 
 // String names the repository.
 func (r *Registry) String() string { return r.cfg.Repository }
+
+// MinRate is the fewest bytes per second a blob's answer may bring over
+// fetch.DefaultMinRateWindow before the registry is given up for the run (cache.min_rate;
+// DefaultMinRate when not set; 0 when turned off).
+func (r *Registry) MinRate() int64 {
+	switch {
+	case r.cfg.MinRate < 0:
+		return 0
+	case r.cfg.MinRate == 0:
+		return DefaultMinRate
+	}
+	return r.cfg.MinRate
+}
 
 // CanPush reports whether this node publishes.
 func (r *Registry) CanPush() bool { return r.cfg.Push }
@@ -503,6 +532,17 @@ func (r *Registry) Pull(ctx context.Context, a *Artifact, dir string) error {
 	opt.Dest, opt.Client = dir, r.client
 	if opt.ChunkSize == 0 {
 		opt.ChunkSize = ChunkSize
+	}
+	if opt.MinRate == 0 {
+		opt.MinRate = r.MinRate()
+	}
+	if opt.NoProgress == 0 {
+		// The registry only spares the origin (a build, the hub): a blob it stops serving
+		// is built or fetched there instead, after two stall timeouts, not ten minutes.
+		opt.NoProgress = 2 * opt.StallTimeout
+		if opt.NoProgress == 0 {
+			opt.NoProgress = 2 * DefaultStallTimeout
+		}
 	}
 	if _, err := fetch.Fetch(ctx, files, opt); err != nil {
 		return fmt.Errorf("pulling %s: %w", a.Digest, err)

@@ -605,7 +605,7 @@ func newCache(r *recipe.Recipe, facts *gpu.Facts, stateDir string, logger *log.L
 	if !ok {
 		return nil, nil
 	}
-	c, err := cache.New(cache.Config{Repository: cfg.OCI, Push: cfg.Push, PlainHTTP: cfg.PlainHTTP, Digests: cfg.Digests},
+	c, err := cache.New(cache.Config{Repository: cfg.OCI, Push: cfg.Push, PlainHTTP: cfg.PlainHTTP, Digests: cfg.Digests, MinRate: cfg.MinRate},
 		cache.Options{UploadDir: filepath.Join(stateDir, "cache-uploads"),
 			Logf: func(format string, args ...any) { logger.Info(fmt.Sprintf(format, args...)) }})
 	if err != nil {

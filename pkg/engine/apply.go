@@ -60,6 +60,16 @@ type StepReport struct {
 // Err returns the step's error, with its exit-code marks.
 func (s *StepReport) Err() error { return s.err }
 
+// HubDetail is the detail a download step sets (to the repository) when its files come
+// from the Hugging Face hub: only then does a network failure's hint name HF_ENDPOINT.
+const HubDetail = "hf_repo"
+
+// fromHub reports whether the step downloads from the hub (its HubDetail is set).
+func (s *StepReport) fromHub() bool {
+	v, ok := s.Details[HubDetail].(string)
+	return ok && v != ""
+}
+
 // Apply runs the recipe: each step once its needs are done, independent steps at the same
 // time, skipping what is unchanged and intact. It records the state after every step and
 // writes the run's report. The error is the first step failure (with its exit-code mark).
@@ -495,7 +505,7 @@ func (r *Report) Hints() []string {
 		if s.Result != ResultFailed {
 			continue
 		}
-		if h := NetworkHint(s.Kind, s.Error); h != "" {
+		if h := NetworkHint(s.Kind, s.Error, s.fromHub()); h != "" {
 			out = append(out, "fix for "+s.Name+": "+h)
 		}
 	}
@@ -520,7 +530,7 @@ func (r *Report) Failures(tail int) string {
 		for _, l := range lines[1:] {
 			fmt.Fprintf(&b, "  %s\n", l)
 		}
-		if h := NetworkHint(s.Kind, msg); h != "" {
+		if h := NetworkHint(s.Kind, msg, s.fromHub()); h != "" {
 			fmt.Fprintf(&b, "  fix: %s\n", h)
 		}
 		if s.Log == "" {

@@ -57,6 +57,7 @@ func (m *memCache) BlobURL(sha string) string                             { retu
 func (m *memCache) HTTPClient() *http.Client                              { return http.DefaultClient }
 func (m *memCache) CanPush() bool                                         { return m.push }
 func (m *memCache) GaveUp() error                                         { return nil }
+func (m *memCache) MinRate() int64                                        { return 0 }
 func (m *memCache) String() string                                        { return "mem" }
 
 // cachedStep is a fake step that restores from and publishes to the cache.

@@ -73,14 +73,15 @@ var networkRE = regexp.MustCompile(`(?i)could not resolve (host|proxy)|no such h
 
 // NetworkHint returns what to do when msg, the error of a step of that kind, says the
 // network failed ("" when it does not): the fixes sglprov has for that kind, a proxy in
-// /etc/sglprov/env for every kind, HF_ENDPOINT there for a hub download, and a cache:
-// block for the kinds the fleet cache serves (downloads, builds).
-func NetworkHint(kind, msg string) string {
+// /etc/sglprov/env for every kind, HF_ENDPOINT there for a download from the hub (hub
+// set; never for plain URLs, which no hub mirror serves), and a cache: block for the
+// kinds the fleet cache serves (downloads, builds).
+func NetworkHint(kind, msg string, hub bool) string {
 	if !networkRE.MatchString(msg) {
 		return ""
 	}
 	fixes := []string{"put a proxy in /etc/sglprov/env (HTTPS_PROXY=http://proxy:3128; the runcmd and the daemon's unit read it)"}
-	if kind == "download" {
+	if kind == "download" && hub {
 		fixes = append(fixes, "set HF_ENDPOINT there for a hub mirror")
 	}
 	if kind == "download" || kind == "build" {

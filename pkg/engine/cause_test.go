@@ -29,16 +29,16 @@ func TestCauseIsTheLineThatSaysWhy(t *testing.T) {
 }
 
 // TestNetworkHintNamesTheFixesOfTheKind: a proxy for every kind, HF_ENDPOINT for a
-// download, the fleet cache for the kinds it serves; nothing for other failures.
+// download from the hub, the fleet cache for the kinds it serves; nothing for other failures.
 func TestNetworkHintNamesTheFixesOfTheKind(t *testing.T) {
 	dns := "fatal: unable to access 'https://github.com/x/': Could not resolve host: github.com"
-	if h := NetworkHint("source", dns); h == "" || !containsAll(h, "/etc/sglprov/env") || containsAll(h, "HF_ENDPOINT") || containsAll(h, "cache:") {
+	if h := NetworkHint("source", dns, false); h == "" || !containsAll(h, "/etc/sglprov/env") || containsAll(h, "HF_ENDPOINT") || containsAll(h, "cache:") {
 		t.Errorf("source: %q", h)
 	}
-	if h := NetworkHint("download", "dial tcp 10.0.0.1:443: connect: connection refused"); !containsAll(h, "/etc/sglprov/env", "HF_ENDPOINT", "cache: block") {
-		t.Errorf("download: %q", h)
+	if h := NetworkHint("download", "dial tcp 10.0.0.1:443: connect: connection refused", true); !containsAll(h, "/etc/sglprov/env", "HF_ENDPOINT", "cache: block") {
+		t.Errorf("download from the hub: %q", h)
 	}
-	if h := NetworkHint("build", "error: identifier undefined"); h != "" {
+	if h := NetworkHint("build", "error: identifier undefined", false); h != "" {
 		t.Errorf("a compile error got a network hint: %q", h)
 	}
 }
@@ -63,4 +63,23 @@ func containsAll(s string, subs ...string) bool {
 		}
 	}
 	return true
+}
+
+// TestPlainURLDownloadHintHasNoHFEndpoint: a plain-URL download that cannot reach its
+// server is not told to set HF_ENDPOINT (no hub mirror serves its URL); one from the hub
+// (its report names the repository) is.
+func TestPlainURLDownloadHintHasNoHFEndpoint(t *testing.T) {
+	msg := "downloading into /models/x: w.bin: dial tcp: lookup files.example: no such host"
+	plain := &Report{Steps: []*StepReport{{Name: "weights", Kind: "download", Result: ResultFailed, Error: msg}}}
+	fromHub := &Report{Steps: []*StepReport{{Name: "weights", Kind: "download", Result: ResultFailed, Error: msg, Details: map[string]any{HubDetail: "org/model"}}}}
+	for _, h := range append(plain.Hints(), plain.Failures(0)) {
+		if strings.Contains(h, "HF_ENDPOINT") || !strings.Contains(h, "/etc/sglprov/env") {
+			t.Errorf("plain-URL download: %q, want the proxy fix and no HF_ENDPOINT", h)
+		}
+	}
+	for _, h := range append(fromHub.Hints(), fromHub.Failures(0)) {
+		if !strings.Contains(h, "HF_ENDPOINT") {
+			t.Errorf("hub download: %q, want HF_ENDPOINT named", h)
+		}
+	}
 }

@@ -303,6 +303,8 @@ func TestCDNRateLimited(t *testing.T) {
 		}
 	})
 	opt := testOptions(t.TempDir())
+	// A budget longer than the wait asked for: one shorter fails at once (TestRetryAfterBeyondTheBudget).
+	opt.NoProgress = 5 * time.Second
 	start := time.Now()
 	f := File{URL: fs.url("w"), Path: "w.bin", Size: int64(len(data)), SHA256: sha256Hex(data)}
 	if _, err := Fetch(context.Background(), []File{f}, opt); err != nil {

@@ -37,7 +37,7 @@ const (
 	defaultChunkSize  = 2 << 20
 	defaultMaxBuffer  = 48 << 20
 	defaultStall      = 60 * time.Second
-	defaultRetries    = 3
+	defaultRetries    = 1
 	defaultNoProgress = 10 * time.Minute
 	defaultRetryWait  = time.Second
 	maxRetryWait      = 10 * time.Second
@@ -64,6 +64,8 @@ var errStartOver = errors.New("server refused the resumed range (416)")
 type config struct {
 	Options
 	client *http.Client
+	// dnsSaid is set once DNSError was called.
+	dnsSaid atomic.Bool
 }
 
 func newConfig(opt Options) (*config, error) {
@@ -126,8 +128,8 @@ func newConfig(opt Options) (*config, error) {
 	}
 	orig := base.CheckRedirect
 	base.CheckRedirect = func(req *http.Request, via []*http.Request) error {
-		if len(via) >= 10 {
-			return errors.New("stopped after 10 redirects")
+		if err := httpwait.CheckRedirect(req, via); err != nil {
+			return err
 		}
 		if orig != nil {
 			if err := orig(req, via); err != nil {
@@ -733,15 +735,20 @@ func (j *job) fetchRangeTo(ctx context.Context, s *stream, a, b int64) (int64, e
 			// The server cannot continue a range: start the file over.
 			return pos, errRangeIgnored
 		}
+		if te.after > left {
+			// Waiting would outlast the budget: say so now rather than after it.
+			return pos, fmt.Errorf("downloading %s from %s: %w, and its Retry-After or RateLimit asks to wait %s, more than the %s left of the no-progress budget (no_progress_timeout %s): giving up this file now",
+				j.f.Path, redact.URL(j.f.URL), te.err, te.after.Round(time.Second), left.Round(time.Second), j.c.NoProgress)
+		}
 		d := jitter(wait)
 		if te.after > d {
 			d = te.after
 		}
 		d = min(d, left)
 		if te.after > 0 {
-			j.c.Logf("%s: the server asks to wait %s; retrying from byte %d in %s after: %v", j.f.Path, te.after, pos, d.Round(time.Millisecond), te.err)
+			j.c.Logf("%s: the server asks to wait %s (%v); retrying from byte %d in %s, %s left of the no-progress budget", j.f.Path, te.after, te.err, pos, d.Round(time.Millisecond), left.Round(time.Second))
 		} else {
-			j.c.Logf("%s: retrying from byte %d in %s after: %v", j.f.Path, pos, d.Round(time.Millisecond), te.err)
+			j.c.Logf("%s: retrying from byte %d in %s after: %v; %s left of the no-progress budget", j.f.Path, pos, d.Round(time.Millisecond), te.err, left.Round(time.Second))
 		}
 		if !sleepCtx(ctx, d) {
 			return pos, ctx.Err()
@@ -800,10 +807,14 @@ func (j *job) request(ctx context.Context, s *stream, pos *int64, b int64) error
 	rctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var stalled atomic.Bool
+	var slowed atomic.Pointer[SlowError]
 	stall := j.c.StallTimeout
 	timer := time.AfterFunc(stall, func() { stalled.Store(true); cancel(&StallError{Timeout: stall}) })
 	defer timer.Stop()
 	transient := func(err error) error {
+		if se := slowed.Load(); se != nil {
+			return &transientError{err: se}
+		}
 		if stalled.Load() {
 			return &transientError{err: fmt.Errorf("stalled: no bytes for %s", stall)}
 		}
@@ -838,11 +849,15 @@ func (j *job) request(ctx context.Context, s *stream, pos *int64, b int64) error
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
-		if errors.Is(err, ErrNoRetry) {
+		if errors.Is(err, ErrNoRetry) || httpwait.IsRedirectError(err) {
 			return fmt.Errorf("downloading %s from %s: %w", j.f.Path, redact.URL(j.f.URL), err)
 		}
 		if cached {
 			j.target.Store(nil)
+		}
+		var dns *net.DNSError
+		if errors.As(err, &dns) && j.c.DNSError != nil && j.c.dnsSaid.CompareAndSwap(false, true) {
+			j.c.DNSError(dns.Name, err)
 		}
 		return transient(fmt.Errorf("requesting %s: %w", redact.URL(j.f.URL), err))
 	}
@@ -901,13 +916,21 @@ func (j *job) request(ctx context.Context, s *stream, pos *int64, b int64) error
 		return newStatusError(j.f.Path, j.f.URL, resp)
 	}
 
-	body := &stallReader{r: j.bound(resp.Body, s, *pos, want), timer: timer, d: stall}
+	var body io.Reader = &stallReader{r: j.bound(resp.Body, s, *pos, want), timer: timer, d: stall}
+	body = newRateReader(body, j.c.MinRate, j.c.MinRateWindow, func(se *SlowError) { slowed.Store(se); cancel(se) })
+	rate, _ := body.(*rateReader)
 	got := int64(0)
 	for want < 0 || got < want {
 		timer.Stop()
+		if rate != nil {
+			rate.pause()
+		}
 		pc, err := s.acquire(ctx, *pos)
 		if err != nil {
 			return err
+		}
+		if rate != nil {
+			rate.resume()
 		}
 		timer.Reset(stall)
 		buf := pc.buf
@@ -929,6 +952,9 @@ func (j *job) request(ctx context.Context, s *stream, pos *int64, b int64) error
 		if rerr != nil {
 			if be := (*boundError)(nil); errors.As(rerr, &be) {
 				return be.err
+			}
+			if se := (*SlowError)(nil); errors.As(rerr, &se) {
+				return transient(se)
 			}
 			if want < 0 && (rerr == io.EOF || rerr == io.ErrUnexpectedEOF) {
 				if err := s.setSize(*pos); err != nil {

@@ -51,6 +51,8 @@ func TestHubRateLimited(t *testing.T) {
 	h, files := hubFiles(t, fakehub.Options{})
 	h.RateLimit(3)
 	opt := testOptions(t.TempDir())
+	// A budget longer than the wait asked for: one shorter fails at once (TestRetryAfterBeyondTheBudget).
+	opt.NoProgress = 5 * time.Second
 	start := time.Now()
 	if _, err := Fetch(context.Background(), files, opt); err != nil {
 		t.Fatalf("Fetch through 429s: %v", err)

@@ -78,11 +78,20 @@ type Options struct {
 	// ahead of the hashed prefix (default 48 MiB). With N connections of equal speed a
 	// file holds up to about (N-1)*ChunkSize ahead; beyond MaxBuffer the connections wait.
 	MaxBuffer int64
-	// StallTimeout cancels and retries a request that received no byte for this long
-	// (default 60s). There is no total timeout.
+	// StallTimeout cancels and retries a request that received no byte for this long,
+	// its answer's headers included (default 60s). There is no total timeout.
 	StallTimeout time.Duration
+	// MinRate, when positive, is the fewest bytes per second an answer's body may bring,
+	// measured over MinRateWindow of reading (default DefaultMinRateWindow; time spent
+	// waiting for buffer space does not count): a slower answer is cancelled with a
+	// *SlowError cause, as a stall is, and retried. 0 means no minimum (the origin: there
+	// is nothing to fall back to); a registry sets one, so that a trickle gives way to the
+	// origin.
+	MinRate       int64
+	MinRateWindow time.Duration
 	// Retries is how many times a whole file is downloaded again after a digest or size
-	// mismatch (default 3). Negative means none, and no retry of a failing request either.
+	// mismatch (default 1: once more, then the file fails naming both digests). Negative
+	// means none, and no retry of a failing request either.
 	Retries int
 	// NoProgress is the retry budget of a file: a failing request (refused or dropped
 	// connection, 5xx, 408, 429, stall) is retried for as long as the file received a
@@ -117,6 +126,10 @@ type Options struct {
 	FreeSpace func(dir string) (uint64, error)
 	// Logf receives retry and resume notes (default: discarded). URLs are redacted.
 	Logf func(format string, args ...any)
+	// DNSError, when set, is called once per Fetch call, at the first request whose host
+	// name does not resolve, so that the caller can say so at once (as an error, with its
+	// fix); the request is still retried within its budget, each wait logged.
+	DNSError func(host string, err error)
 }
 
 // Result describes one file after Fetch.

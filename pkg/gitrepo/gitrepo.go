@@ -63,18 +63,57 @@ func (t *tailBuffer) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// Clone clones the repository at url into dst (a folder that does not exist yet) and
+// AllowedProtocols are the transports a clone may use (GIT_ALLOW_PROTOCOL), its
+// submodules' included: never a transport helper such as fd:: or ext::, which would run a
+// command or read a file descriptor instead of fetching.
+const AllowedProtocols = "file:git:http:https:ssh"
+
+// Defaults of CloneOptions.
+const (
+	// DefaultCloneStall is how long a git child of a clone may write nothing under its
+	// folder before it is killed.
+	DefaultCloneStall = 5 * time.Minute
+	// DefaultCloneTimeout bounds each git child of a clone (the clone, the checkout, the
+	// submodules' fetch).
+	DefaultCloneTimeout = 2 * time.Hour
+)
+
+// CloneOptions bounds a clone in time. The zero value means the defaults.
+type CloneOptions struct {
+	// Stall kills a git child that wrote no byte under the clone's folder for this long
+	// (default DefaultCloneStall): a server that accepts the connection and sends nothing,
+	// or a transport that waits for ever.
+	Stall time.Duration
+	// Timeout bounds each git child (default DefaultCloneTimeout).
+	Timeout time.Duration
+}
+
+// Clone is CloneWith with the default bounds.
+func Clone(ctx context.Context, url, dst, commit string) error {
+	return CloneWith(ctx, url, dst, commit, CloneOptions{})
+}
+
+// CloneWith clones the repository at url into dst (a folder that does not exist yet) and
 // checks out commit, a full hex object name, detached, with its submodules. The URL comes
 // after "--" and one that starts with "-" is refused, so that git never reads it as an
-// option (--upload-pack=...); git never asks for a password on the terminal, and reads
-// the host's git settings as any clone does. The error
-// carries git's standard error, which may quote the URL: callers redact it.
-func Clone(ctx context.Context, url, dst, commit string) error {
+// option (--upload-pack=...); git never asks for a password on the terminal, uses only the
+// AllowedProtocols, and reads the host's git settings as any clone does. Each git child
+// runs in its own process group, killed whole when it writes nothing under dst for
+// opt.Stall or runs past opt.Timeout; HTTP transfers slower than 1 KiB/s for a minute are
+// aborted by git itself. The error carries git's standard error, which may quote the URL:
+// callers redact it.
+func CloneWith(ctx context.Context, url, dst, commit string, opt CloneOptions) error {
 	if strings.HasPrefix(url, "-") {
 		return fmt.Errorf("cloning: the repository URL starts with \"-\", which git would read as an option")
 	}
 	if len(commit) != 40 && len(commit) != 64 || strings.Trim(commit, "0123456789abcdefABCDEF") != "" {
 		return fmt.Errorf("cloning: %q is not a full hex commit", commit)
+	}
+	if opt.Stall <= 0 {
+		opt.Stall = DefaultCloneStall
+	}
+	if opt.Timeout <= 0 {
+		opt.Timeout = DefaultCloneTimeout
 	}
 	run := func(what, dir string, args ...string) error {
 		// The system's and the user's git settings stay (a proxy, url.insteadOf, a
@@ -82,11 +121,30 @@ func Clone(ctx context.Context, url, dst, commit string) error {
 		if dir != "" {
 			args = append([]string{"-C", dir}, args...)
 		}
-		cmd := exec.CommandContext(ctx, "git", args...)
-		cmd.Env = append(os.Environ(), "LC_ALL=C", "GIT_TERMINAL_PROMPT=0")
+		cctx, cancel := context.WithTimeoutCause(ctx, opt.Timeout, fmt.Errorf("ran past %s", opt.Timeout))
+		defer cancel()
+		sctx, stop := context.WithCancelCause(cctx)
+		defer stop(nil)
+		cmd := exec.CommandContext(sctx, "git", args...)
+		cmd.Env = append(os.Environ(), "LC_ALL=C", "GIT_TERMINAL_PROMPT=0", "GIT_ALLOW_PROTOCOL="+AllowedProtocols,
+			"GIT_HTTP_LOW_SPEED_LIMIT=1024", "GIT_HTTP_LOW_SPEED_TIME=60")
+		// Killed with its children (git-remote-https, ssh), which would keep the pipes open.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+		cmd.WaitDelay = 5 * time.Second
 		errb := &tailBuffer{max: maxStderr}
 		cmd.Stdout, cmd.Stderr = io.Discard, errb
-		if err := cmd.Run(); err != nil {
+		if err := cmd.Start(); err != nil {
+			return fmt.Errorf("%s: git: %w", what, err)
+		}
+		done := make(chan struct{})
+		go watchGrowth(dst, opt.Stall, done, stop)
+		err := cmd.Wait()
+		close(done)
+		if err != nil {
+			if cause := context.Cause(sctx); cause != nil && ctx.Err() == nil {
+				return fmt.Errorf("%s: git %w; killed it (and its children)", what, cause)
+			}
 			if msg := strings.TrimSpace(string(errb.b)); msg != "" {
 				return fmt.Errorf("%s: git: %s (%w)", what, msg, err)
 			}
@@ -102,6 +160,48 @@ func Clone(ctx context.Context, url, dst, commit string) error {
 		return err
 	}
 	return run("fetching the submodules", dst, "submodule", "--quiet", "update", "--init", "--recursive")
+}
+
+// growthEvery is how often watchGrowth measures the clone's folder.
+var growthEvery = 2 * time.Second
+
+// watchGrowth stops the git child (stop) when nothing under dir grew, appeared or changed
+// for stall, until done is closed.
+func watchGrowth(dir string, stall time.Duration, done <-chan struct{}, stop func(error)) {
+	t := time.NewTicker(min(growthEvery, stall))
+	defer t.Stop()
+	last, since := treeSize(dir), time.Now()
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+		}
+		if n := treeSize(dir); n != last {
+			last, since = n, time.Now()
+			continue
+		}
+		if time.Since(since) >= stall {
+			stop(fmt.Errorf("wrote nothing under %s for %s (a server that sends nothing, or a transport that waits)", dir, stall))
+			return
+		}
+	}
+}
+
+// treeSize sums the sizes and counts the entries under dir (-1 when it does not exist).
+func treeSize(dir string) int64 {
+	var n int64 = -1
+	_ = filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		n++
+		if fi, err := d.Info(); err == nil && d.Type().IsRegular() {
+			n += fi.Size()
+		}
+		return nil
+	})
+	return n
 }
 
 // Blob returns the content of the blob named by oid (whole or abbreviated, as a diff's

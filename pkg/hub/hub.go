@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -18,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/httpwait"
@@ -57,6 +60,11 @@ type Options struct {
 	// this has not passed since its first attempt (a download's no-progress budget), so that
 	// a minute of 5xx or a DNS blip does not end a run; Retries < 0 still means none.
 	RetryFor time.Duration
+	// Log receives one line per wait before a retry (slog.LevelInfo: what, why, how long,
+	// the budget left) and, once per client, the first failure to resolve the endpoint's
+	// host name (slog.LevelError, naming the host and where the endpoint came from); nil
+	// means discarded.
+	Log func(level slog.Level, msg string, keyvals ...any)
 }
 
 // Client talks to one hub endpoint. It is safe for concurrent use.
@@ -67,6 +75,11 @@ type Client struct {
 	retries   int
 	retryWait time.Duration
 	retryFor  time.Duration
+	// source says where the endpoint came from ("hf.endpoint", "HF_ENDPOINT", "the default").
+	source string
+	log    func(level slog.Level, msg string, keyvals ...any)
+	// dnsSaid is set once the first name-resolution failure was logged.
+	dnsSaid atomic.Bool
 }
 
 // New returns a client for the endpoint and token that opt names.
@@ -75,12 +88,12 @@ func New(opt Options) (*Client, error) {
 	if getenv == nil {
 		getenv = os.Getenv
 	}
-	ep := opt.Endpoint
+	ep, source := opt.Endpoint, "hf.endpoint"
 	if ep == "" {
-		ep = getenv("HF_ENDPOINT")
+		ep, source = getenv("HF_ENDPOINT"), "HF_ENDPOINT"
 	}
 	if ep == "" {
-		ep = DefaultEndpoint
+		ep, source = DefaultEndpoint, "the default (HF_ENDPOINT unset)"
 	}
 	u, err := url.Parse(strings.TrimRight(ep, "/"))
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -97,7 +110,10 @@ func New(opt Options) (*Client, error) {
 	if base == nil {
 		base = &http.Client{}
 	}
-	c := &Client{endpoint: u, token: token, retries: opt.Retries, retryWait: opt.RetryWait, retryFor: opt.RetryFor}
+	c := &Client{endpoint: u, token: token, retries: opt.Retries, retryWait: opt.RetryWait, retryFor: opt.RetryFor, source: source, log: opt.Log}
+	if c.log == nil {
+		c.log = func(slog.Level, string, ...any) {}
+	}
 	if opt.Retries < 0 {
 		c.retryFor = 0
 	}
@@ -112,6 +128,18 @@ func New(opt Options) (*Client, error) {
 	}
 	hc := *base
 	hc.Transport = &authTransport{base: base.Transport, scheme: u.Scheme, host: u.Host, token: token}
+	// A redirect to file://, a loop or an endless chain is refused as permanent: no
+	// retry can change it.
+	orig := base.CheckRedirect
+	hc.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+		if err := httpwait.CheckRedirect(req, via); err != nil {
+			return err
+		}
+		if orig != nil {
+			return orig(req, via)
+		}
+		return nil
+	}
 	c.http = &hc
 	return c, nil
 }
@@ -316,7 +344,16 @@ type Entry struct {
 	LFS *LFS `json:"lfs,omitempty"`
 }
 
-// ListTree lists every entry of repo at commit, following the listing's pagination.
+// MaxTreeEntries is the most entries a tree listing may have (the hub advises at most
+// 100,000 files per repository); MaxTreePages the most pages read for one: a next-page
+// link past either, or one already followed, fails the listing, naming the endpoint.
+const (
+	MaxTreeEntries = 200_000
+	MaxTreePages   = 1_000
+)
+
+// ListTree lists every entry of repo at commit, following the listing's pagination
+// (bounded by MaxTreePages and MaxTreeEntries).
 func (c *Client) ListTree(ctx context.Context, repo, commit string) ([]Entry, error) {
 	if err := CheckRepo(repo); err != nil {
 		return nil, err
@@ -324,9 +361,13 @@ func (c *Client) ListTree(ctx context.Context, repo, commit string) ([]Entry, er
 	next := c.Endpoint() + "/api/models/" + repo + "/tree/" + url.PathEscape(commit) + "?recursive=true"
 	var all []Entry
 	seen := map[string]bool{}
-	for next != "" {
+	for pages := 0; next != ""; pages++ {
 		if seen[next] {
-			return nil, fmt.Errorf("listing files of %s at %s: pagination loops at %s", repo, commit, next)
+			return nil, fmt.Errorf("listing files of %s at %s: the endpoint %s names a next page it already gave (%s): its pagination loops; fix or replace the mirror (hf.endpoint, HF_ENDPOINT)", repo, commit, c.shownEndpoint(), redact.URL(next))
+		}
+		if pages >= MaxTreePages || len(all) > MaxTreeEntries {
+			return nil, fmt.Errorf("listing files of %s at %s: the endpoint %s still names a next page after %d pages and %d entries (at most %d pages or %d files are read): its pagination does not end; fix or replace the mirror (hf.endpoint, HF_ENDPOINT)",
+				repo, commit, c.shownEndpoint(), pages, len(all), MaxTreePages, MaxTreeEntries)
 		}
 		seen[next] = true
 		var page []Entry
@@ -501,7 +542,7 @@ func (c *Client) filesFromSiblings(ctx context.Context, repo, commit string, inc
 		go func() {
 			defer wg.Done()
 			for i := range work {
-				errs[i] = c.retry(ctx, func() (bool, error) { return c.headFile(ctx, repo, commit, &files[i]) })
+				errs[i] = c.retry(ctx, "hub HEAD of "+redact.URL(files[i].URL), func() (bool, error) { return c.headFile(ctx, repo, commit, &files[i]) })
 			}
 		}()
 	}
@@ -531,7 +572,7 @@ func (c *Client) headFile(ctx context.Context, repo, commit string, f *File) (re
 	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	resp, err := hc.Do(req)
 	if err != nil {
-		return true, fmt.Errorf("%s: %w", f.Path, c.scrub(err))
+		return !httpwait.IsRedirectError(err), fmt.Errorf("%s: %w", f.Path, c.scrub(err))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 400 {
@@ -728,13 +769,15 @@ const maxAPIWait = 5 * time.Minute
 // 429 answers, each after at least the wait a Retry-After or RateLimit header asks for;
 // hdr, when set, receives the answer's header.
 func (c *Client) getJSON(ctx context.Context, u, repo, rev string, v any, hdr *http.Header) error {
-	return c.retry(ctx, func() (bool, error) { return c.getJSONOnce(ctx, u, repo, rev, v, hdr) })
+	return c.retry(ctx, "hub API request "+redact.URL(u), func() (bool, error) { return c.getJSONOnce(ctx, u, repo, rev, v, hdr) })
 }
 
 // retry calls once until it succeeds, fails in a way not worth retrying, or the client's
 // retries (Retries, then RetryFor) are spent; the waits double up to 10s and are at least
-// what an APIError's Retry-After or RateLimit asked for.
-func (c *Client) retry(ctx context.Context, once func() (retry bool, err error)) error {
+// what an APIError's Retry-After or RateLimit asked for. Each wait is logged (what, why,
+// how long, the budget left); a wait asked for beyond the budget fails at once, saying so.
+// The first failure to resolve the endpoint's host name is logged as an error.
+func (c *Client) retry(ctx context.Context, what string, once func() (retry bool, err error)) error {
 	wait := c.retryWait
 	start := time.Now()
 	for attempt := 0; ; attempt++ {
@@ -742,14 +785,26 @@ func (c *Client) retry(ctx context.Context, once func() (retry bool, err error))
 		if err == nil || !retry || ctx.Err() != nil {
 			return err
 		}
+		c.noteDNS(err)
 		if attempt >= c.retries && time.Since(start) >= c.retryFor {
 			return err
 		}
+		// The budget: what is left of RetryFor, or of the retries when that is longer.
+		left := c.retryFor - time.Since(start)
 		d := wait
 		var api *APIError
 		if errors.As(err, &api) && api.after > d {
-			d = min(api.after, maxAPIWait)
+			if api.after > maxAPIWait || (c.retryFor > 0 && api.after > left) {
+				return fmt.Errorf("%w; its Retry-After or RateLimit asks to wait %s, more than the retry budget allows (%s left, at most %s per wait): giving up now",
+					err, api.after.Round(time.Second), max(left, 0).Round(time.Second), maxAPIWait)
+			}
+			d = api.after
 		}
+		budget := fmt.Sprintf("%d retries", c.retries-attempt)
+		if left > 0 {
+			budget = left.Round(time.Second).String()
+		}
+		c.log(slog.LevelInfo, "hub request failed; waiting before retrying", "what", what, "why", err.Error(), "wait", d.Round(time.Millisecond).String(), "budget_left", budget)
 		t := time.NewTimer(d)
 		select {
 		case <-ctx.Done():
@@ -764,6 +819,18 @@ func (c *Client) retry(ctx context.Context, once func() (retry bool, err error))
 // maxRetryWait caps the doubling wait between retries of an API request.
 const maxRetryWait = 10 * time.Second
 
+// noteDNS logs, once per client, a failure to resolve the endpoint's host name: a
+// mistyped hf.endpoint or HF_ENDPOINT, or a host without DNS, is said at once, not after
+// the retry budget; the requests are still retried (a DNS blip passes).
+func (c *Client) noteDNS(err error) {
+	var dns *net.DNSError
+	if !errors.As(err, &dns) || !c.dnsSaid.CompareAndSwap(false, true) {
+		return
+	}
+	c.log(slog.LevelError, "the hub's host name does not resolve", "host", dns.Name, "endpoint", c.shownEndpoint(), "from", c.source,
+		"fix", "check the name in hf.endpoint or HF_ENDPOINT (unset for https://huggingface.co) and this host's DNS (/etc/resolv.conf, a proxy in /etc/sglprov/env)", "err", dns.Error())
+}
+
 func (c *Client) getJSONOnce(ctx context.Context, u, repo, rev string, v any, hdr *http.Header) (retry bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, apiTimeout)
 	defer cancel()
@@ -775,7 +842,7 @@ func (c *Client) getJSONOnce(ctx context.Context, u, repo, rev string, v any, hd
 	req.Header.Set("User-Agent", "sglprov")
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return true, c.scrub(err)
+		return !httpwait.IsRedirectError(err), c.scrub(err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {

@@ -25,6 +25,11 @@ type Cache struct {
 	// Digests, when set, is the only artifacts (manifest digests, "sha256:<hex>") a node
 	// takes from the registry: a pin list for locked-down fleets.
 	Digests []string `yaml:"digests" json:"digests,omitempty"`
+	// MinRate is the slowest a blob may come from the registry, per connection, measured
+	// over 30 s: "64KiB/s" (the default), "1MiB/s", or "0" for no minimum. A registry
+	// slower than that (a trickle that never stalls) is given up for the run and the origin
+	// (the hub, or the build) takes over.
+	MinRate string `yaml:"min_rate" json:"min_rate,omitempty"`
 
 	pos Pos
 }
@@ -37,6 +42,9 @@ type CacheConfig struct {
 	Push, PlainHTTP bool
 	// Digests is the pin list.
 	Digests []string
+	// MinRate is min_rate in bytes per second (0: not set, the cache's default; -1: no
+	// minimum).
+	MinRate int64
 }
 
 var digestRE = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
@@ -52,7 +60,7 @@ func (p *parser) parseCache(n *yaml.Node, r *Recipe) {
 	}
 	for _, f := range []struct {
 		name, val string
-	}{{"oci", c.OCI}, {"push", c.Push}, {"plain_http", c.PlainHTTP}} {
+	}{{"oci", c.OCI}, {"push", c.Push}, {"plain_http", c.PlainHTTP}, {"min_rate", c.MinRate}} {
 		at := nodeAt(n, f.name)
 		refs, bad := templateRefs(f.val)
 		if bad != nil {
@@ -66,6 +74,12 @@ func (p *parser) parseCache(n *yaml.Node, r *Recipe) {
 				}
 			}
 			p.checkRefs(at, "cache."+f.name, refs, r)
+			continue
+		}
+		if f.name == "min_rate" && f.val != "" {
+			if _, err := ParseRate(f.val); err != nil {
+				p.addf(at, "cache.min_rate", "%v", err)
+			}
 			continue
 		}
 		if f.name != "oci" && f.val != "" {
@@ -123,5 +137,40 @@ func (r *Recipe) CacheConfig(d Data) (cfg CacheConfig, ok bool, err error) {
 		return cfg, true, err
 	}
 	cfg.Digests = append([]string(nil), c.Digests...)
+	rate, err := field("min_rate", c.MinRate)
+	if err != nil {
+		return cfg, true, err
+	}
+	if rate != "" {
+		n, err := ParseRate(rate)
+		if err != nil {
+			return cfg, true, fmt.Errorf("%s: cache.min_rate: %w", c.pos, err)
+		}
+		cfg.MinRate = n
+		if n == 0 {
+			cfg.MinRate = -1
+		}
+	}
 	return cfg, true, nil
+}
+
+var rateRE = regexp.MustCompile(`^([0-9]+(?:\.[0-9]+)?)\s*(B|KiB|MiB|GiB|KB|MB|GB|kB)?(?:/s)?$`)
+
+// ParseRate parses a rate in bytes per second: "64KiB/s", "1.5MiB/s", "500000" (bytes),
+// "0" (none). Units are B, KiB, MiB, GiB (powers of 1024) and KB (or kB), MB, GB (of 1000).
+func ParseRate(s string) (int64, error) {
+	m := rateRE.FindStringSubmatch(strings.TrimSpace(s))
+	if m == nil {
+		return 0, fmt.Errorf("want a rate such as \"64KiB/s\" or \"1MiB/s\" (\"0\" for no minimum), not %q", s)
+	}
+	v, err := strconv.ParseFloat(m[1], 64)
+	if err != nil {
+		return 0, fmt.Errorf("rate %q: %w", s, err)
+	}
+	mult := map[string]float64{"": 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "KB": 1e3, "kB": 1e3, "MB": 1e6, "GB": 1e9}[m[2]]
+	n := v * mult
+	if n > 1<<40 {
+		return 0, fmt.Errorf("rate %q is more than 1 TiB/s", s)
+	}
+	return int64(n), nil
 }

@@ -36,7 +36,10 @@ steps:
 		{name: "missing oci", block: "cache:\n  push: true\n", problem: "t.yaml:10:3: cache.oci is required"},
 		{name: "bad bool", block: "cache:\n  oci: r/f\n  push: maybe\n", problem: `t.yaml:11:9: want true or false, not "maybe" (at cache.push)`},
 		{name: "bad pin", block: "cache:\n  oci: r/f\n  digests: [abc]\n", problem: `t.yaml:11:12: want a manifest digest "sha256:<64 hex>", not "abc" (at cache.digests[0])`},
-		{name: "unknown field", block: "cache:\n  oci: r/f\n  tls: false\n", problem: `t.yaml:11:3: unknown field "tls" (known: digests, oci, plain_http, push) (at cache.tls)`},
+		{name: "unknown field", block: "cache:\n  oci: r/f\n  tls: false\n", problem: `t.yaml:11:3: unknown field "tls" (known: digests, min_rate, oci, plain_http, push) (at cache.tls)`},
+		{name: "min rate", block: "cache:\n  oci: r/f\n  min_rate: 1MiB/s\n", want: recipe.CacheConfig{OCI: "r/f", MinRate: 1 << 20}, on: true},
+		{name: "min rate off", block: "cache:\n  oci: r/f\n  min_rate: \"0\"\n", want: recipe.CacheConfig{OCI: "r/f", MinRate: -1}, on: true},
+		{name: "bad min rate", block: "cache:\n  oci: r/f\n  min_rate: fast\n", problem: `t.yaml:11:13: want a rate such as "64KiB/s"`},
 		{name: "facts are not for the cache", block: "cache:\n  oci: \"{{ .gpu.name }}/x\"\n", problem: `the cache block sees .vars only`},
 	}
 	for _, c := range cases {
@@ -56,7 +59,7 @@ steps:
 				t.Fatal(err)
 			}
 			got, on, err := r.CacheConfig(d)
-			if err != nil || on != c.on || got.OCI != c.want.OCI || got.Push != c.want.Push || got.PlainHTTP != c.want.PlainHTTP || strings.Join(got.Digests, ",") != strings.Join(c.want.Digests, ",") {
+			if err != nil || on != c.on || got.OCI != c.want.OCI || got.Push != c.want.Push || got.PlainHTTP != c.want.PlainHTTP || got.MinRate != c.want.MinRate || strings.Join(got.Digests, ",") != strings.Join(c.want.Digests, ",") {
 				t.Errorf("CacheConfig = %+v, %v, %v; want %+v, %v", got, on, err, c.want, c.on)
 			}
 		})

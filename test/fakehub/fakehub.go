@@ -84,6 +84,13 @@ type Options struct {
 	// TLS makes Start serve the hub and the CDN over TLS offering h2 and HTTP/1.1, as the
 	// real ones do; Client trusts their certificate.
 	TLS bool
+	// EndlessPages is a fault (a broken or hostile mirror): the tree listing never ends;
+	// past its last entry every page is empty and names a next page one cursor further.
+	EndlessPages bool
+	// Redirect is a fault (a broken or hostile mirror): "file" answers every API and
+	// resolve request with a 302 to file:///etc/passwd, "loop" with a 302 to the URL
+	// asked for itself.
+	Redirect string
 }
 
 // Entry is a tree-listing entry in the hub's JSON shape.
@@ -419,6 +426,14 @@ func (h *Hub) refuse(w http.ResponseWriter, r *http.Request, gate bool) bool {
 func (h *Hub) serveHub(w http.ResponseWriter, r *http.Request) {
 	p := r.URL.EscapedPath()
 	repo := h.opt.Repo
+	switch h.opt.Redirect {
+	case "file":
+		http.Redirect(w, r, "file:///etc/passwd", http.StatusFound)
+		return
+	case "loop":
+		http.Redirect(w, r, r.URL.RequestURI(), http.StatusFound)
+		return
+	}
 	switch {
 	case strings.HasPrefix(p, "/api/models/"):
 		h.apiRequests.Add(1)
@@ -565,7 +580,7 @@ func (h *Hub) serveTree(w http.ResponseWriter, r *http.Request, rev string) {
 	start := 0
 	if c := r.URL.Query().Get("cursor"); c != "" {
 		n, err := strconv.Atoi(c)
-		if err != nil || n < 0 || n > len(all) {
+		if err != nil || n < 0 || (n > len(all) && !h.opt.EndlessPages) {
 			hubError(w, http.StatusBadRequest, "", "bad cursor")
 			return
 		}
@@ -578,9 +593,15 @@ func (h *Hub) serveTree(w http.ResponseWriter, r *http.Request, rev string) {
 		size = h.opt.ExpandPageSize
 	}
 	end := min(start+size, len(all))
-	page := all[start:end]
+	page := []Entry{}
+	if start < len(all) {
+		page = all[start:end]
+	}
 	h.treePages.Add(1)
-	if end < len(all) {
+	if h.opt.EndlessPages && end <= start {
+		end = start + 1
+	}
+	if end < len(all) || h.opt.EndlessPages {
 		q := r.URL.Query()
 		q.Set("cursor", strconv.Itoa(end))
 		scheme := "http"

@@ -167,7 +167,7 @@ func (s *Step) fetchFromCache(ctx context.Context, env *engine.Env, c cache.Cach
 				return
 			}
 			res, ferr := fetch.Fetch(ctx, []fetch.File{reg}, fetch.Options{
-				Dest: dest, Files: 1, Conns: s.spec.Connections, ChunkSize: cache.ChunkSize, StallTimeout: s.stall,
+				Dest: dest, Files: 1, Conns: s.spec.Connections, ChunkSize: cache.ChunkSize, StallTimeout: s.stall, MinRate: c.MinRate(), MinRateWindow: s.minRateWindow,
 				Retries: s.spec.Retries, NoProgress: s.registryNoProgress(), Client: giveUpClient(c), Progress: rep, FreeSpace: s.freeSpace,
 				Logf: func(format string, args ...any) { env.Log.Info(redact.Userinfo(fmt.Sprintf(format, args...))) },
 			})

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 
@@ -132,6 +133,52 @@ func (s *Step) toBlobs(root string, files []fetch.File, rev, commit string) erro
 		}
 		if err := atomicfile.Write(ref, []byte(commit), 0o644); err != nil {
 			return fmt.Errorf("writing %s: %w", ref, err)
+		}
+	}
+	return nil
+}
+
+// checkLinks refuses a symbolic link (or a file) where the hf-cache layout writes a
+// folder: dest's models--ORG--NAME, its blobs, snapshots, snapshots/COMMIT (and the
+// folders of the files under it, the part files' folder included) and refs (and the
+// folders of a revision's name). A link there would send the layout's writes outside
+// dest. dest itself may be a link: it is the recipe's choice of where the cache lives.
+func (s *Step) checkLinks(dest, commit, rev string, files []fetch.File) error {
+	repo := repoFolder(s.spec.HF.Repo)
+	snap := repo + "/snapshots/" + commit
+	dirs := []string{repo, repo + "/blobs", repo + "/snapshots", snap, snap + "/" + fetch.WorkDir, repo + "/refs"}
+	for _, f := range files {
+		for d := path.Dir(f.Path); d != "."; d = path.Dir(d) {
+			dirs = append(dirs, snap+"/"+d)
+		}
+	}
+	if rev != "" && rev != commit {
+		for d := path.Dir(rev); d != "."; d = path.Dir(d) {
+			dirs = append(dirs, repo+"/refs/"+d)
+		}
+	}
+	seen := map[string]bool{}
+	for _, rel := range dirs {
+		if seen[rel] {
+			continue
+		}
+		seen[rel] = true
+		p := filepath.Join(dest, filepath.FromSlash(rel))
+		st, err := os.Lstat(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		shown := filepath.Join(s.spec.Dest, filepath.FromSlash(rel))
+		if err != nil {
+			return fmt.Errorf("checking %s: %w", shown, err)
+		}
+		if st.Mode()&fs.ModeSymlink != 0 {
+			target, _ := os.Readlink(p)
+			return fmt.Errorf("%s is a symbolic link (to %s): the hf-cache layout writes only under dest (%s), and through the link its writes would land outside it; replace the link with a real folder (move what it points to into its place), or point dest at the link's target, and run again",
+				shown, target, s.spec.Dest)
+		}
+		if !st.IsDir() {
+			return fmt.Errorf("%s is not a folder: the hf-cache layout keeps a folder there; move it away and run again", shown)
 		}
 	}
 	return nil

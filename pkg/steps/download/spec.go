@@ -36,8 +36,8 @@ type Spec struct {
 	// StallTimeout is how long a connection may receive nothing before it is retried,
 	// e.g. "60s" ("": default). There is no total timeout.
 	StallTimeout string `yaml:"stall_timeout"`
-	// Retries bounds the downloads again of a file with a bad digest (0: default;
-	// negative: none, and no retry of a failing request either).
+	// Retries bounds the downloads again of a file with a bad digest (0: the default, one
+	// more; negative: none, and no retry of a failing request either).
 	Retries int `yaml:"retries"`
 	// Layout is how dest holds the files: "files" (the default: dest/PATH) or "hf-cache"
 	// (huggingface_hub's cache: dest/models--ORG--NAME/{blobs,snapshots/COMMIT,refs}, the
@@ -210,4 +210,6 @@ type Step struct {
 	freeSpace func(string) (uint64, error)
 	// retryWait is the first wait between retries of hub API requests (0: the default).
 	retryWait time.Duration
+	// minRateWindow is the window of the fleet cache's minimum rate (0: fetch's default).
+	minRateWindow time.Duration
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"net/http"
 	"os"
 	"path"
@@ -141,6 +142,13 @@ func (s *Step) hubClient(env *engine.Env, retries int) (*hub.Client, error) {
 	c, err := hub.New(hub.Options{
 		Endpoint: s.spec.HF.Endpoint, TokenFile: tokenFile, Getenv: s.getenv, HTTPClient: s.client,
 		Retries: retries, RetryWait: s.retryWait, RetryFor: s.apiRetryFor(retries),
+		Log: func(level slog.Level, msg string, keyvals ...any) {
+			if level >= slog.LevelError {
+				env.Log.Error(msg, keyvals...)
+			} else {
+				env.Log.Info(msg, keyvals...)
+			}
+		},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("setting up the hub client: %w", err)
@@ -270,6 +278,9 @@ func (s *Step) run(ctx context.Context, env *engine.Env, slot engine.CacheSlot) 
 		tokenHost string
 		hubc      *hub.Client
 	)
+	if s.spec.HF != nil {
+		env.Detail(engine.HubDetail, s.spec.HF.Repo)
+	}
 	artifact := s.lookupListing(ctx, env, slot)
 	var listing *cacheListing
 	if artifact != nil {
@@ -363,6 +374,11 @@ func (s *Step) run(ctx context.Context, env *engine.Env, slot engine.CacheSlot) 
 		}
 	}
 	dest := s.root(env, rec.Commit)
+	if s.hfCache() {
+		if err := s.checkLinks(env.Path(s.spec.Dest), rec.Commit, rec.Revision, files); err != nil {
+			return err
+		}
+	}
 	if err := os.MkdirAll(dest, 0o755); err != nil {
 		return fmt.Errorf("creating %s: %w", s.shownRoot(rec.Commit), err)
 	}
@@ -420,7 +436,8 @@ func (s *Step) run(ctx context.Context, env *engine.Env, slot engine.CacheSlot) 
 			Dest: dest, Files: s.spec.FilesAtOnce, Conns: s.spec.Connections,
 			StallTimeout: s.stall, Retries: s.spec.Retries, NoProgress: s.noProgress, Client: s.client,
 			Token: token, TokenHost: tokenHost, Progress: rep, FreeSpace: s.freeSpace,
-			Logf: func(format string, args ...any) { env.Log.Info(redact.Userinfo(fmt.Sprintf(format, args...))) },
+			Logf:     func(format string, args ...any) { env.Log.Info(redact.Userinfo(fmt.Sprintf(format, args...))) },
+			DNSError: s.dnsError(env, hubc),
 		})
 		closeRep()
 		got, n, rerr := s.recordResults(dest, todo, results, &rec)
@@ -464,6 +481,10 @@ func (s *Step) run(ctx context.Context, env *engine.Env, slot engine.CacheSlot) 
 	}
 	s.removeOldParts(env, dest, want)
 	if s.hfCache() {
+		// Again: a link put there while the files downloaded is refused as well.
+		if err := s.checkLinks(env.Path(s.spec.Dest), rec.Commit, rec.Revision, files); err != nil {
+			return err
+		}
 		if err := s.toBlobs(dest, files, rec.Revision, rec.Commit); err != nil {
 			return fmt.Errorf("laying out %s as huggingface_hub's cache: %w", s.spec.Dest, err)
 		}
@@ -485,6 +506,21 @@ func (s *Step) run(ctx context.Context, env *engine.Env, slot engine.CacheSlot) 
 		return fmt.Errorf("checking downloaded weights: %w", err)
 	}
 	return nil
+}
+
+// dnsError returns what the downloader calls at the first host name that does not
+// resolve: an error line naming the host, and, for the hub's files, the endpoint and
+// HF_ENDPOINT (never for plain URLs, which no hub mirror serves).
+func (s *Step) dnsError(env *engine.Env, hubc *hub.Client) func(string, error) {
+	return func(host string, err error) {
+		if hubc != nil {
+			env.Log.Error("the hub's host name does not resolve; retrying within the budget", "host", host, "endpoint", redact.URL(hubc.Endpoint()),
+				"fix", "check the name in hf.endpoint or HF_ENDPOINT (unset for https://huggingface.co) and this host's DNS (/etc/resolv.conf, a proxy in /etc/sglprov/env)", "err", redact.Error(err))
+			return
+		}
+		env.Log.Error("a download's host name does not resolve; retrying within the budget", "host", host,
+			"fix", "check the URL's host and this host's DNS (/etc/resolv.conf, a proxy in /etc/sglprov/env)", "err", redact.Error(err))
+	}
 }
 
 // explainRefusal turns the hub's refusals among a download's errors (401, 403, GatedRepo,

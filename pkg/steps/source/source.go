@@ -120,6 +120,19 @@ func (s *Step) resolve() (*resolved, error) {
 	}
 	q := u.Query()
 	if isGit {
+		// git reads TRANSPORT::ADDRESS as a transport helper (fd::3 reads a file
+		// descriptor and waits, ext:: runs a command): only git:: (go-getter's, stripped
+		// above) is the recipe's; what follows it must be a URL or a path.
+		if i := strings.Index(raw, "::"); i > 0 && !strings.Contains(raw[:i], "/") {
+			return nil, fmt.Errorf("source url %q: %q is git's transport-helper syntax (TRANSPORT::ADDRESS), which runs a helper rather than fetching a repository; give git:: followed by an https, http, ssh, git or file URL (or a local path): %w",
+				redact(s.spec.URL), raw[:i+2], engine.ErrUsage)
+		}
+		switch u.Scheme {
+		case "", "http", "https", "ssh", "git", "file", "git+ssh", "ssh+git":
+		default:
+			return nil, fmt.Errorf("source url %q: git transport %q is not one a recipe may use; give an https, http, ssh, git or file URL (or a local path): %w",
+				redact(s.spec.URL), u.Scheme, engine.ErrUsage)
+		}
 		ref := q.Get("ref")
 		switch {
 		case ref == "" && s.spec.Ref == "":

@@ -487,3 +487,22 @@ func TestGetterParametersRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestTransportHelperRefusedAtValidate: git's TRANSPORT::ADDRESS syntax after git::
+// (fd::3 waits on a file descriptor for ever, ext:: runs a command) and transports other
+// than http(s), ssh, git and file are refused when the recipe is validated (Check), with
+// the fix, before anything runs.
+func TestTransportHelperRefusedAtValidate(t *testing.T) {
+	commit := strings.Repeat("a", 40)
+	for _, tc := range []struct{ url, want string }{
+		{"git::fd::3?ref=" + commit, `"fd::" is git's transport-helper syntax`},
+		{"git::ext::sh -c touch%20/tmp/x?ref=" + commit, `"ext::" is git's transport-helper syntax`},
+		{"git::ftp://example.com/x.git?ref=" + commit, `git transport "ftp" is not one a recipe may use`},
+	} {
+		step := mustNew(t, Spec{URL: tc.url, Dest: filepath.Join(t.TempDir(), "dest")})
+		err := step.Check(newEnv(t))
+		if !errors.Is(err, engine.ErrUsage) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "give git:: followed by") && !strings.Contains(err.Error(), "give an https") {
+			t.Errorf("Check(%q) = %v; want a usage error with %q and the fix", tc.url, err, tc.want)
+		}
+	}
+}
