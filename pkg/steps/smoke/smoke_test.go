@@ -391,7 +391,7 @@ func TestCasesTimeoutPerProfile(t *testing.T) {
 		t.Fatalf("Run: %v", err)
 	}
 	for _, want := range []string{"arithmetic: no answer before the cases' time budget (cases_timeout 300ms) was spent",
-		"fact: not run: the cases' time budget (cases_timeout 300ms) was spent", "b: FAIL: 0/7 cases passed"} {
+		"fact: not run: the cases' time budget (cases_timeout 300ms) was spent", "b: FAIL: 0/8 cases passed"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error lacks %q: %v\n%s", want, err, out)
 		}
