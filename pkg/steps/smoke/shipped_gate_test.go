@@ -19,6 +19,7 @@ import (
 var shippedGates = []string{
 	"qwen3.5-397b-a17b-nvfp4-sm120.yaml",
 	"qwen3.5-397b-a17b-nvfp4-sm120-sglang-0.5.20.yaml",
+	"qwen3.5-397b-a17b-nvfp4-sm120-sglang-0.5.21.yaml",
 	"qwen3-235b-a22b-fp8-sm90.yaml",
 	"demo.yaml",
 }

@@ -468,7 +468,8 @@ func TestShippedRecipesUseEveryKind(t *testing.T) {
 				recipe.KindSpecs{"smoke": func() any { return new(Spec) }, "source": func() any { return new(map[string]any) },
 					"patch": func() any { return new(map[string]any) }, "build": func() any { return new(map[string]any) },
 					"download": func() any { return new(map[string]any) }, "systemd": func() any { return new(map[string]any) },
-					"command": func() any { return new(map[string]any) }, "packages": func() any { return new(map[string]any) }}, nil)
+					"command": func() any { return new(map[string]any) }, "packages": func() any { return new(map[string]any) },
+					"allreduce": func() any { return new(map[string]any) }}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
