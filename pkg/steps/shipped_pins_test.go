@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/sglprov/sglprov/pkg/knownbad"
+	"github.com/sglprov/sglprov/pkg/steps/build"
 	"github.com/sglprov/sglprov/pkg/steps/command"
 )
 
@@ -109,11 +110,12 @@ func TestSM120RecipesCheckAllReduceBeforeTheServer(t *testing.T) {
 
 // TestRelease0521KernelChoice: the v0.5.21 recipe installs the prebuilt cu130
 // sglang-kernel wheel by default, and builds it from the release's sources for the host's
-// architecture when sglang_kernel names the source.
+// architecture when sglang_kernel names the source; either way the installed libraries'
+// architectures are checked (arch_libs).
 func TestRelease0521KernelChoice(t *testing.T) {
 	r := loadShipped(t, "qwen3.5-397b-a17b-nvfp4-sm120-sglang-0.5.21.yaml")
-	render := func() command.Spec {
-		var spec command.Spec
+	render := func() build.Spec {
+		var spec build.Spec
 		if err := r.Step("sglang-kernel").Render(templateData(t, r, rtxFacts(t)), &spec); err != nil {
 			t.Fatal(err)
 		}
@@ -124,12 +126,31 @@ func TestRelease0521KernelChoice(t *testing.T) {
 		!strings.Contains(r.Vars["sglang_kernel_index"], "cu130") {
 		t.Errorf("prebuilt: %v", spec.Argv)
 	}
-	if spec.Env["TORCH_CUDA_ARCH_LIST"] != "12.0a" {
-		t.Errorf("arch list %q", spec.Env["TORCH_CUDA_ARCH_LIST"])
+	if spec.Env["TORCH_CUDA_ARCH_LIST"] != "12.0a" || len(spec.ArchLibs) == 0 {
+		t.Errorf("arch list %q, arch_libs %v", spec.Env["TORCH_CUDA_ARCH_LIST"], spec.ArchLibs)
 	}
 	r.Vars["sglang_kernel"] = "sglang-kernel @ git+https://github.com/sgl-project/sglang@v0.5.21#subdirectory=python/sglang/kernels/aot"
 	spec = render()
 	if !slices.Contains(spec.Argv, r.Vars["sglang_kernel"]) || !slices.Contains(spec.Argv, "--no-build-isolation") {
 		t.Errorf("source: %v", spec.Argv)
+	}
+}
+
+// TestSM120RecipesCheckKernelArchs: the step that installs the kernel package in each
+// shipped SM120 recipe checks the installed libraries' architectures (arch_libs) in the
+// service's environment.
+func TestSM120RecipesCheckKernelArchs(t *testing.T) {
+	for file, step := range map[string]string{"qwen3.5-397b-a17b-nvfp4-sm120.yaml": "sgl-kernel-install",
+		"qwen3.5-397b-a17b-nvfp4-sm120-sglang-0.5.20.yaml": "sglang-kernel-install",
+		"qwen3.5-397b-a17b-nvfp4-sm120-sglang-0.5.21.yaml": "sglang-kernel"} {
+		r := loadShipped(t, file)
+		var spec build.Spec
+		if err := r.Step(step).Render(templateData(t, r, rtxFacts(t)), &spec); err != nil {
+			t.Fatal(err)
+		}
+		venv := strings.TrimSuffix(r.Vars["python"], "/bin/python")
+		if len(spec.ArchLibs) != 1 || !strings.HasPrefix(spec.ArchLibs[0], venv+"/lib/") || !strings.HasSuffix(spec.ArchLibs[0], "/sgl_kernel/") {
+			t.Errorf("%s: step %s arch_libs %v", file, step, spec.ArchLibs)
+		}
 	}
 }
