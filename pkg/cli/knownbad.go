@@ -27,6 +27,7 @@ func runKnownBad(ctx context.Context, stdio IO, args []string) error {
 	if asJSON {
 		enc := json.NewEncoder(stdio.Stdout)
 		enc.SetIndent("", "  ")
+		enc.SetEscapeHTML(false)
 		if err := enc.Encode(struct {
 			Version string         `json:"version"`
 			Rows    []knownbad.Row `json:"rows"`

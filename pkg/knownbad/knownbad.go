@@ -17,34 +17,36 @@ const TableVersion = "2026-12.1"
 type Package struct {
 	// Names are the distribution names that count (any one), e.g. nvidia-cudnn-cu12 and
 	// nvidia-cudnn-cu13.
-	Names []string
+	Names []string `json:"names"`
 	// Range is the versions that are bad, e.g. ">=9.21".
-	Range string
+	Range string `json:"range"`
 }
 
-// Flag is a condition on the server's launch line: the flag with a value that starts with
-// ValuePrefix ("" for any value, or a bare flag).
+// Flag is a condition on the server's launch line: the flag Name with a value that starts
+// with ValuePrefix ("" for any value, or a bare flag).
 type Flag struct {
-	Name, ValuePrefix string
+	Name        string `json:"name"`
+	ValuePrefix string `json:"value_prefix,omitempty"`
 }
 
 // Row is one known-bad combination: every condition that is set must hold.
 type Row struct {
 	// ID names the row in refusals and in `sglprov known-bad`.
-	ID string
+	ID string `json:"id"`
 	// Packages must all be present (pinned or installed) in a bad version.
-	Packages []Package
+	Packages []Package `json:"packages,omitempty"`
 	// ComputeCapabilityMajor is the GPU architecture's major compute capability (12 for
 	// sm_120 and sm_121); 0 for any.
-	ComputeCapabilityMajor int
+	ComputeCapabilityMajor int `json:"compute_capability_major,omitempty"`
 	// Flags must all be on one launch line (the base arguments and one profile's).
-	Flags []Flag
+	Flags []Flag `json:"flags,omitempty"`
 	// Reason says what goes wrong; Fix what to pin or set instead.
-	Reason, Fix string
+	Reason string `json:"reason"`
+	Fix    string `json:"fix"`
 	// Sources are the upstream issues, pull requests or releases the row rests on.
-	Sources []string
+	Sources []string `json:"sources"`
 	// Checked says how far the row's facts were verified, and what was not.
-	Checked string
+	Checked string `json:"checked"`
 }
 
 // Table returns the known-bad combinations.
