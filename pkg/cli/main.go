@@ -82,6 +82,7 @@ func commands() []command {
 		{"help", "[COMMAND]", "sglprov's help, or a command's", runHelp},
 		{"completion", "bash|zsh|fish", "a shell completion script", runCompletion},
 		{"man", "", "the man page, sglprov(1), in roff", runMan},
+		{"known-bad", "", "the table of known-bad package, GPU and flag combinations that validate, plan and apply refuse", runKnownBad},
 		{"schema", "[recipe|report|status]", "the JSON Schema of recipes (for editors), of report.json or of status --json", runSchema},
 	}
 }

@@ -68,6 +68,8 @@ func planBody(ctx context.Context, stdio IO, c *common, only, force string, asJS
 	}
 	defer e.Close()
 	p, planErr := e.Plan(ctx)
+	// What the servers' environments hold now, against the known-bad table.
+	planErr = errors.Join(planErr, knownBadInstalled(e))
 	if len(c.short) > 0 {
 		planErr = errors.Join(hostProblems(c.short), planErr)
 	}

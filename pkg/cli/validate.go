@@ -54,6 +54,14 @@ func runValidate(ctx context.Context, stdio IO, args []string) error {
 	if err != nil {
 		return err
 	}
+	// Pins and launch lines that make a known-bad combination (`sglprov known-bad`).
+	kbFacts := facts
+	if kbFacts == nil && r.Requires.GPU.ComputeCapability != "" {
+		kbFacts = standInFacts(r.Requires)
+	}
+	if err := knownBadPins(r, kbFacts); err != nil {
+		return err
+	}
 	fmt.Fprintf(stdio.Stdout, "%s: recipe %q is valid (%s, %s; every step built)\n",
 		c.recipe, r.Name, plural(len(r.Steps), "step"), plural(len(r.Profiles), "profile"))
 	for _, line := range unchecked(r, standIn) {

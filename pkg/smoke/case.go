@@ -28,6 +28,8 @@ const (
 	KindTool      = "tool"
 	KindReasoning = "reasoning"
 	KindAccuracy  = "accuracy"
+	// KindLong is a needle case whose longest prompt is LongContextWords or more.
+	KindLong = "long-context"
 )
 
 // Expect is what a case's answer must satisfy; every part that is set must hold.
@@ -97,13 +99,22 @@ type Case struct {
 	MaxTokens int `yaml:"max_tokens" json:"max_tokens,omitempty"`
 	// Accuracy makes the case a scored sweep over a question set; it takes no prompt.
 	Accuracy *Accuracy `yaml:"accuracy" json:"accuracy,omitempty"`
+	// Needle makes the case generate its prompts: numbers hidden in texts of the given
+	// lengths, sent together, each answer checked for its own number; it takes no prompt.
+	Needle *Needle `yaml:"needle" json:"needle,omitempty"`
 }
 
-// Kind says what sort of case c is: accuracy, tool, reasoning, load or chat.
+// Kind says what sort of case c is: accuracy, long-context, tool, reasoning, load or chat.
 func (c Case) Kind() string {
 	switch {
 	case c.Accuracy != nil:
 		return KindAccuracy
+	case c.Needle != nil && c.Needle.Longest() >= LongContextWords:
+		return KindLong
+	case c.Needle != nil && c.Needle.requests(c) > 1:
+		return KindLoad
+	case c.Needle != nil:
+		return KindChat
 	case len(c.Tools) > 0 || c.Expect.ToolCall != nil:
 		return KindTool
 	case c.Expect.Reasoning:
@@ -122,6 +133,12 @@ func (c Case) validate() error {
 	}
 	if c.MaxTokens < 0 {
 		return fmt.Errorf("max_tokens %d must not be negative", c.MaxTokens)
+	}
+	if c.Needle != nil {
+		if c.Accuracy != nil {
+			return errors.New("a case is a needle case or an accuracy case, not both")
+		}
+		return c.Needle.validate(c)
 	}
 	if a := c.Accuracy; a != nil {
 		if strings.TrimSpace(c.Prompt) != "" || len(c.Tools) > 0 || c.Concurrency != 0 ||
@@ -204,12 +221,12 @@ func WeatherTool() Tool {
 			"required":   []any{"city"}}}
 }
 
-// BuiltinSet returns BuiltinCases and one case of each other kind: 64 requests at once, a
-// tool call, the reasoning split with thinking on, and a sweep of builtin:arithmetic.
+// BuiltinSet returns BuiltinCases and one case of each other kind: 64 requests of mixed
+// lengths and content at once, a tool call, the reasoning split with thinking on, a sweep
+// of builtin:arithmetic, and long prompts past one prefill chunk among short ones.
 func BuiltinSet() []Case {
 	return append(BuiltinCases(),
-		Case{Name: "load", Prompt: "What is 17 * 23? Answer with the number only.", Concurrency: 64,
-			Expect: Expect{Regex: `\b391\b`}},
+		BuiltinLoadCase(),
 		Case{Name: "tool-call", Prompt: "What is the weather in Paris right now? Use the tool.",
 			Tools:  []Tool{WeatherTool()},
 			Expect: Expect{ToolCall: &ToolCallExpect{Name: "get_weather", Arguments: map[string]any{"city": "Paris"}}}},
@@ -217,6 +234,7 @@ func BuiltinSet() []Case {
 			ChatTemplateKwargs: map[string]any{"enable_thinking": true},
 			Expect:             Expect{Reasoning: true, Regex: `\b391\b`}},
 		Case{Name: "sweep", Accuracy: &Accuracy{Questions: "builtin:arithmetic", MinScore: DefaultMinScore, Concurrency: 16}},
+		BuiltinLongCase(),
 	)
 }
 
@@ -225,7 +243,7 @@ func BuiltinSet() []Case {
 // when there is none.
 func CanaryCase(cases []Case) Case {
 	for _, k := range cases {
-		if k.Accuracy == nil && k.Concurrency <= 1 {
+		if k.Accuracy == nil && k.Needle == nil && k.Concurrency <= 1 {
 			return k
 		}
 	}

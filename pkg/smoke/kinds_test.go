@@ -108,7 +108,8 @@ func TestLoadCase(t *testing.T) {
 		defer srv.Close()
 		cfg := fastConfig(srv.URL)
 		cfg.Model = "m"
-		c := runOne(t, cfg, load)
+		c := runOne(t, cfg, Case{Name: "load", Prompt: "What is 17 * 23? Answer with the number only.",
+			Concurrency: 64, Expect: Expect{Regex: `\b391\b`}})
 		if c.Pass || c.Failed != 1 || c.Reason != `1 of 64 answers failed; first: content does not match regex \b391\b` || c.Sample != `"390"` {
 			t.Errorf("%+v", c)
 		}

@@ -164,8 +164,13 @@ func runCase(ctx context.Context, cfg Config, model string, k Case, qs []Questio
 	cr := CaseResult{Name: k.Name, Kind: k.Kind()}
 	n := max(k.Concurrency, 1)
 	r := newRequest(cfg, model, k, k.Prompt)
+	req := func(int) request { return r }
+	if k.Needle != nil {
+		n = k.Needle.requests(k)
+		req = func(i int) request { return needleRequest(cfg, model, k, i) }
+	}
 	start := time.Now()
-	answers := askAll(ctx, cfg, n, func(int) request { return r })
+	answers := askAll(ctx, cfg, n, req)
 	cr.Latency = time.Since(start)
 	if n == 1 {
 		cr.Latency = answers[0].latency

@@ -65,13 +65,23 @@ const (
 	// ModeFluentWrong answers the gate's fixed prompts right and a third of other
 	// questions slightly wrong, as a kernel that is a little off does.
 	ModeFluentWrong Mode = "fluent-wrong"
+	// ModeLongContext answers as good, and garbage ("!!!!" in reasoning_content, as the
+	// seed's server) to a prompt of more than Options.LongAbove tokens: a kernel path taken
+	// only once a prompt is prefilled in more than one chunk.
+	ModeLongContext Mode = "long-context"
+	// ModeMixedBatch answers as good, and garbage (" , , (!!!!…") to a request that was in
+	// flight together with one whose prompt differs from its own by more than
+	// Options.MixedSpread tokens: a kernel that breaks only on batches mixing prefill
+	// lengths, as sglang#20047's NaN did.
+	ModeMixedBatch Mode = "mixed-batch"
 )
 
 // Modes lists every mode, for usage messages and tests.
 func Modes() []Mode {
 	return []Mode{ModeGood, ModeBang, ModePlus, ModeCommaBang, ModeApostropheS, ModeNaN, ModeAbort,
 		ModeEmpty, ModeWrong, ModeThinkCutoff, ModeSlowReady, ModeNeverReady, ModeHang, ModeHTTP500,
-		ModeCrash, ModeCrashAfter, ModeCrowded, ModeRawToolCalls, ModeInlineThink, ModeFluentWrong}
+		ModeCrash, ModeCrashAfter, ModeCrowded, ModeRawToolCalls, ModeInlineThink, ModeFluentWrong,
+		ModeLongContext, ModeMixedBatch}
 }
 
 // Valid reports whether m is a known mode.
@@ -97,6 +107,14 @@ const DefaultContextLength = 262144
 
 // DefaultCrowdedAbove is how many requests in flight ModeCrowded still answers well.
 const DefaultCrowdedAbove = 32
+
+// DefaultLongAbove is the prompt length (tokens) above which ModeLongContext answers
+// garbage when Options.LongAbove is 0: SGLang's chunked_prefill_size on 90-160 GiB GPUs.
+const DefaultLongAbove = 8192
+
+// DefaultMixedSpread is how far apart (tokens) the prompts in flight together may be
+// before ModeMixedBatch answers garbage, when Options.MixedSpread is 0.
+const DefaultMixedSpread = 256
 
 // DefaultCrowdedLatency is how long ModeCrowded holds each request when Options.Latency
 // is 0: a batching window, so that requests sent together are in flight together.
@@ -128,6 +146,12 @@ type Options struct {
 	// CrowdedAbove is how many requests in flight ModeCrowded still answers well
 	// (default DefaultCrowdedAbove).
 	CrowdedAbove int
+	// LongAbove is the prompt length in tokens above which ModeLongContext answers garbage
+	// (default DefaultLongAbove; the binary takes --chunked-prefill-size).
+	LongAbove int
+	// MixedSpread is how far apart in tokens prompts in flight together may be before
+	// ModeMixedBatch answers garbage (default DefaultMixedSpread).
+	MixedSpread int
 	// Latency is how long each chat request is held before it is answered.
 	Latency time.Duration
 	// BrokenWhile names a file: while it exists, chat answers are those of BrokenMode
@@ -151,9 +175,9 @@ type Server struct {
 	start time.Time
 	mu    sync.Mutex
 	seq   int
-	// active holds, for each chat request in flight, the most requests it has seen in
-	// flight with it; peak is the most ever.
-	active map[*int]struct{}
+	// active holds, for each chat request in flight, what it has seen in flight with it;
+	// peak is the most requests ever.
+	active map[*flight]struct{}
 	peak   int
 	// filler is the padding of AnswerBytes, made once.
 	fillerOnce sync.Once
@@ -185,12 +209,22 @@ func New(opts Options) *Server {
 		if opts.Latency <= 0 {
 			opts.Latency = DefaultCrowdedLatency
 		}
+	case ModeMixedBatch:
+		if opts.Latency <= 0 {
+			opts.Latency = DefaultCrowdedLatency
+		}
 	case ModeRawToolCalls:
 		opts.RawToolCalls = true
 	case ModeInlineThink:
 		opts.InlineThink = true
 	}
-	return &Server{opts: opts, start: opts.Now(), active: map[*int]struct{}{}}
+	if opts.LongAbove <= 0 {
+		opts.LongAbove = DefaultLongAbove
+	}
+	if opts.MixedSpread <= 0 {
+		opts.MixedSpread = DefaultMixedSpread
+	}
+	return &Server{opts: opts, start: opts.Now(), active: map[*flight]struct{}{}}
 }
 
 // Peak returns the most chat requests that were in flight at once.
@@ -200,28 +234,40 @@ func (s *Server) Peak() int {
 	return s.peak
 }
 
-// enter counts a chat request in. Until leave, *seen is the most requests that were in
-// flight at any moment of its life (a batch it was part of).
-func (s *Server) enter() (seen *int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	seen = new(int)
-	s.active[seen] = struct{}{}
-	n := len(s.active)
-	for r := range s.active {
-		*r = max(*r, n)
-	}
-	s.peak = max(s.peak, n)
-	return seen
+// flight is what a chat request in flight has seen in flight with it (itself included):
+// the most requests at any moment of its life (a batch it was part of), and the shortest
+// and longest prompts, in tokens.
+type flight struct {
+	seen, shortest, longest int
 }
 
-// leave counts a chat request out and returns the most requests it saw in flight.
-func (s *Server) leave(seen *int) int {
+// enter counts a chat request with a prompt of tokens in.
+func (s *Server) enter(tokens int) *flight {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.active, seen)
-	return *seen
+	f := &flight{shortest: tokens, longest: tokens}
+	s.active[f] = struct{}{}
+	n := len(s.active)
+	for r := range s.active {
+		r.seen = max(r.seen, n)
+		r.shortest, r.longest = min(r.shortest, tokens), max(r.longest, tokens)
+		f.shortest, f.longest = min(f.shortest, r.shortest), max(f.longest, r.longest)
+	}
+	s.peak = max(s.peak, n)
+	return f
 }
+
+// leave counts a chat request out and returns what it saw in flight.
+func (s *Server) leave(f *flight) flight {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.active, f)
+	return *f
+}
+
+// Tokens is how the fake counts a prompt's tokens: its words (a real server's tokenizer
+// counts about one token per common English word, more for numbers and rare words).
+func Tokens(prompt string) int { return len(strings.Fields(prompt)) }
 
 // Ready reports whether health checks answer 200 now.
 func (s *Server) Ready() bool {
@@ -405,9 +451,11 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, "Internal server error")
 		return
 	}
+	prompt := req.Messages[len(req.Messages)-1].Content
+	tokens := Tokens(prompt)
 	// A batching window: requests that arrive together are in flight together, and the
 	// answer depends on the largest batch the request was part of.
-	seen := s.enter()
+	seen := s.enter(tokens)
 	if s.opts.Latency > 0 {
 		t := time.NewTimer(s.opts.Latency)
 		select {
@@ -419,7 +467,15 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	batch := s.leave(seen)
-	crowded := s.opts.Mode == ModeCrowded && batch > s.opts.CrowdedAbove
+	var garbage Mode
+	switch {
+	case s.opts.Mode == ModeCrowded && batch.seen > s.opts.CrowdedAbove:
+		garbage = ModeCommaBang
+	case s.opts.Mode == ModeLongContext && tokens > s.opts.LongAbove:
+		garbage = ModeBang
+	case s.opts.Mode == ModeMixedBatch && batch.longest-batch.shortest > s.opts.MixedSpread:
+		garbage = ModeCommaBang
+	}
 	maxTokens := 128
 	if req.MaxTokens != nil && *req.MaxTokens > 0 {
 		maxTokens = min(*req.MaxTokens, 4096)
@@ -428,8 +484,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	if v, ok := req.ChatTemplateKwargs["enable_thinking"].(bool); ok {
 		thinking = v
 	}
-	prompt := req.Messages[len(req.Messages)-1].Content
-	msg, finish, stop := s.answer(prompt, maxTokens, thinking, req.Tools, crowded)
+	msg, finish, stop := s.answer(prompt, maxTokens, thinking, req.Tools, garbage)
 	msg.Role = "assistant"
 	s.mu.Lock()
 	s.seq++
@@ -439,8 +494,8 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, ChatResponse{
 		ID: id, Object: "chat.completion", Created: s.opts.Now().Unix(), Model: s.opts.Model,
 		Choices: []Choice{{Index: 0, Message: msg, FinishReason: finish, MatchedStop: stop}},
-		Usage: Usage{PromptTokens: len(prompt)/4 + 1, CompletionTokens: completion,
-			TotalTokens: len(prompt)/4 + 1 + completion},
+		Usage: Usage{PromptTokens: tokens, CompletionTokens: completion,
+			TotalTokens: tokens + completion},
 	})
 }
 
@@ -452,11 +507,12 @@ func deref(s *string) string {
 }
 
 // answer returns the message, finish_reason and matched_stop for prompt in the server's mode.
-func (s *Server) answer(prompt string, maxTokens int, thinking bool, tools []RequestTool, crowded bool) (Message, *string, any) {
+// garbage, when set, is the broken mode the request's batch or length calls for.
+func (s *Server) answer(prompt string, maxTokens int, thinking bool, tools []RequestTool, garbage Mode) (Message, *string, any) {
 	length, stop := ptr("length"), ptr("stop")
 	mode := s.opts.Mode
-	if crowded {
-		mode = ModeCommaBang
+	if garbage != "" {
+		mode = garbage
 	}
 	if s.opts.BrokenWhile != "" {
 		if _, err := os.Stat(s.opts.BrokenWhile); err == nil {

@@ -488,7 +488,7 @@ func TestBrokenWhile(t *testing.T) {
 	}
 	s := New(Options{BrokenWhile: cfg.BrokenWhile, BrokenMode: cfg.BrokenMode})
 	content := func() string {
-		m, _, _ := s.answer("What is 17 * 23? Answer with the number only.", 8, false, nil, false)
+		m, _, _ := s.answer("What is 17 * 23? Answer with the number only.", 8, false, nil, "")
 		if m.Content == nil {
 			return ""
 		}
@@ -524,5 +524,62 @@ func TestAnswerBytes(t *testing.T) {
 	}
 	if Filler(100) != Filler(100) || len(Filler(77)) != 77 {
 		t.Error("Filler is not fixed or not of the size asked")
+	}
+}
+
+// TestLongContextAndMixedBatchModes: long-context answers garbage only to a prompt of more
+// tokens than the launch line's --chunked-prefill-size (or --fake-long-above); mixed-batch
+// only to requests in flight together whose prompts differ by more than the spread.
+func TestLongContextAndMixedBatchModes(t *testing.T) {
+	cfg, err := ParseConfig([]string{"--fake-mode", "long-context", "--chunked-prefill-size", "100"}, nil)
+	if err != nil || cfg.LongAbove != 100 || cfg.Mode != ModeLongContext {
+		t.Fatalf("%+v %v", cfg, err)
+	}
+	if cfg, err := ParseConfig([]string{"--chunked-prefill-size", "100", "--fake-long-above", "50", "--fake-mixed-spread", "7"}, nil); err != nil || cfg.LongAbove != 50 || cfg.MixedSpread != 7 {
+		t.Fatalf("%+v %v", cfg, err)
+	}
+	if _, err := ParseConfig([]string{"--fake-mixed-spread", "x"}, nil); err == nil {
+		t.Error("--fake-mixed-spread x accepted")
+	}
+	ask := func(url, q string) string {
+		b, _ := json.Marshal(map[string]any{"messages": []any{map[string]any{"role": "user", "content": q}},
+			"chat_template_kwargs": map[string]any{"enable_thinking": false}})
+		_, cr, _ := chat(t, url, string(b))
+		m := cr.Choices[0].Message
+		return deref(m.Content) + deref(m.ReasoningContent)
+	}
+	long := strings.Repeat("word ", 120) + "Remember this: the secret number is 4242. What is the secret number?"
+	srv := httptest.NewServer(New(Options{Mode: ModeLongContext, LongAbove: cfg.LongAbove}))
+	defer srv.Close()
+	if got := ask(srv.URL, "Remember this: the secret number is 4242. What is the secret number?"); got != "4242" {
+		t.Errorf("short prompt: %q", got)
+	}
+	if got := ask(srv.URL, long); !strings.HasPrefix(got, "!!!!") {
+		t.Errorf("long prompt: %q", got)
+	}
+	mixed := New(Options{Mode: ModeMixedBatch, MixedSpread: 50})
+	msrv := httptest.NewServer(mixed)
+	defer msrv.Close()
+	if got := ask(msrv.URL, long); got != "4242" {
+		t.Errorf("long prompt alone: %q", got)
+	}
+	var wg sync.WaitGroup
+	got := make([]string, 4)
+	for i := range got {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			q := "What is 17 * 23?"
+			if i == 0 {
+				q = long
+			}
+			got[i] = ask(msrv.URL, q)
+		}()
+	}
+	wg.Wait()
+	for i, g := range got {
+		if !strings.HasPrefix(g, " , , (!!!") {
+			t.Errorf("request %d of a mixed batch: %q", i, g)
+		}
 	}
 }

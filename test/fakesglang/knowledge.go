@@ -14,6 +14,7 @@ var (
 	unitQ   = regexp.MustCompile(`(?i)how many (\w+) are in (\d+) (\w+)`)
 	capital = regexp.MustCompile(`(?i)capital of (?:the )?([A-Z][A-Za-z ]*[a-z])\b`)
 	cityIn  = regexp.MustCompile(`\bin ([A-Z][a-zA-Z]+)`)
+	needle  = regexp.MustCompile(`the secret number is (\d+)\.`)
 )
 
 // units is how many of the first unit make one of the second.
@@ -47,9 +48,14 @@ var capitals = func() map[string]string {
 }()
 
 // GoodAnswer is what a working model says to prompt: arithmetic and unit conversions are
-// computed, capitals are known, a prime or other function request gets Python code.
+// computed, capitals are known, a prime or other function request gets Python code, and a
+// secret number hidden in a text is found.
 func GoodAnswer(prompt string) string {
 	lower := strings.ToLower(prompt)
+	// A number hidden in a text, asked back: the smoke gate's needle cases.
+	if m := needle.FindStringSubmatch(prompt); m != nil && strings.Contains(lower, "what is the secret number") {
+		return m[1]
+	}
 	if m := arith.FindStringSubmatch(prompt); m != nil && strings.Contains(lower, "what is") {
 		a, errA := strconv.Atoi(m[1])
 		b, errB := strconv.Atoi(m[3])
@@ -84,11 +90,11 @@ func GoodAnswer(prompt string) string {
 	return "I am a small test server; I can add, multiply, convert units, name capitals and write a Python function."
 }
 
-// fixedPrompt reports whether prompt is one the gate's sequential cases ask (the seed's
-// prime function, 17 * 23, the capital of France, a sum function).
+// fixedPrompt reports whether prompt is one the gate's own cases ask (the seed's prime
+// function, 17 * 23, the capital of France, a sum function, a secret number in a text).
 func fixedPrompt(prompt string) bool {
 	lower := strings.ToLower(prompt)
-	for _, s := range []string{"17 * 23", "capital of france", "prime", "python"} {
+	for _, s := range []string{"17 * 23", "capital of france", "prime", "python", "what is the secret number"} {
 		if strings.Contains(lower, s) {
 			return true
 		}

@@ -78,7 +78,10 @@ type Config struct {
 	RawToolCalls, InlineThink bool
 	// CrowdedAbove and Latency are --fake-crowded-above and --fake-latency.
 	CrowdedAbove int
-	Latency      time.Duration
+	// LongAbove is --fake-long-above, else SGLang's own --chunked-prefill-size (mode
+	// long-context: garbage past one prefill chunk); MixedSpread is --fake-mixed-spread.
+	LongAbove, MixedSpread int
+	Latency                time.Duration
 	// BrokenWhile is --fake-broken-while FILE: garbage (the --fake-broken-mode) while FILE
 	// exists, checked at every request; BrokenMode that mode.
 	BrokenWhile string
@@ -101,7 +104,10 @@ const (
 // --fake-port-file PATH, --fake-no-health-generate, --fake-crowded-above N (mode crowded:
 // garbage once more than N requests are in flight), --fake-latency DUR (each request's
 // time), --fake-broken-while FILE (the broken mode while FILE exists, read at every
-// request). SGLang's own --tool-call-parser and --reasoning-parser decide whether tool calls
+// request), --fake-long-above N (mode long-context: garbage to a prompt of more than N
+// tokens; default SGLang's own --chunked-prefill-size, else 8192), --fake-mixed-spread N
+// (mode mixed-batch: garbage to a request in flight with one whose prompt differs from its
+// own by more than N tokens; default 256). SGLang's own --tool-call-parser and --reasoning-parser decide whether tool calls
 // and thinking come back parsed (qwen3_coder, qwen3) or as raw text in the content.
 // --fake-answer-bytes N pads every text answer with fluent filler to N bytes.
 func ParseConfig(args []string, getenv func(string) string) (Config, error) {
@@ -120,6 +126,23 @@ func ParseConfig(args []string, getenv func(string) string) (Config, error) {
 			return c, fmt.Errorf("--fake-crowded-above %q: want a whole number above 0", v)
 		}
 		c.CrowdedAbove = n
+	}
+	for _, f := range []struct {
+		flag string
+		to   *int
+	}{{"chunked-prefill-size", &c.LongAbove}, {"fake-long-above", &c.LongAbove}, {"fake-mixed-spread", &c.MixedSpread}} {
+		v := a.Get(f.flag, "")
+		if v == "" {
+			continue
+		}
+		n, err := strconv.Atoi(v)
+		if f.flag == "chunked-prefill-size" && (err != nil || n < 1) {
+			continue // SGLang's own flag: -1 turns chunking off; the fake's default stays
+		}
+		if err != nil || n < 1 {
+			return c, fmt.Errorf("--%s %q: want a whole number of tokens above 0", f.flag, v)
+		}
+		*f.to = n
 	}
 	if v := a.Get("fake-answer-bytes", ""); v != "" {
 		n, err := strconv.Atoi(v)
@@ -243,6 +266,7 @@ func Main(ctx context.Context, args []string, stderr io.Writer, getenv func(stri
 			ContextLength: cfg.ContextLength, ReadyAfter: cfg.ReadyAfter,
 			NoHealthGenerate: cfg.NoHealthGenerate, Log: stderr, RawToolCalls: cfg.RawToolCalls,
 			InlineThink: cfg.InlineThink, CrowdedAbove: cfg.CrowdedAbove, Latency: cfg.Latency,
+			LongAbove: cfg.LongAbove, MixedSpread: cfg.MixedSpread,
 			BrokenWhile: cfg.BrokenWhile, BrokenMode: cfg.BrokenMode,
 			AnswerBytes: cfg.AnswerBytes}),
 		ReadHeaderTimeout: 10 * time.Second,

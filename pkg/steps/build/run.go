@@ -88,7 +88,7 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 		}
 		env.Detail("outputs", paths)
 	}
-	return nil
+	return s.checkArchLibs(env)
 }
 
 // Exec runs argv (argv[0] looked up in envList's PATH, or relative to dir) in dir with

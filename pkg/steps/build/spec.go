@@ -69,6 +69,14 @@ type Spec struct {
 	MemPerJobGiB float64 `yaml:"mem_per_job_gib" json:"mem_per_job_gib,omitempty"`
 	// Jobs, when set, is the number of parallel jobs instead of the host-derived one.
 	Jobs int `yaml:"jobs" json:"jobs,omitempty"`
+	// ArchLibs are paths or globs (relative to Dir, or absolute) of the CUDA extension
+	// libraries the build makes or installs; one ending in "/" names every .so under a
+	// folder (the venv's site-packages/sgl_kernel/). After a run, each entry must match
+	// a library with SASS or PTX that the host's GPUs run (read from the .nv_fatbin
+	// headers; of variants a loader picks from, one is enough); one that does not fails
+	// the step (exit 4), naming the libraries, the architectures they have and the one
+	// needed, before any server loads them.
+	ArchLibs []string `yaml:"arch_libs" json:"arch_libs,omitempty"`
 }
 
 // Kind returns the build step kind for the registry.
@@ -118,9 +126,9 @@ func New(name string, spec *Spec) (*Step, error) {
 			problems = append(problems, fmt.Sprintf("env name %q is not valid", k))
 		}
 	}
-	for _, g := range append(append(append([]string(nil), s.Outputs...), s.Exclude...), s.Inputs...) {
+	for _, g := range append(append(append(append([]string(nil), s.Outputs...), s.Exclude...), s.Inputs...), s.ArchLibs...) {
 		if g == "" {
-			problems = append(problems, "an outputs, inputs or exclude entry is empty")
+			problems = append(problems, "an outputs, inputs, exclude or arch_libs entry is empty")
 			continue
 		}
 		if _, err := filepath.Match(g, ""); err != nil {

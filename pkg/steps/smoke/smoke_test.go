@@ -391,7 +391,7 @@ func TestCasesTimeoutPerProfile(t *testing.T) {
 		t.Fatalf("Run: %v", err)
 	}
 	for _, want := range []string{"arithmetic: no answer before the cases' time budget (cases_timeout 300ms) was spent",
-		"fact: not run: the cases' time budget (cases_timeout 300ms) was spent", "b: FAIL: 0/7 cases passed"} {
+		"fact: not run: the cases' time budget (cases_timeout 300ms) was spent", "b: FAIL: 0/8 cases passed"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error lacks %q: %v\n%s", want, err, out)
 		}
@@ -468,7 +468,8 @@ func TestShippedRecipesUseEveryKind(t *testing.T) {
 				recipe.KindSpecs{"smoke": func() any { return new(Spec) }, "source": func() any { return new(map[string]any) },
 					"patch": func() any { return new(map[string]any) }, "build": func() any { return new(map[string]any) },
 					"download": func() any { return new(map[string]any) }, "systemd": func() any { return new(map[string]any) },
-					"command": func() any { return new(map[string]any) }, "packages": func() any { return new(map[string]any) }}, nil)
+					"command": func() any { return new(map[string]any) }, "packages": func() any { return new(map[string]any) },
+					"allreduce": func() any { return new(map[string]any) }}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

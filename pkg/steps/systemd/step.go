@@ -445,6 +445,9 @@ func (s *Step) install(ctx context.Context, env *engine.Env, profile string, res
 	if err := s.checkNeeds(env, m.Kind(), unit); err != nil {
 		return false, err
 	}
+	if err := s.checkKnownBad(env, profile); err != nil {
+		return false, err
+	}
 	// The replaced recipes' units are stopped first: until then they hold the port.
 	if err := s.replaceOthers(ctx, env, m); err != nil {
 		return false, err

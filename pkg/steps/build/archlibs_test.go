@@ -1,0 +1,84 @@
+package build
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
+)
+
+// TestArchLibsRefuseAnotherArch: a build that installs a kernel library carrying only
+// sm_120 SASS (testdata/fatbin/sm120a.so, made with nvcc) fails on an H100 (compute
+// capability 9.0) with exit 4, naming the library, what it carries and what is needed; on
+// the RTX PRO 6000 it passes. A library of sm_90 SASS and compute_90 PTX runs on both (the
+// driver compiles the PTX for 12.0). Of the variants of one library (a loader picks one per
+// GPU) one must run. A glob that matches nothing with GPU code is refused.
+func TestArchLibsRefuseAnotherArch(t *testing.T) {
+	fakeTools(t)
+	fixtures, err := filepath.Abs(filepath.Join("..", "..", "..", "testdata", "fatbin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		lib, cc, want string
+	}{
+		{"sm120a.so", "12.0", ""},
+		{"sm120a.so", "9.0", "carries sm_120, and the GPUs (compute capability 9.0) need sm_90"},
+		{"sm90.so", "9.0", ""},
+		{"sm90.so", "12.0", ""},
+		{"ptx120.so", "9.0", "carries compute_120"},
+	} {
+		src := t.TempDir()
+		writeScript(t, filepath.Join(src, "install.sh"), "mkdir -p site/kernel && cp "+filepath.Join(fixtures, tc.lib)+" site/kernel/common_ops.so\n")
+		env, _, _ := testEnv(t)
+		env.Facts = facts(tc.cc, "580.95.05")
+		s := newStep(t, Spec{Dir: src, Argv: []string{"./install.sh"}, ArchLibs: []string{"site/kernel/*.so"}})
+		err := s.Run(context.Background(), env)
+		if tc.want == "" {
+			if err != nil {
+				t.Errorf("%s on %s: %v", tc.lib, tc.cc, err)
+			}
+			continue
+		}
+		if err == nil || !errors.Is(err, engine.ErrHost) || exitcode.Of(err) != exitcode.ExitHost {
+			t.Fatalf("%s on %s: %v (exit %d)", tc.lib, tc.cc, err, exitcode.Of(err))
+		}
+		for _, w := range []string{tc.want, filepath.Join(src, "site/kernel/common_ops.so"), "TORCH_CUDA_ARCH_LIST"} {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s on %s: error lacks %q: %v", tc.lib, tc.cc, w, err)
+			}
+		}
+	}
+	// Variants: sm_90 only beside sm_120; on the RTX PRO 6000 the sm_120 one runs.
+	src := t.TempDir()
+	writeScript(t, filepath.Join(src, "install.sh"), "mkdir -p site/sm90 site/sm120 && cp "+filepath.Join(fixtures, "sm120a.so")+
+		" site/sm120/ops.so && cp "+filepath.Join(fixtures, "sm120a.so")+" site/sm90/ops.so\n")
+	env, _, _ := testEnv(t)
+	s := newStep(t, Spec{Dir: src, Argv: []string{"./install.sh"}, ArchLibs: []string{"site/"}})
+	if err := s.Run(context.Background(), env); err != nil {
+		t.Errorf("variants on 12.0: %v", err)
+	}
+	env.Facts = facts("9.0", "580.95.05")
+	if err := s.Run(context.Background(), env); err == nil || strings.Count(err.Error(), "carries sm_120") != 2 {
+		t.Errorf("variants on 9.0: %v", err)
+	}
+	src = t.TempDir()
+	writeScript(t, filepath.Join(src, "install.sh"), "true\n")
+	env, _, _ = testEnv(t)
+	s = newStep(t, Spec{Dir: src, Argv: []string{"./install.sh"}, ArchLibs: []string{"site/*.so"}})
+	if err := s.Run(context.Background(), env); err == nil || !strings.Contains(err.Error(), `arch_libs "site/*.so" matches no library with GPU code`) {
+		t.Errorf("no match: %v", err)
+	}
+	// A library without GPU code alone checks nothing, and says so.
+	if err := os.WriteFile(filepath.Join(src, "install.sh"), []byte("#!/bin/sh\nmkdir -p site && cp /proc/self/exe site/cpu.so\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Run(context.Background(), env); err == nil || !strings.Contains(err.Error(), "matches no library with GPU code") {
+		t.Errorf("no GPU code: %v", err)
+	}
+}

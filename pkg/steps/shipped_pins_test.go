@@ -1,0 +1,156 @@
+package steps_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/sglprov/sglprov/pkg/knownbad"
+	"github.com/sglprov/sglprov/pkg/steps/build"
+	"github.com/sglprov/sglprov/pkg/steps/command"
+)
+
+// TestReleaseRecipesHoldTorch: the release recipes write a constraints file pinning the
+// torch their torch step installs, and every later pip install (SGLang's requirements, the
+// kernel wheel) is held to it, so that `pip install -e python` cannot replace torch.
+func TestReleaseRecipesHoldTorch(t *testing.T) {
+	for _, file := range []string{"qwen3.5-397b-a17b-nvfp4-sm120-sglang-0.5.20.yaml", "qwen3.5-397b-a17b-nvfp4-sm120-sglang-0.5.21.yaml"} {
+		t.Run(file, func(t *testing.T) {
+			r := loadShipped(t, file)
+			data := templateData(t, r, rtxFacts(t))
+			constraints := r.Vars["constraints"]
+			if constraints == "" {
+				t.Fatal("no constraints var")
+			}
+			st := r.Step("pip-constraints")
+			if st == nil {
+				t.Fatal("no pip-constraints step")
+			}
+			var spec command.Spec
+			if err := st.Render(data, &spec); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Contains(spec.Argv, "torch=="+r.Vars["torch_version"]) || !slices.Contains(spec.Argv, constraints) {
+				t.Errorf("pip-constraints writes %v", spec.Argv)
+			}
+			for name, argv := range pipInstalls(t, r) {
+				if name == "torch" {
+					continue
+				}
+				if i := slices.Index(argv, "-c"); i < 0 || argv[i+1] != constraints {
+					t.Errorf("step %s installs without -c %s: %v", name, constraints, argv)
+				}
+			}
+			for _, name := range []string{"sglang-python"} {
+				if !slices.Contains(r.Step(name).Needs, "pip-constraints") {
+					t.Errorf("step %s does not need pip-constraints", name)
+				}
+			}
+		})
+	}
+}
+
+// TestNoProfileOutrunsItsFlashInfer: a profile that turns on FlashInfer's all-reduce
+// fusion needs flashinfer#3903 (first in FlashInfer 0.6.17): a shipped recipe offers one
+// only with a FlashInfer pin of 0.6.17 or later.
+func TestNoProfileOutrunsItsFlashInfer(t *testing.T) {
+	for _, file := range []string{"qwen3.5-397b-a17b-nvfp4-sm120.yaml", "qwen3.5-397b-a17b-nvfp4-sm120-sglang-0.5.20.yaml",
+		"qwen3.5-397b-a17b-nvfp4-sm120-sglang-0.5.21.yaml", "qwen3-235b-a22b-fp8-sm90.yaml"} {
+		r := loadShipped(t, file)
+		for name, p := range r.Profiles {
+			if !slices.Contains(p.Args, "--enable-flashinfer-allreduce-fusion") {
+				continue
+			}
+			pin, err := knownbad.ParseVersion(r.Vars["flashinfer_version"])
+			min, _ := knownbad.ParseVersion("0.6.17")
+			if err != nil || pin.Compare(min) < 0 {
+				t.Errorf("%s: profile %s needs FlashInfer 0.6.17 (flashinfer#3903); the recipe pins %q", file, name, r.Vars["flashinfer_version"])
+			}
+		}
+	}
+}
+
+// TestSM120RecipesCheckAllReduceBeforeTheServer: every shipped SM120 recipe runs the
+// all-reduce deep check over the service's GPUs with the service's interpreter before the
+// service step (a host has hung on the first all-reduce with topo -p2p saying OK,
+// local-inference-lab/rtx6kpro#15), bounded in time.
+func TestSM120RecipesCheckAllReduceBeforeTheServer(t *testing.T) {
+	for _, file := range []string{"qwen3.5-397b-a17b-nvfp4-sm120.yaml", "qwen3.5-397b-a17b-nvfp4-sm120-sglang-0.5.20.yaml",
+		"qwen3.5-397b-a17b-nvfp4-sm120-sglang-0.5.21.yaml"} {
+		t.Run(file, func(t *testing.T) {
+			r := loadShipped(t, file)
+			var ar, svc string
+			for _, st := range r.Steps {
+				switch st.Kind {
+				case "allreduce":
+					ar = st.Name
+				case "systemd":
+					svc = st.Name
+				}
+			}
+			if ar == "" || svc == "" {
+				t.Fatalf("allreduce step %q, service step %q", ar, svc)
+			}
+			if !slices.Contains(r.Step(svc).Needs, ar) {
+				t.Errorf("service %s does not need %s", svc, ar)
+			}
+			var spec struct {
+				Python  string `yaml:"python"`
+				Timeout string `yaml:"timeout"`
+			}
+			if err := r.Step(ar).Render(templateData(t, r, rtxFacts(t)), &spec); err != nil {
+				t.Fatal(err)
+			}
+			if spec.Python != r.Vars["python"] || spec.Timeout == "" {
+				t.Errorf("allreduce python %q timeout %q", spec.Python, spec.Timeout)
+			}
+		})
+	}
+}
+
+// TestRelease0521KernelChoice: the v0.5.21 recipe installs the prebuilt cu130
+// sglang-kernel wheel by default, and builds it from the release's sources for the host's
+// architecture when sglang_kernel names the source; either way the installed libraries'
+// architectures are checked (arch_libs).
+func TestRelease0521KernelChoice(t *testing.T) {
+	r := loadShipped(t, "qwen3.5-397b-a17b-nvfp4-sm120-sglang-0.5.21.yaml")
+	render := func() build.Spec {
+		var spec build.Spec
+		if err := r.Step("sglang-kernel").Render(templateData(t, r, rtxFacts(t)), &spec); err != nil {
+			t.Fatal(err)
+		}
+		return spec
+	}
+	spec := render()
+	if !slices.Contains(spec.Argv, r.Vars["sglang_kernel_index"]) || !slices.Contains(spec.Argv, "sglang-kernel=="+strings.TrimPrefix(r.Vars["sglang_kernel"], "sglang-kernel==")) ||
+		!strings.Contains(r.Vars["sglang_kernel_index"], "cu130") {
+		t.Errorf("prebuilt: %v", spec.Argv)
+	}
+	if spec.Env["TORCH_CUDA_ARCH_LIST"] != "12.0a" || len(spec.ArchLibs) == 0 {
+		t.Errorf("arch list %q, arch_libs %v", spec.Env["TORCH_CUDA_ARCH_LIST"], spec.ArchLibs)
+	}
+	r.Vars["sglang_kernel"] = "sglang-kernel @ git+https://github.com/sgl-project/sglang@v0.5.21#subdirectory=python/sglang/kernels/aot"
+	spec = render()
+	if !slices.Contains(spec.Argv, r.Vars["sglang_kernel"]) || !slices.Contains(spec.Argv, "--no-build-isolation") {
+		t.Errorf("source: %v", spec.Argv)
+	}
+}
+
+// TestSM120RecipesCheckKernelArchs: the step that installs the kernel package in each
+// shipped SM120 recipe checks the installed libraries' architectures (arch_libs) in the
+// service's environment.
+func TestSM120RecipesCheckKernelArchs(t *testing.T) {
+	for file, step := range map[string]string{"qwen3.5-397b-a17b-nvfp4-sm120.yaml": "sgl-kernel-install",
+		"qwen3.5-397b-a17b-nvfp4-sm120-sglang-0.5.20.yaml": "sglang-kernel-install",
+		"qwen3.5-397b-a17b-nvfp4-sm120-sglang-0.5.21.yaml": "sglang-kernel"} {
+		r := loadShipped(t, file)
+		var spec build.Spec
+		if err := r.Step(step).Render(templateData(t, r, rtxFacts(t)), &spec); err != nil {
+			t.Fatal(err)
+		}
+		venv := strings.TrimSuffix(r.Vars["python"], "/bin/python")
+		if len(spec.ArchLibs) != 1 || !strings.HasPrefix(spec.ArchLibs[0], venv+"/lib/") || !strings.HasSuffix(spec.ArchLibs[0], "/sgl_kernel/") {
+			t.Errorf("%s: step %s arch_libs %v", file, step, spec.ArchLibs)
+		}
+	}
+}

@@ -1,0 +1,98 @@
+package smoke
+
+import (
+	"context"
+	"errors"
+	"net/http/httptest"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
+	"github.com/sglprov/sglprov/pkg/recipe"
+	"github.com/sglprov/sglprov/test/fakesglang"
+)
+
+// shippedGates are the shipped recipes whose gates judge a real server.
+var shippedGates = []string{
+	"qwen3.5-397b-a17b-nvfp4-sm120.yaml",
+	"qwen3.5-397b-a17b-nvfp4-sm120-sglang-0.5.20.yaml",
+	"qwen3.5-397b-a17b-nvfp4-sm120-sglang-0.5.21.yaml",
+	"qwen3-235b-a22b-fp8-sm90.yaml",
+	"demo.yaml",
+}
+
+// shippedSpec renders a shipped recipe's smoke step, and returns its vars.
+func shippedSpec(t *testing.T, file string) (Spec, map[string]string) {
+	t.Helper()
+	kinds := recipe.KindSpecs{"smoke": func() any { return new(Spec) }}
+	for _, k := range []string{"source", "patch", "build", "download", "systemd", "command", "packages", "allreduce"} {
+		kinds[k] = func() any { return new(map[string]any) }
+	}
+	r, err := recipe.Load(filepath.Join("..", "..", "..", "recipes", file), kinds, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := r.NewData(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spec Spec
+	if err := r.Step("smoke").Render(data, &spec); err != nil {
+		t.Fatal(err)
+	}
+	return spec, r.Vars
+}
+
+// TestShippedGatesSeeLongContextAndMixedBatches: every shipped recipe's gate fails a
+// server that answers garbage only to prompts past one prefill chunk (exit 3, naming the
+// long-context case), and one that answers garbage only to batches of mixed prompt lengths
+// (exit 3, naming the load and long-context cases); the good server passes.
+func TestShippedGatesSeeLongContextAndMixedBatches(t *testing.T) {
+	for _, file := range shippedGates {
+		t.Run(file, func(t *testing.T) {
+			spec, vars := shippedSpec(t, file)
+			longAbove, _ := strconv.Atoi(vars["chunked_prefill_size"])
+			for _, tc := range []struct {
+				mode  fakesglang.Mode
+				cases []string // the failing cases, named in the error
+			}{
+				{fakesglang.ModeGood, nil},
+				{fakesglang.ModeLongContext, []string{"long-context"}},
+				{fakesglang.ModeMixedBatch, []string{"load", "long-context"}},
+			} {
+				srv := httptest.NewServer(fakesglang.New(fakesglang.Options{Mode: tc.mode, Model: spec.Model,
+					LongAbove: longAbove}))
+				s := spec
+				s.URL = srv.URL
+				step, err := New("smoke", s)
+				if err != nil {
+					t.Fatal(err)
+				}
+				env, out := newEnv(t, nil)
+				err = step.Run(context.Background(), env)
+				srv.Close()
+				if tc.cases == nil {
+					if err != nil {
+						t.Errorf("%s: %v\n%s", tc.mode, err, out)
+					}
+					continue
+				}
+				if !errors.Is(err, engine.ErrGate) || exitcode.Of(err) != exitcode.ExitGate {
+					t.Fatalf("%s: want exit %d, got %d: %v", tc.mode, exitcode.ExitGate, exitcode.Of(err), err)
+				}
+				for _, c := range tc.cases {
+					if !strings.Contains(err.Error(), c+": ") {
+						t.Errorf("%s: error does not name case %s: %v", tc.mode, c, err)
+					}
+				}
+				if want := len(spec.Cases) - len(tc.cases); !strings.Contains(err.Error(),
+					"FAIL: "+strconv.Itoa(want)+"/"+strconv.Itoa(len(spec.Cases))+" cases passed") {
+					t.Errorf("%s: want only %v failed: %v", tc.mode, tc.cases, err)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,58 @@
+package systemd
+
+import (
+	"fmt"
+	"path/filepath"
+
+	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/knownbad"
+)
+
+// KnownBad checks what the server's virtual environment holds (its installed
+// distributions, read from their METADATA), the GPUs and the launch line of each candidate
+// profile against the known-bad table. A combination in it is an error wrapping
+// engine.ErrHost that names the row, its reason and its fix; an environment that does not
+// exist yet passes (plan before the first apply; validate checks the recipe's pins).
+func (s *Step) KnownBad(env *engine.Env) error {
+	profiles := s.spec.Profiles
+	if len(profiles) == 0 {
+		profiles = []string{""}
+	}
+	for _, p := range profiles {
+		if err := s.checkKnownBad(env, p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkKnownBad is KnownBad for one profile's launch line.
+func (s *Step) checkKnownBad(env *engine.Env, profile string) error {
+	d, err := s.data(env, profile)
+	if err != nil {
+		return err
+	}
+	dirs, err := knownbad.SitePackages(env.Root, d.Python)
+	if err != nil || len(dirs) == 0 {
+		return err
+	}
+	pkgs, err := knownbad.Installed(dirs, true)
+	if err != nil {
+		return fmt.Errorf("reading the packages of %s: %w", d.Python, err)
+	}
+	f := knownbad.Facts{Packages: pkgs, LaunchLines: [][]string{d.Args}}
+	if env.Facts != nil {
+		for _, g := range env.Facts.GPUs {
+			f.ComputeCapabilities = append(f.ComputeCapabilities, g.ComputeCapability)
+		}
+	}
+	m, err := knownbad.Check(f)
+	if err != nil || len(m) == 0 {
+		return err
+	}
+	where := "the packages installed in " + filepath.Dir(filepath.Dir(d.Python))
+	if profile != "" {
+		where += " with profile " + profile
+	}
+	return fmt.Errorf("%w: unit %s: %w", engine.ErrHost, s.spec.Unit, &knownbad.Error{Where: where, Matches: m})
+}
