@@ -5,10 +5,12 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/sglprov/sglprov/pkg/ownership"
 )
 
 // OwnedGPU is the Owned kind of a GPU a recipe's server runs on (its UUID, or "index N").
-const OwnedGPU = "gpu"
+const OwnedGPU = ownership.KindGPU
 
 // claimsGPUs reports whether the recipe runs a server (a step owns a unit): such a recipe
 // claims the GPUs it sees.

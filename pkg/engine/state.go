@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/atomicfile"
+	"github.com/sglprov/sglprov/pkg/ownership"
 	"github.com/sglprov/sglprov/pkg/safefile"
 )
 
@@ -41,22 +42,15 @@ type StateFile struct {
 	Orphans []Owned `json:"orphans,omitempty"`
 }
 
-// Owned is something on the node a recipe installed and a remove takes away.
-type Owned struct {
-	// Kind is OwnedUnit, OwnedWeights or OwnedGenerations.
-	Kind string `json:"kind"`
-	// Path is the unit's name, or the host path of the folder.
-	Path string `json:"path"`
-	// Step is the step that made it; Keep, for generations, how many are kept.
-	Step string `json:"step,omitempty"`
-	Keep int    `json:"keep,omitempty"`
-}
+// Owned is something on the node a recipe installed and a remove takes away (see
+// pkg/ownership, which checks records and deletes what they name).
+type Owned = ownership.Owned
 
 // Kinds of Owned.
 const (
-	OwnedUnit        = "unit"
-	OwnedWeights     = "weights"
-	OwnedGenerations = "generations"
+	OwnedUnit        = ownership.KindUnit
+	OwnedWeights     = ownership.KindWeights
+	OwnedGenerations = ownership.KindGenerations
 )
 
 // Owner is implemented by steps that install something a remove takes away: a unit, a
