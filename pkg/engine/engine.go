@@ -678,6 +678,18 @@ func (e *Engine) saveState() error {
 	return e.state.Save(e.opts.StateDir)
 }
 
+// declared returns what the recipe's steps say they install (Owner), whether or not they
+// ran: a recipe with a server claims GPUs before its first run.
+func (e *Engine) declared() []Owned {
+	var out []Owned
+	for _, n := range e.nodes {
+		if o, ok := n.impl.(Owner); ok {
+			out = append(out, o.Owns(e.env(n, nil, ""))...)
+		}
+	}
+	return out
+}
+
 // owns returns what the recipe's steps install on the node (Owner) and its generations.
 // A step is taken at its word once it succeeded (in this run or an earlier one); before
 // that only what it lists as written is (a download's files), beside what earlier records

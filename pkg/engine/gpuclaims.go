@@ -42,7 +42,7 @@ func (e *Engine) gpuClaims(owned []Owned) []Owned {
 // recipe replaces that one. The error is ErrHost and names the GPUs, the other recipe and
 // the ways out.
 func (e *Engine) GPUConflicts() error {
-	if e.opts.IgnoreState || !e.claimsGPUs(e.owns()) || e.opts.Root != "" && e.opts.Root != "/" {
+	if e.opts.IgnoreState || !e.claimsGPUs(e.declared()) || e.opts.Root != "" && e.opts.Root != "/" {
 		return nil
 	}
 	f, err := LoadStates(e.opts.StateDir)

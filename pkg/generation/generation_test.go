@@ -8,6 +8,14 @@ import (
 	"time"
 )
 
+// Keys of the form Key returns, named for the tests.
+const (
+	g1     = "1111111111111111"
+	g2     = "2222222222222222"
+	g3     = "3333333333333333"
+	broken = "bbbbbbbbbbbbbbbb"
+)
+
 func fill(t *testing.T, s *Store, key string, size int) {
 	t.Helper()
 	dir := filepath.Join(s.Path(key), "venv")
@@ -35,12 +43,12 @@ func TestPassedFlipsCurrentAndPrunes(t *testing.T) {
 	root := t.TempDir()
 	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	s := openAt(t, root, 2, &clock)
-	for i, key := range []string{"g1", "g2", "broken", "g3"} {
+	for i, key := range []string{g1, g2, broken, g3} {
 		if err := s.Begin(key); err != nil {
 			t.Fatal(err)
 		}
 		fill(t, s, key, 1000*(i+1))
-		if key == "broken" {
+		if key == broken {
 			continue // its build failed: it never passes
 		}
 		if _, err := s.Passed(key, nil); err != nil {
@@ -51,17 +59,17 @@ func TestPassedFlipsCurrentAndPrunes(t *testing.T) {
 		}
 	}
 	// g3 passed last: g1 went when g3 passed (keep 2: g3, g2), broken too.
-	if s.Serving() != "g3" {
+	if s.Serving() != g3 {
 		t.Errorf("serving %q, want g3", s.Serving())
 	}
-	for key, want := range map[string]bool{"g1": false, "g2": true, "broken": false, "g3": true} {
+	for key, want := range map[string]bool{g1: false, g2: true, broken: false, g3: true} {
 		if _, err := os.Stat(s.Path(key)); (err == nil) != want {
 			t.Errorf("generation %s on disk = %v, want %v", key, err == nil, want)
 		}
 	}
 	// The record survives a reopen.
 	again := openAt(t, root, 2, &clock)
-	if again.Serving() != "g3" || len(again.Generations()) != 2 {
+	if again.Serving() != g3 || len(again.Generations()) != 2 {
 		t.Errorf("reopened: serving %q, %d generations", again.Serving(), len(again.Generations()))
 	}
 }
@@ -70,7 +78,7 @@ func TestPruneSaysWhatItFrees(t *testing.T) {
 	root := t.TempDir()
 	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	s := openAt(t, root, 3, &clock)
-	for i, key := range []string{"g1", "g2", "g3"} {
+	for i, key := range []string{g1, g2, g3} {
 		_ = s.Begin(key)
 		fill(t, s, key, 1000*(i+1))
 		if _, err := s.Passed(key, nil); err != nil {
@@ -82,20 +90,20 @@ func TestPruneSaysWhatItFrees(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Bytes != 3000 || len(p.Freed) != 2 || strings.Join(p.Kept, ",") != "g3" {
+	if p.Bytes != 3000 || len(p.Freed) != 2 || strings.Join(p.Kept, ",") != g3 {
 		t.Errorf("dry run = %+v, want g1 and g2 freed (3000 bytes), g3 kept", p)
 	}
-	if _, err := os.Stat(s.Path("g1")); err != nil {
+	if _, err := os.Stat(s.Path(g1)); err != nil {
 		t.Errorf("a dry run removed g1: %v", err)
 	}
 	p, err = s.Prune(false)
 	if err != nil || p.Bytes != 3000 {
 		t.Fatalf("prune = %+v, %v", p, err)
 	}
-	if _, err := os.Stat(s.Path("g1")); err == nil {
+	if _, err := os.Stat(s.Path(g1)); err == nil {
 		t.Errorf("g1 is still there after the prune")
 	}
-	if d := p.Describe(func(n int64) string { return "N" }); !strings.Contains(d, "kept g3") || !strings.Contains(d, "freed g1, g2") {
+	if d := p.Describe(func(n int64) string { return "N" }); !strings.Contains(d, "kept "+Short(g3)) || !strings.Contains(d, "freed "+Short(g1)+", "+Short(g2)) {
 		t.Errorf("Describe = %q", d)
 	}
 	all, err := s.RemoveAll(false)
