@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/atomicfile"
@@ -205,14 +204,8 @@ func (s *State) Save(dir string) error {
 	s.Version = StateVersion
 	f.Version = StateVersion
 	f.Recipes[s.Recipe] = s
-	// What this recipe owns again is no one's orphan.
-	var orphans []Owned
-	for _, o := range f.Orphans {
-		if !slices.ContainsFunc(s.Owns, func(x Owned) bool { return x.Kind == o.Kind && x.Path == o.Path }) {
-			orphans = append(orphans, o)
-		}
-	}
-	f.Orphans = orphans
+	// Orphans stay when a recipe uses their folder again: they list what sglprov wrote
+	// there, which gc frees once no recipe uses the folder (or remove --weights with it).
 	f.Updated = s.Updated
 	return f.save(dir)
 }

@@ -280,9 +280,11 @@ type Removed struct {
 
 // Remove deletes what a weights record lists: each file (a regular file or a link; never
 // through a link or a folder that is a link), then each folder sglprov made, deepest first,
-// when it is empty. The record must pass Check. A folder at Path other than the one sglprov
-// wrote into (Dev, Ino) is refused: nothing is deleted. Files already gone are no error.
-func (o Owned) Remove(root string) (*Removed, error) {
+// when it is empty. trees name folders directly in Path that are sglprov's by name (the
+// downloads' part files): each is deleted whole when it is a folder, not a link. The record
+// must pass Check. A folder at Path other than the one sglprov wrote into (Dev, Ino) is
+// refused: nothing is deleted. Files already gone are no error.
+func (o Owned) Remove(root string, trees ...string) (*Removed, error) {
 	if err := o.Check(root); err != nil {
 		return nil, err
 	}
@@ -311,6 +313,14 @@ func (o Owned) Remove(root string) (*Removed, error) {
 	}
 	defer dir.Close()
 	var errs []error
+	for _, t := range trees {
+		p := filepath.Join(o.Path, t)
+		if li, err := os.Lstat(p); err == nil && li.IsDir() && localPath(t) && !strings.Contains(t, "/") {
+			if err := os.RemoveAll(p); err != nil {
+				errs = append(errs, fmt.Errorf("removing %s: %w", p, err))
+			}
+		}
+	}
 	seen := map[[2]uint64]bool{}
 	for _, f := range o.Files {
 		n, err := unlinkUnder(int(dir.Fd()), f, false, seen)
