@@ -387,7 +387,7 @@ func GC(ctx context.Context, opts GCOptions) error {
 	}
 	sort.Strings(names)
 	fmt.Fprintln(opts.Out, "Garbage collection:")
-	var inUse []Owned              // every folder some recipe records
+	var inUse []Owned                    // every folder some recipe records
 	weightsFolders := map[string]Owned{} // part files to free, by folder
 	for _, name := range names {
 		for _, o := range states.Recipes[name].Owns {

@@ -452,4 +452,3 @@ func TestRemoveAndGCOnAFreshNode(t *testing.T) {
 		t.Errorf("remove or gc created the state dir")
 	}
 }
-
