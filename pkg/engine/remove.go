@@ -209,7 +209,7 @@ func Remove(ctx context.Context, opts RemoveOptions) error {
 				}
 			}
 			all := mergeOwned(append([]Owned{o}, same...))
-			weights = append(weights, removal{what: "delete the files sglprov wrote in " + o.Path, bytes: all.Usage(), freed: true, owned: &o,
+			weights = append(weights, removal{what: "delete weights " + o.Path, bytes: all.Usage(), freed: true, owned: &o,
 				do: func(context.Context) error {
 					if _, err := all.Remove(opts.Root, fetch.WorkDir); err != nil {
 						return err

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -451,4 +452,72 @@ func TestRemoveAndGCOnAFreshNode(t *testing.T) {
 	if exists(dir) {
 		t.Errorf("remove or gc created the state dir")
 	}
+}
+
+// A step that failed before it installed anything owns nothing: a unit named by a service
+// step that failed is not recorded, so a remove never stops or deletes it; once the step
+// succeeded its unit is recorded, and stays recorded when a later run of it fails.
+func TestOwnedOnlyOnceTheStepSucceeded(t *testing.T) {
+	w := newWorld()
+	dir := t.TempDir()
+	text := func(fail bool) string {
+		return fmt.Sprintf("apiVersion: sglprov/v1\nname: svc\nsteps:\n  - name: service\n    fake: {unit: ssh.service, fail: %v}\n", fail)
+	}
+	units := func() []string {
+		st, err := engine.LoadRecipeState(dir, "svc")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, o := range st.Owns {
+			if o.Kind == engine.OwnedUnit {
+				out = append(out, o.Path)
+			}
+		}
+		return out
+	}
+	e := newEngine(t, w, load(t, w, text(true)), dir, nil)
+	if _, err := e.Apply(context.Background()); err == nil {
+		t.Fatal("the failing step passed")
+	}
+	if got := units(); len(got) != 0 {
+		t.Errorf("a step that failed owns %v", got)
+	}
+	e = newEngine(t, w, load(t, w, text(false)), dir, nil)
+	if _, err := e.Apply(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	w.broken["service"] = true
+	e = newEngine(t, w, load(t, w, text(true)), dir, nil)
+	_, _ = e.Apply(context.Background())
+	if got := units(); strings.Join(got, ",") != "ssh.service" {
+		t.Errorf("after a success and a failure the step owns %v, want ssh.service", got)
+	}
+}
+
+// Weights one recipe downloaded and another only verified: removing the first with
+// --weights keeps them (the second uses the folder) as an orphan, and removing the second
+// with --weights deletes them, the folder too, and nothing else.
+func TestSharedWeightsGoWithTheLastUser(t *testing.T) {
+	n := newNode(t, true)
+	a := n.weights("data/models/shared", "model.safetensors", "config.json")
+	b := engine.Owned{Kind: engine.OwnedWeights, Path: a.Path, Step: "weights", Listed: true, Dev: a.Dev, Ino: a.Ino}
+	n.save(map[string][]engine.Owned{"a": {a}, "b": {b}})
+	if out, err := n.remove("a", true); err != nil || !strings.Contains(out, "keep: weights "+a.Path+": also used by recipe b") {
+		t.Fatalf("remove a --weights: %v\n%s", err, out)
+	}
+	if !exists(n.path("data/models/shared/model.safetensors")) {
+		t.Fatalf("remove a --weights deleted the weights b uses")
+	}
+	out, err := n.remove("b", true)
+	if err != nil || !strings.Contains(out, "delete weights "+a.Path+" (2.0 KiB)") {
+		t.Fatalf("remove b --weights: %v\n%s", err, out)
+	}
+	if exists(n.path("data/models/shared")) {
+		t.Errorf("the weights folder a made is still there")
+	}
+	if got := n.states().Orphans; len(got) != 0 {
+		t.Errorf("orphans left: %+v", got)
+	}
+	n.intact("shared weights")
 }

@@ -30,7 +30,7 @@ type manifest struct {
 
 // Owns names what the step wrote into its dest (engine.Owner): the files and the folders
 // it made, which sglprov remove --weights deletes (the folders when empty) and whose part
-// files gc frees. A step that wrote nothing there owns nothing; a record of a version that
+// files gc frees. A step that neither wrote nor verified anything there owns nothing; a record of a version that
 // kept no list names the folder with nothing listed, and nothing in it is deleted.
 func (s *Step) Owns(env *engine.Env) []engine.Owned {
 	rec, ok := s.loadRecord(env)
@@ -45,7 +45,10 @@ func (s *Step) Owns(env *engine.Env) []engine.Owned {
 		}
 		return []engine.Owned{{Kind: engine.OwnedWeights, Path: top}}
 	}
-	if m.Dest != top || len(m.Wrote) == 0 && len(m.Made) == 0 {
+	// A dest the step verified files in but wrote nothing to (another recipe's download)
+	// is still one it uses: nothing of it is listed, so nothing is deleted for it, and
+	// another recipe's remove keeps the folder while this one is on the node.
+	if m.Dest != top || len(m.Wrote) == 0 && len(m.Made) == 0 && len(rec.Files) == 0 {
 		return nil
 	}
 	return []engine.Owned{{Kind: engine.OwnedWeights, Path: top, Files: m.Wrote, Dirs: m.Made, Listed: true, Dev: m.Dev, Ino: m.Ino}}
