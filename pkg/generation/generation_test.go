@@ -1,11 +1,15 @@
 package generation
 
 import (
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sglprov/sglprov/pkg/exitcode"
 )
 
 // Keys of the form Key returns, named for the tests.
@@ -121,5 +125,95 @@ func TestKeyIsStable(t *testing.T) {
 	c := Key(map[string]string{"build.spec": "2", "src.spec": "3"})
 	if a != b || a == c || len(a) != 16 {
 		t.Errorf("keys %s %s %s", a, b, c)
+	}
+}
+
+// A "current" that is a folder sglprov did not make is reported, left as it is, and does
+// not stop the prune; the summary line stays one readable line.
+func TestCurrentFolderReportedPruneGoesOn(t *testing.T) {
+	root := t.TempDir()
+	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	s := openAt(t, root, 1, &clock)
+	user := filepath.Join(s.Dir(), CurrentLink, "keep.txt")
+	if err := os.MkdirAll(filepath.Dir(user), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(user, []byte("mine"), 0o644)
+	for _, key := range []string{g1, g2} {
+		if err := s.Begin(key); err != nil {
+			t.Fatal(err)
+		}
+		fill(t, s, key, 100)
+		p, err := s.Passed(key, nil)
+		if err == nil || !strings.Contains(err.Error(), "is not the link sglprov writes") {
+			t.Errorf("Passed with a current folder: %v", err)
+		}
+		if p == nil {
+			t.Fatalf("Passed with a current folder pruned nothing")
+		}
+	}
+	if _, err := os.Stat(s.Path(g1)); err == nil {
+		t.Errorf("g1 was not pruned: a current folder stopped the prune")
+	}
+	if b, err := os.ReadFile(user); err != nil || string(b) != "mine" {
+		t.Errorf("the folder named current changed: %q, %v", b, err)
+	}
+	if d := (&Pruned{Kept: []string{g2}, Freed: []Freed{{Key: g1}}}).Describe(func(int64) string { return "N" }); strings.Contains(d, "\n") {
+		t.Errorf("Describe spans lines: %q", d)
+	}
+}
+
+// Keys are checked on read: a record with an empty key, a key with a path in it, or a
+// current that is not a key is refused, and nothing it names is deleted.
+func TestRecordKeysCheckedOnRead(t *testing.T) {
+	for _, rec := range []string{
+		`{"generations": [{"key": ""}]}`,
+		`{"generations": [{"key": "../../x"}]}`,
+		`{"current": "..", "generations": []}`,
+		`{"generations": [null]}`,
+	} {
+		root := t.TempDir()
+		p := filepath.Join(root, "r.json")
+		os.WriteFile(p, []byte(rec), 0o600)
+		if _, err := Open(filepath.Join(root, "gens"), p, 1); err == nil || !strings.Contains(err.Error(), "move it away") {
+			t.Errorf("Open(%s) = %v, want refused", rec, err)
+		}
+	}
+}
+
+// Another sglprov changing the generations folder holds its lock: Begin, a prune and a
+// remove refuse at once (exit 5) and change nothing.
+func TestGenerationsFolderLocked(t *testing.T) {
+	root := t.TempDir()
+	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	s := openAt(t, root, 1, &clock)
+	if err := s.Begin(g1); err != nil {
+		t.Fatal(err)
+	}
+	fill(t, s, g1, 10)
+	// A second process holds the lock: flock from a child.
+	lockFile := filepath.Join(s.Dir(), LockDir, "lock")
+	cmd := exec.Command("flock", "-n", lockFile, "sleep", "30")
+	if err := cmd.Start(); err != nil {
+		t.Skip("no flock here:", err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	for i := 0; ; i++ {
+		if err := exec.Command("flock", "-n", lockFile, "true").Run(); err != nil {
+			break
+		}
+		if i > 100 {
+			t.Fatal("the child did not take the lock")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := s.Begin(g2); !errors.Is(err, exitcode.ErrLocked) {
+		t.Errorf("Begin while another holds the lock: %v", err)
+	}
+	if _, err := s.RemoveAll(false); !errors.Is(err, exitcode.ErrLocked) {
+		t.Errorf("RemoveAll while another holds the lock: %v", err)
+	}
+	if _, err := os.Stat(s.Path(g1)); err != nil {
+		t.Errorf("a refused RemoveAll deleted %s", g1)
 	}
 }
