@@ -436,7 +436,7 @@ func (s *Store) RemoveAll(dryRun bool) (*Pruned, error) {
 	if err := s.unregister(); err != nil {
 		errs = append(errs, err)
 	}
-	if len(s.users()) == 0 {
+	if len(s.users(true)) == 0 {
 		cur := filepath.Join(s.dir, CurrentLink)
 		if fi, err := os.Lstat(cur); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
 			_ = os.Remove(cur)
@@ -499,8 +499,9 @@ func (s *Store) unregister() error {
 }
 
 // users returns the records of the other state dirs that use this generations folder
-// (their record files still there); user files whose record is gone are removed.
-func (s *Store) users() []string {
+// (their record files still there); with clean (under the lock, not in a dry run), user
+// files whose record is gone are removed.
+func (s *Store) users(clean bool) []string {
 	entries, err := os.ReadDir(filepath.Join(s.dir, LockDir))
 	if err != nil {
 		return nil
@@ -520,7 +521,9 @@ func (s *Store) users() []string {
 		rec := strings.TrimSpace(string(b))
 		fi, err := os.Stat(rec)
 		if errors.Is(err, fs.ErrNotExist) {
-			_ = os.Remove(p) // that state dir's record is gone: it uses nothing here
+			if clean {
+				_ = os.Remove(p) // that state dir's record is gone: it uses nothing here
+			}
 			continue
 		}
 		if err != nil || myRec != nil && os.SameFile(fi, myRec) {
@@ -548,7 +551,7 @@ func sharedWith(others map[string]string, key string) string {
 // every key (anyKey).
 func (s *Store) others() map[string]string {
 	out := map[string]string{}
-	for _, path := range s.users() {
+	for _, path := range s.users(false) {
 		b, err := safefile.ReadNoFollow(path)
 		if err != nil || len(b) > maxRecord {
 			out[anyKey] = path
