@@ -15,6 +15,7 @@ import (
 
 	"github.com/rogpeppe/go-internal/testscript"
 
+	"github.com/sglprov/sglprov/internal/foreign"
 	"github.com/sglprov/sglprov/pkg/cli"
 	"github.com/sglprov/sglprov/test/ociregistry"
 )
@@ -119,6 +120,26 @@ func TestScripts(t *testing.T) {
 				}
 				if (got == want) == neg {
 					ts.Fatalf("%s exited %d, want %d", args[1], got, want)
+				}
+			},
+			// foreign build ROOT RECORD [REL...] writes under ROOT the files sglprov never
+			// wrote (internal/foreign: etc/passwd, a user's home, another recipe's
+			// generation) and the files REL, and their digests to RECORD; foreign check
+			// RECORD fails unless every one is byte-identical.
+			"foreign": func(ts *testscript.TestScript, neg bool, args []string) {
+				switch {
+				case !neg && len(args) >= 3 && args[0] == "build":
+					tree, err := foreign.Build(ts.MkAbs(args[1]), args[3:]...)
+					ts.Check(err)
+					ts.Check(tree.Save(ts.MkAbs(args[2])))
+				case !neg && len(args) == 2 && args[0] == "check":
+					tree, err := foreign.Load(ts.MkAbs(args[1]))
+					ts.Check(err)
+					if changed := tree.Changed(); len(changed) > 0 {
+						ts.Fatalf("files sglprov never wrote changed:\n%s", strings.Join(changed, "\n"))
+					}
+				default:
+					ts.Fatalf("usage: foreign build ROOT RECORD [REL...] | foreign check RECORD")
 				}
 			},
 			// freeport NAME sets $NAME to a TCP port on loopback that was free a moment ago

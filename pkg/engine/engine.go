@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -677,16 +678,46 @@ func (e *Engine) saveState() error {
 	return e.state.Save(e.opts.StateDir)
 }
 
-// owns returns what the recipe's steps install on the node (Owner) and its generations.
-func (e *Engine) owns() []Owned {
+// declared returns what the recipe's steps say they install (Owner), whether or not they
+// ran: a recipe with a server claims GPUs before its first run.
+func (e *Engine) declared() []Owned {
 	var out []Owned
 	for _, n := range e.nodes {
 		if o, ok := n.impl.(Owner); ok {
-			for _, x := range o.Owns(e.env(n, nil, "")) {
-				x.Step = n.step.Name
-				out = append(out, x)
+			out = append(out, o.Owns(e.env(n, nil, ""))...)
+		}
+	}
+	return out
+}
+
+// owns returns what the recipe's steps install on the node (Owner) and its generations.
+// A step is taken at its word once it succeeded (in this run or an earlier one); before
+// that only what it lists as written is (a download's files), beside what earlier records
+// name for it: a step that failed before it installed anything owns nothing new.
+func (e *Engine) owns() []Owned {
+	var out []Owned
+	for _, n := range e.nodes {
+		o, ok := n.impl.(Owner)
+		if !ok {
+			continue
+		}
+		succeeded := false
+		if rec := e.state.Steps[n.step.Name]; rec != nil && rec.Result == ResultOK {
+			succeeded = true
+		}
+		var mine []Owned
+		for _, x := range o.Owns(e.env(n, nil, "")) {
+			x.Step = n.step.Name
+			if succeeded || x.Listed {
+				mine = append(mine, x)
 			}
 		}
+		for _, x := range e.state.Owns {
+			if x.Step == n.step.Name && !slices.ContainsFunc(mine, func(y Owned) bool { return y.Kind == x.Kind && y.Path == x.Path }) && !succeeded {
+				mine = append(mine, x)
+			}
+		}
+		out = append(out, mine...)
 	}
 	out = append(out, e.gpuClaims(out)...)
 	if e.gen != nil {

@@ -5,10 +5,12 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/sglprov/sglprov/pkg/ownership"
 )
 
 // OwnedGPU is the Owned kind of a GPU a recipe's server runs on (its UUID, or "index N").
-const OwnedGPU = "gpu"
+const OwnedGPU = ownership.KindGPU
 
 // claimsGPUs reports whether the recipe runs a server (a step owns a unit): such a recipe
 // claims the GPUs it sees.
@@ -40,7 +42,7 @@ func (e *Engine) gpuClaims(owned []Owned) []Owned {
 // recipe replaces that one. The error is ErrHost and names the GPUs, the other recipe and
 // the ways out.
 func (e *Engine) GPUConflicts() error {
-	if e.opts.IgnoreState || !e.claimsGPUs(e.owns()) || e.opts.Root != "" && e.opts.Root != "/" {
+	if e.opts.IgnoreState || !e.claimsGPUs(e.declared()) || e.opts.Root != "" && e.opts.Root != "/" {
 		return nil
 	}
 	f, err := LoadStates(e.opts.StateDir)

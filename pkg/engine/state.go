@@ -7,10 +7,10 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/atomicfile"
+	"github.com/sglprov/sglprov/pkg/ownership"
 	"github.com/sglprov/sglprov/pkg/safefile"
 )
 
@@ -41,22 +41,15 @@ type StateFile struct {
 	Orphans []Owned `json:"orphans,omitempty"`
 }
 
-// Owned is something on the node a recipe installed and a remove takes away.
-type Owned struct {
-	// Kind is OwnedUnit, OwnedWeights or OwnedGenerations.
-	Kind string `json:"kind"`
-	// Path is the unit's name, or the host path of the folder.
-	Path string `json:"path"`
-	// Step is the step that made it; Keep, for generations, how many are kept.
-	Step string `json:"step,omitempty"`
-	Keep int    `json:"keep,omitempty"`
-}
+// Owned is something on the node a recipe installed and a remove takes away (see
+// pkg/ownership, which checks records and deletes what they name).
+type Owned = ownership.Owned
 
 // Kinds of Owned.
 const (
-	OwnedUnit        = "unit"
-	OwnedWeights     = "weights"
-	OwnedGenerations = "generations"
+	OwnedUnit        = ownership.KindUnit
+	OwnedWeights     = ownership.KindWeights
+	OwnedGenerations = ownership.KindGenerations
 )
 
 // Owner is implemented by steps that install something a remove takes away: a unit, a
@@ -211,14 +204,8 @@ func (s *State) Save(dir string) error {
 	s.Version = StateVersion
 	f.Version = StateVersion
 	f.Recipes[s.Recipe] = s
-	// What this recipe owns again is no one's orphan.
-	var orphans []Owned
-	for _, o := range f.Orphans {
-		if !slices.ContainsFunc(s.Owns, func(x Owned) bool { return x.Kind == o.Kind && x.Path == o.Path }) {
-			orphans = append(orphans, o)
-		}
-	}
-	f.Orphans = orphans
+	// Orphans stay when a recipe uses their folder again: they list what sglprov wrote
+	// there, which gc frees once no recipe uses the folder (or remove --weights with it).
 	f.Updated = s.Updated
 	return f.save(dir)
 }

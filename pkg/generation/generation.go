@@ -9,6 +9,7 @@
 package generation
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -17,12 +18,15 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/atomicfile"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/safefile"
+	"github.com/sglprov/sglprov/pkg/treelock"
 )
 
 // CurrentLink is the name of the link, in a recipe's generations folder, to the last
@@ -31,6 +35,24 @@ const CurrentLink = "current"
 
 // maxRecord bounds the record file read back.
 const maxRecord = 16 << 20
+
+// LockDir is the folder, in a recipe's generations folder, that holds the lock every run
+// that changes the generations takes (see pkg/treelock) and a file for each state dir
+// whose record lists generations there ("user-ID", holding the record's path): one
+// recipe applied from two state dirs shares the folder, and neither deletes a generation
+// the other's record lists.
+const LockDir = ".sglprov-generations"
+
+// keyRE is the form of a key Key returns: nothing else names a generation's folder.
+var keyRE = regexp.MustCompile(`^[0-9a-f]{16}$`)
+
+// CheckKey refuses a key that is not of the form Key returns (16 lowercase hex digits).
+func CheckKey(key string) error {
+	if !keyRE.MatchString(key) {
+		return fmt.Errorf("%q is not a generation key (16 hex digits, as sglprov writes them)", key)
+	}
+	return nil
+}
 
 // Generation is one generation in the record.
 type Generation struct {
@@ -91,10 +113,36 @@ func Open(dir, recordPath string, keep int) (*Store, error) {
 	case len(b) > maxRecord:
 		return nil, fmt.Errorf("reading the generations record %s: larger than %d bytes", recordPath, maxRecord)
 	}
-	if err := json.Unmarshal(b, &s.rec); err != nil {
-		return nil, fmt.Errorf("reading the generations record %s: %w (move it away to start afresh)", recordPath, err)
+	rec, err := parseRecord(b)
+	if err != nil {
+		return nil, fmt.Errorf("%w: reading the generations record %s: %v (move it away to start afresh)", exitcode.ErrUsage, recordPath, err)
 	}
+	s.rec = *rec
 	return s, nil
+}
+
+// parseRecord reads a record and checks that it names generations as sglprov does: every
+// key, the current one too, of the form Key returns (an empty key, or one with a path in
+// it, would name the generations folder itself or a folder outside it).
+func parseRecord(b []byte) (*Record, error) {
+	var rec Record
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return nil, err
+	}
+	if rec.Current != "" {
+		if err := CheckKey(rec.Current); err != nil {
+			return nil, fmt.Errorf("current: %w", err)
+		}
+	}
+	for i, g := range rec.Generations {
+		if g == nil {
+			return nil, fmt.Errorf("generations[%d]: empty", i)
+		}
+		if err := CheckKey(g.Key); err != nil {
+			return nil, fmt.Errorf("generations[%d]: %w", i, err)
+		}
+	}
+	return &rec, nil
 }
 
 // Dir returns the folder that holds the generations.
@@ -127,6 +175,20 @@ func (s *Store) find(key string) *Generation {
 // Begin records that a run builds into the generation with key (before anything is
 // written there, so that a folder the record does not name is never one of ours half built).
 func (s *Store) Begin(key string) error {
+	if err := CheckKey(key); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(s.dir, 0o755); err != nil {
+		return fmt.Errorf("creating %s: %w", s.dir, err)
+	}
+	l, err := s.lock()
+	if err != nil {
+		return err
+	}
+	defer l.Release()
+	if err := s.register(); err != nil {
+		return err
+	}
 	if s.find(key) != nil {
 		return nil
 	}
@@ -170,6 +232,13 @@ type Freed struct {
 	Bytes int64  `json:"bytes"`
 }
 
+// Shared is a generation that another state dir's record lists too: it is left to it.
+type Shared struct {
+	Key string `json:"key"`
+	// Record is the path of the other state dir's record.
+	Record string `json:"record"`
+}
+
 // Pruned says what a prune kept and freed.
 type Pruned struct {
 	// Kept are the keys kept, the serving one first.
@@ -177,6 +246,9 @@ type Pruned struct {
 	// Freed are the generations removed; Bytes their size together.
 	Freed []Freed `json:"freed,omitempty"`
 	Bytes int64   `json:"bytes"`
+	// Shared are the generations left to another state dir that lists them (dropped from
+	// this one's record, their folders kept).
+	Shared []Shared `json:"shared,omitempty"`
 }
 
 // Passed records that the generation with key passed the gate, with the records of the
@@ -184,6 +256,20 @@ type Pruned struct {
 // (a new link renamed over the old one). Then the generations beyond the kept ones are
 // removed.
 func (s *Store) Passed(key string, steps map[string]json.RawMessage) (*Pruned, error) {
+	if err := CheckKey(key); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(s.dir, 0o755); err != nil {
+		return nil, fmt.Errorf("creating %s: %w", s.dir, err)
+	}
+	l, err := s.lock()
+	if err != nil {
+		return nil, err
+	}
+	defer l.Release()
+	if err := s.register(); err != nil {
+		return nil, err
+	}
 	g := s.find(key)
 	if g == nil {
 		g = &Generation{Key: key, Created: s.now().UTC()}
@@ -194,16 +280,21 @@ func (s *Store) Passed(key string, steps map[string]json.RawMessage) (*Pruned, e
 	if err := s.save(); err != nil {
 		return nil, err
 	}
-	if err := s.link(key); err != nil {
-		return nil, err
-	}
-	return s.Prune(false)
+	// A "current" that cannot be written does not stop the prune: the record says which
+	// generation serves.
+	lerr := s.link(key)
+	p, perr := s.prune(false, "")
+	return p, errors.Join(lerr, perr)
 }
 
 // link points the "current" link at key.
 func (s *Store) link(key string) error {
 	if err := os.MkdirAll(s.dir, 0o755); err != nil {
 		return fmt.Errorf("creating %s: %w", s.dir, err)
+	}
+	cur := filepath.Join(s.dir, CurrentLink)
+	if fi, err := os.Lstat(cur); err == nil && fi.Mode()&fs.ModeSymlink == 0 {
+		return fmt.Errorf("%s is not the link sglprov writes (it is a %s sglprov did not make): move it away so that the link to the serving generation can be written", cur, kindOf(fi))
 	}
 	tmp := filepath.Join(s.dir, fmt.Sprintf(".%s.%d", CurrentLink, os.Getpid()))
 	_ = os.Remove(tmp)
@@ -248,23 +339,45 @@ func (s *Store) keptKeys(building string) []string {
 // Prune removes the generations beyond the kept ones (see Passed): their folders and their
 // records. With dryRun it only says what it would remove.
 func (s *Store) Prune(dryRun bool) (*Pruned, error) {
-	return s.prune(dryRun, "")
+	return s.lockedPrune(dryRun, "")
 }
 
 // PruneKeeping is Prune that also keeps the generation being built (gc while a new one is
 // half built: it is the next apply's to finish).
 func (s *Store) PruneKeeping(building string, dryRun bool) (*Pruned, error) {
+	return s.lockedPrune(dryRun, building)
+}
+
+// lockedPrune is prune under the generations folder's lock (none needed for a dry run or
+// when the folder is not there).
+func (s *Store) lockedPrune(dryRun bool, building string) (*Pruned, error) {
+	if !dryRun {
+		if _, err := os.Lstat(s.dir); err == nil {
+			l, err := s.lock()
+			if err != nil {
+				return nil, err
+			}
+			defer l.Release()
+		}
+	}
 	return s.prune(dryRun, building)
 }
 
+// prune removes the generations beyond the kept ones; a generation the record of another
+// state dir lists (Users) is left to it: dropped from this record, its folder kept.
 func (s *Store) prune(dryRun bool, building string) (*Pruned, error) {
 	kept := s.keptKeys(building)
 	p := &Pruned{Kept: kept}
+	others := s.others()
 	var left []*Generation
 	var errs []error
 	for _, g := range s.rec.Generations {
 		if contains(kept, g.Key) {
 			left = append(left, g)
+			continue
+		}
+		if by := sharedWith(others, g.Key); by != "" {
+			p.Shared = append(p.Shared, Shared{Key: g.Key, Record: by})
 			continue
 		}
 		size := DiskUsage(s.Path(g.Key))
@@ -288,10 +401,25 @@ func (s *Store) prune(dryRun bool, building string) (*Pruned, error) {
 }
 
 // RemoveAll removes every generation, the "current" link, the folder when empty, and the
-// record (sglprov remove). With dryRun it only says what it would free.
+// record (sglprov remove). A generation another state dir's record lists is left to it (in
+// Shared), as are the link and the folder while another state dir uses them. With dryRun it
+// only says what it would free.
 func (s *Store) RemoveAll(dryRun bool) (*Pruned, error) {
 	p := &Pruned{}
+	var l *treelock.Lock
+	if _, err := os.Lstat(s.dir); err == nil && !dryRun {
+		var err error
+		if l, err = s.lock(); err != nil {
+			return nil, err
+		}
+		defer l.Release()
+	}
+	others := s.others()
 	for _, g := range s.rec.Generations {
+		if by := sharedWith(others, g.Key); by != "" {
+			p.Shared = append(p.Shared, Shared{Key: g.Key, Record: by})
+			continue
+		}
 		size := DiskUsage(s.Path(g.Key))
 		p.Freed = append(p.Freed, Freed{Key: g.Key, Bytes: size})
 		p.Bytes += size
@@ -300,20 +428,159 @@ func (s *Store) RemoveAll(dryRun bool) (*Pruned, error) {
 		return p, nil
 	}
 	var errs []error
-	for _, g := range s.rec.Generations {
-		if err := os.RemoveAll(s.Path(g.Key)); err != nil {
-			errs = append(errs, fmt.Errorf("removing generation %s: %w", g.Key, err))
+	for _, f := range p.Freed {
+		if err := os.RemoveAll(s.Path(f.Key)); err != nil {
+			errs = append(errs, fmt.Errorf("removing generation %s: %w", f.Key, err))
 		}
 	}
-	_ = os.Remove(filepath.Join(s.dir, CurrentLink))
-	_ = os.Remove(s.dir) // only when empty: what else is there is not ours
+	if err := s.unregister(); err != nil {
+		errs = append(errs, err)
+	}
+	if len(s.users(true)) == 0 {
+		cur := filepath.Join(s.dir, CurrentLink)
+		if fi, err := os.Lstat(cur); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
+			_ = os.Remove(cur)
+		}
+	}
 	if err := os.Remove(s.record); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		errs = append(errs, fmt.Errorf("removing the generations record: %w", err))
 	}
 	if len(errs) == 0 {
 		s.rec = Record{}
 	}
+	if l != nil {
+		l.Release() // removes the lock folder when empty
+	}
+	_ = os.Remove(s.dir) // only when empty: what else is there is not ours
 	return p, errors.Join(errs...)
+}
+
+// lock takes the generations folder's lock (treelock): another sglprov changing the
+// generations there is an error that wraps exitcode.ErrLocked.
+func (s *Store) lock() (*treelock.Lock, error) {
+	return treelock.Acquire(context.Background(), s.dir, LockDir, "changing the generations in")
+}
+
+// userFile is the file in LockDir that says this store's record lists generations here.
+func (s *Store) userFile() string {
+	abs, err := filepath.Abs(s.record)
+	if err != nil {
+		abs = s.record
+	}
+	sum := sha256.Sum256([]byte(abs))
+	return filepath.Join(s.dir, LockDir, "user-"+hex.EncodeToString(sum[:8]))
+}
+
+// register records, under the lock, that this store's record lists generations here.
+func (s *Store) register() error {
+	abs, err := filepath.Abs(s.record)
+	if err != nil {
+		return fmt.Errorf("naming the generations record: %w", err)
+	}
+	p := s.userFile()
+	if b, err := safefile.ReadNoFollow(p); err == nil && string(b) == abs+"\n" {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		return fmt.Errorf("creating %s: %w", filepath.Dir(p), err)
+	}
+	if err := atomicfile.Write(p, []byte(abs+"\n"), 0o600); err != nil {
+		return fmt.Errorf("recording the state dir that uses %s: %w", s.dir, err)
+	}
+	return nil
+}
+
+// unregister removes this store's user file.
+func (s *Store) unregister() error {
+	if err := os.Remove(s.userFile()); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("removing %s: %w", s.userFile(), err)
+	}
+	return nil
+}
+
+// users returns the records of the other state dirs that use this generations folder
+// (their record files still there); with clean (under the lock, not in a dry run), user
+// files whose record is gone are removed.
+func (s *Store) users(clean bool) []string {
+	entries, err := os.ReadDir(filepath.Join(s.dir, LockDir))
+	if err != nil {
+		return nil
+	}
+	mine := s.userFile()
+	myRec, _ := os.Stat(s.record)
+	var out []string
+	for _, e := range entries {
+		p := filepath.Join(s.dir, LockDir, e.Name())
+		if !strings.HasPrefix(e.Name(), "user-") || p == mine || !e.Type().IsRegular() {
+			continue
+		}
+		b, err := safefile.ReadNoFollow(p)
+		if err != nil || len(b) > 4096 {
+			continue
+		}
+		rec := strings.TrimSpace(string(b))
+		fi, err := os.Stat(rec)
+		if errors.Is(err, fs.ErrNotExist) {
+			if clean {
+				_ = os.Remove(p) // that state dir's record is gone: it uses nothing here
+			}
+			continue
+		}
+		if err != nil || myRec != nil && os.SameFile(fi, myRec) {
+			continue
+		}
+		out = append(out, rec)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// anyKey stands, in others, for every key: another state dir's record that cannot be read.
+const anyKey = "*"
+
+// sharedWith returns the record of another state dir that lists key ("" when none does).
+func sharedWith(others map[string]string, key string) string {
+	if by, ok := others[key]; ok {
+		return by
+	}
+	return others[anyKey]
+}
+
+// others returns the keys the other state dirs' records list, each with that record's
+// path; a record there that cannot be read or is not of the form sglprov writes lists
+// every key (anyKey).
+func (s *Store) others() map[string]string {
+	out := map[string]string{}
+	for _, path := range s.users(false) {
+		b, err := safefile.ReadNoFollow(path)
+		if err != nil || len(b) > maxRecord {
+			out[anyKey] = path
+			continue
+		}
+		rec, err := parseRecord(b)
+		if err != nil {
+			// What it lists is unknown: every generation is left to it.
+			out[anyKey] = path
+			continue
+		}
+		for _, g := range rec.Generations {
+			if _, ok := out[g.Key]; !ok {
+				out[g.Key] = path
+			}
+		}
+	}
+	return out
+}
+
+// kindOf names what a file is, for messages.
+func kindOf(fi fs.FileInfo) string {
+	switch {
+	case fi.IsDir():
+		return "folder"
+	case fi.Mode().IsRegular():
+		return "file"
+	}
+	return "special file"
 }
 
 func (s *Store) save() error {
@@ -370,6 +637,9 @@ func (p *Pruned) Describe(format func(int64) string) string {
 		kept = append(kept, Short(k))
 	}
 	s := "kept " + strings.Join(kept, ", ")
+	if len(p.Shared) > 0 {
+		s += fmt.Sprintf("; left %d to the other state dir that lists them (%s)", len(p.Shared), p.Shared[0].Record)
+	}
 	if len(p.Freed) == 0 {
 		return s + "; freed nothing"
 	}

@@ -1,11 +1,23 @@
 package generation
 
 import (
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sglprov/sglprov/pkg/exitcode"
+)
+
+// Keys of the form Key returns, named for the tests.
+const (
+	g1     = "1111111111111111"
+	g2     = "2222222222222222"
+	g3     = "3333333333333333"
+	broken = "bbbbbbbbbbbbbbbb"
 )
 
 func fill(t *testing.T, s *Store, key string, size int) {
@@ -35,12 +47,12 @@ func TestPassedFlipsCurrentAndPrunes(t *testing.T) {
 	root := t.TempDir()
 	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	s := openAt(t, root, 2, &clock)
-	for i, key := range []string{"g1", "g2", "broken", "g3"} {
+	for i, key := range []string{g1, g2, broken, g3} {
 		if err := s.Begin(key); err != nil {
 			t.Fatal(err)
 		}
 		fill(t, s, key, 1000*(i+1))
-		if key == "broken" {
+		if key == broken {
 			continue // its build failed: it never passes
 		}
 		if _, err := s.Passed(key, nil); err != nil {
@@ -51,17 +63,17 @@ func TestPassedFlipsCurrentAndPrunes(t *testing.T) {
 		}
 	}
 	// g3 passed last: g1 went when g3 passed (keep 2: g3, g2), broken too.
-	if s.Serving() != "g3" {
+	if s.Serving() != g3 {
 		t.Errorf("serving %q, want g3", s.Serving())
 	}
-	for key, want := range map[string]bool{"g1": false, "g2": true, "broken": false, "g3": true} {
+	for key, want := range map[string]bool{g1: false, g2: true, broken: false, g3: true} {
 		if _, err := os.Stat(s.Path(key)); (err == nil) != want {
 			t.Errorf("generation %s on disk = %v, want %v", key, err == nil, want)
 		}
 	}
 	// The record survives a reopen.
 	again := openAt(t, root, 2, &clock)
-	if again.Serving() != "g3" || len(again.Generations()) != 2 {
+	if again.Serving() != g3 || len(again.Generations()) != 2 {
 		t.Errorf("reopened: serving %q, %d generations", again.Serving(), len(again.Generations()))
 	}
 }
@@ -70,7 +82,7 @@ func TestPruneSaysWhatItFrees(t *testing.T) {
 	root := t.TempDir()
 	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	s := openAt(t, root, 3, &clock)
-	for i, key := range []string{"g1", "g2", "g3"} {
+	for i, key := range []string{g1, g2, g3} {
 		_ = s.Begin(key)
 		fill(t, s, key, 1000*(i+1))
 		if _, err := s.Passed(key, nil); err != nil {
@@ -82,20 +94,20 @@ func TestPruneSaysWhatItFrees(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Bytes != 3000 || len(p.Freed) != 2 || strings.Join(p.Kept, ",") != "g3" {
+	if p.Bytes != 3000 || len(p.Freed) != 2 || strings.Join(p.Kept, ",") != g3 {
 		t.Errorf("dry run = %+v, want g1 and g2 freed (3000 bytes), g3 kept", p)
 	}
-	if _, err := os.Stat(s.Path("g1")); err != nil {
+	if _, err := os.Stat(s.Path(g1)); err != nil {
 		t.Errorf("a dry run removed g1: %v", err)
 	}
 	p, err = s.Prune(false)
 	if err != nil || p.Bytes != 3000 {
 		t.Fatalf("prune = %+v, %v", p, err)
 	}
-	if _, err := os.Stat(s.Path("g1")); err == nil {
+	if _, err := os.Stat(s.Path(g1)); err == nil {
 		t.Errorf("g1 is still there after the prune")
 	}
-	if d := p.Describe(func(n int64) string { return "N" }); !strings.Contains(d, "kept g3") || !strings.Contains(d, "freed g1, g2") {
+	if d := p.Describe(func(n int64) string { return "N" }); !strings.Contains(d, "kept "+Short(g3)) || !strings.Contains(d, "freed "+Short(g1)+", "+Short(g2)) {
 		t.Errorf("Describe = %q", d)
 	}
 	all, err := s.RemoveAll(false)
@@ -113,5 +125,95 @@ func TestKeyIsStable(t *testing.T) {
 	c := Key(map[string]string{"build.spec": "2", "src.spec": "3"})
 	if a != b || a == c || len(a) != 16 {
 		t.Errorf("keys %s %s %s", a, b, c)
+	}
+}
+
+// A "current" that is a folder sglprov did not make is reported, left as it is, and does
+// not stop the prune; the summary line stays one readable line.
+func TestCurrentFolderReportedPruneGoesOn(t *testing.T) {
+	root := t.TempDir()
+	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	s := openAt(t, root, 1, &clock)
+	user := filepath.Join(s.Dir(), CurrentLink, "keep.txt")
+	if err := os.MkdirAll(filepath.Dir(user), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(user, []byte("mine"), 0o644)
+	for _, key := range []string{g1, g2} {
+		if err := s.Begin(key); err != nil {
+			t.Fatal(err)
+		}
+		fill(t, s, key, 100)
+		p, err := s.Passed(key, nil)
+		if err == nil || !strings.Contains(err.Error(), "is not the link sglprov writes") {
+			t.Errorf("Passed with a current folder: %v", err)
+		}
+		if p == nil {
+			t.Fatalf("Passed with a current folder pruned nothing")
+		}
+	}
+	if _, err := os.Stat(s.Path(g1)); err == nil {
+		t.Errorf("g1 was not pruned: a current folder stopped the prune")
+	}
+	if b, err := os.ReadFile(user); err != nil || string(b) != "mine" {
+		t.Errorf("the folder named current changed: %q, %v", b, err)
+	}
+	if d := (&Pruned{Kept: []string{g2}, Freed: []Freed{{Key: g1}}}).Describe(func(int64) string { return "N" }); strings.Contains(d, "\n") {
+		t.Errorf("Describe spans lines: %q", d)
+	}
+}
+
+// Keys are checked on read: a record with an empty key, a key with a path in it, or a
+// current that is not a key is refused, and nothing it names is deleted.
+func TestRecordKeysCheckedOnRead(t *testing.T) {
+	for _, rec := range []string{
+		`{"generations": [{"key": ""}]}`,
+		`{"generations": [{"key": "../../x"}]}`,
+		`{"current": "..", "generations": []}`,
+		`{"generations": [null]}`,
+	} {
+		root := t.TempDir()
+		p := filepath.Join(root, "r.json")
+		os.WriteFile(p, []byte(rec), 0o600)
+		if _, err := Open(filepath.Join(root, "gens"), p, 1); err == nil || !strings.Contains(err.Error(), "move it away") {
+			t.Errorf("Open(%s) = %v, want refused", rec, err)
+		}
+	}
+}
+
+// Another sglprov changing the generations folder holds its lock: Begin, a prune and a
+// remove refuse at once (exit 5) and change nothing.
+func TestGenerationsFolderLocked(t *testing.T) {
+	root := t.TempDir()
+	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	s := openAt(t, root, 1, &clock)
+	if err := s.Begin(g1); err != nil {
+		t.Fatal(err)
+	}
+	fill(t, s, g1, 10)
+	// A second process holds the lock: flock from a child.
+	lockFile := filepath.Join(s.Dir(), LockDir, "lock")
+	cmd := exec.Command("flock", "-n", lockFile, "sleep", "30")
+	if err := cmd.Start(); err != nil {
+		t.Skip("no flock here:", err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	for i := 0; ; i++ {
+		if err := exec.Command("flock", "-n", lockFile, "true").Run(); err != nil {
+			break
+		}
+		if i > 100 {
+			t.Fatal("the child did not take the lock")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := s.Begin(g2); !errors.Is(err, exitcode.ErrLocked) {
+		t.Errorf("Begin while another holds the lock: %v", err)
+	}
+	if _, err := s.RemoveAll(false); !errors.Is(err, exitcode.ErrLocked) {
+		t.Errorf("RemoveAll while another holds the lock: %v", err)
+	}
+	if _, err := os.Stat(s.Path(g1)); err != nil {
+		t.Errorf("a refused RemoveAll deleted %s", g1)
 	}
 }

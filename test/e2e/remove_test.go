@@ -5,11 +5,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/generation"
 )
 
 // weightsStep is a download from the fake hub, added to genRecipe for this test.
@@ -110,7 +112,12 @@ requires: {gpu: {devices: ["0", "1", "2", "3"]}}`, 1)
 			t.Errorf("gc --dry-run does not say %q:\n%s", want, dry)
 		}
 	}
-	gens, _ := os.ReadDir(filepath.Join(g.Root, genDir))
+	// The generations folder's entries besides its lock folder (generation.LockDir).
+	generations := func() []os.DirEntry {
+		ents, _ := os.ReadDir(filepath.Join(g.Root, genDir))
+		return slices.DeleteFunc(ents, func(e os.DirEntry) bool { return e.Name() == generation.LockDir })
+	}
+	gens := generations()
 	if len(gens) != 3 { // v1, v3-fail and the current link
 		t.Errorf("gc --dry-run changed the generations: %d entries", len(gens))
 	}
@@ -119,7 +126,7 @@ requires: {gpu: {devices: ["0", "1", "2", "3"]}}`, 1)
 	if total := regexp.MustCompile(`(?m)^freed (.*) in all$`).FindStringSubmatch(out); total == nil || strings.Replace(dry, "would free", "freed", -1) != out {
 		t.Errorf("gc did not free what its dry run said:\n%s\n---\n%s", dry, out)
 	}
-	gens, _ = os.ReadDir(filepath.Join(g.Root, genDir))
+	gens = generations()
 	if len(gens) != 2 {
 		t.Errorf("after gc the generations folder holds %d entries, want the serving one and the link", len(gens))
 	}

@@ -71,7 +71,8 @@ func blobLink(rel, name string) string {
 // relink restores the snapshot links of files whose blob is already there (a link that
 // was removed, or a second commit that shares blobs with the first), so that they are not
 // downloaded again; sortOut then checks each one as for a plain file.
-func (s *Step) relink(root string, files []fetch.File) error {
+// note is told the path, relative to dest, of each link it makes.
+func (s *Step) relink(root string, files []fetch.File, note func(string)) error {
 	blobs := filepath.Join(filepath.Dir(filepath.Dir(root)), "blobs")
 	for _, f := range files {
 		p := filepath.Join(root, filepath.FromSlash(f.Path))
@@ -87,6 +88,7 @@ func (s *Step) relink(root string, files []fetch.File) error {
 		if err := os.Symlink(blobLink(f.Path, etag(f)), p); err != nil {
 			return fmt.Errorf("linking %s to its blob: %w", f.Path, err)
 		}
+		note(s.topRel(filepath.Base(root), f.Path))
 	}
 	return nil
 }
@@ -95,8 +97,10 @@ func (s *Step) relink(root string, files []fetch.File) error {
 // file (as the downloader or the fleet cache wrote it) moves to blobs/ETAG (the same inode,
 // so its record still holds) and a relative link takes its place; a second file with the
 // same content is replaced by a link to the blob that is there. Then refs/REVISION is
-// written when rev is a branch or tag.
-func (s *Step) toBlobs(root string, files []fetch.File, rev, commit string) error {
+// written when rev is a branch or tag. note is told the path, relative to dest, of each
+// blob, link and ref it writes.
+func (s *Step) toBlobs(root string, files []fetch.File, rev, commit string, note func(string)) error {
+	repo := repoFolder(s.spec.HF.Repo)
 	repoDir := filepath.Dir(filepath.Dir(root))
 	blobs := filepath.Join(repoDir, "blobs")
 	if err := os.MkdirAll(blobs, 0o755); err != nil {
@@ -118,10 +122,13 @@ func (s *Step) toBlobs(root string, files []fetch.File, rev, commit string) erro
 			}
 		} else if err := os.Rename(p, blob); err != nil {
 			return fmt.Errorf("moving %s to its blob: %w", p, err)
+		} else {
+			note(path.Join(repo, "blobs", etag(f)))
 		}
 		if err := os.Symlink(blobLink(f.Path, etag(f)), p); err != nil {
 			return fmt.Errorf("linking %s to its blob: %w", f.Path, err)
 		}
+		note(path.Join(repo, "snapshots", commit, f.Path))
 	}
 	if err := atomicfile.SyncDir(blobs); err != nil {
 		return err
@@ -134,6 +141,7 @@ func (s *Step) toBlobs(root string, files []fetch.File, rev, commit string) erro
 		if err := atomicfile.Write(ref, []byte(commit), 0o644); err != nil {
 			return fmt.Errorf("writing %s: %w", ref, err)
 		}
+		note(path.Join(repo, "refs", rev))
 	}
 	return nil
 }

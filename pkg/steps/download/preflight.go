@@ -9,6 +9,7 @@ import (
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/fetch"
 	"github.com/sglprov/sglprov/pkg/hub"
+	"github.com/sglprov/sglprov/pkg/ownership"
 )
 
 // preflightTimeout bounds plan's hub requests.
@@ -32,6 +33,9 @@ const preflightTimeout = 30 * time.Second
 // nil when either is unknown.
 func (s *Step) Preflight(ctx context.Context, env *engine.Env, slot engine.CacheSlot) ([]string, *engine.DiskNeed, error) {
 	dest := env.Path(s.spec.Dest)
+	if err := ownership.CheckDest(env.Root, "dest", dest); err != nil {
+		return nil, nil, err
+	}
 	free, checked, ferr := fetch.FreeSpace(dest)
 	if s.freeSpace != nil && ferr == nil {
 		free, ferr = s.freeSpace(checked)

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/fetch"
 	"github.com/sglprov/sglprov/pkg/hub"
+	"github.com/sglprov/sglprov/pkg/ownership"
 	"github.com/sglprov/sglprov/pkg/redact"
 )
 
@@ -107,6 +109,9 @@ func New(spec Spec) (*Step, error) {
 func (s *Spec) check() error {
 	if strings.TrimSpace(s.Dest) == "" {
 		return fmt.Errorf("dest is required")
+	}
+	if filepath.IsAbs(s.Dest) && ownership.SystemFolder("", s.Dest) {
+		return fmt.Errorf("dest %q is a system folder, which holds what sglprov did not write (remove --weights deletes what the step writes there); name a folder of its own, such as /var/lib/sglprov/models/NAME", s.Dest)
 	}
 	if (s.HF == nil) == (len(s.Files) == 0) {
 		return fmt.Errorf("exactly one of hf and files is required")

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -19,6 +20,7 @@ import (
 	"github.com/sglprov/sglprov/pkg/fetch"
 	"github.com/sglprov/sglprov/pkg/hub"
 	"github.com/sglprov/sglprov/pkg/logval"
+	"github.com/sglprov/sglprov/pkg/ownership"
 	"github.com/sglprov/sglprov/pkg/redact"
 	"github.com/sglprov/sglprov/pkg/safetensors"
 )
@@ -33,6 +35,8 @@ type record struct {
 	Expected []string `json:"expected"`
 	// Files holds each verified file's stat and digest, by path relative to dest.
 	Files map[string]fileRecord `json:"files"`
+	// Owned is what this step wrote into dest (its host path), for remove and gc.
+	Owned manifest `json:"owned,omitzero"`
 }
 
 // fileRecord identifies a verified file cheaply: while size, mtime and inode stay the same
@@ -269,9 +273,26 @@ func runError(err error) error {
 func (s *Step) run(ctx context.Context, env *engine.Env, slot engine.CacheSlot) error {
 	start := time.Now()
 	rec := record{Files: map[string]fileRecord{}}
-	if old, ok := s.loadRecord(env); ok {
+	old, hadOld := s.loadRecord(env)
+	if hadOld {
 		rec.Files = old.Files
 	}
+	top := env.Path(s.spec.Dest)
+	if err := ownership.CheckDest(env.Root, "dest", top); err != nil {
+		return err
+	}
+	rec.Owned = s.carryManifest(top, old, hadOld)
+	var missing []fetch.File // what was not at dest before this run wrote it
+	var made []string        // the folders that were not there
+	began := false           // dest is made: from here on the run may write there
+	// What this run wrote is recorded however it ends: a remove deletes it, and only it.
+	defer func() {
+		if began {
+			rec.Owned.made(top, made)
+			s.noteWritten(top, &rec, missing)
+			_ = env.SaveData(rec)
+		}
+	}()
 	var (
 		files     []fetch.File
 		token     string
@@ -379,11 +400,14 @@ func (s *Step) run(ctx context.Context, env *engine.Env, slot engine.CacheSlot) 
 			return err
 		}
 	}
+	made = s.missingDirs(top, rec.Commit, files)
 	if err := os.MkdirAll(dest, 0o755); err != nil {
 		return fmt.Errorf("creating %s: %w", s.shownRoot(rec.Commit), err)
 	}
+	rec.Owned.made(top, made)
+	began = true
 	if s.hfCache() {
-		if err := s.relink(dest, files); err != nil {
+		if err := s.relink(dest, files, rec.Owned.wrote); err != nil {
 			return err
 		}
 	}
@@ -392,6 +416,7 @@ func (s *Step) run(ctx context.Context, env *engine.Env, slot engine.CacheSlot) 
 	if err != nil {
 		return err
 	}
+	missing = slices.Clone(todo)
 	if err := env.SaveData(rec); err != nil {
 		return fmt.Errorf("recording verified files: %w", err)
 	}
@@ -485,7 +510,7 @@ func (s *Step) run(ctx context.Context, env *engine.Env, slot engine.CacheSlot) 
 		if err := s.checkLinks(env.Path(s.spec.Dest), rec.Commit, rec.Revision, files); err != nil {
 			return err
 		}
-		if err := s.toBlobs(dest, files, rec.Revision, rec.Commit); err != nil {
+		if err := s.toBlobs(dest, files, rec.Revision, rec.Commit, rec.Owned.wrote); err != nil {
 			return fmt.Errorf("laying out %s as huggingface_hub's cache: %w", s.spec.Dest, err)
 		}
 		env.Detail("snapshot", s.shownRoot(rec.Commit))

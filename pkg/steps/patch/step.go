@@ -100,7 +100,7 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	if err != nil {
 		return err
 	}
-	defer lock.release()
+	defer lock.Release()
 
 	// What an earlier run killed while writing left: finish its journalled renames (the
 	// whole series had applied in memory), or drop what it staged. A forced run in a git

@@ -137,7 +137,8 @@ func (s *Step) Restored() string {
 	return s.restored
 }
 
-// Owns names the step's unit (engine.Owner): sglprov remove stops, disables and deletes it.
+// Owns names the step's unit and its service manager (engine.Owner): sglprov remove
+// stops, disables and deletes it through that manager.
 func (s *Step) Owns(*engine.Env) []engine.Owned {
-	return []engine.Owned{{Kind: engine.OwnedUnit, Path: s.spec.Unit}}
+	return []engine.Owned{{Kind: engine.OwnedUnit, Path: s.spec.Unit, Manager: s.spec.Manager}}
 }
