@@ -23,6 +23,7 @@ type config struct {
 	dnsSaid atomic.Bool
 }
 
+// newConfig applies the defaults to opt and makes the client.
 func newConfig(opt Options) (*config, error) {
 	c := &config{Options: opt}
 	if c.Dest == "" {
@@ -75,9 +76,17 @@ func newConfig(opt Options) (*config, error) {
 	if c.Progress == nil {
 		c.Progress = nopReporter{}
 	}
+	c.client = c.newClient(opt.Client)
+	return c, nil
+}
+
+// newClient returns the client the downloader asks with: a copy of client (or one on the
+// downloader's transport) whose redirects are checked and carry the token only to its
+// own host.
+func (c *config) newClient(client *http.Client) *http.Client {
 	var base http.Client
-	if opt.Client != nil {
-		base = *opt.Client
+	if client != nil {
+		base = *client
 	} else {
 		base = http.Client{Transport: newTransport(c.Files * c.Conns)}
 	}
@@ -98,8 +107,7 @@ func newConfig(opt Options) (*config, error) {
 		c.authorize(req)
 		return nil
 	}
-	c.client = &base
-	return c, nil
+	return &base
 }
 
 // newTransport returns the downloader's transport. It speaks HTTP/1.1 only, also over TLS

@@ -81,6 +81,21 @@ func fetch(ctx context.Context, files []File, opt Options) ([]Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	jobs, err := newJobs(c, files)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkSpace(c, jobs); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := runJobs(ctx, cancel, c, jobs)
+	return collect(ctx, c, jobs, errs)
+}
+
+// newJobs checks each file (a safe path, listed once, with a digest) and makes its job.
+func newJobs(c *config, files []File) ([]*job, error) {
 	jobs := make([]*job, len(files))
 	seen := map[string]bool{}
 	for i, f := range files {
@@ -101,13 +116,18 @@ func fetch(ctx context.Context, files []File, opt Options) ([]Result, error) {
 		jobs[i] = &job{c: c, f: f, final: p, part: part, side: side,
 			result: Result{Path: f.Path, Size: f.Size, SHA256: f.SHA256}}
 	}
+	return jobs, nil
+}
 
+// checkSpace marks the files that are there already and refuses, before a byte is
+// written, a download that cannot fit in the free space at dest.
+func checkSpace(c *config, jobs []*job) error {
 	// What is there already, and how much is left (nothing is written yet).
 	var need uint64
 	for _, j := range jobs {
 		present, err := j.present()
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if present {
 			j.result.Present = true
@@ -126,16 +146,19 @@ func fetch(ctx context.Context, files []File, opt Options) ([]Result, error) {
 		dir := existingAncestor(c.Dest)
 		free, err := c.FreeSpace(dir)
 		if err != nil {
-			return nil, fmt.Errorf("checking free space: %w", err)
+			return fmt.Errorf("checking free space: %w", err)
 		}
 		if free < need {
-			return nil, &SpaceError{Dir: dir, Need: need, Free: free}
+			return &SpaceError{Dir: dir, Need: need, Free: free}
 		}
 	}
+	return nil
+}
 
+// runJobs downloads the files not there yet, at most c.Files at a time, and returns each
+// job's error. A full disk cancels them all.
+func runJobs(ctx context.Context, cancel context.CancelFunc, c *config, jobs []*job) []error {
 	p := newPool(c.MaxBuffer)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	sem := make(chan struct{}, c.Files)
 	errs := make([]error, len(jobs))
 	var wg sync.WaitGroup
@@ -168,7 +191,12 @@ func fetch(ctx context.Context, files []File, opt Options) ([]Result, error) {
 		}()
 	}
 	wg.Wait()
+	return errs
+}
 
+// collect returns the results of the files that succeeded and the error of those that
+// failed; when all are in place it removes the part folders left empty.
+func collect(ctx context.Context, c *config, jobs []*job, errs []error) ([]Result, error) {
 	var results []Result
 	var failed []error
 	var first error

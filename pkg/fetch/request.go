@@ -53,6 +53,26 @@ func (j *job) request(ctx context.Context, s *stream, pos *int64, b int64) error
 		return &transientError{err: err}
 	}
 
+	size := s.knownSize()
+	ranged := *pos > 0 || (b >= 0 && b != size)
+	resp, err := j.send(rctx, *pos, b, ranged, transient)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	want, err := j.answerLength(resp, s, *pos, b, ranged, size, transient)
+	if err != nil {
+		return err
+	}
+
+	var body io.Reader = &stallReader{r: j.bound(resp.Body, s, *pos, want), timer: timer, d: stall}
+	body = newRateReader(body, j.c.MinRate, j.c.MinRateWindow, func(se *SlowError) { slowed.Store(se); cancel(se) })
+	return j.readBody(ctx, s, body, pos, want, timer, stall, transient)
+}
+
+// send asks for [pos, b) (no Range header unless ranged), at the URL the file last
+// redirected to when there is one, and notes where the answer came from.
+func (j *job) send(rctx context.Context, pos, b int64, ranged bool, transient func(error) error) (*http.Response, error) {
 	// After a redirect, later ranges of the file go straight to where it led (a CDN URL
 	// signed for a while), saving a round trip per range; when that stops working the
 	// original URL is asked again.
@@ -62,15 +82,13 @@ func (j *job) request(ctx context.Context, s *stream, pos *int64, b int64) error
 	}
 	req, err := http.NewRequestWithContext(rctx, http.MethodGet, target, nil)
 	if err != nil {
-		return fmt.Errorf("downloading %s: bad URL %s", j.f.Path, redact.URL(j.f.URL))
+		return nil, fmt.Errorf("downloading %s: bad URL %s", j.f.Path, redact.URL(j.f.URL))
 	}
-	size := s.knownSize()
-	ranged := *pos > 0 || (b >= 0 && b != size)
 	if ranged {
 		if b >= 0 {
-			req.Header.Set("Range", fmt.Sprintf("bytes=%d-%d", *pos, b-1))
+			req.Header.Set("Range", fmt.Sprintf("bytes=%d-%d", pos, b-1))
 		} else {
-			req.Header.Set("Range", fmt.Sprintf("bytes=%d-", *pos))
+			req.Header.Set("Range", fmt.Sprintf("bytes=%d-", pos))
 		}
 	}
 	req.Header.Set("Accept-Encoding", "identity")
@@ -82,7 +100,7 @@ func (j *job) request(ctx context.Context, s *stream, pos *int64, b int64) error
 			err = ue.Err
 		}
 		if errors.Is(err, ErrNoRetry) || httpwait.IsRedirectError(err) {
-			return fmt.Errorf("downloading %s from %s: %w", j.f.Path, redact.URL(j.f.URL), err)
+			return nil, fmt.Errorf("downloading %s from %s: %w", j.f.Path, redact.URL(j.f.URL), err)
 		}
 		if cached {
 			j.target.Store(nil)
@@ -91,40 +109,46 @@ func (j *job) request(ctx context.Context, s *stream, pos *int64, b int64) error
 		if errors.As(err, &dns) && j.c.DNSError != nil && j.c.dnsSaid.CompareAndSwap(false, true) {
 			j.c.DNSError(dns.Name, err)
 		}
-		return transient(fmt.Errorf("requesting %s: %w", redact.URL(j.f.URL), err))
+		return nil, transient(fmt.Errorf("requesting %s: %w", redact.URL(j.f.URL), err))
 	}
-	defer resp.Body.Close()
 	if cached && resp.StatusCode >= 400 && resp.StatusCode < 500 && resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusRequestTimeout {
+		resp.Body.Close()
 		j.target.Store(nil)
-		return transient(fmt.Errorf("redirect target of %s answered %s", redact.URL(j.f.URL), resp.Status))
+		return nil, transient(fmt.Errorf("redirect target of %s answered %s", redact.URL(j.f.URL), resp.Status))
 	}
 	if !cached && (resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusPartialContent) {
 		if final := resp.Request.URL.String(); final != j.f.URL {
 			j.target.Store(&final)
 		}
 	}
+	return resp, nil
+}
 
+// answerLength checks the answer's status and range against what was asked and returns
+// how many bytes it should carry (-1: up to its end), noting the file's size when the
+// answer states it.
+func (j *job) answerLength(resp *http.Response, s *stream, pos, b int64, ranged bool, size int64, transient func(error) error) (int64, error) {
 	want := int64(-1) // bytes this answer should carry
 	switch {
 	case resp.StatusCode == http.StatusPartialContent && ranged:
 		start, end, total, err := parseContentRange(resp.Header.Get("Content-Range"))
 		if err != nil {
-			return transient(fmt.Errorf("answer from %s: %w", redact.URL(j.f.URL), err))
+			return -1, transient(fmt.Errorf("answer from %s: %w", redact.URL(j.f.URL), err))
 		}
 		// A range may end early only where the file ends (a file of unknown size that is
 		// shorter than the first range asked for).
 		short := total >= 0 && end == total-1 && end < b-1
-		if start != *pos || (b >= 0 && end != b-1 && !short) {
-			return transient(fmt.Errorf("answer from %s has range %d-%d, asked %d-%d", redact.URL(j.f.URL), start, end, *pos, b-1))
+		if start != pos || (b >= 0 && end != b-1 && !short) {
+			return -1, transient(fmt.Errorf("answer from %s has range %d-%d, asked %d-%d", redact.URL(j.f.URL), start, end, pos, b-1))
 		}
 		if total >= 0 {
 			if err := s.setSize(total); err != nil {
-				return err
+				return -1, err
 			}
 		}
 		want = end + 1 - start
-	case resp.StatusCode == http.StatusOK && ranged && !(*pos == 0 && size < 0):
-		return errRangeIgnored
+	case resp.StatusCode == http.StatusOK && ranged && !(pos == 0 && size < 0):
+		return -1, errRangeIgnored
 	case resp.StatusCode == http.StatusOK:
 		if ranged {
 			// The first request for a file of unknown size: the whole file comes on this
@@ -133,23 +157,26 @@ func (j *job) request(ctx context.Context, s *stream, pos *int64, b int64) error
 		}
 		if resp.ContentLength >= 0 {
 			if err := s.setSize(resp.ContentLength); err != nil {
-				return err
+				return -1, err
 			}
 			want = resp.ContentLength
 		}
-	case resp.StatusCode == http.StatusRequestedRangeNotSatisfiable && ranged && *pos == 0 && size < 0:
+	case resp.StatusCode == http.StatusRequestedRangeNotSatisfiable && ranged && pos == 0 && size < 0:
 		// The first range of a file of unknown size is refused: an empty file.
-		return errWholeFile
+		return -1, errWholeFile
 	case resp.StatusCode == http.StatusRequestedRangeNotSatisfiable && ranged && (b < 0 || size < 0):
-		return errStartOver
+		return -1, errStartOver
 	case resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusRequestTimeout:
-		return &transientError{err: fmt.Errorf("%s answered %s", redact.URL(j.f.URL), resp.Status), after: httpwait.ServerWait(resp.Header, time.Now())}
+		return -1, &transientError{err: fmt.Errorf("%s answered %s", redact.URL(j.f.URL), resp.Status), after: httpwait.ServerWait(resp.Header, time.Now())}
 	default:
-		return newStatusError(j.f.Path, j.f.URL, resp)
+		return -1, newStatusError(j.f.Path, j.f.URL, resp)
 	}
+	return want, nil
+}
 
-	var body io.Reader = &stallReader{r: j.bound(resp.Body, s, *pos, want), timer: timer, d: stall}
-	body = newRateReader(body, j.c.MinRate, j.c.MinRateWindow, func(se *SlowError) { slowed.Store(se); cancel(se) })
+// readBody reads the answer piece by piece into s from *pos, advancing it, until want
+// bytes (want < 0: the end of the body); the stall timer stops while it waits for a piece.
+func (j *job) readBody(ctx context.Context, s *stream, body io.Reader, pos *int64, want int64, timer *time.Timer, stall time.Duration, transient func(error) error) error {
 	rate, _ := body.(*rateReader)
 	got := int64(0)
 	for want < 0 || got < want {
