@@ -7,7 +7,6 @@ package download
 import (
 	"context"
 	"fmt"
-	"sort"
 	"strings"
 
 	"github.com/sglprov/sglprov/pkg/cache"
@@ -122,24 +121,4 @@ func (s *Step) listRecipe() []fetch.File {
 		files = append(files, fetch.File{URL: f.URL, Path: f.Path, Size: size, SHA256: f.SHA256})
 	}
 	return files
-}
-
-// expect records the paths of files as rec.Expected, sorted, drops the records of files
-// no longer expected, and returns the expected paths as a set.
-func expect(rec *record, files []fetch.File) map[string]bool {
-	for _, f := range files {
-		rec.Expected = append(rec.Expected, f.Path)
-	}
-	sort.Strings(rec.Expected)
-	// Drop records of files that are no longer expected.
-	want := map[string]bool{}
-	for _, p := range rec.Expected {
-		want[p] = true
-	}
-	for p := range rec.Files {
-		if !want[p] {
-			delete(rec.Files, p)
-		}
-	}
-	return want
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"sort"
 	"strings"
 	"syscall"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/fetch"
 	"github.com/sglprov/sglprov/pkg/hub"
+	"github.com/sglprov/sglprov/pkg/logval"
 	"github.com/sglprov/sglprov/pkg/redact"
 	"github.com/sglprov/sglprov/pkg/safetensors"
 )
@@ -342,6 +344,37 @@ func (s *Step) run(ctx context.Context, env *engine.Env, slot engine.CacheSlot) 
 		return fmt.Errorf("checking downloaded weights: %w", err)
 	}
 	return nil
+}
+
+// expect records the paths of files as rec.Expected, sorted, drops the records of files
+// no longer expected, and returns the expected paths as a set.
+func expect(rec *record, files []fetch.File) map[string]bool {
+	for _, f := range files {
+		rec.Expected = append(rec.Expected, f.Path)
+	}
+	sort.Strings(rec.Expected)
+	// Drop records of files that are no longer expected.
+	want := map[string]bool{}
+	for _, p := range rec.Expected {
+		want[p] = true
+	}
+	for p := range rec.Files {
+		if !want[p] {
+			delete(rec.Files, p)
+		}
+	}
+	return want
+}
+
+// reportDone states the run's figures as details and a log line.
+func (s *Step) reportDone(env *engine.Env, rec *record, fetched, kept int, bytes int64, start time.Time) {
+	elapsed := time.Since(start)
+	env.Detail("files", len(rec.Expected))
+	env.Detail("files_fetched", fetched)
+	env.Detail("files_kept", kept)
+	env.Detail("bytes", bytes)
+	env.Detail("duration", elapsed.Round(time.Millisecond).String())
+	env.Log.Info("download complete", "files", len(rec.Expected), "fetched", fetched, "bytes", logval.Bytes(bytes), "seconds", logval.Seconds(elapsed))
 }
 
 // removeOldParts removes the part files that earlier versions kept beside each file

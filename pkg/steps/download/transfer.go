@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/fetch"
@@ -123,17 +122,6 @@ func (s *Step) removeLeftParts(env *engine.Env, dest string) {
 	if err != nil {
 		env.Log.Warn("cannot remove leftover part files", "err", err)
 	}
-}
-
-// reportDone states the run's figures as details and a log line.
-func (s *Step) reportDone(env *engine.Env, rec *record, fetched, kept int, bytes int64, start time.Time) {
-	elapsed := time.Since(start)
-	env.Detail("files", len(rec.Expected))
-	env.Detail("files_fetched", fetched)
-	env.Detail("files_kept", kept)
-	env.Detail("bytes", bytes)
-	env.Detail("duration", elapsed.Round(time.Millisecond).String())
-	env.Log.Info("download complete", "files", len(rec.Expected), "fetched", fetched, "bytes", logval.Bytes(bytes), "seconds", logval.Seconds(elapsed))
 }
 
 // dnsError returns what the downloader calls at the first host name that does not
