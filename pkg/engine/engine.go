@@ -505,9 +505,10 @@ func (e *Engine) Plan(ctx context.Context) (*Plan, error) {
 				}
 			}
 		}
-		if os, ok := n.impl.(OfflineSkipper); ok && env.Offline {
-			ps.Run, ps.Reason = false, os.OfflineSkip()
+		if why := offlineSkip(n, env); why != "" {
+			ps.Run, ps.Reason = false, why
 		}
+		env.Planned, env.PlannedDeps = ps.Run, upstream
 		var lines []string
 		var need *DiskNeed
 		var ok bool
