@@ -489,6 +489,19 @@ func (e *Engine) Plan(ctx context.Context) (*Plan, error) {
 			}
 		case err != nil:
 			ps.Run, ps.Reason = true, "needs "+strings.Join(upstream, ", ")+", which runs"
+		}
+		if err == nil || !errors.Is(err, ErrUsage) {
+			// The files the step reads (a series and its patches, a questions file, a token
+			// file) are checked as validate checks them: bad or missing ones fail the plan.
+			if fr, ok := n.impl.(FileReader); ok {
+				if ferr := fr.ReadFiles(env); errors.Is(ferr, ErrUsage) {
+					ps.Error = Message(ferr)
+					preflight = append(preflight, fmt.Errorf("step %s: %w", n.step.Name, ferr))
+				}
+			}
+		}
+		switch {
+		case err != nil:
 		default:
 			ps.Run, ps.Reason, ps.Fingerprint = d.Run, d.Reason, d.Fingerprint
 			if !d.Run && len(upstream) > 0 {

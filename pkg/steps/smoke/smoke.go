@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"sort"
@@ -142,6 +143,10 @@ func (s *Step) ReadFiles(env *engine.Env) error {
 			b, _, err := env.ReadRecipeFile(name)
 			return b, err
 		}); err != nil {
+			if !errors.Is(err, engine.ErrUsage) {
+				// A questions file that is not a questions file is the recipe's error.
+				err = fmt.Errorf("%w: %w", engine.ErrUsage, err)
+			}
 			return fmt.Errorf("case %q: %w", c.Name, err)
 		}
 	}
