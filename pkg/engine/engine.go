@@ -157,6 +157,9 @@ func New(opts Options) (*Engine, error) {
 		e.nodes = append(e.nodes, n)
 		e.byName[s.Name] = n
 	}
+	if err := e.checkClaims(); err != nil {
+		return nil, err
+	}
 	for _, n := range e.nodes {
 		for _, d := range n.step.Needs {
 			dn := e.byName[d]
@@ -423,7 +426,7 @@ func (e *Engine) ReadFiles() error {
 			continue
 		}
 		if err := fr.ReadFiles(e.env(n, nil, "")); errors.Is(err, ErrUsage) {
-			errs = append(errs, fmt.Errorf("step %s: %w", n.step.Name, err))
+			errs = append(errs, stepError(n, err))
 		}
 	}
 	return errors.Join(errs...)
@@ -440,7 +443,7 @@ func (e *Engine) Check() error {
 			continue
 		}
 		if err := c.Check(e.env(n, nil, "")); err != nil {
-			errs = append(errs, fmt.Errorf("step %s: %w", n.step.Name, err))
+			errs = append(errs, stepError(n, err))
 		}
 	}
 	return errors.Join(errs...)

@@ -8,5 +8,5 @@ func (s *Step) ReadFiles(env *engine.Env) error {
 	if s.spec.HF == nil || s.spec.HF.TokenFile == "" {
 		return nil
 	}
-	return engine.CheckSecretFile("hf.token_file", env.Path(s.spec.HF.TokenFile), env.InsecurePermissions)
+	return engine.AtField("hf.token_file", engine.CheckSecretFile("hf.token_file", env.Path(s.spec.HF.TokenFile), env.InsecurePermissions))
 }

@@ -135,7 +135,7 @@ func (s *Step) Fingerprint(context.Context, *engine.Env) (map[string]string, err
 
 // ReadFiles reads the question files of the accuracy cases (validate), as Run does.
 func (s *Step) ReadFiles(env *engine.Env) error {
-	for _, c := range s.spec.Cases {
+	for i, c := range s.spec.Cases {
 		if c.Accuracy == nil {
 			continue
 		}
@@ -147,7 +147,7 @@ func (s *Step) ReadFiles(env *engine.Env) error {
 				// A questions file that is not a questions file is the recipe's error.
 				err = fmt.Errorf("%w: %w", engine.ErrUsage, err)
 			}
-			return fmt.Errorf("case %q: %w", c.Name, err)
+			return engine.AtField(fmt.Sprintf("cases[%d].accuracy.questions", i), fmt.Errorf("case %q: %w", c.Name, err))
 		}
 	}
 	return nil

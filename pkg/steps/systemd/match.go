@@ -64,12 +64,12 @@ func (s *Step) mismatch(env *engine.Env, name string, p recipe.Profile) (string,
 // choice among the defined ones needs the host, the names do not. It also refuses profiles
 // of which none can match the step's quantization, which no host could change.
 func (s *Step) Check(env *engine.Env) error {
-	for _, name := range s.spec.Profiles {
+	for i, name := range s.spec.Profiles {
 		if _, ok := env.Profiles[name]; !ok {
-			return fmt.Errorf("%w: profile %q is not defined in the recipe's profiles (profiles: %s)", engine.ErrUsage, name, profileNames(env.Profiles))
+			return engine.AtField(fmt.Sprintf("profiles[%d]", i), fmt.Errorf("%w: profile %q is not defined in the recipe's profiles (profiles: %s)", engine.ErrUsage, name, profileNames(env.Profiles)))
 		}
 	}
-	return s.quantizationFault(env)
+	return engine.AtField("args", s.quantizationFault(env))
 }
 
 // quantizationFault returns an error wrapping engine.ErrUsage when every profile the step

@@ -125,7 +125,7 @@ func (s *Step) Close() error {
 // ReadFiles reads the unit template (validate).
 func (s *Step) ReadFiles(env *engine.Env) error {
 	_, _, _, err := s.template(env)
-	return err
+	return engine.AtField("template", err)
 }
 
 // template returns the unit template, its name and its digest.
