@@ -119,6 +119,7 @@ func (e *Engine) Apply(ctx context.Context) (*Report, error) {
 		if n.res.err != nil {
 			failed.names = append(failed.names, n.step.Name)
 			failed.errs = append(failed.errs, n.res.err)
+			failed.interrupted = append(failed.interrupted, n.res.Result == ResultInterrupted)
 		}
 	}
 	if len(failed.errs) > 0 {
