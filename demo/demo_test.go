@@ -105,3 +105,34 @@ func TestDemo(t *testing.T) {
 		t.Logf("demo output:\n%s", out)
 	}
 }
+
+// TestReadmeRunsTheRecipeByHand: demo/README.md's by-hand commands set every var run.sh
+// sets for the demo recipe, and name KEEP=1 and the fakes.
+func TestReadmeRunsTheRecipeByHand(t *testing.T) {
+	script, err := os.ReadFile("run.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := regexp.MustCompile(`(?s)\nARGS=\((.*?)\)\n`).FindSubmatch(script)
+	if args == nil {
+		t.Fatal("run.sh has no ARGS=(...) for the demo recipe")
+	}
+	sets := regexp.MustCompile(`--set "(\w+)=`).FindAllSubmatch(args[1], -1)
+	if len(sets) == 0 {
+		t.Fatal("run.sh's ARGS set no var")
+	}
+	for _, s := range sets {
+		if !regexp.MustCompile(`--set ` + string(s[1]) + `=`).Match(readme) {
+			t.Errorf("demo/README.md's by-hand apply does not set %s, which run.sh sets", s[1])
+		}
+	}
+	for _, want := range []string{"KEEP=1", "fake-sglang", "fake-hub", "SGLPROV_GPU_FIXTURE=", "HF_ENDPOINT=", "recipes/demo.yaml"} {
+		if !regexp.MustCompile(regexp.QuoteMeta(want)).Match(readme) {
+			t.Errorf("demo/README.md does not name %s", want)
+		}
+	}
+}

@@ -95,26 +95,37 @@ func TestCloudInitRuncmd(t *testing.T) {
 		{name: "failing apply", argv: "[sh, -c, 'echo broken >&2; exit 9']", wantExit: 1, wantStep: `hello +failed`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			runCloudConfig(t, repo, cfg, tc.argv, tc.wantExit, tc.wantStep, modeApply)
+			runCloudConfig(t, repo, cfg, tc.argv, tc.wantExit, tc.wantStep, modeApply, true)
 		})
 		t.Run("daemon "+tc.name, func(t *testing.T) {
-			runCloudConfig(t, repo, daemonCfg, tc.argv, tc.wantExit, tc.wantStep, modeDaemon)
+			runCloudConfig(t, repo, daemonCfg, tc.argv, tc.wantExit, tc.wantStep, modeDaemon, true)
 		})
 	}
 	// A daemon that stopped before its first apply recorded no run: status, the line's
 	// last command, exits 1, and cloud-init records a failure.
 	t.Run("daemon without a run", func(t *testing.T) {
-		runCloudConfig(t, repo, daemonCfg, ok, 1, `no run recorded`, modeDaemonNoRun)
+		runCloudConfig(t, repo, daemonCfg, ok, 1, `no run recorded`, modeDaemonNoRun, true)
 	})
 	// The fleet's #cloud-configs (the node that pushes, the pull-only ones) record the
 	// result as the first does (a failed apply is a failed runcmd) and read the same
 	// /etc/sglprov/env.
 	for i, fleet := range cfgs[1:] {
 		t.Run(fmt.Sprintf("fleet %d ok", i+1), func(t *testing.T) {
-			runCloudConfig(t, repo, fleet, ok, 0, `hello +ok`, modeApply)
+			runCloudConfig(t, repo, fleet, ok, 0, `hello +ok`, modeApply, true)
 		})
 		t.Run(fmt.Sprintf("fleet %d failing apply", i+1), func(t *testing.T) {
-			runCloudConfig(t, repo, fleet, "[sh, -c, 'echo broken >&2; exit 9']", 1, `hello +failed`, modeApply)
+			runCloudConfig(t, repo, fleet, "[sh, -c, 'echo broken >&2; exit 9']", 1, `hello +failed`, modeApply, true)
+		})
+	}
+	// /etc/sglprov/env is optional, as the daemon's unit treats it: every #cloud-config,
+	// pasted as it is, works and records its result on a node without it.
+	plain := `[sh, -c, 'touch HELLO']`
+	for i, c := range cfgs {
+		t.Run(fmt.Sprintf("config %d without /etc/sglprov/env", i+1), func(t *testing.T) {
+			runCloudConfig(t, repo, c, plain, 0, `hello +ok`, modeApply, false)
+		})
+		t.Run(fmt.Sprintf("config %d failing without /etc/sglprov/env", i+1), func(t *testing.T) {
+			runCloudConfig(t, repo, c, "[sh, -c, 'exit 9']", 1, `hello +failed`, modeApply, false)
 		})
 	}
 }
@@ -133,11 +144,12 @@ const (
 )
 
 // runCloudConfig plays cfg on a fresh root with a recipe of one command step (argv, where
-// HELLO is a file under the root) and checks the exit code and the result's records. With
+// HELLO is a file under the root) and checks the exit code and the result's records, and
+// that the daemon's unit is installed. Without withEnv, /etc/sglprov/env is not there. With
 // daemon, cfg's last runcmd line enables the daemon: systemctl stands in for systemd,
 // running the daemon's first apply and returning 0 once it is done, as `systemctl start`
 // of the Type=notify unit does whatever the apply found (READY=1 comes either way).
-func runCloudConfig(t *testing.T, repo string, cfg cloudConfig, argv string, wantExit int, wantStep string, mode runMode) {
+func runCloudConfig(t *testing.T, repo string, cfg cloudConfig, argv string, wantExit int, wantStep string, mode runMode, withEnv bool) {
 	daemon := mode != modeApply
 	root := t.TempDir()
 	moved := regexp.MustCompile(`(^|[\s"'=])(/(?:etc|opt|usr/local|var/lib|var/log|root)/)`)
@@ -201,7 +213,11 @@ func runCloudConfig(t *testing.T, repo string, cfg cloudConfig, argv string, wan
 	// same), with one variable the recipe's step reads.
 	envText, _ := os.ReadFile(envFile)
 	os.MkdirAll(filepath.Dir(envFile), 0o755)
-	if err := os.WriteFile(envFile, append(envText, "SGLPROV_ENV_PROBE=from-env-file\n"...), 0o600); err != nil {
+	if !withEnv {
+		if err := os.Remove(envFile); err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+	} else if err := os.WriteFile(envFile, append(envText, "SGLPROV_ENV_PROBE=from-env-file\n"...), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	env := append(os.Environ(), "SGLPROV_STATE_DIR="+filepath.Join(root, "var", "lib", "sglprov"),
@@ -228,6 +244,9 @@ func runCloudConfig(t *testing.T, repo string, cfg cloudConfig, argv string, wan
 		t.Errorf("the runcmd script exited %d, want sglprov's %d: cloud-init would record the wrong result\n%s", got, wantExit, out)
 	}
 
+	if _, err := os.Stat(filepath.Join(root, "etc", "systemd", "system", "sglprov.service")); err != nil {
+		t.Errorf("the runcmd did not install the daemon's unit: %v", err)
+	}
 	want := fmt.Sprintf("sglprov apply exit %d at ", wantExit)
 	if daemon {
 		// The daemon's line records nothing itself: the daemon's journal and status do.
@@ -331,5 +350,23 @@ func TestCloudInitCUDAToolkit(t *testing.T) {
 	wantMinor, _ := strconv.Atoi(string(want[2]))
 	if major < wantMajor || major == wantMajor && minor < wantMinor {
 		t.Errorf("%s does not satisfy the shipped recipe's nvcc >=%s.%s", toolkit[0], want[1], want[2])
+	}
+
+	// The Hopper recipe builds with another toolkit: it requires that toolkit's nvcc, and
+	// the text names the package that installs it.
+	hopper, err := os.ReadFile(filepath.Join(repo, "recipes", "qwen3-235b-a22b-fp8-sm90.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hh := regexp.MustCompile(`(?m)^\s*cuda_home:\s*/usr/local/cuda-(\d+)\.(\d+)$`).FindSubmatch(hopper)
+	hw := regexp.MustCompile(`(?m)^\s*nvcc:\s*\{version:\s*">=(\d+)\.(\d+)"\}`).FindSubmatch(hopper)
+	if hh == nil || hw == nil {
+		t.Fatal("the Hopper recipe has no cuda_home var or requires.commands.nvcc range")
+	}
+	if string(hh[1]) != string(hw[1]) || string(hh[2]) != string(hw[2]) {
+		t.Errorf("the Hopper recipe builds with cuda-%s.%s but requires nvcc >=%s.%s", hh[1], hh[2], hw[1], hw[2])
+	}
+	if pkg := fmt.Sprintf("`cuda-toolkit-%s-%s`", hh[1], hh[2]); !strings.Contains(string(doc), pkg) {
+		t.Errorf("docs/cloud-init.md does not name %s, the Hopper recipe's toolkit", pkg)
 	}
 }

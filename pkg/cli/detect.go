@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/hostcmd"
 )
@@ -18,7 +19,17 @@ func runDetect(ctx context.Context, stdio IO, args []string) error {
 	}
 	facts, err := detectFacts(ctx, stdio)
 	if err != nil {
+		if asJSON {
+			// A script reading --json gets JSON either way: the error and its exit code.
+			writeDetectError(stdio, err)
+		}
 		return err
+	}
+	// A host without a GPU cannot serve: exit 4, as DESIGN's table says for a host that
+	// falls short (the facts are still shown).
+	var noGPU error
+	if len(facts.GPUs) == 0 {
+		noGPU = &exitError{msg: "no NVIDIA GPU found: NVML works (driver " + facts.DriverVersion + ") but reports no GPU", kind: engine.ErrHost}
 	}
 	// The CUDA toolkit (nvcc) is not the driver's CUDA: show both when nvcc is found (on the
 	// PATH, or where CUDA builds look for it).
@@ -29,10 +40,19 @@ func runDetect(ctx context.Context, stdio IO, args []string) error {
 	if asJSON {
 		enc := json.NewEncoder(stdio.Stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(struct {
+		out := struct {
 			*gpu.Facts
-			NVCC *hostcmd.Found `json:"nvcc,omitempty"`
-		}{facts, nvcc})
+			NVCC     *hostcmd.Found `json:"nvcc,omitempty"`
+			Error    string         `json:"error,omitempty"`
+			ExitCode int            `json:"exit_code,omitempty"`
+		}{Facts: facts, NVCC: nvcc}
+		if noGPU != nil {
+			out.Error, out.ExitCode = engine.Message(noGPU), engine.ExitCode(noGPU)
+		}
+		if err := enc.Encode(out); err != nil {
+			return fmt.Errorf("writing the facts: %w", err)
+		}
+		return noGPU
 	}
 	if len(facts.GPUs) == 0 {
 		fmt.Fprintf(stdio.Stdout, "No NVIDIA GPU found: NVML works (driver %s) but reports no GPU.\n"+
@@ -54,5 +74,16 @@ func runDetect(ctx context.Context, stdio IO, args []string) error {
 		}
 		fmt.Fprintf(stdio.Stdout, "nvcc:   %s at %s (the CUDA toolkit; CUDA above is the driver's, which requires.cuda checks)\n", v, where)
 	}
-	return nil
+	return noGPU
+}
+
+// writeDetectError prints detect's error as a JSON object on stdout: {"error": ...,
+// "exit_code": N}.
+func writeDetectError(stdio IO, err error) {
+	enc := json.NewEncoder(stdio.Stdout)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(struct {
+		Error    string `json:"error"`
+		ExitCode int    `json:"exit_code"`
+	}{engine.Message(err), engine.ExitCode(err)})
 }

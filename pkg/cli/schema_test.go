@@ -13,6 +13,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/sglprov/sglprov/internal/fielddocs"
 	"github.com/sglprov/sglprov/pkg/recipe"
 	"github.com/sglprov/sglprov/pkg/steps"
 )
@@ -173,5 +174,52 @@ func TestSchemaHasEveryStepKind(t *testing.T) {
 		if _, ok := props[kind]; !ok {
 			t.Errorf("step kind %q is not in the schema", kind)
 		}
+	}
+}
+
+// Every field of the recipes' JSON Schema carries a description (an editor shows it as
+// help), made from the field's doc comment.
+func TestSchemaDescribesEveryField(t *testing.T) {
+	var schema map[string]any
+	if err := json.Unmarshal(generatedSchema(t), &schema); err != nil {
+		t.Fatal(err)
+	}
+	var walk func(node map[string]any, path string)
+	walk = func(node map[string]any, path string) {
+		if props, ok := node["properties"].(map[string]any); ok {
+			for name, p := range props {
+				ps, _ := p.(map[string]any)
+				if d, _ := ps["description"].(string); d == "" {
+					t.Errorf("%s.%s has no description: give the Go field a doc comment and run make schema", path, name)
+				}
+				walk(ps, path+"."+name)
+			}
+		}
+		for _, key := range []string{"items", "additionalProperties"} {
+			if sub, ok := node[key].(map[string]any); ok {
+				walk(sub, path+"["+key+"]")
+			}
+		}
+	}
+	walk(schema, "")
+	match := schema["properties"].(map[string]any)["profiles"].(map[string]any)["additionalProperties"].(map[string]any)["properties"].(map[string]any)["match"].(map[string]any)["properties"].(map[string]any)["quantization"].(map[string]any)
+	if d, _ := match["description"].(string); !strings.Contains(d, "--quantization arg in the service step's args") {
+		t.Errorf("profiles.*.match.quantization does not say where it is read from: %q", d)
+	}
+}
+
+// The descriptions are the doc comments as they are now.
+func TestFieldDocsCurrent(t *testing.T) {
+	root := repoRoot(t)
+	want, err := fielddocs.Generate(fielddocs.Module, root, "recipe", fielddocs.RecipeRoots())
+	if err != nil {
+		t.Fatal(err)
+	}
+	have, err := os.ReadFile(filepath.Join(root, "pkg", "recipe", "fielddocs_gen.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(have, want) {
+		t.Errorf("pkg/recipe/fielddocs_gen.go is stale: run make schema (or go run ./internal/fielddocs/gen)")
 	}
 }

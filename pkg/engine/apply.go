@@ -129,6 +129,7 @@ func (e *Engine) Apply(ctx context.Context) (*Report, error) {
 		if n.res.err != nil {
 			failed.names = append(failed.names, n.step.Name)
 			failed.errs = append(failed.errs, n.res.err)
+			failed.interrupted = append(failed.interrupted, n.res.Result == ResultInterrupted)
 		}
 	}
 	if len(failed.errs) > 0 {
@@ -302,6 +303,10 @@ func (e *Engine) runNode(ctx context.Context, n *node, sem chan struct{}, runDir
 // restoreOrRun takes the step's outputs from the fleet cache when it can, and runs the
 // step otherwise (a failed pull is said and falls back to running). A forced step runs.
 func (e *Engine) restoreOrRun(ctx context.Context, n *node, env *Env, slot CacheSlot, res *StepReport) error {
+	if why := offlineSkip(n, env); why != "" {
+		// Under --root nothing runs on this host or writes outside the root.
+		return Skipped(why)
+	}
 	if slot.Cache == nil {
 		return n.impl.Run(ctx, env)
 	}

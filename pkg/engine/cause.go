@@ -96,11 +96,14 @@ func NetworkHint(kind, msg string, hub bool) string {
 }
 
 // stepsFailed is Apply's error when steps failed: every failed step on its own line with
-// its error, then one last line that names them all. It unwraps to the first failure,
-// whose exit-code mark the run's exit code is.
+// its error, then one last line that names them all, the ones cut short by Ctrl-C or
+// SIGTERM as interrupted, not failed. It unwraps to the first failure, whose exit-code
+// mark the run's exit code is.
 type stepsFailed struct {
 	names []string
 	errs  []error
+	// interrupted marks the steps that were cut short.
+	interrupted []bool
 }
 
 func (e *stepsFailed) Error() string {
@@ -108,11 +111,28 @@ func (e *stepsFailed) Error() string {
 	for i, err := range e.errs {
 		fmt.Fprintf(&b, "step %s: %s\n", e.names[i], strings.TrimSpace(Message(err)))
 	}
-	if len(e.names) == 1 {
-		fmt.Fprintf(&b, "step %s failed", e.names[0])
-	} else {
-		fmt.Fprintf(&b, "%d steps failed: %s", len(e.names), strings.Join(e.names, ", "))
+	var failed, cut []string
+	for i, n := range e.names {
+		if i < len(e.interrupted) && e.interrupted[i] {
+			cut = append(cut, n)
+		} else {
+			failed = append(failed, n)
+		}
 	}
+	var parts []string
+	for _, g := range []struct {
+		names []string
+		verb  string
+	}{{failed, "failed"}, {cut, "interrupted"}} {
+		switch len(g.names) {
+		case 0:
+		case 1:
+			parts = append(parts, fmt.Sprintf("step %s %s", g.names[0], g.verb))
+		default:
+			parts = append(parts, fmt.Sprintf("%d steps %s: %s", len(g.names), g.verb, strings.Join(g.names, ", ")))
+		}
+	}
+	b.WriteString(strings.Join(parts, "; "))
 	return b.String()
 }
 

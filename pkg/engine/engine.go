@@ -158,6 +158,9 @@ func New(opts Options) (*Engine, error) {
 		e.nodes = append(e.nodes, n)
 		e.byName[s.Name] = n
 	}
+	if err := e.checkClaims(); err != nil {
+		return nil, err
+	}
 	for _, n := range e.nodes {
 		for _, d := range n.step.Needs {
 			dn := e.byName[d]
@@ -424,7 +427,7 @@ func (e *Engine) ReadFiles() error {
 			continue
 		}
 		if err := fr.ReadFiles(e.env(n, nil, "")); errors.Is(err, ErrUsage) {
-			errs = append(errs, fmt.Errorf("step %s: %w", n.step.Name, err))
+			errs = append(errs, stepError(n, err))
 		}
 	}
 	return errors.Join(errs...)
@@ -441,7 +444,7 @@ func (e *Engine) Check() error {
 			continue
 		}
 		if err := c.Check(e.env(n, nil, "")); err != nil {
-			errs = append(errs, fmt.Errorf("step %s: %w", n.step.Name, err))
+			errs = append(errs, stepError(n, err))
 		}
 	}
 	return errors.Join(errs...)
@@ -490,6 +493,19 @@ func (e *Engine) Plan(ctx context.Context) (*Plan, error) {
 			}
 		case err != nil:
 			ps.Run, ps.Reason = true, "needs "+strings.Join(upstream, ", ")+", which runs"
+		}
+		if err == nil || !errors.Is(err, ErrUsage) {
+			// The files the step reads (a series and its patches, a questions file, a token
+			// file) are checked as validate checks them: bad or missing ones fail the plan.
+			if fr, ok := n.impl.(FileReader); ok {
+				if ferr := fr.ReadFiles(env); errors.Is(ferr, ErrUsage) {
+					ps.Error = Message(ferr)
+					preflight = append(preflight, fmt.Errorf("step %s: %w", n.step.Name, ferr))
+				}
+			}
+		}
+		switch {
+		case err != nil:
 		default:
 			ps.Run, ps.Reason, ps.Fingerprint = d.Run, d.Reason, d.Fingerprint
 			if !d.Run && len(upstream) > 0 {
@@ -506,9 +522,10 @@ func (e *Engine) Plan(ctx context.Context) (*Plan, error) {
 				}
 			}
 		}
-		if os, ok := n.impl.(OfflineSkipper); ok && env.Offline {
-			ps.Run, ps.Reason = false, os.OfflineSkip()
+		if why := offlineSkip(n, env); why != "" {
+			ps.Run, ps.Reason = false, why
 		}
+		env.Planned, env.PlannedDeps = ps.Run, upstream
 		var lines []string
 		var need *DiskNeed
 		var ok bool

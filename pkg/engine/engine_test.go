@@ -345,6 +345,11 @@ func TestInterruptRecordsAndConverges(t *testing.T) {
 	if got := results(rep)["weights"]; got != engine.ResultInterrupted {
 		t.Errorf("weights = %q, want interrupted", got)
 	}
+	// The error's last line says what happened: the step was cut short, it did not fail.
+	lines := strings.Split(err.Error(), "\n")
+	if last := lines[len(lines)-1]; last != "step weights interrupted" {
+		t.Errorf("last line of the error = %q, want %q", last, "step weights interrupted")
+	}
 	st, _ := engine.LoadState(dir)
 	if st.Steps["weights"].Result != engine.ResultInterrupted {
 		t.Errorf("state weights = %q", st.Steps["weights"].Result)

@@ -57,14 +57,45 @@ func (e *Env) ReadRecipeFile(p string) ([]byte, string, error) {
 	full := e.RecipePath(p)
 	if !e.InsecurePermissions {
 		if err := CheckPermissions(full); err != nil {
-			return nil, full, err
+			return nil, full, e.missingRecipeFile(full, err)
 		}
 	}
 	b, err := ReadTrusted(full, 0)
 	if err != nil {
-		return nil, full, err
+		return nil, full, e.missingRecipeFile(full, err)
 	}
 	return b, full, nil
+}
+
+// missingRecipeFile makes a recipe file that is not there the recipe's error (ErrUsage):
+// the recipe's own inputs come with it, no step makes them.
+func (e *Env) missingRecipeFile(full string, err error) error {
+	if !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return fmt.Errorf("%w: %s does not exist: the files a recipe reads (a patch series and its patches, a unit "+
+		"template, a questions file) are relative to the recipe's folder %s; put the file there or fix the path "+
+		"(a file shipped in the binary is builtin:NAME)", ErrUsage, full, e.RecipeDir)
+}
+
+// CheckSecretFile checks a host file that holds a secret (the hub token) before it is
+// used: a file that is not there, or not a regular file, is the recipe's error (ErrUsage)
+// naming the file and the fix, and so is one that the group or others may read, unless
+// insecure (--insecure-permissions) is set.
+func CheckSecretFile(field, p string, insecure bool) error {
+	fi, err := os.Stat(p)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("%w: %s %s does not exist: write the secret there (chmod 600), or leave %s empty", ErrUsage, field, p, field)
+	case err != nil:
+		return fmt.Errorf("checking %s %s: %w", field, p, err)
+	case !fi.Mode().IsRegular():
+		return fmt.Errorf("%w: %s %s is not a regular file", ErrUsage, field, p)
+	case fi.Mode().Perm()&0o077 != 0 && !insecure:
+		return fmt.Errorf("%w: %s %s may be read by its group or others (mode %04o): chmod 600 %s (or pass --insecure-permissions)",
+			ErrUsage, field, p, fi.Mode().Perm(), p)
+	}
+	return nil
 }
 
 // JoinRecipePath names a file beside another recipe file (a patch beside its series),

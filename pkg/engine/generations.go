@@ -219,6 +219,15 @@ func (e *Engine) endGeneration(ok bool) *GenerationReport {
 		return nil
 	}
 	gr := &GenerationReport{Building: g.info.Key, Serving: g.info.Serving}
+	if ok && e.opts.Root != "" && e.opts.Root != "/" {
+		// Under --root nothing was started and no gate ran: the generation is recorded as
+		// built, never as passed, so "current" does not flip and it is no roll-back target.
+		gr.Note = fmt.Sprintf("generation %s built under --root, not gated: not recorded as passed", generation.Short(g.info.Key))
+		if g.info.Serving != "" && g.info.Serving != g.info.Key {
+			gr.Note += fmt.Sprintf("; generation %s serves", generation.Short(g.info.Serving))
+		}
+		return gr
+	}
 	if !ok || len(e.opts.Only) > 0 {
 		switch {
 		case g.info.Serving == g.info.Key:

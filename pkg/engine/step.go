@@ -118,10 +118,24 @@ func converges(n *node) bool {
 }
 
 // OfflineSkipper is implemented by steps that do nothing offline (--root), where nothing
-// is started (the smoke gate): plan shows them skipped, with OfflineSkip's reason, as
-// apply will record them.
+// is started (the smoke gate) and nothing may run or be written outside the root (a
+// command step, whose program runs on this host; a build that names host paths): plan
+// shows them skipped, with OfflineSkip's reason, and apply records them so without
+// running them. An empty reason means the step can be rendered under the root and runs.
 type OfflineSkipper interface {
 	OfflineSkip() string
+}
+
+// offlineSkip returns why the step of n does not run under --root ("" when it runs, or
+// when this is not an offline run).
+func offlineSkip(n *node, env *Env) string {
+	if !env.Offline {
+		return ""
+	}
+	if os, ok := n.impl.(OfflineSkipper); ok {
+		return os.OfflineSkip()
+	}
+	return ""
 }
 
 // Preflighter is implemented by steps that can tell before anything runs whether they can
@@ -232,6 +246,12 @@ type Env struct {
 	Force bool
 	// Offline is set under --root: nothing is started on the host.
 	Offline bool
+	// Planned is set while plan asks a Preflighter, when plan says the step would run: a
+	// check that only a run needs (a service's programs on its PATH) is made then only.
+	// PlannedDeps names the needed steps that plan says run first (what they write is not
+	// there yet).
+	Planned     bool
+	PlannedDeps []string
 	// Builtin holds the files shipped in the binary (patches, templates, recipes), read
 	// through ReadRecipeFile with the "builtin:" prefix.
 	Builtin fs.FS

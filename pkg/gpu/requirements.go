@@ -8,6 +8,7 @@ import (
 
 // Requirements is what a recipe needs of the host (the recipe's `requires:`).
 type Requirements struct {
+	// GPU is what every GPU of the host must have, and how many there must be.
 	GPU GPURequirements `yaml:"gpu" json:"gpu"`
 	// Driver is a version range for the NVIDIA driver, e.g. ">=575".
 	Driver string `yaml:"driver" json:"driver"`

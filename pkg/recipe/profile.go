@@ -18,7 +18,10 @@ type Profile struct {
 type ProfileMatch struct {
 	// ComputeCapability is an exact capability ("12.0") or a range (">=9.0,<10.0").
 	ComputeCapability string `yaml:"compute_capability" json:"compute_capability,omitempty"`
-	// Quantization is the server's --quantization value, e.g. "modelopt_fp4".
+	// Quantization is the server's --quantization value, e.g. "modelopt_fp4": it is
+	// compared with the --quantization arg in the service step's args (not read from the
+	// model). A step whose profiles all want another quantization than its args give is
+	// the recipe's fault (exit 2).
 	Quantization string `yaml:"quantization" json:"quantization,omitempty"`
 	// Check is a command (argv, no shell) run on the host when the rest matches: the
 	// profile matches only if it exits 0; otherwise the last line it printed is the

@@ -74,14 +74,15 @@ const durationPattern = `^[-+]?(0|([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|ms|s|m|
 func JSONSchema(kinds KindSpecs) map[string]any {
 	top := typeSchema(reflect.TypeOf(File{}))
 	props := top["properties"].(map[string]any)
-	props["apiVersion"] = map[string]any{"const": APIVersion}
-	props["name"] = map[string]any{"type": "string", "pattern": nameRE.String()}
-	props["vars"] = map[string]any{
+	docs := fieldDescriptions(reflect.TypeOf(File{}))
+	props["apiVersion"] = described(map[string]any{"const": APIVersion}, docs["apiVersion"])
+	props["name"] = described(map[string]any{"type": "string", "pattern": nameRE.String()}, docs["name"])
+	props["vars"] = described(map[string]any{
 		"type":                 "object",
 		"propertyNames":        map[string]any{"pattern": varRE.String()},
 		"additionalProperties": scalar(),
-	}
-	props["steps"] = map[string]any{"type": "array", "items": stepSchema(kinds)}
+	}, docs["vars"])
+	props["steps"] = described(map[string]any{"type": "array", "items": stepSchema(kinds)}, docs["steps"])
 	top["required"] = []string{"apiVersion", "name", "steps"}
 	top["$schema"] = "http://json-schema.org/draft-07/schema#"
 	top["$id"] = SchemaID
@@ -97,12 +98,14 @@ func stepSchema(kinds KindSpecs) map[string]any {
 	}
 	sort.Strings(names)
 	props := map[string]any{
-		"name":  map[string]any{"type": "string", "pattern": nameRE.String()},
-		"needs": map[string]any{"type": "array", "items": map[string]any{"type": "string"}},
+		"name": described(map[string]any{"type": "string", "pattern": nameRE.String()},
+			"The step's name, unique in the recipe: letters, digits, '.', '_' or '-'."),
+		"needs": described(map[string]any{"type": "array", "items": map[string]any{"type": "string"}},
+			"The steps that must finish first (by name); a step runs again when one it needs ran."),
 	}
 	oneOf := make([]any, 0, len(names))
 	for _, k := range names {
-		props[k] = typeSchema(reflect.TypeOf(kinds[k]()))
+		props[k] = described(typeSchema(reflect.TypeOf(kinds[k]())), "A "+k+" step (give exactly one kind per step).")
 		oneOf = append(oneOf, map[string]any{"required": []string{k}})
 	}
 	return map[string]any{
@@ -141,8 +144,9 @@ func typeSchema(t reflect.Type) map[string]any {
 	switch t.Kind() {
 	case reflect.Struct:
 		props := map[string]any{}
+		docs := fieldDescriptions(t)
 		for name, f := range yamlFields(t) {
-			props[name] = typeSchema(f.Type)
+			props[name] = described(typeSchema(f.Type), docs[name])
 		}
 		return map[string]any{"type": "object", "properties": props, "additionalProperties": false}
 	case reflect.Map:
@@ -160,4 +164,48 @@ func typeSchema(t reflect.Type) map[string]any {
 		return map[string]any{"type": "number"}
 	}
 	return map[string]any{}
+}
+
+// described adds description to a property's schema ("" adds none).
+func described(schema map[string]any, description string) map[string]any {
+	if description != "" {
+		schema["description"] = description
+	}
+	return schema
+}
+
+// fieldDescriptions returns the doc comments of t's fields by their YAML names, inline
+// fields' own included (see fieldDocs, made from the source by go run
+// ./internal/fielddocs/gen).
+func fieldDescriptions(t reflect.Type) map[string]string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	out := map[string]string{}
+	if t.Kind() != reflect.Struct {
+		return out
+	}
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if name == "-" {
+			continue
+		}
+		if strings.Contains(opts, "inline") {
+			for k, v := range fieldDescriptions(f.Type) {
+				out[k] = v
+			}
+			continue
+		}
+		if name == "" {
+			name = strings.ToLower(f.Name)
+		}
+		if d := fieldDocs[t.PkgPath()+"."+t.Name()+"."+f.Name]; d != "" {
+			out[name] = d
+		}
+	}
+	return out
 }

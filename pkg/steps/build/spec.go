@@ -26,6 +26,7 @@ package build
 import (
 	"fmt"
 	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 
@@ -166,3 +167,44 @@ func New(name string, spec *Spec) (*Step, error) {
 
 // dir returns the build directory as an absolute path on this machine.
 func (s *Step) dir(env *engine.Env) string { return env.Path(s.spec.Dir) }
+
+// OfflineSkip is why the build does not run under --root ("" when it does). Its folder is
+// under the root, but its program runs on this host: a build whose argv, env, python,
+// outputs or inputs name an absolute path (a virtual environment's python, a generation's
+// folder, a toolkit) would read or write the node's paths on this host, outside the root,
+// so it is skipped; one that names none (a script in its own folder, found on PATH) runs
+// inside its folder under the root.
+func (s *Step) OfflineSkip() string {
+	var vals []string
+	vals = append(vals, s.spec.Argv...)
+	keys := make([]string, 0, len(s.spec.Env))
+	for k := range s.spec.Env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		vals = append(vals, s.spec.Env[k])
+	}
+	vals = append(vals, s.spec.Python)
+	vals = append(vals, s.spec.Outputs...)
+	vals = append(vals, s.spec.Inputs...)
+	for _, v := range vals {
+		if p := hostPathIn(v); p != "" {
+			return "offline (--root): the build names " + p + ", a path of the node that is not under the root here; not run"
+		}
+	}
+	return ""
+}
+
+// hostPathIn returns the first absolute path in v ("" when none): v is split at white
+// space, ':', '=' and ',' (a PATH, a -DKEY=/path define, a list).
+func hostPathIn(v string) string {
+	for _, f := range strings.FieldsFunc(v, func(r rune) bool {
+		return r == ':' || r == '=' || r == ',' || r == ' ' || r == '\t' || r == '\n'
+	}) {
+		if strings.HasPrefix(f, "/") {
+			return f
+		}
+	}
+	return ""
+}

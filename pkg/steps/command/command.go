@@ -52,6 +52,13 @@ type record struct {
 	Created map[string]string `json:"created"`
 }
 
+// OfflineSkip is why a command does not run under --root: its program would run on this
+// host, and what it writes (argv names the node's paths, not the root's) would land outside
+// the root.
+func (s *Step) OfflineSkip() string {
+	return "offline (--root): a command runs its program on this host, where what it writes is not under the root; not run"
+}
+
 // Fingerprint adds nothing beyond the recipe text and the vars it uses.
 func (s *Step) Fingerprint(ctx context.Context, env *engine.Env) (map[string]string, error) {
 	return nil, nil

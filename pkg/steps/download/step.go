@@ -138,6 +138,9 @@ func (s *Step) hubClient(env *engine.Env, retries int) (*hub.Client, error) {
 	tokenFile := s.spec.HF.TokenFile
 	if tokenFile != "" {
 		tokenFile = env.Path(tokenFile)
+		if err := engine.CheckSecretFile("hf.token_file", tokenFile, env.InsecurePermissions); err != nil {
+			return nil, err
+		}
 	}
 	c, err := hub.New(hub.Options{
 		Endpoint: s.spec.HF.Endpoint, TokenFile: tokenFile, Getenv: s.getenv, HTTPClient: s.client,

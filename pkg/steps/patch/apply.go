@@ -50,6 +50,25 @@ func clampPerm(m fs.FileMode) fs.FileMode {
 	return m.Perm() & 0o644
 }
 
+// modeChange reports whether f changes a regular file's mode (git's "old mode"/"new mode"
+// lines).
+func modeChange(f *gitdiff.File) bool {
+	return f.OldMode != 0 && f.NewMode != 0 && f.OldMode != f.NewMode &&
+		gitType(f.OldMode) == gitRegular && gitType(f.NewMode) == gitRegular
+}
+
+// modeFrom reports whether a file of mode perm is in the mode old that a mode change
+// starts from. Applied forward, the owner's execute bit decides (git records 100644 or
+// 100755, while a checkout's group bits follow the umask); undone, the file must have
+// exactly the mode the change gave it, which is what tells a tree with the change from
+// one without it.
+func modeFrom(perm, old fs.FileMode, forward bool) bool {
+	if forward {
+		return perm&0o100 == old&0o100
+	}
+	return perm == clampPerm(old)
+}
+
 // tree is the in-memory view of the files a series touches. Files are read from disk on
 // first use; changes stay in memory until write.
 type tree struct {
@@ -235,6 +254,9 @@ func applyFile(t *tree, patch string, f *gitdiff.File, threeWay bool) error {
 			return conflict("it is a symbolic link, but the patch changes a regular file")
 		case !src.link && diffLink:
 			return conflict("the patch changes a symbolic link, but it is a regular file")
+		case !src.link && modeChange(f) && !modeFrom(src.perm, f.OldMode, threeWay):
+			return conflict(fmt.Sprintf("the patch changes its mode from %o to %o, but its mode is %o",
+				uint32(f.OldMode), uint32(f.NewMode), uint32(src.perm)))
 		}
 	}
 	if (f.IsRename || f.IsCopy) && !f.IsNew {

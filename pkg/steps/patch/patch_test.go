@@ -591,3 +591,43 @@ func TestKind(t *testing.T) {
 		t.Errorf("New: %v", err)
 	}
 }
+
+// A series whose patches only change modes applies them: it is not "already applied" while
+// the files have the old modes, and it is once they have the new ones.
+func TestModeOnlyPatch(t *testing.T) {
+	f := newFixture(t, nil, [2]string{"0001-exec.patch", `diff --git a/run.sh b/run.sh
+old mode 100644
+new mode 100755
+`}, [2]string{"0002-private.patch", `diff --git a/key.txt b/key.txt
+old mode 100644
+new mode 100600
+`})
+	writeFile(t, filepath.Join(f.tree, "run.sh"), "echo run\n", 0o664)
+	writeFile(t, filepath.Join(f.tree, "key.txt"), "k\n", 0o644)
+	if err := f.run(t); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]os.FileMode{"run.sh": 0o755, "key.txt": 0o600} {
+		fi, err := os.Stat(filepath.Join(f.tree, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm() != want {
+			t.Errorf("%s mode = %v, want %v", name, fi.Mode().Perm(), want)
+		}
+	}
+	if strings.Contains(f.log.String(), resultAlreadyApplied) {
+		t.Errorf("the first run says a patch was already applied:\n%s", f.log)
+	}
+	// Again, on the changed tree: already applied, nothing changed.
+	f.log.Reset()
+	if err := f.run(t); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(filepath.Join(f.tree, "run.sh")); err != nil || fi.Mode().Perm() != 0o755 {
+		t.Errorf("run.sh after the second run: %v, %v", fi, err)
+	}
+	if !strings.Contains(f.log.String(), resultAlreadyApplied) {
+		t.Errorf("the second run does not say the patches were already applied:\n%s", f.log)
+	}
+}

@@ -40,7 +40,7 @@ func (s *Step) load(env *engine.Env) (*series, error) {
 // ReadFiles reads the series and every patch it names (validate).
 func (s *Step) ReadFiles(env *engine.Env) error {
 	_, err := s.load(env)
-	return err
+	return engine.AtField("series", err)
 }
 
 // Fingerprint digests the series file and every patch it names.

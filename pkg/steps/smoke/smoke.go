@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"sort"
@@ -134,7 +135,7 @@ func (s *Step) Fingerprint(context.Context, *engine.Env) (map[string]string, err
 
 // ReadFiles reads the question files of the accuracy cases (validate), as Run does.
 func (s *Step) ReadFiles(env *engine.Env) error {
-	for _, c := range s.spec.Cases {
+	for i, c := range s.spec.Cases {
 		if c.Accuracy == nil {
 			continue
 		}
@@ -142,7 +143,11 @@ func (s *Step) ReadFiles(env *engine.Env) error {
 			b, _, err := env.ReadRecipeFile(name)
 			return b, err
 		}); err != nil {
-			return fmt.Errorf("case %q: %w", c.Name, err)
+			if !errors.Is(err, engine.ErrUsage) {
+				// A questions file that is not a questions file is the recipe's error.
+				err = fmt.Errorf("%w: %w", engine.ErrUsage, err)
+			}
+			return engine.AtField(fmt.Sprintf("cases[%d].accuracy.questions", i), fmt.Errorf("case %q: %w", c.Name, err))
 		}
 	}
 	return nil

@@ -76,7 +76,7 @@ func New(name string, spec Spec) (*Step, error) {
 // ref that is not a full commit, an archive without its sha256 (validate).
 func (s *Step) Check(*engine.Env) error {
 	_, err := s.resolve()
-	return err
+	return engine.AtField("url", err)
 }
 
 // Step fetches a source tree.

@@ -48,7 +48,7 @@ func (s *Step) mismatch(env *engine.Env, name string, p recipe.Profile) (string,
 			if have == "" {
 				have = "none"
 			}
-			return fmt.Sprintf("%s needs quantization %s (the step's --quantization is %s)", name, want, have), nil
+			return fmt.Sprintf("%s needs quantization %s (its match.quantization; the step's --quantization arg is %s)", name, want, have), nil
 		}
 	}
 	if len(p.Match.Check) > 0 {
@@ -61,14 +61,41 @@ func (s *Step) mismatch(env *engine.Env, name string, p recipe.Profile) (string,
 }
 
 // Check refuses a profile the step names that the recipe does not define (validate): the
-// choice among the defined ones needs the host, the names do not.
+// choice among the defined ones needs the host, the names do not. It also refuses profiles
+// of which none can match the step's quantization, which no host could change.
 func (s *Step) Check(env *engine.Env) error {
-	for _, name := range s.spec.Profiles {
+	for i, name := range s.spec.Profiles {
 		if _, ok := env.Profiles[name]; !ok {
-			return fmt.Errorf("%w: profile %q is not defined in the recipe's profiles (profiles: %s)", engine.ErrUsage, name, profileNames(env.Profiles))
+			return engine.AtField(fmt.Sprintf("profiles[%d]", i), fmt.Errorf("%w: profile %q is not defined in the recipe's profiles (profiles: %s)", engine.ErrUsage, name, profileNames(env.Profiles)))
 		}
 	}
-	return nil
+	return engine.AtField("args", s.quantizationFault(env))
+}
+
+// quantizationFault returns an error wrapping engine.ErrUsage when every profile the step
+// names wants a quantization (match.quantization) other than the step's own --quantization
+// arg: no host could match one, so it is the recipe's fault, not the host's.
+func (s *Step) quantizationFault(env *engine.Env) error {
+	if len(s.spec.Profiles) == 0 {
+		return nil
+	}
+	have := s.quantization()
+	var wants []string
+	for _, name := range s.spec.Profiles {
+		want := env.Profiles[name].Match.Quantization
+		if want == "" || want == have {
+			return nil
+		}
+		wants = append(wants, name+" wants "+want)
+	}
+	shown := have
+	if shown == "" {
+		shown = "not set"
+	}
+	return fmt.Errorf("%w: none of the profiles %s can match: a profile's match.quantization is compared with the step's "+
+		"--quantization arg, which is %s (%s); add --quantization with the model's quantization to the step's args, "+
+		"or change or remove the profiles' match.quantization",
+		engine.ErrUsage, strings.Join(s.spec.Profiles, ", "), shown, strings.Join(wants, "; "))
 }
 
 // profileNames lists the recipe's profiles by name, sorted ("none" when there are none).
@@ -90,6 +117,9 @@ func profileNames(ps map[string]recipe.Profile) string {
 func (s *Step) matching(env *engine.Env) ([]string, error) {
 	if len(s.spec.Profiles) == 0 {
 		return nil, nil
+	}
+	if err := s.quantizationFault(env); err != nil {
+		return nil, err
 	}
 	var out, why []string
 	for _, name := range s.spec.Profiles {

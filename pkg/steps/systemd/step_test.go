@@ -249,9 +249,10 @@ func TestMatching(t *testing.T) {
 		{name: "quantization decides", fixture: "rtx-pro-6000-x8.json",
 			profiles: []string{"sm120-fp4-cudnn", "any-fp8"}, args: []string{"--quantization=fp8"},
 			want: []string{"any-fp8"}},
+		// No host could match: the recipe's fault (exit 2), said as such.
 		{name: "no quantization in args", fixture: "rtx-pro-6000-x8.json",
 			profiles: []string{"sm120-fp4-cudnn"}, args: []string{},
-			wantErr: engine.ErrHost, mention: []string{"needs quantization modelopt_fp4", "is none"}},
+			wantErr: engine.ErrUsage, mention: []string{"match.quantization", "--quantization arg, which is not set", "sm120-fp4-cudnn wants modelopt_fp4"}},
 		{name: "undefined profile", fixture: "rtx-pro-6000-x8.json",
 			profiles: []string{"nope"}, wantErr: engine.ErrUsage, mention: []string{`"nope"`}},
 		{name: "no GPU facts", fixture: "",

@@ -1,0 +1,84 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// fieldError is an error about one field of a step's body: the engine prefixes it with
+// the field's position in the recipe (FILE:LINE:COL).
+type fieldError struct {
+	field string
+	err   error
+}
+
+func (e *fieldError) Error() string { return e.err.Error() }
+func (e *fieldError) Unwrap() error { return e.err }
+
+// AtField marks err as being about the step body's field (dotted for nested fields:
+// "hf.token_file"; "args[2]" for a list item), so that validate and plan say where it is.
+func AtField(field string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &fieldError{field: field, err: err}
+}
+
+// stepError prefixes err with the recipe position of the step's field it names (see
+// AtField), else of the step, and with the step's name.
+func stepError(n *node, err error) error {
+	pos := n.step.Pos
+	var fe *fieldError
+	if errors.As(err, &fe) {
+		pos = n.step.FieldPos(fe.field)
+	}
+	if pos.File == "" {
+		return fmt.Errorf("step %s: %w", n.step.Name, err)
+	}
+	return fmt.Errorf("%s: step %s: %w", pos, n.step.Name, err)
+}
+
+// Claim is something on the node that only one step of a recipe may have: a service
+// unit's name, a TCP port a server listens on.
+type Claim struct {
+	// What is claimed, e.g. "unit sglang.service" or "port 30000"; Field the body field
+	// that names it, for the position.
+	What, Field string
+}
+
+// Claimer is implemented by steps that claim something on the node that no other step of
+// the recipe may claim (a service step's unit and port): two are refused before anything
+// runs, at validate, plan and apply alike.
+type Claimer interface {
+	Claims() []Claim
+}
+
+// checkClaims refuses two steps that claim the same thing, naming both places.
+func (e *Engine) checkClaims() error {
+	type first struct {
+		n     *node
+		field string
+	}
+	seen := map[string]first{}
+	var errs []string
+	for _, n := range e.nodes {
+		c, ok := n.impl.(Claimer)
+		if !ok {
+			continue
+		}
+		for _, cl := range c.Claims() {
+			f, dup := seen[cl.What]
+			if !dup {
+				seen[cl.What] = first{n, cl.Field}
+				continue
+			}
+			errs = append(errs, fmt.Sprintf("%s: step %s: %s is also step %s's (%s): two services of one recipe cannot share it; give each its own",
+				n.step.FieldPos(cl.Field), n.step.Name, cl.What, f.n.step.Name, f.n.step.FieldPos(f.field)))
+		}
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %s", ErrUsage, strings.Join(errs, "\n"))
+}
