@@ -17,7 +17,7 @@ func TestLibrariesDoNotImportTheEngine(t *testing.T) {
 	root := filepath.Join(filepath.Dir(file), "..", "..")
 	libraries := []string{"atomicfile", "buildinfo", "cache", "console", "exitcode", "fetch",
 		"generation", "gitrepo", "gpu", "hostcmd", "hostpath", "hub", "logval", "ownership", "pkgmgr", "recipe", "redact",
-		"safefile", "safetensors", "service", "smoke", "treelock"}
+		"safefile", "safetensors", "service", "smoke", "treelock", "versions"}
 	forbidden := []string{module + "pkg/engine", module + "pkg/steps", module + "pkg/cli", module + "pkg/daemon"}
 	for _, lib := range libraries {
 		seen := map[string]bool{}

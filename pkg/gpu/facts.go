@@ -11,6 +11,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/sglprov/sglprov/pkg/versions"
 )
 
 // Facts is what a host has: its GPUs, driver and CUDA version.
@@ -106,7 +108,7 @@ func (f *Facts) ComputeCapabilities() []string {
 		seen[d.ComputeCapability] = true
 		ccs = append(ccs, d.ComputeCapability)
 	}
-	sort.Slice(ccs, func(i, j int) bool { return CompareVersions(ccs[i], ccs[j]) < 0 })
+	sort.Slice(ccs, func(i, j int) bool { return versions.CompareVersions(ccs[i], ccs[j]) < 0 })
 	return ccs
 }
 

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/sglprov/sglprov/pkg/versions"
 )
 
 // Requirements is what a recipe needs of the host (the recipe's `requires:`).
@@ -86,7 +88,7 @@ func (r Requirements) Validate() error {
 		if f.value == "" {
 			continue
 		}
-		if _, err := ParseRange(f.value); err != nil {
+		if _, err := versions.ParseRange(f.value); err != nil {
 			return fmt.Errorf("%s: %w", f.name, err)
 		}
 	}
@@ -161,7 +163,7 @@ func (r Requirements) Check(f *Facts) []string {
 		add("%s", msg)
 	}
 	if cc := strings.TrimSpace(r.GPU.ComputeCapability); cc != "" {
-		rng, err := ParseRange(cc)
+		rng, err := versions.ParseRange(cc)
 		if err != nil {
 			add("requires.gpu.compute_capability: %v", err)
 		} else {
@@ -207,7 +209,7 @@ func checkVersion(what, have, want string) []string {
 	if want == "" {
 		return nil
 	}
-	rng, err := ParseRange(want)
+	rng, err := versions.ParseRange(want)
 	if err != nil {
 		return []string{fmt.Sprintf("requires.%s: %v", strings.ToLower(what), err)}
 	}
@@ -223,7 +225,7 @@ func checkVersion(what, have, want string) []string {
 // MatchCC reports whether compute capability cc ("12.0") matches expr, a version range
 // ("12.0", ">=9.0,<10.0"); profiles use it. A bad expr is a *RangeError.
 func MatchCC(expr, cc string) (bool, error) {
-	rng, err := ParseRange(expr)
+	rng, err := versions.ParseRange(expr)
 	if err != nil {
 		return false, err
 	}

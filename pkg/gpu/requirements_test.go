@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/sglprov/sglprov/pkg/versions"
 )
 
 // sm120 is the requirement of the shipped SM120 recipe.
@@ -147,7 +149,7 @@ func TestRequirementsValidate(t *testing.T) {
 			case tt.want != "" && (err == nil || !strings.HasPrefix(err.Error(), tt.want)):
 				t.Errorf("Validate = %v, want it to start with %q", err, tt.want)
 			}
-			var re *RangeError
+			var re *versions.RangeError
 			if strings.Contains(tt.want, "range") && !errors.As(err, &re) {
 				t.Errorf("Validate = %v, want it to wrap a *RangeError", err)
 			}

@@ -1,6 +1,10 @@
 package gpu
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/sglprov/sglprov/pkg/versions"
+)
 
 // SGLKernelCMakeArgs returns the CMake defines that restrict an sgl-kernel build to the
 // host's GPUs, space-separated for scikit-build-core's CMAKE_ARGS ("" with no GPUs):
@@ -28,9 +32,9 @@ func SGLKernelCMakeArgs(ccs []string) string {
 	var below90, hopper, blackwell bool
 	for _, cc := range ccs {
 		switch {
-		case CompareVersions(cc, "9.0") < 0:
+		case versions.CompareVersions(cc, "9.0") < 0:
 			below90 = true
-		case CompareVersions(cc, "10.0") < 0:
+		case versions.CompareVersions(cc, "10.0") < 0:
 			hopper = true
 		default:
 			blackwell = true

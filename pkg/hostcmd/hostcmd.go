@@ -22,7 +22,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/sglprov/sglprov/pkg/gpu"
+	"github.com/sglprov/sglprov/pkg/versions"
 )
 
 // Requirement is what a recipe asks of one command: `nvcc: {version: ">=12.8"}`, `git: {}`.
@@ -358,7 +358,7 @@ func Check(ctx context.Context, reqs Requirements, provided map[string]string, l
 		case f.Version == "":
 			r.Problem = fmt.Sprintf("found at %s, but its version could not be read (%s); %s", f.Path, f.Err, Fix(name, want))
 		default:
-			rng, err := gpu.ParseRange(want)
+			rng, err := versions.ParseRange(want)
 			if err != nil {
 				r.Problem = fmt.Sprintf("requires.commands.%s.version: %v", name, err)
 				break
@@ -478,7 +478,7 @@ func CheckInstalled(ctx context.Context, reqs Requirements, names []string, look
 		case f.Version == "":
 			out = append(out, fmt.Sprintf("%s: installed at %s, but its version could not be read (%s)", name, f.Path, f.Err))
 		default:
-			rng, err := gpu.ParseRange(want)
+			rng, err := versions.ParseRange(want)
 			if err != nil {
 				out = append(out, fmt.Sprintf("%s: requires.commands.%s.version: %v", name, name, err))
 				break

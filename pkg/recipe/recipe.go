@@ -14,6 +14,7 @@ import (
 	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/hostcmd"
 	"github.com/sglprov/sglprov/pkg/safefile"
+	"github.com/sglprov/sglprov/pkg/versions"
 )
 
 // APIVersion is the only recipe version this build reads.
@@ -398,7 +399,7 @@ func (p *parser) parseProfiles(n *yaml.Node, r *Recipe) {
 		var prof Profile
 		if p.decodeStrict(v, path, &prof) {
 			if cc := prof.Match.ComputeCapability; cc != "" {
-				if _, err := gpu.ParseRange(cc); err != nil {
+				if _, err := versions.ParseRange(cc); err != nil {
 					p.addf(v, path+".match.compute_capability", "%v", err)
 				}
 			}
@@ -423,7 +424,7 @@ func (p *parser) checkRanges(n *yaml.Node, req *gpu.Requirements) {
 		if at == nil || at.Kind != yaml.ScalarNode || at.Value == "" || at.Tag == "!!null" {
 			return
 		}
-		if _, err := gpu.ParseRange(at.Value); err != nil {
+		if _, err := versions.ParseRange(at.Value); err != nil {
 			p.addf(at, field, "%v", err)
 		}
 	}
@@ -496,7 +497,7 @@ func (p *parser) parseCommands(n *yaml.Node) hostcmd.Requirements {
 			continue
 		}
 		if req.Version != "" {
-			if _, err := gpu.ParseRange(req.Version); err != nil {
+			if _, err := versions.ParseRange(req.Version); err != nil {
 				p.addf(nodeAt(v, "version"), path+".version", "%v", err)
 			} else if !hostcmd.Known(k.Value) {
 				p.addf(nodeAt(v, "version"), path+".version", "sglprov cannot read the version of %s (it reads %s): drop the version range, or check it in a command step",

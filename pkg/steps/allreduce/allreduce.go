@@ -20,7 +20,7 @@ import (
 
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/safefile"
-	"github.com/sglprov/sglprov/pkg/steps/build"
+	"github.com/sglprov/sglprov/pkg/steps/stepexec"
 )
 
 //go:embed allreduce.py
@@ -188,7 +188,7 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	if err := build.Exec(cctx, env, env.StepName, argv, dir, envList); err != nil {
+	if err := stepexec.Exec(cctx, env, env.StepName, argv, dir, envList); err != nil {
 		if cctx.Err() == context.DeadlineExceeded && ctx.Err() == nil {
 			return fmt.Errorf("all-reduce check over %d GPUs did not finish within %s (an NCCL hang at start is P2P blocked by ACS or the IOMMU: "+
 				"see detect's topology): %w", n, s.timeout, err)

@@ -20,9 +20,8 @@ import (
 
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/gitrepo"
+	"github.com/sglprov/sglprov/pkg/steps/stepexec"
 )
-
-var errNotFound = errors.New("executable file not found in PATH")
 
 // Fingerprint returns the named inputs that decide the build's result. Probes that fail
 // are recorded as values ("absent", "error: ..."), not returned as errors. The parts:
@@ -136,7 +135,7 @@ func (s *Step) probes() []probeSpec {
 // probe runs argv and returns its trimmed standard output (standard error when that is
 // all it printed), "absent" when the program is not there, or "error: ..." when it fails.
 func (s *Step) probe(ctx context.Context, dir string, environ []string, argv []string) string {
-	path, err := lookPath(argv[0], dir, environ)
+	path, err := stepexec.LookPath(argv[0], dir, environ)
 	if err != nil {
 		return "absent"
 	}

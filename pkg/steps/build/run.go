@@ -2,21 +2,14 @@ package build
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
-	"time"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/steps/stepexec"
 )
-
-// tailLines is how many of the last output lines a failure shows.
-const tailLines = 40
 
 // Run runs the build command in its directory, streams its output to the step log and
 // its progress to the console, and records the outputs it made.
@@ -39,7 +32,7 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 		return fmt.Errorf("%w: no GPU found on this host (%s), so there is no arch list to build for: set TORCH_CUDA_ARCH_LIST in the step's env (e.g. \"12.0a\"), or describe the target host with SGLPROV_GPU_FIXTURE=FILE",
 			engine.ErrHost, noArchWhy(env))
 	}
-	if _, err := lookPath(s.ccache, dir, environ(vars)); err == nil {
+	if _, err := stepexec.LookPath(s.ccache, dir, environ(vars)); err == nil {
 		vars = s.buildEnv(env, jobs, true)
 		if cd := vars[envCCacheDir]; cd != "" {
 			if err := os.MkdirAll(cd, 0o755); err != nil {
@@ -51,7 +44,7 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	if err := s.checkToolchain(ctx, env, dir, envList); err != nil {
 		return err
 	}
-	path, err := lookPath(s.spec.Argv[0], dir, envList)
+	path, err := stepexec.LookPath(s.spec.Argv[0], dir, envList)
 	if err != nil {
 		return fmt.Errorf("finding %s: %w", s.spec.Argv[0], err)
 	}
@@ -91,128 +84,9 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	return s.checkArchLibs(env)
 }
 
-// Exec runs argv (argv[0] looked up in envList's PATH, or relative to dir) in dir with
-// envList as its whole environment, the way a build step runs its command: output to the
-// step log (env.Out), progress to env.Console, the process group killed when ctx ends
-// (SIGTERM, then SIGKILL), and on failure a *Failure with the last lines and the log's
-// path. The command step kind runs its commands through it.
-func Exec(ctx context.Context, env *engine.Env, name string, argv []string, dir string, envList []string) error {
-	path, err := lookPath(argv[0], dir, envList)
-	if err != nil {
-		return fmt.Errorf("finding %s: %w", argv[0], err)
-	}
-	s := &Step{name: name, spec: Spec{Argv: argv}, statusEvery: time.Second, logEvery: 30 * time.Second, killGrace: 10 * time.Second, verb: "running"}
-	return s.execute(ctx, env, path, dir, envList)
-}
-
-// execute runs the command in its own process group with its output going to the step log,
-// and kills the group when ctx is canceled: SIGTERM, then SIGKILL after the grace period.
+// execute runs the build command through stepexec: its own process group, output to the
+// step log, progress to the console, the group killed when ctx ends.
 func (s *Step) execute(ctx context.Context, env *engine.Env, path, dir string, envList []string) error {
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		return fmt.Errorf("creating output pipe: %w", err)
-	}
-	defer pr.Close()
-	cmd := exec.Command(path, s.spec.Argv[1:]...)
-	cmd.Args[0] = s.spec.Argv[0]
-	cmd.Dir = dir
-	cmd.Env = envList
-	cmd.Stdout, cmd.Stderr = pw, pw
-	// Its own process group, killed as a whole on cancel; and it dies with sglprov, so a
-	// killed run leaves no build behind to race the next one.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		pw.Close()
-		return fmt.Errorf("starting %s: %w", s.spec.Argv[0], err)
-	}
-	pw.Close()
-	pgid := cmd.Process.Pid
-
-	mon := newMonitor(time.Now(), tailLines)
-	out := env.Out
-	if out == nil {
-		out = io.Discard
-	}
-	readDone := make(chan struct{})
-	go func() {
-		defer close(readDone)
-		mon.copy(out, pr)
-	}()
-	stopProgress := s.startProgress(env, mon)
-
-	waitDone := make(chan error, 1)
-	go func() { waitDone <- cmd.Wait() }()
-
-	var waitErr error
-	canceled := false
-	select {
-	case waitErr = <-waitDone:
-	case <-ctx.Done():
-		canceled = true
-		_ = syscall.Kill(-pgid, syscall.SIGTERM)
-		grace := time.NewTimer(s.killGrace)
-		select {
-		case waitErr = <-waitDone:
-		case <-grace.C:
-			_ = syscall.Kill(-pgid, syscall.SIGKILL)
-			waitErr = <-waitDone
-		}
-		grace.Stop()
-		// Whatever of the group outlived its leader goes too.
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
-	}
-	// A process the build left behind may hold the pipe open; stop reading soon after.
-	select {
-	case <-readDone:
-	case <-time.After(2 * time.Second):
-		pr.Close()
-		<-readDone
-	}
-	stopProgress()
-
-	if canceled {
-		return fmt.Errorf("running %s: %w", s.spec.Argv[0], context.Cause(ctx))
-	}
-	if waitErr == nil {
-		return nil
-	}
-	var exitErr *exec.ExitError
-	if !errors.As(waitErr, &exitErr) {
-		return fmt.Errorf("running %s: %w", s.spec.Argv[0], waitErr)
-	}
-	status := exitErr.Error() // "exit status 3" or "signal: killed"
-	tail := mon.tail()
-	var b strings.Builder
-	fmt.Fprintf(&b, "last %d lines of output:\n", len(tail))
-	for _, l := range tail {
-		b.WriteString("  ")
-		b.WriteString(l)
-		b.WriteByte('\n')
-	}
-	if env.LogPath != "" {
-		fmt.Fprintf(&b, "full log: %s", env.LogPath)
-	}
-	return &Failure{Argv0: s.spec.Argv[0], Status: status, Tail: tail, LogPath: env.LogPath,
-		msg: strings.TrimRight(b.String(), "\n"), err: exitErr}
+	r := &stepexec.Runner{Name: s.name, Verb: s.verb, StatusEvery: s.statusEvery, LogEvery: s.logEvery, KillGrace: s.killGrace}
+	return r.Run(ctx, env, path, s.spec.Argv, dir, envList)
 }
-
-// Failure is the error of a build command that exited unsuccessfully.
-type Failure struct {
-	// Argv0 is the command; Status how it ended ("exit status 3", "signal: killed").
-	Argv0, Status string
-	// Tail holds the last lines of its output.
-	Tail []string
-	// LogPath is the step log holding the whole output.
-	LogPath string
-
-	msg string
-	err error
-}
-
-// Error says how the command ended, its last lines of output and where the log is.
-func (f *Failure) Error() string {
-	return fmt.Sprintf("running %s: %s; %s", f.Argv0, f.Status, f.msg)
-}
-
-// Unwrap returns the *exec.ExitError.
-func (f *Failure) Unwrap() error { return f.err }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/hostcmd"
+	"github.com/sglprov/sglprov/pkg/steps/stepexec"
 )
 
 // torchProbe prints torch's version and the CUDA version it was built for.
@@ -85,11 +86,11 @@ func majorMinor(v string) string {
 // $CUDA_PATH/bin or /usr/local/cuda/bin, where torch and CMake look for it too and where
 // NVIDIA's packages put it. ok is false when there is none.
 func findNVCC(dir string, envList []string) (path string, argv []string, ok bool) {
-	if p, err := lookPath("nvcc", dir, envList); err == nil {
+	if p, err := stepexec.LookPath("nvcc", dir, envList); err == nil {
 		return p, []string{"nvcc", "--version"}, true
 	}
-	for _, d := range hostcmd.CUDADirs(func(k string) string { return getenv(envList, k) }) {
-		if p := filepath.Join(d, "nvcc"); isExecutable(p) == nil {
+	for _, d := range hostcmd.CUDADirs(func(k string) string { return stepexec.Getenv(envList, k) }) {
+		if p := filepath.Join(d, "nvcc"); stepexec.IsExecutable(p) == nil {
 			return p, []string{p, "--version"}, true
 		}
 	}

@@ -15,7 +15,7 @@ import (
 	"strings"
 
 	"github.com/sglprov/sglprov/pkg/engine"
-	"github.com/sglprov/sglprov/pkg/steps/build"
+	"github.com/sglprov/sglprov/pkg/steps/stepexec"
 )
 
 // Spec is a command step's recipe body.
@@ -83,7 +83,7 @@ func (s *Step) Intact(ctx context.Context, env *engine.Env) (bool, string, error
 	return true, "", nil
 }
 
-// Run runs the command as a build step runs its own (build.Exec): output to the step log,
+// Run runs the command as a build step runs its own (stepexec.Exec): output to the step log,
 // the process group killed on cancel, the last lines in the error when it fails.
 func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	dir := env.Path(s.spec.Dir)
@@ -99,7 +99,7 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	if env.Log != nil {
 		env.Log.Info("running command", "argv", strings.Join(s.spec.Argv, " "))
 	}
-	if err := build.Exec(ctx, env, env.StepName, s.spec.Argv, dir, envList); err != nil {
+	if err := stepexec.Exec(ctx, env, env.StepName, s.spec.Argv, dir, envList); err != nil {
 		return err
 	}
 	rec := record{Created: map[string]string{}}

@@ -17,7 +17,7 @@ import (
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/hostcmd"
 	"github.com/sglprov/sglprov/pkg/pkgmgr"
-	"github.com/sglprov/sglprov/pkg/steps/build"
+	"github.com/sglprov/sglprov/pkg/steps/stepexec"
 )
 
 // DefaultLockTimeout is how long the step waits for another apt (cloud-init,
@@ -214,15 +214,15 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	return nil
 }
 
-// stepRunner runs apt's commands as the build and command steps run theirs (build.Exec):
+// stepRunner runs apt's commands as the build and command steps run theirs (stepexec.Exec):
 // output to the step log, the process group ended on cancel, the last lines in the error.
 type stepRunner struct {
 	env *engine.Env
 }
 
 func (r stepRunner) Run(ctx context.Context, argv []string, extra []string) error {
-	err := build.Exec(ctx, r.env, r.env.StepName, argv, "/", append(os.Environ(), extra...))
-	var f *build.Failure
+	err := stepexec.Exec(ctx, r.env, r.env.StepName, argv, "/", append(os.Environ(), extra...))
+	var f *stepexec.Failure
 	if errors.As(err, &f) {
 		return &aptFailure{f: f}
 	}
@@ -233,7 +233,7 @@ func (r stepRunner) Run(ctx context.Context, argv []string, extra []string) erro
 // last error ("E: ..."), which is what the run's summary shows of an error; the lines
 // that follow give its last lines of output and the log.
 type aptFailure struct {
-	f *build.Failure
+	f *stepexec.Failure
 }
 
 // Error says how the command ended with apt's last error line, then its last lines of
@@ -260,7 +260,7 @@ func (e *aptFailure) Error() string {
 	return b.String()
 }
 
-// Unwrap returns the *build.Failure.
+// Unwrap returns the *stepexec.Failure.
 func (e *aptFailure) Unwrap() error { return e.f }
 
 // keyLine returns the last error line of apt's output ("E: ..."), else its last line.

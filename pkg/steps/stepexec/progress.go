@@ -1,4 +1,4 @@
-package build
+package stepexec
 
 import (
 	"fmt"
@@ -189,14 +189,14 @@ func (m *monitor) status(name, verb string, now time.Time) string {
 }
 
 // startProgress reports progress until the returned function is called: on a terminal a
-// status line redrawn in place every statusEvery, on a pipe a log line every logEvery.
-func (s *Step) startProgress(env *engine.Env, mon *monitor) (stop func()) {
+// status line redrawn in place every StatusEvery, on a pipe a log line every LogEvery.
+func (s *Runner) startProgress(env *engine.Env, mon *monitor) (stop func()) {
 	if env.Console == nil {
 		return func() {}
 	}
-	every := s.logEvery
+	every := s.LogEvery
 	if env.IsTerminal {
-		every = s.statusEvery
+		every = s.StatusEvery
 	}
 	if every <= 0 {
 		return func() {}
@@ -218,14 +218,14 @@ func (s *Step) startProgress(env *engine.Env, mon *monitor) (stop func()) {
 				return
 			case now := <-t.C:
 				if env.IsTerminal {
-					fmt.Fprint(line, "\r\x1b[K"+truncate(mon.status(s.name, s.verb, now), width-1))
+					fmt.Fprint(line, "\r\x1b[K"+truncate(mon.status(s.Name, s.Verb, now), width-1))
 					continue
 				}
 				elapsed, lines, last := mon.snapshot(now)
 				if env.Log != nil {
 					env.Log.Info("still running", "seconds", logval.Seconds(elapsed), "lines", lines, "last", last)
 				} else {
-					fmt.Fprintln(env.Console, mon.status(s.name, s.verb, now))
+					fmt.Fprintln(env.Console, mon.status(s.Name, s.Verb, now))
 				}
 			}
 		}

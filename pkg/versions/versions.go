@@ -1,4 +1,7 @@
-package gpu
+// Package versions parses and matches the version ranges a recipe's requirements name
+// (">=12.0,<13", "580.95.05", "!=12.1") and compares dotted versions. It imports
+// nothing of the host, so packages that only check a range need not link NVML.
+package versions
 
 import (
 	"fmt"

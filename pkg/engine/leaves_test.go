@@ -1,0 +1,55 @@
+package engine_test
+
+import (
+	"go/build"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// importClosure returns every import path pkg (a module path such as "pkg/hostcmd") reaches,
+// module packages followed through their own imports, others (the standard library,
+// go-nvml) listed but not followed. Test files are not read.
+func importClosure(t *testing.T, pkg string) []string {
+	t.Helper()
+	const module = "github.com/sglprov/sglprov/"
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(file), "..", "..")
+	seen := map[string]bool{}
+	var walk func(path string)
+	walk = func(path string) {
+		if seen[path] {
+			return
+		}
+		seen[path] = true
+		if !strings.HasPrefix(path, module) {
+			return
+		}
+		p, err := build.ImportDir(filepath.Join(root, strings.TrimPrefix(path, module)), 0)
+		if err != nil {
+			t.Fatalf("reading %s: %v", path, err)
+		}
+		for _, imp := range p.Imports {
+			walk(imp)
+		}
+	}
+	walk(module + pkg)
+	out := make([]string, 0, len(seen))
+	for p := range seen {
+		out = append(out, p)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Checking a command's version against a range needs the range parser, not the GPU
+// facts: hostcmd depends on the leaf package versions, never on gpu and its NVML binding.
+func TestHostcmdDoesNotLinkNVML(t *testing.T) {
+	for _, p := range importClosure(t, "pkg/hostcmd") {
+		if strings.Contains(p, "nvml") || strings.HasSuffix(p, "/pkg/gpu") {
+			t.Errorf("pkg/hostcmd reaches %s; the range parser lives in pkg/versions", p)
+		}
+	}
+}
