@@ -129,6 +129,8 @@ type Result struct {
 	Restored        bool
 	RestoredVerdict *Verdict
 	RestoreErr      error
+	// Replaced is set for a model switch: Previous are the replaced units.
+	Replaced bool
 	// Drained is set when the drain hook ran; Undrained when the undrain hook ran.
 	Drained, Undrained bool
 }
@@ -185,6 +187,9 @@ func (r *Result) RestoredSentence() string {
 		return "there is no unit that passed before to restore"
 	}
 	what := describe(r.Previous)
+	if r.Replaced {
+		what = strings.Replace(what, "the last unit that passed", "what it replaced", 1)
+	}
 	switch {
 	case r.RestoreErr != nil:
 		return fmt.Sprintf("restoring %s failed: %v", what, r.RestoreErr)
@@ -256,6 +261,7 @@ func (t *txn) run(ctx context.Context) (res *Result, err error) {
 		return t.res, fmt.Errorf("reading what serves before switching %s: %w", s.Unit, err)
 	}
 	t.res.Previous = prev
+	t.res.Replaced = t.modelSwitch()
 	defer func() {
 		cctx := ctx
 		if ctx.Err() != nil {

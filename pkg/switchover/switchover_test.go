@@ -12,7 +12,7 @@ import (
 
 	"github.com/sglprov/sglprov/pkg/service"
 	"github.com/sglprov/sglprov/pkg/switchover"
-	"github.com/sglprov/sglprov/pkg/switchover/internal/fakeunits"
+	"github.com/sglprov/sglprov/pkg/switchover/fakeunits"
 )
 
 // unit renders a unit whose server serves model under served on port; a broken one

@@ -21,7 +21,7 @@ import (
 // Manager is the fake. It implements service.Manager, service.Stager and Disable.
 type Manager struct {
 	// Dir is the persistent unit folder.
-	Dir string
+	Dir     string
 	mu      sync.Mutex
 	runtime map[string][]byte
 	enabled map[string]bool
