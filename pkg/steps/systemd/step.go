@@ -431,6 +431,8 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 		env.Detail("unit", displayPath(env, m.UnitPath(s.spec.Unit)))
 		env.Detail("profile", p)
 		env.Detail("manager", m.Kind())
+		have, _ := os.ReadFile(m.UnitPath(s.spec.Unit))
+		env.Detail("changed", !bytes.Equal(have, unit))
 		env.Detail("switch", "the gate's switch installs it")
 		return nil
 	}
