@@ -331,8 +331,11 @@ func RunSwitch(ctx context.Context, env *engine.Env, svc engine.ServiceStep, pro
 		// The server judged must be the unit's: the model it lists and loaded are the
 		// unit's (another server on the port would pass the gate in its place).
 		cfg.ServedModel, cfg.ModelPath = srv.ServedModel, srv.ModelPath
-		unit := srv.Unit
-		cfg.Failed = func(ctx context.Context) (bool, string, error) { return sw.Manager.Failed(ctx, unit) }
+		// Its own unit's failure ends the readiness wait.
+		cfg.Failed = svc.Failed
+		if unit := srv.Unit; unit != svc.ServiceName() {
+			cfg.Failed = func(ctx context.Context) (bool, string, error) { return sw.Manager.Failed(ctx, unit) }
+		}
 		res, err := run(ctx, cfg, srv.Profile)
 		if err != nil {
 			return switchover.Verdict{}, err

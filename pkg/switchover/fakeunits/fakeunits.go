@@ -29,8 +29,11 @@ type Manager struct {
 	order   []string // active units, in the order they started
 	// Events logs every operation that changes what runs or what a reboot starts.
 	Events []string
-	// OnEvent, when set, is called with each event as it happens.
+	// OnEvent, when set, is called with each event as it happens; OnStart with each unit
+	// started and the unit it started from. Both run with the fake's lock held: they must
+	// not call the Manager.
 	OnEvent func(event string)
+	OnStart func(unit string, content []byte)
 }
 
 var (
@@ -101,6 +104,9 @@ func (m *Manager) startLocked(unit string) error {
 	m.active[unit] = b
 	m.order = append(m.order, unit)
 	m.event("start %s", unit)
+	if m.OnStart != nil {
+		m.OnStart(unit, b)
+	}
 	return nil
 }
 
