@@ -170,7 +170,7 @@ func TestProfileFallback(t *testing.T) {
 		order         []string
 		modes         map[string]fakesglang.Mode
 		failedIn      []string
-		first         bool // a first install: no unit passed before
+		first         bool     // a first install: no unit passed before
 		wantErr       []string // substrings; nil: pass
 		wantActivated []string
 		wantWon       []string
