@@ -374,9 +374,11 @@ func (t *txn) replacedServers() ([]Server, error) {
 	return out, nil
 }
 
-// drain runs the drain hook once, before the first change to what serves.
+// drain runs the drain hook once, before the first change to what serves (on a first
+// install nothing serves: nothing is drained, and the node is put in by whoever watches
+// its health).
 func (t *txn) drain(ctx context.Context) {
-	if t.drained {
+	if t.drained || len(t.res.Previous) == 0 {
 		return
 	}
 	t.drained = true

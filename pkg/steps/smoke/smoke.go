@@ -203,6 +203,7 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 		candidates = []string{""}
 	}
 	res, results, err := RunSwitch(ctx, env, svc, candidates, SwitchGate{Config: cfg,
+		Drain: env.Drain, Undrain: env.Undrain,
 		Run: func(ctx context.Context, cfg gate.Config, profile string) (*gate.Result, error) {
 			return s.gate(ctx, env, cfg, profile)
 		}})
