@@ -191,6 +191,8 @@ func (r *Result) RestoredSentence() string {
 		what = strings.Replace(what, "the last unit that passed", "what it replaced", 1)
 	}
 	switch {
+	case !r.Restored && r.RestoreErr == nil:
+		return what + " was left as it was (no candidate started)"
 	case r.RestoreErr != nil:
 		return fmt.Sprintf("restoring %s failed: %v", what, r.RestoreErr)
 	case r.RestoredVerdict == nil:

@@ -289,6 +289,8 @@ func restoredSentence(env *engine.Env, res *switchover.Result) string {
 		what = "what it replaced (" + strings.Join(units, ", ") + ")"
 	}
 	switch {
+	case !res.Restored && res.RestoreErr == nil:
+		return what + " was left as it was (no candidate started)"
 	case res.RestoreErr != nil:
 		return fmt.Sprintf("restoring %s failed: %v", what, res.RestoreErr)
 	case res.RestoredVerdict == nil:

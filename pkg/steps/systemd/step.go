@@ -425,6 +425,15 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 		if err := s.checkNeeds(env, m.Kind(), unit); err != nil {
 			return err
 		}
+		// Another's server on the port is refused now (exit 5), before the gate's switch
+		// stops anything; the replaced recipes' units are the switch's to stop.
+		replaced, err := s.replacedInUse(ctx, env, m)
+		if err != nil {
+			return err
+		}
+		if err := s.checkPort(env, m, p, replaced...); err != nil {
+			return err
+		}
 		s.mu.Lock()
 		s.restart = len(env.DepsRan) > 0
 		s.mu.Unlock()
