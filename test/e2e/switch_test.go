@@ -54,9 +54,16 @@ func TestModelSwitch(t *testing.T) {
 		if a := apply(h, recipeA); a.code != 0 {
 			t.Fatalf("apply A: exit %d\n%s", a.code, a.out)
 		}
+		poll := startPoller(t, h.PID, 30000)
 		a := apply(h, recipeB)
+		seen := poll.finish()
 		if a.code != 0 {
 			t.Fatalf("apply B: exit %d\n%s", a.code, a.out)
+		}
+		t.Logf("switch A -> B: poller saw %d right, %d wrong, %d without an answer; longest gap between right answers %s",
+			seen.Right, seen.Wrong, seen.Down, seen.LongestGap.Round(time.Millisecond))
+		if seen.Wrong != 0 {
+			t.Errorf("a good model switch served %d wrong answers (first %.80q), want none", seen.Wrong, seen.FirstWrong)
 		}
 		if act, en := state(h, unitA); act == "active" || en == "enabled" {
 			t.Errorf("after B: %s is %s and %s, want stopped and disabled", unitA, act, en)
