@@ -28,7 +28,7 @@ type poller struct {
 	stop chan struct{}
 	done chan struct{}
 
-	mu                sync.Mutex
+	mu                 sync.Mutex
 	right, wrong, down int
 	firstWrong         string
 	lastRight          time.Time
