@@ -109,4 +109,47 @@ func TestModelSwitch(t *testing.T) {
 			t.Errorf("apply A after the failed switch restarted A (%s -> %s)", before["MainPID"], after["MainPID"])
 		}
 	})
+
+	t.Run("kill -9 during B's gate, then a reboot: A serves", func(t *testing.T) {
+		h := setup(t)
+		if a := apply(h, recipeA); a.code != 0 {
+			t.Fatalf("apply A: exit %d\n%s", a.code, a.out)
+		}
+		// B's server never gets ready: its gate waits, and sglprov is killed meanwhile.
+		h.MustRun("sh", "-c", "SGLPROV_GPU_FIXTURE=/etc/sglprov/gpu.json setsid sglprov apply -f "+recipeB+
+			" --state-dir "+stateDir+" --set fake_mode=never-ready >/tmp/apply.log 2>&1 & echo $! >/tmp/apply.pid")
+		deadline := time.Now().Add(90 * time.Second)
+		for {
+			log, _ := h.Run(10*time.Second, "cat", "/tmp/apply.log")
+			if act, _ := state(h, unitB); act == "active" && strings.Contains(log, "smoke gate") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("B's switch never reached its gate:\n%s", log)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		h.MustRun("sh", "-c", "kill -9 $(cat /tmp/apply.pid)")
+		if _, en := state(h, unitA); en != "enabled" {
+			t.Errorf("during B's gate %s is %s, want still enabled (B is staged for this boot only)", unitA, en)
+		}
+		h.Reboot()
+		deadline = time.Now().Add(60 * time.Second)
+		for {
+			if act, _ := state(h, unitA); act == "active" {
+				break
+			}
+			if time.Now().After(deadline) {
+				act, en := state(h, unitA)
+				t.Fatalf("after the reboot %s is %s and %s, want active", unitA, act, en)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		if act, _ := state(h, unitB); act == "active" {
+			t.Errorf("after the reboot %s runs, want only %s", unitB, unitA)
+		}
+		if cmd := serving(h, unitA); !strings.Contains(cmd, "/models/model-A") {
+			t.Errorf("after the reboot A's server runs %q, want A's model", cmd)
+		}
+	})
 }
