@@ -615,3 +615,27 @@ func TestConfigServedModel(t *testing.T) {
 		t.Errorf("no model named, ServedModel %q", cfg.ServedModel)
 	}
 }
+
+// TestRunSwitchJudgesItsOwnServer: the switch the daemon's rungs run (next profile,
+// previous generation) gates the candidate against the names in its own unit: another
+// server on the port (listing another model) fails it, and nothing is promoted.
+func TestRunSwitchJudgesItsOwnServer(t *testing.T) {
+	fs := newFakeService(t, []string{"a", "b"}, map[string]fakesglang.Mode{"a": fakesglang.ModeGood, "b": fakesglang.ModeGood})
+	env, _ := newEnv(t, nil)
+	cfg, err := testSpec(fs.srv.URL).Config(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs.served, fs.path = "qwen-b", "/models/b" // the server at the URL lists "qwen"
+	res, results, err := RunSwitch(context.Background(), env, fs, []string{"b"}, SwitchGate{Config: cfg})
+	var fe *switchover.FailedError
+	if !errors.As(err, &fe) {
+		t.Fatalf("RunSwitch: %v, want a failed switch", err)
+	}
+	if len(results) == 0 || !strings.Contains(results[0].Summary(), `not the recipe's "qwen-b"`) {
+		t.Errorf("the candidate was not judged against its own served name: %+v", results)
+	}
+	if res.Winner != nil || len(fs.won) != 0 {
+		t.Errorf("a candidate judged against another server won: %+v", res.Winner)
+	}
+}
