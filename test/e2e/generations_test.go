@@ -237,7 +237,7 @@ func TestGenerations(t *testing.T) {
 	}
 
 	t.Run("new pin whose gate fails: the previous generation serves again and passes", func(t *testing.T) {
-		poll := startPoller(t, g.PID, 30000)
+		poll := startPoller(t, g.PID, 30000, nil)
 		a := g.applyPin("v2-bad")
 		seen := poll.finish()
 		// The candidate answers on the served port while it is gated: only a drain hook
@@ -291,7 +291,7 @@ func TestGenerations(t *testing.T) {
 
 	var gen4 string
 	t.Run("good new pin switches, says what it kept and freed", func(t *testing.T) {
-		poll := startPoller(t, g.PID, 30000)
+		poll := startPoller(t, g.PID, 30000, nil)
 		a := g.applyPin("v4")
 		seen := poll.finish()
 		t.Logf("switch v1 -> v4: poller saw %d right, %d wrong, %d without an answer; longest gap between right answers %s",

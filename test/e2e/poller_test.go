@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -20,26 +21,28 @@ import (
 	"github.com/sglprov/sglprov/test/fakesglang"
 )
 
-// poller asks the served port over and over while a switch runs, as a client of the node
-// would, from inside the container's network namespace: each answer is right (the fake's
-// good answer), wrong (an answer that is not: "!!!!", empty, another model's), or none
-// (refused, reset, not 200, too slow: the node is down).
+// poller asks the served port over and over while a switch runs, as a router in front of
+// the node would, from inside the container's network namespace: each answer is right (the
+// fake's good answer), wrong (an answer that is not: "!!!!", empty, another model's), or
+// none (refused, reset, not 200, too slow: the node is down). While drained() says the
+// node is out of the router (its drain hook ran), no request is sent.
 type poller struct {
 	stop chan struct{}
 	done chan struct{}
 
-	mu                 sync.Mutex
-	right, wrong, down int
-	firstWrong         string
-	lastRight          time.Time
-	longestGap         time.Duration // the longest time between two right answers
+	mu                          sync.Mutex
+	right, wrong, down, drained int
+	firstWrong                  string
+	lastRight                   time.Time
+	longestGap                  time.Duration // the longest time between two right answers
 }
 
 // pollPrompt is one of the fake's built-in questions.
 const pollPrompt = "What is 17 * 23? Answer with the number only."
 
 // startPoller polls 127.0.0.1:port in the network namespace of process pid every 50 ms.
-func startPoller(t *testing.T, pid, port int) *poller {
+// drained may be nil (a router without hooks: it asks all the time).
+func startPoller(t *testing.T, pid, port int, drained func() bool) *poller {
 	t.Helper()
 	p := &poller{stop: make(chan struct{}), done: make(chan struct{}), lastRight: time.Now()}
 	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
@@ -58,6 +61,12 @@ func startPoller(t *testing.T, pid, port int) *poller {
 			case <-p.stop:
 				return
 			case <-time.After(50 * time.Millisecond):
+			}
+			if drained != nil && drained() {
+				p.mu.Lock()
+				p.drained++
+				p.mu.Unlock()
+				continue
 			}
 			got, ok := ask(client, port, body)
 			now := time.Now()
@@ -144,9 +153,10 @@ func dialIn(ctx context.Context, pid int, addr string) (net.Conn, error) {
 
 // pollStats is what a poller saw.
 type pollStats struct {
-	Right, Wrong, Down int
-	FirstWrong         string
-	LongestGap         time.Duration
+	// Drained counts the polls skipped while the node was out of the router.
+	Right, Wrong, Down, Drained int
+	FirstWrong                  string
+	LongestGap                  time.Duration
 }
 
 // finish stops the poller and returns what it saw.
@@ -155,6 +165,24 @@ func (p *poller) finish() pollStats {
 	<-p.done
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return pollStats{Right: p.right, Wrong: p.wrong, Down: p.down, FirstWrong: p.firstWrong,
+	return pollStats{Right: p.right, Wrong: p.wrong, Down: p.down, Drained: p.drained, FirstWrong: p.firstWrong,
 		LongestGap: max(p.longestGap, time.Since(p.lastRight))}
+}
+
+// drainHooks are a recipe's drain and undrain hooks that mark the node out of the router
+// with a file (drainedFile), as a load balancer's deregister and register would.
+const drainHooks = `
+on_unhealthy: {argv: [/bin/sh, -c, "touch /var/lib/sglprov-drained"]}
+on_healthy: {argv: [/bin/sh, -c, "rm -f /var/lib/sglprov-drained"]}
+`
+
+// drainedFile is the file drainHooks write, inside the container.
+const drainedFile = "/var/lib/sglprov-drained"
+
+// drainedIn reports whether the node in root is out of the router.
+func drainedIn(root string) func() bool {
+	return func() bool {
+		_, err := os.Stat(filepath.Join(root, drainedFile))
+		return err == nil
+	}
 }

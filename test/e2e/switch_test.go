@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -27,8 +29,8 @@ func TestModelSwitch(t *testing.T) {
 	)
 	setup := func(t *testing.T) *host {
 		h := newHost(t, bins)
-		h.WriteFile(recipeA, []byte(switchRecipe("e2e-a", unitA, "model-A", "")), 0o644)
-		h.WriteFile(recipeB, []byte(switchRecipe("e2e-b", unitB, "model-B", "\nreplaces: [e2e-a]")), 0o644)
+		h.WriteFile(recipeA, []byte(switchRecipe("e2e-a", unitA, "model-A", "")+drainHooks), 0o644)
+		h.WriteFile(recipeB, []byte(switchRecipe("e2e-b", unitB, "model-B", "\nreplaces: [e2e-a]")+drainHooks), 0o644)
 		return h
 	}
 	apply := func(h *host, recipe string, extra ...string) applied {
@@ -54,16 +56,24 @@ func TestModelSwitch(t *testing.T) {
 		if a := apply(h, recipeA); a.code != 0 {
 			t.Fatalf("apply A: exit %d\n%s", a.code, a.out)
 		}
-		poll := startPoller(t, h.PID, 30000)
+		// A router that honours the drain hook: B's first profile answers "!!!!" on the port
+		// while it is gated, and no request may reach it.
+		poll := startPoller(t, h.PID, 30000, drainedIn(h.Root))
 		a := apply(h, recipeB)
 		seen := poll.finish()
 		if a.code != 0 {
 			t.Fatalf("apply B: exit %d\n%s", a.code, a.out)
 		}
-		t.Logf("switch A -> B: poller saw %d right, %d wrong, %d without an answer; longest gap between right answers %s",
-			seen.Right, seen.Wrong, seen.Down, seen.LongestGap.Round(time.Millisecond))
+		t.Logf("switch A -> B: poller saw %d right, %d wrong, %d without an answer, %d polls skipped while drained; longest gap between right answers %s",
+			seen.Right, seen.Wrong, seen.Down, seen.Drained, seen.LongestGap.Round(time.Millisecond))
 		if seen.Wrong != 0 {
-			t.Errorf("a good model switch served %d wrong answers (first %.80q), want none", seen.Wrong, seen.FirstWrong)
+			t.Errorf("a good model switch served %d wrong answers to a router that honours the drain (first %.80q), want none", seen.Wrong, seen.FirstWrong)
+		}
+		if seen.Drained == 0 {
+			t.Error("the switch never drained the node")
+		}
+		if _, err := os.Stat(filepath.Join(h.Root, drainedFile)); err == nil {
+			t.Error("the node is still drained after the switch passed")
 		}
 		if act, en := state(h, unitA); act == "active" || en == "enabled" {
 			t.Errorf("after B: %s is %s and %s, want stopped and disabled", unitA, act, en)
