@@ -124,7 +124,10 @@ func ask(client *http.Client, port int, body []byte) (string, bool) {
 }
 
 // dialIn connects to addr from inside the network namespace of process pid: the socket is
-// made on a thread moved into that namespace, which is never used again.
+// made on a thread moved into that namespace and moved back after. The thread must not
+// end while it is elsewhere, nor at all: the harness starts systemd-nspawn with a parent
+// death signal, which Linux ties to the thread that forked it, and Go ends a thread whose
+// goroutine exits locked to it. A thread that cannot move back is parked for good.
 func dialIn(ctx context.Context, pid int, addr string) (net.Conn, error) {
 	type result struct {
 		c   net.Conn
@@ -132,20 +135,33 @@ func dialIn(ctx context.Context, pid int, addr string) (net.Conn, error) {
 	}
 	ch := make(chan result, 1)
 	go func() {
-		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		runtime.LockOSThread()
+		home, err := os.Open("/proc/thread-self/ns/net")
+		if err != nil {
+			runtime.UnlockOSThread()
+			ch <- result{err: err}
+			return
+		}
+		defer home.Close()
 		f, err := os.Open(fmt.Sprintf("/proc/%d/ns/net", pid))
 		if err != nil {
+			runtime.UnlockOSThread()
 			ch <- result{err: err}
 			return
 		}
 		defer f.Close()
 		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
 			ch <- result{err: fmt.Errorf("entering the container's network: %w", err)}
 			return
 		}
 		var d net.Dialer
 		c, err := d.DialContext(ctx, "tcp", addr)
 		ch <- result{c, err}
+		if unix.Setns(int(home.Fd()), unix.CLONE_NEWNET) != nil {
+			select {} // parked: see above
+		}
+		runtime.UnlockOSThread()
 	}()
 	r := <-ch
 	return r.c, r.err
