@@ -455,6 +455,9 @@ func (t *txn) try(ctx context.Context, c Candidate) (bool, error) {
 			return fail(err)
 		}
 	}
+	if c.Profile != "" {
+		t.logInfo("activating profile", "service", s.Unit, "profile", c.Profile)
+	}
 	t.pushRestore()
 	// Staging changes nothing that answers: the running process goes on until restarted.
 	changed, err := t.u.stage(ctx, s.Unit, c.Content)
