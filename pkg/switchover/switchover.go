@@ -455,9 +455,6 @@ func (t *txn) try(ctx context.Context, c Candidate) (bool, error) {
 			return fail(err)
 		}
 	}
-	if c.Profile != "" {
-		t.logInfo("activating profile", "service", s.Unit, "profile", c.Profile)
-	}
 	t.pushRestore()
 	// Staging changes nothing that answers: the running process goes on until restarted.
 	changed, err := t.u.stage(ctx, s.Unit, c.Content)
@@ -465,6 +462,9 @@ func (t *txn) try(ctx context.Context, c Candidate) (bool, error) {
 		return fail(fmt.Errorf("staging the unit: %w", err))
 	}
 	if changed || c.Restart {
+		if c.Profile != "" {
+			t.logInfo("activating profile", "service", s.Unit, "profile", c.Profile)
+		}
 		t.drain(ctx)
 		err = s.Manager.Restart(ctx, s.Unit)
 	} else {

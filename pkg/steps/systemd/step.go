@@ -406,8 +406,8 @@ func (s *Step) Intact(ctx context.Context, env *engine.Env) (bool, string, error
 // changed or a step it needs ran in this run (a rebuilt kernel, new weights: the running
 // server still has the old ones): an apply with nothing changed restarts nothing.
 //
-// When a gate decides on the unit (env.Gated), Run only renders and checks it: the gate's
-// switch transaction (Switch) stages, starts, keeps or restores it.
+// When a gate decides on the unit (env.Gated, not offline), Run only renders and checks
+// it: the gate's switch transaction (Switch) stages, starts, keeps or restores it.
 func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	p, err := s.pick(env)
 	if err != nil {
@@ -417,7 +417,7 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	if err != nil {
 		return err
 	}
-	if env.Gated {
+	if env.Gated && m.Kind() != service.KindOffline {
 		unit, err := s.render(env, p)
 		if err != nil {
 			return err
