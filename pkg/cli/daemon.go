@@ -2,6 +2,9 @@ package cli
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -211,6 +214,7 @@ func watchRecipe(ctx context.Context, stdio IO, w *recipeWatch, o daemonFlags, m
 		MaxRestarts:           o.restarts,
 		Recipe:                r.Name,
 		Reapply:               reloadOnHangup(ctx, c, logger),
+		Inputs:                applyInputs(stdio, c),
 		Hook:                  daemonHook(stdio, c, logger),
 		Metrics:               metrics,
 		Log:                   logger,
@@ -423,5 +427,39 @@ func restartService(stdio IO, c *common, held *heldEngine) func(ctx context.Cont
 			}
 		}
 		return nil
+	}
+}
+
+// applyInputs returns the digest of what an apply reads that a failed switch could be
+// waiting on: the recipe file, the --set values and the GPU facts (when the recipe uses
+// them). The daemon tries a change whose switch failed again only once it differs.
+func applyInputs(stdio IO, c *common) func(ctx context.Context) (string, error) {
+	return func(ctx context.Context) (string, error) {
+		h := sha256.New()
+		b, err := engine.ReadTrusted(c.recipe, 4<<20)
+		if err != nil {
+			return "", fmt.Errorf("reading recipe %s: %w", c.recipe, err)
+		}
+		fmt.Fprintf(h, "%d\x00", len(b))
+		h.Write(b)
+		for _, kv := range c.sets {
+			fmt.Fprintf(h, "set\x00%s\x00", kv)
+		}
+		r, err := c.loadRecipe()
+		if err != nil {
+			return "", err
+		}
+		if r.NeedsFacts() {
+			f, err := gpu.Detect(ctx, stdio.Getenv)
+			if err != nil {
+				return "", fmt.Errorf("reading the GPU facts: %w", err)
+			}
+			fb, err := json.Marshal(f.TemplateData())
+			if err != nil {
+				return "", fmt.Errorf("encoding the GPU facts: %w", err)
+			}
+			h.Write(fb)
+		}
+		return hex.EncodeToString(h.Sum(nil)), nil
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/sglprov/sglprov/pkg/buildinfo"
 	"github.com/sglprov/sglprov/pkg/cache"
 	"github.com/sglprov/sglprov/pkg/console"
+	"github.com/sglprov/sglprov/pkg/daemon"
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/hostcmd"
@@ -526,6 +527,15 @@ func (c *common) newEngine(ctx context.Context, stdio IO, r *recipe.Recipe, mod 
 	}
 	if opts.Cache, err = newCache(r, facts, c.stateDirPath(), newLogger(stdio.Stderr)); err != nil {
 		return nil, nil, err
+	}
+	if r.OnUnhealthy != nil || r.OnHealthy != nil {
+		// A switch of the service drains the node before a candidate answers on the
+		// served port, and undrains it when what serves at the end passed.
+		hook := daemonHook(stdio, c, newLogger(stdio.Stderr).With("recipe", r.Name))
+		opts.Drain = func(ctx context.Context) error {
+			return hook(ctx, daemon.HookUnhealthy, daemon.Degraded, "switching "+r.Name+": a candidate is about to answer on the served port")
+		}
+		opts.Undrain = func(ctx context.Context) error { return hook(ctx, daemon.HookHealthy, daemon.Healthy, "") }
 	}
 	if mod != nil {
 		mod(&opts)

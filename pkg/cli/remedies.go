@@ -11,6 +11,7 @@ import (
 	"github.com/sglprov/sglprov/pkg/daemon"
 	"github.com/sglprov/sglprov/pkg/engine"
 	gate "github.com/sglprov/sglprov/pkg/smoke"
+	smokestep "github.com/sglprov/sglprov/pkg/steps/smoke"
 )
 
 // remedies are the daemon's ladder rungs that need the recipe: the whole gate, and the
@@ -41,10 +42,18 @@ func runGate(ctx context.Context, cfg gate.Config) error {
 	return nil
 }
 
-// Regate runs every case of the recipe's gate against the server as it runs.
+// Regate runs every case of the recipe's gate against the server as it runs, checking
+// that it is the service's own (its served model name and model path).
 func (r *remedies) Regate(ctx context.Context) error {
 	cfg, err := r.gateConfig(ctx, r.timeout)
 	if err != nil {
+		return err
+	}
+	err = r.withService(ctx, func(svc engine.ServiceStep, env *engine.Env) error {
+		cfg, err = smokestep.OwnServer(env, svc, cfg)
+		return err
+	})
+	if err != nil && !errors.Is(err, daemon.ErrNoRung) {
 		return err
 	}
 	return runGate(ctx, cfg)
@@ -75,21 +84,14 @@ func (r *remedies) NextProfile(ctx context.Context, tried []string) (string, err
 		if profile == "" {
 			return daemon.ErrNoRung
 		}
-		if err := svc.Activate(ctx, env, profile); err != nil {
-			return fmt.Errorf("activating profile %s: %w", profile, err)
-		}
 		cfg, err := r.gateConfig(ctx, 0)
 		if err != nil {
 			return err
 		}
-		cfg.Failed = svc.Failed
-		if err := runGate(ctx, cfg); err != nil {
-			return err
-		}
-		if err := svc.Won(ctx, env, profile); err != nil {
-			return fmt.Errorf("recording profile %s as the winner: %w", profile, err)
-		}
-		return nil
+		// The switch transaction: staged for this boot, gated against its own server,
+		// promoted on a pass, the unit that served restored and gated again on a fail.
+		_, _, err = smokestep.RunSwitch(ctx, env, svc, []string{profile}, smokestep.SwitchGate{Config: cfg})
+		return err
 	})
 	return profile, err
 }

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -11,6 +10,7 @@ import (
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/generation"
 	"github.com/sglprov/sglprov/pkg/recipe"
+	smokestep "github.com/sglprov/sglprov/pkg/steps/smoke"
 )
 
 // rollback is the daemon's previous-generation rung (daemon.Generations) for a recipe that
@@ -107,44 +107,25 @@ func (g *rollback) RollBack(ctx context.Context) error {
 			profile = cands[0]
 		}
 	}
-	gateErr := func() error {
-		if err := svc.Activate(ctx, env, profile); err != nil {
-			return fmt.Errorf("installing generation %s's unit: %w", generation.Short(prev), err)
-		}
-		cfg, err := smokeConfig(ctx, g.stdio, smokeOptions{recipe: g.c.recipe, sets: g.c.sets, insecure: g.c.insecure})
-		if err != nil {
-			return err
-		}
-		cfg.Failed = svc.Failed
-		if err := runGate(ctx, cfg); err != nil {
-			return fmt.Errorf("generation %s failed the gate: %w", generation.Short(prev), err)
-		}
-		return nil
-	}()
-	if gateErr == nil {
-		if err := svc.Won(ctx, env, profile); err != nil {
-			gateErr = fmt.Errorf("keeping generation %s's unit: %w", generation.Short(prev), err)
-		} else if _, err := e.GenerationPassed(); err != nil {
-			gateErr = fmt.Errorf("recording generation %s as serving: %w", generation.Short(prev), err)
-		} else {
-			g.held.set(e)
-			return nil
-		}
-	}
-	// The roll back failed: the unit that served before (the one a reboot starts) comes
-	// back, through an engine of the recipe as the state records it.
-	e.Close()
-	back, _, err := g.c.newEngine(ctx, quiet, nil, nil)
+	cfg, err := smokeConfig(ctx, g.stdio, smokeOptions{recipe: g.c.recipe, sets: g.c.sets, insecure: g.c.insecure})
 	if err != nil {
-		return errors.Join(gateErr, fmt.Errorf("restoring the unit that served: %w", err))
+		e.Close()
+		return err
 	}
-	if bsvc, benv := serviceOf(back); bsvc != nil {
-		if _, err := bsvc.RestoreLastKnownGood(ctx, benv); err != nil {
-			gateErr = errors.Join(gateErr, fmt.Errorf("restoring the unit that served: %w", err))
+	// The switch transaction: generation prev's unit is staged for this boot and gated
+	// against its own server; on a pass it is promoted, on a fail the unit that served
+	// (the one a reboot starts) is restarted and gated again with its own names.
+	_, _, err = smokestep.RunSwitch(ctx, env, svc, []string{profile}, smokestep.SwitchGate{Config: cfg})
+	if err == nil {
+		if _, perr := e.GenerationPassed(); perr != nil {
+			err = fmt.Errorf("recording generation %s as serving: %w", generation.Short(prev), perr)
 		}
+	} else {
+		err = fmt.Errorf("generation %s: %w", generation.Short(prev), err)
 	}
-	g.held.set(back)
-	return gateErr
+	// The engine stays: with the exec manager, what serves now is its child.
+	g.held.set(e)
+	return err
 }
 
 // serviceOf returns e's first service step and its Env (nil when it has none).
@@ -156,13 +137,4 @@ func serviceOf(e *engine.Engine) (engine.ServiceStep, *engine.Env) {
 		}
 	}
 	return nil, nil
-}
-
-// gate runs the recipe's whole gate against the server as it runs.
-func (g *rollback) gate(ctx context.Context) error {
-	cfg, err := smokeConfig(ctx, g.stdio, smokeOptions{recipe: g.c.recipe, sets: g.c.sets, insecure: g.c.insecure})
-	if err != nil {
-		return err
-	}
-	return runGate(ctx, cfg)
 }

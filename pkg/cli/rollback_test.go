@@ -117,7 +117,7 @@ func TestRollBackToPreviousGeneration(t *testing.T) {
 	if link, _ := os.Readlink(filepath.Join(gens, "rb", generation.CurrentLink)); link != g1 {
 		t.Errorf("current link %q, want %s", link, g1)
 	}
-	if err := rb.gate(context.Background()); err != nil {
+	if err := gateRecipe(context.Background(), rb); err != nil {
 		t.Errorf("the rolled-back server does not pass the gate: %v", err)
 	}
 	// The node_info metric names the generation that serves, not the last apply's.
@@ -138,7 +138,16 @@ func TestRollBackToPreviousGeneration(t *testing.T) {
 	if s := open(); s.Serving() != g1 {
 		t.Errorf("after a failed roll back: serving %s, want %s", s.Serving(), g1)
 	}
-	if err := rb.gate(context.Background()); err != nil {
+	if err := gateRecipe(context.Background(), rb); err != nil {
 		t.Errorf("after a failed roll back the server that served does not pass: %v", err)
 	}
+}
+
+// gateRecipe runs the recipe's whole gate against the server as it runs.
+func gateRecipe(ctx context.Context, g *rollback) error {
+	cfg, err := smokeConfig(ctx, g.stdio, smokeOptions{recipe: g.c.recipe, sets: g.c.sets, insecure: g.c.insecure})
+	if err != nil {
+		return err
+	}
+	return runGate(ctx, cfg)
 }

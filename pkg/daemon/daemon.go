@@ -19,6 +19,7 @@ import (
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/logval"
+	"github.com/sglprov/sglprov/pkg/switchover"
 )
 
 // Options are the daemon's parts; every side effect is a function so that tests can
@@ -62,6 +63,11 @@ type Options struct {
 	// AfterCheck is called after the first apply and after every round (to write the
 	// metrics textfile); may be nil.
 	AfterCheck func()
+	// Inputs returns a digest of what an apply reads (the recipe and the facts): a change
+	// whose switch failed while what served before passed again is tried again only once
+	// it differs. nil: such a change is never retried by itself (a SIGHUP or a driver
+	// change still applies).
+	Inputs func(ctx context.Context) (string, error)
 	// Reapply, when it delivers, applies the recipe at once (the recipe was re-read on
 	// SIGHUP), the value saying why; nil: never.
 	Reapply <-chan string
@@ -141,6 +147,16 @@ type Daemon struct {
 	fresh bool
 	// gpu is what the GPUs' counters said at the last check.
 	gpu gpuFault
+	// pending is the change whose switch failed while the node serves what it served
+	// before (nil: none); it is tried again only when the inputs differ from its own.
+	pending *pendingChange
+}
+
+// pendingChange is a change of the recipe whose switch failed the gate; the unit that
+// served before was restored and passed again.
+type pendingChange struct {
+	inputs string // Options.Inputs when it was tried ("" when unknown)
+	why    string
 }
 
 // New returns a daemon with opts.
@@ -200,6 +216,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 			d.stop(ctx)
 			return nil
 		case why := <-d.o.Reapply:
+			if d.unchangedSincePending(ctx) {
+				d.o.Log.Warn("the recipe and the facts are those of the change whose switch failed; not trying it again", "why", why, "failed", d.pending.why)
+				continue
+			}
 			d.o.Log.Info("applying the recipe again", "why", why)
 			d.status("applying the recipe")
 			d.apply(ctx, why)
@@ -303,6 +323,11 @@ func (d *Daemon) Check(ctx context.Context) {
 		}
 		d.driver = f.DriverVersion
 	}
+	if d.pending != nil && d.health == Healthy && !d.unchangedSincePending(ctx) {
+		d.o.Log.Info("the recipe or the facts changed since the switch failed; applying again")
+		d.apply(ctx, "the recipe or the facts changed after a failed switch")
+		return
+	}
 	if d.health == ApplyFailed {
 		// The last apply failed: try again rather than canary a half-made node, less and
 		// less often while it keeps failing.
@@ -329,6 +354,22 @@ func (d *Daemon) apply(ctx context.Context, why string) {
 		d.o.Log.Error("apply refused", "why", why, "err", err)
 		d.setHealth(RebootRequired, err.Error())
 		d.m.setRebootRequired(true)
+	case err != nil && d.restoredServes(err):
+		// The switch failed and what served before came back and passed its gate again:
+		// the node serves correct answers. The change stays pending; it is not retried
+		// (each retry would stop the good server again) until its inputs change.
+		inputs := ""
+		if d.o.Inputs != nil {
+			inputs, _ = d.o.Inputs(ctx)
+		}
+		d.pending = &pendingChange{inputs: inputs, why: err.Error()}
+		d.applyFailures, d.retryIn = 0, 0
+		d.failures, d.restarts = 0, 0
+		d.l, d.fresh = ladder{}, false
+		d.o.Log.Error("the switch failed; what served before serves again and passed the gate; the change is pending until the recipe or the facts change",
+			"why", why, "err", err)
+		d.setHealth(Healthy, "")
+		d.m.setSwitchFailed(err.Error())
 	case err != nil:
 		d.applyFailures++
 		wait := min(1<<min(d.applyFailures-1, 30), maxRetryChecks) // 1, 2, 4 ... checks
@@ -339,10 +380,36 @@ func (d *Daemon) apply(ctx context.Context, why string) {
 	default:
 		d.o.Log.Info("apply done", "why", why)
 		d.failures, d.restarts, d.applyFailures, d.retryIn = 0, 0, 0, 0
+		d.pending = nil
+		d.m.setSwitchFailed("")
 		d.l, d.fresh = ladder{}, false
 		d.setHealth(Healthy, "")
 		d.m.setReady()
 	}
+}
+
+// restoredServes reports whether err is a switch that failed while what served before
+// came back and passed the gate again.
+func (d *Daemon) restoredServes(err error) bool {
+	var fe *switchover.FailedError
+	return errors.As(err, &fe) && fe.Serving()
+}
+
+// unchangedSincePending reports whether a change whose switch failed is pending and the
+// recipe and the facts are still those it was tried with.
+func (d *Daemon) unchangedSincePending(ctx context.Context) bool {
+	if d.pending == nil {
+		return false
+	}
+	if d.o.Inputs == nil {
+		return true
+	}
+	now, err := d.o.Inputs(ctx)
+	if err != nil {
+		d.o.Log.Warn("reading the recipe and the facts", "err", err)
+		return true
+	}
+	return now == d.pending.inputs
 }
 
 // maxRetryChecks is the most checks between two retries of a failing apply (about an

@@ -55,6 +55,7 @@ type Metrics struct {
 	health         *prometheus.GaugeVec
 	ready          *prometheus.GaugeVec
 	reboot         *prometheus.GaugeVec
+	switchFailed   *prometheus.GaugeVec
 	up             prometheus.Gauge
 
 	names []string // every family's name, for Names
@@ -70,6 +71,9 @@ type recipeState struct {
 	health Health
 	reason string
 	ready  bool
+	// pending is set while a change is pending because its switch failed (the node
+	// serves what it served before): why.
+	pending string
 }
 
 // Labels of sglprov_node_info, in order.
@@ -138,6 +142,7 @@ func newMetrics(daemon bool) *Metrics {
 	m.health = gv("node_health", "1 for the node's current health state, 0 for the others.", "state")
 	m.ready = gv("ready", "1 once the first gate of the daemon passed (what /readyz answers).")
 	m.reboot = gv("reboot_required", "1 when NVML reports a driver/library mismatch.")
+	m.switchFailed = gv("switch_pending_failed", "1 while a change of the recipe is pending because its switch failed the gate and what served before serves again; it is tried again when the recipe or the facts change.")
 	m.gpu = newGPUCollector()
 	m.reg.MustRegister(m.gpu)
 	m.names = append(m.names, fitness.CounterNames()...)
@@ -393,6 +398,19 @@ func (r *recipeMetrics) setHealth(h Health, reason string) {
 	}
 }
 
+// setSwitchFailed records a pending change whose switch failed (why), or none ("").
+func (r *recipeMetrics) setSwitchFailed(why string) {
+	if r == nil {
+		return
+	}
+	r.m.mu.Lock()
+	r.m.state(r.recipe).pending = why
+	r.m.mu.Unlock()
+	if r.m.switchFailed != nil {
+		r.m.switchFailed.WithLabelValues(r.recipe).Set(b2f(why != ""))
+	}
+}
+
 func (r *recipeMetrics) setRebootRequired(b bool) {
 	if r != nil {
 		r.m.reboot.WithLabelValues(r.recipe).Set(b2f(b))
@@ -431,6 +449,9 @@ func (m *Metrics) healthz(w http.ResponseWriter, _ *http.Request) {
 			return false, "node_health=starting: the first apply has not finished"
 		}
 		if h == Healthy {
+			if s.pending != "" {
+				return true, "node_health=healthy; change pending: " + oneLine(s.pending, "its switch failed")
+			}
 			return true, "node_health=healthy"
 		}
 		return false, fmt.Sprintf("node_health=%s: %s", h, oneLine(s.reason, h.Words()))

@@ -29,6 +29,9 @@ import (
 
 // Options configure an Engine.
 type Options struct {
+	// Drain and Undrain run the recipe's drain and undrain hooks around a switch of its
+	// service (nil: none); see Env.Drain.
+	Drain, Undrain func(ctx context.Context) error
 	// Recipe is the parsed recipe; RecipeDir the folder recipe paths are relative to.
 	Recipe    *recipe.Recipe
 	RecipeDir string
@@ -206,6 +209,8 @@ func (e *Engine) env(n *node, logw io.Writer, logPath string) *Env {
 		Generation:          e.generationInfo(),
 		Gated:               e.gated(n),
 		Replaces:            e.opts.Recipe.Replaces,
+		Drain:               e.opts.Drain,
+		Undrain:             e.opts.Undrain,
 		store:               e.store,
 	}
 }

@@ -1,11 +1,17 @@
 package engine
 
-import "context"
+import (
+	"context"
+
+	"github.com/sglprov/sglprov/pkg/switchover"
+)
 
 // ServiceStep is implemented by a step that installs a long-running service from an ordered
 // list of candidate backend profiles (the systemd kind). A smoke step that needs such a step
-// drives the profile fallback through it: gate the active profile, and on failure Activate
-// the next candidate, until one passes (Won) or none does (RestoreLastKnownGood).
+// changes what serves only through the switch transaction the step hands out
+// (pkg/switchover): stage each candidate, gate it against its own server, promote the first
+// that passes or restore the last unit that passed. The daemon's rungs and roll back run the
+// same transaction.
 type ServiceStep interface {
 	Step
 	// ServiceName is the unit's name, e.g. "sglang-qwen.service".
@@ -15,16 +21,18 @@ type ServiceStep interface {
 	Candidates(env *Env) []string
 	// Active returns the profile the installed unit was rendered with ("" when none).
 	Active(env *Env) string
-	// Activate renders and installs the unit with profile and (re)starts the service.
-	// env is the caller's; the service step records its own data under its own name.
+	// Activate renders and installs the unit with profile and (re)starts the service
+	// (the daemon's restart rung, with the profile it runs).
 	Activate(ctx context.Context, env *Env, profile string) error
 	// Failed reports whether the service has failed (stopped and not coming back), with its
 	// last log lines, so that a readiness wait can end at once.
 	Failed(ctx context.Context) (failed bool, lastLines string, err error)
-	// RestoreLastKnownGood reinstalls and restarts the last unit that passed the gate;
-	// it reports false when there is none.
-	RestoreLastKnownGood(ctx context.Context, env *Env) (bool, error)
-	// Won records profile as the one that passed, to be tried first next time and kept
-	// as last-known-good.
-	Won(ctx context.Context, env *Env, profile string) error
+	// Switch returns the switch of the service to profiles (in order; "" for a service
+	// without profiles): its manager, its unit, the rendered candidates, the replaced units
+	// in use and the checks before a candidate starts. The caller sets the gate and the
+	// hooks, runs it, and hands the result to Switched.
+	Switch(ctx context.Context, env *Env, profiles []string) (*switchover.Switch, error)
+	// Switched records what a switch left serving: the winner, to be tried first next time,
+	// or the profile of what was restored.
+	Switched(ctx context.Context, env *Env, res *switchover.Result) error
 }

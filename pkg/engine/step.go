@@ -266,6 +266,10 @@ type Env struct {
 	// Replaces names the recipes whose services this recipe's service takes over on the
 	// node (recipe replaces:).
 	Replaces []string
+	// Drain and Undrain run the recipe's drain and undrain hooks (nil: none): a switch
+	// drains the node before a candidate answers on the served port and undrains it when
+	// what serves at the end passed.
+	Drain, Undrain func(ctx context.Context) error
 
 	store *Store
 }

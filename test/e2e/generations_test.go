@@ -237,7 +237,13 @@ func TestGenerations(t *testing.T) {
 	}
 
 	t.Run("new pin whose gate fails: the previous generation serves again and passes", func(t *testing.T) {
+		poll := startPoller(t, g.PID, 30000, nil)
 		a := g.applyPin("v2-bad")
+		seen := poll.finish()
+		// The candidate answers on the served port while it is gated: only a drain hook
+		// keeps clients away (this recipe has none), so its wrong answers are counted here.
+		t.Logf("failed switch v1 -> v2-bad: poller saw %d right, %d wrong (first %.40q), %d without an answer; longest gap between right answers %s",
+			seen.Right, seen.Wrong, seen.FirstWrong, seen.Down, seen.LongestGap.Round(time.Millisecond))
 		if a.code != 3 {
 			t.Fatalf("apply v2-bad: exit %d, want 3\n%s", a.code, a.out)
 		}
@@ -285,7 +291,17 @@ func TestGenerations(t *testing.T) {
 
 	var gen4 string
 	t.Run("good new pin switches, says what it kept and freed", func(t *testing.T) {
+		poll := startPoller(t, g.PID, 30000, nil)
 		a := g.applyPin("v4")
+		seen := poll.finish()
+		t.Logf("switch v1 -> v4: poller saw %d right, %d wrong, %d without an answer; longest gap between right answers %s",
+			seen.Right, seen.Wrong, seen.Down, seen.LongestGap.Round(time.Millisecond))
+		if seen.Wrong != 0 {
+			t.Errorf("a good switch served %d wrong answers (first %.80q), want none", seen.Wrong, seen.FirstWrong)
+		}
+		if seen.Right == 0 {
+			t.Errorf("the poller got no right answer during the switch v1 -> v4")
+		}
 		if a.code != 0 {
 			t.Fatalf("apply v4: exit %d\n%s\n%s", a.code, a.out, g.journal())
 		}

@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -27,8 +29,8 @@ func TestModelSwitch(t *testing.T) {
 	)
 	setup := func(t *testing.T) *host {
 		h := newHost(t, bins)
-		h.WriteFile(recipeA, []byte(switchRecipe("e2e-a", unitA, "model-A", "")), 0o644)
-		h.WriteFile(recipeB, []byte(switchRecipe("e2e-b", unitB, "model-B", "\nreplaces: [e2e-a]")), 0o644)
+		h.WriteFile(recipeA, []byte(switchRecipe("e2e-a", unitA, "model-A", "")+drainHooks), 0o644)
+		h.WriteFile(recipeB, []byte(switchRecipe("e2e-b", unitB, "model-B", "\nreplaces: [e2e-a]")+drainHooks), 0o644)
 		return h
 	}
 	apply := func(h *host, recipe string, extra ...string) applied {
@@ -54,9 +56,24 @@ func TestModelSwitch(t *testing.T) {
 		if a := apply(h, recipeA); a.code != 0 {
 			t.Fatalf("apply A: exit %d\n%s", a.code, a.out)
 		}
+		// A router that honours the drain hook: B's first profile answers "!!!!" on the port
+		// while it is gated, and no request may reach it.
+		poll := startPoller(t, h.PID, 30000, drainedIn(h.Root))
 		a := apply(h, recipeB)
+		seen := poll.finish()
 		if a.code != 0 {
 			t.Fatalf("apply B: exit %d\n%s", a.code, a.out)
+		}
+		t.Logf("switch A -> B: poller saw %d right, %d wrong, %d without an answer, %d polls skipped while drained; longest gap between right answers %s",
+			seen.Right, seen.Wrong, seen.Down, seen.Drained, seen.LongestGap.Round(time.Millisecond))
+		if seen.Wrong != 0 {
+			t.Errorf("a good model switch served %d wrong answers to a router that honours the drain (first %.80q), want none", seen.Wrong, seen.FirstWrong)
+		}
+		if seen.Drained == 0 {
+			t.Error("the switch never drained the node")
+		}
+		if _, err := os.Stat(filepath.Join(h.Root, drainedFile)); err == nil {
+			t.Error("the node is still drained after the switch passed")
 		}
 		if act, en := state(h, unitA); act == "active" || en == "enabled" {
 			t.Errorf("after B: %s is %s and %s, want stopped and disabled", unitA, act, en)
@@ -100,6 +117,49 @@ func TestModelSwitch(t *testing.T) {
 		}
 		if after := h.Show(unitA, "MainPID"); after["MainPID"] != before["MainPID"] {
 			t.Errorf("apply A after the failed switch restarted A (%s -> %s)", before["MainPID"], after["MainPID"])
+		}
+	})
+
+	t.Run("kill -9 during B's gate, then a reboot: A serves", func(t *testing.T) {
+		h := setup(t)
+		if a := apply(h, recipeA); a.code != 0 {
+			t.Fatalf("apply A: exit %d\n%s", a.code, a.out)
+		}
+		// B's server never gets ready: its gate waits, and sglprov is killed meanwhile.
+		h.MustRun("sh", "-c", "SGLPROV_GPU_FIXTURE=/etc/sglprov/gpu.json setsid sglprov apply -f "+recipeB+
+			" --state-dir "+stateDir+" --set fake_mode=never-ready >/tmp/apply.log 2>&1 & echo $! >/tmp/apply.pid")
+		deadline := time.Now().Add(90 * time.Second)
+		for {
+			log, _ := h.Run(10*time.Second, "cat", "/tmp/apply.log")
+			if act, _ := state(h, unitB); act == "active" && strings.Contains(log, "smoke gate") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("B's switch never reached its gate:\n%s", log)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		h.MustRun("sh", "-c", "kill -9 $(cat /tmp/apply.pid)")
+		if _, en := state(h, unitA); en != "enabled" {
+			t.Errorf("during B's gate %s is %s, want still enabled (B is staged for this boot only)", unitA, en)
+		}
+		h.Reboot()
+		deadline = time.Now().Add(60 * time.Second)
+		for {
+			if act, _ := state(h, unitA); act == "active" {
+				break
+			}
+			if time.Now().After(deadline) {
+				act, en := state(h, unitA)
+				t.Fatalf("after the reboot %s is %s and %s, want active", unitA, act, en)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		if act, _ := state(h, unitB); act == "active" {
+			t.Errorf("after the reboot %s runs, want only %s", unitB, unitA)
+		}
+		if cmd := serving(h, unitA); !strings.Contains(cmd, "/models/model-A") {
+			t.Errorf("after the reboot A's server runs %q, want A's model", cmd)
 		}
 	})
 }

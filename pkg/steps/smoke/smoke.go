@@ -19,6 +19,7 @@ import (
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/logval"
 	gate "github.com/sglprov/sglprov/pkg/smoke"
+	"github.com/sglprov/sglprov/pkg/switchover"
 )
 
 // Spec is the recipe body of a smoke step.
@@ -201,56 +202,38 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 		}
 		return nil
 	}
-	cfg.Failed = svc.Failed
-	served, _ := svc.(servedModel)
 	candidates := svc.Candidates(env)
 	if len(candidates) == 0 {
 		candidates = []string{""}
 	}
+	res, results, err := RunSwitch(ctx, env, svc, candidates, SwitchGate{Config: cfg,
+		Drain: env.Drain, Undrain: env.Undrain,
+		Run: func(ctx context.Context, cfg gate.Config, profile string) (*gate.Result, error) {
+			return s.gate(ctx, env, cfg, profile)
+		}})
+	if res == nil {
+		return err
+	}
 	var tried []ProfileResult
-	for _, p := range candidates {
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("gating %s: %w", svc.ServiceName(), err)
+	gated := 0 // the gate's results consumed by the candidates
+	for _, a := range res.Tried {
+		pr := ProfileResult{Profile: a.Server.Profile, Error: a.Error}
+		if a.Verdict != nil && gated < len(results) {
+			pr.Result = results[gated]
+			gated++
 		}
-		pr := ProfileResult{Profile: p}
-		if p != "" && svc.Active(env) != p {
-			env.Log.Info("activating profile", "service", svc.ServiceName(), "profile", p)
-			if err := svc.Activate(ctx, env, p); err != nil {
-				pr.Error = fmt.Sprintf("activating profile %s: %v", p, err)
-				env.Log.Warn("profile could not be activated", "profile", p, "err", err)
-				tried = append(tried, pr)
-				env.Detail("profiles", tried)
-				continue
-			}
-		}
-		pcfg := cfg
-		if served != nil {
-			// The server judged must be the unit's: the model it lists and loaded are the
-			// unit's (another server on the port would pass the gate in its place).
-			name, path, err := served.ServedModel(env)
-			if err != nil {
-				return fmt.Errorf("reading the model %s serves: %w", svc.ServiceName(), err)
-			}
-			pcfg.ServedModel, pcfg.ModelPath = name, path
-		}
-		res, err := s.gate(ctx, env, pcfg, p)
-		if err != nil {
-			return err
-		}
-		pr.Result = res
 		tried = append(tried, pr)
-		env.Detail("profiles", tried)
-		if res.Pass {
-			// Won also keeps the unit that passed (a staged unit becomes the persistent
-			// one), with or without profiles.
-			if err := svc.Won(ctx, env, p); err != nil {
-				return fmt.Errorf("recording profile %q as the winner: %w", p, err)
-			}
-			if p != "" {
-				env.Detail("profile", p)
-			}
-			return nil
+	}
+	env.Detail("profiles", tried)
+	if err == nil {
+		if res.WinnerProfile != "" {
+			env.Detail("profile", res.WinnerProfile)
 		}
+		return nil
+	}
+	var fe *switchover.FailedError
+	if !errors.As(err, &fe) {
+		return err
 	}
 	var parts []string
 	for _, pr := range tried {
@@ -267,36 +250,114 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	if g := env.Generation; g != nil && g.Serving != g.Key {
 		msg = fmt.Sprintf("generation %s failed the gate (%s)", short(g.Key), msg)
 	}
-	restored, rerr := svc.RestoreLastKnownGood(ctx, env)
-	switch {
-	case rerr != nil:
-		msg += fmt.Sprintf(" (restoring the last-known-good unit failed: %v)", rerr)
-	case restored:
-		what := "the last-known-good unit"
-		if g := env.Generation; g != nil && g.Serving != "" && g.Serving != g.Key {
-			what = fmt.Sprintf("the last-known-good unit of generation %s", short(g.Serving))
-		}
-		if r, ok := svc.(interface{ Restored() string }); ok && r.Restored() != "" {
-			what = r.Restored() // a model switch: the units it replaced
-		}
-		env.Log.Warn("restored "+what, "service", svc.ServiceName())
-		// What came back is gated again: the run says whether the node serves well now.
-		again, gerr := s.gate(ctx, env, cfg, svc.Active(env))
-		env.Detail("restored_gate", again)
-		switch {
-		case gerr != nil:
-			msg += fmt.Sprintf("; %s was restored, and gating it again failed: %v", what, gerr)
-		case again.Pass:
-			msg += fmt.Sprintf("; %s was restored and passed the gate again", what)
-		default:
-			msg += fmt.Sprintf("; %s was restored and failed the gate too: %s", what, again.Summary())
-		}
-		env.Detail("restored_passed", gerr == nil && again.Pass)
-	default:
-		msg += "; there is no last-known-good unit to restore"
+	if fe.Why != nil {
+		msg += fmt.Sprintf(" (%v)", fe.Why)
 	}
-	env.Detail("restored_last_known_good", restored)
-	return fmt.Errorf("%w: %s: %s", engine.ErrGate, msg, strings.Join(parts, " | "))
+	msg += "; " + restoredSentence(env, res)
+	if res.Restored {
+		env.Detail("restored_gate", results[gated:])
+	}
+	env.Detail("restored_last_known_good", res.Restored)
+	env.Detail("restored_passed", res.Serving())
+	return &gateFailed{msg: fmt.Sprintf("%s: %s", msg, strings.Join(parts, " | ")), failed: fe}
+}
+
+// gateFailed is a switch whose candidates all failed: exit 3 (engine.ErrGate), and the
+// switch's result for a caller that asks whether what was restored serves.
+type gateFailed struct {
+	msg    string
+	failed *switchover.FailedError
+}
+
+func (e *gateFailed) Error() string   { return e.msg }
+func (e *gateFailed) Unwrap() []error { return []error{engine.ErrGate, e.failed} }
+
+// restoredSentence says what came back after no candidate passed, naming the generation
+// or the replaced units, and whether it passed the gate again.
+func restoredSentence(env *engine.Env, res *switchover.Result) string {
+	if len(res.Previous) == 0 {
+		if res.RestoreErr != nil {
+			return fmt.Sprintf("stopping the candidate failed: %v", res.RestoreErr)
+		}
+		return "there is no last-known-good unit to restore"
+	}
+	what := "the last-known-good unit"
+	if g := env.Generation; g != nil && g.Serving != "" && g.Serving != g.Key {
+		what = fmt.Sprintf("the last-known-good unit of generation %s", short(g.Serving))
+	}
+	if res.Replaced {
+		var units []string
+		for _, p := range res.Previous {
+			units = append(units, p.Unit)
+		}
+		what = "what it replaced (" + strings.Join(units, ", ") + ")"
+	}
+	switch {
+	case !res.Restored && res.RestoreErr == nil:
+		return what + " was left as it was (no candidate started)"
+	case res.RestoreErr != nil:
+		return fmt.Sprintf("restoring %s failed: %v", what, res.RestoreErr)
+	case res.RestoredVerdict == nil:
+		return what + " was restored and could not be gated again"
+	case res.RestoredVerdict.Pass:
+		return what + " was restored and passed the gate again"
+	}
+	return fmt.Sprintf("%s was restored and failed the gate too: %s", what, res.RestoredVerdict.Summary)
+}
+
+// SwitchGate is the gate a switch runs on each candidate and on what it restores.
+type SwitchGate struct {
+	// Config is the recipe's gate; ServedModel, ModelPath and Failed are set for each
+	// server from its own unit.
+	Config gate.Config
+	// Run runs one gate (nil: gate.Run); profile names the candidate ("" for what is
+	// restored or a service without profiles).
+	Run func(ctx context.Context, cfg gate.Config, profile string) (*gate.Result, error)
+	// Drain and Undrain are the recipe's hooks (nil: none).
+	Drain, Undrain switchover.Hook
+}
+
+// RunSwitch switches svc to profiles through its switch transaction: each candidate, and
+// what comes back when none passes, is gated against its own server (the served model
+// name and model path of its own unit; its own unit's failure ends the readiness wait).
+// The result is recorded in the service step (Switched). It returns the result, the
+// gate's results in the order they ran, and nil or the switch's error (a
+// *switchover.FailedError when no candidate passed).
+func RunSwitch(ctx context.Context, env *engine.Env, svc engine.ServiceStep, profiles []string, g SwitchGate) (*switchover.Result, []*gate.Result, error) {
+	sw, err := svc.Switch(ctx, env, profiles)
+	if err != nil {
+		return nil, nil, fmt.Errorf("preparing the switch of %s: %w", svc.ServiceName(), err)
+	}
+	run := g.Run
+	if run == nil {
+		run = func(ctx context.Context, cfg gate.Config, _ string) (*gate.Result, error) { return gate.Run(ctx, cfg) }
+	}
+	var results []*gate.Result
+	sw.Gate = func(ctx context.Context, srv switchover.Server) (switchover.Verdict, error) {
+		cfg := g.Config
+		// The server judged must be the unit's: the model it lists and loaded are the
+		// unit's (another server on the port would pass the gate in its place).
+		cfg.ServedModel, cfg.ModelPath = srv.ServedModel, srv.ModelPath
+		// Its own unit's failure ends the readiness wait.
+		cfg.Failed = svc.Failed
+		if unit := srv.Unit; unit != svc.ServiceName() {
+			cfg.Failed = func(ctx context.Context) (bool, string, error) { return sw.Manager.Failed(ctx, unit) }
+		}
+		res, err := run(ctx, cfg, srv.Profile)
+		if err != nil {
+			return switchover.Verdict{}, err
+		}
+		results = append(results, res)
+		return switchover.Verdict{Pass: res.Pass, Summary: res.Summary()}, nil
+	}
+	sw.Drain, sw.Undrain = g.Drain, g.Undrain
+	res, err := sw.Run(ctx)
+	if res != nil {
+		if rerr := svc.Switched(ctx, env, res); rerr != nil && err == nil {
+			err = fmt.Errorf("recording the switch of %s: %w", svc.ServiceName(), rerr)
+		}
+	}
+	return res, results, err
 }
 
 // gate runs the gate once, logging its table and recording it in the report.
@@ -348,6 +409,21 @@ func (s *Step) gate(ctx context.Context, env *engine.Env, cfg gate.Config, profi
 // /v1/models lists and the path SGLang's /get_model_info reports.
 type servedModel interface {
 	ServedModel(env *engine.Env) (name, path string, err error)
+}
+
+// OwnServer returns cfg set to judge svc's own server as it runs (the daemon's whole-gate
+// rung): its served model name and model path under the active profile, and its unit's
+// failure ending the readiness wait.
+func OwnServer(env *engine.Env, svc engine.ServiceStep, cfg gate.Config) (gate.Config, error) {
+	cfg.Failed = svc.Failed
+	if sm, ok := svc.(servedModel); ok {
+		name, path, err := sm.ServedModel(env)
+		if err != nil {
+			return cfg, fmt.Errorf("reading the model %s serves: %w", svc.ServiceName(), err)
+		}
+		cfg.ServedModel, cfg.ModelPath = name, path
+	}
+	return cfg, nil
 }
 
 // short shortens a generation key for messages.

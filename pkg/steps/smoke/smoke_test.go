@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -17,6 +18,8 @@ import (
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/recipe"
 	gatepkg "github.com/sglprov/sglprov/pkg/smoke"
+	"github.com/sglprov/sglprov/pkg/switchover"
+	"github.com/sglprov/sglprov/pkg/switchover/fakeunits"
 	"github.com/sglprov/sglprov/test/fakesglang"
 )
 
@@ -35,11 +38,15 @@ type fakeService struct {
 	won       []string
 	restored  int
 	lkg       bool
+	// served and path, when set, are the names the fake units serve under.
+	served, path string
+	dir          string
+	units        *fakeunits.Manager
 }
 
 func newFakeService(t *testing.T, order []string, modes map[string]fakesglang.Mode) *fakeService {
 	t.Helper()
-	f := &fakeService{modes: modes, order: order, failedIn: map[string]bool{}}
+	f := &fakeService{modes: modes, order: order, failedIn: map[string]bool{}, dir: t.TempDir(), lkg: true}
 	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		(*f.handler.Load()).ServeHTTP(w, r)
 	}))
@@ -86,16 +93,58 @@ func (f *fakeService) Failed(context.Context) (bool, string, error) {
 	}
 	return false, "", nil
 }
-func (f *fakeService) RestoreLastKnownGood(context.Context, *engine.Env) (bool, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.restored++
-	return f.lkg, nil
+
+// unitOf is the fake unit of profile p: its server lists "qwen" and loaded "default", as
+// the fakesglang handler says.
+func (f *fakeService) unitOf(p string) []byte {
+	served, path := "qwen", "default"
+	if f.served != "" {
+		served, path = f.served, f.path
+	}
+	return fmt.Appendf(nil, "[Service]\nExecStart=/bin/fake --model-path %s --served-model-name %s --profile %s\n", path, served, p)
 }
-func (f *fakeService) Won(_ context.Context, _ *engine.Env, p string) error {
+
+// Switch hands out a switch over a fake of systemd's units whose server, when started,
+// answers as its profile's fakesglang mode.
+func (f *fakeService) Switch(_ context.Context, env *engine.Env, profiles []string) (*switchover.Switch, error) {
+	f.mu.Lock()
+	if f.units == nil {
+		f.units = fakeunits.New(f.dir)
+		if f.lkg {
+			_, _ = f.units.Install(context.Background(), f.ServiceName(), f.unitOf(f.active))
+			_ = f.units.Start(context.Background(), f.ServiceName())
+		}
+		f.units.OnStart = func(_ string, content []byte) {
+			_, p, _ := strings.Cut(string(content), "--profile ")
+			p = strings.TrimSpace(p)
+			f.mu.Lock()
+			f.activated = append(f.activated, p)
+			f.mu.Unlock()
+			f.setActive(p)
+		}
+	}
+	f.mu.Unlock()
+	var cands []switchover.Candidate
+	for _, p := range profiles {
+		c := switchover.Candidate{Profile: p, Content: f.unitOf(p)}
+		if _, ok := f.modes[p]; !ok {
+			c.Err = errors.New("unknown profile")
+		}
+		cands = append(cands, c)
+	}
+	return &switchover.Switch{Manager: f.units, StateDir: f.dir, Unit: f.ServiceName(), Candidates: cands,
+		Before: func(context.Context, switchover.Candidate) error { return nil }}, nil
+}
+
+func (f *fakeService) Switched(_ context.Context, _ *engine.Env, res *switchover.Result) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.won = append(f.won, p)
+	if res.Winner != nil {
+		f.won = append(f.won, res.WinnerProfile)
+	}
+	if res.Restored {
+		f.restored++
+	}
 	return nil
 }
 
@@ -121,7 +170,7 @@ func TestProfileFallback(t *testing.T) {
 		order         []string
 		modes         map[string]fakesglang.Mode
 		failedIn      []string
-		lkg           bool
+		first         bool     // a first install: no unit passed before
 		wantErr       []string // substrings; nil: pass
 		wantActivated []string
 		wantWon       []string
@@ -146,21 +195,21 @@ func TestProfileFallback(t *testing.T) {
 			order: []string{"cudnn", "cutlass", "triton"},
 			modes: map[string]fakesglang.Mode{"cudnn": fakesglang.ModeBang, "cutlass": fakesglang.ModeNaN,
 				"triton": fakesglang.ModeCommaBang},
-			lkg: true,
-			wantErr: []string{"no candidate profile passed the gate; the last-known-good unit was restored",
+			wantErr: []string{"no candidate profile passed the gate; the last-known-good unit was restored and failed the gate too",
 				"cudnn: FAIL: 0/3 cases passed: arithmetic: degenerate reasoning_content (punct-run)",
 				`cutlass: FAIL: 0/3 cases passed: arithmetic: matched_stop "NaN happened"`,
 				"triton: FAIL"},
-			wantActivated: []string{"cutlass", "triton"},
+			wantActivated: []string{"cutlass", "triton", "cudnn"},
 			wantRestored:  1,
 		},
 		{
 			name:          "all broken, nothing to restore",
 			order:         []string{"cudnn"},
 			modes:         map[string]fakesglang.Mode{"cudnn": fakesglang.ModePlus},
+			first:         true,
 			wantErr:       []string{"there is no last-known-good unit to restore", "cudnn: FAIL"},
-			wantRestored:  1,
-			wantActivated: nil,
+			wantRestored:  0,
+			wantActivated: []string{"cudnn"},
 		},
 		{
 			name:          "failed unit ends the wait, next profile wins",
@@ -174,14 +223,14 @@ func TestProfileFallback(t *testing.T) {
 			name:          "profile that cannot be activated is skipped",
 			order:         []string{"cudnn", "missing", "cutlass"},
 			modes:         map[string]fakesglang.Mode{"cudnn": fakesglang.ModeApostropheS, "cutlass": fakesglang.ModeGood},
-			wantActivated: []string{"missing", "cutlass"},
+			wantActivated: []string{"cutlass"},
 			wantWon:       []string{"cutlass"},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			svc := newFakeService(t, tt.order, tt.modes)
-			svc.lkg = tt.lkg
+			svc.lkg = !tt.first
 			for _, p := range tt.failedIn {
 				svc.failedIn[p] = true
 			}
@@ -498,14 +547,6 @@ func TestShippedRecipesUseEveryKind(t *testing.T) {
 	}
 }
 
-// servedService is a fake service step that says which model its unit serves.
-type servedService struct {
-	*fakeService
-	name, path string
-}
-
-func (s servedService) ServedModel(*engine.Env) (string, string, error) { return s.name, s.path, nil }
-
 // TestGateChecksItsOwnServer: the gate judges the unit's server only: a server on the port
 // that lists another model, or loaded another model path, fails the gate with both names
 // before a case is asked; the unit's own server passes.
@@ -522,7 +563,8 @@ func TestGateChecksItsOwnServer(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			fs := newFakeService(t, []string{"good"}, map[string]fakesglang.Mode{"good": fakesglang.ModeGood})
-			svc := servedService{fs, tt.served, tt.path}
+			fs.served, fs.path = tt.served, tt.path
+			svc := fs
 			step, err := New("smoke", testSpec(fs.srv.URL))
 			if err != nil {
 				t.Fatal(err)
@@ -572,5 +614,29 @@ func TestConfigServedModel(t *testing.T) {
 	}
 	if cfg, _ := (Spec{URL: "http://127.0.0.1:1"}).Config(nil); cfg.ServedModel != "" {
 		t.Errorf("no model named, ServedModel %q", cfg.ServedModel)
+	}
+}
+
+// TestRunSwitchJudgesItsOwnServer: the switch the daemon's rungs run (next profile,
+// previous generation) gates the candidate against the names in its own unit: another
+// server on the port (listing another model) fails it, and nothing is promoted.
+func TestRunSwitchJudgesItsOwnServer(t *testing.T) {
+	fs := newFakeService(t, []string{"a", "b"}, map[string]fakesglang.Mode{"a": fakesglang.ModeGood, "b": fakesglang.ModeGood})
+	env, _ := newEnv(t, nil)
+	cfg, err := testSpec(fs.srv.URL).Config(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs.served, fs.path = "qwen-b", "/models/b" // the server at the URL lists "qwen"
+	res, results, err := RunSwitch(context.Background(), env, fs, []string{"b"}, SwitchGate{Config: cfg})
+	var fe *switchover.FailedError
+	if !errors.As(err, &fe) {
+		t.Fatalf("RunSwitch: %v, want a failed switch", err)
+	}
+	if len(results) == 0 || !strings.Contains(results[0].Summary(), `not the recipe's "qwen-b"`) {
+		t.Errorf("the candidate was not judged against its own served name: %+v", results)
+	}
+	if res.Winner != nil || len(fs.won) != 0 {
+		t.Errorf("a candidate judged against another server won: %+v", res.Winner)
 	}
 }

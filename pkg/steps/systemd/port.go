@@ -3,6 +3,7 @@ package systemd
 import (
 	"fmt"
 	"os"
+	"slices"
 
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/exitcode"
@@ -36,15 +37,17 @@ func (e *PortHeldError) Error() string {
 func (e *PortHeldError) Unwrap() error { return exitcode.ErrLocked }
 
 // checkPort refuses to start the unit while its port is held by a process that is not the
-// unit's own: under systemd, a process in another unit's cgroup (or in none); under the
+// unit's own (or one of the units in also, which a switch stops first): under systemd, a process in another unit's cgroup (or in none); under the
 // exec manager, a process that is not a child of this one. A port the unit's own server
 // holds is fine: restarting the unit frees it. Offline, nothing is started and nothing is
 // checked.
-func (s *Step) checkPort(env *engine.Env, m service.Manager, profile string) error {
+func (s *Step) checkPort(env *engine.Env, m service.Manager, profile string, also ...string) error {
 	var own func(l portowner.Listener) bool
 	switch m.Kind() {
 	case service.KindSystemd:
-		own = func(l portowner.Listener) bool { return l.PID != 0 && l.Unit == s.spec.Unit }
+		own = func(l portowner.Listener) bool {
+			return l.PID != 0 && (l.Unit == s.spec.Unit || slices.Contains(also, l.Unit))
+		}
 	case service.KindExec:
 		self := os.Getpid()
 		own = func(l portowner.Listener) bool {

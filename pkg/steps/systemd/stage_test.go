@@ -7,13 +7,16 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/sglprov/sglprov/pkg/atomicfile"
+	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/service"
+	"github.com/sglprov/sglprov/pkg/switchover"
 )
 
 // stagingManager is fakeManager with systemd's runtime/persistent split (service.Stager)
@@ -85,10 +88,33 @@ func (m *stagingManager) InUse(_ context.Context, unit string) (bool, error) {
 	return m.inUse[unit], nil
 }
 
-// A unit a gate decides on is staged: the persistent unit (what a reboot starts) changes
-// only once the gate passed; a failed gate drops the staged unit and restarts the
-// persistent one. A switch stops and disables the replaced recipe's unit before its own
-// starts, and brings it back when the gate fails.
+// switchTo runs the step's switch to profiles with a gate that passes the profiles in
+// pass (and what is restored, profile ""); during each gate it calls during.
+func switchTo(t *testing.T, s *Step, env *engine.Env, profiles []string, pass []string, during func(srv switchover.Server)) (*switchover.Result, error) {
+	t.Helper()
+	ctx := context.Background()
+	sw, err := s.Switch(ctx, env, profiles)
+	if err != nil {
+		t.Fatalf("Switch: %v", err)
+	}
+	sw.Gate = func(_ context.Context, srv switchover.Server) (switchover.Verdict, error) {
+		if during != nil {
+			during(srv)
+		}
+		ok := srv.Profile == "" || slices.Contains(pass, srv.Profile)
+		return switchover.Verdict{Pass: ok, Summary: "fake"}, nil
+	}
+	res, err := sw.Run(ctx)
+	if rerr := s.Switched(ctx, env, res); rerr != nil {
+		t.Fatalf("Switched: %v", rerr)
+	}
+	return res, err
+}
+
+// A unit a gate decides on is staged by the gate's switch: the persistent unit (what a
+// reboot starts) changes only once the gate passed; a failed gate drops the staged unit
+// and restarts the persistent one. A model switch stops the replaced recipe's unit for
+// this boot only, and starts it again when the gate fails.
 func TestStagedUnitKeptOnlyWhenTheGatePasses(t *testing.T) {
 	env := testEnv(t, "rtx-pro-6000-x8.json")
 	env.Gated = true
@@ -101,13 +127,17 @@ func TestStagedUnitKeptOnlyWhenTheGatePasses(t *testing.T) {
 	if err := s.Run(ctx, env); err != nil {
 		t.Fatal(err)
 	}
-	if sm.Persistent(spec.Unit) || !sm.Staged(spec.Unit) {
-		t.Fatalf("before the gate: persistent %v, staged %v; want staged only", sm.Persistent(spec.Unit), sm.Staged(spec.Unit))
+	if sm.Persistent(spec.Unit) || sm.Staged(spec.Unit) || len(sm.take()) != 0 {
+		t.Fatalf("the gated step's Run changed the node: persistent %v, staged %v", sm.Persistent(spec.Unit), sm.Staged(spec.Unit))
 	}
-	if ok, reason, _ := s.Intact(ctx, env); ok || !strings.Contains(reason, "staged") {
-		t.Errorf("Intact with a staged unit = %v %q", ok, reason)
-	}
-	if err := s.Won(ctx, env, "sm120-fp4-cudnn"); err != nil {
+	if _, err := switchTo(t, s, env, []string{"sm120-fp4-cudnn"}, []string{"sm120-fp4-cudnn"}, func(switchover.Server) {
+		if sm.Persistent(spec.Unit) || !sm.Staged(spec.Unit) {
+			t.Errorf("during the gate: persistent %v, staged %v; want staged only", sm.Persistent(spec.Unit), sm.Staged(spec.Unit))
+		}
+		if ok, reason, _ := s.Intact(ctx, env); ok || !strings.Contains(reason, "staged") {
+			t.Errorf("Intact with a staged unit = %v %q", ok, reason)
+		}
+	}); err != nil {
 		t.Fatal(err)
 	}
 	good, _ := os.ReadFile(sm.UnitPath(spec.Unit))
@@ -117,24 +147,23 @@ func TestStagedUnitKeptOnlyWhenTheGatePasses(t *testing.T) {
 
 	// The next change is staged; its gate fails; the persistent unit was never touched.
 	sm.take()
-	if err := s.Activate(ctx, env, "sm120-fp4-cutlass"); err != nil {
-		t.Fatal(err)
-	}
-	if b, _ := os.ReadFile(sm.UnitPath(spec.Unit)); !bytes.Equal(b, good) {
-		t.Fatal("activating a profile rewrote the persistent unit before its gate")
-	}
-	if ok, err := s.RestoreLastKnownGood(ctx, env); err != nil || !ok {
-		t.Fatalf("RestoreLastKnownGood = %v %v", ok, err)
+	_, err := switchTo(t, s, env, []string{"sm120-fp4-cutlass"}, nil, func(switchover.Server) {
+		if b, _ := os.ReadFile(sm.UnitPath(spec.Unit)); !bytes.Equal(b, good) {
+			t.Error("the switch rewrote the persistent unit before its gate")
+		}
+	})
+	if !errors.Is(err, &switchover.FailedError{}) && err == nil {
+		t.Fatal("a failed gate passed the switch")
 	}
 	if sm.Staged(spec.Unit) || s.Active(env) != "sm120-fp4-cudnn" {
 		t.Errorf("after the restore: staged %v, active %q", sm.Staged(spec.Unit), s.Active(env))
 	}
 	if diff := cmp.Diff([]string{"stage", "restart", "discard", "restart"}, sm.take()); diff != "" {
-		t.Errorf("activate then restore (-want +got):\n%s", diff)
+		t.Errorf("switch then restore (-want +got):\n%s", diff)
 	}
 
-	// A switch: recipe "old-model"'s unit is in use and named by its header.
-	old := service.Header("old-model", "p", "f") + "[Service]\nExecStart=/old\n"
+	// A model switch: recipe "old-model"'s unit is in use and named by its header.
+	old := service.Header("old-model", "p", "f") + "[Service]\nExecStart=/old --model-path /m/old\n"
 	if err := os.WriteFile(sm.UnitPath("sglang-old.service"), []byte(old), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -143,16 +172,15 @@ func TestStagedUnitKeptOnlyWhenTheGatePasses(t *testing.T) {
 	if ok, reason, _ := s.Intact(ctx, env); ok || !strings.Contains(reason, "sglang-old.service (recipe old-model)") {
 		t.Errorf("Intact while a replaced unit serves = %v %q", ok, reason)
 	}
-	if err := s.Activate(ctx, env, "sm120-fp4-cutlass"); err != nil {
-		t.Fatal(err)
+	res, err := switchTo(t, s, env, []string{"sm120-fp4-cutlass"}, nil, func(switchover.Server) {
+		if !sm.inUse["sglang-old.service"] {
+			t.Error("the replaced unit was disabled before the gate passed")
+		}
+	})
+	if err == nil || !res.Replaced || !strings.Contains(err.Error(), "what it replaced (sglang-old.service) was restored") {
+		t.Fatalf("failed model switch: %v", err)
 	}
-	if ok, err := s.RestoreLastKnownGood(ctx, env); err != nil || !ok {
-		t.Fatalf("RestoreLastKnownGood after a switch = %v %v", ok, err)
-	}
-	if diff := cmp.Diff([]string{"disable sglang-old.service", "stage", "restart", "discard", "stop", "enable sglang-old.service"}, sm.take()); diff != "" {
+	if diff := cmp.Diff([]string{"stop", "stage", "restart", "discard", "stop", "start"}, sm.take()); diff != "" {
 		t.Errorf("switch then restore (-want +got):\n%s", diff)
-	}
-	if !strings.Contains(s.Restored(), "sglang-old.service") {
-		t.Errorf("Restored = %q, want the replaced unit named", s.Restored())
 	}
 }

@@ -42,11 +42,9 @@ type Step struct {
 
 	mu  sync.Mutex
 	mgr service.Manager
-	// replaced are the units of replaced recipes this run stopped and disabled, to bring
-	// back when the gate fails.
-	replaced []string
-	// restored names what the last restore brought back, when not the step's own unit.
-	restored string
+	// restart is set when a step the service needs ran in this run: the gate's switch
+	// restarts the service even when its unit is unchanged.
+	restart bool
 }
 
 var _ engine.ServiceStep = (*Step)(nil)
@@ -297,11 +295,6 @@ func (s *Step) ServiceName() string { return s.spec.Unit }
 // the model path, as SGLang defaults it) and the model path, for the active profile: the
 // gate checks that the server it judges says the same.
 func (s *Step) ServedModel(env *engine.Env) (name, path string, err error) {
-	if s.Restored() != "" {
-		// What this recipe replaced serves again (its gate failed): that server serves the
-		// other recipe's model, which passed its own gate; the re-gate judges its answers.
-		return "", "", nil
-	}
 	d, err := s.data(env, s.Active(env))
 	if err != nil {
 		return "", "", err
@@ -412,16 +405,50 @@ func (s *Step) Intact(ctx context.Context, env *engine.Env) (bool, string, error
 // still matches) and starts the service. It restarts the service only when the unit
 // changed or a step it needs ran in this run (a rebuilt kernel, new weights: the running
 // server still has the old ones): an apply with nothing changed restarts nothing.
+//
+// When a gate decides on the unit (env.Gated, not offline), Run only renders and checks
+// it: the gate's switch transaction (Switch) stages, starts, keeps or restores it.
 func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	p, err := s.pick(env)
 	if err != nil {
 		return err
 	}
-	changed, err := s.install(ctx, env, p, len(env.DepsRan) > 0, env.Gated)
+	m, err := s.manager(ctx, env)
 	if err != nil {
 		return err
 	}
-	m, _ := s.manager(ctx, env)
+	if env.Gated && m.Kind() != service.KindOffline {
+		unit, err := s.render(env, p)
+		if err != nil {
+			return err
+		}
+		if err := s.checkNeeds(env, m.Kind(), unit); err != nil {
+			return err
+		}
+		// Another's server on the port is refused now (exit 5), before the gate's switch
+		// stops anything; the replaced recipes' units are the switch's to stop.
+		replaced, err := s.replacedInUse(ctx, env, m)
+		if err != nil {
+			return err
+		}
+		if err := s.checkPort(env, m, p, replaced...); err != nil {
+			return err
+		}
+		s.mu.Lock()
+		s.restart = len(env.DepsRan) > 0
+		s.mu.Unlock()
+		env.Detail("unit", displayPath(env, m.UnitPath(s.spec.Unit)))
+		env.Detail("profile", p)
+		env.Detail("manager", m.Kind())
+		have, _ := os.ReadFile(m.UnitPath(s.spec.Unit))
+		env.Detail("changed", !bytes.Equal(have, unit))
+		env.Detail("switch", "the gate's switch installs it")
+		return nil
+	}
+	changed, err := s.install(ctx, env, p, len(env.DepsRan) > 0, false)
+	if err != nil {
+		return err
+	}
 	env.Detail("unit", displayPath(env, m.UnitPath(s.spec.Unit)))
 	env.Detail("profile", p)
 	env.Detail("manager", m.Kind())
@@ -451,10 +478,6 @@ func (s *Step) install(ctx context.Context, env *engine.Env, profile string, res
 		return false, err
 	}
 	if err := s.checkKnownBad(env, profile); err != nil {
-		return false, err
-	}
-	// The replaced recipes' units are stopped first: until then they hold the port.
-	if err := s.replaceOthers(ctx, env, m); err != nil {
 		return false, err
 	}
 	if err := s.checkPort(env, m, profile); err != nil {
@@ -511,21 +534,12 @@ func (s *Step) Active(env *engine.Env) string {
 
 // Activate renders and installs the unit with profile and restarts the service.
 func (s *Step) Activate(ctx context.Context, env *engine.Env, profile string) error {
-	c, err := s.candidates(env)
-	if err != nil {
+	if err := s.known(env, profile); err != nil {
 		return err
 	}
-	// A step without profiles has one unit, rendered with none.
-	found := len(c) == 0 && profile == "" && len(s.spec.Profiles) == 0
-	for _, p := range c {
-		found = found || p == profile
-	}
-	if !found {
-		return fmt.Errorf("%w: profile %q is not a candidate of %s (candidates: %s)",
-			engine.ErrUsage, profile, s.spec.Unit, strings.Join(c, ", "))
-	}
-	// Only a gate activates a profile: the unit is staged until the gate passes.
-	_, err = s.install(ctx, env, profile, true, true)
+	// The unit is staged until a gate keeps it (the active profile's unit is the one in
+	// /etc already: staging it drops nothing and restarts it).
+	_, err := s.install(ctx, env, profile, true, true)
 	return err
 }
 
@@ -539,79 +553,4 @@ func (s *Step) Failed(ctx context.Context) (bool, string, error) {
 		return false, "", nil
 	}
 	return m.Failed(ctx, s.spec.Unit)
-}
-
-// Won records profile as the one that passed the gate and keeps the installed unit as
-// last-known-good.
-func (s *Step) Won(ctx context.Context, env *engine.Env, profile string) error {
-	rec := s.load(env)
-	if rec.Active != profile {
-		return fmt.Errorf("profile %q won the gate but the installed unit has profile %q", profile, rec.Active)
-	}
-	m, err := s.manager(ctx, env)
-	if err != nil {
-		return err
-	}
-	if st, ok := m.(service.Stager); ok {
-		// The gate passed: the staged unit becomes the one a reboot starts.
-		if err := st.Commit(ctx, s.spec.Unit); err != nil {
-			return fmt.Errorf("keeping the unit that passed: %w", err)
-		}
-	}
-	unit, err := os.ReadFile(m.UnitPath(s.spec.Unit))
-	if err != nil {
-		return fmt.Errorf("reading the installed unit %q: %w", s.spec.Unit, err)
-	}
-	if err := service.SaveLastKnownGood(env.StateDir, s.spec.Unit, unit); err != nil {
-		return err
-	}
-	rec.Winner, rec.LastKnownGood = profile, profile
-	return s.save(env, rec)
-}
-
-// RestoreLastKnownGood reinstalls the last unit that passed the gate and restarts the
-// service; it reports false when there is none.
-func (s *Step) RestoreLastKnownGood(ctx context.Context, env *engine.Env) (bool, error) {
-	m, err := s.manager(ctx, env)
-	if err != nil {
-		return false, err
-	}
-	if back, err := s.bringBackReplaced(ctx, env, m); back || err != nil {
-		return back, err
-	}
-	if err := s.checkPort(env, m, s.load(env).LastKnownGood); err != nil {
-		return false, err
-	}
-	if st, ok := m.(service.Stager); ok {
-		// The persistent unit is the last one that passed (it points into its generation):
-		// dropping what was staged puts it in effect again.
-		if _, err := st.Discard(ctx, s.spec.Unit); err != nil {
-			return false, fmt.Errorf("dropping the unit that failed: %w", err)
-		}
-		if !st.Persistent(s.spec.Unit) {
-			_ = m.Stop(ctx, s.spec.Unit)
-			return false, nil
-		}
-		if err := m.Restart(ctx, s.spec.Unit); err != nil {
-			return false, fmt.Errorf("restarting the last-known-good unit: %w", err)
-		}
-		rec := s.load(env)
-		rec.Active = rec.LastKnownGood
-		env.StepDetail(s.name, "profile", rec.Active)
-		return true, s.save(env, rec)
-	}
-	unit, ok, err := service.LoadLastKnownGood(env.StateDir, s.spec.Unit)
-	if err != nil || !ok {
-		return false, err
-	}
-	if _, err := m.Install(ctx, s.spec.Unit, unit); err != nil {
-		return false, fmt.Errorf("restoring the last-known-good unit: %w", err)
-	}
-	if err := m.Restart(ctx, s.spec.Unit); err != nil {
-		return false, fmt.Errorf("restarting the last-known-good unit: %w", err)
-	}
-	rec := s.load(env)
-	rec.Active = rec.LastKnownGood
-	env.StepDetail(s.name, "profile", rec.Active)
-	return true, s.save(env, rec)
 }

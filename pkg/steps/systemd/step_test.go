@@ -21,6 +21,7 @@ import (
 	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/recipe"
 	"github.com/sglprov/sglprov/pkg/service"
+	"github.com/sglprov/sglprov/pkg/switchover"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/service")
@@ -421,9 +422,6 @@ func TestProfileFallbackAndLastKnownGood(t *testing.T) {
 	unitPath := fm.UnitPath("sglang-qwen.service")
 	lkgPath := service.LastKnownGoodPath(env.StateDir, "sglang-qwen.service")
 
-	if ok, err := s.RestoreLastKnownGood(ctx, env); ok || err != nil {
-		t.Fatalf("RestoreLastKnownGood with none = %v %v", ok, err)
-	}
 	fpBefore, err := s.Fingerprint(ctx, env)
 	if err != nil {
 		t.Fatal(err)
@@ -434,18 +432,12 @@ func TestProfileFallbackAndLastKnownGood(t *testing.T) {
 	if diff := cmp.Diff([]string{"sm120-fp4-cudnn", "sm120-fp4-cutlass"}, s.Candidates(env)); diff != "" {
 		t.Errorf("candidates before a winner (-want +got):\n%s", diff)
 	}
-	// The gate failed cudnn; cutlass is activated and passes.
-	if err := s.Activate(ctx, env, "sm120-fp4-cutlass"); err != nil {
+	// The gate fails cudnn; cutlass is tried next and passes.
+	if _, err := switchTo(t, s, env, s.Candidates(env), []string{"sm120-fp4-cutlass"}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if s.Active(env) != "sm120-fp4-cutlass" {
 		t.Errorf("Active = %q", s.Active(env))
-	}
-	if err := s.Won(ctx, env, "sm120-fp4-cudnn"); err == nil {
-		t.Error("Won accepted a profile that is not installed")
-	}
-	if err := s.Won(ctx, env, "sm120-fp4-cutlass"); err != nil {
-		t.Fatal(err)
 	}
 	lkg, err := os.ReadFile(lkgPath)
 	if err != nil || !bytes.Contains(lkg, []byte("Profile: sm120-fp4-cutlass.")) {
@@ -465,17 +457,14 @@ func TestProfileFallbackAndLastKnownGood(t *testing.T) {
 	}
 
 	// Later the winner stops passing; cudnn is tried and fails too; the last-known-good
-	// unit comes back.
+	// unit comes back (the exec-like manager reinstalls it).
 	fm.take()
-	if err := s.Activate(ctx, env, "sm120-fp4-cudnn"); err != nil {
-		t.Fatal(err)
-	}
-	if b, _ := os.ReadFile(unitPath); bytes.Equal(b, lkg) {
-		t.Fatal("activating another profile left the unit as it was")
-	}
-	ok, err := s.RestoreLastKnownGood(ctx, env)
-	if err != nil || !ok {
-		t.Fatalf("RestoreLastKnownGood = %v %v", ok, err)
+	if _, err := switchTo(t, s, env, []string{"sm120-fp4-cudnn"}, nil, func(srv switchover.Server) {
+		if b, _ := os.ReadFile(unitPath); srv.Profile != "" && bytes.Equal(b, lkg) {
+			t.Error("the candidate's unit is not the one installed during its gate")
+		}
+	}); err == nil {
+		t.Fatal("a failed gate passed the switch")
 	}
 	if b, _ := os.ReadFile(unitPath); !bytes.Equal(b, lkg) {
 		t.Errorf("restored unit differs from the last-known-good one")
@@ -484,7 +473,7 @@ func TestProfileFallbackAndLastKnownGood(t *testing.T) {
 		t.Errorf("Active after restore = %q", s.Active(env))
 	}
 	if diff := cmp.Diff([]string{"install changed=true", "restart", "install changed=true", "restart"}, fm.take()); diff != "" {
-		t.Errorf("activate then restore (-want +got):\n%s", diff)
+		t.Errorf("switch then restore (-want +got):\n%s", diff)
 	}
 
 	if err := s.Activate(ctx, env, "hopper-fp4"); !errors.Is(err, engine.ErrUsage) {
