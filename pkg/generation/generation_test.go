@@ -198,11 +198,12 @@ func TestGenerationsFolderLocked(t *testing.T) {
 		t.Skip("no flock here:", err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	for i := 0; ; i++ {
+	// On a loaded machine the child may take a while to start: wait up to 30 s.
+	for deadline := time.Now().Add(30 * time.Second); ; {
 		if err := exec.Command("flock", "-n", lockFile, "true").Run(); err != nil {
 			break
 		}
-		if i > 100 {
+		if time.Now().After(deadline) {
 			t.Fatal("the child did not take the lock")
 		}
 		time.Sleep(20 * time.Millisecond)
