@@ -188,6 +188,8 @@ func TestUnitOfCgroup(t *testing.T) {
 		"0::/user.slice/user-1000.slice/session-3.scope\n":                          "session-3.scope",
 		"12:pids:/system.slice/a.service\n1:name=systemd:/system.slice/a.service\n": "a.service",
 		"0::/\n": "",
+		// A user manager's unit named as the recipe's is not the recipe's system unit.
+		"0::/user.slice/user-1000.slice/user@1000.service/app.slice/sglang-old.service\n": "user@1000.service",
 	} {
 		if got := UnitOfCgroup(text); got != want {
 			t.Errorf("UnitOfCgroup(%q) = %q, want %q", text, got, want)
