@@ -35,10 +35,33 @@ func (e *Engine) gpuClaims(owned []Owned) []Owned {
 	return out
 }
 
+// Replacer is implemented by a step that takes over the services of the recipes its
+// recipe replaces (the systemd step): AppliesReplaces reports whether it stops them before
+// its own server starts. Under a service manager that cannot (exec, offline) it does not,
+// and the replaced recipes' servers keep their GPUs.
+type Replacer interface {
+	AppliesReplaces(env *Env) bool
+}
+
+// ReplacesApplied reports whether the recipe's replaces: is carried out in this run: it
+// names recipes and a step of it stops their services (Replacer). Only then are the
+// replaced recipes' servers on the GPUs expected (the busy check, the GPU claims).
+func (e *Engine) ReplacesApplied() bool {
+	if len(e.opts.Recipe.Replaces) == 0 {
+		return false
+	}
+	for _, n := range e.nodes {
+		if r, ok := n.impl.(Replacer); ok && r.AppliesReplaces(e.env(n, nil, "")) {
+			return true
+		}
+	}
+	return false
+}
+
 // GPUConflicts refuses a recipe whose server would share a GPU with another recipe's on
 // this node (both claim all GPUs unless requires.gpu.devices gives them some), unless the
-// recipe replaces that one. The error is ErrHost and names the GPUs, the other recipe and
-// the ways out.
+// recipe replaces that one and a step of it stops that one's service (ReplacesApplied).
+// The error is ErrHost and names the GPUs, the other recipe and the ways out.
 func (e *Engine) GPUConflicts() error {
 	if e.opts.IgnoreState || !e.claimsGPUs(e.owns()) || e.opts.Root != "" && e.opts.Root != "/" {
 		return nil
@@ -48,6 +71,7 @@ func (e *Engine) GPUConflicts() error {
 		return err
 	}
 	mine := e.opts.Facts.IDs()
+	replacing := e.ReplacesApplied()
 	var problems []string
 	names := make([]string, 0, len(f.Recipes))
 	for name := range f.Recipes {
@@ -55,7 +79,8 @@ func (e *Engine) GPUConflicts() error {
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		if name == e.opts.Recipe.Name || slices.Contains(e.opts.Recipe.Replaces, name) {
+		replaced := slices.Contains(e.opts.Recipe.Replaces, name)
+		if name == e.opts.Recipe.Name || replaced && replacing {
 			continue
 		}
 		var shared []string
@@ -65,7 +90,11 @@ func (e *Engine) GPUConflicts() error {
 			}
 		}
 		if len(shared) > 0 {
-			problems = append(problems, fmt.Sprintf("recipe %s serves on %s", name, strings.Join(shared, ", ")))
+			p := fmt.Sprintf("recipe %s serves on %s", name, strings.Join(shared, ", "))
+			if replaced {
+				p += " (this recipe replaces it, but its service manager cannot stop that recipe's server: replaces: is not applied under the exec manager; stop it with sglprov remove -f)"
+			}
+			problems = append(problems, p)
 		}
 	}
 	if len(problems) == 0 {

@@ -71,3 +71,24 @@ func TestGPUClaimsOverlapRefused(t *testing.T) {
 		t.Errorf("a recipe beside one that never served: %v", err)
 	}
 }
+
+// Under the exec manager replaces: is not applied (nothing stops the replaced recipe's
+// server): it does not waive the GPU claims either. The recipe is refused, saying why.
+func TestGPUClaimsReplacesUnderExecNotWaived(t *testing.T) {
+	w := newWorld()
+	host := &gpu.Facts{GPUs: []gpu.Device{{Index: 0, UUID: "GPU-0"}, {Index: 1, UUID: "GPU-1"}}}
+	dir := t.TempDir()
+	run := func(text string) error {
+		e := newEngine(t, w, load(t, w, text), dir, func(o *engine.Options) { o.Facts = host })
+		_, err := e.Apply(context.Background())
+		return err
+	}
+	exec := "apiVersion: sglprov/v1\nname: %s\n%s\nsteps:\n  - name: service\n    fake: {unit: %s.service, manager: exec}\n"
+	if err := run(fmt.Sprintf(exec, "model-a", "", "model-a")); err != nil {
+		t.Fatal(err)
+	}
+	err := run(fmt.Sprintf(exec, "model-b", "replaces: [model-a]", "model-b"))
+	if !errors.Is(err, engine.ErrHost) || !strings.Contains(err.Error(), "recipe model-a serves on GPU-0, GPU-1 (this recipe replaces it, but its service manager cannot stop") {
+		t.Errorf("replaces under the exec manager: %v, want exit 4 saying replaces: is not applied", err)
+	}
+}
