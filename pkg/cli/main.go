@@ -517,6 +517,7 @@ func (c *common) newEngine(ctx context.Context, stdio IO, r *recipe.Recipe, mod 
 		Facts:               facts,
 		Root:                c.root,
 		StateDir:            c.stateDirPath(),
+		ClaimsDir:           gpuClaimsDir(stdio.Getenv, c.root),
 		NewLogger:           withRecipe(stdio, newLogger, r.Name),
 		Console:             console.New(stdio.Stderr), // shared by the steps' logs and progress bars
 		IsTerminal:          isTerminal(stdio.Stderr),

@@ -37,6 +37,11 @@ type Options struct {
 	Facts *gpu.Facts
 	// Root is the host root (--root); StateDir the state directory (already rooted).
 	Root, StateDir string
+	// ClaimsDir is the node-wide folder of GPU claims (NodeClaimsDir, under Root), where
+	// a run that passed records the GPUs its server runs on, whatever its state dir, and
+	// where GPUConflicts finds the claims of recipes applied from other state dirs; ""
+	// compares only the recipes of StateDir.
+	ClaimsDir string
 	// Only limits a run to these steps; Force runs these steps even when intact.
 	Only, Force []string
 	// Verify asks steps to re-check their outputs fully.

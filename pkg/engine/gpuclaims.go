@@ -1,10 +1,20 @@
 package engine
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/sglprov/sglprov/pkg/atomicfile"
+	"github.com/sglprov/sglprov/pkg/safefile"
 )
 
 // OwnedGPU is the Owned kind of a GPU a recipe's server runs on (its UUID, or "index N").
@@ -97,9 +107,142 @@ func (e *Engine) GPUConflicts() error {
 			problems = append(problems, p)
 		}
 	}
+	others, err := e.otherStateDirClaims(mine, replacing)
+	if err != nil {
+		return err
+	}
+	problems = append(problems, others...)
 	if len(problems) == 0 {
 		return nil
 	}
 	return fmt.Errorf("%w: this recipe's server would share GPUs with another recipe's: %s; give the recipes requires.gpu.devices that do not overlap, add replaces: [RECIPE] to switch the node over, or sglprov remove -f the other recipe",
 		ErrHost, strings.Join(problems, "; "))
+}
+
+// NodeClaimsDir is the node-wide folder of GPU claims: one per state dir and recipe whose
+// run passed, naming the state dir, so that a recipe applied from one state dir sees the
+// GPUs of one applied from another. It is fixed, whatever --state-dir says (under --root,
+// under the root), and holds only those claims.
+const NodeClaimsDir = "/var/lib/sglprov/gpu-claims"
+
+// maxClaims bounds the claims read from ClaimsDir, maxClaimBytes each claim.
+const (
+	maxClaims     = 4096
+	maxClaimBytes = 64 << 10
+)
+
+// nodeClaim is one claim file of ClaimsDir: the record of the GPUs is the claiming state
+// dir's own (its recipe's Owns), which GPUConflicts reads; the claim says where to look.
+type nodeClaim struct {
+	Recipe   string   `json:"recipe"`
+	StateDir string   `json:"state_dir"`
+	GPUs     []string `json:"gpus"`
+}
+
+// claimFile is the claim file of recipe applied from stateDir.
+func claimFile(dir, stateDir, recipe string) string {
+	sum := sha256.Sum256([]byte(stateDir + "\x00" + recipe))
+	return filepath.Join(dir, hex.EncodeToString(sum[:16])+".json")
+}
+
+// absStateDir is the state dir as claims name it: absolute and clean.
+func absStateDir(dir string) string {
+	if abs, err := filepath.Abs(dir); err == nil {
+		return abs
+	}
+	return filepath.Clean(dir)
+}
+
+// recordNodeClaim writes (or, when the recipe claims no GPU, removes) this recipe's claim
+// in ClaimsDir.
+func (e *Engine) recordNodeClaim() error {
+	if e.opts.ClaimsDir == "" || e.opts.IgnoreState {
+		return nil
+	}
+	var gpus []string
+	for _, o := range e.gpuClaims(e.owns()) {
+		gpus = append(gpus, o.Path)
+	}
+	stateDir := absStateDir(e.opts.StateDir)
+	path := claimFile(e.opts.ClaimsDir, stateDir, e.opts.Recipe.Name)
+	if len(gpus) == 0 {
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("removing the GPU claim %s: %w", path, err)
+		}
+		return nil
+	}
+	b, err := json.MarshalIndent(nodeClaim{Recipe: e.opts.Recipe.Name, StateDir: stateDir, GPUs: gpus}, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encoding the GPU claim: %w", err)
+	}
+	if err := os.MkdirAll(e.opts.ClaimsDir, 0o755); err != nil {
+		return fmt.Errorf("making the GPU claims folder: %w", err)
+	}
+	if err := atomicfile.Write(path, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("writing the GPU claim: %w", err)
+	}
+	return nil
+}
+
+// otherStateDirClaims returns the conflicts with recipes applied from other state dirs:
+// each claim of ClaimsDir from another state dir is checked against that state dir's own
+// records (a recipe removed there, or a state dir gone, claims nothing any more); one whose
+// state cannot be read is taken as it says. A recipe this one replaces is left out when
+// replacing (its server is stopped by the switch), as in this state dir.
+func (e *Engine) otherStateDirClaims(mine []string, replacing bool) ([]string, error) {
+	if e.opts.ClaimsDir == "" {
+		return nil, nil
+	}
+	entries, err := os.ReadDir(e.opts.ClaimsDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the node's GPU claims: %w", err)
+	}
+	if len(entries) > maxClaims {
+		entries = entries[:maxClaims]
+	}
+	self := absStateDir(e.opts.StateDir)
+	var out []string
+	for _, ent := range entries {
+		if !strings.HasSuffix(ent.Name(), ".json") {
+			continue
+		}
+		b, err := safefile.ReadRegular(filepath.Join(e.opts.ClaimsDir, ent.Name()), maxClaimBytes)
+		if err != nil {
+			continue
+		}
+		var c nodeClaim
+		if json.Unmarshal(b, &c) != nil || c.Recipe == "" || c.StateDir == "" || c.StateDir == self {
+			continue // this state dir's recipes are compared from its own state
+		}
+		if replacing && slices.Contains(e.opts.Recipe.Replaces, c.Recipe) {
+			continue
+		}
+		claimed, note := c.GPUs, " (its state cannot be read)"
+		if f, err := LoadStates(c.StateDir); err == nil {
+			st := f.Recipes[c.Recipe]
+			if st == nil {
+				continue // removed there, or the state dir is gone: the claim is stale
+			}
+			claimed, note = nil, ""
+			for _, o := range st.Owns {
+				if o.Kind == OwnedGPU {
+					claimed = append(claimed, o.Path)
+				}
+			}
+		}
+		var shared []string
+		for _, id := range claimed {
+			if slices.Contains(mine, id) {
+				shared = append(shared, id)
+			}
+		}
+		if len(shared) > 0 {
+			out = append(out, fmt.Sprintf("recipe %s, applied with state dir %s%s, serves on %s", c.Recipe, c.StateDir, note, strings.Join(shared, ", ")))
+		}
+	}
+	sort.Strings(out)
+	return out, nil
 }

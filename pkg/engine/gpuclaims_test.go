@@ -92,3 +92,47 @@ func TestGPUClaimsReplacesUnderExecNotWaived(t *testing.T) {
 		t.Errorf("replaces under the exec manager: %v, want exit 4 saying replaces: is not applied", err)
 	}
 }
+
+// A recipe applied from another state dir is seen through the node-wide claims: a second
+// whole-node recipe (or the same recipe) applied with its own state dir is refused, naming
+// the other state dir; once the other recipe's records are gone (removed there), its claim
+// is stale and nothing is refused. A recipe that claims no GPU any more leaves no claim.
+func TestGPUClaimsAcrossStateDirs(t *testing.T) {
+	w := newWorld()
+	host := &gpu.Facts{GPUs: []gpu.Device{{Index: 0, UUID: "GPU-0"}, {Index: 1, UUID: "GPU-1"}}}
+	claims := t.TempDir()
+	run := func(dir, name string) error {
+		e := newEngine(t, w, load(t, w, fmt.Sprintf(serverRecipe, name, "", name)), dir, func(o *engine.Options) {
+			o.Facts = host
+			o.ClaimsDir = claims
+		})
+		_, err := e.Apply(context.Background())
+		return err
+	}
+	dirA, dirB := t.TempDir(), t.TempDir()
+	if err := run(dirA, "model-a"); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"model-b", "model-a"} {
+		err := run(dirB, name)
+		want := "recipe model-a, applied with state dir " + dirA + ", serves on GPU-0, GPU-1"
+		if !errors.Is(err, engine.ErrHost) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s from another state dir: %v, want exit 4 with %q", name, err, want)
+		}
+	}
+	// model-a's records leave dirA (sglprov remove): its claim no longer holds.
+	f, err := engine.LoadStates(dirA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	delete(f.Recipes, "model-a")
+	if err := engine.SaveStates(dirA, f); err != nil {
+		t.Fatal(err)
+	}
+	if err := run(dirB, "model-b"); err != nil {
+		t.Errorf("beside a removed recipe's stale claim: %v", err)
+	}
+	if err := run(dirA, "model-a"); err == nil || !strings.Contains(err.Error(), "recipe model-b, applied with state dir "+dirB) {
+		t.Errorf("model-a back from its own state dir: %v, want model-b named", err)
+	}
+}
