@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"context"
+
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/gpu"
 )
@@ -20,4 +22,15 @@ func gpuClaimsDir(getenv func(string) string, root string) string {
 		return ""
 	}
 	return engine.HostPath(root, engine.NodeClaimsDir)
+}
+
+// nodeGPUs returns the IDs of every GPU of the host, for a recipe that loads no GPU facts
+// (it names no GPU need): its server sees every GPU, and claims them. A host where the
+// GPUs cannot be read (no NVML) has none to claim.
+func nodeGPUs(ctx context.Context, stdio IO) []string {
+	f, err := gpu.Detect(ctx, stdio.Getenv)
+	if err != nil || f == nil {
+		return nil
+	}
+	return f.IDs()
 }

@@ -524,6 +524,9 @@ func (c *common) newEngine(ctx context.Context, stdio IO, r *recipe.Recipe, mod 
 		Builtin:             sglprov.Assets,
 		InsecurePermissions: c.insecure,
 	}
+	if facts == nil && (c.root == "" || c.root == "/") {
+		opts.NodeGPUs = nodeGPUs(ctx, stdio)
+	}
 	if opts.Cache, err = newCache(r, facts, c.stateDirPath(), newLogger(stdio.Stderr)); err != nil {
 		return nil, nil, err
 	}

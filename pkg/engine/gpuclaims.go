@@ -20,10 +20,20 @@ import (
 // OwnedGPU is the Owned kind of a GPU a recipe's server runs on (its UUID, or "index N").
 const OwnedGPU = "gpu"
 
-// claimsGPUs reports whether the recipe runs a server (a step owns a unit): such a recipe
-// claims the GPUs it sees.
+// claimsGPUs reports whether the recipe runs a server (a step owns a unit) on a host with
+// GPUs: such a recipe claims the GPUs it sees.
 func (e *Engine) claimsGPUs(owned []Owned) bool {
-	return e.opts.Facts != nil && slices.ContainsFunc(owned, func(o Owned) bool { return o.Kind == OwnedUnit })
+	return len(e.seenGPUs()) > 0 && slices.ContainsFunc(owned, func(o Owned) bool { return o.Kind == OwnedUnit })
+}
+
+// seenGPUs returns the IDs of the GPUs the recipe's server sees: those of its facts (its
+// requires.gpu.devices, else every GPU), or, for a recipe that loads no facts (it names no
+// GPU need), every GPU of the host (NodeGPUs): nothing hides any from its server.
+func (e *Engine) seenGPUs() []string {
+	if e.opts.Facts != nil {
+		return e.opts.Facts.IDs()
+	}
+	return e.opts.NodeGPUs
 }
 
 // gpuClaims returns the GPUs this recipe claims: those it sees once a run of it passed
@@ -32,7 +42,7 @@ func (e *Engine) claimsGPUs(owned []Owned) bool {
 func (e *Engine) gpuClaims(owned []Owned) []Owned {
 	var out []Owned
 	if e.served && e.claimsGPUs(owned) {
-		for _, id := range e.opts.Facts.IDs() {
+		for _, id := range e.seenGPUs() {
 			out = append(out, Owned{Kind: OwnedGPU, Path: id})
 		}
 		return out
@@ -80,7 +90,7 @@ func (e *Engine) GPUConflicts() error {
 	if err != nil {
 		return err
 	}
-	mine := e.opts.Facts.IDs()
+	mine := e.seenGPUs()
 	replacing := e.ReplacesApplied()
 	var problems []string
 	names := make([]string, 0, len(f.Recipes))

@@ -136,3 +136,43 @@ func TestGPUClaimsAcrossStateDirs(t *testing.T) {
 		t.Errorf("model-a back from its own state dir: %v, want model-b named", err)
 	}
 }
+
+// A recipe that names no GPU need (no requires.gpu: no facts loaded) still runs its
+// server on every GPU of the host: it claims them all, and a second one is refused, as is
+// a recipe that does load facts; it is refused beside one that claims some too.
+func TestGPUClaimsWithoutRequires(t *testing.T) {
+	w := newWorld()
+	host := &gpu.Facts{GPUs: []gpu.Device{{Index: 0, UUID: "GPU-0"}, {Index: 1, UUID: "GPU-1"}}}
+	run := func(dir, name string, facts *gpu.Facts) error {
+		e := newEngine(t, w, load(t, w, fmt.Sprintf(serverRecipe, name, "", name)), dir, func(o *engine.Options) {
+			o.Facts = facts
+			if facts == nil {
+				o.NodeGPUs = host.IDs()
+			}
+		})
+		_, err := e.Apply(context.Background())
+		return err
+	}
+	dir := t.TempDir()
+	if err := run(dir, "model-a", nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := run(dir, "model-b", nil); !errors.Is(err, engine.ErrHost) || !strings.Contains(err.Error(), "recipe model-a serves on GPU-0, GPU-1") {
+		t.Errorf("a second recipe without requires.gpu: %v, want exit 4 naming model-a", err)
+	}
+	one, err := host.Subset([]string{"1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := run(dir, "model-c", one); !errors.Is(err, engine.ErrHost) || !strings.Contains(err.Error(), "recipe model-a serves on GPU-1") {
+		t.Errorf("a recipe on GPU 1 beside one without requires.gpu: %v, want exit 4", err)
+	}
+	// A host without GPUs (no NVML): nothing to claim, nothing refused.
+	dir = t.TempDir()
+	for _, name := range []string{"model-a", "model-b"} {
+		e := newEngine(t, w, load(t, w, fmt.Sprintf(serverRecipe, name, "", name)), dir, nil)
+		if _, err := e.Apply(context.Background()); err != nil {
+			t.Errorf("%s on a host without GPUs: %v", name, err)
+		}
+	}
+}
