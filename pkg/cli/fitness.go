@@ -16,7 +16,12 @@ func fitnessProblems(stdio IO, facts *gpu.Facts, r *recipe.Recipe, e *engine.Eng
 	if facts == nil || len(facts.GPUs) == 0 {
 		return nil
 	}
-	res := fitness.Check(facts, r.Requires.GPU, fitness.Options{Unit: serviceUnit(e, r), Replaced: replacedUnits(r, stateDir)})
+	var replaced []string
+	if e != nil && e.ReplacesApplied() {
+		// Under the exec manager replaces: is not applied: the replaced servers stay.
+		replaced = replacedUnits(r, stateDir)
+	}
+	res := fitness.Check(facts, r.Requires.GPU, fitness.Options{Unit: serviceUnit(e, r), Replaced: replaced})
 	for _, p := range res.Warnings {
 		fmt.Fprintf(stdio.Stderr, "warning: host fitness (requires.gpu.%s: warn): %s\n", p.Check, p)
 	}

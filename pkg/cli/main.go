@@ -519,11 +519,15 @@ func (c *common) newEngine(ctx context.Context, stdio IO, r *recipe.Recipe, mod 
 		Facts:               facts,
 		Root:                c.root,
 		StateDir:            c.stateDirPath(),
+		ClaimsDir:           gpuClaimsDir(stdio.Getenv, c.root),
 		NewLogger:           withRecipe(stdio, newLogger, r.Name),
 		Console:             console.New(stdio.Stderr), // shared by the steps' logs and progress bars
 		IsTerminal:          isTerminal(stdio.Stderr),
 		Builtin:             sglprov.Assets,
 		InsecurePermissions: c.insecure,
+	}
+	if facts == nil && (c.root == "" || c.root == "/") {
+		opts.NodeGPUs = nodeGPUs(ctx, stdio)
 	}
 	if opts.Cache, err = newCache(r, facts, c.stateDirPath(), newLogger(stdio.Stderr)); err != nil {
 		return nil, nil, err

@@ -138,9 +138,8 @@ type Daemon struct {
 	health        Health
 	reason        string // why the node is not healthy, for /healthz and the hooks
 	m             *recipeMetrics
-	// serving is what the hooks last told the fleet: "" (nothing yet), HookHealthy or
-	// HookUnhealthy.
-	serving string
+	// hooks runs the drain and undrain hooks beside the loop.
+	hooks hookRunner
 	// l is the remediation ladder's climb; fresh is set when the daemon has (re)started
 	// the server since the last canary.
 	l     ladder
@@ -162,7 +161,7 @@ type pendingChange struct {
 // New returns a daemon with opts.
 func New(opts Options) *Daemon {
 	opts.defaults()
-	return &Daemon{o: opts, m: opts.Metrics.forRecipe(opts.Recipe)}
+	return &Daemon{o: opts, m: opts.Metrics.forRecipe(opts.Recipe), hooks: hookRunner{ended: make(chan struct{}, 1)}}
 }
 
 // Health returns the node's health as the daemon last saw it.
@@ -205,7 +204,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	_ = d.o.Notify("READY=1")
 	d.status(d.health.Words())
-	d.syncHooks(ctx)
+	d.startHooks(ctx, true)
 	d.afterCheck()
 
 	tick := time.NewTicker(d.o.Interval)
@@ -215,6 +214,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			d.stop(ctx)
 			return nil
+		case <-d.hooks.ended:
+			// A hook stopped because the node's health turned meanwhile: the other
+			// one runs now, not an interval later.
+			d.startHooks(ctx, false)
 		case why := <-d.o.Reapply:
 			if d.unchangedSincePending(ctx) {
 				d.o.Log.Warn("the recipe and the facts are those of the change whose switch failed; not trying it again", "why", why, "failed", d.pending.why)
@@ -228,7 +231,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 				return nil
 			}
 			d.status(d.Health().Words())
-			d.syncHooks(ctx)
+			d.startHooks(ctx, true)
 			d.afterCheck()
 		case <-tick.C:
 			d.Check(ctx)
@@ -237,7 +240,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 				return nil
 			}
 			d.status(d.health.Words())
-			d.syncHooks(ctx)
+			d.startHooks(ctx, true)
 			d.afterCheck()
 		}
 	}
@@ -252,10 +255,41 @@ func (d *Daemon) afterCheck() {
 	}
 }
 
-// syncHooks runs the drain hook when the node has stopped serving correct answers since
+// hookRunner is the state of the drain and undrain hooks, which run in a goroutine of
+// their own so that a hook that hangs until its timeout never holds up the checks (nor
+// /healthz, which they update). mu guards every field but ended.
+type hookRunner struct {
+	mu sync.Mutex
+	// serving is what the hooks last told the fleet: "" (nothing yet), HookHealthy or
+	// HookUnhealthy.
+	serving string
+	// failed is the hook whose last run failed: it runs again at the next check, not as
+	// soon as it ended.
+	failed string
+	// running is the hook running now, nil when none.
+	running *hookRun
+	wg      sync.WaitGroup
+	// ended is signalled when a hook ends (buffered, never blocks the hook's goroutine).
+	ended chan struct{}
+}
+
+// hookRun is one run of a hook.
+type hookRun struct {
+	hook   string
+	cancel context.CancelFunc
+	// turned is set when the node's health turned while the hook ran: the hook was
+	// stopped, and the other one is due.
+	turned bool
+}
+
+// startHooks starts the drain hook when the node has stopped serving correct answers since
 // the hooks last spoke, and the undrain hook when it serves them again: once per
-// transition, the first decision included (a node that comes up healthy is put in).
-func (d *Daemon) syncHooks(ctx context.Context) {
+// transition, the first decision included (a node that comes up healthy is put in). The
+// hook runs beside the loop; while it runs no other starts, and when the health turns
+// meanwhile it is stopped (its process group killed) so that the other can run. A hook
+// that failed runs again only from a check (check true), so a failing hook runs once per
+// check, not in a loop.
+func (d *Daemon) startHooks(ctx context.Context, check bool) {
 	if ctx.Err() != nil {
 		return
 	}
@@ -266,23 +300,60 @@ func (d *Daemon) syncHooks(ctx context.Context) {
 	if h == Healthy {
 		want = HookHealthy
 	}
-	if want == d.serving {
+	hr := &d.hooks
+	hr.mu.Lock()
+	defer hr.mu.Unlock()
+	if run := hr.running; run != nil {
+		if run.hook != want && !run.turned {
+			run.turned = true
+			d.o.Log.Info("the node's health turned while the hook ran; stopping it", "hook", run.hook, "node_health", string(h))
+			run.cancel()
+		}
+		return
+	}
+	if want == hr.serving || (!check && want == hr.failed) {
 		return
 	}
 	if d.o.Hook == nil {
-		d.serving = want
+		hr.serving = want
 		return
 	}
-	if err := d.o.Hook(ctx, want, h, reason); err != nil {
-		// Tried again at the next round: a drain that did not reach the router must not
-		// be taken as done.
-		d.o.Log.Error("the hook failed; it runs again at the next check", "hook", want, "err", err)
-		d.m.hook(want, "failed")
-		return
-	}
-	d.serving = want
-	d.m.hook(want, "ok")
+	hctx, cancel := context.WithCancel(ctx)
+	run := &hookRun{hook: want, cancel: cancel}
+	hr.running = run
+	hr.wg.Add(1)
+	go func() {
+		defer hr.wg.Done()
+		err := d.o.Hook(hctx, want, h, reason)
+		cancel()
+		hr.mu.Lock()
+		hr.running = nil
+		switch {
+		case err == nil:
+			hr.serving, hr.failed = want, ""
+			d.m.hook(want, "ok")
+		case run.turned:
+			d.o.Log.Info("the hook was stopped: the node's health turned", "hook", want, "err", err)
+			d.m.hook(want, "failed")
+		case ctx.Err() != nil:
+			// The daemon stops: a hook cut short says nothing.
+		default:
+			// Tried again at the next check: a drain that did not reach the router must
+			// not be taken as done.
+			hr.failed = want
+			d.o.Log.Error("the hook failed; it runs again at the next check", "hook", want, "err", err)
+			d.m.hook(want, "failed")
+		}
+		hr.mu.Unlock()
+		select {
+		case hr.ended <- struct{}{}:
+		default:
+		}
+	}()
 }
+
+// waitHooks waits for the hook that runs now, if any, to end.
+func (d *Daemon) waitHooks() { d.hooks.wg.Wait() }
 
 // Check runs one round: the driver facts first, then the canary.
 func (d *Daemon) Check(ctx context.Context) {
@@ -422,6 +493,9 @@ const maxRetryChecks = 64
 func (d *Daemon) stop(ctx context.Context) {
 	d.o.Log.Info("stopping", "cause", context.Cause(ctx))
 	_ = d.o.Notify("STOPPING=1")
+	// A hook still running was given ctx, which has ended: its process group is being
+	// killed; nothing it started outlives the daemon.
+	d.waitHooks()
 	d.mu.Lock()
 	d.health = Stopped
 	d.mu.Unlock()

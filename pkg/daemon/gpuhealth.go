@@ -60,7 +60,7 @@ func (c *gpuCollector) Collect(ch chan<- prometheus.Metric) {
 			if typ == "counter" {
 				vt = prometheus.CounterValue
 			}
-			m, err := prometheus.NewConstMetric(prometheus.NewDesc(s.Name, help, names, nil), vt, s.Value, values...)
+			m, err := prometheus.NewConstMetric(prometheus.NewDesc(s.Name, help, names, nil), vt, s.Value, validValues(values)...)
 			if err == nil {
 				ch <- m
 			}

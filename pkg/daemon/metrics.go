@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -32,30 +33,30 @@ type Metrics struct {
 	reg    *prometheus.Registry
 	daemon bool // the daemon's own series are registered (canary, health, ladder)
 
-	applyResult   *prometheus.GaugeVec
-	applyExit     *prometheus.GaugeVec
-	applyTime     *prometheus.GaugeVec
-	applyDuration *prometheus.GaugeVec
-	applyRefused  *prometheus.GaugeVec
-	stepDuration  *prometheus.GaugeVec
-	stepResult    *prometheus.GaugeVec
-	gatePass      *prometheus.GaugeVec
-	gateSkipped   *prometheus.GaugeVec
-	timeToReady   *prometheus.GaugeVec
-	nodeInfo      *prometheus.GaugeVec
+	applyResult   gaugeVec
+	applyExit     gaugeVec
+	applyTime     gaugeVec
+	applyDuration gaugeVec
+	applyRefused  gaugeVec
+	stepDuration  gaugeVec
+	stepResult    gaugeVec
+	gatePass      gaugeVec
+	gateSkipped   gaugeVec
+	timeToReady   gaugeVec
+	nodeInfo      gaugeVec
 	heartbeat     prometheus.Gauge
 
-	canaryLatency  *prometheus.GaugeVec
-	canaryFails    *prometheus.CounterVec
-	canaryRuns     *prometheus.CounterVec
-	restarts       *prometheus.CounterVec
-	serverRestarts *prometheus.GaugeVec
-	remediation    *prometheus.CounterVec
-	hooks          *prometheus.CounterVec
-	health         *prometheus.GaugeVec
-	ready          *prometheus.GaugeVec
-	reboot         *prometheus.GaugeVec
-	switchFailed   *prometheus.GaugeVec
+	canaryLatency  gaugeVec
+	canaryFails    counterVec
+	canaryRuns     counterVec
+	restarts       counterVec
+	serverRestarts gaugeVec
+	remediation    counterVec
+	hooks          counterVec
+	health         gaugeVec
+	ready          gaugeVec
+	reboot         gaugeVec
+	switchFailed   gaugeVec
 	up             prometheus.Gauge
 
 	names []string // every family's name, for Names
@@ -99,17 +100,17 @@ func NewMetrics() *Metrics { return newMetrics(true) }
 
 func newMetrics(daemon bool) *Metrics {
 	m := &Metrics{reg: prometheus.NewRegistry(), daemon: daemon, states: map[string]*recipeState{}, now: time.Now}
-	gv := func(name, help string, labels ...string) *prometheus.GaugeVec {
+	gv := func(name, help string, labels ...string) gaugeVec {
 		x := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "sglprov", Name: name, Help: help}, append([]string{"recipe"}, labels...))
 		m.reg.MustRegister(x)
 		m.names = append(m.names, "sglprov_"+name)
-		return x
+		return gaugeVec{x}
 	}
-	cv := func(name, help string, labels ...string) *prometheus.CounterVec {
+	cv := func(name, help string, labels ...string) counterVec {
 		x := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "sglprov", Name: name, Help: help}, append([]string{"recipe"}, labels...))
 		m.reg.MustRegister(x)
 		m.names = append(m.names, "sglprov_"+name)
-		return x
+		return counterVec{x}
 	}
 	m.applyResult = gv("apply_success", "1 when the last apply succeeded, else 0.")
 	m.applyExit = gv("apply_exit_code", "Exit code of the last apply (4 or 6 when it was refused before any step ran).")
@@ -121,8 +122,8 @@ func newMetrics(daemon bool) *Metrics {
 	m.gatePass = gv("gate_pass", "1 when the smoke gate passed in the last apply.")
 	m.gateSkipped = gv("gate_skipped", "1 when the last apply skipped the smoke gate (--root: nothing was started); gate_pass is 0 then.")
 	m.timeToReady = gv("time_to_ready_seconds", "Seconds the service took to become ready in the last gate.")
-	m.nodeInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "sglprov", Name: "node_info",
-		Help: "Always 1; the labels say what the recipe's node serves."}, nodeInfoLabels)
+	m.nodeInfo = gaugeVec{prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "sglprov", Name: "node_info",
+		Help: "Always 1; the labels say what the recipe's node serves."}, nodeInfoLabels)}
 	m.reg.MustRegister(m.nodeInfo)
 	m.names = append(m.names, "sglprov_node_info", "sglprov_heartbeat_timestamp_seconds", "sglprov_build_info")
 	m.heartbeat = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "sglprov", Name: "heartbeat_timestamp_seconds",
@@ -153,11 +154,64 @@ func newMetrics(daemon bool) *Metrics {
 	return m
 }
 
+// labelValue makes s a label value Prometheus accepts: the exposition formats require
+// valid UTF-8, and client_golang panics on anything else, so each invalid byte (of a
+// served name or a path given on the command line, a GPU name a driver reports) becomes
+// U+FFFD, the replacement character.
+func labelValue(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	return strings.ToValidUTF8(s, "\uFFFD")
+}
+
+// validValues is labelValue of each of vs.
+func validValues(vs []string) []string {
+	out := make([]string, len(vs))
+	for i, v := range vs {
+		out[i] = labelValue(v)
+	}
+	return out
+}
+
+// gaugeVec is a GaugeVec whose label values are made valid first (labelValue).
+type gaugeVec struct{ *prometheus.GaugeVec }
+
+// WithLabelValues is the GaugeVec's, with each value made valid.
+func (v gaugeVec) WithLabelValues(lvs ...string) prometheus.Gauge {
+	return v.GaugeVec.WithLabelValues(validValues(lvs)...)
+}
+
+// DeletePartialMatch is the GaugeVec's, with each value made valid.
+func (v gaugeVec) DeletePartialMatch(labels prometheus.Labels) int {
+	return v.GaugeVec.DeletePartialMatch(validLabels(labels))
+}
+
+// counterVec is a CounterVec whose label values are made valid first (labelValue).
+type counterVec struct{ *prometheus.CounterVec }
+
+// WithLabelValues is the CounterVec's, with each value made valid.
+func (v counterVec) WithLabelValues(lvs ...string) prometheus.Counter {
+	return v.CounterVec.WithLabelValues(validValues(lvs)...)
+}
+
+func validLabels(labels prometheus.Labels) prometheus.Labels {
+	out := make(prometheus.Labels, len(labels))
+	for k, v := range labels {
+		out[k] = labelValue(v)
+	}
+	return out
+}
+
 // buildInfoGauge is sglprov_build_info: always 1, with the build's version, commit,
 // commit time and modified flag as labels (those of `sglprov version`).
 func buildInfoGauge(info buildinfo.Info) prometheus.Gauge {
+	labels := info.Labels()
+	for k, v := range labels {
+		labels[k] = labelValue(v)
+	}
 	g := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "sglprov", Name: "build_info",
-		Help: "Always 1; the labels say which build of sglprov runs.", ConstLabels: info.Labels()})
+		Help: "Always 1; the labels say which build of sglprov runs.", ConstLabels: labels})
 	g.Set(1)
 	return g
 }
@@ -406,7 +460,7 @@ func (r *recipeMetrics) setSwitchFailed(why string) {
 	r.m.mu.Lock()
 	r.m.state(r.recipe).pending = why
 	r.m.mu.Unlock()
-	if r.m.switchFailed != nil {
+	if r.m.switchFailed.GaugeVec != nil {
 		r.m.switchFailed.WithLabelValues(r.recipe).Set(b2f(why != ""))
 	}
 }

@@ -149,6 +149,9 @@ func (e *Engine) Apply(ctx context.Context) (*Report, error) {
 			first = err
 		}
 		e.mu.Unlock()
+		if err := e.recordNodeClaim(); err != nil {
+			e.log.Warn("the GPUs this recipe serves on are not recorded node-wide: runs from other state dirs will not see them", "err", err)
+		}
 	}
 	rep.Generation = e.endGeneration(first == nil)
 	if rep.Generation != nil {

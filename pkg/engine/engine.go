@@ -39,8 +39,16 @@ type Options struct {
 	Registry Registry
 	// Facts are the host's GPU facts (nil when none are needed or known).
 	Facts *gpu.Facts
+	// NodeGPUs are the IDs of every GPU of the host when Facts are not loaded (a recipe
+	// that names no GPU need): its server sees them all, so it claims them all.
+	NodeGPUs []string
 	// Root is the host root (--root); StateDir the state directory (already rooted).
 	Root, StateDir string
+	// ClaimsDir is the node-wide folder of GPU claims (NodeClaimsDir, under Root), where
+	// a run that passed records the GPUs its server runs on, whatever its state dir, and
+	// where GPUConflicts finds the claims of recipes applied from other state dirs; ""
+	// compares only the recipes of StateDir.
+	ClaimsDir string
 	// Only limits a run to these steps; Force runs these steps even when intact.
 	Only, Force []string
 	// Verify asks steps to re-check their outputs fully.

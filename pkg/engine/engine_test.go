@@ -29,6 +29,9 @@ type fakeSpec struct {
 	Output    string `yaml:"output"`
 	// Unit makes the step an engine.Owner of that unit (as the systemd step is).
 	Unit string `yaml:"unit"`
+	// Manager is the unit's service manager: under "exec" the step does not stop the
+	// replaced recipes' units (engine.Replacer), as the systemd step does not.
+	Manager string `yaml:"manager"`
 }
 
 // world is what the fake steps share in one test.
@@ -74,6 +77,12 @@ func (f *fakeStep) Owns(*engine.Env) []engine.Owned {
 		return nil
 	}
 	return []engine.Owned{{Kind: engine.OwnedUnit, Path: f.spec.Unit}}
+}
+
+// AppliesReplaces says whether the step stops the replaced recipes' units: a unit under
+// any manager but exec, as the systemd step.
+func (f *fakeStep) AppliesReplaces(env *engine.Env) bool {
+	return f.spec.Unit != "" && f.spec.Manager != "exec" && len(env.Replaces) > 0
 }
 
 func (f *fakeStep) Intact(ctx context.Context, env *engine.Env) (bool, string, error) {

@@ -1,21 +1,40 @@
 package engine
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
 
+	"github.com/sglprov/sglprov/pkg/atomicfile"
 	"github.com/sglprov/sglprov/pkg/ownership"
+	"github.com/sglprov/sglprov/pkg/safefile"
 )
 
 // OwnedGPU is the Owned kind of a GPU a recipe's server runs on (its UUID, or "index N").
 const OwnedGPU = ownership.KindGPU
 
-// claimsGPUs reports whether the recipe runs a server (a step owns a unit): such a recipe
-// claims the GPUs it sees.
+// claimsGPUs reports whether the recipe runs a server (a step owns a unit) on a host with
+// GPUs: such a recipe claims the GPUs it sees.
 func (e *Engine) claimsGPUs(owned []Owned) bool {
-	return e.opts.Facts != nil && slices.ContainsFunc(owned, func(o Owned) bool { return o.Kind == OwnedUnit })
+	return len(e.seenGPUs()) > 0 && slices.ContainsFunc(owned, func(o Owned) bool { return o.Kind == OwnedUnit })
+}
+
+// seenGPUs returns the IDs of the GPUs the recipe's server sees: those of its facts (its
+// requires.gpu.devices, else every GPU), or, for a recipe that loads no facts (it names no
+// GPU need), every GPU of the host (NodeGPUs): nothing hides any from its server.
+func (e *Engine) seenGPUs() []string {
+	if e.opts.Facts != nil {
+		return e.opts.Facts.IDs()
+	}
+	return e.opts.NodeGPUs
 }
 
 // gpuClaims returns the GPUs this recipe claims: those it sees once a run of it passed
@@ -24,7 +43,7 @@ func (e *Engine) claimsGPUs(owned []Owned) bool {
 func (e *Engine) gpuClaims(owned []Owned) []Owned {
 	var out []Owned
 	if e.served && e.claimsGPUs(owned) {
-		for _, id := range e.opts.Facts.IDs() {
+		for _, id := range e.seenGPUs() {
 			out = append(out, Owned{Kind: OwnedGPU, Path: id})
 		}
 		return out
@@ -37,10 +56,33 @@ func (e *Engine) gpuClaims(owned []Owned) []Owned {
 	return out
 }
 
+// Replacer is implemented by a step that takes over the services of the recipes its
+// recipe replaces (the systemd step): AppliesReplaces reports whether it stops them before
+// its own server starts. Under a service manager that cannot (exec, offline) it does not,
+// and the replaced recipes' servers keep their GPUs.
+type Replacer interface {
+	AppliesReplaces(env *Env) bool
+}
+
+// ReplacesApplied reports whether the recipe's replaces: is carried out in this run: it
+// names recipes and a step of it stops their services (Replacer). Only then are the
+// replaced recipes' servers on the GPUs expected (the busy check, the GPU claims).
+func (e *Engine) ReplacesApplied() bool {
+	if len(e.opts.Recipe.Replaces) == 0 {
+		return false
+	}
+	for _, n := range e.nodes {
+		if r, ok := n.impl.(Replacer); ok && r.AppliesReplaces(e.env(n, nil, "")) {
+			return true
+		}
+	}
+	return false
+}
+
 // GPUConflicts refuses a recipe whose server would share a GPU with another recipe's on
 // this node (both claim all GPUs unless requires.gpu.devices gives them some), unless the
-// recipe replaces that one. The error is ErrHost and names the GPUs, the other recipe and
-// the ways out.
+// recipe replaces that one and a step of it stops that one's service (ReplacesApplied).
+// The error is ErrHost and names the GPUs, the other recipe and the ways out.
 func (e *Engine) GPUConflicts() error {
 	if e.opts.IgnoreState || !e.claimsGPUs(e.declared()) || e.opts.Root != "" && e.opts.Root != "/" {
 		return nil
@@ -49,7 +91,8 @@ func (e *Engine) GPUConflicts() error {
 	if err != nil {
 		return err
 	}
-	mine := e.opts.Facts.IDs()
+	mine := e.seenGPUs()
+	replacing := e.ReplacesApplied()
 	var problems []string
 	names := make([]string, 0, len(f.Recipes))
 	for name := range f.Recipes {
@@ -57,7 +100,8 @@ func (e *Engine) GPUConflicts() error {
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		if name == e.opts.Recipe.Name || slices.Contains(e.opts.Recipe.Replaces, name) {
+		replaced := slices.Contains(e.opts.Recipe.Replaces, name)
+		if name == e.opts.Recipe.Name || replaced && replacing {
 			continue
 		}
 		var shared []string
@@ -67,12 +111,149 @@ func (e *Engine) GPUConflicts() error {
 			}
 		}
 		if len(shared) > 0 {
-			problems = append(problems, fmt.Sprintf("recipe %s serves on %s", name, strings.Join(shared, ", ")))
+			p := fmt.Sprintf("recipe %s serves on %s", name, strings.Join(shared, ", "))
+			if replaced {
+				p += " (this recipe replaces it, but its service manager cannot stop that recipe's server: replaces: is not applied under the exec manager; stop it with sglprov remove -f)"
+			}
+			problems = append(problems, p)
 		}
 	}
+	others, err := e.otherStateDirClaims(mine, replacing)
+	if err != nil {
+		return err
+	}
+	problems = append(problems, others...)
 	if len(problems) == 0 {
 		return nil
 	}
 	return fmt.Errorf("%w: this recipe's server would share GPUs with another recipe's: %s; give the recipes requires.gpu.devices that do not overlap, add replaces: [RECIPE] to switch the node over, or sglprov remove -f the other recipe",
 		ErrHost, strings.Join(problems, "; "))
+}
+
+// NodeClaimsDir is the node-wide folder of GPU claims: one per state dir and recipe whose
+// run passed, naming the state dir, so that a recipe applied from one state dir sees the
+// GPUs of one applied from another. It is fixed, whatever --state-dir says (under --root,
+// under the root), and holds only those claims.
+const NodeClaimsDir = "/var/lib/sglprov/gpu-claims"
+
+// maxClaims bounds the claims read from ClaimsDir, maxClaimBytes each claim.
+const (
+	maxClaims     = 4096
+	maxClaimBytes = 64 << 10
+)
+
+// nodeClaim is one claim file of ClaimsDir: the record of the GPUs is the claiming state
+// dir's own (its recipe's Owns), which GPUConflicts reads; the claim says where to look.
+type nodeClaim struct {
+	Recipe   string   `json:"recipe"`
+	StateDir string   `json:"state_dir"`
+	GPUs     []string `json:"gpus"`
+}
+
+// claimFile is the claim file of recipe applied from stateDir.
+func claimFile(dir, stateDir, recipe string) string {
+	sum := sha256.Sum256([]byte(stateDir + "\x00" + recipe))
+	return filepath.Join(dir, hex.EncodeToString(sum[:16])+".json")
+}
+
+// absStateDir is the state dir as claims name it: absolute and clean.
+func absStateDir(dir string) string {
+	if abs, err := filepath.Abs(dir); err == nil {
+		return abs
+	}
+	return filepath.Clean(dir)
+}
+
+// recordNodeClaim writes (or, when the recipe claims no GPU, removes) this recipe's claim
+// in ClaimsDir.
+func (e *Engine) recordNodeClaim() error {
+	if e.opts.ClaimsDir == "" || e.opts.IgnoreState {
+		return nil
+	}
+	var gpus []string
+	for _, o := range e.gpuClaims(e.owns()) {
+		gpus = append(gpus, o.Path)
+	}
+	stateDir := absStateDir(e.opts.StateDir)
+	path := claimFile(e.opts.ClaimsDir, stateDir, e.opts.Recipe.Name)
+	if len(gpus) == 0 {
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("removing the GPU claim %s: %w", path, err)
+		}
+		return nil
+	}
+	b, err := json.MarshalIndent(nodeClaim{Recipe: e.opts.Recipe.Name, StateDir: stateDir, GPUs: gpus}, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encoding the GPU claim: %w", err)
+	}
+	if err := os.MkdirAll(e.opts.ClaimsDir, 0o755); err != nil {
+		return fmt.Errorf("making the GPU claims folder: %w", err)
+	}
+	if err := atomicfile.Write(path, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("writing the GPU claim: %w", err)
+	}
+	return nil
+}
+
+// otherStateDirClaims returns the conflicts with recipes applied from other state dirs:
+// each claim of ClaimsDir from another state dir is checked against that state dir's own
+// records (a recipe removed there, or a state dir gone, claims nothing any more); one whose
+// state cannot be read is taken as it says. A recipe this one replaces is left out when
+// replacing (its server is stopped by the switch), as in this state dir.
+func (e *Engine) otherStateDirClaims(mine []string, replacing bool) ([]string, error) {
+	if e.opts.ClaimsDir == "" {
+		return nil, nil
+	}
+	entries, err := os.ReadDir(e.opts.ClaimsDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the node's GPU claims: %w", err)
+	}
+	if len(entries) > maxClaims {
+		entries = entries[:maxClaims]
+	}
+	self := absStateDir(e.opts.StateDir)
+	var out []string
+	for _, ent := range entries {
+		if !strings.HasSuffix(ent.Name(), ".json") {
+			continue
+		}
+		b, err := safefile.ReadRegular(filepath.Join(e.opts.ClaimsDir, ent.Name()), maxClaimBytes)
+		if err != nil {
+			continue
+		}
+		var c nodeClaim
+		if json.Unmarshal(b, &c) != nil || c.Recipe == "" || c.StateDir == "" || c.StateDir == self {
+			continue // this state dir's recipes are compared from its own state
+		}
+		if replacing && slices.Contains(e.opts.Recipe.Replaces, c.Recipe) {
+			continue
+		}
+		claimed, note := c.GPUs, " (its state cannot be read)"
+		if f, err := LoadStates(c.StateDir); err == nil {
+			st := f.Recipes[c.Recipe]
+			if st == nil {
+				continue // removed there, or the state dir is gone: the claim is stale
+			}
+			claimed, note = nil, ""
+			for _, o := range st.Owns {
+				if o.Kind == OwnedGPU {
+					claimed = append(claimed, o.Path)
+				}
+			}
+		}
+		var shared []string
+		for _, id := range claimed {
+			if slices.Contains(mine, id) {
+				shared = append(shared, id)
+			}
+		}
+		if len(shared) > 0 {
+			out = append(out, fmt.Sprintf("recipe %s, applied with state dir %s%s, serves on %s", c.Recipe, c.StateDir, note, strings.Join(shared, ", ")))
+		}
+	}
+	sort.Strings(out)
+	return out, nil
 }

@@ -71,3 +71,108 @@ func TestGPUClaimsOverlapRefused(t *testing.T) {
 		t.Errorf("a recipe beside one that never served: %v", err)
 	}
 }
+
+// Under the exec manager replaces: is not applied (nothing stops the replaced recipe's
+// server): it does not waive the GPU claims either. The recipe is refused, saying why.
+func TestGPUClaimsReplacesUnderExecNotWaived(t *testing.T) {
+	w := newWorld()
+	host := &gpu.Facts{GPUs: []gpu.Device{{Index: 0, UUID: "GPU-0"}, {Index: 1, UUID: "GPU-1"}}}
+	dir := t.TempDir()
+	run := func(text string) error {
+		e := newEngine(t, w, load(t, w, text), dir, func(o *engine.Options) { o.Facts = host })
+		_, err := e.Apply(context.Background())
+		return err
+	}
+	exec := "apiVersion: sglprov/v1\nname: %s\n%s\nsteps:\n  - name: service\n    fake: {unit: %s.service, manager: exec}\n"
+	if err := run(fmt.Sprintf(exec, "model-a", "", "model-a")); err != nil {
+		t.Fatal(err)
+	}
+	err := run(fmt.Sprintf(exec, "model-b", "replaces: [model-a]", "model-b"))
+	if !errors.Is(err, engine.ErrHost) || !strings.Contains(err.Error(), "recipe model-a serves on GPU-0, GPU-1 (this recipe replaces it, but its service manager cannot stop") {
+		t.Errorf("replaces under the exec manager: %v, want exit 4 saying replaces: is not applied", err)
+	}
+}
+
+// A recipe applied from another state dir is seen through the node-wide claims: a second
+// whole-node recipe (or the same recipe) applied with its own state dir is refused, naming
+// the other state dir; once the other recipe's records are gone (removed there), its claim
+// is stale and nothing is refused. A recipe that claims no GPU any more leaves no claim.
+func TestGPUClaimsAcrossStateDirs(t *testing.T) {
+	w := newWorld()
+	host := &gpu.Facts{GPUs: []gpu.Device{{Index: 0, UUID: "GPU-0"}, {Index: 1, UUID: "GPU-1"}}}
+	claims := t.TempDir()
+	run := func(dir, name string) error {
+		e := newEngine(t, w, load(t, w, fmt.Sprintf(serverRecipe, name, "", name)), dir, func(o *engine.Options) {
+			o.Facts = host
+			o.ClaimsDir = claims
+		})
+		_, err := e.Apply(context.Background())
+		return err
+	}
+	dirA, dirB := t.TempDir(), t.TempDir()
+	if err := run(dirA, "model-a"); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"model-b", "model-a"} {
+		err := run(dirB, name)
+		want := "recipe model-a, applied with state dir " + dirA + ", serves on GPU-0, GPU-1"
+		if !errors.Is(err, engine.ErrHost) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s from another state dir: %v, want exit 4 with %q", name, err, want)
+		}
+	}
+	// model-a's records leave dirA (sglprov remove): its claim no longer holds.
+	f, err := engine.LoadStates(dirA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	delete(f.Recipes, "model-a")
+	if err := engine.SaveStates(dirA, f); err != nil {
+		t.Fatal(err)
+	}
+	if err := run(dirB, "model-b"); err != nil {
+		t.Errorf("beside a removed recipe's stale claim: %v", err)
+	}
+	if err := run(dirA, "model-a"); err == nil || !strings.Contains(err.Error(), "recipe model-b, applied with state dir "+dirB) {
+		t.Errorf("model-a back from its own state dir: %v, want model-b named", err)
+	}
+}
+
+// A recipe that names no GPU need (no requires.gpu: no facts loaded) still runs its
+// server on every GPU of the host: it claims them all, and a second one is refused, as is
+// a recipe that does load facts; it is refused beside one that claims some too.
+func TestGPUClaimsWithoutRequires(t *testing.T) {
+	w := newWorld()
+	host := &gpu.Facts{GPUs: []gpu.Device{{Index: 0, UUID: "GPU-0"}, {Index: 1, UUID: "GPU-1"}}}
+	run := func(dir, name string, facts *gpu.Facts) error {
+		e := newEngine(t, w, load(t, w, fmt.Sprintf(serverRecipe, name, "", name)), dir, func(o *engine.Options) {
+			o.Facts = facts
+			if facts == nil {
+				o.NodeGPUs = host.IDs()
+			}
+		})
+		_, err := e.Apply(context.Background())
+		return err
+	}
+	dir := t.TempDir()
+	if err := run(dir, "model-a", nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := run(dir, "model-b", nil); !errors.Is(err, engine.ErrHost) || !strings.Contains(err.Error(), "recipe model-a serves on GPU-0, GPU-1") {
+		t.Errorf("a second recipe without requires.gpu: %v, want exit 4 naming model-a", err)
+	}
+	one, err := host.Subset([]string{"1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := run(dir, "model-c", one); !errors.Is(err, engine.ErrHost) || !strings.Contains(err.Error(), "recipe model-a serves on GPU-1") {
+		t.Errorf("a recipe on GPU 1 beside one without requires.gpu: %v, want exit 4", err)
+	}
+	// A host without GPUs (no NVML): nothing to claim, nothing refused.
+	dir = t.TempDir()
+	for _, name := range []string{"model-a", "model-b"} {
+		e := newEngine(t, w, load(t, w, fmt.Sprintf(serverRecipe, name, "", name)), dir, nil)
+		if _, err := e.Apply(context.Background()); err != nil {
+			t.Errorf("%s on a host without GPUs: %v", name, err)
+		}
+	}
+}

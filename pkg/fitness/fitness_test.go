@@ -5,7 +5,9 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/sglprov/sglprov/pkg/gpu"
@@ -188,6 +190,8 @@ func TestUnitOfCgroup(t *testing.T) {
 		"0::/user.slice/user-1000.slice/session-3.scope\n":                          "session-3.scope",
 		"12:pids:/system.slice/a.service\n1:name=systemd:/system.slice/a.service\n": "a.service",
 		"0::/\n": "",
+		// A user manager's unit named as the recipe's is not the recipe's system unit.
+		"0::/user.slice/user-1000.slice/user@1000.service/app.slice/sglang-old.service\n": "user@1000.service",
 	} {
 		if got := UnitOfCgroup(text); got != want {
 			t.Errorf("UnitOfCgroup(%q) = %q, want %q", text, got, want)
@@ -203,5 +207,33 @@ func TestProcFSDescribesItself(t *testing.T) {
 	}
 	if cmd, unit := (ProcFS{}).Describe(4000000); cmd != "" || unit != "" {
 		t.Errorf("a pid that does not exist: %q %q", cmd, unit)
+	}
+}
+
+// A FIFO in place of /proc/PID/cmdline or cgroup (a made-up tree) is refused without
+// waiting for a writer: the process is described as unknown, at once.
+func TestProcFSFIFONotWaitedOn(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "proc", "4242")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"cmdline", "cgroup"} {
+		if err := syscall.Mkfifo(filepath.Join(dir, name), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done := make(chan [2]string, 1)
+	go func() {
+		cmd, unit := ProcFS{Root: root}.Describe(4242)
+		done <- [2]string{cmd, unit}
+	}()
+	select {
+	case got := <-done:
+		if got != [2]string{"", ""} {
+			t.Errorf("Describe = %q", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Describe waits on a FIFO")
 	}
 }

@@ -2,13 +2,12 @@ package fitness
 
 import (
 	"bytes"
-	"io"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 
 	"github.com/sglprov/sglprov/pkg/portowner"
+	"github.com/sglprov/sglprov/pkg/safefile"
 )
 
 // ProcFS describes processes from /proc (Root prefixes it, for tests).
@@ -34,14 +33,10 @@ func (p ProcFS) Describe(pid uint32) (string, string) {
 	return cmd, unit
 }
 
-// readBounded reads at most 64 KiB of a /proc file (whose size stat reports as 0).
+// readBounded reads at most 64 KiB of a /proc file (whose size stat reports as 0); what
+// is not a regular file (a FIFO in a made-up tree) is refused without waiting on it.
 func readBounded(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return io.ReadAll(io.LimitReader(f, 64<<10))
+	return safefile.ReadPrefix(path, 64<<10)
 }
 
 // UnitOfCgroup returns the systemd service or scope a /proc/PID/cgroup text names

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/sglprov/sglprov/pkg/safefile"
 )
 
 // KernelReader reads what the kernel says of the GPUs' surroundings: the IOMMU mode, PCIe
@@ -71,7 +73,7 @@ func (k *KernelReader) Read(ctx context.Context, gpus []Device) *KernelFacts {
 
 // iommuCmdline returns the IOMMU switches of the kernel command line.
 func iommuCmdline(path string) []string {
-	b, err := os.ReadFile(path)
+	b, err := safefile.ReadPrefix(path, 64<<10)
 	if err != nil {
 		return nil
 	}
@@ -105,7 +107,7 @@ func (k *KernelReader) iommuMode(gpus []Device, cmdline []string) string {
 			}
 			continue
 		}
-		t, err := os.ReadFile(k.path("/sys/kernel/iommu_groups/" + filepath.Base(grp) + "/type"))
+		t, err := safefile.ReadPrefix(k.path("/sys/kernel/iommu_groups/"+filepath.Base(grp)+"/type"), 4096)
 		typ := strings.TrimSpace(string(t))
 		switch {
 		case err == nil && typ == "identity":
@@ -210,12 +212,7 @@ func acsControlText(ctl uint16) string {
 // conventional PCI device) has no extended capabilities: not found, with an error when it
 // was cut short for want of root.
 func readACSControl(path string) (uint16, bool, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return 0, false, err
-	}
-	defer f.Close()
-	cfg, err := io.ReadAll(io.LimitReader(f, 4096))
+	cfg, err := safefile.ReadPrefix(path, 4096)
 	if err != nil {
 		return 0, false, err
 	}

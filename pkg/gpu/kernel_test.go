@@ -6,7 +6,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -123,6 +125,37 @@ func TestKernelFactsACSUnreadable(t *testing.T) {
 	kf := (&KernelReader{Root: root}).Read(context.Background(), []Device{{Index: 0, PCIBusID: "00000000:18:00.0"}})
 	if !strings.Contains(kf.ACSUnread, "0000:00:01.0: config space cut short") {
 		t.Errorf("ACSUnread = %q", kf.ACSUnread)
+	}
+}
+
+// A FIFO in place of a bridge's config space, the kernel command line or an IOMMU
+// group's type (a made-up or tampered tree) is refused without waiting for a writer:
+// the read ends at once, and what it could not read is said.
+func TestKernelFactsFIFONotWaitedOn(t *testing.T) {
+	root := fakeSysfs(t, acsReqRedir, "DMA", "0000:18:00.0")
+	for _, p := range []string{"sys/devices/pci0000:00/0000:00:01.0/config", "proc/cmdline", "sys/kernel/iommu_groups/3/type"} {
+		path := filepath.Join(root, p)
+		if err := os.Remove(path); err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Mkfifo(path, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done := make(chan *KernelFacts, 1)
+	go func() {
+		done <- (&KernelReader{Root: root, Timeout: time.Minute}).Read(context.Background(), []Device{{Index: 0, PCIBusID: "00000000:18:00.0"}})
+	}()
+	select {
+	case kf := <-done:
+		if !strings.Contains(kf.ACSUnread, "0000:00:01.0") || !strings.Contains(kf.ACSUnread, "FIFO, not a regular file") {
+			t.Errorf("ACSUnread = %q, want the FIFO named", kf.ACSUnread)
+		}
+		if kf.Cmdline != nil || kf.IOMMU != "translated" {
+			t.Errorf("cmdline %q, IOMMU %q: want none read, and a group whose type cannot be read taken as translating", kf.Cmdline, kf.IOMMU)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the kernel reader waits on a FIFO")
 	}
 }
 

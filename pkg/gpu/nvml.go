@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/sglprov/sglprov/pkg/safefile"
 )
 
 // Default places the NVML detector reads when NVML reports a driver/library mismatch.
@@ -225,7 +227,7 @@ func (d *NVMLDetector) moduleVersion() string {
 	if path == "" {
 		path = DefaultModuleVersionFile
 	}
-	b, err := os.ReadFile(path)
+	b, err := safefile.ReadPrefix(path, 64<<10)
 	if err != nil {
 		return ""
 	}

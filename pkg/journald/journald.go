@@ -23,6 +23,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unicode/utf8"
 )
 
 // Socket is the journal's native socket.
@@ -52,8 +53,24 @@ const (
 	PriDebug   = 7
 )
 
-// MaxEntry bounds one entry's bytes (a datagram): a longer message is cut, saying so.
+// MaxEntry bounds one entry's bytes, every field and the message together (one
+// datagram): a longer field is cut, then fields that no longer fit are left out (the
+// message names every key as key=value too), then the message is cut, saying so.
 const MaxEntry = 48 << 10
+
+// maxFieldValue bounds the value of one field other than MESSAGE; fieldsBudget bounds
+// them all together, so that MESSAGE keeps at least the rest of MaxEntry.
+const (
+	maxFieldValue = 8 << 10
+	fieldsBudget  = MaxEntry / 2
+)
+
+// cutNote ends a message that was cut to fit MaxEntry.
+const cutNote = " [cut: the entry was longer than the journal datagram sglprov sends]"
+
+// fieldOverhead is the most bytes a field takes beyond its key and value (the binary
+// form: a newline, 8 bytes of length, a newline).
+const fieldOverhead = 10
 
 // maxLine bounds a line held while its end has not come yet.
 const maxLine = 256 << 10
@@ -132,14 +149,17 @@ func (w *Writer) send(msg string, prio int, fields map[string]string) error {
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		field(&b, k, fields[k])
+		v := fields[k]
+		if len(v) > maxFieldValue {
+			v = cutUTF8(v, maxFieldValue) + " [cut]"
+		}
+		if b.Len()+len(k)+len(v)+fieldOverhead > fieldsBudget {
+			continue // the message has it as key=value
+		}
+		field(&b, k, v)
 	}
-	room := MaxEntry - b.Len() - 64
-	if room < 0 {
-		room = 0
-	}
-	if len(msg) > room {
-		msg = msg[:room] + " [cut: the entry was longer than the journal datagram sglprov sends]"
+	if room := MaxEntry - b.Len() - len("MESSAGE") - fieldOverhead; len(msg) > room {
+		msg = cutUTF8(msg, room-len(cutNote)) + cutNote
 	}
 	field(&b, "MESSAGE", msg)
 	_ = w.conn.SetWriteDeadline(time.Now().Add(time.Second))
@@ -149,6 +169,20 @@ func (w *Writer) send(msg string, prio int, fields map[string]string) error {
 		return fmt.Errorf("sending to the journal: %w", err)
 	}
 	return nil
+}
+
+// cutUTF8 returns at most n bytes of s, not splitting a character.
+func cutUTF8(s string, n int) string {
+	if n <= 0 {
+		return ""
+	}
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // field appends one field in the native protocol: KEY=value, or, for a value with a

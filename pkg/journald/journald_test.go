@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"charm.land/log/v2"
 )
@@ -114,6 +115,47 @@ func TestMultilineAndPlainLines(t *testing.T) {
 	w.Write([]byte("  DURATION\n"))
 	if e := read(); e["MESSAGE"] != "STEP   RESULT  DURATION" || e["PRIORITY"] != "6" {
 		t.Errorf("plain line: %v", e)
+	}
+}
+
+// An entry is at most MaxEntry bytes, all its fields together, however long the record's
+// message and values (a 100 KB error): the long field is cut, the message is cut saying so,
+// and the entry keeps its priority and identifier.
+func TestEntryBoundedWhole(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "socket")
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	w := NewWriter(path, "sglprov", &bytes.Buffer{})
+	l := log.NewWithOptions(w, log.Options{Formatter: log.LogfmtFormatter})
+	big := strings.Repeat("é", 25<<10) // 50 KB, two bytes a character
+	for _, kv := range [][]any{
+		{"err", big},
+		{"err", big, "output", big, "cause", big},
+		{"err", big + "\n" + big},
+	} {
+		l.Error(big, kv...)
+		buf := make([]byte, 1<<20)
+		_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		n, err := conn.Read(buf)
+		if err != nil {
+			t.Fatalf("no entry reached the journal socket: %v", err)
+		}
+		e := decode(t, buf[:n])
+		if n > MaxEntry {
+			t.Errorf("an entry of %d bytes, more than %d", n, MaxEntry)
+		}
+		if e["PRIORITY"] != "3" || e["SYSLOG_IDENTIFIER"] != "sglprov" || !strings.HasSuffix(e["MESSAGE"], "[cut: the entry was longer than the journal datagram sglprov sends]") {
+			t.Errorf("entry lacks its priority, identifier or cut note: PRIORITY=%q SYSLOG_IDENTIFIER=%q MESSAGE ends %q",
+				e["PRIORITY"], e["SYSLOG_IDENTIFIER"], e["MESSAGE"][max(0, len(e["MESSAGE"])-80):])
+		}
+		for k, v := range e {
+			if !utf8.ValidString(v) {
+				t.Errorf("field %s was cut inside a character", k)
+			}
+		}
 	}
 }
 

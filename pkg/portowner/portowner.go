@@ -33,9 +33,12 @@ type Listener struct {
 	// Cgroup is the process's cgroup path (the unified hierarchy's, else systemd's v1
 	// name=systemd hierarchy's).
 	Cgroup string
-	// Unit is the systemd unit of that cgroup: its deepest .service or .scope; "" when
-	// the process is in none (a container's root cgroup, a process outside systemd).
+	// Unit is the system manager's unit of that cgroup (UnitOf); "" when the process is
+	// in none (a container's root cgroup, a process outside systemd).
 	Unit string
+	// UserUnit is, for a process of a user's service manager (Unit is user@UID.service),
+	// its unit there (UserUnitOf); "" otherwise.
+	UserUnit string
 }
 
 // String describes the listener for a message, e.g. "pid 4242 (python3, unit
@@ -46,6 +49,8 @@ func (l Listener) String() string {
 	}
 	who := l.Command
 	switch {
+	case l.UserUnit != "":
+		who += ", user unit " + l.UserUnit + " of " + l.Unit
 	case l.Unit != "":
 		who += ", unit " + l.Unit
 	case l.Cgroup != "":
@@ -122,6 +127,7 @@ func LookupIn(proc string, port int) ([]Listener, error) {
 			if b, err := readLimited(filepath.Join(proc, strconv.Itoa(pid), "cgroup"), 64<<10); err == nil {
 				l.Cgroup = CgroupPath(b)
 				l.Unit = UnitOf(l.Cgroup)
+				l.UserUnit = UserUnitOf(l.Cgroup)
 			}
 			out = append(out, l)
 		}
@@ -258,17 +264,67 @@ func CgroupPath(cgroup []byte) string {
 	return v1
 }
 
-// UnitOf returns the systemd unit a cgroup path belongs to: its deepest component that
-// names a service or a scope ("/system.slice/sglang.service/payload" is sglang.service);
-// "" when there is none.
+// UnitOf returns the unit of the system's service manager that a cgroup path belongs to,
+// "" when there is none. It reads the path as systemd lays it out (and as systemd's own
+// cg_path_get_unit does): from the root, any number of slices ("/system.slice",
+// "/system.slice/system-getty.slice", a unit's own Slice=), then the unit, then whatever
+// the unit made below it ("/system.slice/sglang.service/payload" is sglang.service). Only
+// that first unit is the system manager's: a user manager is itself a system unit
+// (user@1000.service) and its units live below it, so
+// "/user.slice/user-1000.slice/user@1000.service/app.slice/sglang.service" is
+// user@1000.service, never the system unit sglang.service; nor is a unit of a container's
+// systemd below its host unit ("/machine.slice/systemd-nspawn@c.service/payload/...").
+// The same holds for a cgroup v1 name=systemd path, which has the same layout.
 func UnitOf(path string) string {
-	parts := strings.Split(path, "/")
-	for i := len(parts) - 1; i >= 0; i-- {
-		if strings.HasSuffix(parts[i], ".service") || strings.HasSuffix(parts[i], ".scope") {
-			return parts[i]
-		}
+	unit, _ := unitAt(path)
+	return unit
+}
+
+// UserUnitOf returns the unit of a user's service manager that a cgroup path belongs to:
+// below a system unit user@UID.service, again slices then a unit
+// ("/user.slice/user-1000.slice/user@1000.service/app.slice/x.service" is x.service);
+// "" for any other path.
+func UserUnitOf(path string) string {
+	unit, rest := unitAt(path)
+	if !strings.HasPrefix(unit, "user@") || !strings.HasSuffix(unit, ".service") {
+		return ""
 	}
-	return ""
+	u, _ := unitAt(rest)
+	return u
+}
+
+// unitAt skips the slices at the top of path and returns the unit that follows them and
+// the path below that unit; "" when the first component after the slices is no unit that
+// can hold processes.
+func unitAt(path string) (unit, rest string) {
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	for i, p := range parts {
+		// systemd prefixes a component that could clash with the cgroup file system's
+		// own names with "_".
+		p = strings.TrimPrefix(p, "_")
+		if strings.HasSuffix(p, ".slice") && len(p) > len(".slice") {
+			continue
+		}
+		if !isUnitName(p) {
+			return "", ""
+		}
+		return p, "/" + strings.Join(parts[i+1:], "/")
+	}
+	return "", ""
+}
+
+// isUnitName reports whether name is a unit of a type whose processes have a cgroup of
+// their own: NAME.service, .scope, .socket, .mount or .swap.
+func isUnitName(name string) bool {
+	dot := strings.LastIndexByte(name, '.')
+	if dot <= 0 {
+		return false
+	}
+	switch name[dot+1:] {
+	case "service", "scope", "socket", "mount", "swap":
+		return true
+	}
+	return false
 }
 
 func readLimited(path string, n int64) ([]byte, error) {

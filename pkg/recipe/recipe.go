@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
 
@@ -377,6 +378,12 @@ func (p *parser) applySets(r *Recipe, sets []string) {
 		k = strings.TrimPrefix(k, "vars.")
 		if _, known := r.Vars[k]; !known {
 			p.problems = append(p.problems, Problem{Pos: Pos{File: "--set"}, Msg: fmt.Sprintf("--set %s: the recipe has no var %q (vars: %s)", k, k, varList(r))})
+			continue
+		}
+		if !utf8.ValidString(v) {
+			// A recipe file holds only UTF-8 (YAML); neither may a value given for it.
+			p.problems = append(p.problems, Problem{Pos: Pos{File: "--set"}, Msg: fmt.Sprintf(
+				"--set %s: the value %q is not valid UTF-8: give it in UTF-8, as the recipe file would have to", k, v)})
 			continue
 		}
 		r.Vars[k] = v

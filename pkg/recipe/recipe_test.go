@@ -1,6 +1,7 @@
 package recipe_test
 
 import (
+	"errors"
 	"flag"
 	"os"
 	"path/filepath"
@@ -101,6 +102,22 @@ steps:
 	}
 	if err == nil || !strings.Contains(err.Error(), "GPU facts") {
 		t.Errorf("render without facts: %v", err)
+	}
+}
+
+// A --set value that is not UTF-8 is refused as a problem of the recipe (exit 2), naming
+// the var and the bytes: a recipe file cannot hold such a value either, and it would reach
+// the unit, the logs and the metrics' labels as it is.
+func TestSetNotUTF8(t *testing.T) {
+	text := "apiVersion: sglprov/v1\nname: t\nvars:\n  served_name: qwen\nsteps:\n  - name: a\n    command:\n      argv: [run, \"{{ .vars.served_name }}\"]\n"
+	_, err := recipe.Parse("t.yaml", []byte(text), testKinds(), []string{"served_name=qw\xffen"})
+	want := `--set: --set served_name: the value "qw\xffen" is not valid UTF-8: give it in UTF-8`
+	var ps recipe.Problems
+	if err == nil || !strings.Contains(err.Error(), want) || !errors.As(err, &ps) {
+		t.Errorf("Parse: %v, want the problem %q", err, want)
+	}
+	if _, err := recipe.Parse("t.yaml", []byte(text), testKinds(), []string{"served_name=qwén"}); err != nil {
+		t.Errorf("a UTF-8 value: %v", err)
 	}
 }
 

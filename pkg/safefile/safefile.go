@@ -47,6 +47,30 @@ func ReadRegular(path string, limit int64) ([]byte, error) {
 	return readOpened(f, path, limit)
 }
 
+// ReadPrefix reads at most max bytes of the regular file at path (symbolic links
+// followed), refusing anything else without blocking, as ReadRegular does; a longer file
+// is cut at max bytes, not refused. It is for the kernel's files (/proc, sysfs), whose size
+// stat does not tell: a FIFO planted in their place is refused, never waited on.
+func ReadPrefix(path string, max int64) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, notRegular(path, fi.Mode())
+	}
+	data, err := io.ReadAll(io.LimitReader(f, max))
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", path, err)
+	}
+	return data, nil
+}
+
 // readOpened reads f, opened non-blocking from path, when it is a regular file of at most
 // limit bytes (limit > 0); anything else is refused without reading it.
 func readOpened(f *os.File, path string, limit int64) ([]byte, error) {

@@ -143,7 +143,7 @@ func (s *Step) Intact(_ context.Context, env *engine.Env) (bool, string, error) 
 	if !env.LoadData(&rec) || rec.Result.Ranks == 0 {
 		return false, "no measurement recorded", nil
 	}
-	if err := s.judge(rec.Result); err != nil {
+	if err := s.judge(rec.Result, s.gpus(env)); err != nil {
 		return false, err.Error(), nil
 	}
 	env.Detail("allreduce", rec.Result)
@@ -209,15 +209,21 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 		env.Log.Info("all-reduce measured", "ranks", res.Ranks, "bytes", res.Bytes, "algbw_gbps", fmtGB(res.AlgBWGBps),
 			"busbw_gbps", fmtGB(res.BusBWGBps), "nccl", res.NCCL)
 	}
-	if err := s.judge(res); err != nil {
+	if err := s.judge(res, n); err != nil {
 		return err
 	}
 	return env.SaveData(record{Result: res})
 }
 
-// judge holds a measurement to the threshold. With one rank the bus bandwidth is 0 by
-// definition (nothing crosses a link): the threshold is then not applied.
-func (s *Step) judge(r Result) error {
+// judge holds a measurement over want GPUs to the threshold. A result over another
+// number of ranks measured something else (a rank that never joined, CUDA_VISIBLE_DEVICES
+// hiding GPUs): it says nothing of the GPUs the check was to use. With one rank the bus
+// bandwidth is 0 by definition (nothing crosses a link): the threshold is then not applied.
+func (s *Step) judge(r Result, want int) error {
+	if r.Ranks != want {
+		return fmt.Errorf("the all-reduce check reported %d ranks, not the %d GPUs it was to run on: it measured other GPUs than the service's (check CUDA_VISIBLE_DEVICES in its env and that every GPU is visible to torch): %w",
+			r.Ranks, want, engine.ErrHost)
+	}
 	if !r.Correct {
 		return fmt.Errorf("all-reduce over %d GPUs gave wrong sums: a GPU or its link corrupts data (run nccl-tests' all_reduce_perf -c 1 to confirm): %w", r.Ranks, engine.ErrHost)
 	}

@@ -25,7 +25,7 @@ done
 [ -n "$FAKE_SLEEP" ] && sleep "$FAKE_SLEEP"
 echo "fake all-reduce over $gpus ranks"
 printf '{"ranks": %s, "bytes": 268435456, "iters": 20, "time_s": 0.01, "algbw_gbps": 26.8, "busbw_gbps": %s, "correct": %s, "torch": "2.9.1", "nccl": "2.27.7", "gpu": "fake"}' \
-  "$gpus" "$FAKE_BUSBW" "${FAKE_CORRECT:-true}" > "$out"
+  "${FAKE_RANKS:-$gpus}" "$FAKE_BUSBW" "${FAKE_CORRECT:-true}" > "$out"
 `
 
 func setup(t *testing.T, spec Spec) (*Step, *engine.Env) {
@@ -84,6 +84,31 @@ func TestWrongSums(t *testing.T) {
 	s, env := setup(t, Spec{})
 	if err := s.Run(context.Background(), env); err == nil || !strings.Contains(err.Error(), "wrong sums") {
 		t.Fatalf("Run = %v", err)
+	}
+}
+
+// A result over fewer ranks than the GPUs the check was to use (one rank on a two-GPU
+// check: a bus bandwidth of 0 that no threshold applies to) is refused, exit 4, and not
+// recorded; a recorded result over another count than the host's GPUs is not intact.
+func TestRanksOtherThanTheGPUs(t *testing.T) {
+	t.Setenv("FAKE_BUSBW", "0")
+	t.Setenv("FAKE_RANKS", "1")
+	s, env := setup(t, Spec{MinBusBWGBps: 40})
+	err := s.Run(context.Background(), env)
+	if err == nil || exitcode.Of(err) != exitcode.ExitHost || !strings.Contains(err.Error(), "reported 1 ranks, not the 2 GPUs it was to run on") {
+		t.Fatalf("Run = %v, want exit 4 naming 1 rank of 2", err)
+	}
+	if ok, _, _ := s.Intact(context.Background(), env); ok {
+		t.Error("a refused check is intact")
+	}
+	t.Setenv("FAKE_RANKS", "")
+	t.Setenv("FAKE_BUSBW", "41.5")
+	if err := s.Run(context.Background(), env); err != nil {
+		t.Fatalf("Run over both GPUs: %v", err)
+	}
+	env.Facts.GPUs = append(env.Facts.GPUs, gpu.Device{Index: 2, UUID: "GPU-c"})
+	if ok, why, _ := s.Intact(context.Background(), env); ok || !strings.Contains(why, "reported 2 ranks, not the 3 GPUs") {
+		t.Errorf("Intact with a third GPU = %v %q", ok, why)
 	}
 }
 

@@ -26,7 +26,11 @@ type PortHeldError struct {
 // Error names the unit, the port, the process that holds it and the fix.
 func (e *PortHeldError) Error() string {
 	fix := "stop it or give this recipe another port"
-	if e.Holder.Unit != "" {
+	switch {
+	case e.Holder.UserUnit != "":
+		fix = fmt.Sprintf("stop it (systemctl --user disable --now %s, as the user whose manager %s is) or give this recipe another port",
+			e.Holder.UserUnit, e.Holder.Unit)
+	case e.Holder.Unit != "":
 		fix = fmt.Sprintf("stop it (systemctl disable --now %s) or give this recipe another port", e.Holder.Unit)
 	}
 	return fmt.Sprintf("not starting %s: port %d is held by %s, which is not this unit's server: %s",

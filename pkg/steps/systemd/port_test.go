@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -100,6 +101,42 @@ func TestPortOwnUnitOrOtherAddress(t *testing.T) {
 				t.Errorf("asked about ports %v", asked)
 			}
 		})
+	}
+}
+
+// TestPortHeldByUserUnitOfTheSameName: a process of a user's service manager, in a user
+// unit named as the recipe's system unit, listens on the port (read from a /proc tree by
+// portowner). It is not the unit's server: the step refuses, naming the user unit and the
+// user manager it runs under.
+func TestPortHeldByUserUnitOfTheSameName(t *testing.T) {
+	proc := t.TempDir()
+	for _, d := range []string{"net", "4242/fd"} {
+		if err := os.MkdirAll(filepath.Join(proc, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, data := range map[string]string{
+		"net/tcp": "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n" +
+			"   0: 0100007F:7530 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 777 1 0 100 0 0 10 0\n",
+		"4242/comm":   "python3\n",
+		"4242/cgroup": "0::/user.slice/user-1000.slice/user@1000.service/app.slice/sglang-qwen.service\n",
+	} {
+		if err := os.WriteFile(filepath.Join(proc, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("socket:[777]", filepath.Join(proc, "4242/fd/3")); err != nil {
+		t.Fatal(err)
+	}
+	env := testEnv(t, "rtx-pro-6000-x8.json")
+	s := newStep(t, qwenSpec())
+	fm := withFake(t, s)
+	fm.kind = service.KindSystemd
+	s.lookupPort = func(port int) ([]portowner.Listener, error) { return portowner.LookupIn(proc, port) }
+	err := s.Run(context.Background(), env)
+	want := "port 30000 is held by pid 4242 (python3, user unit sglang-qwen.service of user@1000.service) listening on 127.0.0.1:30000, which is not this unit's server: stop it (systemctl --user disable --now sglang-qwen.service"
+	if err == nil || !strings.Contains(err.Error(), want) || exitcode.Of(err) != exitcode.ExitLocked {
+		t.Errorf("Run: %v, want %q (exit 5)", err, want)
 	}
 }
 

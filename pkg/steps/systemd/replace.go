@@ -9,6 +9,14 @@ import (
 	"github.com/sglprov/sglprov/pkg/service"
 )
 
+// AppliesReplaces reports whether the step stops the units of the recipes its recipe
+// replaces (engine.Replacer): only the systemd manager can, and only on the live host (not
+// under --root); the exec and offline managers leave them running.
+func (s *Step) AppliesReplaces(env *engine.Env) bool {
+	m := s.spec.Manager
+	return len(env.Replaces) > 0 && (m == "" || m == service.KindSystemd) && !env.Offline && (env.Root == "" || env.Root == "/")
+}
+
 // replacedUnits returns the units of the recipes env.Replaces names (found by the header
 // sglprov writes into every unit it renders), other than this step's own, as "unit
 // (recipe R)" pairs.
