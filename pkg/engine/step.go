@@ -246,6 +246,9 @@ type Env struct {
 	// Replaces names the recipes whose services this recipe's service takes over on the
 	// node (recipe replaces:).
 	Replaces []string
+	// Nodes is the recipe's multi-node group, rendered (nil: the service runs on this
+	// node alone).
+	Nodes *recipe.NodesConfig
 
 	store *Store
 }
