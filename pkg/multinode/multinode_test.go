@@ -55,7 +55,7 @@ func TestDerive(t *testing.T) {
 		reason  string
 	}{
 		{name: "socket interface from the route", g: worker, links: map[string]string{"eth1": "up 9000"},
-			env: map[string]string{"NCCL_SOCKET_IFNAME": "eth1", "GLOO_SOCKET_IFNAME": "eth1"},
+			env:    map[string]string{"NCCL_SOCKET_IFNAME": "eth1", "GLOO_SOCKET_IFNAME": "eth1"},
 			reason: "reached through eth1 (this node's address 10.77.0.2, link up, MTU 9000)"},
 		{name: "link down", g: worker, links: map[string]string{"eth1": "down 1500"},
 			problem: "interface eth1, the route to the head 10.77.0.1, is down"},

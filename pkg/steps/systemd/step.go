@@ -16,6 +16,7 @@ import (
 	"sync"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/multinode"
 	"github.com/sglprov/sglprov/pkg/nccl"
 	"github.com/sglprov/sglprov/pkg/portowner"
 	"github.com/sglprov/sglprov/pkg/service"
@@ -39,6 +40,9 @@ type Step struct {
 	peerFacts func(*engine.Env) nccl.Source
 	// lookupPort finds who listens on a port (portowner.Lookup; tests replace it).
 	lookupPort func(port int) ([]portowner.Listener, error)
+	// groupFacts gives this node's facts about reaching its multi-node group
+	// (hostGroupFacts; tests replace it).
+	groupFacts func(*engine.Env, multinode.Group) multinode.Facts
 
 	mu  sync.Mutex
 	mgr service.Manager
@@ -58,7 +62,7 @@ func New(name string, spec Spec) (*Step, error) {
 		return nil, fmt.Errorf("systemd: %w: %w", engine.ErrUsage, err)
 	}
 	return &Step{name: name, spec: spec, port: port, newManager: service.New, peerFacts: hostPeerFacts,
-		lookupPort: portowner.Lookup}, nil
+		lookupPort: portowner.Lookup, groupFacts: hostGroupFacts}, nil
 }
 
 // record is what the step keeps in the state between runs.
@@ -222,6 +226,10 @@ func (s *Step) data(env *engine.Env, profile string) (service.Data, error) {
 	for k, v := range s.ncclDecision(env, profile).Env {
 		d.Env[k] = v
 	}
+	// Across nodes, the group's sockets name the interface that reaches the head.
+	for k, v := range s.groupDecision(env, profile).Env {
+		d.Env[k] = v
+	}
 	// systemd gives a service its own short PATH, without the virtual environment's bin
 	// (ninja) or the toolkit's (nvcc), which the server's run-time kernel compiles exec.
 	d.Env["PATH"] = unitPath(d.Command, d.Env)
@@ -245,7 +253,10 @@ func (s *Step) data(env *engine.Env, profile string) (service.Data, error) {
 	} else {
 		d.Args = append(d.Args, "--port", strconv.Itoa(d.Port))
 	}
-	if !hasFlag(all, "--tp", "--tp-size", "--tensor-parallel-size") && env.Facts.Count() > 0 {
+	if err := groupArgs(env, &d, all); err != nil {
+		return d, err
+	}
+	if env.Nodes == nil && !hasFlag(all, "--tp", "--tp-size", "--tensor-parallel-size") && env.Facts.Count() > 0 {
 		d.Args = append(d.Args, "--tp", strconv.Itoa(env.Facts.Count()))
 	}
 	d.Args = append(d.Args, all...)
@@ -450,6 +461,9 @@ func (s *Step) install(ctx context.Context, env *engine.Env, profile string, res
 		return false, err
 	}
 	if err := s.checkPort(env, m, profile); err != nil {
+		return false, err
+	}
+	if err := s.checkGroup(ctx, env, m, profile); err != nil {
 		return false, err
 	}
 	var changed bool
