@@ -196,6 +196,9 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 		}
 		return nil
 	}
+	if worker, err := s.joinGroup(ctx, env, cfg, svc); worker || err != nil {
+		return err
+	}
 	cfg.Failed = svc.Failed
 	served, _ := svc.(servedModel)
 	candidates := svc.Candidates(env)

@@ -209,3 +209,16 @@ func (s *Step) GroupHeadURL(env *engine.Env) (url string, ok bool, err error) {
 	}
 	return "http://" + net.JoinHostPort(g.HeadHost, strconv.Itoa(d.Port)), true, nil
 }
+
+// GroupRoute names, for messages, the interface this node reaches the head through.
+func (s *Step) GroupRoute(env *engine.Env) string {
+	g, ok := groupOf(env)
+	if !ok {
+		return ""
+	}
+	f := s.groupFacts(env, g)
+	if f.RouteErr != "" {
+		return "no route (" + f.RouteErr + ")"
+	}
+	return fmt.Sprintf("%s (link %s, this node's address %s)", f.Link.Name, f.Link.State, f.Local)
+}
