@@ -3,36 +3,63 @@ package smoke
 import (
 	"context"
 	"fmt"
+	"net"
+	neturl "net/url"
 
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/multinode"
+	"github.com/sglprov/sglprov/pkg/recipe"
 	gate "github.com/sglprov/sglprov/pkg/smoke"
 )
 
-// groupService is a service step whose recipe spans several nodes: on a worker (rank >= 1)
-// it names the head's API address, which alone says whether the group serves (a worker's
-// own server answers SGLang's dummy /health, always 200), and the route the worker reaches
-// the head by.
-type groupService interface {
-	GroupHeadURL(env *engine.Env) (url string, ok bool, err error)
+// groupRoute is a service step that names the route this node reaches its group's head
+// by, for messages.
+type groupRoute interface {
 	GroupRoute(env *engine.Env) string
+}
+
+// HeadURL returns the address a worker of group n asks in place of url: the same scheme,
+// port and path at the head's host. Every node applies the same recipe, so the head's API
+// listens on the port the smoke url names; a worker's own server only answers SGLang's
+// dummy /health (always 200), which says nothing about the group. On the head, and with
+// no group, it returns url as it is.
+func HeadURL(url string, n *recipe.NodesConfig) (string, error) {
+	if n == nil || n.IsHead() {
+		return url, nil
+	}
+	u, err := neturl.Parse(url)
+	if err != nil {
+		return "", fmt.Errorf("%w: smoke url %q: %w", engine.ErrUsage, url, err)
+	}
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"https": "443"}[u.Scheme]
+		if port == "" {
+			port = "80"
+		}
+	}
+	u.Host = net.JoinHostPort(n.HeadHost, port)
+	return u.String(), nil
 }
 
 // joinGroup is a worker's gate: its own server must keep running (a server that dies ends
 // the wait with its last lines) and the head's server must pass the gate's cases, asked
-// at the head's address, within nodes.join_timeout. That is the group serving: SGLang's
+// at the head's address (HeadURL), within nodes.join_timeout. That is the group serving: SGLang's
 // head answers only once every rank has joined. It reports false when env's node is no
 // worker of a group.
 func (s *Step) joinGroup(ctx context.Context, env *engine.Env, cfg gate.Config, svc engine.ServiceStep) (bool, error) {
-	g, ok := svc.(groupService)
-	if !ok || env.Nodes == nil || env.Nodes.IsHead() {
+	n := env.Nodes
+	if n == nil || n.IsHead() {
 		return false, nil
 	}
-	head, ok, err := g.GroupHeadURL(env)
-	if err != nil || !ok {
-		return ok, err
+	head, err := HeadURL(cfg.URL, n)
+	if err != nil {
+		return true, err
 	}
-	n := env.Nodes
+	route := "the interface plan names"
+	if g, ok := svc.(groupRoute); ok {
+		route = g.GroupRoute(env)
+	}
 	cfg.URL = head
 	cfg.Failed = svc.Failed
 	if n.JoinTimeout > 0 {
@@ -55,7 +82,7 @@ func (s *Step) joinGroup(ctx context.Context, env *engine.Env, cfg gate.Config, 
 		return true, fmt.Errorf("%w: node rank %d of %d: the group does not serve: the head's server at %s did not pass the gate (%s); "+
 			"this node's server joins at the rendezvous %s through %s. Likely causes: the head not started or failing its own gate, "+
 			"the rendezvous port %d (and the %d above it) closed or blocked by a firewall on the head, or the wrong interface (see plan's group lines)",
-			engine.ErrGate, n.Rank, n.Count, head, res.Summary(), n.Head(), g.GroupRoute(env), n.HeadPort, multinode.HeadPortSpan)
+			engine.ErrGate, n.Rank, n.Count, gate.RedactURL(head), res.Summary(), n.Head(), route, n.HeadPort, multinode.HeadPortSpan)
 	}
 	// The head serving says the group joined only while this node's server still runs.
 	if failed, lines, err := svc.Failed(ctx); err != nil || failed {

@@ -3,8 +3,10 @@ package smoke
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	neturl "net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -15,34 +17,48 @@ import (
 	"github.com/sglprov/sglprov/test/fakesglang"
 )
 
-// groupWorker is a worker's service step: its own server answers SGLang's dummy /health
-// (always 200, nothing else), and the head is another server.
+// groupWorker is a worker's service step, which names its route to the head.
 type groupWorker struct {
 	*fakeService
-	head string
 }
 
-func (g *groupWorker) GroupHeadURL(env *engine.Env) (string, bool, error) {
-	return g.head, env.Nodes != nil && env.Nodes.Rank > 0, nil
+func (g *groupWorker) GroupRoute(*engine.Env) string {
+	return "veth1 (link up, this node's address 10.77.0.2)"
 }
-func (g *groupWorker) GroupRoute(*engine.Env) string { return "veth1 (link up, this node's address 10.77.0.2)" }
+
+// headNodes is a two-node group whose head is the server at url.
+func headNodes(t *testing.T, url string, join time.Duration) *recipe.NodesConfig {
+	t.Helper()
+	u, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &recipe.NodesConfig{Count: 2, Rank: 1, HeadHost: u.Hostname(), HeadPort: 20000, JoinTimeout: join}
+}
 
 // TestWorkerAsksTheHead: a worker's apply passes when the head's server passes the gate,
 // and never on its own dummy health; a head that never serves fails the worker naming the
-// rendezvous and the likely causes; a worker whose own server dies fails at once.
+// rendezvous and the likely causes; a worker whose own server dies fails.
 func TestWorkerAsksTheHead(t *testing.T) {
-	var ownHits atomic.Int32
-	own := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ownHits.Add(1) // SGLang's dummy health server of a rank >= 1: always 200
-	}))
-	defer own.Close()
 	head := httptest.NewServer(fakesglang.New(fakesglang.Options{Model: "qwen"}))
 	defer head.Close()
-	nodes := &recipe.NodesConfig{Count: 2, Rank: 1, HeadHost: "10.77.0.1", HeadPort: 20000, JoinTimeout: 20 * time.Second}
+	hu, _ := neturl.Parse(head.URL)
+	// The worker's own server: SGLang's dummy health server of a rank >= 1, on the same
+	// port at another address of this host.
+	var ownHits atomic.Int32
+	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.2", hu.Port()))
+	if err != nil {
+		t.Skipf("cannot listen on 127.0.0.2: %v", err)
+	}
+	own := &httptest.Server{Listener: ln, Config: &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ownHits.Add(1)
+	})}}
+	own.Start()
+	defer own.Close()
 
-	svc := &groupWorker{fakeService: newFakeService(t, []string{""}, map[string]fakesglang.Mode{"": fakesglang.ModeGood}), head: head.URL}
+	svc := &groupWorker{fakeService: newFakeService(t, []string{""}, map[string]fakesglang.Mode{"": fakesglang.ModeGood})}
 	env, _ := newEnv(t, map[string]engine.Step{"svc": svc})
-	env.Nodes = nodes
+	env.Nodes = headNodes(t, head.URL, 20*time.Second)
 	s, err := New("smoke", testSpec(own.URL))
 	if err != nil {
 		t.Fatal(err)
@@ -58,28 +74,38 @@ func TestWorkerAsksTheHead(t *testing.T) {
 	}
 
 	// A head that never answers: the worker fails naming the rendezvous.
-	dead := httptest.NewServer(http.NotFoundHandler())
-	dead.Close()
-	svc.head = dead.URL
-	env.Nodes = &recipe.NodesConfig{Count: 2, Rank: 1, HeadHost: "10.77.0.1", HeadPort: 20000, JoinTimeout: 2 * time.Second}
+	env.Nodes = headNodes(t, head.URL, 2*time.Second)
+	env.Nodes.HeadHost = "127.0.0.3"
 	err = s.Run(context.Background(), env)
 	if !errors.Is(err, engine.ErrGate) {
 		t.Fatalf("dead head: %v", err)
 	}
-	for _, want := range []string{"node rank 1 of 2: the group does not serve", "rendezvous 10.77.0.1:20000 through veth1",
+	for _, want := range []string{"node rank 1 of 2: the group does not serve", "rendezvous 127.0.0.3:20000 through veth1",
 		"the rendezvous port 20000 (and the 6 above it) closed or blocked by a firewall", "the wrong interface"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error lacks %q:\n%v", want, err)
 		}
 	}
 
-	// The worker's own server dies: the wait ends at once with its lines.
+	// The worker's own server is not running: it has not joined.
 	svc.failedIn[""] = true
-	svc.head = head.URL
-	env.Nodes = nodes
-	begin := time.Now()
+	env.Nodes = headNodes(t, head.URL, 20*time.Second)
 	err = s.Run(context.Background(), env)
-	if err == nil || !strings.Contains(err.Error(), "Failed with result 'exit-code'") || time.Since(begin) > 10*time.Second {
-		t.Fatalf("own server dead: %v after %s", err, time.Since(begin))
+	if err == nil || !strings.Contains(err.Error(), "Failed with result 'exit-code'") {
+		t.Fatalf("own server dead: %v", err)
+	}
+}
+
+func TestHeadURL(t *testing.T) {
+	n := &recipe.NodesConfig{Count: 2, Rank: 1, HeadHost: "fd00::1", HeadPort: 20000}
+	for in, want := range map[string]string{"http://127.0.0.1:30000": "http://[fd00::1]:30000",
+		"https://localhost/v1": "https://[fd00::1]:443/v1", "http://127.0.0.1": "http://[fd00::1]:80"} {
+		if got, err := HeadURL(in, n); err != nil || got != want {
+			t.Errorf("HeadURL(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	n.Rank = 0
+	if got, _ := HeadURL("http://127.0.0.1:30000", n); got != "http://127.0.0.1:30000" {
+		t.Errorf("the head asks %q", got)
 	}
 }

@@ -196,20 +196,6 @@ func (s *Step) describeGroup(env *engine.Env, profile string) []string {
 	return out
 }
 
-// GroupHeadURL returns the head's API address, which a worker asks whether the group
-// serves; ok is false on a single node and on the head itself.
-func (s *Step) GroupHeadURL(env *engine.Env) (url string, ok bool, err error) {
-	g, grouped := groupOf(env)
-	if !grouped || g.Rank == 0 {
-		return "", false, nil
-	}
-	d, err := s.data(env, s.Active(env))
-	if err != nil {
-		return "", true, err
-	}
-	return "http://" + net.JoinHostPort(g.HeadHost, strconv.Itoa(d.Port)), true, nil
-}
-
 // GroupRoute names, for messages, the interface this node reaches the head through.
 func (s *Step) GroupRoute(env *engine.Env) string {
 	g, ok := groupOf(env)

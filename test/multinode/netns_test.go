@@ -1,0 +1,239 @@
+// Package multinode_test serves one model across two "nodes": two network namespaces joined
+// by a veth pair, each with its own state dir, running sglprov with the exec manager and
+// the fake SGLang server in its multi-node mode, which really meets at --dist-init-addr.
+// It needs root and iproute2's ip; it skips, naming what is missing, without them.
+package multinode_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+const recipeText = `apiVersion: sglprov/v1
+name: two-nodes
+vars:
+  node_rank: "0"
+  head_addr: ""
+  iface: ""
+  rdv_port: "29500"
+  port: "30000"
+requires:
+  gpu: {min_count: 1}
+nodes:
+  count: 2
+  rank: "{{ .vars.node_rank }}"
+  head: "{{ .vars.head_addr }}:{{ .vars.rdv_port }}"
+  interface: "{{ .vars.iface }}"
+  join_timeout: 60s
+steps:
+  - name: sglang-service
+    systemd:
+      unit: sglang-group.service
+      needs_commands: []
+      manager: exec
+      command: [FAKE, -m, sglang.launch_server]
+      model_path: /models/qwen
+      host: 0.0.0.0
+      port: "{{ .vars.port }}"
+      args: [--fake-join-timeout, 60s]
+  - name: smoke
+    needs: [sglang-service]
+    smoke:
+      url: "http://127.0.0.1:{{ .vars.port }}"
+      ready_timeout: 60s
+      cases:
+        - name: prime
+          prompt: "Write a Python function to check if a number is prime. Be concise."
+          expect: {regex: "def \\w+\\("}
+`
+
+func repoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+func run(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// twoNodes makes namespaces a and b joined by a veth pair: a holds HEAD, b the worker's
+// address, both in 10.233.N.0/24, a range used only inside the namespaces.
+func twoNodes(t *testing.T) (nsA, nsB, head, vethA, vethB string) {
+	t.Helper()
+	id := fmt.Sprintf("%d%03d", os.Getpid()%10000, rand.IntN(1000))
+	nsA, nsB = "sglpA"+id, "sglpB"+id
+	vethA, vethB = "vA"+id, "vB"+id
+	n := rand.IntN(200) + 20
+	head = fmt.Sprintf("10.233.%d.1", n)
+	run(t, "ip", "netns", "add", nsA)
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", nsA).Run() })
+	run(t, "ip", "netns", "add", nsB)
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", nsB).Run() })
+	run(t, "ip", "link", "add", vethA, "netns", nsA, "type", "veth", "peer", "name", vethB, "netns", nsB)
+	for _, c := range [][]string{
+		{nsA, "ip", "addr", "add", head + "/24", "dev", vethA},
+		{nsB, "ip", "addr", "add", fmt.Sprintf("10.233.%d.2/24", n), "dev", vethB},
+		{nsA, "ip", "link", "set", vethA, "up"}, {nsB, "ip", "link", "set", vethB, "up"},
+		{nsA, "ip", "link", "set", "lo", "up"}, {nsB, "ip", "link", "set", "lo", "up"},
+	} {
+		run(t, "ip", append([]string{"netns", "exec"}, c...)...)
+	}
+	// The kernel reports a veth up (operstate) a moment after both ends are.
+	for _, c := range [][2]string{{nsA, vethA}, {nsB, vethB}} {
+		for end := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			out, _ := exec.Command("ip", "netns", "exec", c[0], "cat", "/sys/class/net/"+c[1]+"/operstate").Output()
+			if strings.TrimSpace(string(out)) == "up" {
+				break
+			}
+			if time.Now().After(end) {
+				t.Fatalf("%s in %s is not up: %s", c[1], c[0], out)
+			}
+		}
+	}
+	return nsA, nsB, head, vethA, vethB
+}
+
+func build(t *testing.T, dir string) (sglprov, fake string) {
+	t.Helper()
+	root := repoRoot()
+	sglprov, fake = filepath.Join(dir, "sglprov"), filepath.Join(dir, "fake-sglang")
+	for out, pkg := range map[string]string{sglprov: "./cmd/sglprov", fake: "./test/fakesglang/cmd/fake-sglang"} {
+		cmd := exec.Command("go", "build", "-o", out, pkg)
+		cmd.Dir = root
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("building %s: %v\n%s", pkg, err, b)
+		}
+	}
+	return sglprov, fake
+}
+
+// TestTwoNodes: the head (a daemon, so its server outlives one apply) and a worker (an
+// apply) join at the rendezvous over the veth pair; the head's gate passes and the
+// worker's apply passes by asking the head. A worker told to use an interface that does
+// not reach the head is refused naming it (exit 4); a worker given a rendezvous port
+// nobody listens on fails naming the rendezvous and the likely causes (exit 3).
+func TestTwoNodes(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: it makes network namespaces and a veth pair")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("needs iproute2's ip (make deps installs it)")
+	}
+	dir := t.TempDir()
+	sglprov, fake := build(t, dir)
+	recipe := filepath.Join(dir, "r.yaml")
+	if err := os.WriteFile(recipe, []byte(strings.Replace(recipeText, "FAKE", fake, 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	nsA, nsB, head, vethA, vethB := twoNodes(t)
+	env := append(os.Environ(), "SGLPROV_GPU_FIXTURE="+filepath.Join(repoRoot(), "testdata", "gpu", "rtx-pro-6000-x8.json"))
+	sets := func(rank string, more ...string) []string {
+		out := []string{"--set", "node_rank=" + rank, "--set", "head_addr=" + head}
+		for _, m := range more {
+			out = append(out, "--set", m)
+		}
+		return out
+	}
+
+	// plan on each rank shows its flags and the group's interface.
+	for _, c := range []struct{ ns, rank, iface, role string }{{nsA, "0", vethA, "head"}, {nsB, "1", vethB, "worker"}} {
+		cmd := exec.Command("ip", append([]string{"netns", "exec", c.ns, sglprov, "plan", "-f", recipe,
+			"--state-dir", filepath.Join(dir, "plan"+c.rank)}, sets(c.rank)...)...)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("plan rank %s: %v\n%s", c.rank, err, out)
+		}
+		for _, want := range []string{"--nnodes 2 --node-rank " + c.rank + " --dist-init-addr " + head + ":29500 --tp 16",
+			"node rank " + c.rank + " of 2 (" + c.role + ")", "NCCL_SOCKET_IFNAME=" + c.iface + ": the interface that reaches the head"} {
+			if !strings.Contains(string(out), want) {
+				t.Errorf("plan rank %s lacks %q:\n%s", c.rank, want, out)
+			}
+		}
+	}
+
+	// The head: a daemon in namespace a.
+	var headOut bytes.Buffer
+	metrics := filepath.Join(dir, "metrics.prom")
+	daemon := exec.Command("ip", append([]string{"netns", "exec", nsA, sglprov, "daemon", "-f", recipe,
+		"--state-dir", filepath.Join(dir, "a"), "--interval", "2s", "--metrics-addr", "", "--textfile", metrics}, sets("0")...)...)
+	daemon.Env, daemon.Stdout, daemon.Stderr = env, &headOut, &headOut
+	if err := daemon.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = daemon.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = daemon.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			_ = daemon.Process.Kill()
+		}
+		if t.Failed() {
+			t.Logf("head daemon:\n%s", headOut.String())
+		}
+	}()
+
+	worker := func(stateDir string, more ...string) (int, string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", nsB, sglprov, "apply", "-f", recipe,
+			"--state-dir", filepath.Join(dir, stateDir)}, sets("1", more...)...)...)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return code, string(out)
+	}
+	code, out := worker("b")
+	if code != 0 {
+		t.Fatalf("worker apply exited %d:\n%s", code, out)
+	}
+	if !strings.Contains(out, "smoke") || !strings.Contains(out, "waiting for the group") {
+		t.Errorf("worker apply output:\n%s", out)
+	}
+	logs, _ := os.ReadFile(filepath.Join(dir, "b", "logs", "sglang-group.service.log"))
+	if !strings.Contains(string(logs), "rank 1 joined the group at "+head+":29500") {
+		t.Errorf("the worker's server did not join over the veth pair:\n%s", logs)
+	}
+	var m []byte
+	for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+		if m, _ = os.ReadFile(metrics); bytes.Contains(m, []byte(`sglprov_gate_pass{recipe="two-nodes"} 1`)) {
+			break
+		}
+	}
+	if !bytes.Contains(m, []byte(`sglprov_gate_pass{recipe="two-nodes"} 1`)) {
+		t.Errorf("the head's gate did not pass:\n%s", m)
+	}
+
+	// A worker told to use loopback, which does not reach the head: refused before start.
+	code, out = worker("c", "iface=lo")
+	if code != 4 || !strings.Contains(out, "nodes.interface lo does not reach the head "+head+": the kernel routes it through "+vethB) {
+		t.Errorf("wrong interface: exit %d:\n%s", code, out)
+	}
+	// A worker whose rendezvous nobody serves fails naming it and the likely causes.
+	code, out = worker("d", "rdv_port=29600", "port=30100")
+	if code == 0 || !strings.Contains(out, "rendezvous "+head+":29600") || !strings.Contains(out, "firewall") {
+		t.Errorf("unserved rendezvous: exit %d:\n%s", code, out)
+	}
+}
