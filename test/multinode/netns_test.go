@@ -27,6 +27,7 @@ vars:
   iface: ""
   rdv_port: "29500"
   port: "30000"
+  join: 60s
 requires:
   gpu: {min_count: 1}
 nodes:
@@ -34,7 +35,7 @@ nodes:
   rank: "{{ .vars.node_rank }}"
   head: "{{ .vars.head_addr }}:{{ .vars.rdv_port }}"
   interface: "{{ .vars.iface }}"
-  join_timeout: 60s
+  join_timeout: "{{ .vars.join }}"
 steps:
   - name: sglang-service
     systemd:
@@ -122,9 +123,9 @@ func build(t *testing.T, dir string) (sglprov, fake string) {
 	return sglprov, fake
 }
 
-// TestTwoNodes: the head (a daemon, so its server outlives one apply) and a worker (an
-// apply) join at the rendezvous over the veth pair; the head's gate passes and the
-// worker's apply passes by asking the head. A worker told to use an interface that does
+// TestTwoNodes: the head and the worker (each a daemon, so that its server outlives one
+// apply) join at the rendezvous over the veth pair; the head's gate passes, and the
+// worker's by asking the head. A worker told to use an interface that does
 // not reach the head is refused naming it (exit 4); a worker given a rendezvous port
 // nobody listens on fails naming the rendezvous and the likely causes (exit 3).
 func TestTwoNodes(t *testing.T) {
@@ -167,28 +168,54 @@ func TestTwoNodes(t *testing.T) {
 		}
 	}
 
-	// The head: a daemon in namespace a.
-	var headOut bytes.Buffer
-	metrics := filepath.Join(dir, "metrics.prom")
-	daemon := exec.Command("ip", append([]string{"netns", "exec", nsA, sglprov, "daemon", "-f", recipe,
-		"--state-dir", filepath.Join(dir, "a"), "--interval", "2s", "--metrics-addr", "", "--textfile", metrics}, sets("0")...)...)
-	daemon.Env, daemon.Stdout, daemon.Stderr = env, &headOut, &headOut
-	if err := daemon.Start(); err != nil {
-		t.Fatal(err)
+	// Each node runs a daemon, so that its server outlives one apply (the exec manager's
+	// server is the child of the sglprov that started it).
+	daemon := func(ns, rank, stateDir string) (metrics string, out *bytes.Buffer) {
+		out = &bytes.Buffer{}
+		metrics = filepath.Join(dir, stateDir+".prom")
+		cmd := exec.Command("ip", append([]string{"netns", "exec", ns, sglprov, "daemon", "-f", recipe,
+			"--state-dir", filepath.Join(dir, stateDir), "--interval", "1s", "--failures-before-restart", "1",
+			"--canary-timeout", "20s", "--metrics-addr", "", "--textfile", metrics}, sets(rank)...)...)
+		cmd.Env, cmd.Stdout, cmd.Stderr = env, out, out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			done := make(chan struct{})
+			go func() { _ = cmd.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(20 * time.Second):
+				_ = cmd.Process.Kill()
+			}
+			if t.Failed() {
+				t.Logf("rank %s daemon:\n%s", rank, out.String())
+			}
+		})
+		return metrics, out
 	}
-	defer func() {
-		_ = daemon.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = daemon.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			_ = daemon.Process.Kill()
+	waitMetric := func(path, want string, within time.Duration) bool {
+		for end := time.Now().Add(within); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+			if m, _ := os.ReadFile(path); bytes.Contains(m, []byte(want)) {
+				return true
+			}
 		}
-		if t.Failed() {
-			t.Logf("head daemon:\n%s", headOut.String())
+		return false
+	}
+	headMetrics, _ := daemon(nsA, "0", "a")
+	workerMetrics, _ := daemon(nsB, "1", "b")
+	const pass, healthy = `sglprov_gate_pass{recipe="two-nodes"} 1`, `sglprov_node_health{recipe="two-nodes",state="healthy"} 1`
+	for _, m := range []string{headMetrics, workerMetrics} {
+		if !waitMetric(m, pass, 90*time.Second) || !waitMetric(m, healthy, 30*time.Second) {
+			b, _ := os.ReadFile(m)
+			t.Fatalf("%s: the gate did not pass or the node is not healthy:\n%s", m, b)
 		}
-	}()
+	}
+	logs, _ := os.ReadFile(filepath.Join(dir, "b", "logs", "sglang-group.service.log"))
+	if !strings.Contains(string(logs), "rank 1 joined the group at "+head+":29500") {
+		t.Errorf("the worker's server did not join over the veth pair:\n%s", logs)
+	}
 
 	worker := func(stateDir string, more ...string) (int, string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -205,34 +232,13 @@ func TestTwoNodes(t *testing.T) {
 		}
 		return code, string(out)
 	}
-	code, out := worker("b")
-	if code != 0 {
-		t.Fatalf("worker apply exited %d:\n%s", code, out)
-	}
-	if !strings.Contains(out, "smoke") || !strings.Contains(out, "waiting for the group") {
-		t.Errorf("worker apply output:\n%s", out)
-	}
-	logs, _ := os.ReadFile(filepath.Join(dir, "b", "logs", "sglang-group.service.log"))
-	if !strings.Contains(string(logs), "rank 1 joined the group at "+head+":29500") {
-		t.Errorf("the worker's server did not join over the veth pair:\n%s", logs)
-	}
-	var m []byte
-	for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
-		if m, _ = os.ReadFile(metrics); bytes.Contains(m, []byte(`sglprov_gate_pass{recipe="two-nodes"} 1`)) {
-			break
-		}
-	}
-	if !bytes.Contains(m, []byte(`sglprov_gate_pass{recipe="two-nodes"} 1`)) {
-		t.Errorf("the head's gate did not pass:\n%s", m)
-	}
-
 	// A worker told to use loopback, which does not reach the head: refused before start.
-	code, out = worker("c", "iface=lo")
+	code, out := worker("c", "iface=lo")
 	if code != 4 || !strings.Contains(out, "nodes.interface lo does not reach the head "+head+": the kernel routes it through "+vethB) {
 		t.Errorf("wrong interface: exit %d:\n%s", code, out)
 	}
 	// A worker whose rendezvous nobody serves fails naming it and the likely causes.
-	code, out = worker("d", "rdv_port=29600", "port=30100")
+	code, out = worker("d", "rdv_port=29600", "port=30100", "join=5s")
 	if code == 0 || !strings.Contains(out, "rendezvous "+head+":29600") || !strings.Contains(out, "firewall") {
 		t.Errorf("unserved rendezvous: exit %d:\n%s", code, out)
 	}

@@ -460,10 +460,11 @@ func (s *Step) install(ctx context.Context, env *engine.Env, profile string, res
 	if err := s.replaceOthers(ctx, env, m); err != nil {
 		return false, err
 	}
-	if err := s.checkPort(env, m, profile); err != nil {
+	// A node that cannot join its group is said first: its server would wait in vain.
+	if err := s.checkGroup(ctx, env, m, profile); err != nil {
 		return false, err
 	}
-	if err := s.checkGroup(ctx, env, m, profile); err != nil {
+	if err := s.checkPort(env, m, profile); err != nil {
 		return false, err
 	}
 	var changed bool
