@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -127,7 +128,8 @@ func build(t *testing.T, dir string) (sglprov, fake string) {
 // apply) join at the rendezvous over the veth pair; the head's gate passes, and the
 // worker's by asking the head. A worker told to use an interface that does
 // not reach the head is refused naming it (exit 4); a worker given a rendezvous port
-// nobody listens on fails naming the rendezvous and the likely causes (exit 3).
+// nobody listens on fails naming the rendezvous and the likely causes; killing the
+// worker's server fails both nodes' canaries until the group is back.
 func TestTwoNodes(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: it makes network namespaces and a veth pair")
@@ -170,9 +172,12 @@ func TestTwoNodes(t *testing.T) {
 
 	// Each node runs a daemon, so that its server outlives one apply (the exec manager's
 	// server is the child of the sglprov that started it).
-	daemon := func(ns, rank, stateDir string) (metrics string, out *bytes.Buffer) {
-		out = &bytes.Buffer{}
-		metrics = filepath.Join(dir, stateDir+".prom")
+	daemon := func(ns, rank, stateDir string) (metrics, logPath string) {
+		metrics, logPath = filepath.Join(dir, stateDir+".prom"), filepath.Join(dir, stateDir+".log")
+		out, err := os.Create(logPath)
+		if err != nil {
+			t.Fatal(err)
+		}
 		cmd := exec.Command("ip", append([]string{"netns", "exec", ns, sglprov, "daemon", "-f", recipe,
 			"--state-dir", filepath.Join(dir, stateDir), "--interval", "1s", "--failures-before-restart", "1",
 			"--canary-timeout", "20s", "--metrics-addr", "", "--textfile", metrics}, sets(rank)...)...)
@@ -189,11 +194,13 @@ func TestTwoNodes(t *testing.T) {
 			case <-time.After(20 * time.Second):
 				_ = cmd.Process.Kill()
 			}
+			out.Close()
 			if t.Failed() {
-				t.Logf("rank %s daemon:\n%s", rank, out.String())
+				b, _ := os.ReadFile(logPath)
+				t.Logf("rank %s daemon:\n%s", rank, b)
 			}
 		})
-		return metrics, out
+		return metrics, logPath
 	}
 	waitMetric := func(path, want string, within time.Duration) bool {
 		for end := time.Now().Add(within); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
@@ -203,8 +210,8 @@ func TestTwoNodes(t *testing.T) {
 		}
 		return false
 	}
-	headMetrics, _ := daemon(nsA, "0", "a")
-	workerMetrics, _ := daemon(nsB, "1", "b")
+	headMetrics, headLog := daemon(nsA, "0", "a")
+	workerMetrics, workerLog := daemon(nsB, "1", "b")
 	const pass, healthy = `sglprov_gate_pass{recipe="two-nodes"} 1`, `sglprov_node_health{recipe="two-nodes",state="healthy"} 1`
 	for _, m := range []string{headMetrics, workerMetrics} {
 		if !waitMetric(m, pass, 90*time.Second) || !waitMetric(m, healthy, 30*time.Second) {
@@ -242,4 +249,45 @@ func TestTwoNodes(t *testing.T) {
 	if code == 0 || !strings.Contains(out, "rendezvous "+head+":29600") || !strings.Contains(out, "firewall") {
 		t.Errorf("unserved rendezvous: exit %d:\n%s", code, out)
 	}
+
+	// The worker's server dies: the head's group is broken for good, so both nodes' canaries
+	// fail (the head's own, the worker's asked at the head). Each node's ladder restarts its
+	// own server (in no group order: the ladder knows no group), the worker's joins the
+	// restarted head, and both canaries pass again.
+	pid := serverPID(t, nsB)
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range []string{headLog, workerLog} {
+		if !waitMetric(l, "canary failed", 60*time.Second) {
+			t.Errorf("%s: no canary failed after the worker's server died", l)
+		}
+	}
+	for _, l := range []string{headLog, workerLog} {
+		if !waitMetric(l, "canary passes again", 3*time.Minute) {
+			t.Errorf("%s: the group did not come back", l)
+		}
+	}
+	for _, m := range []string{headMetrics, workerMetrics} {
+		if !waitMetric(m, healthy, 30*time.Second) {
+			b, _ := os.ReadFile(m)
+			t.Errorf("%s: not healthy again:\n%s", m, b)
+		}
+	}
+}
+
+// serverPID returns the pid of the fake server running in namespace ns.
+func serverPID(t *testing.T, ns string) int {
+	t.Helper()
+	for _, f := range strings.Fields(run(t, "ip", "netns", "pids", ns)) {
+		pid, err := strconv.Atoi(f)
+		if err != nil {
+			continue
+		}
+		if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); strings.TrimSpace(string(comm)) == "fake-sglang" {
+			return pid
+		}
+	}
+	t.Fatalf("no fake-sglang runs in %s", ns)
+	return 0
 }
