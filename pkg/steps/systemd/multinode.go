@@ -177,12 +177,12 @@ func (s *Step) describeGroup(env *engine.Env, profile string) []string {
 	}
 	dec := s.groupDecision(env, profile)
 	var out []string
-	for i, r := range dec.Reasons {
-		if i == 0 {
-			out = append(out, "group: "+r)
-			continue
+	for _, r := range dec.Reasons {
+		label := "group: "
+		if strings.Contains(r, "NCCL") || strings.Contains(r, "GLOO") || strings.Contains(r, "RDMA") {
+			label = "group NCCL: "
 		}
-		out = append(out, "group NCCL: "+r)
+		out = append(out, label+r)
 	}
 	if g.Rank == 0 {
 		out = append(out, fmt.Sprintf("group: the head needs ports %d-%d free for the group (checked before its server starts)",
