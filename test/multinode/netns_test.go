@@ -246,7 +246,7 @@ func TestTwoNodes(t *testing.T) {
 	}
 	// A worker whose rendezvous nobody serves fails naming it and the likely causes.
 	code, out = worker("d", "rdv_port=29600", "port=30100", "join=5s")
-	if code == 0 || !strings.Contains(out, "rendezvous "+head+":29600") || !strings.Contains(out, "firewall") {
+	if code != 3 || !strings.Contains(out, "nothing listens at the rendezvous "+head+":29600 now (connection refused)") || !strings.Contains(out, "firewall") {
 		t.Errorf("unserved rendezvous: exit %d:\n%s", code, out)
 	}
 

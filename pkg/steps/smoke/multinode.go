@@ -2,9 +2,13 @@ package smoke
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	neturl "net/url"
+	"os"
+	"syscall"
+	"time"
 
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/multinode"
@@ -80,9 +84,10 @@ func (s *Step) joinGroup(ctx context.Context, env *engine.Env, cfg gate.Config, 
 	env.Detail("group", map[string]any{"rank": n.Rank, "nodes": n.Count, "rendezvous": n.Head(), "head": head, "served": res.Pass})
 	if !res.Pass {
 		return true, fmt.Errorf("%w: node rank %d of %d: the group does not serve: the head's server at %s did not pass the gate (%s); "+
-			"this node's server joins at the rendezvous %s through %s. Likely causes: the head not started or failing its own gate, "+
+			"this node's server joins at the rendezvous %s through %s; %s. Likely causes: the head not started or failing its own gate, "+
 			"the rendezvous port %d (and the %d above it) closed or blocked by a firewall on the head, or the wrong interface (see plan's group lines)",
-			engine.ErrGate, n.Rank, n.Count, gate.RedactURL(head), res.Summary(), n.Head(), route, n.HeadPort, multinode.HeadPortSpan)
+			engine.ErrGate, n.Rank, n.Count, gate.RedactURL(head), res.Summary(), n.Head(), route, probeRendezvous(ctx, n.Head()),
+			n.HeadPort, multinode.HeadPortSpan)
 	}
 	// The head serving says the group joined only while this node's server still runs.
 	if failed, lines, err := svc.Failed(ctx); err != nil || failed {
@@ -96,4 +101,25 @@ func (s *Step) joinGroup(ctx context.Context, env *engine.Env, cfg gate.Config, 
 		return true, fmt.Errorf("keeping the unit of a node that joined: %w", err)
 	}
 	return true, nil
+}
+
+// probeRendezvous says what a TCP connection to the rendezvous finds (within 3 s), which
+// narrows down why a worker did not join: nothing listening, a firewall that drops, no
+// route, or a head that runs but did not take this node in.
+func probeRendezvous(ctx context.Context, addr string) string {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+	switch {
+	case err == nil:
+		c.Close()
+		return fmt.Sprintf("the rendezvous %s accepts connections now: the head runs, and serves only once every rank has joined, so this node's server did not join it", addr)
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return fmt.Sprintf("nothing listens at the rendezvous %s now (connection refused): the head's server is not running there", addr)
+	case errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH):
+		return fmt.Sprintf("the rendezvous %s is unreachable from this node (%v): the route or the interface is wrong", addr, err)
+	case errors.Is(err, context.DeadlineExceeded) || os.IsTimeout(err):
+		return fmt.Sprintf("the rendezvous %s does not answer within 3s: a firewall drops the connection, or the route is wrong", addr)
+	}
+	return fmt.Sprintf("connecting to the rendezvous %s: %v", addr, err)
 }

@@ -81,6 +81,7 @@ func TestWorkerAsksTheHead(t *testing.T) {
 		t.Fatalf("dead head: %v", err)
 	}
 	for _, want := range []string{"node rank 1 of 2: the group does not serve", "rendezvous 127.0.0.3:20000 through veth1",
+		"nothing listens at the rendezvous 127.0.0.3:20000 now (connection refused)",
 		"the rendezvous port 20000 (and the 6 above it) closed or blocked by a firewall", "the wrong interface"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error lacks %q:\n%v", want, err)
@@ -107,5 +108,21 @@ func TestHeadURL(t *testing.T) {
 	n.Rank = 0
 	if got, _ := HeadURL("http://127.0.0.1:30000", n); got != "http://127.0.0.1:30000" {
 		t.Errorf("the head asks %q", got)
+	}
+}
+
+// TestProbeRendezvous: a rendezvous that listens, and one that refuses, are told apart.
+func TestProbeRendezvous(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	if got := probeRendezvous(context.Background(), addr); !strings.Contains(got, "accepts connections now: the head runs") {
+		t.Errorf("listening: %s", got)
+	}
+	ln.Close()
+	if got := probeRendezvous(context.Background(), addr); !strings.Contains(got, "nothing listens at the rendezvous "+addr) {
+		t.Errorf("closed: %s", got)
 	}
 }
