@@ -185,8 +185,26 @@ func (s *Step) describeGroup(env *engine.Env, profile string) []string {
 		out = append(out, label+r)
 	}
 	if g.Rank == 0 {
-		out = append(out, fmt.Sprintf("group: the head needs ports %d-%d free for the group (checked before its server starts)",
-			g.HeadPort, g.HeadPort+multinode.HeadPortSpan))
+		var held []string
+		for _, p := range g.HeadPorts() {
+			ls, err := s.lookupPort(p)
+			if err != nil {
+				held = append(held, fmt.Sprintf("port %d: %v", p, err))
+				continue
+			}
+			for _, l := range ls {
+				if l.Conflicts(g.HeadHost) {
+					held = append(held, fmt.Sprintf("port %d is held by %s", p, l))
+				}
+			}
+		}
+		if len(held) == 0 {
+			out = append(out, fmt.Sprintf("group: the head's ports %d-%d are free now (checked again before its server starts)",
+				g.HeadPort, g.HeadPort+multinode.HeadPortSpan))
+		} else {
+			out = append(out, fmt.Sprintf("group: the head needs ports %d-%d: %s (only this unit's own server may hold them)",
+				g.HeadPort, g.HeadPort+multinode.HeadPortSpan, strings.Join(held, "; ")))
+		}
 	} else {
 		out = append(out, "group: this worker's apply passes once its server runs and the head's server answers (a worker's own /health is SGLang's dummy one)")
 	}

@@ -62,6 +62,23 @@ func TestGroupCommandLine(t *testing.T) {
 		}
 	}
 
+	// On the head, plan names who holds the group's ports.
+	env.Nodes = &recipe.NodesConfig{Count: 2, Rank: 0, HeadHost: "10.77.0.1", HeadPort: 20000}
+	s.lookupPort = func(p int) ([]portowner.Listener, error) {
+		if p == 20005 {
+			return []portowner.Listener{{PID: 7, Command: "redis-server", Addr: netip.MustParseAddrPort("0.0.0.0:20005")}}, nil
+		}
+		return nil, nil
+	}
+	if plan := strings.Join(s.Describe(env), "\n"); !strings.Contains(plan, "group: the head needs ports 20000-20006: port 20005 is held by pid 7 (redis-server) listening on 0.0.0.0:20005") {
+		t.Errorf("head plan:\n%s", plan)
+	}
+	s.lookupPort = func(int) ([]portowner.Listener, error) { return nil, nil }
+	if plan := strings.Join(s.Describe(env), "\n"); !strings.Contains(plan, "group: the head's ports 20000-20006 are free now") {
+		t.Errorf("head plan:\n%s", plan)
+	}
+	env.Nodes = &recipe.NodesConfig{Count: 2, Rank: 1, HeadHost: "10.77.0.1", HeadPort: 20000}
+
 	// The flags are the nodes block's: args that set them are refused.
 	spec := qwenSpec()
 	spec.Args = append(spec.Args, "--node-rank", "0")
