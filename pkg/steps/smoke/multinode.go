@@ -33,7 +33,7 @@ func HeadURL(url string, n *recipe.NodesConfig) (string, error) {
 	}
 	u, err := neturl.Parse(url)
 	if err != nil {
-		return "", fmt.Errorf("%w: smoke url %q: %w", engine.ErrUsage, url, err)
+		return "", fmt.Errorf("%w: the smoke url is not a URL (%s): give http://HOST:PORT", engine.ErrUsage, redactErr(err))
 	}
 	port := u.Port()
 	if port == "" {
@@ -122,4 +122,13 @@ func probeRendezvous(ctx context.Context, addr string) string {
 		return fmt.Sprintf("the rendezvous %s does not answer within 3s: a firewall drops the connection, or the route is wrong", addr)
 	}
 	return fmt.Sprintf("connecting to the rendezvous %s: %v", addr, err)
+}
+
+// redactErr returns a URL parse error's reason without the URL (which may hold a key).
+func redactErr(err error) string {
+	var ue *neturl.Error
+	if errors.As(err, &ue) {
+		return ue.Err.Error()
+	}
+	return "unparsable"
 }
