@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	neturl "net/url"
 	"os"
+	"strings"
 	"syscall"
 	"time"
 
@@ -56,6 +59,7 @@ func (s *Step) joinGroup(ctx context.Context, env *engine.Env, cfg gate.Config, 
 	if n == nil || n.IsHead() {
 		return false, nil
 	}
+	own := cfg.URL
 	head, err := HeadURL(cfg.URL, n)
 	if err != nil {
 		return true, err
@@ -97,6 +101,12 @@ func (s *Step) joinGroup(ctx context.Context, env *engine.Env, cfg gate.Config, 
 		return true, fmt.Errorf("%w: node rank %d: this node's server %s is not running, so it has not joined the group at %s: %s",
 			engine.ErrGate, n.Rank, svc.ServiceName(), n.Head(), lines)
 	}
+	// SGLang opens a worker's health server only once its schedulers are up in the group:
+	// its answering is this node's part of the join (the head's serving is the group's).
+	if err := ownHealth(ctx, own, cfg.RequestTimeout); err != nil {
+		return true, fmt.Errorf("%w: node rank %d: the head serves, but this node's server has not joined the group at %s: %v "+
+			"(SGLang opens a worker's /health only once its schedulers are up in the group)", engine.ErrGate, n.Rank, n.Head(), err)
+	}
 	if err := svc.Won(ctx, env, svc.Active(env)); err != nil {
 		return true, fmt.Errorf("keeping the unit of a node that joined: %w", err)
 	}
@@ -130,5 +140,30 @@ func redactErr(err error) string {
 	if errors.As(err, &ue) {
 		return ue.Err.Error()
 	}
-	return "unparsable"
+	return err.Error()
+}
+
+// ownHealth asks this node's own server's /health once, bounded by timeout (default 10 s)
+// and 64 KiB of body: 200 says its schedulers are up, nothing more.
+func ownHealth(ctx context.Context, base string, timeout time.Duration) error {
+	if timeout <= 0 || timeout > 10*time.Second {
+		timeout = 10 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	u := strings.TrimRight(base, "/") + "/health"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return fmt.Errorf("asking its /health: %s", redactErr(err))
+	}
+	resp, err := (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Do(req)
+	if err != nil {
+		return fmt.Errorf("its /health at %s does not answer: %s", gate.RedactURL(u), redactErr(err))
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("its /health at %s answers HTTP %d", gate.RedactURL(u), resp.StatusCode)
+	}
+	return nil
 }

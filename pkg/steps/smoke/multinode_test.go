@@ -36,21 +36,29 @@ func headNodes(t *testing.T, url string, join time.Duration) *recipe.NodesConfig
 	return &recipe.NodesConfig{Count: 2, Rank: 1, HeadHost: u.Hostname(), HeadPort: 20000, JoinTimeout: join}
 }
 
-// TestWorkerAsksTheHead: a worker's apply passes when the head's server passes the gate,
-// and never on its own dummy health; a head that never serves fails the worker naming the
-// rendezvous and the likely causes; a worker whose own server dies fails.
+// TestWorkerAsksTheHead: a worker's apply passes when the head's server passes the gate
+// and its own server's /health answers (SGLang opens it once the worker joined), never on
+// its own health alone; a head that never serves fails the worker naming the rendezvous
+// and the likely causes; a worker whose own server dies or has not joined fails.
 func TestWorkerAsksTheHead(t *testing.T) {
 	head := httptest.NewServer(fakesglang.New(fakesglang.Options{Model: "qwen"}))
 	defer head.Close()
 	hu, _ := neturl.Parse(head.URL)
 	// The worker's own server: SGLang's dummy health server of a rank >= 1, on the same
 	// port at another address of this host.
-	var ownHits atomic.Int32
+	var ownHits, ownHealth atomic.Int32
+	var ownStatus atomic.Int32
+	ownStatus.Store(http.StatusOK)
 	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.2", hu.Port()))
 	if err != nil {
 		t.Skipf("cannot listen on 127.0.0.2: %v", err)
 	}
 	own := &httptest.Server{Listener: ln, Config: &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/health" {
+			ownHealth.Add(1)
+			w.WriteHeader(int(ownStatus.Load()))
+			return
+		}
 		ownHits.Add(1)
 	})}}
 	own.Start()
@@ -66,12 +74,19 @@ func TestWorkerAsksTheHead(t *testing.T) {
 	if err := s.Run(context.Background(), env); err != nil {
 		t.Fatalf("worker with a serving head: %v", err)
 	}
-	if n := ownHits.Load(); n != 0 {
-		t.Errorf("the worker asked its own dummy health server %d times", n)
+	if n, h := ownHits.Load(), ownHealth.Load(); n != 0 || h != 1 {
+		t.Errorf("the worker asked its own server %d times besides /health, and /health %d times; want its /health once, as the join's evidence", n, h)
 	}
 	if len(svc.won) != 1 {
 		t.Errorf("won = %v, want the worker's unit kept once", svc.won)
 	}
+
+	// The head serves, but this node's server has not opened its health server: not joined.
+	ownStatus.Store(http.StatusServiceUnavailable)
+	if err := s.Run(context.Background(), env); !errors.Is(err, engine.ErrGate) || !strings.Contains(err.Error(), "the head serves, but this node's server has not joined the group at 127.0.0.1:20000: its /health at http://127.0.0.2:"+hu.Port()+"/health answers HTTP 503") {
+		t.Errorf("own server not joined: %v", err)
+	}
+	ownStatus.Store(http.StatusOK)
 
 	// A head that never answers: the worker fails naming the rendezvous.
 	env.Nodes = headNodes(t, head.URL, 2*time.Second)

@@ -206,7 +206,7 @@ func (s *Step) describeGroup(env *engine.Env, profile string) []string {
 				g.HeadPort, g.HeadPort+multinode.HeadPortSpan, strings.Join(held, "; ")))
 		}
 	} else {
-		out = append(out, "group: this worker's apply passes once its server runs and the head's server answers (a worker's own /health is SGLang's dummy one)")
+		out = append(out, "group: this worker's apply passes once the head's server passes the gate and this node's own /health answers (SGLang opens it once the worker joined; alone it says nothing)")
 	}
 	for _, p := range dec.Problems {
 		out = append(out, "group problem: "+p)
