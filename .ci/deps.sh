@@ -18,6 +18,8 @@ command -v groff >/dev/null || need+=(groff-base)
 command -v promtool >/dev/null || need+=(prometheus)
 # The fleet cache's tests run a real OCI registry (distribution 2.8).
 command -v docker-registry >/dev/null || need+=(docker-registry)
+# The two-node test makes network namespaces and a veth pair with iproute2's ip.
+command -v ip >/dev/null || need+=(iproute2)
 if [ "${#need[@]}" -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "note: ${need[*]} missing and not root: the tests that need them skip themselves" >&2

@@ -183,6 +183,14 @@ func recipeSmokeSpec(ctx context.Context, stdio IO, o smokeOptions) (*smokestep.
 	if err := st.Render(data, &spec); err != nil {
 		return nil, fmt.Errorf("%w: %v", engine.ErrUsage, err)
 	}
+	// A worker of a multi-node group asks the head: its own server's health says nothing.
+	if group, ok, err := r.NodesConfig(data); err != nil {
+		return nil, fmt.Errorf("%w: %v", engine.ErrUsage, err)
+	} else if ok {
+		if spec.URL, err = smokestep.HeadURL(spec.URL, &group); err != nil {
+			return nil, err
+		}
+	}
 	return &spec, nil
 }
 

@@ -95,11 +95,12 @@ type Engine struct {
 	byName map[string]*node
 	log    *log.Logger
 
-	facts  map[string]string // the host facts as recorded in the state
-	gen    *genState         // the run's generation (nil: the recipe uses none)
-	served bool              // this run passed: the recipe's server claims the GPUs it sees
-	mu     sync.Mutex        // guards state writes
-	ranAny bool              // a step ran (and its record changed) in this run
+	facts  map[string]string   // the host facts as recorded in the state
+	gen    *genState           // the run's generation (nil: the recipe uses none)
+	group  *recipe.NodesConfig // the recipe's multi-node group (nil: a single node)
+	served bool                // this run passed: the recipe's server claims the GPUs it sees
+	mu     sync.Mutex          // guards state writes
+	ranAny bool                // a step ran (and its record changed) in this run
 }
 
 type node struct {
@@ -151,6 +152,11 @@ func New(opts Options) (*Engine, error) {
 	e.data, err = opts.Recipe.NewData(facts)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
+	}
+	if group, ok, err := opts.Recipe.NodesConfig(e.data); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
+	} else if ok {
+		e.group = &group
 	}
 	for _, s := range opts.Recipe.Steps {
 		kind, ok := opts.Registry[s.Kind]
@@ -219,6 +225,7 @@ func (e *Engine) env(n *node, logw io.Writer, logPath string) *Env {
 		Replaces:            e.opts.Recipe.Replaces,
 		Drain:               e.opts.Drain,
 		Undrain:             e.opts.Undrain,
+		Nodes:               e.group,
 		store:               e.store,
 	}
 }

@@ -16,7 +16,7 @@ func TestLibrariesDoNotImportTheEngine(t *testing.T) {
 	_, file, _, _ := runtime.Caller(0)
 	root := filepath.Join(filepath.Dir(file), "..", "..")
 	libraries := []string{"atomicfile", "buildinfo", "cache", "console", "exitcode", "fetch",
-		"generation", "gitrepo", "gpu", "hostcmd", "hostpath", "hub", "logval", "ownership", "pkgmgr", "recipe", "redact",
+		"generation", "gitrepo", "gpu", "hostcmd", "hostpath", "hub", "logval", "multinode", "ownership", "pkgmgr", "recipe", "redact",
 		"safefile", "safetensors", "service", "smoke", "treelock", "versions"}
 	forbidden := []string{module + "pkg/engine", module + "pkg/steps", module + "pkg/cli", module + "pkg/daemon"}
 	for _, lib := range libraries {

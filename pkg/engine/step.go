@@ -270,6 +270,9 @@ type Env struct {
 	// drains the node before a candidate answers on the served port and undrains it when
 	// what serves at the end passed.
 	Drain, Undrain func(ctx context.Context) error
+	// Nodes is the recipe's multi-node group, rendered (nil: the service runs on this
+	// node alone).
+	Nodes *recipe.NodesConfig
 
 	store *Store
 }

@@ -52,6 +52,8 @@ type Recipe struct {
 	// Replaces names the recipes whose services this recipe's service takes over on the
 	// node (a model switch).
 	Replaces []string
+	// Nodes is the multi-node block (nil: the service runs on this node alone).
+	Nodes *Nodes
 }
 
 // Step is one step of a recipe, with its kind body kept as YAML until it is rendered.
@@ -137,7 +139,7 @@ func (p *parser) parse(data []byte, sets []string) *Recipe {
 	}
 	r := &Recipe{File: p.file, Vars: map[string]string{}, VarPos: map[string]Pos{}, Profiles: map[string]Profile{}}
 	seen := map[string]*yaml.Node{}
-	var stepsNode, varsNode, cacheNode, unhealthyNode, healthyNode, replacesNode *yaml.Node
+	var stepsNode, varsNode, cacheNode, unhealthyNode, healthyNode, replacesNode, nodesNode *yaml.Node
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		k, v := root.Content[i], root.Content[i+1]
 		if prev, dup := seen[k.Value]; dup {
@@ -183,6 +185,8 @@ func (p *parser) parse(data []byte, sets []string) *Recipe {
 			p.parseGenerations(v, r)
 		case "replaces":
 			replacesNode = v
+		case "nodes":
+			nodesNode = v
 		}
 	}
 	for _, f := range []string{"apiVersion", "name", "steps"} {
@@ -210,6 +214,9 @@ func (p *parser) parse(data []byte, sets []string) *Recipe {
 	if replacesNode != nil {
 		p.parseReplaces(replacesNode, r)
 	}
+	if nodesNode != nil {
+		p.parseNodes(nodesNode, r)
+	}
 	// Templates in vars may refer to facts and to other vars, without a cycle.
 	// (varNodes, not nodeAt: a search of the mapping per var made validation quadratic.)
 	for _, name := range r.VarOrder {
@@ -221,6 +228,8 @@ func (p *parser) parse(data []byte, sets []string) *Recipe {
 	}
 	if cycle := varCycle(r); cycle != nil {
 		p.addf(varNodes[cycle[0]], "vars."+cycle[0], "vars refer to each other in a cycle: %s", strings.Join(cycle, " -> "))
+	} else {
+		p.checkNodes(r)
 	}
 	return r
 }

@@ -38,6 +38,9 @@ type File struct {
 	Generations Generations `yaml:"generations"`
 	// Replaces names the recipes whose services this recipe takes over on the node.
 	Replaces []string `yaml:"replaces"`
+	// Nodes serves one model across several nodes (SGLang's --nnodes, --node-rank and
+	// --dist-init-addr).
+	Nodes Nodes `yaml:"nodes"`
 }
 
 // RequiresSection is the requires section as written: what the GPUs, the driver and CUDA

@@ -248,6 +248,13 @@ func Main(ctx context.Context, args []string, stderr io.Writer, getenv func(stri
 		fmt.Fprintln(stderr, "RuntimeError: CUDA error: no kernel image is available for execution on the device")
 		return 1
 	}
+	// Across nodes (--nnodes), the ranks meet at --dist-init-addr before anything serves.
+	grp, err := startGroup(ctx, args, getenv, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "fake-sglang: %v\n", err)
+		return 1
+	}
+	defer grp.Close()
 	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.Host, cfg.Port))
 	if err != nil {
 		fmt.Fprintf(stderr, "fake-sglang: %v\n", err)
@@ -262,13 +269,13 @@ func Main(ctx context.Context, args []string, stderr io.Writer, getenv func(stri
 		}
 	}
 	srv := &http.Server{
-		Handler: New(Options{Mode: cfg.Mode, Model: cfg.Model, ModelPath: cfg.ModelPath,
+		Handler: grp.Wrap(New(Options{Mode: cfg.Mode, Model: cfg.Model, ModelPath: cfg.ModelPath,
 			ContextLength: cfg.ContextLength, ReadyAfter: cfg.ReadyAfter,
 			NoHealthGenerate: cfg.NoHealthGenerate, Log: stderr, RawToolCalls: cfg.RawToolCalls,
 			InlineThink: cfg.InlineThink, CrowdedAbove: cfg.CrowdedAbove, Latency: cfg.Latency,
 			LongAbove: cfg.LongAbove, MixedSpread: cfg.MixedSpread,
 			BrokenWhile: cfg.BrokenWhile, BrokenMode: cfg.BrokenMode,
-			AnswerBytes: cfg.AnswerBytes}),
+			AnswerBytes: cfg.AnswerBytes})),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	why := ""
@@ -298,6 +305,10 @@ func Main(ctx context.Context, args []string, stderr io.Writer, getenv func(stri
 		_ = srv.Shutdown(sctx)
 		fmt.Fprintln(stderr, "fake-sglang: stopped")
 		return 0
+	case err := <-grp.Done():
+		srv.Close()
+		fmt.Fprintf(stderr, "fake-sglang: %v\n", err)
+		return 1
 	case <-crash:
 		srv.Close()
 		fmt.Fprintln(stderr, "fake-sglang: scheduler died: NCCL error: unhandled cuda error")

@@ -206,11 +206,16 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	if len(candidates) == 0 {
 		candidates = []string{""}
 	}
+	run := func(ctx context.Context, cfg gate.Config, profile string) (*gate.Result, error) {
+		return s.gate(ctx, env, cfg, profile)
+	}
+	// A worker of a multi-node group runs the group's first candidate (the head chooses
+	// no other) and is judged through the head.
+	if w := s.workerGate(env, svc); w != nil {
+		run, candidates = w, candidates[:1]
+	}
 	res, results, err := RunSwitch(ctx, env, svc, candidates, SwitchGate{Config: cfg,
-		Drain: env.Drain, Undrain: env.Undrain,
-		Run: func(ctx context.Context, cfg gate.Config, profile string) (*gate.Result, error) {
-			return s.gate(ctx, env, cfg, profile)
-		}})
+		Drain: env.Drain, Undrain: env.Undrain, Run: run})
 	if res == nil {
 		return err
 	}

@@ -33,5 +33,5 @@ func (s *Step) Describe(env *engine.Env) []string {
 			out = append(out, "NCCL: "+r)
 		}
 	}
-	return out
+	return append(out, s.describeGroup(env, d.Profile.Name)...)
 }

@@ -16,6 +16,7 @@ import (
 	"sync"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/multinode"
 	"github.com/sglprov/sglprov/pkg/nccl"
 	"github.com/sglprov/sglprov/pkg/portowner"
 	"github.com/sglprov/sglprov/pkg/service"
@@ -39,6 +40,9 @@ type Step struct {
 	peerFacts func(*engine.Env) nccl.Source
 	// lookupPort finds who listens on a port (portowner.Lookup; tests replace it).
 	lookupPort func(port int) ([]portowner.Listener, error)
+	// groupFacts gives this node's facts about reaching its multi-node group
+	// (hostGroupFacts; tests replace it).
+	groupFacts func(*engine.Env, multinode.Group) multinode.Facts
 
 	mu  sync.Mutex
 	mgr service.Manager
@@ -56,7 +60,7 @@ func New(name string, spec Spec) (*Step, error) {
 		return nil, fmt.Errorf("systemd: %w: %w", engine.ErrUsage, err)
 	}
 	return &Step{name: name, spec: spec, port: port, newManager: service.New, peerFacts: hostPeerFacts,
-		lookupPort: portowner.Lookup}, nil
+		lookupPort: portowner.Lookup, groupFacts: hostGroupFacts}, nil
 }
 
 // record is what the step keeps in the state between runs.
@@ -220,6 +224,10 @@ func (s *Step) data(env *engine.Env, profile string) (service.Data, error) {
 	for k, v := range s.ncclDecision(env, profile).Env {
 		d.Env[k] = v
 	}
+	// Across nodes, the group's sockets name the interface that reaches the head.
+	for k, v := range s.groupDecision(env, profile).Env {
+		d.Env[k] = v
+	}
 	// systemd gives a service its own short PATH, without the virtual environment's bin
 	// (ninja) or the toolkit's (nvcc), which the server's run-time kernel compiles exec.
 	d.Env["PATH"] = unitPath(d.Command, d.Env)
@@ -243,7 +251,10 @@ func (s *Step) data(env *engine.Env, profile string) (service.Data, error) {
 	} else {
 		d.Args = append(d.Args, "--port", strconv.Itoa(d.Port))
 	}
-	if !hasFlag(all, "--tp", "--tp-size", "--tensor-parallel-size") && env.Facts.Count() > 0 {
+	if err := groupArgs(env, &d, all); err != nil {
+		return d, err
+	}
+	if env.Nodes == nil && !hasFlag(all, "--tp", "--tp-size", "--tensor-parallel-size") && env.Facts.Count() > 0 {
 		d.Args = append(d.Args, "--tp", strconv.Itoa(env.Facts.Count()))
 	}
 	d.Args = append(d.Args, all...)
@@ -431,7 +442,7 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 		if err != nil {
 			return err
 		}
-		if err := s.checkPort(env, m, p, replaced...); err != nil {
+		if err := s.beforeStart(ctx, env, m, p, replaced...); err != nil {
 			return err
 		}
 		s.mu.Lock()
@@ -456,6 +467,21 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	return nil
 }
 
+// beforeStart is what is checked before the unit's server starts with profile, by an
+// install and before each candidate of a switch: the environment's packages against the
+// known-bad combinations (exit 4), the node's place in its multi-node group (a node that
+// cannot join is said first: its server would wait in vain) and the port (exit 5; the
+// units in also may hold it).
+func (s *Step) beforeStart(ctx context.Context, env *engine.Env, m service.Manager, profile string, also ...string) error {
+	if err := s.checkKnownBad(env, profile); err != nil {
+		return err
+	}
+	if err := s.checkGroup(ctx, env, m, profile); err != nil {
+		return err
+	}
+	return s.checkPort(env, m, profile, also...)
+}
+
 // install renders the unit for profile, installs it and starts the service: restarting it
 // when the unit changed or restart is set. It records profile as the active one. With
 // stage set (a gate decides whether the unit is kept) and a manager that can, the unit is
@@ -477,10 +503,7 @@ func (s *Step) install(ctx context.Context, env *engine.Env, profile string, res
 	} else if err := s.checkNeeds(env, m.Kind(), unit); err != nil {
 		return false, err
 	}
-	if err := s.checkKnownBad(env, profile); err != nil {
-		return false, err
-	}
-	if err := s.checkPort(env, m, profile); err != nil {
+	if err := s.beforeStart(ctx, env, m, profile); err != nil {
 		return false, err
 	}
 	var changed bool

@@ -47,8 +47,8 @@ func (s *Step) Switch(ctx context.Context, env *engine.Env, profiles []string) (
 		Unit:       s.spec.Unit,
 		Candidates: cands,
 		Replaces:   replaced,
-		Before: func(_ context.Context, c switchover.Candidate) error {
-			return s.checkPort(env, m, c.Profile)
+		Before: func(ctx context.Context, c switchover.Candidate) error {
+			return s.beforeStart(ctx, env, m, c.Profile)
 		},
 		Log: env.Log,
 	}, nil

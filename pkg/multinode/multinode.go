@@ -1,0 +1,493 @@
+// Package multinode is the per-node preflight of a server that spans several nodes (SGLang's
+// --nnodes, --node-rank, --dist-init-addr): which interface reaches the group's head, its
+// link state and MTU, the RDMA devices, the ports the head must have free, and the NCCL and
+// Gloo environment derived from those facts, as package nccl derives a single node's from
+// its peer-path facts.
+//
+// The route is the kernel's own: a UDP socket connected to the head's address (no packet
+// is sent) gets the source address the kernel chose, and the interface holding that
+// address is the one the traffic leaves by. No netlink and no child process are used. The
+// link and RDMA facts are read from sysfs (Host.SysRoot, so that tests and plans can run on
+// fixtures). The package imports nothing of sglprov's engine.
+package multinode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Group is a node's view of its group.
+type Group struct {
+	// Count and Rank are the group's size and this node's rank (0: the head).
+	Count, Rank int
+	// HeadHost and HeadPort are rank 0's address and rendezvous port (--dist-init-addr).
+	HeadHost string
+	HeadPort int
+	// Interface is the interface the recipe says must reach the head ("": the route's).
+	Interface string
+}
+
+// Head returns the rendezvous address, HOST:PORT.
+func (g Group) Head() string { return net.JoinHostPort(g.HeadHost, strconv.Itoa(g.HeadPort)) }
+
+// HeadPortSpan is how many ports above the rendezvous port SGLang also opens on the head:
+// PortArgs.init_new in python/sglang/srt/server_args.py puts its ZMQ sockets at
+// dist_init_port+1 onwards (tokenizer, detokenizer, rpc, metrics, scheduler input; and for
+// nnodes > 1 the broadcast pair at +5 and +6).
+const HeadPortSpan = 6
+
+// HeadPorts returns the TCP ports the head listens on for the group: the rendezvous port
+// and the HeadPortSpan above it.
+func (g Group) HeadPorts() []int {
+	out := []int{g.HeadPort}
+	for i := 1; i <= HeadPortSpan; i++ {
+		out = append(out, g.HeadPort+i)
+	}
+	return out
+}
+
+// Link is what sysfs says about a network interface.
+type Link struct {
+	// Name is the interface's name; Exists is false when sysfs has no such interface.
+	Name   string
+	Exists bool
+	// State is operstate ("up", "down", "unknown", ...); MTU its MTU (0: not read).
+	State string
+	MTU   int
+}
+
+// Usable reports whether traffic can leave by the link: it exists and is not down
+// ("unknown" is what loopback and some virtual links report while they carry traffic).
+func (l Link) Usable() bool {
+	return l.Exists && l.State != "down" && l.State != "lowerlayerdown" && l.State != "notpresent"
+}
+
+// RDMAPort is one port of an RDMA device.
+type RDMAPort struct {
+	// Port is its number; State e.g. "4: ACTIVE"; LinkLayer "InfiniBand" or "Ethernet"
+	// (RoCE).
+	Port, State, LinkLayer string
+}
+
+// Active reports whether the port is up.
+func (p RDMAPort) Active() bool { return strings.Contains(p.State, "ACTIVE") }
+
+// RDMADevice is an InfiniBand or RoCE device (/sys/class/infiniband/NAME).
+type RDMADevice struct {
+	Name  string
+	Ports []RDMAPort
+}
+
+// Active reports whether one of the device's ports is up.
+func (d RDMADevice) Active() bool {
+	for _, p := range d.Ports {
+		if p.Active() {
+			return true
+		}
+	}
+	return false
+}
+
+// Fabric names the link layers of the device's active ports ("InfiniBand", "RoCE").
+func (d RDMADevice) Fabric() string {
+	seen := map[string]bool{}
+	var out []string
+	for _, p := range d.Ports {
+		name := p.LinkLayer
+		if name == "Ethernet" {
+			name = "RoCE"
+		}
+		if name != "" && !seen[name] {
+			seen[name] = true
+			out = append(out, name)
+		}
+	}
+	return strings.Join(out, "/")
+}
+
+// PortUse is one head port and who listens on it.
+type PortUse struct {
+	Port int
+	// Holder names the process that listens there ("" when the port is free).
+	Holder string
+}
+
+// Facts are one node's facts about reaching its group.
+type Facts struct {
+	Group Group
+	// HeadIP is the head's address as resolved; RouteErr says why no route was found.
+	HeadIP   string
+	RouteErr string
+	// Local is this node's source address towards the head; Link the interface it is on.
+	Local string
+	Link  Link
+	// Wanted is the interface the recipe names, when it names one (its link facts).
+	Wanted *Link
+	// RDMA are the host's RDMA devices.
+	RDMA []RDMADevice
+	// Ports are the head's ports and their holders (on rank 0 only).
+	Ports []PortUse
+}
+
+// Host is where the facts are read from.
+type Host struct {
+	// SysRoot is the sysfs mount ("" for /sys).
+	SysRoot string
+	// LocalAddr returns the source address the kernel uses towards ip (default: a UDP
+	// socket connected to ip; nothing is sent).
+	LocalAddr func(ip net.IP) (net.IP, error)
+	// InterfaceOf returns the interface that holds the address ip (default: net.Interfaces).
+	InterfaceOf func(ip net.IP) (string, error)
+	// Lookup resolves a host name, bounded by ctx (default: the system resolver).
+	Lookup func(ctx context.Context, host string) ([]net.IP, error)
+	// PortHolder names who listens on a TCP port ("" when none); nil: ports are not checked.
+	PortHolder func(port int) (string, error)
+}
+
+func (h Host) sys(parts ...string) string {
+	root := h.SysRoot
+	if root == "" {
+		root = "/sys"
+	}
+	return filepath.Join(append([]string{root}, parts...)...)
+}
+
+// Inspect gathers the facts of g on this host; resolving the head's name is bounded by
+// ctx and 5 s.
+func (h Host) Inspect(ctx context.Context, g Group) Facts {
+	f := Facts{Group: g}
+	ip, err := h.resolve(ctx, g.HeadHost)
+	if err != nil {
+		f.RouteErr = err.Error()
+	} else {
+		f.HeadIP = ip.String()
+		local, iface, err := h.route(ip)
+		if err != nil {
+			f.RouteErr = err.Error()
+		} else {
+			f.Local = local.String()
+			f.Link = h.link(iface)
+		}
+	}
+	if g.Interface != "" {
+		l := h.link(g.Interface)
+		f.Wanted = &l
+	}
+	f.RDMA = h.rdma()
+	if g.Rank == 0 && h.PortHolder != nil {
+		for _, p := range g.HeadPorts() {
+			who, err := h.PortHolder(p)
+			if err != nil {
+				who = "unknown (" + err.Error() + ")"
+			}
+			f.Ports = append(f.Ports, PortUse{Port: p, Holder: who})
+		}
+	}
+	return f
+}
+
+func (h Host) resolve(ctx context.Context, host string) (net.IP, error) {
+	if ip := net.ParseIP(host); ip != nil {
+		return ip, nil
+	}
+	lookup := h.Lookup
+	if lookup == nil {
+		lookup = func(ctx context.Context, host string) ([]net.IP, error) {
+			return net.DefaultResolver.LookupIP(ctx, "ip", host)
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	ips, err := lookup(ctx, host)
+	if err != nil {
+		return nil, fmt.Errorf("resolving the head %q: %w", host, err)
+	}
+	if len(ips) == 0 {
+		return nil, fmt.Errorf("resolving the head %q: no address", host)
+	}
+	return ips[0], nil
+}
+
+// route returns the source address and interface the kernel uses towards ip.
+func (h Host) route(ip net.IP) (net.IP, string, error) {
+	localAddr, ifaceOf := h.LocalAddr, h.InterfaceOf
+	if localAddr == nil {
+		localAddr = kernelLocalAddr
+	}
+	if ifaceOf == nil {
+		ifaceOf = interfaceOf
+	}
+	local, err := localAddr(ip)
+	if err != nil {
+		return nil, "", fmt.Errorf("no route to the head %s: %w", ip, err)
+	}
+	iface, err := ifaceOf(local)
+	if err != nil {
+		return nil, "", fmt.Errorf("finding the interface of %s (this node's address towards the head %s): %w", local, ip, err)
+	}
+	return local, iface, nil
+}
+
+// kernelLocalAddr connects a UDP socket to ip (which sends nothing) and returns the source
+// address the kernel chose by its routing tables.
+func kernelLocalAddr(ip net.IP) (net.IP, error) {
+	c, err := net.DialUDP("udp", nil, &net.UDPAddr{IP: ip, Port: 9})
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	return c.LocalAddr().(*net.UDPAddr).IP, nil
+}
+
+// interfaceOf returns the interface that holds the address ip.
+func interfaceOf(ip net.IP) (string, error) {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return "", err
+	}
+	for _, i := range ifs {
+		addrs, err := i.Addrs()
+		if err != nil {
+			continue
+		}
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok && n.IP.Equal(ip) {
+				return i.Name, nil
+			}
+		}
+	}
+	return "", fmt.Errorf("no interface holds %s", ip)
+}
+
+// readSmall reads a small sysfs file (at most 4 KiB), trimmed.
+func readSmall(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, 4096))
+	return strings.TrimSpace(string(b)), err
+}
+
+func (h Host) link(name string) Link {
+	l := Link{Name: name}
+	if !safeName(name) {
+		return l
+	}
+	dir := h.sys("class", "net", name)
+	if _, err := os.Stat(dir); err != nil {
+		return l
+	}
+	l.Exists = true
+	l.State, _ = readSmall(filepath.Join(dir, "operstate"))
+	if v, err := readSmall(filepath.Join(dir, "mtu")); err == nil {
+		l.MTU, _ = strconv.Atoi(v)
+	}
+	return l
+}
+
+func safeName(name string) bool {
+	return name != "" && name != "." && name != ".." && !strings.ContainsAny(name, "/\x00")
+}
+
+// MaxRDMADevices bounds how many RDMA devices are read.
+const MaxRDMADevices = 64
+
+func (h Host) rdma() []RDMADevice {
+	ents, err := os.ReadDir(h.sys("class", "infiniband"))
+	if err != nil {
+		return nil
+	}
+	var out []RDMADevice
+	for _, e := range ents {
+		if len(out) == MaxRDMADevices || !safeName(e.Name()) {
+			break
+		}
+		d := RDMADevice{Name: e.Name()}
+		ports, _ := os.ReadDir(h.sys("class", "infiniband", e.Name(), "ports"))
+		for i, p := range ports {
+			if i == 16 {
+				break
+			}
+			dir := h.sys("class", "infiniband", e.Name(), "ports", p.Name())
+			st, _ := readSmall(filepath.Join(dir, "state"))
+			ll, _ := readSmall(filepath.Join(dir, "link_layer"))
+			d.Ports = append(d.Ports, RDMAPort{Port: p.Name(), State: st, LinkLayer: ll})
+		}
+		out = append(out, d)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Decision is the environment derived for the server, why, and what stops the node from
+// joining.
+type Decision struct {
+	// Env holds the variables to add to the server's environment.
+	Env map[string]string
+	// Reasons say, for plan, what was set or left and why.
+	Reasons []string
+	// Problems are what keeps this node from joining the group (a wrong interface, a link
+	// that is down, no route, a head port held by another process); empty when none.
+	Problems []string
+}
+
+// Err returns the problems as one error (nil when there are none).
+func (d Decision) Err() error {
+	if len(d.Problems) == 0 {
+		return nil
+	}
+	return errors.New(strings.Join(d.Problems, "; "))
+}
+
+// socketVars are the variables that name the interface of the group's sockets: NCCL's
+// bootstrap and socket transport, and Gloo's (torch.distributed's CPU groups).
+var socketVars = []string{"NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"}
+
+// Derive returns the group environment of a server whose own environment (the recipe's
+// profile and step) is set, from the node's facts f:
+//   - NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME name the interface the kernel routes the
+//     head's address through, unless the recipe sets them (kept when they match it; a
+//     problem when they name another interface);
+//   - with an active InfiniBand or RoCE device, NCCL_IB_DISABLE=1 (which sends all
+//     cross-node traffic over TCP sockets) is never kept: it becomes 0, with the reason;
+//   - a recipe interface that does not exist, is down or is not the route's, no route to
+//     the head, and a head port held by another process are problems.
+func Derive(f Facts, set map[string]string) Decision {
+	d := Decision{Env: map[string]string{}}
+	g := f.Group
+	role := "worker"
+	if g.Rank == 0 {
+		role = "head"
+	}
+	d.Reasons = append(d.Reasons, fmt.Sprintf("node rank %d of %d (%s), rendezvous %s", g.Rank, g.Count, role, g.Head()))
+	iface := ""
+	switch {
+	case f.RouteErr != "":
+		d.Problems = append(d.Problems, f.RouteErr)
+	case !f.Link.Exists:
+		d.Problems = append(d.Problems, fmt.Sprintf("the route to the head %s leaves by %s, which sysfs does not show", f.HeadIP, f.Link.Name))
+	default:
+		iface = f.Link.Name
+		mtu := ""
+		if f.Link.MTU > 0 {
+			mtu = fmt.Sprintf(", MTU %d", f.Link.MTU)
+		}
+		d.Reasons = append(d.Reasons, fmt.Sprintf("the head %s is reached through %s (this node's address %s, link %s%s)",
+			f.HeadIP, iface, f.Local, f.Link.State, mtu))
+		if !f.Link.Usable() {
+			d.Problems = append(d.Problems, fmt.Sprintf("interface %s, the route to the head %s, is %s: bring it up", iface, f.HeadIP, f.Link.State))
+		}
+	}
+	if w := f.Wanted; w != nil {
+		switch {
+		case !w.Exists:
+			d.Problems = append(d.Problems, fmt.Sprintf("nodes.interface %s does not exist on this node%s", w.Name, routeHint(iface, f.HeadIP)))
+		case !w.Usable():
+			d.Problems = append(d.Problems, fmt.Sprintf("nodes.interface %s is %s: bring it up", w.Name, w.State))
+		case iface != "" && w.Name != iface:
+			d.Problems = append(d.Problems, fmt.Sprintf("nodes.interface %s does not reach the head %s: the kernel routes it through %s; fix the interface or the route",
+				w.Name, f.HeadIP, iface))
+		}
+	}
+	for _, k := range socketVars {
+		if v, ok := set[k]; ok {
+			if iface != "" && !ifnameMatches(v, iface) {
+				d.Problems = append(d.Problems, fmt.Sprintf("the recipe sets %s=%s, but the head %s is reached through %s: the group's sockets would not reach it",
+					k, v, f.HeadIP, iface))
+			} else {
+				d.Reasons = append(d.Reasons, fmt.Sprintf("%s=%s: set by the recipe, kept", k, v))
+			}
+			continue
+		}
+		if iface != "" {
+			d.Env[k] = iface
+			d.Reasons = append(d.Reasons, fmt.Sprintf("%s=%s: the interface that reaches the head", k, iface))
+		}
+	}
+	var active []string
+	for _, dev := range f.RDMA {
+		if dev.Active() {
+			active = append(active, dev.Name+" ("+dev.Fabric()+")")
+		}
+	}
+	switch {
+	case len(active) > 0 && set["NCCL_IB_DISABLE"] == "1":
+		d.Env["NCCL_IB_DISABLE"] = "0"
+		d.Reasons = append(d.Reasons, fmt.Sprintf("NCCL_IB_DISABLE=0: the recipe's NCCL_IB_DISABLE=1 would send the cross-node traffic over TCP sockets although %s is active",
+			strings.Join(active, ", ")))
+	case len(active) > 0:
+		d.Reasons = append(d.Reasons, fmt.Sprintf("NCCL uses the RDMA device(s) %s; NCCL_IB_HCA and NCCL_IB_GID_INDEX are left to NCCL unless the recipe sets them",
+			strings.Join(active, ", ")))
+	case len(f.RDMA) > 0:
+		d.Reasons = append(d.Reasons, fmt.Sprintf("RDMA device(s) %s have no active port: the cross-node traffic goes over TCP sockets on %s", names(f.RDMA), orNone(iface)))
+	default:
+		d.Reasons = append(d.Reasons, fmt.Sprintf("no RDMA device: the cross-node traffic goes over TCP sockets on %s", orNone(iface)))
+	}
+	for _, p := range f.Ports {
+		if p.Holder != "" {
+			d.Problems = append(d.Problems, fmt.Sprintf("port %d, which the head needs for the group (rendezvous %d and the %d above it), is held by %s",
+				p.Port, g.HeadPort, HeadPortSpan, p.Holder))
+		}
+	}
+	if g.Rank == 0 && len(f.Ports) > 0 {
+		d.Reasons = append(d.Reasons, fmt.Sprintf("head ports %d-%d checked", g.HeadPort, g.HeadPort+HeadPortSpan))
+	}
+	return d
+}
+
+func routeHint(iface, head string) string {
+	if iface == "" {
+		return ""
+	}
+	return fmt.Sprintf(" (the head %s is reached through %s)", head, iface)
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "the default interface"
+	}
+	return s
+}
+
+func names(ds []RDMADevice) string {
+	out := make([]string, len(ds))
+	for i, d := range ds {
+		out[i] = d.Name
+	}
+	return strings.Join(out, ", ")
+}
+
+// ifnameMatches reports whether an NCCL_SOCKET_IFNAME-style value selects iface: a comma
+// list of prefixes, "=" before a list for exact names, "^" for a list that excludes.
+func ifnameMatches(v, iface string) bool {
+	exact := strings.HasPrefix(v, "=")
+	v = strings.TrimPrefix(v, "=")
+	exclude := strings.HasPrefix(v, "^")
+	v = strings.TrimPrefix(v, "^")
+	if strings.HasPrefix(v, "=") {
+		exact = true
+		v = strings.TrimPrefix(v, "=")
+	}
+	hit := false
+	for _, p := range strings.Split(v, ",") {
+		p = strings.TrimSpace(p)
+		if p == "" {
+			continue
+		}
+		if (exact && iface == p) || (!exact && strings.HasPrefix(iface, p)) {
+			hit = true
+		}
+	}
+	return hit != exclude
+}

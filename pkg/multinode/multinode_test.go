@@ -1,0 +1,146 @@
+package multinode
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// sysfs writes a fixture sysfs: links name -> "operstate mtu", RDMA ports dev/port ->
+// "state|link_layer".
+func sysfs(t *testing.T, links map[string]string, rdma map[string]string) string {
+	t.Helper()
+	root := t.TempDir()
+	write := func(p, v string) {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(v+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, v := range links {
+		st, mtu, _ := strings.Cut(v, " ")
+		write(filepath.Join(root, "class/net", name, "operstate"), st)
+		write(filepath.Join(root, "class/net", name, "mtu"), mtu)
+	}
+	for devPort, v := range rdma {
+		st, ll, _ := strings.Cut(v, "|")
+		dev, port, _ := strings.Cut(devPort, "/")
+		write(filepath.Join(root, "class/infiniband", dev, "ports", port, "state"), st)
+		write(filepath.Join(root, "class/infiniband", dev, "ports", port, "link_layer"), ll)
+	}
+	return root
+}
+
+func fixedRoute(local, iface string) (func(net.IP) (net.IP, error), func(net.IP) (string, error)) {
+	return func(net.IP) (net.IP, error) { return net.ParseIP(local), nil },
+		func(net.IP) (string, error) { return iface, nil }
+}
+
+func TestDerive(t *testing.T) {
+	worker := Group{Count: 2, Rank: 1, HeadHost: "10.77.0.1", HeadPort: 20000}
+	cases := []struct {
+		name    string
+		g       Group
+		links   map[string]string
+		rdma    map[string]string
+		set     map[string]string
+		held    map[int]string
+		env     map[string]string
+		problem string
+		reason  string
+	}{
+		{name: "socket interface from the route", g: worker, links: map[string]string{"eth1": "up 9000"},
+			env:    map[string]string{"NCCL_SOCKET_IFNAME": "eth1", "GLOO_SOCKET_IFNAME": "eth1"},
+			reason: "reached through eth1 (this node's address 10.77.0.2, link up, MTU 9000)"},
+		{name: "link down", g: worker, links: map[string]string{"eth1": "down 1500"},
+			problem: "interface eth1, the route to the head 10.77.0.1, is down"},
+		{name: "recipe names another interface", g: Group{Count: 2, Rank: 1, HeadHost: "10.77.0.1", HeadPort: 20000, Interface: "eth0"},
+			links:   map[string]string{"eth1": "up 1500", "eth0": "up 1500"},
+			problem: "nodes.interface eth0 does not reach the head 10.77.0.1: the kernel routes it through eth1"},
+		{name: "recipe names no such interface", g: Group{Count: 2, Rank: 1, HeadHost: "10.77.0.1", HeadPort: 20000, Interface: "ens9"},
+			links:   map[string]string{"eth1": "up 1500"},
+			problem: "nodes.interface ens9 does not exist on this node (the head 10.77.0.1 is reached through eth1)"},
+		{name: "recipe env names another interface", g: worker, links: map[string]string{"eth1": "up 1500"},
+			set:     map[string]string{"NCCL_SOCKET_IFNAME": "eth0"},
+			problem: "the recipe sets NCCL_SOCKET_IFNAME=eth0, but the head 10.77.0.1 is reached through eth1"},
+		{name: "recipe env prefix kept", g: worker, links: map[string]string{"eth1": "up 1500"},
+			set: map[string]string{"NCCL_SOCKET_IFNAME": "eth"},
+			env: map[string]string{"GLOO_SOCKET_IFNAME": "eth1"}, reason: "NCCL_SOCKET_IFNAME=eth: set by the recipe, kept"},
+		{name: "ib present: never NCCL_IB_DISABLE=1", g: worker, links: map[string]string{"eth1": "up 1500"},
+			rdma: map[string]string{"mlx5_0/1": "4: ACTIVE|InfiniBand"}, set: map[string]string{"NCCL_IB_DISABLE": "1"},
+			env:    map[string]string{"NCCL_SOCKET_IFNAME": "eth1", "GLOO_SOCKET_IFNAME": "eth1", "NCCL_IB_DISABLE": "0"},
+			reason: "NCCL_IB_DISABLE=0: the recipe's NCCL_IB_DISABLE=1 would send the cross-node traffic over TCP sockets although mlx5_0 (InfiniBand) is active"},
+		{name: "roce down: sockets", g: worker, links: map[string]string{"eth1": "up 1500"},
+			rdma: map[string]string{"mlx5_0/1": "1: DOWN|Ethernet"}, set: map[string]string{"NCCL_IB_DISABLE": "1"},
+			env:    map[string]string{"NCCL_SOCKET_IFNAME": "eth1", "GLOO_SOCKET_IFNAME": "eth1"},
+			reason: "RDMA device(s) mlx5_0 have no active port"},
+		{name: "head port held", g: Group{Count: 2, Rank: 0, HeadHost: "10.77.0.1", HeadPort: 20000}, links: map[string]string{"eth1": "up 1500"},
+			held:    map[int]string{20003: "pid 42 (python3)"},
+			problem: "port 20003, which the head needs for the group (rendezvous 20000 and the 6 above it), is held by pid 42 (python3)"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			la, io := fixedRoute("10.77.0.2", "eth1")
+			h := Host{SysRoot: sysfs(t, c.links, c.rdma), LocalAddr: la, InterfaceOf: io,
+				PortHolder: func(p int) (string, error) { return c.held[p], nil }}
+			d := Derive(h.Inspect(context.Background(), c.g), c.set)
+			all := strings.Join(d.Problems, "\n")
+			if c.problem == "" && all != "" {
+				t.Fatalf("problems: %s", all)
+			}
+			if !strings.Contains(all, c.problem) {
+				t.Fatalf("problems:\n%s\nwant %q", all, c.problem)
+			}
+			if c.problem != "" {
+				return
+			}
+			if len(d.Env) != len(c.env) {
+				t.Errorf("env = %v, want %v", d.Env, c.env)
+			}
+			for k, v := range c.env {
+				if d.Env[k] != v {
+					t.Errorf("env = %v, want %v", d.Env, c.env)
+				}
+			}
+			if r := strings.Join(d.Reasons, "\n"); !strings.Contains(r, c.reason) {
+				t.Errorf("reasons:\n%s\nwant %q", r, c.reason)
+			}
+		})
+	}
+}
+
+// TestKernelRoute asks the real kernel for the route to a loopback head: the interface is
+// the one that holds 127.0.0.1.
+func TestKernelRoute(t *testing.T) {
+	lo := ""
+	ifs, _ := net.Interfaces()
+	for _, i := range ifs {
+		if i.Flags&net.FlagLoopback != 0 {
+			lo = i.Name
+		}
+	}
+	if lo == "" {
+		t.Skip("no loopback interface")
+	}
+	f := Host{}.Inspect(context.Background(), Group{Count: 2, Rank: 1, HeadHost: "127.0.0.1", HeadPort: 20000})
+	if f.RouteErr != "" || f.Link.Name != lo || !f.Link.Exists || f.Local != "127.0.0.1" {
+		t.Fatalf("facts = %+v, want the route through %s", f, lo)
+	}
+}
+
+func TestIfnameMatches(t *testing.T) {
+	for _, c := range []struct {
+		v, iface string
+		want     bool
+	}{{"eth", "eth1", true}, {"=eth", "eth1", false}, {"=eth1", "eth1", true}, {"^docker,lo", "eth1", true},
+		{"^eth", "eth1", false}, {"ib,eth", "eth0", true}, {"ens5", "eth0", false}} {
+		if got := ifnameMatches(c.v, c.iface); got != c.want {
+			t.Errorf("ifnameMatches(%q, %q) = %v", c.v, c.iface, got)
+		}
+	}
+}

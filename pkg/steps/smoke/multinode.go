@@ -1,0 +1,162 @@
+package smoke
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	neturl "net/url"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/multinode"
+	"github.com/sglprov/sglprov/pkg/recipe"
+	gate "github.com/sglprov/sglprov/pkg/smoke"
+)
+
+// groupRoute is a service step that names the route this node reaches its group's head
+// by, for messages.
+type groupRoute interface {
+	GroupRoute(env *engine.Env) string
+}
+
+// HeadURL returns the address a worker of group n asks in place of url: the same scheme,
+// port and path at the head's host. Every node applies the same recipe, so the head's API
+// listens on the port the smoke url names; a worker's own server only answers SGLang's
+// dummy /health (always 200), which says nothing about the group. On the head, and with
+// no group, it returns url as it is.
+func HeadURL(url string, n *recipe.NodesConfig) (string, error) {
+	if n == nil || n.IsHead() {
+		return url, nil
+	}
+	u, err := neturl.Parse(url)
+	if err != nil {
+		return "", fmt.Errorf("%w: the smoke url is not a URL (%s): give http://HOST:PORT", engine.ErrUsage, redactErr(err))
+	}
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"https": "443"}[u.Scheme]
+		if port == "" {
+			port = "80"
+		}
+	}
+	u.Host = net.JoinHostPort(n.HeadHost, port)
+	return u.String(), nil
+}
+
+// workerGate returns the gate of a worker node of a multi-node group (nil when env's node
+// is no worker): the switch starts this node's server, and the gate asks the head, since a
+// worker's own health server answers 200 whatever the group does. It passes when the
+// head's server passes the recipe's gate (bounded by the group's join timeout), this
+// node's server still runs and its own /health answers (SGLang opens it only once the
+// node's schedulers are up in the group). A failure is an error naming the rendezvous and
+// the likely cause; the switch then restores what served before.
+func (s *Step) workerGate(env *engine.Env, svc engine.ServiceStep) func(ctx context.Context, cfg gate.Config, profile string) (*gate.Result, error) {
+	n := env.Nodes
+	if n == nil || n.IsHead() {
+		return nil
+	}
+	route := "the interface plan names"
+	if g, ok := svc.(groupRoute); ok {
+		route = g.GroupRoute(env)
+	}
+	return func(ctx context.Context, cfg gate.Config, profile string) (*gate.Result, error) {
+		own := cfg.URL
+		head, err := HeadURL(cfg.URL, n)
+		if err != nil {
+			return nil, err
+		}
+		cfg.URL = head
+		if n.JoinTimeout > 0 {
+			cfg.ReadyTimeout = n.JoinTimeout
+		}
+		env.Log.Info("waiting for the group", "rank", n.Rank, "nodes", n.Count, "rendezvous", n.Head(), "head", head)
+		res, err := s.gate(ctx, env, cfg, profile)
+		if err != nil {
+			return nil, err
+		}
+		env.Detail("group", map[string]any{"rank": n.Rank, "nodes": n.Count, "rendezvous": n.Head(), "head": head, "served": res.Pass})
+		if !res.Pass {
+			return nil, fmt.Errorf("%w: node rank %d of %d: the group does not serve: the head's server at %s did not pass the gate (%s); "+
+				"this node's server joins at the rendezvous %s through %s; %s. Likely causes: the head not started or failing its own gate, "+
+				"the rendezvous port %d (and the %d above it) closed or blocked by a firewall on the head, or the wrong interface (see plan's group lines)",
+				engine.ErrGate, n.Rank, n.Count, gate.RedactURL(head), res.Summary(), n.Head(), route, probeRendezvous(ctx, n.Head()),
+				n.HeadPort, multinode.HeadPortSpan)
+		}
+		// The head serving says the group joined only while this node's server still runs.
+		if failed, lines, err := cfg.Failed(ctx); err != nil || failed {
+			if err != nil {
+				return nil, fmt.Errorf("asking whether %s runs: %w", svc.ServiceName(), err)
+			}
+			return nil, fmt.Errorf("%w: node rank %d: this node's server %s is not running, so it has not joined the group at %s: %s",
+				engine.ErrGate, n.Rank, svc.ServiceName(), n.Head(), lines)
+		}
+		// SGLang opens a worker's health server only once its schedulers are up in the group:
+		// its answering is this node's part of the join (the head's serving is the group's).
+		if err := ownHealth(ctx, own, cfg.RequestTimeout); err != nil {
+			return nil, fmt.Errorf("%w: node rank %d: the head serves, but this node's server has not joined the group at %s: %v "+
+				"(SGLang opens a worker's /health only once its schedulers are up in the group)", engine.ErrGate, n.Rank, n.Head(), err)
+		}
+		return res, nil
+	}
+}
+
+// probeRendezvous says what a TCP connection to the rendezvous finds (within 3 s), which
+// narrows down why a worker did not join: nothing listening, a firewall that drops, no
+// route, or a head that runs but did not take this node in.
+func probeRendezvous(ctx context.Context, addr string) string {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+	switch {
+	case err == nil:
+		c.Close()
+		return fmt.Sprintf("the rendezvous %s accepts connections now: the head runs, and serves only once every rank has joined, so this node's server did not join it", addr)
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return fmt.Sprintf("nothing listens at the rendezvous %s now (connection refused): the head's server is not running there", addr)
+	case errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH):
+		return fmt.Sprintf("the rendezvous %s is unreachable from this node (%v): the route or the interface is wrong", addr, err)
+	case errors.Is(err, context.DeadlineExceeded) || os.IsTimeout(err):
+		return fmt.Sprintf("the rendezvous %s does not answer within 3s: a firewall drops the connection, or the route is wrong", addr)
+	}
+	return fmt.Sprintf("connecting to the rendezvous %s: %v", addr, err)
+}
+
+// redactErr returns a URL parse error's reason without the URL (which may hold a key).
+func redactErr(err error) string {
+	var ue *neturl.Error
+	if errors.As(err, &ue) {
+		return ue.Err.Error()
+	}
+	return err.Error()
+}
+
+// ownHealth asks this node's own server's /health once, bounded by timeout (default 10 s)
+// and 64 KiB of body: 200 says its schedulers are up, nothing more.
+func ownHealth(ctx context.Context, base string, timeout time.Duration) error {
+	if timeout <= 0 || timeout > 10*time.Second {
+		timeout = 10 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	u := strings.TrimRight(base, "/") + "/health"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return fmt.Errorf("asking its /health: %s", redactErr(err))
+	}
+	resp, err := (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Do(req)
+	if err != nil {
+		return fmt.Errorf("its /health at %s does not answer: %s", gate.RedactURL(u), redactErr(err))
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("its /health at %s answers HTTP %d", gate.RedactURL(u), resp.StatusCode)
+	}
+	return nil
+}

@@ -1,0 +1,143 @@
+package smoke
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	neturl "net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/recipe"
+	"github.com/sglprov/sglprov/test/fakesglang"
+)
+
+// groupWorker is a worker's service step, which names its route to the head.
+type groupWorker struct {
+	*fakeService
+}
+
+func (g *groupWorker) GroupRoute(*engine.Env) string {
+	return "veth1 (link up, this node's address 10.77.0.2)"
+}
+
+// headNodes is a two-node group whose head is the server at url.
+func headNodes(t *testing.T, url string, join time.Duration) *recipe.NodesConfig {
+	t.Helper()
+	u, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &recipe.NodesConfig{Count: 2, Rank: 1, HeadHost: u.Hostname(), HeadPort: 20000, JoinTimeout: join}
+}
+
+// TestWorkerAsksTheHead: a worker's apply passes when the head's server passes the gate
+// and its own server's /health answers (SGLang opens it once the worker joined), never on
+// its own health alone; a head that never serves fails the worker naming the rendezvous
+// and the likely causes; a worker whose own server dies or has not joined fails.
+func TestWorkerAsksTheHead(t *testing.T) {
+	head := httptest.NewServer(fakesglang.New(fakesglang.Options{Model: "qwen"}))
+	defer head.Close()
+	hu, _ := neturl.Parse(head.URL)
+	// The worker's own server: SGLang's dummy health server of a rank >= 1, on the same
+	// port at another address of this host.
+	var ownHits, ownHealth atomic.Int32
+	var ownStatus atomic.Int32
+	ownStatus.Store(http.StatusOK)
+	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.2", hu.Port()))
+	if err != nil {
+		t.Skipf("cannot listen on 127.0.0.2: %v", err)
+	}
+	own := &httptest.Server{Listener: ln, Config: &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/health" {
+			ownHealth.Add(1)
+			w.WriteHeader(int(ownStatus.Load()))
+			return
+		}
+		ownHits.Add(1)
+	})}}
+	own.Start()
+	defer own.Close()
+
+	svc := &groupWorker{fakeService: newFakeService(t, []string{""}, map[string]fakesglang.Mode{"": fakesglang.ModeGood})}
+	env, _ := newEnv(t, map[string]engine.Step{"svc": svc})
+	env.Nodes = headNodes(t, head.URL, 20*time.Second)
+	s, err := New("smoke", testSpec(own.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Run(context.Background(), env); err != nil {
+		t.Fatalf("worker with a serving head: %v", err)
+	}
+	if n, h := ownHits.Load(), ownHealth.Load(); n != 0 || h != 1 {
+		t.Errorf("the worker asked its own server %d times besides /health, and /health %d times; want its /health once, as the join's evidence", n, h)
+	}
+	if len(svc.won) != 1 {
+		t.Errorf("won = %v, want the worker's unit kept once", svc.won)
+	}
+
+	// The head serves, but this node's server has not opened its health server: not joined.
+	ownStatus.Store(http.StatusServiceUnavailable)
+	if err := s.Run(context.Background(), env); !errors.Is(err, engine.ErrGate) || !strings.Contains(err.Error(), "the head serves, but this node's server has not joined the group at 127.0.0.1:20000: its /health at http://127.0.0.2:"+hu.Port()+"/health answers HTTP 503") {
+		t.Errorf("own server not joined: %v", err)
+	}
+	ownStatus.Store(http.StatusOK)
+
+	// A head that never answers: the worker fails naming the rendezvous.
+	env.Nodes = headNodes(t, head.URL, 2*time.Second)
+	env.Nodes.HeadHost = "127.0.0.3"
+	err = s.Run(context.Background(), env)
+	if !errors.Is(err, engine.ErrGate) {
+		t.Fatalf("dead head: %v", err)
+	}
+	for _, want := range []string{"node rank 1 of 2: the group does not serve", "rendezvous 127.0.0.3:20000 through veth1",
+		"nothing listens at the rendezvous 127.0.0.3:20000 now (connection refused)",
+		"the rendezvous port 20000 (and the 6 above it) closed or blocked by a firewall", "the wrong interface"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%v", want, err)
+		}
+	}
+
+	// The worker's own server is not running: it has not joined.
+	svc.failedIn[""] = true
+	env.Nodes = headNodes(t, head.URL, 20*time.Second)
+	err = s.Run(context.Background(), env)
+	if err == nil || !strings.Contains(err.Error(), "Failed with result 'exit-code'") {
+		t.Fatalf("own server dead: %v", err)
+	}
+}
+
+func TestHeadURL(t *testing.T) {
+	n := &recipe.NodesConfig{Count: 2, Rank: 1, HeadHost: "fd00::1", HeadPort: 20000}
+	for in, want := range map[string]string{"http://127.0.0.1:30000": "http://[fd00::1]:30000",
+		"https://localhost/v1": "https://[fd00::1]:443/v1", "http://127.0.0.1": "http://[fd00::1]:80"} {
+		if got, err := HeadURL(in, n); err != nil || got != want {
+			t.Errorf("HeadURL(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	n.Rank = 0
+	if got, _ := HeadURL("http://127.0.0.1:30000", n); got != "http://127.0.0.1:30000" {
+		t.Errorf("the head asks %q", got)
+	}
+}
+
+// TestProbeRendezvous: a rendezvous that listens, and one that refuses, are told apart.
+func TestProbeRendezvous(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	if got := probeRendezvous(context.Background(), addr); !strings.Contains(got, "accepts connections now: the head runs") {
+		t.Errorf("listening: %s", got)
+	}
+	ln.Close()
+	if got := probeRendezvous(context.Background(), addr); !strings.Contains(got, "nothing listens at the rendezvous "+addr) {
+		t.Errorf("closed: %s", got)
+	}
+}

@@ -1,0 +1,293 @@
+// Package multinode_test serves one model across two "nodes": two network namespaces joined
+// by a veth pair, each with its own state dir, running sglprov with the exec manager and
+// the fake SGLang server in its multi-node mode, which really meets at --dist-init-addr.
+// It needs root and iproute2's ip; it skips, naming what is missing, without them.
+package multinode_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+const recipeText = `apiVersion: sglprov/v1
+name: two-nodes
+vars:
+  node_rank: "0"
+  head_addr: ""
+  iface: ""
+  rdv_port: "29500"
+  port: "30000"
+  join: 60s
+requires:
+  gpu: {min_count: 1}
+nodes:
+  count: 2
+  rank: "{{ .vars.node_rank }}"
+  head: "{{ .vars.head_addr }}:{{ .vars.rdv_port }}"
+  interface: "{{ .vars.iface }}"
+  join_timeout: "{{ .vars.join }}"
+steps:
+  - name: sglang-service
+    systemd:
+      unit: sglang-group.service
+      needs_commands: []
+      manager: exec
+      command: [FAKE, -m, sglang.launch_server]
+      model_path: /models/qwen
+      host: 0.0.0.0
+      port: "{{ .vars.port }}"
+      args: [--fake-join-timeout, 60s]
+  - name: smoke
+    needs: [sglang-service]
+    smoke:
+      url: "http://127.0.0.1:{{ .vars.port }}"
+      ready_timeout: 60s
+      cases:
+        - name: prime
+          prompt: "Write a Python function to check if a number is prime. Be concise."
+          expect: {regex: "def \\w+\\("}
+`
+
+func repoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+func run(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// twoNodes makes namespaces a and b joined by a veth pair: a holds HEAD, b the worker's
+// address, both in 10.233.N.0/24, a range used only inside the namespaces.
+func twoNodes(t *testing.T) (nsA, nsB, head, vethA, vethB string) {
+	t.Helper()
+	id := fmt.Sprintf("%d%03d", os.Getpid()%10000, rand.IntN(1000))
+	nsA, nsB = "sglpA"+id, "sglpB"+id
+	vethA, vethB = "vA"+id, "vB"+id
+	n := rand.IntN(200) + 20
+	head = fmt.Sprintf("10.233.%d.1", n)
+	run(t, "ip", "netns", "add", nsA)
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", nsA).Run() })
+	run(t, "ip", "netns", "add", nsB)
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", nsB).Run() })
+	run(t, "ip", "link", "add", vethA, "netns", nsA, "type", "veth", "peer", "name", vethB, "netns", nsB)
+	for _, c := range [][]string{
+		{nsA, "ip", "addr", "add", head + "/24", "dev", vethA},
+		{nsB, "ip", "addr", "add", fmt.Sprintf("10.233.%d.2/24", n), "dev", vethB},
+		{nsA, "ip", "link", "set", vethA, "up"}, {nsB, "ip", "link", "set", vethB, "up"},
+		{nsA, "ip", "link", "set", "lo", "up"}, {nsB, "ip", "link", "set", "lo", "up"},
+	} {
+		run(t, "ip", append([]string{"netns", "exec"}, c...)...)
+	}
+	// The kernel reports a veth up (operstate) a moment after both ends are.
+	for _, c := range [][2]string{{nsA, vethA}, {nsB, vethB}} {
+		for end := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			out, _ := exec.Command("ip", "netns", "exec", c[0], "cat", "/sys/class/net/"+c[1]+"/operstate").Output()
+			if strings.TrimSpace(string(out)) == "up" {
+				break
+			}
+			if time.Now().After(end) {
+				t.Fatalf("%s in %s is not up: %s", c[1], c[0], out)
+			}
+		}
+	}
+	return nsA, nsB, head, vethA, vethB
+}
+
+func build(t *testing.T, dir string) (sglprov, fake string) {
+	t.Helper()
+	root := repoRoot()
+	sglprov, fake = filepath.Join(dir, "sglprov"), filepath.Join(dir, "fake-sglang")
+	for out, pkg := range map[string]string{sglprov: "./cmd/sglprov", fake: "./test/fakesglang/cmd/fake-sglang"} {
+		cmd := exec.Command("go", "build", "-o", out, pkg)
+		cmd.Dir = root
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("building %s: %v\n%s", pkg, err, b)
+		}
+	}
+	return sglprov, fake
+}
+
+// TestTwoNodes: the head and the worker (each a daemon, so that its server outlives one
+// apply) join at the rendezvous over the veth pair; the head's gate passes, and the
+// worker's by asking the head. A worker told to use an interface that does
+// not reach the head is refused naming it (exit 4); a worker given a rendezvous port
+// nobody listens on fails naming the rendezvous and the likely causes; killing the
+// worker's server fails both nodes' canaries until the group is back.
+func TestTwoNodes(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: it makes network namespaces and a veth pair")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("needs iproute2's ip (make deps installs it)")
+	}
+	dir := t.TempDir()
+	sglprov, fake := build(t, dir)
+	recipe := filepath.Join(dir, "r.yaml")
+	if err := os.WriteFile(recipe, []byte(strings.Replace(recipeText, "FAKE", fake, 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	nsA, nsB, head, vethA, vethB := twoNodes(t)
+	env := append(os.Environ(), "SGLPROV_GPU_FIXTURE="+filepath.Join(repoRoot(), "testdata", "gpu", "rtx-pro-6000-x8.json"))
+	sets := func(rank string, more ...string) []string {
+		out := []string{"--set", "node_rank=" + rank, "--set", "head_addr=" + head}
+		for _, m := range more {
+			out = append(out, "--set", m)
+		}
+		return out
+	}
+
+	// plan on each rank shows its flags and the group's interface.
+	for _, c := range []struct{ ns, rank, iface, role string }{{nsA, "0", vethA, "head"}, {nsB, "1", vethB, "worker"}} {
+		cmd := exec.Command("ip", append([]string{"netns", "exec", c.ns, sglprov, "plan", "-f", recipe,
+			"--state-dir", filepath.Join(dir, "plan"+c.rank)}, sets(c.rank)...)...)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("plan rank %s: %v\n%s", c.rank, err, out)
+		}
+		for _, want := range []string{"--nnodes 2 --node-rank " + c.rank + " --dist-init-addr " + head + ":29500 --tp 16",
+			"node rank " + c.rank + " of 2 (" + c.role + ")", "NCCL_SOCKET_IFNAME=" + c.iface + ": the interface that reaches the head"} {
+			if !strings.Contains(string(out), want) {
+				t.Errorf("plan rank %s lacks %q:\n%s", c.rank, want, out)
+			}
+		}
+	}
+
+	// Each node runs a daemon, so that its server outlives one apply (the exec manager's
+	// server is the child of the sglprov that started it).
+	daemon := func(ns, rank, stateDir string) (metrics, logPath string) {
+		metrics, logPath = filepath.Join(dir, stateDir+".prom"), filepath.Join(dir, stateDir+".log")
+		out, err := os.Create(logPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command("ip", append([]string{"netns", "exec", ns, sglprov, "daemon", "-f", recipe,
+			"--state-dir", filepath.Join(dir, stateDir), "--interval", "1s", "--failures-before-restart", "1",
+			"--canary-timeout", "20s", "--metrics-addr", "", "--textfile", metrics}, sets(rank)...)...)
+		cmd.Env, cmd.Stdout, cmd.Stderr = env, out, out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			done := make(chan struct{})
+			go func() { _ = cmd.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(20 * time.Second):
+				_ = cmd.Process.Kill()
+			}
+			out.Close()
+			if t.Failed() {
+				b, _ := os.ReadFile(logPath)
+				t.Logf("rank %s daemon:\n%s", rank, b)
+			}
+		})
+		return metrics, logPath
+	}
+	waitMetric := func(path, want string, within time.Duration) bool {
+		for end := time.Now().Add(within); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+			if m, _ := os.ReadFile(path); bytes.Contains(m, []byte(want)) {
+				return true
+			}
+		}
+		return false
+	}
+	headMetrics, headLog := daemon(nsA, "0", "a")
+	workerMetrics, workerLog := daemon(nsB, "1", "b")
+	const pass, healthy = `sglprov_gate_pass{recipe="two-nodes"} 1`, `sglprov_node_health{recipe="two-nodes",state="healthy"} 1`
+	for _, m := range []string{headMetrics, workerMetrics} {
+		if !waitMetric(m, pass, 90*time.Second) || !waitMetric(m, healthy, 30*time.Second) {
+			b, _ := os.ReadFile(m)
+			t.Fatalf("%s: the gate did not pass or the node is not healthy:\n%s", m, b)
+		}
+	}
+	logs, _ := os.ReadFile(filepath.Join(dir, "b", "logs", "sglang-group.service.log"))
+	if !strings.Contains(string(logs), "rank 1 joined the group at "+head+":29500") {
+		t.Errorf("the worker's server did not join over the veth pair:\n%s", logs)
+	}
+
+	worker := func(stateDir string, more ...string) (int, string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", nsB, sglprov, "apply", "-f", recipe,
+			"--state-dir", filepath.Join(dir, stateDir)}, sets("1", more...)...)...)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return code, string(out)
+	}
+	// A worker told to use loopback, which does not reach the head: refused before start.
+	code, out := worker("c", "iface=lo")
+	if code != 4 || !strings.Contains(out, "nodes.interface lo does not reach the head "+head+": the kernel routes it through "+vethB) {
+		t.Errorf("wrong interface: exit %d:\n%s", code, out)
+	}
+	// A worker whose rendezvous nobody serves fails naming it and the likely causes.
+	code, out = worker("d", "rdv_port=29600", "port=30100", "join=5s")
+	if code != 3 || !strings.Contains(out, "nothing listens at the rendezvous "+head+":29600 now (connection refused)") || !strings.Contains(out, "firewall") {
+		t.Errorf("unserved rendezvous: exit %d:\n%s", code, out)
+	}
+
+	// The worker's server dies: the head's group is broken for good, so both nodes' canaries
+	// fail (the head's own, the worker's asked at the head). Each node's ladder restarts its
+	// own server (in no group order: the ladder knows no group), the worker's joins the
+	// restarted head, and both canaries pass again.
+	pid := serverPID(t, nsB)
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range []string{headLog, workerLog} {
+		if !waitMetric(l, "canary failed", 60*time.Second) {
+			t.Errorf("%s: no canary failed after the worker's server died", l)
+		}
+	}
+	for _, l := range []string{headLog, workerLog} {
+		if !waitMetric(l, "canary passes again", 3*time.Minute) {
+			t.Errorf("%s: the group did not come back", l)
+		}
+	}
+	for _, m := range []string{headMetrics, workerMetrics} {
+		if !waitMetric(m, healthy, 30*time.Second) {
+			b, _ := os.ReadFile(m)
+			t.Errorf("%s: not healthy again:\n%s", m, b)
+		}
+	}
+}
+
+// serverPID returns the pid of the fake server running in namespace ns.
+func serverPID(t *testing.T, ns string) int {
+	t.Helper()
+	for _, f := range strings.Fields(run(t, "ip", "netns", "pids", ns)) {
+		pid, err := strconv.Atoi(f)
+		if err != nil {
+			continue
+		}
+		if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); strings.TrimSpace(string(comm)) == "fake-sglang" {
+			return pid
+		}
+	}
+	t.Fatalf("no fake-sglang runs in %s", ns)
+	return 0
+}
