@@ -7,6 +7,8 @@ import (
 	"io"
 	"path"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"charm.land/log/v2"
 
@@ -54,6 +56,17 @@ type genState struct {
 	info  GenerationInfo
 	steps []string // the generation steps, in file order
 	store Generations
+	// parts are the named digests of the key; changed the names of those that differ
+	// from the serving generation's (when it recorded its own), for plan's reasons.
+	parts   map[string]string
+	changed []string
+}
+
+// keyPartsStore is implemented by a Generations that keeps the named digests of each
+// generation's key (pkg/generation's Store).
+type keyPartsStore interface {
+	BeginWith(key string, parts map[string]string) error
+	Parts(key string) map[string]string
 }
 
 // placeholderDir stands for the generation's folder while its key is computed: the key
@@ -91,11 +104,11 @@ func withGeneration(facts map[string]any, dir string) map[string]any {
 // generationKey returns the key of the generation the recipe's generation steps build:
 // a digest of each one's recipe text (less its node-local fields) and of every var and fact
 // that text uses, with the generation's own folder left out; and the names of those steps.
-func generationKey(ctx context.Context, opts Options, facts map[string]any) (string, []string, error) {
+func generationKey(ctx context.Context, opts Options, facts map[string]any) (string, []string, map[string]string, error) {
 	r := opts.Recipe
 	data, err := r.NewData(withGeneration(facts, placeholderDir))
 	if err != nil {
-		return "", nil, fmt.Errorf("%w: %v", ErrUsage, err)
+		return "", nil, nil, fmt.Errorf("%w: %v", ErrUsage, err)
 	}
 	parts := map[string]string{}
 	var steps []string
@@ -118,14 +131,16 @@ func generationKey(ctx context.Context, opts Options, facts map[string]any) (str
 			}
 			if kind.UsesFacts {
 				for k, v := range recordedFacts(opts.Facts) {
-					parts[s.Name+"."+k] = digest(v)
+					if len(kind.Facts) == 0 || slices.Contains(kind.Facts, k) {
+						parts[s.Name+"."+k] = digest(v)
+					}
 				}
 			}
 		}
 		if k, ok := impl.(GenerationKeyer); ok && !opts.IgnoreState {
 			own, err := k.GenerationKey(ctx, keyEnv(opts, s.Name))
 			if err != nil {
-				return "", nil, fmt.Errorf("step %s: working out its generation: %w", s.Name, err)
+				return "", nil, nil, fmt.Errorf("step %s: working out its generation: %w", s.Name, err)
 			}
 			for name, v := range own {
 				parts[s.Name+"."+name] = digest(v)
@@ -138,7 +153,7 @@ func generationKey(ctx context.Context, opts Options, facts map[string]any) (str
 			}
 		}
 	}
-	return generation.Key(parts), steps, nil
+	return generation.Key(parts), steps, parts, nil
 }
 
 // openGenerations works out the run's generation (nil when no step of the recipe builds
@@ -148,14 +163,14 @@ func openGenerations(opts Options, facts map[string]any) (*genState, map[string]
 	if !r.UsesGenerations() {
 		return nil, facts, nil
 	}
-	key, steps, err := generationKey(context.Background(), opts, facts)
+	key, steps, parts, err := generationKey(context.Background(), opts, facts)
 	if err != nil {
 		return nil, nil, err
 	}
 	if opts.GenerationKey != "" {
-		key = opts.GenerationKey
+		key, parts = opts.GenerationKey, nil
 	}
-	g := &genState{steps: steps, info: GenerationInfo{Key: key, Dir: path.Join(r.GenerationsDir(), key)}}
+	g := &genState{steps: steps, parts: parts, info: GenerationInfo{Key: key, Dir: path.Join(r.GenerationsDir(), key)}}
 	if !opts.IgnoreState {
 		open := opts.OpenGenerations
 		if open == nil {
@@ -168,6 +183,11 @@ func openGenerations(opts Options, facts map[string]any) (*genState, map[string]
 			return nil, nil, err
 		}
 		g.info.Serving = g.store.Serving()
+		if ps, ok := g.store.(keyPartsStore); ok && parts != nil && g.info.Serving != "" && g.info.Serving != key {
+			if old := ps.Parts(g.info.Serving); old != nil {
+				g.changed = ChangedParts(old, parts)
+			}
+		}
 	}
 	return g, withGeneration(facts, g.info.Dir), nil
 }
@@ -202,7 +222,13 @@ func (e *Engine) beginGeneration() error {
 	if g == nil || g.store == nil {
 		return nil
 	}
-	if err := g.store.Begin(g.info.Key); err != nil {
+	var err error
+	if ps, ok := g.store.(keyPartsStore); ok && g.parts != nil {
+		err = ps.BeginWith(g.info.Key, g.parts)
+	} else {
+		err = g.store.Begin(g.info.Key)
+	}
+	if err != nil {
 		return err
 	}
 	if g.info.Serving != g.info.Key {
@@ -276,4 +302,21 @@ func (e *Engine) GenerationPassed() (*GenerationReport, error) {
 		e.gen.info.Serving = e.gen.info.Key
 	}
 	return gr, e.SaveState()
+}
+
+// explainChanged names, after the generation's folder among a step's changed inputs, the
+// inputs of the generation's key that differ from the serving generation's ("kernel.gpu.arch_list"):
+// plan says which fact or text made a new generation, not only that its folder moved.
+func (g *genState) explainChanged(changed []string) []string {
+	if g == nil || len(g.changed) == 0 {
+		return changed
+	}
+	out := make([]string, len(changed))
+	for i, c := range changed {
+		out[i] = c
+		if c == recipe.GenerationDirRef {
+			out[i] = c + " (new generation: " + strings.Join(g.changed, ", ") + " changed)"
+		}
+	}
+	return out
 }

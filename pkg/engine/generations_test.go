@@ -10,6 +10,7 @@ import (
 
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/generation"
+	"github.com/sglprov/sglprov/pkg/gpu"
 )
 
 // genRecipe builds src and kernel into the generation; weights and service stay outside.
@@ -232,5 +233,53 @@ func TestRollBackToKeptGeneration(t *testing.T) {
 	}
 	if got := one.Previous(); got != "" {
 		t.Errorf("one generation: previous = %q, want none", got)
+	}
+}
+
+// A step kind that reads one fact whatever its text says (as the build step reads the
+// arch list) keys its generation by that fact alone: a driver upgrade keeps the
+// generation and builds nothing; a new arch list makes a new one, and plan names it.
+func TestGenerationKeyHoldsOnlyFactsRead(t *testing.T) {
+	w := newWorld()
+	dir, gens := t.TempDir(), t.TempDir()
+	host := func(driver, cc string) func(*engine.Options) {
+		return func(o *engine.Options) {
+			reg := registry(w)
+			k := reg["fake"]
+			k.UsesFacts, k.Facts = true, []string{"gpu.arch_list"}
+			reg["fake"] = k
+			o.Registry = reg
+			o.Facts = &gpu.Facts{DriverVersion: driver, CUDADriverVersion: 13000,
+				GPUs: []gpu.Device{{Index: 0, UUID: "GPU-0", ComputeCapability: cc}}}
+		}
+	}
+	r := load(t, w, fmt.Sprintf(genRecipe, gens, false))
+	rep, err := newEngine(t, w, r, dir, host("580.95.05", "12.0")).Apply(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	g1 := rep.Generation.Serving
+
+	w.ran = nil
+	rep, err = newEngine(t, w, r, dir, host("590.10.01", "12.0")).Apply(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Generation.Serving != g1 || contains(w.ran, "src") || contains(w.ran, "kernel") {
+		t.Fatalf("a driver upgrade: serving %s (was %s), ran %v; want the same generation, nothing built", rep.Generation.Serving, g1, w.ran)
+	}
+
+	p, err := newEngine(t, w, r, dir, host("590.10.01", "9.0")).Plan(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reason string
+	for _, s := range p.Steps {
+		if s.Name == "kernel" {
+			reason = s.Reason
+		}
+	}
+	if !strings.Contains(reason, "kernel.gpu.arch_list") || strings.Contains(reason, "driver") {
+		t.Errorf("plan after a new arch list says %q; want it to name kernel.gpu.arch_list (and not the driver)", reason)
 	}
 }

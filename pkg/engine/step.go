@@ -174,6 +174,11 @@ type Kind struct {
 	// UsesFacts says that a step of this kind always uses the host's GPU facts (the build
 	// step's arch list), whether or not the recipe mentions them.
 	UsesFacts bool
+	// Facts names the facts (as templates name them: "gpu.arch_list") that a step of a kind
+	// with UsesFacts reads whether or not its text names them: only they join its
+	// generation's key, so a fact it never reads (the driver version, for a build) keeps the
+	// generation. Empty with UsesFacts: every recorded fact.
+	Facts []string
 }
 
 // Registry maps step kind names (the key in a recipe step: "command", "source", ...) to kinds.

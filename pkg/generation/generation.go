@@ -65,6 +65,9 @@ type Generation struct {
 	// Steps are the records of the steps that built it, as they stood when it passed:
 	// going back to it takes them, so nothing is built again.
 	Steps map[string]json.RawMessage `json:"steps,omitempty"`
+	// Parts are the named digests its key was made of (Key(Parts) == Key): a later run
+	// compares its own with them to say which input made a new generation.
+	Parts map[string]string `json:"parts,omitempty"`
 }
 
 // Record is what the record file holds.
@@ -175,6 +178,12 @@ func (s *Store) find(key string) *Generation {
 // Begin records that a run builds into the generation with key (before anything is
 // written there, so that a folder the record does not name is never one of ours half built).
 func (s *Store) Begin(key string) error {
+	return s.BeginWith(key, nil)
+}
+
+// BeginWith is Begin that also records the named digests the key was made of (kept when
+// the generation was already recorded with them).
+func (s *Store) BeginWith(key string, parts map[string]string) error {
 	if err := CheckKey(key); err != nil {
 		return err
 	}
@@ -189,11 +198,24 @@ func (s *Store) Begin(key string) error {
 	if err := s.register(); err != nil {
 		return err
 	}
-	if s.find(key) != nil {
-		return nil
+	if g := s.find(key); g != nil {
+		if g.Parts != nil || parts == nil {
+			return nil
+		}
+		g.Parts = parts
+		return s.save()
 	}
-	s.rec.Generations = append(s.rec.Generations, &Generation{Key: key, Created: s.now().UTC()})
+	s.rec.Generations = append(s.rec.Generations, &Generation{Key: key, Created: s.now().UTC(), Parts: parts})
 	return s.save()
+}
+
+// Parts returns the named digests the generation with key was made of (nil when they
+// were not recorded).
+func (s *Store) Parts(key string) map[string]string {
+	if g := s.find(key); g != nil {
+		return g.Parts
+	}
+	return nil
 }
 
 // Steps returns the step records kept with the generation with key, when it passed.
