@@ -62,6 +62,12 @@ type genState struct {
 	changed []string
 }
 
+// rootStore is implemented by a Generations that keeps a link at each of the recipe's
+// generation roots pointing into the serving generation (pkg/generation's Store).
+type rootStore interface {
+	SetRoots(nodeDir string, roots []generation.Root)
+}
+
 // keyPartsStore is implemented by a Generations that keeps the named digests of each
 // generation's key (pkg/generation's Store).
 type keyPartsStore interface {
@@ -113,7 +119,7 @@ func generationKey(ctx context.Context, opts Options, facts map[string]any) (str
 	parts := map[string]string{}
 	var steps []string
 	for _, s := range r.Steps {
-		if !r.InGeneration(s) {
+		if !r.InGeneration(s) || opts.Registry[s.Kind].ReadsGeneration {
 			continue
 		}
 		steps = append(steps, s.Name)
@@ -183,6 +189,13 @@ func openGenerations(opts Options, facts map[string]any) (*genState, map[string]
 			return nil, nil, err
 		}
 		g.info.Serving = g.store.Serving()
+		if rs, ok := g.store.(rootStore); ok && len(r.GenerationRoots()) > 0 {
+			roots := make([]generation.Root, 0, len(r.GenerationRoots()))
+			for _, root := range r.GenerationRoots() {
+				roots = append(roots, generation.Root{Link: HostPath(opts.Root, root.Path), Sub: root.Sub})
+			}
+			rs.SetRoots(r.GenerationsDir(), roots)
+		}
 		if ps, ok := g.store.(keyPartsStore); ok && parts != nil && g.info.Serving != "" && g.info.Serving != key {
 			if old := ps.Parts(g.info.Serving); old != nil {
 				g.changed = ChangedParts(old, parts)

@@ -75,6 +75,29 @@ type Record struct {
 	// Current is the key of the generation that last passed (the serving one).
 	Current     string        `json:"current,omitempty"`
 	Generations []*Generation `json:"generations"`
+	// MovedAside are the folders that stood where a root's link goes (a tree built in
+	// place before generations, which sglprov did not record writing) and were renamed
+	// beside it when the first generation passed: kept, never deleted by sglprov.
+	MovedAside []MovedAside `json:"moved_aside,omitempty"`
+}
+
+// MovedAside is a folder renamed away from a root so that the root's link could be put
+// there.
+type MovedAside struct {
+	// Root is where it stood (a host path); Path where it is now.
+	Root string `json:"root"`
+	Path string `json:"path"`
+	// At is when it was moved.
+	At time.Time `json:"at"`
+}
+
+// Root is a folder a recipe names whose contents live in each generation: a link there
+// points to the serving generation's Sub folder, flipped when a generation passes.
+type Root struct {
+	// Link is the host path of the link ("/opt/sglang").
+	Link string
+	// Sub is the folder inside each generation the link points to.
+	Sub string
 }
 
 // Store is one recipe's generations.
@@ -84,7 +107,20 @@ type Store struct {
 	keep   int
 	now    func() time.Time
 	rec    Record
+	// nodeDir is the generations folder as the node sees it (the links' targets); roots
+	// the links flipped when a generation passes.
+	nodeDir string
+	roots   []Root
 }
+
+// SetRoots names the links flipped to each generation that passes: each root's link gets
+// the target nodeDir/KEY/SUB (nodeDir is the generations folder as the node sees it).
+func (s *Store) SetRoots(nodeDir string, roots []Root) {
+	s.nodeDir, s.roots = nodeDir, roots
+}
+
+// MovedAside returns the folders moved away from the roots (see Record.MovedAside).
+func (s *Store) MovedAside() []MovedAside { return s.rec.MovedAside }
 
 // Key returns a generation's key from the named digests that decide it.
 func Key(parts map[string]string) string {
@@ -305,8 +341,71 @@ func (s *Store) Passed(key string, steps map[string]json.RawMessage) (*Pruned, e
 	// A "current" that cannot be written does not stop the prune: the record says which
 	// generation serves.
 	lerr := s.link(key)
+	rerr := s.linkRoots(key)
 	p, perr := s.prune(false, "")
-	return p, errors.Join(lerr, perr)
+	return p, errors.Join(lerr, rerr, perr)
+}
+
+// linkRoots points each root's link at the generation with key: a new link renamed over
+// the old one. A folder (or file) at the root that is not a link is the tree an in-place
+// run built: it served until now and is renamed beside the root (ROOT.sglprov-inplace,
+// recorded in MovedAside), never deleted.
+func (s *Store) linkRoots(key string) error {
+	var errs []error
+	for _, root := range s.roots {
+		if err := s.linkRoot(key, root); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (s *Store) linkRoot(key string, root Root) error {
+	target := filepath.Join(s.nodeDir, key, root.Sub)
+	parent := filepath.Dir(root.Link)
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return fmt.Errorf("creating %s for the link to generation %s: %w", parent, Short(key), err)
+	}
+	tmp := filepath.Join(parent, fmt.Sprintf(".%s.sglprov-link.%d", filepath.Base(root.Link), os.Getpid()))
+	_ = os.Remove(tmp)
+	if err := os.Symlink(target, tmp); err != nil {
+		return fmt.Errorf("linking %s to generation %s: %w", root.Link, Short(key), err)
+	}
+	if fi, err := os.Lstat(root.Link); err == nil && fi.Mode()&fs.ModeSymlink == 0 {
+		aside, err := s.moveAside(root.Link)
+		if err != nil {
+			_ = os.Remove(tmp)
+			return err
+		}
+		s.rec.MovedAside = append(s.rec.MovedAside, MovedAside{Root: root.Link, Path: aside, At: s.now().UTC()})
+		if err := s.save(); err != nil {
+			_ = os.Remove(tmp)
+			return err
+		}
+	}
+	if err := os.Rename(tmp, root.Link); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("linking %s to generation %s: %w", root.Link, Short(key), err)
+	}
+	return atomicfile.SyncDir(parent)
+}
+
+// moveAside renames what stands at p to the first free p.sglprov-inplace[-N].
+func (s *Store) moveAside(p string) (string, error) {
+	for i := 1; i <= 100; i++ {
+		aside := p + ".sglprov-inplace"
+		if i > 1 {
+			aside += fmt.Sprintf("-%d", i)
+		}
+		if _, err := os.Lstat(aside); err == nil {
+			continue
+		}
+		if err := os.Rename(p, aside); err != nil {
+			return "", fmt.Errorf("moving the in-place tree %s aside to %s (so that the link to the serving generation can be put there): %w", p, aside, err)
+		}
+		return aside, nil
+	}
+	return "", fmt.Errorf("moving the in-place tree %s aside: %s.sglprov-inplace to -100 all exist; move them away", p, p)
 }
 
 // link points the "current" link at key.

@@ -29,6 +29,11 @@ type Generations struct {
 	// Keep is how many generations that passed the gate are kept (the serving one among
 	// them); default 2, at least 1.
 	Keep int `yaml:"keep" json:"keep,omitempty"`
+
+	// off is `generations: off`; roots the folders built inside generations by default
+	// (see gendefault.go).
+	off   bool
+	roots []GenerationRoot
 }
 
 // GenerationsDir returns the folder of this recipe's generations (its own folder below
@@ -66,6 +71,9 @@ func (r *Recipe) InGeneration(s *Step) bool {
 }
 
 func (p *parser) parseGenerations(n *yaml.Node, r *Recipe) {
+	if p.parseGenerationsScalar(n, r) {
+		return
+	}
 	var g Generations
 	if !p.decodeStrict(n, "generations", &g) {
 		return

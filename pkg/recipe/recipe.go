@@ -218,6 +218,8 @@ func (p *parser) parse(data []byte, sets []string) *Recipe {
 	}
 	if cycle := varCycle(r); cycle != nil {
 		p.addf(varNodes[cycle[0]], "vars."+cycle[0], "vars refer to each other in a cycle: %s", strings.Join(cycle, " -> "))
+	} else {
+		p.defaultGenerations(r)
 	}
 	return r
 }

@@ -86,6 +86,7 @@ func JSONSchema(kinds KindSpecs) map[string]any {
 	top["$schema"] = "http://json-schema.org/draft-07/schema#"
 	top["$id"] = SchemaID
 	top["title"] = "sglprov recipe (" + APIVersion + ")"
+	props["generations"] = generationsSchema(props["generations"])
 	return top
 }
 
