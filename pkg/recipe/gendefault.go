@@ -58,12 +58,19 @@ func generationsSchema(mapping any) any {
 
 // defaultGenerations makes generations the default: unless the recipe says
 // `generations: off` or names {{ .generation.dir }} itself, the dest of each source step
-// (rendered with the vars; a dest that uses a host fact is left in place) is a root, and
+// (rendered with the vars; a dest that uses a host fact is left in place) and each folder
+// of generations.roots is a root, and
 // every path under a root in the vars and the steps' text is rewritten to the same path
 // under {{ .generation.dir }}/SUB. The steps that write there become generation steps; the
 // service's unit then reads the generation's folder.
 func (p *parser) defaultGenerations(r *Recipe) {
-	if r.Generations.off || r.namesGenerationDir() {
+	if r.Generations.off {
+		return
+	}
+	if r.namesGenerationDir() {
+		if len(r.Generations.Roots) > 0 {
+			p.addf(nil, "generations.roots", "generations.roots is for recipes that do not name {{ .%s }}: this one chooses its generation's paths itself; drop one of them", GenerationDirRef)
+		}
 		return
 	}
 	facts := map[string]any{}
@@ -91,6 +98,15 @@ func (p *parser) defaultGenerations(r *Recipe) {
 		}
 		out, err := render(dest.Value, data)
 		if err != nil || !rootPath(out) {
+			continue
+		}
+		roots = append(roots, GenerationRoot{Path: out})
+	}
+	for _, text := range r.Generations.Roots {
+		refs, _ := templateRefs(text)
+		out, err := render(text, data)
+		if err != nil || usesFacts(refs) || !rootPath(out) {
+			p.addf(nil, "generations.roots", "generations.roots: %q must name an absolute, clean folder (vars allowed, no host facts) that is not a system folder such as /opt", text)
 			continue
 		}
 		roots = append(roots, GenerationRoot{Path: out})
