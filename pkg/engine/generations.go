@@ -3,12 +3,15 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 
 	"charm.land/log/v2"
 
@@ -246,8 +249,81 @@ func (e *Engine) beginGeneration() error {
 	}
 	if g.info.Serving != g.info.Key {
 		e.log.Info("generation", "building", generation.Short(g.info.Key), "serving", shortOr(g.info.Serving, "none"), "dir", g.info.Dir)
+		// Before a build, the recipe's failed generations go (never the serving one, the
+		// kept ones, the one being built, nor one another state dir's record lists): a
+		// new pin after a failed one does not find the disk full of it.
+		if pr, ok := g.store.(pruner); ok {
+			p, err := pr.PruneKeeping(g.info.Key, false)
+			switch {
+			case err != nil:
+				e.log.Warn("freeing failed generations", "err", err)
+			case p != nil && len(p.Freed) > 0:
+				e.log.Info("generation", "freed", p.Describe(logval.Format))
+			}
+		}
 	}
 	return nil
+}
+
+// pruner is implemented by a Generations that can free the generations beyond the kept
+// ones (pkg/generation's Store).
+type pruner interface {
+	PruneKeeping(building string, dryRun bool) (*generation.Pruned, error)
+}
+
+// noSpaceHint adds to the error of a generation step that ran out of disk space (ENOSPC,
+// or "No space left on device" in its error or the tail of its log) what `sglprov gc`
+// would free in the recipe's generations.
+func (e *Engine) noSpaceHint(step string, runErr error, logPath string) error {
+	g := e.gen
+	if g == nil || g.store == nil || !slices.Contains(g.steps, step) || !noSpace(runErr, logPath) {
+		return runErr
+	}
+	hint := "`sglprov gc` frees the generations beyond the kept ones (`sglprov gc --dry-run` lists them)"
+	if pr, ok := g.store.(pruner); ok {
+		if p, err := pr.PruneKeeping(g.info.Key, true); err == nil && p != nil {
+			if p.Bytes > 0 {
+				hint = fmt.Sprintf("`sglprov gc` would free %s of generations (%d of them; `sglprov gc --dry-run` lists them and the part files it frees)", logval.Format(p.Bytes), len(p.Freed))
+			} else {
+				hint = fmt.Sprintf("`sglprov gc` would free no generation (%s are kept: lower generations.keep to free more; gc also frees weights' part files and orphans, see `sglprov gc --dry-run`)", strings.Join(shortKeys(p.Kept), ", "))
+			}
+		}
+	}
+	return fmt.Errorf("%w\nthe disk of %s is full: %s", runErr, g.info.Dir, hint)
+}
+
+func shortKeys(keys []string) []string {
+	out := make([]string, len(keys))
+	for i, k := range keys {
+		out[i] = generation.Short(k)
+	}
+	return out
+}
+
+// noSpaceText is how a child process says ENOSPC.
+const noSpaceText = "No space left on device"
+
+// noSpaceLogTail is how much of a step's log noSpace reads, from its end.
+const noSpaceLogTail = 64 << 10
+
+// noSpace reports whether err, or the last noSpaceLogTail bytes of the log at logPath,
+// say that a disk was full.
+func noSpace(err error, logPath string) bool {
+	if errors.Is(err, syscall.ENOSPC) || strings.Contains(err.Error(), noSpaceText) {
+		return true
+	}
+	f, ferr := os.Open(logPath)
+	if ferr != nil {
+		return false
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err == nil && fi.Size() > noSpaceLogTail {
+		if _, err := f.Seek(-noSpaceLogTail, io.SeekEnd); err != nil {
+			return false
+		}
+	}
+	b, _ := io.ReadAll(io.LimitReader(f, noSpaceLogTail))
+	return strings.Contains(string(b), noSpaceText)
 }
 
 // endGeneration records the run's generation as passed when the run succeeded (and was

@@ -283,3 +283,51 @@ func TestGenerationKeyHoldsOnlyFactsRead(t *testing.T) {
 		t.Errorf("plan after a new arch list says %q; want it to name kernel.gpu.arch_list (and not the driver)", reason)
 	}
 }
+
+// Before a build, the recipe's failed generations go; the serving one stays. A build
+// into a generation that runs out of disk space names `sglprov gc` and what it would free.
+func TestFailedGenerationsFreedBeforeBuild(t *testing.T) {
+	w := newWorld()
+	dir, gens := t.TempDir(), t.TempDir()
+	rep, err := genApply(t, w, gens, dir, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g1 := rep.Generation.Serving
+	rep, err = genApply(t, w, gens, dir, true, "pin=2")
+	if err == nil {
+		t.Fatal("a failing build passed")
+	}
+	g2 := rep.Generation.Building
+	if _, err := os.Stat(filepath.Join(gens, "gen", g2)); err != nil {
+		t.Fatalf("the failed generation's folder: %v", err)
+	}
+	// Another failing pin: before it builds, the failed pin 2 goes; pin 1 serves on.
+	if _, err = genApply(t, w, gens, dir, true, "pin=3"); err == nil {
+		t.Fatal("a failing build passed")
+	}
+	if _, err := os.Stat(filepath.Join(gens, "gen", g2)); err == nil {
+		t.Errorf("the failed generation %s is still on disk after the next build", g2)
+	}
+	if _, err := os.Stat(filepath.Join(gens, "gen", g1, "src", "made-by-src")); err != nil || currentLink(t, gens) != g1 {
+		t.Errorf("the serving generation %s changed: %v, current %s", g1, err, currentLink(t, gens))
+	}
+
+	// The disk is full during the next build.
+	text := strings.Replace(fmt.Sprintf(genRecipe, gens, false), `fake: {output: "{{ .vars.src }}/dist", fail: false}`, `fake: {output: "{{ .vars.src }}/dist", no_space: true}`, 1)
+	_, err = newEngine(t, w, load(t, w, text, "pin=4"), dir, nil).Apply(context.Background())
+	if err == nil {
+		t.Fatal("a build on a full disk passed")
+	}
+	rep, _ = engine.LatestReport(dir)
+	var msg string
+	for _, s := range rep.Steps {
+		if s.Name == "kernel" {
+			msg = s.Error
+		}
+	}
+	t.Logf("full disk: %s", msg)
+	if !strings.Contains(msg, "sglprov gc") || !strings.Contains(msg, "is full") {
+		t.Errorf("the full disk's error %q does not name sglprov gc", msg)
+	}
+}
