@@ -19,6 +19,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -79,6 +80,16 @@ type Record struct {
 	// place before generations, which sglprov did not record writing) and were renamed
 	// beside it when the first generation passed: kept, never deleted by sglprov.
 	MovedAside []MovedAside `json:"moved_aside,omitempty"`
+	// Links are the links sglprov wrote at the roots, each with the target it last
+	// wrote: a remove deletes a link only while it still points there.
+	Links []Link `json:"links,omitempty"`
+}
+
+// Link is a link sglprov wrote at a root.
+type Link struct {
+	// Path is the link's host path; Target what sglprov wrote into it.
+	Path   string `json:"path"`
+	Target string `json:"target"`
 }
 
 // MovedAside is a folder renamed away from a root so that the root's link could be put
@@ -171,6 +182,11 @@ func parseRecord(b []byte) (*Record, error) {
 	if rec.Current != "" {
 		if err := CheckKey(rec.Current); err != nil {
 			return nil, fmt.Errorf("current: %w", err)
+		}
+	}
+	for i, l := range rec.Links {
+		if !filepath.IsAbs(l.Path) || filepath.Clean(l.Path) != l.Path || l.Path == "/" {
+			return nil, fmt.Errorf("links[%d]: %q is not an absolute, clean path", i, l.Path)
 		}
 	}
 	for i, g := range rec.Generations {
@@ -387,7 +403,31 @@ func (s *Store) linkRoot(key string, root Root) error {
 		_ = os.Remove(tmp)
 		return fmt.Errorf("linking %s to generation %s: %w", root.Link, Short(key), err)
 	}
-	return atomicfile.SyncDir(parent)
+	if err := atomicfile.SyncDir(parent); err != nil {
+		return err
+	}
+	i := slices.IndexFunc(s.rec.Links, func(l Link) bool { return l.Path == root.Link })
+	if i < 0 {
+		s.rec.Links = append(s.rec.Links, Link{Path: root.Link})
+		i = len(s.rec.Links) - 1
+	}
+	s.rec.Links[i].Target = target
+	return s.save()
+}
+
+// removeLinks deletes the links at the roots that still point where sglprov last
+// pointed them (a link or folder someone put there instead is left).
+func (s *Store) removeLinks() error {
+	var errs []error
+	for _, l := range s.rec.Links {
+		if got, err := os.Readlink(l.Path); err != nil || got != l.Target {
+			continue
+		}
+		if err := os.Remove(l.Path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("removing the link %s: %w", l.Path, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // moveAside renames what stands at p to the first free p.sglprov-inplace[-N].
@@ -561,6 +601,9 @@ func (s *Store) RemoveAll(dryRun bool) (*Pruned, error) {
 		cur := filepath.Join(s.dir, CurrentLink)
 		if fi, err := os.Lstat(cur); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
 			_ = os.Remove(cur)
+		}
+		if err := s.removeLinks(); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if err := os.Remove(s.record); err != nil && !errors.Is(err, fs.ErrNotExist) {
