@@ -130,6 +130,17 @@ func (p *parser) defaultGenerations(r *Recipe) {
 	if len(kept) == 0 {
 		return
 	}
+	// Each root whose path the recipe writes somewhere as text; the others stay in place.
+	used := kept[:0]
+	for _, root := range kept {
+		if r.writesPath(root) {
+			used = append(used, root)
+		}
+	}
+	if len(used) == 0 {
+		return
+	}
+	kept = used
 	r.Generations.roots = kept
 	for name, v := range r.Vars {
 		r.Vars[name] = rewriteRoots(v, kept)
@@ -235,4 +246,22 @@ func (r *Recipe) inPlaceGeneration(d Data) {
 		}
 	}
 	d["generation"] = map[string]any{"dir": parent}
+}
+
+// writesPath reports whether a var or a step's text names root's path as rewriteRoots
+// finds it.
+func (r *Recipe) writesPath(root GenerationRoot) bool {
+	one := []GenerationRoot{root}
+	for _, v := range r.Vars {
+		if rewriteRoots(v, one) != v {
+			return true
+		}
+	}
+	found := false
+	for _, s := range r.Steps {
+		eachScalar(s.Body, func(n *yaml.Node) {
+			found = found || rewriteRoots(n.Value, one) != n.Value
+		})
+	}
+	return found
 }
