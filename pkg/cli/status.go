@@ -178,8 +178,8 @@ func writeRecipeRun(out io.Writer, rr engine.RecipeRun, running int) error {
 		fmt.Fprintf(out, "recipe %s, no step has run yet\n", rep.Recipe)
 	}
 	if len(killed) > 0 {
-		fmt.Fprintf(out, "last run: ended before it finished (killed?): %s was running; the next apply redoes it (exit %d)\n",
-			strings.Join(killed, ", "), rr.ExitCode)
+		fmt.Fprintf(out, "last run: ended before it finished (killed?): %s was running; the next apply redoes it\n",
+			strings.Join(killed, ", "))
 	}
 	if rep != nil && (running != 0 || len(killed) > 0) {
 		fmt.Fprintf(out, "last finished run: %s at %s, exit %d\n  report: %s/report.json\n",

@@ -53,8 +53,8 @@ type RecipeRun struct {
 	// run ended before it finished them (killed, or the host went down) and wrote no
 	// report; it is the recipe's last run, and it failed.
 	Killed []string
-	// ExitCode is the last run's exit code: ExitFailed when it was killed or no run was
-	// recorded.
+	// ExitCode is the last run's exit code: ExitFailed when it was killed or none
+	// finished (0 while an apply runs).
 	ExitCode int
 	// Last is when the last run ended or its records were last written (a killed or
 	// running one): the order of the recipes' runs.
@@ -83,7 +83,11 @@ func LastRuns(stateDir, only string, applyRunning bool) ([]RecipeRun, error) {
 	}
 	var out []RecipeRun
 	for name := range names {
+		// No finished run is no success, unless an apply runs now (its run is going on).
 		rr := RecipeRun{Recipe: name, State: f.Recipes[name], ExitCode: ExitFailed}
+		if applyRunning {
+			rr.ExitCode = ExitOK
+		}
 		if rr.State == nil {
 			rr.State = &State{Version: StateVersion, Recipe: name, Steps: map[string]*StepRecord{}}
 		}
