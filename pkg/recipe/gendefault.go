@@ -59,9 +59,8 @@ func generationsSchema(mapping any) any {
 // defaultGenerations makes generations the default: unless the recipe says
 // `generations: off` or names {{ .generation.dir }} itself, the dest of each source step
 // (rendered with the vars; a dest that uses a host fact is left in place) and each folder
-// of generations.roots is a root, and
-// every path under a root in the vars and the steps' text is rewritten to the same path
-// under {{ .generation.dir }}/SUB. The steps that write there become generation steps; the
+// of generations.roots is a root, and every path under a root in the vars and the steps'
+// text is rewritten to the same path under {{ .generation.dir }}/SUB. The steps that write there become generation steps; the
 // service's unit then reads the generation's folder.
 func (p *parser) defaultGenerations(r *Recipe) {
 	if r.Generations.off {
@@ -116,7 +115,9 @@ func (p *parser) defaultGenerations(r *Recipe) {
 	var kept []GenerationRoot
 	subs := map[string]bool{}
 	for _, root := range roots {
-		if n := len(kept); n > 0 && (kept[n-1].Path == root.Path || strings.HasPrefix(root.Path, kept[n-1].Path+"/")) {
+		if slices.ContainsFunc(kept, func(k GenerationRoot) bool {
+			return k.Path == root.Path || strings.HasPrefix(root.Path, k.Path+"/")
+		}) {
 			continue
 		}
 		root.Sub = path.Base(root.Path)
