@@ -33,6 +33,9 @@ type statusJSON struct {
 	Interrupted []string `json:"interrupted_steps,omitempty"`
 	// Daemon is the pid of the sglprov daemon that watches the node (holds its lock).
 	Daemon int `json:"daemon_pid,omitempty"`
+	// Recipes is each recipe's last run, the newest first, when the state dir holds
+	// several (the fields above are the first's).
+	Recipes []recipeRunJSON `json:"recipes,omitempty"`
 }
 
 // applyRunning returns the pid of the apply that holds dir's lock now (-1 when it wrote
@@ -58,7 +61,20 @@ func applyRunning(dir string) (running, daemonPid int) {
 	return -1, 0
 }
 
-// runStatus prints the last run; its exit code is that run's (1 when none was recorded).
+// recipeRunJSON is one recipe's last run in `status --json` of a state dir with several.
+type recipeRunJSON struct {
+	Recipe string `json:"recipe"`
+	// ExitCode is the recipe's last run's exit code (1 when it was killed).
+	ExitCode int            `json:"exit_code"`
+	Report   *engine.Report `json:"last_run,omitempty"`
+	// Interrupted lists the steps the recipe's last run was running when it ended.
+	Interrupted []string       `json:"interrupted_steps,omitempty"`
+	Profile     *profileStatus `json:"profile,omitempty"`
+}
+
+// runStatus prints each recipe's last run (the newest first; only the -f recipe's with
+// -f); its exit code is the newest failed run's, 0 when each passed, 1 when none was
+// recorded.
 func runStatus(ctx context.Context, stdio IO, args []string) error {
 	var c common
 	var asJSON bool
@@ -69,54 +85,50 @@ func runStatus(ctx context.Context, stdio IO, args []string) error {
 		return err
 	}
 	dir := c.stateDirPath()
-	rep, repErr := engine.LatestReport(dir)
-	if repErr != nil {
-		rep = nil
+	only := ""
+	if c.recipe != "" {
+		r, err := c.loadRecipe()
+		if err != nil {
+			return err
+		}
+		only = r.Name
 	}
-	// The state of the recipe the last run applied (one state dir holds several recipes').
-	var st *engine.State
-	var err error
-	if rep != nil {
-		st, err = engine.LoadRecipeState(dir, rep.Recipe)
-	} else {
-		st, err = engine.LoadState(dir)
-	}
+	running, daemonPid := applyRunning(dir)
+	runs, err := engine.LastRuns(dir, only, running != 0)
 	if err != nil {
 		return err
 	}
+	var first engine.RecipeRun
+	if len(runs) > 0 {
+		first = runs[0]
+	} else {
+		first = engine.RecipeRun{State: &engine.State{Version: engine.StateVersion, Steps: map[string]*engine.StepRecord{}}}
+	}
+	rep, st, killed := first.Report, first.State, first.Killed
 	none := len(st.Steps) == 0 && rep == nil
-	code := 0
-	if rep != nil {
-		code = rep.ExitCode
-	}
-	prof := profileOf(rep, st)
-	running, daemonPid := applyRunning(dir)
-	// A step recorded as running while no apply holds the lock belongs to a run that ended
-	// without finishing (killed, or the host went down): that run is the last, and failed.
-	var killed []string
-	if running == 0 {
-		for n, r := range st.Steps {
-			if r.Result == engine.ResultRunning {
-				killed = append(killed, n)
-			}
-		}
-		sort.Strings(killed)
-	}
-	if len(killed) > 0 {
-		code = engine.ExitFailed
-	}
+	code := engine.ExitCodeOf(runs)
 	// No run recorded is not a success: a script that runs status after starting the
 	// daemon (cloud-init's runcmd) must not read "nothing ran" as "the node serves".
 	noRun := none && running == 0
-	if noRun {
-		code = engine.ExitFailed
+	if none && running != 0 {
+		code = 0
 	}
+	prof := profileOf(rep, st)
 	if asJSON {
 		out := statusJSON{StateDir: dir, Report: rep, ExitCode: code, Profile: prof, ApplyRunning: running, Interrupted: killed, Daemon: daemonPid}
 		if noRun {
 			out.Message = "no run recorded in " + dir
+			if only != "" {
+				out.Message = "no run of recipe " + only + " recorded in " + dir
+			}
 		} else {
 			out.State = st
+		}
+		if len(runs) > 1 {
+			for _, rr := range runs {
+				out.Recipes = append(out.Recipes, recipeRunJSON{Recipe: rr.Recipe, ExitCode: rr.ExitCode, Report: rr.Report,
+					Interrupted: rr.Killed, Profile: profileOf(rr.Report, rr.State)})
+			}
 		}
 		enc := json.NewEncoder(stdio.Stdout)
 		enc.SetIndent("", "  ")
@@ -133,49 +145,70 @@ func runStatus(ctx context.Context, stdio IO, args []string) error {
 		fmt.Fprintf(stdio.Stdout, "an apply is running, pid %d: each step as recorded so far\n", running)
 	case running < 0:
 		fmt.Fprintln(stdio.Stdout, "an apply is running: each step as recorded so far")
+	case none && only != "":
+		fmt.Fprintf(stdio.Stdout, "no run of recipe %s recorded in %s (exit 1: sglprov apply -f RECIPE records one)\n", only, dir)
+		return exitAs(code)
 	case none:
 		fmt.Fprintf(stdio.Stdout, "no run recorded in %s (exit 1: sglprov apply -f RECIPE records one)\n", dir)
 		return exitAs(code)
 	}
+	if len(runs) == 0 {
+		runs = []engine.RecipeRun{first}
+	}
+	for i, rr := range runs {
+		if i > 0 {
+			fmt.Fprintln(stdio.Stdout)
+		}
+		if err := writeRecipeRun(stdio.Stdout, rr, running); err != nil {
+			return err
+		}
+	}
+	return exitAs(code)
+}
+
+// writeRecipeRun prints one recipe's last run: the report's summary when it finished,
+// else each step as recorded (a run going on or killed).
+func writeRecipeRun(out io.Writer, rr engine.RecipeRun, running int) error {
+	rep, st, killed := rr.Report, rr.State, rr.Killed
 	switch {
 	case !st.Updated.IsZero():
-		fmt.Fprintf(stdio.Stdout, "recipe %s, state updated %s\n", st.Recipe, st.Updated.Format(time.RFC3339))
+		fmt.Fprintf(out, "recipe %s, state updated %s\n", st.Recipe, st.Updated.Format(time.RFC3339))
 	case rep != nil:
 		// Only refused runs so far: nothing ran, the state was never written.
-		fmt.Fprintf(stdio.Stdout, "recipe %s, no step has run yet\n", rep.Recipe)
+		fmt.Fprintf(out, "recipe %s, no step has run yet\n", rep.Recipe)
 	}
 	if len(killed) > 0 {
-		fmt.Fprintf(stdio.Stdout, "last run: ended before it finished (killed?): %s was running; the next apply redoes it\n",
+		fmt.Fprintf(out, "last run: ended before it finished (killed?): %s was running; the next apply redoes it\n",
 			strings.Join(killed, ", "))
 	}
 	if rep != nil && (running != 0 || len(killed) > 0) {
-		fmt.Fprintf(stdio.Stdout, "last finished run: %s at %s, exit %d\n  report: %s/report.json\n",
+		fmt.Fprintf(out, "last finished run: %s at %s, exit %d\n  report: %s/report.json\n",
 			rep.Result, rep.Started.Format(time.RFC3339), rep.ExitCode, rep.Dir)
 	}
 	if rep != nil && running == 0 && len(killed) == 0 {
-		fmt.Fprintf(stdio.Stdout, "last run: %s at %s, exit %d, took %s\n  report: %s/report.json\n",
+		fmt.Fprintf(out, "last run: %s at %s, exit %d, took %s\n  report: %s/report.json\n",
 			rep.Result, rep.Started.Format(time.RFC3339), rep.ExitCode, rep.Duration.Round(time.Millisecond), rep.Dir)
 		if rep.Result == engine.ResultRefused {
 			// Nothing ran: the refusal is the whole story.
-			fmt.Fprintf(stdio.Stdout, "refused before any step ran: %s\n", strings.TrimSpace(rep.Error))
-			return exitAs(code)
+			fmt.Fprintf(out, "refused before any step ran: %s\n", strings.TrimSpace(rep.Error))
+			return nil
 		}
-		writeProfile(stdio.Stdout, prof)
+		writeProfile(out, profileOf(rep, st))
 		if rep.Generation != nil {
-			fmt.Fprintf(stdio.Stdout, "%s\n", rep.Generation.Note)
+			fmt.Fprintf(out, "%s\n", rep.Generation.Note)
 		}
-		fmt.Fprintf(stdio.Stdout, "\n%s", rep.Summary())
+		fmt.Fprintf(out, "\n%s", rep.Summary())
 		if f := rep.Failures(10); f != "" {
-			fmt.Fprintf(stdio.Stdout, "\n%s", f)
+			fmt.Fprintf(out, "\n%s", f)
 		}
-		return exitAs(code)
+		return nil
 	}
 	names := make([]string, 0, len(st.Steps))
 	for n := range st.Steps {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	w := tabwriter.NewWriter(stdio.Stdout, 0, 0, 2, ' ', 0)
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "STEP\tRESULT\tSTARTED\tDURATION\tREASON")
 	for _, n := range names {
 		r := st.Steps[n]
@@ -185,10 +218,7 @@ func runStatus(ctx context.Context, stdio IO, args []string) error {
 		}
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", n, result, r.Started.Format(time.RFC3339), r.Duration.Round(time.Millisecond), r.Reason)
 	}
-	if err := w.Flush(); err != nil {
-		return err
-	}
-	return exitAs(code)
+	return w.Flush()
 }
 
 // exitAs returns an error that carries exit code code and prints nothing more.

@@ -101,7 +101,8 @@ func unchecked(r *recipe.Recipe, standIn string) []string {
 	for _, s := range r.Steps {
 		var fs []string
 		for _, ref := range r.ExpandRefs(s) {
-			if !strings.HasPrefix(ref, "vars.") {
+			// The generation's folder is no host fact: it comes from the recipe's text.
+			if !strings.HasPrefix(ref, "vars.") && ref != recipe.GenerationDirRef {
 				fs = append(fs, ref)
 			}
 		}

@@ -282,6 +282,7 @@ func (e *Engine) runNode(ctx context.Context, n *node, sem chan struct{}, runDir
 		res.Result, res.err = ResultInterrupted, fmt.Errorf("interrupted: %w", runErr)
 		env.Log.Warn("interrupted", "err", runErr)
 	default:
+		runErr = e.noSpaceHint(n.step.Name, runErr, logPath)
 		res.Result, res.err = ResultFailed, runErr
 		env.Log.Error("failed", "err", runErr, "log", logPath)
 	}

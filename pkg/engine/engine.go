@@ -303,7 +303,7 @@ func (e *Engine) decide(ctx context.Context, n *node, env *Env) (Decision, error
 		return d, nil
 	}
 	if changed := ChangedParts(rec.Parts, parts); len(changed) > 0 {
-		d.Run, d.Reason = true, "fingerprint changed: "+strings.Join(changed, ", ")
+		d.Run, d.Reason = true, "fingerprint changed: "+strings.Join(e.gen.explainChanged(changed), ", ")
 		return d, nil
 	}
 	ok, why, err := n.impl.Intact(ctx, env)

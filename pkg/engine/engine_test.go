@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -32,6 +33,8 @@ type fakeSpec struct {
 	// Manager is the unit's service manager: under "exec" the step does not stop the
 	// replaced recipes' units (engine.Replacer), as the systemd step does not.
 	Manager string `yaml:"manager"`
+	// NoSpace makes the step fail as a write to a full disk does (ENOSPC).
+	NoSpace bool `yaml:"no_space"`
 }
 
 // world is what the fake steps share in one test.
@@ -124,6 +127,9 @@ func (f *fakeStep) Run(ctx context.Context, env *engine.Env) error {
 		if err := os.WriteFile(filepath.Join(out, "made-by-"+f.name), []byte("0123456789"), 0o644); err != nil {
 			return err
 		}
+	}
+	if f.spec.NoSpace {
+		return fmt.Errorf("writing %s: %w", f.spec.Output, syscall.ENOSPC)
 	}
 	if f.spec.Fail {
 		return fmt.Errorf("fake failure in %s", f.name)

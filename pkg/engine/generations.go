@@ -3,10 +3,15 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path"
 	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
 
 	"charm.land/log/v2"
 
@@ -54,6 +59,23 @@ type genState struct {
 	info  GenerationInfo
 	steps []string // the generation steps, in file order
 	store Generations
+	// parts are the named digests of the key; changed the names of those that differ
+	// from the serving generation's (when it recorded its own), for plan's reasons.
+	parts   map[string]string
+	changed []string
+}
+
+// rootStore is implemented by a Generations that keeps a link at each of the recipe's
+// generation roots pointing into the serving generation (pkg/generation's Store).
+type rootStore interface {
+	SetRoots(nodeDir string, roots []generation.Root)
+}
+
+// keyPartsStore is implemented by a Generations that keeps the named digests of each
+// generation's key (pkg/generation's Store).
+type keyPartsStore interface {
+	BeginWith(key string, parts map[string]string) error
+	Parts(key string) map[string]string
 }
 
 // placeholderDir stands for the generation's folder while its key is computed: the key
@@ -91,16 +113,16 @@ func withGeneration(facts map[string]any, dir string) map[string]any {
 // generationKey returns the key of the generation the recipe's generation steps build:
 // a digest of each one's recipe text (less its node-local fields) and of every var and fact
 // that text uses, with the generation's own folder left out; and the names of those steps.
-func generationKey(ctx context.Context, opts Options, facts map[string]any) (string, []string, error) {
+func generationKey(ctx context.Context, opts Options, facts map[string]any) (string, []string, map[string]string, error) {
 	r := opts.Recipe
 	data, err := r.NewData(withGeneration(facts, placeholderDir))
 	if err != nil {
-		return "", nil, fmt.Errorf("%w: %v", ErrUsage, err)
+		return "", nil, nil, fmt.Errorf("%w: %v", ErrUsage, err)
 	}
 	parts := map[string]string{}
 	var steps []string
 	for _, s := range r.Steps {
-		if !r.InGeneration(s) {
+		if !r.InGeneration(s) || opts.Registry[s.Kind].ReadsGeneration {
 			continue
 		}
 		steps = append(steps, s.Name)
@@ -118,14 +140,16 @@ func generationKey(ctx context.Context, opts Options, facts map[string]any) (str
 			}
 			if kind.UsesFacts {
 				for k, v := range recordedFacts(opts.Facts) {
-					parts[s.Name+"."+k] = digest(v)
+					if len(kind.Facts) == 0 || slices.Contains(kind.Facts, k) {
+						parts[s.Name+"."+k] = digest(v)
+					}
 				}
 			}
 		}
 		if k, ok := impl.(GenerationKeyer); ok && !opts.IgnoreState {
 			own, err := k.GenerationKey(ctx, keyEnv(opts, s.Name))
 			if err != nil {
-				return "", nil, fmt.Errorf("step %s: working out its generation: %w", s.Name, err)
+				return "", nil, nil, fmt.Errorf("step %s: working out its generation: %w", s.Name, err)
 			}
 			for name, v := range own {
 				parts[s.Name+"."+name] = digest(v)
@@ -138,7 +162,7 @@ func generationKey(ctx context.Context, opts Options, facts map[string]any) (str
 			}
 		}
 	}
-	return generation.Key(parts), steps, nil
+	return generation.Key(parts), steps, parts, nil
 }
 
 // openGenerations works out the run's generation (nil when no step of the recipe builds
@@ -148,14 +172,14 @@ func openGenerations(opts Options, facts map[string]any) (*genState, map[string]
 	if !r.UsesGenerations() {
 		return nil, facts, nil
 	}
-	key, steps, err := generationKey(context.Background(), opts, facts)
+	key, steps, parts, err := generationKey(context.Background(), opts, facts)
 	if err != nil {
 		return nil, nil, err
 	}
 	if opts.GenerationKey != "" {
-		key = opts.GenerationKey
+		key, parts = opts.GenerationKey, nil
 	}
-	g := &genState{steps: steps, info: GenerationInfo{Key: key, Dir: path.Join(r.GenerationsDir(), key)}}
+	g := &genState{steps: steps, parts: parts, info: GenerationInfo{Key: key, Dir: path.Join(r.GenerationsDir(), key)}}
 	if !opts.IgnoreState {
 		open := opts.OpenGenerations
 		if open == nil {
@@ -168,6 +192,18 @@ func openGenerations(opts Options, facts map[string]any) (*genState, map[string]
 			return nil, nil, err
 		}
 		g.info.Serving = g.store.Serving()
+		if rs, ok := g.store.(rootStore); ok && len(r.GenerationRoots()) > 0 {
+			roots := make([]generation.Root, 0, len(r.GenerationRoots()))
+			for _, root := range r.GenerationRoots() {
+				roots = append(roots, generation.Root{Link: HostPath(opts.Root, root.Path), Sub: root.Sub})
+			}
+			rs.SetRoots(r.GenerationsDir(), roots)
+		}
+		if ps, ok := g.store.(keyPartsStore); ok && parts != nil && g.info.Serving != "" && g.info.Serving != key {
+			if old := ps.Parts(g.info.Serving); old != nil {
+				g.changed = ChangedParts(old, parts)
+			}
+		}
 	}
 	return g, withGeneration(facts, g.info.Dir), nil
 }
@@ -202,13 +238,92 @@ func (e *Engine) beginGeneration() error {
 	if g == nil || g.store == nil {
 		return nil
 	}
-	if err := g.store.Begin(g.info.Key); err != nil {
+	var err error
+	if ps, ok := g.store.(keyPartsStore); ok && g.parts != nil {
+		err = ps.BeginWith(g.info.Key, g.parts)
+	} else {
+		err = g.store.Begin(g.info.Key)
+	}
+	if err != nil {
 		return err
 	}
 	if g.info.Serving != g.info.Key {
 		e.log.Info("generation", "building", generation.Short(g.info.Key), "serving", shortOr(g.info.Serving, "none"), "dir", g.info.Dir)
+		// Before a build, the recipe's failed generations go (never the serving one, the
+		// kept ones, the one being built, nor one another state dir's record lists): a
+		// new pin after a failed one does not find the disk full of it.
+		if pr, ok := g.store.(pruner); ok {
+			p, err := pr.PruneKeeping(g.info.Key, false)
+			switch {
+			case err != nil:
+				e.log.Warn("freeing failed generations", "err", err)
+			case p != nil && len(p.Freed) > 0:
+				e.log.Info("generation", "freed", p.Describe(logval.Format))
+			}
+		}
 	}
 	return nil
+}
+
+// pruner is implemented by a Generations that can free the generations beyond the kept
+// ones (pkg/generation's Store).
+type pruner interface {
+	PruneKeeping(building string, dryRun bool) (*generation.Pruned, error)
+}
+
+// noSpaceHint adds to the error of a generation step that ran out of disk space (ENOSPC,
+// or "No space left on device" in its error or the tail of its log) what `sglprov gc`
+// would free in the recipe's generations.
+func (e *Engine) noSpaceHint(step string, runErr error, logPath string) error {
+	g := e.gen
+	if g == nil || g.store == nil || !slices.Contains(g.steps, step) || !noSpace(runErr, logPath) {
+		return runErr
+	}
+	hint := "`sglprov gc` frees the generations beyond the kept ones (`sglprov gc --dry-run` lists them)"
+	if pr, ok := g.store.(pruner); ok {
+		if p, err := pr.PruneKeeping(g.info.Key, true); err == nil && p != nil {
+			if p.Bytes > 0 {
+				hint = fmt.Sprintf("`sglprov gc` would free %s of generations (%d of them; `sglprov gc --dry-run` lists them and the part files it frees)", logval.Format(p.Bytes), len(p.Freed))
+			} else {
+				hint = fmt.Sprintf("`sglprov gc` would free no generation (%s are kept: lower generations.keep to free more; gc also frees weights' part files and orphans, see `sglprov gc --dry-run`)", strings.Join(shortKeys(p.Kept), ", "))
+			}
+		}
+	}
+	return fmt.Errorf("%w\nthe disk of %s is full: %s", runErr, g.info.Dir, hint)
+}
+
+func shortKeys(keys []string) []string {
+	out := make([]string, len(keys))
+	for i, k := range keys {
+		out[i] = generation.Short(k)
+	}
+	return out
+}
+
+// noSpaceText is how a child process says ENOSPC.
+const noSpaceText = "No space left on device"
+
+// noSpaceLogTail is how much of a step's log noSpace reads, from its end.
+const noSpaceLogTail = 64 << 10
+
+// noSpace reports whether err, or the last noSpaceLogTail bytes of the log at logPath,
+// say that a disk was full.
+func noSpace(err error, logPath string) bool {
+	if errors.Is(err, syscall.ENOSPC) || strings.Contains(err.Error(), noSpaceText) {
+		return true
+	}
+	f, ferr := os.Open(logPath)
+	if ferr != nil {
+		return false
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err == nil && fi.Size() > noSpaceLogTail {
+		if _, err := f.Seek(-noSpaceLogTail, io.SeekEnd); err != nil {
+			return false
+		}
+	}
+	b, _ := io.ReadAll(io.LimitReader(f, noSpaceLogTail))
+	return strings.Contains(string(b), noSpaceText)
 }
 
 // endGeneration records the run's generation as passed when the run succeeded (and was
@@ -285,4 +400,21 @@ func (e *Engine) GenerationPassed() (*GenerationReport, error) {
 		e.gen.info.Serving = e.gen.info.Key
 	}
 	return gr, e.SaveState()
+}
+
+// explainChanged names, after the generation's folder among a step's changed inputs, the
+// inputs of the generation's key that differ from the serving generation's ("kernel.gpu.arch_list"):
+// plan says which fact or text made a new generation, not only that its folder moved.
+func (g *genState) explainChanged(changed []string) []string {
+	if g == nil || len(g.changed) == 0 {
+		return changed
+	}
+	out := make([]string, len(changed))
+	for i, c := range changed {
+		out[i] = c
+		if c == recipe.GenerationDirRef {
+			out[i] = c + " (new generation: " + strings.Join(g.changed, ", ") + " changed)"
+		}
+	}
+	return out
 }

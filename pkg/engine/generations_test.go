@@ -10,6 +10,7 @@ import (
 
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/generation"
+	"github.com/sglprov/sglprov/pkg/gpu"
 )
 
 // genRecipe builds src and kernel into the generation; weights and service stay outside.
@@ -232,5 +233,101 @@ func TestRollBackToKeptGeneration(t *testing.T) {
 	}
 	if got := one.Previous(); got != "" {
 		t.Errorf("one generation: previous = %q, want none", got)
+	}
+}
+
+// A step kind that reads one fact whatever its text says (as the build step reads the
+// arch list) keys its generation by that fact alone: a driver upgrade keeps the
+// generation and builds nothing; a new arch list makes a new one, and plan names it.
+func TestGenerationKeyHoldsOnlyFactsRead(t *testing.T) {
+	w := newWorld()
+	dir, gens := t.TempDir(), t.TempDir()
+	host := func(driver, cc string) func(*engine.Options) {
+		return func(o *engine.Options) {
+			reg := registry(w)
+			k := reg["fake"]
+			k.UsesFacts, k.Facts = true, []string{"gpu.arch_list"}
+			reg["fake"] = k
+			o.Registry = reg
+			o.Facts = &gpu.Facts{DriverVersion: driver, CUDADriverVersion: 13000,
+				GPUs: []gpu.Device{{Index: 0, UUID: "GPU-0", ComputeCapability: cc}}}
+		}
+	}
+	r := load(t, w, fmt.Sprintf(genRecipe, gens, false))
+	rep, err := newEngine(t, w, r, dir, host("580.95.05", "12.0")).Apply(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	g1 := rep.Generation.Serving
+
+	w.ran = nil
+	rep, err = newEngine(t, w, r, dir, host("590.10.01", "12.0")).Apply(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Generation.Serving != g1 || contains(w.ran, "src") || contains(w.ran, "kernel") {
+		t.Fatalf("a driver upgrade: serving %s (was %s), ran %v; want the same generation, nothing built", rep.Generation.Serving, g1, w.ran)
+	}
+
+	p, err := newEngine(t, w, r, dir, host("590.10.01", "9.0")).Plan(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reason string
+	for _, s := range p.Steps {
+		if s.Name == "kernel" {
+			reason = s.Reason
+		}
+	}
+	if !strings.Contains(reason, "kernel.gpu.arch_list") || strings.Contains(reason, "driver") {
+		t.Errorf("plan after a new arch list says %q; want it to name kernel.gpu.arch_list (and not the driver)", reason)
+	}
+}
+
+// Before a build, the recipe's failed generations go; the serving one stays. A build
+// into a generation that runs out of disk space names `sglprov gc` and what it would free.
+func TestFailedGenerationsFreedBeforeBuild(t *testing.T) {
+	w := newWorld()
+	dir, gens := t.TempDir(), t.TempDir()
+	rep, err := genApply(t, w, gens, dir, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g1 := rep.Generation.Serving
+	rep, err = genApply(t, w, gens, dir, true, "pin=2")
+	if err == nil {
+		t.Fatal("a failing build passed")
+	}
+	g2 := rep.Generation.Building
+	if _, err := os.Stat(filepath.Join(gens, "gen", g2)); err != nil {
+		t.Fatalf("the failed generation's folder: %v", err)
+	}
+	// Another failing pin: before it builds, the failed pin 2 goes; pin 1 serves on.
+	if _, err = genApply(t, w, gens, dir, true, "pin=3"); err == nil {
+		t.Fatal("a failing build passed")
+	}
+	if _, err := os.Stat(filepath.Join(gens, "gen", g2)); err == nil {
+		t.Errorf("the failed generation %s is still on disk after the next build", g2)
+	}
+	if _, err := os.Stat(filepath.Join(gens, "gen", g1, "src", "made-by-src")); err != nil || currentLink(t, gens) != g1 {
+		t.Errorf("the serving generation %s changed: %v, current %s", g1, err, currentLink(t, gens))
+	}
+
+	// The disk is full during the next build.
+	text := strings.Replace(fmt.Sprintf(genRecipe, gens, false), `fake: {output: "{{ .vars.src }}/dist", fail: false}`, `fake: {output: "{{ .vars.src }}/dist", no_space: true}`, 1)
+	_, err = newEngine(t, w, load(t, w, text, "pin=4"), dir, nil).Apply(context.Background())
+	if err == nil {
+		t.Fatal("a build on a full disk passed")
+	}
+	rep, _ = engine.LatestReport(dir)
+	var msg string
+	for _, s := range rep.Steps {
+		if s.Name == "kernel" {
+			msg = s.Error
+		}
+	}
+	t.Logf("full disk: %s", msg)
+	if !strings.Contains(msg, "sglprov gc") || !strings.Contains(msg, "is full") {
+		t.Errorf("the full disk's error %q does not name sglprov gc", msg)
 	}
 }

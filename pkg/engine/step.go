@@ -188,6 +188,15 @@ type Kind struct {
 	// UsesFacts says that a step of this kind always uses the host's GPU facts (the build
 	// step's arch list), whether or not the recipe mentions them.
 	UsesFacts bool
+	// Facts names the facts (as templates name them: "gpu.arch_list") that a step of a kind
+	// with UsesFacts reads whether or not its text names them: only they join its
+	// generation's key, so a fact it never reads (the driver version, for a build) keeps the
+	// generation. Empty with UsesFacts: every recorded fact.
+	Facts []string
+	// ReadsGeneration says that a step of this kind runs from a generation (a service's
+	// unit, a check with its interpreter) but writes nothing into it: it is never a
+	// generation step, so its text (a server flag) does not join the generation's key.
+	ReadsGeneration bool
 }
 
 // Registry maps step kind names (the key in a recipe step: "command", "source", ...) to kinds.

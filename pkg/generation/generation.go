@@ -19,6 +19,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -65,6 +66,9 @@ type Generation struct {
 	// Steps are the records of the steps that built it, as they stood when it passed:
 	// going back to it takes them, so nothing is built again.
 	Steps map[string]json.RawMessage `json:"steps,omitempty"`
+	// Parts are the named digests its key was made of (Key(Parts) == Key): a later run
+	// compares its own with them to say which input made a new generation.
+	Parts map[string]string `json:"parts,omitempty"`
 }
 
 // Record is what the record file holds.
@@ -72,6 +76,39 @@ type Record struct {
 	// Current is the key of the generation that last passed (the serving one).
 	Current     string        `json:"current,omitempty"`
 	Generations []*Generation `json:"generations"`
+	// MovedAside are the folders that stood where a root's link goes (a tree built in
+	// place before generations, which sglprov did not record writing) and were renamed
+	// beside it when the first generation passed: kept, never deleted by sglprov.
+	MovedAside []MovedAside `json:"moved_aside,omitempty"`
+	// Links are the links sglprov wrote at the roots, each with the target it last
+	// wrote: a remove deletes a link only while it still points there.
+	Links []Link `json:"links,omitempty"`
+}
+
+// Link is a link sglprov wrote at a root.
+type Link struct {
+	// Path is the link's host path; Target what sglprov wrote into it.
+	Path   string `json:"path"`
+	Target string `json:"target"`
+}
+
+// MovedAside is a folder renamed away from a root so that the root's link could be put
+// there.
+type MovedAside struct {
+	// Root is where it stood (a host path); Path where it is now.
+	Root string `json:"root"`
+	Path string `json:"path"`
+	// At is when it was moved.
+	At time.Time `json:"at"`
+}
+
+// Root is a folder a recipe names whose contents live in each generation: a link there
+// points to the serving generation's Sub folder, flipped when a generation passes.
+type Root struct {
+	// Link is the host path of the link ("/opt/sglang").
+	Link string
+	// Sub is the folder inside each generation the link points to.
+	Sub string
 }
 
 // Store is one recipe's generations.
@@ -81,7 +118,20 @@ type Store struct {
 	keep   int
 	now    func() time.Time
 	rec    Record
+	// nodeDir is the generations folder as the node sees it (the links' targets); roots
+	// the links flipped when a generation passes.
+	nodeDir string
+	roots   []Root
 }
+
+// SetRoots names the links flipped to each generation that passes: each root's link gets
+// the target nodeDir/KEY/SUB (nodeDir is the generations folder as the node sees it).
+func (s *Store) SetRoots(nodeDir string, roots []Root) {
+	s.nodeDir, s.roots = nodeDir, roots
+}
+
+// MovedAside returns the folders moved away from the roots (see Record.MovedAside).
+func (s *Store) MovedAside() []MovedAside { return s.rec.MovedAside }
 
 // Key returns a generation's key from the named digests that decide it.
 func Key(parts map[string]string) string {
@@ -134,6 +184,11 @@ func parseRecord(b []byte) (*Record, error) {
 			return nil, fmt.Errorf("current: %w", err)
 		}
 	}
+	for i, l := range rec.Links {
+		if !filepath.IsAbs(l.Path) || filepath.Clean(l.Path) != l.Path || l.Path == "/" {
+			return nil, fmt.Errorf("links[%d]: %q is not an absolute, clean path", i, l.Path)
+		}
+	}
 	for i, g := range rec.Generations {
 		if g == nil {
 			return nil, fmt.Errorf("generations[%d]: empty", i)
@@ -175,6 +230,12 @@ func (s *Store) find(key string) *Generation {
 // Begin records that a run builds into the generation with key (before anything is
 // written there, so that a folder the record does not name is never one of ours half built).
 func (s *Store) Begin(key string) error {
+	return s.BeginWith(key, nil)
+}
+
+// BeginWith is Begin that also records the named digests the key was made of (kept when
+// the generation was already recorded with them).
+func (s *Store) BeginWith(key string, parts map[string]string) error {
 	if err := CheckKey(key); err != nil {
 		return err
 	}
@@ -189,11 +250,24 @@ func (s *Store) Begin(key string) error {
 	if err := s.register(); err != nil {
 		return err
 	}
-	if s.find(key) != nil {
-		return nil
+	if g := s.find(key); g != nil {
+		if g.Parts != nil || parts == nil {
+			return nil
+		}
+		g.Parts = parts
+		return s.save()
 	}
-	s.rec.Generations = append(s.rec.Generations, &Generation{Key: key, Created: s.now().UTC()})
+	s.rec.Generations = append(s.rec.Generations, &Generation{Key: key, Created: s.now().UTC(), Parts: parts})
 	return s.save()
+}
+
+// Parts returns the named digests the generation with key was made of (nil when they
+// were not recorded).
+func (s *Store) Parts(key string) map[string]string {
+	if g := s.find(key); g != nil {
+		return g.Parts
+	}
+	return nil
 }
 
 // Steps returns the step records kept with the generation with key, when it passed.
@@ -283,8 +357,95 @@ func (s *Store) Passed(key string, steps map[string]json.RawMessage) (*Pruned, e
 	// A "current" that cannot be written does not stop the prune: the record says which
 	// generation serves.
 	lerr := s.link(key)
+	rerr := s.linkRoots(key)
 	p, perr := s.prune(false, "")
-	return p, errors.Join(lerr, perr)
+	return p, errors.Join(lerr, rerr, perr)
+}
+
+// linkRoots points each root's link at the generation with key: a new link renamed over
+// the old one. A folder (or file) at the root that is not a link is the tree an in-place
+// run built: it served until now and is renamed beside the root (ROOT.sglprov-inplace,
+// recorded in MovedAside), never deleted.
+func (s *Store) linkRoots(key string) error {
+	var errs []error
+	for _, root := range s.roots {
+		if err := s.linkRoot(key, root); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (s *Store) linkRoot(key string, root Root) error {
+	target := filepath.Join(s.nodeDir, key, root.Sub)
+	parent := filepath.Dir(root.Link)
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return fmt.Errorf("creating %s for the link to generation %s: %w", parent, Short(key), err)
+	}
+	tmp := filepath.Join(parent, fmt.Sprintf(".%s.sglprov-link.%d", filepath.Base(root.Link), os.Getpid()))
+	_ = os.Remove(tmp)
+	if err := os.Symlink(target, tmp); err != nil {
+		return fmt.Errorf("linking %s to generation %s: %w", root.Link, Short(key), err)
+	}
+	if fi, err := os.Lstat(root.Link); err == nil && fi.Mode()&fs.ModeSymlink == 0 {
+		aside, err := s.moveAside(root.Link)
+		if err != nil {
+			_ = os.Remove(tmp)
+			return err
+		}
+		s.rec.MovedAside = append(s.rec.MovedAside, MovedAside{Root: root.Link, Path: aside, At: s.now().UTC()})
+		if err := s.save(); err != nil {
+			_ = os.Remove(tmp)
+			return err
+		}
+	}
+	if err := os.Rename(tmp, root.Link); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("linking %s to generation %s: %w", root.Link, Short(key), err)
+	}
+	if err := atomicfile.SyncDir(parent); err != nil {
+		return err
+	}
+	i := slices.IndexFunc(s.rec.Links, func(l Link) bool { return l.Path == root.Link })
+	if i < 0 {
+		s.rec.Links = append(s.rec.Links, Link{Path: root.Link})
+		i = len(s.rec.Links) - 1
+	}
+	s.rec.Links[i].Target = target
+	return s.save()
+}
+
+// removeLinks deletes the links at the roots that still point where sglprov last
+// pointed them (a link or folder someone put there instead is left).
+func (s *Store) removeLinks() error {
+	var errs []error
+	for _, l := range s.rec.Links {
+		if got, err := os.Readlink(l.Path); err != nil || got != l.Target {
+			continue
+		}
+		if err := os.Remove(l.Path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("removing the link %s: %w", l.Path, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// moveAside renames what stands at p to the first free p.sglprov-inplace[-N].
+func (s *Store) moveAside(p string) (string, error) {
+	for i := 1; i <= 100; i++ {
+		aside := p + ".sglprov-inplace"
+		if i > 1 {
+			aside += fmt.Sprintf("-%d", i)
+		}
+		if _, err := os.Lstat(aside); err == nil {
+			continue
+		}
+		if err := os.Rename(p, aside); err != nil {
+			return "", fmt.Errorf("moving the in-place tree %s aside to %s (so that the link to the serving generation can be put there): %w", p, aside, err)
+		}
+		return aside, nil
+	}
+	return "", fmt.Errorf("moving the in-place tree %s aside: %s.sglprov-inplace to -100 all exist; move them away", p, p)
 }
 
 // link points the "current" link at key.
@@ -440,6 +601,9 @@ func (s *Store) RemoveAll(dryRun bool) (*Pruned, error) {
 		cur := filepath.Join(s.dir, CurrentLink)
 		if fi, err := os.Lstat(cur); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
 			_ = os.Remove(cur)
+		}
+		if err := s.removeLinks(); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if err := os.Remove(s.record); err != nil && !errors.Is(err, fs.ErrNotExist) {

@@ -218,3 +218,84 @@ func TestGenerationsFolderLocked(t *testing.T) {
 		t.Errorf("a refused RemoveAll deleted %s", g1)
 	}
 }
+
+// A root's link: the folder an in-place run left there serves until a generation passes,
+// then it is moved aside (kept byte-identical) and the link put there; each generation
+// that passes flips it; a remove deletes the link sglprov wrote and never the moved-aside
+// tree.
+func TestRootLinkMovesInPlaceTreeAside(t *testing.T) {
+	root := t.TempDir()
+	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	s := openAt(t, root, 2, &clock)
+	link := filepath.Join(root, "opt", "sglang")
+	if err := os.MkdirAll(link, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(link, "in-place"), []byte("served\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s.SetRoots("/node/gens/r", []Root{{Link: link, Sub: "sglang"}})
+	if err := s.Begin(g1); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Lstat(link); err != nil || !fi.IsDir() {
+		t.Fatalf("before a generation passed the in-place tree is %v, %v", fi, err)
+	}
+	fill(t, s, g1, 10)
+	if _, err := s.Passed(g1, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.Readlink(link); got != "/node/gens/r/"+g1+"/sglang" {
+		t.Fatalf("link = %q after %s passed", got, g1)
+	}
+	aside := link + ".sglprov-inplace"
+	if b, err := os.ReadFile(filepath.Join(aside, "in-place")); err != nil || string(b) != "served\n" {
+		t.Fatalf("the in-place tree was not kept aside: %q, %v", b, err)
+	}
+	if m := s.MovedAside(); len(m) != 1 || m[0].Path != aside || m[0].Root != link {
+		t.Errorf("moved aside = %+v", m)
+	}
+	fill(t, s, g2, 10)
+	if _, err := s.Passed(g2, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.Readlink(link); got != "/node/gens/r/"+g2+"/sglang" {
+		t.Fatalf("link = %q after %s passed", got, g2)
+	}
+	// The record read back knows the link.
+	s2 := openAt(t, root, 2, &clock)
+	if _, err := s2.RemoveAll(false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(link); err == nil {
+		t.Error("remove left the link sglprov wrote")
+	}
+	if b, err := os.ReadFile(filepath.Join(aside, "in-place")); err != nil || string(b) != "served\n" {
+		t.Errorf("remove touched the moved-aside tree: %q, %v", b, err)
+	}
+}
+
+// A link someone else pointed elsewhere is not sglprov's to delete.
+func TestRemoveLeavesRepointedRootLink(t *testing.T) {
+	root := t.TempDir()
+	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	s := openAt(t, root, 2, &clock)
+	link := filepath.Join(root, "opt", "sglang")
+	s.SetRoots("/node/gens/r", []Root{{Link: link, Sub: "sglang"}})
+	fill(t, s, g1, 10)
+	if _, err := s.Passed(g1, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(link); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/elsewhere", link); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.RemoveAll(false); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.Readlink(link); err != nil || got != "/elsewhere" {
+		t.Errorf("remove changed a link sglprov did not write last: %q, %v", got, err)
+	}
+}

@@ -29,6 +29,15 @@ type Generations struct {
 	// Keep is how many generations that passed the gate are kept (the serving one among
 	// them); default 2, at least 1.
 	Keep int `yaml:"keep" json:"keep,omitempty"`
+	// Roots are folders built inside each generation besides the source steps' dests
+	// (a venv the recipe makes without a source step), as the recipe names them; vars
+	// may be used.
+	Roots []string `yaml:"roots" json:"roots,omitempty"`
+
+	// off is `generations: off`; roots the folders built inside generations by default
+	// (see gendefault.go).
+	off   bool
+	roots []GenerationRoot
 }
 
 // GenerationsDir returns the folder of this recipe's generations (its own folder below
@@ -66,6 +75,9 @@ func (r *Recipe) InGeneration(s *Step) bool {
 }
 
 func (p *parser) parseGenerations(n *yaml.Node, r *Recipe) {
+	if p.parseGenerationsScalar(n, r) {
+		return
+	}
 	var g Generations
 	if !p.decodeStrict(n, "generations", &g) {
 		return

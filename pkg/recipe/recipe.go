@@ -230,6 +230,7 @@ func (p *parser) parse(data []byte, sets []string) *Recipe {
 		p.addf(varNodes[cycle[0]], "vars."+cycle[0], "vars refer to each other in a cycle: %s", strings.Join(cycle, " -> "))
 	} else {
 		p.checkNodes(r)
+		p.defaultGenerations(r)
 	}
 	return r
 }

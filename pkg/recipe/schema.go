@@ -90,6 +90,7 @@ func JSONSchema(kinds KindSpecs) map[string]any {
 	top["$schema"] = "http://json-schema.org/draft-07/schema#"
 	top["$id"] = SchemaID
 	top["title"] = "sglprov recipe (" + APIVersion + ")"
+	props["generations"] = generationsSchema(props["generations"])
 	return top
 }
 

@@ -179,6 +179,7 @@ func (r *Recipe) NewData(facts map[string]any) (Data, error) {
 	for k, v := range facts {
 		d[k] = v
 	}
+	r.inPlaceGeneration(d)
 	b := &budget{}
 	b.left.Store(MaxRendered)
 	d[budgetKey] = b

@@ -24,10 +24,10 @@ func Registry() engine.Registry {
 		"build":    build.Kind(),
 		"download": download.Kind(),
 		"packages": packages.Kind(),
-		"systemd":  systemd.Kind(),
-		"smoke":    smoke.Kind(),
+		"systemd":  readsGeneration(systemd.Kind()),
+		"smoke":    readsGeneration(smoke.Kind()),
 		// allreduce is host fitness's deep check: NCCL bus bandwidth over the service's GPUs.
-		"allreduce": allreduce.Kind(),
+		"allreduce": readsGeneration(allreduce.Kind()),
 	}
 }
 
@@ -38,4 +38,11 @@ func Specs(reg engine.Registry) recipe.KindSpecs {
 		out[name] = k.NewSpec
 	}
 	return out
+}
+
+// readsGeneration marks a kind whose steps run what a generation holds (the service's
+// unit, checks with its interpreter) and write nothing there: never generation steps.
+func readsGeneration(k engine.Kind) engine.Kind {
+	k.ReadsGeneration = true
+	return k
 }

@@ -18,7 +18,7 @@ func TestReleaseRecipesHoldTorch(t *testing.T) {
 		t.Run(file, func(t *testing.T) {
 			r := loadShipped(t, file)
 			data := templateData(t, r, rtxFacts(t))
-			constraints := r.Vars["constraints"]
+			constraints := data.Lookup("vars.constraints")
 			if constraints == "" {
 				t.Fatal("no constraints var")
 			}
@@ -101,7 +101,7 @@ func TestSM120RecipesCheckAllReduceBeforeTheServer(t *testing.T) {
 			if err := r.Step(ar).Render(templateData(t, r, rtxFacts(t)), &spec); err != nil {
 				t.Fatal(err)
 			}
-			if spec.Python != r.Vars["python"] || spec.Timeout == "" {
+			if spec.Python != templateData(t, r, rtxFacts(t)).Lookup("vars.python") || spec.Timeout == "" {
 				t.Errorf("allreduce python %q timeout %q", spec.Python, spec.Timeout)
 			}
 		})
@@ -148,7 +148,7 @@ func TestSM120RecipesCheckKernelArchs(t *testing.T) {
 		if err := r.Step(step).Render(templateData(t, r, rtxFacts(t)), &spec); err != nil {
 			t.Fatal(err)
 		}
-		venv := strings.TrimSuffix(r.Vars["python"], "/bin/python")
+		venv := strings.TrimSuffix(templateData(t, r, rtxFacts(t)).Lookup("vars.python"), "/bin/python")
 		if len(spec.ArchLibs) != 1 || !strings.HasPrefix(spec.ArchLibs[0], venv+"/lib/") || !strings.HasSuffix(spec.ArchLibs[0], "/sgl_kernel/") {
 			t.Errorf("%s: step %s arch_libs %v", file, step, spec.ArchLibs)
 		}

@@ -86,6 +86,9 @@ func Kind() engine.Kind {
 	// The arch list comes from the facts for every recipe with a build step, not only
 	// those that mention a GPU; the facts are part of the fingerprint through it.
 	k.UsesFacts = true
+	// What a build reads of the facts is the arch list (TORCH_CUDA_ARCH_LIST): a driver
+	// upgrade that keeps it keeps the generation.
+	k.Facts = []string{"gpu.arch_list"}
 	return k
 }
 

@@ -1,0 +1,268 @@
+package recipe
+
+import (
+	"fmt"
+	"path"
+	"regexp"
+	"slices"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// GenerationsOff is the value of the recipe's `generations` field that keeps every step
+// in place (the folders the recipe names are built and served where they are).
+const GenerationsOff = "off"
+
+// RootKind is the step kind whose dest is a generation root by default: a source tree,
+// with everything the recipe builds under it (patches, venv, build folders, wheels).
+const RootKind = "source"
+
+// GenerationRoot is a folder the recipe names that, with generations by default, is built
+// inside each generation: the recipe's paths under Path are rewritten to the generation's
+// folder Sub, and Path itself becomes a link to the serving generation's copy.
+type GenerationRoot struct {
+	// Path is the folder as the recipe names it ("/opt/sglang"), a node path.
+	Path string `json:"path"`
+	// Sub is its folder inside each generation ("sglang").
+	Sub string `json:"sub"`
+
+	re *regexp.Regexp // Path as a whole path in text
+}
+
+// GenerationRoots returns the folders the recipe builds inside generations by default
+// (none when it names {{ .generation.dir }} itself or says `generations: off`).
+func (r *Recipe) GenerationRoots() []GenerationRoot { return r.Generations.roots }
+
+// GenerationsOff reports whether the recipe turned generations off.
+func (r *Recipe) GenerationsOff() bool { return r.Generations.off }
+
+// parseGenerationsScalar reads `generations: off`; it reports whether n was a scalar.
+func (p *parser) parseGenerationsScalar(n *yaml.Node, r *Recipe) bool {
+	if n.Kind != yaml.ScalarNode {
+		return false
+	}
+	switch n.Value {
+	case GenerationsOff, "false":
+		r.Generations.off = true
+	default:
+		p.addf(n, "generations", "generations must be %q or a mapping {dir, keep}, not %q", GenerationsOff, n.Value)
+	}
+	return true
+}
+
+// generationsSchema is the JSON Schema of the generations field: its mapping or "off".
+func generationsSchema(mapping any) any {
+	return map[string]any{"anyOf": []any{mapping, map[string]any{"const": GenerationsOff}, map[string]any{"const": false}}}
+}
+
+// defaultGenerations makes generations the default: unless the recipe says
+// `generations: off` or names {{ .generation.dir }} itself, the dest of each source step
+// (rendered with the vars; a dest that uses a host fact is left in place) and each folder
+// of generations.roots is a root, and every path under a root in the vars and the steps'
+// text is rewritten to the same path under {{ .generation.dir }}/SUB. The steps that write there become generation steps; the
+// service's unit then reads the generation's folder.
+func (p *parser) defaultGenerations(r *Recipe) {
+	if r.Generations.off {
+		return
+	}
+	if r.namesGenerationDir() {
+		if len(r.Generations.Roots) > 0 {
+			p.addf(nil, "generations.roots", "generations.roots is for recipes that do not name {{ .%s }}: this one chooses its generation's paths itself; drop one of them", GenerationDirRef)
+		}
+		return
+	}
+	facts := map[string]any{}
+	for _, f := range FactNames() {
+		k, v, _ := strings.Cut(f, ".")
+		m, _ := facts[k].(map[string]any)
+		if m == nil {
+			m = map[string]any{}
+			facts[k] = m
+		}
+		m[v] = ""
+	}
+	data, err := r.NewData(facts)
+	if err != nil {
+		return
+	}
+	var roots []GenerationRoot
+	for _, s := range r.Steps {
+		if s.Kind != RootKind {
+			continue
+		}
+		dest := nodeAt(s.Body, "dest")
+		if dest == nil || dest.Kind != yaml.ScalarNode || usesFacts(r.ExpandRefs(s)) {
+			continue
+		}
+		out, err := render(dest.Value, data)
+		if err != nil || !rootPath(out) {
+			continue
+		}
+		roots = append(roots, GenerationRoot{Path: out})
+	}
+	for _, text := range r.Generations.Roots {
+		refs, _ := templateRefs(text)
+		out, err := render(text, data)
+		if err != nil || usesFacts(refs) || !rootPath(out) {
+			p.addf(nil, "generations.roots", "generations.roots: %q must name an absolute, clean folder (vars allowed, no host facts) that is not a system folder such as /opt", text)
+			continue
+		}
+		roots = append(roots, GenerationRoot{Path: out})
+	}
+	// The outermost of nested roots holds the others.
+	slices.SortFunc(roots, func(a, b GenerationRoot) int { return strings.Compare(a.Path, b.Path) })
+	var kept []GenerationRoot
+	subs := map[string]bool{}
+	for _, root := range roots {
+		if slices.ContainsFunc(kept, func(k GenerationRoot) bool {
+			return k.Path == root.Path || strings.HasPrefix(root.Path, k.Path+"/")
+		}) {
+			continue
+		}
+		root.Sub = path.Base(root.Path)
+		for i := 2; subs[root.Sub]; i++ {
+			root.Sub = fmt.Sprintf("%s-%d", path.Base(root.Path), i)
+		}
+		subs[root.Sub] = true
+		root.re = regexp.MustCompile(`(^|[^A-Za-z0-9._+@/-])` + regexp.QuoteMeta(root.Path) + `($|[^A-Za-z0-9._+@-])`)
+		kept = append(kept, root)
+	}
+	if len(kept) == 0 {
+		return
+	}
+	// Each root whose path the recipe writes somewhere as text; the others stay in place.
+	used := kept[:0]
+	for _, root := range kept {
+		if r.writesPath(root) {
+			used = append(used, root)
+		}
+	}
+	if len(used) == 0 {
+		return
+	}
+	kept = used
+	r.Generations.roots = kept
+	for name, v := range r.Vars {
+		r.Vars[name] = rewriteRoots(v, kept)
+	}
+	for _, s := range r.Steps {
+		changed := false
+		eachScalar(s.Body, func(n *yaml.Node) {
+			if out := rewriteRoots(n.Value, kept); out != n.Value {
+				n.Value, changed = out, true
+			}
+		})
+		if changed && !slices.Contains(s.Refs, GenerationDirRef) {
+			s.Refs = uniqSorted(append(s.Refs, GenerationDirRef))
+		}
+	}
+}
+
+// namesGenerationDir reports whether a var or a step of the recipe names
+// {{ .generation.dir }} (the recipe chose its generation's paths itself).
+func (r *Recipe) namesGenerationDir() bool {
+	for _, v := range r.Vars {
+		if refs, _ := templateRefs(v); slices.Contains(refs, GenerationDirRef) {
+			return true
+		}
+	}
+	for _, s := range r.Steps {
+		if slices.Contains(s.Refs, GenerationDirRef) {
+			return true
+		}
+	}
+	return false
+}
+
+func usesFacts(refs []string) bool {
+	for _, ref := range refs {
+		if knownFacts[ref] {
+			return true
+		}
+	}
+	return false
+}
+
+// systemRoots are folders that are never a generation root themselves (a folder below
+// one, "/opt/sglang", can be).
+var systemRoots = []string{"/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib64", "/opt",
+	"/proc", "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr", "/usr/local", "/var", "/var/lib", "/var/tmp"}
+
+// rootPath reports whether p can be a generation root: absolute, clean, not a system folder.
+func rootPath(p string) bool {
+	return path.IsAbs(p) && path.Clean(p) == p && !slices.Contains(systemRoots, p)
+}
+
+// rewriteRoots rewrites each root in s (as a whole path: not "/opt/sglang2", not
+// "/x/opt/sglang") to {{ .generation.dir }}/SUB, outside template actions.
+func rewriteRoots(s string, roots []GenerationRoot) string {
+	if !strings.Contains(s, "/") {
+		return s
+	}
+	var b strings.Builder
+	rest := s
+	for rest != "" {
+		i := strings.Index(rest, "{{")
+		lit := rest
+		if i >= 0 {
+			lit = rest[:i]
+		}
+		for _, root := range roots {
+			// Twice: a match takes the character after it, which may begin the next one
+			// ("/opt/sglang:/opt/sglang").
+			for range 2 {
+				lit = root.re.ReplaceAllString(lit, "${1}{{ ."+GenerationDirRef+" }}/"+root.Sub+"${2}")
+			}
+		}
+		b.WriteString(lit)
+		if i < 0 {
+			break
+		}
+		rest = rest[i:]
+		j := strings.Index(rest, "}}")
+		if j < 0 {
+			b.WriteString(rest)
+			break
+		}
+		b.WriteString(rest[:j+2])
+		rest = rest[j+2:]
+	}
+	return b.String()
+}
+
+// inPlaceGeneration gives d, when it names no generation, the folder that makes each
+// default root's paths the root itself ({{ .generation.dir }}/sglang is /opt/sglang, the
+// link to the serving generation): what a command that renders the recipe outside a run
+// (smoke, detect, a test) sees. Roots in different folders, or a Sub that is not the root's
+// own name, have no such folder; a template that needs it then fails as without facts.
+func (r *Recipe) inPlaceGeneration(d Data) {
+	if _, ok := d["generation"]; ok || len(r.Generations.roots) == 0 {
+		return
+	}
+	parent := path.Dir(r.Generations.roots[0].Path)
+	for _, root := range r.Generations.roots {
+		if path.Dir(root.Path) != parent || path.Base(root.Path) != root.Sub {
+			return
+		}
+	}
+	d["generation"] = map[string]any{"dir": parent}
+}
+
+// writesPath reports whether a var or a step's text names root's path as rewriteRoots
+// finds it.
+func (r *Recipe) writesPath(root GenerationRoot) bool {
+	one := []GenerationRoot{root}
+	for _, v := range r.Vars {
+		if rewriteRoots(v, one) != v {
+			return true
+		}
+	}
+	found := false
+	for _, s := range r.Steps {
+		eachScalar(s.Body, func(n *yaml.Node) {
+			found = found || rewriteRoots(n.Value, one) != n.Value
+		})
+	}
+	return found
+}
