@@ -53,7 +53,12 @@ func (p *parser) parseGenerationsScalar(n *yaml.Node, r *Recipe) bool {
 
 // generationsSchema is the JSON Schema of the generations field: its mapping or "off".
 func generationsSchema(mapping any) any {
-	return map[string]any{"anyOf": []any{mapping, map[string]any{"const": GenerationsOff}, map[string]any{"const": false}}}
+	out := map[string]any{"anyOf": []any{mapping, map[string]any{"const": GenerationsOff}, map[string]any{"const": false}}}
+	// The field's description stays on the whole, where an editor shows it.
+	if m, ok := mapping.(map[string]any); ok && m["description"] != nil {
+		out["description"] = m["description"]
+	}
+	return out
 }
 
 // defaultGenerations makes generations the default: unless the recipe says

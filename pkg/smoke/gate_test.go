@@ -255,7 +255,9 @@ func TestHangVersusRequestTimeout(t *testing.T) {
 		if c.Reason != "no answer within the request timeout (80ms)" {
 			t.Errorf("case %s: %q", c.Name, c.Reason)
 		}
-		if c.Latency < 80*time.Millisecond {
+		// The request's deadline starts as the request is made, a little before the case's
+		// clock on a loaded machine: allow that much.
+		if c.Latency < 60*time.Millisecond {
 			t.Errorf("case %s: latency %s", c.Name, c.Latency)
 		}
 	}
