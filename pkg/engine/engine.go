@@ -202,8 +202,17 @@ func (e *Engine) env(n *node, logw io.Writer, logPath string) *Env {
 		Generation:          e.generationInfo(),
 		Gated:               e.gated(n),
 		Replaces:            e.opts.Recipe.Replaces,
+		PythonLock:          e.pythonLock(),
 		store:               e.store,
 	}
+}
+
+// pythonLock is the path of the recipe's python.lock ("" when it has none).
+func (e *Engine) pythonLock() string {
+	if e.opts.Recipe.Python == nil || e.opts.Recipe.Python.Lock == "" {
+		return ""
+	}
+	return filepath.Join(e.opts.RecipeDir, e.opts.Recipe.Python.Lock)
 }
 
 // generationInfo returns the run's generation (nil when the recipe uses none).

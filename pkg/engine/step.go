@@ -246,6 +246,9 @@ type Env struct {
 	// Replaces names the recipes whose services this recipe's service takes over on the
 	// node (recipe replaces:).
 	Replaces []string
+	// PythonLock is the recipe's python.lock, resolved against its folder ("" when it has
+	// none): the Python (pip install) steps install exactly that lock.
+	PythonLock string
 
 	store *Store
 }

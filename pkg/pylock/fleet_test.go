@@ -149,4 +149,15 @@ func TestLockThroughTheFleetCache(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), sha256Hex(beta)) || !strings.Contains(err.Error(), sha256Hex(other)) {
 		t.Errorf("a tampered wheel on the index: %v; want a refusal naming %s and %s", err, sha256Hex(beta), sha256Hex(other))
 	}
+	// The same by the URLs the lock records (as a locked recipe step installs it).
+	moved := *got
+	moved.Packages = nil
+	for _, p := range got.Packages {
+		p.URL = ix2.srv.URL + "/files/" + p.Wheel
+		moved.Packages = append(moved.Packages, p)
+	}
+	err = pylock.Install(ctx, pyC, &moved, pylock.InstallOptions{ByURL: true, Env: pipEnv()})
+	if err == nil || !strings.Contains(err.Error(), sha256Hex(beta)) || !strings.Contains(err.Error(), sha256Hex(other)) {
+		t.Errorf("a tampered wheel at the locked URL: %v; want a refusal naming %s and %s", err, sha256Hex(beta), sha256Hex(other))
+	}
 }

@@ -53,6 +53,9 @@ type InstallOptions struct {
 	// --index-url or --extra-index-url): the wheels come from the index, checked by pip's
 	// --require-hashes.
 	PipArgs []string
+	// ByURL, when there is no WheelDir, takes each wheel from the URL the lock records for
+	// it (the file the resolving node installed) rather than by name from the index.
+	ByURL bool
 	// Env is the environment of pip (default os.Environ()).
 	Env []string
 	// Out receives pip's output (default: discarded); its last lines are in the error.
@@ -85,7 +88,7 @@ func Install(ctx context.Context, python string, l *Lock, opt InstallOptions) er
 		return fmt.Errorf("writing the lock's requirements: %w", err)
 	}
 	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(l.Requirements()); err != nil {
+	if _, err := tmp.Write(l.Requirements(opt.ByURL && opt.WheelDir == "")); err != nil {
 		tmp.Close()
 		return fmt.Errorf("writing the lock's requirements: %w", err)
 	}

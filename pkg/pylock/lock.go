@@ -149,12 +149,18 @@ func Read(p string) (*Lock, error) {
 
 // Requirements is the lock as a pip requirements file for --require-hashes --no-deps:
 // one "name==version --hash=sha256:HEX" line per package.
-func (l *Lock) Requirements() []byte {
+// With byURL, a package whose URL the lock records is "name @ URL --hash=sha256:HEX"
+// instead: pip fetches that very file, from no index.
+func (l *Lock) Requirements(byURL bool) []byte {
 	var b bytes.Buffer
 	b.WriteString("# Written by sglprov from a Python lock; install with --require-hashes --no-deps.\n")
 	ps := slices.Clone(l.Packages)
 	slices.SortFunc(ps, func(a, b Package) int { return strings.Compare(a.Name, b.Name) })
 	for _, p := range ps {
+		if byURL && p.URL != "" {
+			fmt.Fprintf(&b, "%s @ %s --hash=sha256:%s\n", p.Name, p.URL, p.SHA256)
+			continue
+		}
 		fmt.Fprintf(&b, "%s==%s --hash=sha256:%s\n", p.Name, p.Version, p.SHA256)
 	}
 	return b.Bytes()

@@ -2,6 +2,8 @@ package pylock
 
 import (
 	"bufio"
+	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,9 +11,13 @@ import (
 	"io/fs"
 	"net/textproto"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"strings"
+	"time"
+
+	"github.com/sglprov/sglprov/pkg/atomicfile"
 )
 
 // maxMetadataHeader bounds the header of a METADATA file read (the description after it
@@ -142,4 +148,64 @@ func readMetadata(p string) (name, version string, err error) {
 		return "", "", fmt.Errorf("no Name and Version in its header (%q, %q)", name, version)
 	}
 	return name, version, nil
+}
+
+// maxSysconfig bounds what the interpreter prints of its site-packages path.
+const maxSysconfig = 64 << 10
+
+// SitePackages asks python for its environment's site-packages folder (sysconfig's
+// purelib), within 30 s.
+func SitePackages(ctx context.Context, python string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+	var out, errb bytes.Buffer
+	cmd.Stdout = &limitedBuffer{b: &out, left: maxSysconfig}
+	cmd.Stderr = &limitedBuffer{b: &errb, left: maxSysconfig}
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("asking %s for its site-packages: %w: %s", python, err, strings.TrimSpace(errb.String()))
+	}
+	p := strings.TrimSpace(out.String())
+	if !filepath.IsAbs(p) {
+		return "", fmt.Errorf("asking %s for its site-packages: it said %q", python, p)
+	}
+	return p, nil
+}
+
+// limitedBuffer keeps at most left bytes and drops the rest.
+type limitedBuffer struct {
+	b    *bytes.Buffer
+	left int
+}
+
+func (l *limitedBuffer) Write(p []byte) (int, error) {
+	n := min(len(p), l.left)
+	l.b.Write(p[:n])
+	l.left -= n
+	return len(p), nil
+}
+
+// Unrecorded names the distributions of l that came from no recorded wheel and that the
+// venv did not bring itself (pip, setuptools, wheel): installed by hand, or before
+// sglprov recorded pip's reports.
+func (l *Lock) Unrecorded() []string {
+	var out []string
+	for _, x := range l.Local {
+		if x.Source == "unrecorded" && x.Name != "pip" && x.Name != "setuptools" && x.Name != "wheel" {
+			out = append(out, x.Name+" "+x.Version)
+		}
+	}
+	return out
+}
+
+// Write writes l to path (replaced whole, 0644).
+func Write(path string, l *Lock) error {
+	b, err := l.Encode()
+	if err != nil {
+		return err
+	}
+	if err := atomicfile.Write(path, b, 0o644); err != nil {
+		return fmt.Errorf("writing the lock %s: %w", path, err)
+	}
+	return nil
 }

@@ -38,6 +38,8 @@ type File struct {
 	Generations Generations `yaml:"generations"`
 	// Replaces names the recipes whose services this recipe takes over on the node.
 	Replaces []string `yaml:"replaces"`
+	// Python names the lock the Python (pip install) steps install exactly.
+	Python Python `yaml:"python"`
 }
 
 // RequiresSection is the requires section as written: what the GPUs, the driver and CUDA

@@ -50,10 +50,18 @@ type Step struct {
 type record struct {
 	// Created maps each path of creates to the sha256 of the file ("dir" for a directory).
 	Created map[string]string `json:"created"`
+	// Python and PipReport are a Python step's interpreter and the report its pip wrote
+	// (unlocked steps only): `sglprov lock` reads them.
+	Python    string `json:"python,omitempty"`
+	PipReport string `json:"pip_report,omitempty"`
 }
 
-// Fingerprint adds nothing beyond the recipe text and the vars it uses.
+// Fingerprint adds nothing beyond the recipe text and the vars it uses; for a Python step
+// of a recipe with python.lock, the lock's digest.
 func (s *Step) Fingerprint(ctx context.Context, env *engine.Env) (map[string]string, error) {
+	if PipInstall(s.spec.Argv) && env.PythonLock != "" {
+		return lockFingerprint(env)
+	}
 	return nil, nil
 }
 
@@ -89,13 +97,28 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	for _, k := range keys {
 		envList = append(envList, k+"="+s.spec.Env[k])
 	}
-	if env.Log != nil {
-		env.Log.Info("running command", "argv", strings.Join(s.spec.Argv, " "))
-	}
-	if err := build.Exec(ctx, env, env.StepName, s.spec.Argv, dir, envList); err != nil {
-		return err
-	}
 	rec := record{Created: map[string]string{}}
+	switch {
+	case PipInstall(s.spec.Argv) && env.PythonLock != "":
+		if err := s.runLocked(ctx, env, dir, envList); err != nil {
+			return err
+		}
+	default:
+		if PipInstall(s.spec.Argv) {
+			report, kv, err := reportEnv(env)
+			if err != nil {
+				return err
+			}
+			envList = append(envList, kv)
+			rec.Python, rec.PipReport = s.spec.Argv[0], report
+		}
+		if env.Log != nil {
+			env.Log.Info("running command", "argv", strings.Join(s.spec.Argv, " "))
+		}
+		if err := build.Exec(ctx, env, env.StepName, s.spec.Argv, dir, envList); err != nil {
+			return err
+		}
+	}
 	for _, p := range s.spec.Creates {
 		sum, err := digestPath(env.Path(p))
 		if err != nil {
