@@ -13,6 +13,7 @@ import (
 	"github.com/sglprov/sglprov/pkg/fetch"
 	"github.com/sglprov/sglprov/pkg/pylock"
 	"github.com/sglprov/sglprov/test/ociregistry"
+	"github.com/sglprov/sglprov/test/pyindex"
 )
 
 // installed returns what python imports of module: its V and MARK.
@@ -32,21 +33,21 @@ func installed(t *testing.T, python, module string) string {
 // the locked, older beta from the registry's wheels alone. A wheel that differs from the
 // lock is refused with both digests named, from the registry's folder and from the index.
 func TestLockThroughTheFleetCache(t *testing.T) {
-	py := needPip(t)
+	py := pyindex.NeedPip(t)
 	reg := ociregistry.StartT(t)
 	ctx := context.Background()
-	ix := newIndex(t)
-	alphaFile, alpha := buildWheel(t, "alpha", "1.0", "a1", "beta>=1.0")
-	betaFile, beta := buildWheel(t, "beta", "1.0", "b1")
-	ix.publish("alpha", alphaFile, alpha)
-	ix.publish("beta", betaFile, beta)
+	ix := pyindex.Start(t)
+	alphaFile, alpha := pyindex.BuildWheel(t, "alpha", "1.0", "a1", "beta>=1.0")
+	betaFile, beta := pyindex.BuildWheel(t, "beta", "1.0", "b1")
+	ix.Publish("alpha", alphaFile, alpha)
+	ix.Publish("beta", betaFile, beta)
 
 	// Node A: the Python step as a recipe has it, with the report sglprov asks pip for.
 	a := t.TempDir()
-	pyA, siteA := venv(t, py, filepath.Join(a, "venv"))
+	pyA, siteA := pyindex.Venv(t, py, filepath.Join(a, "venv"))
 	report := filepath.Join(a, "pip-report.json")
 	cmd := exec.Command(pyA, "-m", "pip", "install", "--index-url", ix.URL(), "alpha")
-	cmd.Env = pipEnv("PIP_REPORT=" + report)
+	cmd.Env = pyindex.PipEnv("PIP_REPORT=" + report)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("node A's pip install: %v: %s", err, out)
 	}
@@ -54,7 +55,7 @@ func TestLockThroughTheFleetCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]string{"alpha": sha256Hex(alpha), "beta": sha256Hex(beta)}
+	want := map[string]string{"alpha": pyindex.SHA256(alpha), "beta": pyindex.SHA256(beta)}
 	if len(lock.Packages) != 2 {
 		t.Fatalf("the lock holds %+v, want alpha and beta", lock.Packages)
 	}
@@ -93,13 +94,13 @@ func TestLockThroughTheFleetCache(t *testing.T) {
 	}
 
 	// A newer beta is published, then the index goes away.
-	beta2File, beta2 := buildWheel(t, "beta", "2.0", "b2")
-	ix.publish("beta", beta2File, beta2)
-	ix.srv.Close()
+	beta2File, beta2 := pyindex.BuildWheel(t, "beta", "2.0", "b2")
+	ix.Publish("beta", beta2File, beta2)
+	ix.Srv.Close()
 
 	// Node B: same recipe and cache, no index.
 	b := t.TempDir()
-	pyB, siteB := venv(t, py, filepath.Join(b, "venv"))
+	pyB, siteB := pyindex.Venv(t, py, filepath.Join(b, "venv"))
 	puller, err := cache.New(cache.Config{Repository: reg.Addr + "/fleet/sglprov"}, cache.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -109,7 +110,7 @@ func TestLockThroughTheFleetCache(t *testing.T) {
 	if err != nil || got == nil {
 		t.Fatalf("the lock from the registry: %v, %v", got, err)
 	}
-	if err := pylock.Install(ctx, pyB, got, pylock.InstallOptions{WheelDir: wheelsB, Env: pipEnv()}); err != nil {
+	if err := pylock.Install(ctx, pyB, got, pylock.InstallOptions{WheelDir: wheelsB, Env: pyindex.PipEnv()}); err != nil {
 		t.Fatal(err)
 	}
 	if v := installed(t, pyB, "beta"); v != "1.0 b1" {
@@ -129,35 +130,35 @@ func TestLockThroughTheFleetCache(t *testing.T) {
 	}
 
 	// A wheel in the folder that is not the lock's is refused, both digests named.
-	_, other := buildWheel(t, "beta", "1.0", "tampered")
+	_, other := pyindex.BuildWheel(t, "beta", "1.0", "tampered")
 	if err := os.WriteFile(filepath.Join(wheelsB, betaFile), other, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	pyC, _ := venv(t, py, filepath.Join(b, "venv-c"))
-	err = pylock.Install(ctx, pyC, got, pylock.InstallOptions{WheelDir: wheelsB, Env: pipEnv()})
+	pyC, _ := pyindex.Venv(t, py, filepath.Join(b, "venv-c"))
+	err = pylock.Install(ctx, pyC, got, pylock.InstallOptions{WheelDir: wheelsB, Env: pyindex.PipEnv()})
 	var me *pylock.MismatchError
-	if !errors.As(err, &me) || !strings.Contains(err.Error(), sha256Hex(beta)) || !strings.Contains(err.Error(), sha256Hex(other)) {
-		t.Errorf("a tampered wheel in the folder: %v; want a refusal naming %s and %s", err, sha256Hex(beta), sha256Hex(other))
+	if !errors.As(err, &me) || !strings.Contains(err.Error(), pyindex.SHA256(beta)) || !strings.Contains(err.Error(), pyindex.SHA256(other)) {
+		t.Errorf("a tampered wheel in the folder: %v; want a refusal naming %s and %s", err, pyindex.SHA256(beta), pyindex.SHA256(other))
 	}
 
 	// From an index that serves other bytes under the locked name: pip's --require-hashes
 	// refuses, and its message names both digests.
-	ix2 := newIndex(t)
-	ix2.publish("alpha", alphaFile, alpha)
-	ix2.publish("beta", betaFile, other)
-	err = pylock.Install(ctx, pyC, got, pylock.InstallOptions{PipArgs: []string{"--index-url", ix2.URL()}, Env: pipEnv()})
-	if err == nil || !strings.Contains(err.Error(), sha256Hex(beta)) || !strings.Contains(err.Error(), sha256Hex(other)) {
-		t.Errorf("a tampered wheel on the index: %v; want a refusal naming %s and %s", err, sha256Hex(beta), sha256Hex(other))
+	ix2 := pyindex.Start(t)
+	ix2.Publish("alpha", alphaFile, alpha)
+	ix2.Publish("beta", betaFile, other)
+	err = pylock.Install(ctx, pyC, got, pylock.InstallOptions{PipArgs: []string{"--index-url", ix2.URL()}, Env: pyindex.PipEnv()})
+	if err == nil || !strings.Contains(err.Error(), pyindex.SHA256(beta)) || !strings.Contains(err.Error(), pyindex.SHA256(other)) {
+		t.Errorf("a tampered wheel on the index: %v; want a refusal naming %s and %s", err, pyindex.SHA256(beta), pyindex.SHA256(other))
 	}
 	// The same by the URLs the lock records (as a locked recipe step installs it).
 	moved := *got
 	moved.Packages = nil
 	for _, p := range got.Packages {
-		p.URL = ix2.srv.URL + "/files/" + p.Wheel
+		p.URL = ix2.Srv.URL + "/files/" + p.Wheel
 		moved.Packages = append(moved.Packages, p)
 	}
-	err = pylock.Install(ctx, pyC, &moved, pylock.InstallOptions{ByURL: true, Env: pipEnv()})
-	if err == nil || !strings.Contains(err.Error(), sha256Hex(beta)) || !strings.Contains(err.Error(), sha256Hex(other)) {
-		t.Errorf("a tampered wheel at the locked URL: %v; want a refusal naming %s and %s", err, sha256Hex(beta), sha256Hex(other))
+	err = pylock.Install(ctx, pyC, &moved, pylock.InstallOptions{ByURL: true, Env: pyindex.PipEnv()})
+	if err == nil || !strings.Contains(err.Error(), pyindex.SHA256(beta)) || !strings.Contains(err.Error(), pyindex.SHA256(other)) {
+		t.Errorf("a tampered wheel at the locked URL: %v; want a refusal naming %s and %s", err, pyindex.SHA256(beta), pyindex.SHA256(other))
 	}
 }

@@ -1,4 +1,8 @@
-package pylock_test
+// Package pyindex is a real PEP 503 package index for tests: pure-Python wheels built in
+// Go (a zip with the package, METADATA, WHEEL and RECORD, as a build backend writes them),
+// served over HTTP on 127.0.0.1 with their sha256 in each link, for real pip to resolve
+// and install from. See README.md for how it differs from PyPI.
+package pyindex
 
 import (
 	"archive/zip"
@@ -13,18 +17,17 @@ import (
 	"net/http/httptest"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
 	"testing"
-
-	"github.com/sglprov/sglprov/pkg/pylock"
 )
 
-// buildWheel returns a pure-Python wheel of project name at version: a zip with the
+// BuildWheel returns a pure-Python wheel of project name at version: a zip with the
 // package's __init__.py (V = the version, and marker) and the dist-info's METADATA,
 // WHEEL and RECORD, as a build backend writes them. deps are Requires-Dist lines.
-func buildWheel(t *testing.T, name, version, marker string, deps ...string) (file string, data []byte) {
+func BuildWheel(t testing.TB, name, version, marker string, deps ...string) (file string, data []byte) {
 	t.Helper()
 	dist := strings.ReplaceAll(name, "-", "_") + "-" + version
 	var md strings.Builder
@@ -61,48 +64,52 @@ func buildWheel(t *testing.T, name, version, marker string, deps ...string) (fil
 	return dist + "-py3-none-any.whl", buf.Bytes()
 }
 
-func sha256Hex(b []byte) string {
+// SHA256 is the hex sha256 of b.
+func SHA256(b []byte) string {
 	s := sha256.Sum256(b)
 	return hex.EncodeToString(s[:])
 }
 
-// index is a PEP 503 simple package index served over HTTP on 127.0.0.1: /simple/NAME/
+// Index is a PEP 503 simple package index served over HTTP on 127.0.0.1: /simple/NAME/
 // lists the project's wheels with their sha256 in the link's fragment, /files/FILE serves
 // them. Wheels can be published while it runs, and it can be stopped.
-type index struct {
-	srv   *httptest.Server
+type Index struct {
+	// Srv is the server: Srv.Close stops the index.
+	Srv   *httptest.Server
 	mu    sync.Mutex
 	files map[string][]byte   // file name -> bytes
 	proj  map[string][]string // normalized name -> file names
 }
 
-func newIndex(t *testing.T) *index {
-	ix := &index{files: map[string][]byte{}, proj: map[string][]string{}}
+// Start serves an empty index until the test ends.
+func Start(t testing.TB) *Index {
+	ix := &Index{files: map[string][]byte{}, proj: map[string][]string{}}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ix.srv = &httptest.Server{Listener: l, Config: &http.Server{Handler: ix}}
-	ix.srv.Start()
-	t.Cleanup(ix.srv.Close)
+	ix.Srv = &httptest.Server{Listener: l, Config: &http.Server{Handler: ix}}
+	ix.Srv.Start()
+	t.Cleanup(ix.Srv.Close)
 	return ix
 }
 
 // URL is the index URL for pip's --index-url.
-func (ix *index) URL() string { return ix.srv.URL + "/simple/" }
+func (ix *Index) URL() string { return ix.Srv.URL + "/simple/" }
 
-// publish adds a wheel of project name.
-func (ix *index) publish(name, file string, data []byte) {
+// Publish adds a wheel of project name.
+func (ix *Index) Publish(name, file string, data []byte) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	n := pylock.Normalize(name)
+	n := normalize(name)
 	if _, ok := ix.files[file]; !ok {
 		ix.proj[n] = append(ix.proj[n], file)
 	}
 	ix.files[file] = data
 }
 
-func (ix *index) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+// ServeHTTP serves /simple/, /simple/NAME/ and /files/FILE.
+func (ix *Index) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	switch {
@@ -119,8 +126,8 @@ func (ix *index) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(w, "</body></html>\n")
 	case strings.HasPrefix(r.URL.Path, "/simple/"):
 		n := strings.Trim(strings.TrimPrefix(r.URL.Path, "/simple/"), "/")
-		if n != pylock.Normalize(n) {
-			http.Redirect(w, r, "/simple/"+pylock.Normalize(n)+"/", http.StatusMovedPermanently)
+		if n != normalize(n) {
+			http.Redirect(w, r, "/simple/"+normalize(n)+"/", http.StatusMovedPermanently)
 			return
 		}
 		files, ok := ix.proj[n]
@@ -130,7 +137,7 @@ func (ix *index) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		fmt.Fprint(w, "<!DOCTYPE html><html><body>\n")
 		for _, f := range files {
-			fmt.Fprintf(w, "<a href=\"/files/%s#sha256=%s\">%s</a>\n", html.EscapeString(f), sha256Hex(ix.files[f]), html.EscapeString(f))
+			fmt.Fprintf(w, "<a href=\"/files/%s#sha256=%s\">%s</a>\n", html.EscapeString(f), SHA256(ix.files[f]), html.EscapeString(f))
 		}
 		fmt.Fprint(w, "</body></html>\n")
 	case strings.HasPrefix(r.URL.Path, "/files/"):
@@ -146,8 +153,8 @@ func (ix *index) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// needPip skips the test when python3 has no pip or venv.
-func needPip(t *testing.T) string {
+// NeedPip skips the test, saying why, when python3 has no pip or venv; it returns python3.
+func NeedPip(t testing.TB) string {
 	t.Helper()
 	py, err := exec.LookPath("python3")
 	if err != nil {
@@ -162,8 +169,8 @@ func needPip(t *testing.T) string {
 	return py
 }
 
-// venv makes a virtual environment in dir and returns its python and site-packages.
-func venv(t *testing.T, py, dir string) (python, site string) {
+// Venv makes a virtual environment in dir and returns its python and site-packages.
+func Venv(t testing.TB, py, dir string) (python, site string) {
 	t.Helper()
 	if out, err := exec.Command(py, "-m", "venv", dir).CombinedOutput(); err != nil {
 		t.Fatalf("python3 -m venv: %v: %s", err, out)
@@ -175,9 +182,16 @@ func venv(t *testing.T, py, dir string) (python, site string) {
 	return filepath.Join(dir, "bin", "python"), m[0]
 }
 
-// pipEnv is the environment pip runs with in the tests: no cache (a wheel pip cached
+// PipEnv is the environment pip runs with in the tests: no cache (a wheel pip cached
 // from an earlier run must not stand in for the index), no config of the host's.
-func pipEnv(extra ...string) []string {
+func PipEnv(extra ...string) []string {
 	return append([]string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/nonexistent", "PIP_NO_CACHE_DIR=1",
 		"PIP_CONFIG_FILE=/dev/null", "PIP_DISABLE_PIP_VERSION_CHECK=1", "PIP_NO_INPUT=1"}, extra...)
+}
+
+var nameSep = regexp.MustCompile(`[-_.]+`)
+
+// normalize is a project name as PEP 503 compares names.
+func normalize(name string) string {
+	return nameSep.ReplaceAllString(strings.ToLower(name), "-")
 }
