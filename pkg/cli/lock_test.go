@@ -1,0 +1,118 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sglprov/sglprov/pkg/pylock"
+	"github.com/sglprov/sglprov/test/pyindex"
+)
+
+// pyRecipe is a recipe with one Python step: pip install alpha from the index into the
+// venv of python, with lock (when not "") as its python.lock.
+func pyRecipe(python, index, lock string) string {
+	s := fmt.Sprintf(`apiVersion: sglprov/v1
+name: pyt
+steps:
+  - name: deps
+    command:
+      argv: [%q, -m, pip, install, --index-url, %q, alpha]
+      env: {PIP_NO_CACHE_DIR: "1", PIP_CONFIG_FILE: /dev/null, PIP_DISABLE_PIP_VERSION_CHECK: "1"}
+`, python, index)
+	if lock != "" {
+		s += "python: {lock: " + lock + "}\n"
+	}
+	return s
+}
+
+// TestLockCommandAndLockedApply: node A's apply runs a pip step against a real package
+// index; `sglprov lock` writes the lock of what it installed (the wheels' sha256s as the
+// index served them) next to the recipe. A newer beta is published; node B, whose recipe
+// names the lock, installs the locked beta 1.0, and a wheel at the locked URL with other
+// bytes fails the step with both digests named.
+func TestLockCommandAndLockedApply(t *testing.T) {
+	py := pyindex.NeedPip(t)
+	ix := pyindex.Start(t)
+	alphaFile, alpha := pyindex.BuildWheel(t, "alpha", "1.0", "a1", "beta>=1.0")
+	betaFile, beta := pyindex.BuildWheel(t, "beta", "1.0", "b1")
+	ix.Publish("alpha", alphaFile, alpha)
+	ix.Publish("beta", betaFile, beta)
+
+	a := t.TempDir()
+	pyA, _ := pyindex.Venv(t, py, filepath.Join(a, "venv"))
+	recipeA := writeRecipe(t, a, pyRecipe(pyA, ix.URL(), ""))
+	stA := filepath.Join(a, "st")
+	if code, out, errs := run(t, nil, "apply", "-f", recipeA, "--state-dir", stA); code != 0 {
+		t.Fatalf("node A's apply: %d\n%s\n%s", code, out, errs)
+	}
+	code, out, errs := run(t, nil, "lock", "-f", recipeA, "--state-dir", stA)
+	if code != 0 || !strings.Contains(out, "2 packages from wheels") {
+		t.Fatalf("lock: %d\n%s\n%s", code, out, errs)
+	}
+	lockA := filepath.Join(a, "pyt.lock.json")
+	l, err := pylock.Read(lockA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"alpha": pyindex.SHA256(alpha), "beta": pyindex.SHA256(beta)}
+	for _, p := range l.Packages {
+		if p.SHA256 != want[p.Name] {
+			t.Errorf("locked %s with sha256 %s, want %s", p.Name, p.SHA256, want[p.Name])
+		}
+	}
+	if len(l.Packages) != 2 {
+		t.Errorf("locked %+v, want alpha and beta", l.Packages)
+	}
+
+	// A newer beta; node B's recipe names the lock.
+	beta2File, beta2 := pyindex.BuildWheel(t, "beta", "2.0", "b2")
+	ix.Publish("beta", beta2File, beta2)
+	b := t.TempDir()
+	lockBytes, _ := os.ReadFile(lockA)
+	if err := os.WriteFile(filepath.Join(b, "py.lock.json"), lockBytes, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pyB, _ := pyindex.Venv(t, py, filepath.Join(b, "venv"))
+	recipeB := writeRecipe(t, b, pyRecipe(pyB, ix.URL(), "py.lock.json"))
+	stB := filepath.Join(b, "st")
+	if code, out, errs := run(t, nil, "apply", "-f", recipeB, "--state-dir", stB); code != 0 {
+		t.Fatalf("node B's locked apply: %d\n%s\n%s", code, out, errs)
+	}
+	got, err := exec.Command(pyB, "-c", "import beta; print(beta.V, beta.MARK)").CombinedOutput()
+	if err != nil || strings.TrimSpace(string(got)) != "1.0 b1" {
+		t.Errorf("node B has beta %q (%v), want the locked 1.0, not the newer 2.0", got, err)
+	}
+	// The locked step's fingerprint is the lock's digest: plan says so when it changes.
+	if code, out, _ := run(t, nil, "plan", "-f", recipeB, "--state-dir", stB); code != 0 || !strings.Contains(out, "unchanged") {
+		t.Errorf("plan after the locked apply: %d\n%s", code, out)
+	}
+
+	// Other bytes under the locked wheel's URL: refused, both digests named.
+	_, other := pyindex.BuildWheel(t, "beta", "1.0", "tampered")
+	ix.Publish("beta", betaFile, other)
+	c := t.TempDir()
+	if err := os.WriteFile(filepath.Join(c, "py.lock.json"), lockBytes, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pyC, _ := pyindex.Venv(t, py, filepath.Join(c, "venv"))
+	recipeC := writeRecipe(t, c, pyRecipe(pyC, ix.URL(), "py.lock.json"))
+	code, out, errs = run(t, nil, "apply", "-f", recipeC, "--state-dir", filepath.Join(c, "st"))
+	if code != 1 || !strings.Contains(out+errs, pyindex.SHA256(beta)) || !strings.Contains(out+errs, pyindex.SHA256(other)) {
+		t.Errorf("apply with a wheel that differs from the lock: %d; want 1 and both digests (%s, %s)\n%s\n%s", code, pyindex.SHA256(beta), pyindex.SHA256(other), out, errs)
+	}
+}
+
+// TestLockWithoutPythonSteps: a recipe none of whose steps ran a pip install here is a
+// usage error that says what to do.
+func TestLockWithoutPythonSteps(t *testing.T) {
+	dir := t.TempDir()
+	recipe := writeRecipe(t, dir, "apiVersion: sglprov/v1\nname: np\nsteps:\n  - name: x\n    command: {argv: [\"true\"]}\n")
+	code, _, errs := run(t, nil, "lock", "-f", recipe, "--state-dir", filepath.Join(dir, "st"))
+	if code != 2 || !strings.Contains(errs, "no Python step") || !strings.Contains(errs, "sglprov apply -f") {
+		t.Errorf("lock with no Python step run: %d %s", code, errs)
+	}
+}
