@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/sglprov/sglprov/pkg/pylock"
+	"github.com/sglprov/sglprov/test/ociregistry"
 	"github.com/sglprov/sglprov/test/pyindex"
 )
 
@@ -114,5 +115,56 @@ func TestLockWithoutPythonSteps(t *testing.T) {
 	code, _, errs := run(t, nil, "lock", "-f", recipe, "--state-dir", filepath.Join(dir, "st"))
 	if code != 2 || !strings.Contains(errs, "no Python step") || !strings.Contains(errs, "sglprov apply -f") {
 		t.Errorf("lock with no Python step run: %d %s", code, errs)
+	}
+}
+
+// TestPythonStepsThroughTheFleetCache: with cache: and no lock file, node A (push: true)
+// runs its pip step against the index and publishes the lock of what it installed, with
+// the wheels, to the real registry, tagged with the step's fingerprint. A newer beta is
+// then published and the index stopped: node B, with the same recipe (a venv at the same
+// path) and a pull-only cache, installs the locked older beta from the registry alone.
+func TestPythonStepsThroughTheFleetCache(t *testing.T) {
+	py := pyindex.NeedPip(t)
+	reg := ociregistry.StartT(t)
+	ix := pyindex.Start(t)
+	alphaFile, alpha := pyindex.BuildWheel(t, "alpha", "1.0", "a1", "beta>=1.0")
+	betaFile, beta := pyindex.BuildWheel(t, "beta", "1.0", "b1")
+	ix.Publish("alpha", alphaFile, alpha)
+	ix.Publish("beta", betaFile, beta)
+
+	work := t.TempDir()
+	venvPath := filepath.Join(work, "venv")
+	python, _ := pyindex.Venv(t, py, venvPath)
+	recipe := func(push bool) string {
+		return pyRecipe(python, ix.URL(), "") + fmt.Sprintf("cache: {oci: %q, push: %q}\n", reg.Addr+"/fleet/py", fmt.Sprint(push))
+	}
+	a := t.TempDir()
+	code, out, errs := run(t, nil, "apply", "-f", writeRecipe(t, a, recipe(true)), "--state-dir", filepath.Join(a, "st"))
+	if code != 0 {
+		t.Fatalf("node A's apply: %d\n%s\n%s", code, out, errs)
+	}
+	if !strings.Contains(out+errs, "pushed to the cache") {
+		t.Errorf("node A did not push its lock:\n%s\n%s", out, errs)
+	}
+
+	// A newer beta, then no index at all; node B's venv at the same path.
+	beta2File, beta2 := pyindex.BuildWheel(t, "beta", "2.0", "b2")
+	ix.Publish("beta", beta2File, beta2)
+	ix.Srv.Close()
+	if err := os.Rename(venvPath, venvPath+".a"); err != nil {
+		t.Fatal(err)
+	}
+	pyindex.Venv(t, py, venvPath)
+	b := t.TempDir()
+	code, out, errs = run(t, nil, "apply", "-f", writeRecipe(t, b, recipe(false)), "--state-dir", filepath.Join(b, "st"))
+	if code != 0 {
+		t.Fatalf("node B's apply with the index stopped: %d\n%s\n%s", code, out, errs)
+	}
+	if !strings.Contains(out, "from cache") {
+		t.Errorf("node B's step did not say it came from the cache:\n%s", out)
+	}
+	got, err := exec.Command(python, "-c", "import beta; print(beta.V, beta.MARK)").CombinedOutput()
+	if err != nil || strings.TrimSpace(string(got)) != "1.0 b1" {
+		t.Errorf("node B has beta %q (%v), want node A's 1.0, not the newer 2.0", got, err)
 	}
 }

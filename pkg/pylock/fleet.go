@@ -70,41 +70,41 @@ func Publish(ctx context.Context, c cache.Cache, tag string, l *Lock, dir string
 }
 
 // FromCache looks up the lock tagged tag in the fleet cache and pulls its wheels into dir.
-// It returns nil, nil when the cache holds none. An artifact whose layers are not the
+// It returns the lock and its artifact, or nils when the cache holds none. An artifact whose layers are not the
 // lock's wheels (a name or a digest that differs) is refused with both digests named.
-func FromCache(ctx context.Context, c cache.Cache, tag, dir string) (*Lock, error) {
+func FromCache(ctx context.Context, c cache.Cache, tag, dir string) (*Lock, *cache.Artifact, error) {
 	a, err := c.Lookup(ctx, tag)
 	if err != nil || a == nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if a.Kind != Kind {
-		return nil, fmt.Errorf("the artifact %s is a %s, not a Python lock", a.Digest, a.Kind)
+		return nil, nil, fmt.Errorf("the artifact %s is a %s, not a Python lock", a.Digest, a.Kind)
 	}
 	l, err := Parse(a.Meta, "in "+a.Digest)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	byWheel := map[string]Package{}
 	for _, p := range l.Packages {
 		byWheel[p.Wheel] = p
 	}
 	if len(a.Files) != len(l.Packages) {
-		return nil, fmt.Errorf("the artifact %s holds %d wheels, its lock %d", a.Digest, len(a.Files), len(l.Packages))
+		return nil, nil, fmt.Errorf("the artifact %s holds %d wheels, its lock %d", a.Digest, len(a.Files), len(l.Packages))
 	}
 	for _, f := range a.Files {
 		p, ok := byWheel[f.Name]
 		if !ok {
-			return nil, fmt.Errorf("the artifact %s holds %s, which its lock does not name", a.Digest, f.Name)
+			return nil, nil, fmt.Errorf("the artifact %s holds %s, which its lock does not name", a.Digest, f.Name)
 		}
 		if f.SHA256 != p.SHA256 {
-			return nil, &MismatchError{Wheel: f.Name, Want: p.SHA256, Got: f.SHA256}
+			return nil, nil, &MismatchError{Wheel: f.Name, Want: p.SHA256, Got: f.SHA256}
 		}
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("pulling the lock's wheels: %w", err)
+		return nil, nil, fmt.Errorf("pulling the lock's wheels: %w", err)
 	}
 	if err := c.Pull(ctx, a, dir); err != nil {
-		return nil, fmt.Errorf("pulling the lock's wheels: %w", err)
+		return nil, nil, fmt.Errorf("pulling the lock's wheels: %w", err)
 	}
-	return l, nil
+	return l, a, nil
 }

@@ -106,7 +106,7 @@ func TestLockThroughTheFleetCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	wheelsB := filepath.Join(b, "wheels")
-	got, err := pylock.FromCache(ctx, puller, tag, wheelsB)
+	got, _, err := pylock.FromCache(ctx, puller, tag, wheelsB)
 	if err != nil || got == nil {
 		t.Fatalf("the lock from the registry: %v, %v", got, err)
 	}

@@ -87,6 +87,12 @@ func (s *Step) Intact(ctx context.Context, env *engine.Env) (bool, string, error
 // Run runs the command as a build step runs its own (build.Exec): output to the step log,
 // the process group killed on cancel, the last lines in the error when it fails.
 func (s *Step) Run(ctx context.Context, env *engine.Env) error {
+	return s.run(ctx, env, nil)
+}
+
+// run is Run; with slot (a fleet cache), a Python step without a lock first tries the lock
+// the cache holds under its fingerprint (fromCache).
+func (s *Step) run(ctx context.Context, env *engine.Env, slot *engine.CacheSlot) error {
 	dir := env.Path(s.spec.Dir)
 	envList := os.Environ()
 	keys := make([]string, 0, len(s.spec.Env))
@@ -103,6 +109,8 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 		if err := s.runLocked(ctx, env, dir, envList); err != nil {
 			return err
 		}
+	case PipInstall(s.spec.Argv) && slot != nil && s.fromCache(ctx, env, *slot, dir, envList):
+		rec.Python = s.spec.Argv[0]
 	default:
 		if PipInstall(s.spec.Argv) {
 			report, kv, err := reportEnv(env)

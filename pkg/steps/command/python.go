@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
+	"time"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/fetch"
 	"github.com/sglprov/sglprov/pkg/pylock"
 	"github.com/sglprov/sglprov/pkg/steps/build"
 )
@@ -70,21 +73,11 @@ func (s *Step) runLocked(ctx context.Context, env *engine.Env, dir string, envLi
 	if err != nil {
 		return err
 	}
-	py := s.spec.Argv[0]
 	index, editable := lockedArgs(s.spec.Argv[4:])
 	if env.Log != nil {
 		env.Log.Info("installing the Python lock", "lock", env.PythonLock, "packages", len(l.Packages), "editable", strings.Join(editable, " "))
 	}
-	if err := pylock.Install(ctx, py, l, pylock.InstallOptions{ByURL: true, PipArgs: index, Env: envList, Out: env.Out}); err != nil {
-		return err
-	}
-	for _, e := range editable {
-		argv := []string{py, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--disable-pip-version-check", "-e", e}
-		if err := build.Exec(ctx, env, env.StepName, argv, dir, envList); err != nil {
-			return fmt.Errorf("installing %s (editable, after the lock): %w", e, err)
-		}
-	}
-	return nil
+	return s.installLock(ctx, env, l, pylock.InstallOptions{ByURL: true, PipArgs: index, Env: envList, Out: env.Out}, dir, envList)
 }
 
 // lockFingerprint is the fingerprint part of a locked Python step: the lock's digest.
@@ -108,4 +101,115 @@ func reportEnv(env *engine.Env) (string, string, error) {
 		return "", "", fmt.Errorf("making the folder of pip's report: %w", err)
 	}
 	return p, "PIP_REPORT=" + p, nil
+}
+
+// RunCached is Run with the fleet cache: a Python step of a recipe without python.lock
+// installs the lock that the first node to run it published under the step's fingerprint,
+// its wheels taken from the registry (pip install --require-hashes --no-deps --no-index
+// --find-links), and runs its own pip against the package index only when the cache has
+// none or taking it fails (said in the log and the report). Other command steps run.
+func (s *Step) RunCached(ctx context.Context, env *engine.Env, slot engine.CacheSlot) error {
+	return s.run(ctx, env, &slot)
+}
+
+// fromCache installs the lock the cache holds for this step, and reports whether it did.
+func (s *Step) fromCache(ctx context.Context, env *engine.Env, slot engine.CacheSlot, dir string, envList []string) bool {
+	if env.Force || slot.Cache == nil || slot.Tag == "" {
+		return false
+	}
+	base := filepath.Join(env.StateDir, "python")
+	if err := os.MkdirAll(base, 0o700); err != nil {
+		return false
+	}
+	wheels, err := os.MkdirTemp(base, "wheels-")
+	if err != nil {
+		return false
+	}
+	defer os.RemoveAll(wheels) // made here, holding only the wheels pulled into it
+	l, a, err := pylock.FromCache(ctx, slot.Cache, slot.Tag, wheels)
+	if err == nil && l == nil {
+		return false
+	}
+	if err == nil {
+		err = s.installLock(ctx, env, l, pylock.InstallOptions{WheelDir: wheels, Env: envList, Out: env.Out}, dir, envList)
+	}
+	if err != nil {
+		if env.Log != nil {
+			env.Log.Warn("cannot install the Python lock from the cache; running pip against the index", "cache", slot.Cache.String(), "err", err)
+		}
+		env.Detail("cache_error", err.Error())
+		return false
+	}
+	env.FromCache(a.Digest)
+	if env.Log != nil {
+		env.Log.Info("installed the Python lock from the cache", "artifact", a.Digest, "packages", len(l.Packages))
+	}
+	return true
+}
+
+// installLock installs l, then the step's editable folders.
+func (s *Step) installLock(ctx context.Context, env *engine.Env, l *pylock.Lock, opt pylock.InstallOptions, dir string, envList []string) error {
+	py := s.spec.Argv[0]
+	_, editable := lockedArgs(s.spec.Argv[4:])
+	if err := pylock.Install(ctx, py, l, opt); err != nil {
+		return err
+	}
+	for _, e := range editable {
+		argv := []string{py, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--disable-pip-version-check", "-e", e}
+		if err := build.Exec(ctx, env, env.StepName, argv, dir, envList); err != nil {
+			return fmt.Errorf("installing %s (editable, after the lock): %w", e, err)
+		}
+	}
+	return nil
+}
+
+// Publish pushes, for a Python step that ran pip against the index on a pushing node, the
+// lock of the environment it left (read from the environment and the reports of every
+// Python step recorded in the state dir) and its wheels (downloaded again from the URLs
+// pip took them from, sha256 checked), tagged with the step's fingerprint. Other steps,
+// and a recipe with python.lock, publish nothing.
+func (s *Step) Publish(ctx context.Context, env *engine.Env, slot engine.CacheSlot) (string, error) {
+	var rec record
+	if !PipInstall(s.spec.Argv) || env.PythonLock != "" || !env.LoadData(&rec) || rec.PipReport == "" {
+		return "", nil
+	}
+	base := filepath.Join(env.StateDir, "python")
+	reports, err := filepath.Glob(filepath.Join(base, "*.report.json"))
+	if err != nil {
+		return "", err
+	}
+	sort.Slice(reports, func(i, j int) bool { return modTime(reports[i]).Before(modTime(reports[j])) })
+	site, err := pylock.SitePackages(ctx, s.spec.Argv[0])
+	if err != nil {
+		return "", err
+	}
+	l, err := pylock.Scan(site, reports)
+	if err != nil {
+		return "", err
+	}
+	if len(l.Packages) == 0 {
+		return "", nil
+	}
+	wheels, err := os.MkdirTemp(base, "wheels-")
+	if err != nil {
+		return "", fmt.Errorf("publishing the Python lock: %w", err)
+	}
+	defer os.RemoveAll(wheels) // made here, holding only the wheels collected into it
+	if err := pylock.Collect(ctx, l, wheels, fetch.Options{}); err != nil {
+		return "", err
+	}
+	a, err := pylock.Publish(ctx, slot.Cache, slot.Tag, l, wheels)
+	if err != nil {
+		return "", err
+	}
+	return a.Digest, nil
+}
+
+// modTime is the file's modification time (zero when it cannot be read).
+func modTime(p string) time.Time {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return time.Time{}
+	}
+	return fi.ModTime()
 }
