@@ -17,11 +17,16 @@ import (
 // real registry (Debian's docker-registry on loopback) as one artifact, then pulls the
 // artifact into an empty folder, each iteration into a repository of its own (so every
 // blob is sent again). It reports each side's MB/s and push/pull, the ratio
-// docs/benchmarks.md gives.
+// docs/benchmarks.md gives. SGLPROV_BENCH_CHUNK_MB sets the push's chunk size (default
+// pkg/cache's 64 MiB).
 func BenchmarkPushVsPull(b *testing.B) {
 	mb := 128
 	if v, err := strconv.Atoi(os.Getenv("SGLPROV_BENCH_PUSH_MB")); err == nil && v > 0 {
 		mb = v
+	}
+	var chunk int64
+	if v, err := strconv.Atoi(os.Getenv("SGLPROV_BENCH_CHUNK_MB")); err == nil && v > 0 {
+		chunk = int64(v) << 20
 	}
 	reg := ociregistry.StartT(b)
 	src := b.TempDir()
@@ -38,7 +43,7 @@ func BenchmarkPushVsPull(b *testing.B) {
 	b.ResetTimer()
 	for i := range b.N {
 		repo := fmt.Sprintf("%s/bench/run%d", reg.Addr, i)
-		pusher, err := cache.New(cache.Config{Repository: repo, Push: true}, cache.Options{})
+		pusher, err := cache.New(cache.Config{Repository: repo, Push: true}, cache.Options{ChunkSize: chunk})
 		if err != nil {
 			b.Fatal(err)
 		}
