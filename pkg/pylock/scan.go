@@ -209,3 +209,56 @@ func Write(path string, l *Lock) error {
 	}
 	return nil
 }
+
+// MergeReport folds the pip report at from into the one at into (written whole, 0600) and
+// removes from: an entry of from replaces into's entry for the same project, and into keeps
+// the others. A re-run of a step whose requirements pip finds installed reports nothing to
+// install; the wheels it recorded before stay recorded. A missing from changes nothing.
+func MergeReport(into, from string) error {
+	nb, err := readBounded(from, maxLock)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading pip's report: %w", err)
+	}
+	var add struct {
+		Install []json.RawMessage `json:"install"`
+	}
+	if err := json.Unmarshal(nb, &add); err != nil {
+		return fmt.Errorf("reading pip's report %s: %w", from, err)
+	}
+	var old struct {
+		Install []json.RawMessage `json:"install"`
+	}
+	if ob, err := readBounded(into, maxLock); err == nil {
+		_ = json.Unmarshal(ob, &old) // an unreadable old report is replaced
+	}
+	name := func(raw json.RawMessage) string {
+		var e struct {
+			Metadata struct {
+				Name string `json:"name"`
+			} `json:"metadata"`
+		}
+		_ = json.Unmarshal(raw, &e)
+		return Normalize(e.Metadata.Name)
+	}
+	added := map[string]bool{}
+	for _, e := range add.Install {
+		added[name(e)] = true
+	}
+	merged := add.Install
+	for _, e := range old.Install {
+		if !added[name(e)] {
+			merged = append(merged, e)
+		}
+	}
+	b, err := json.Marshal(map[string]any{"version": "1", "install": merged})
+	if err != nil {
+		return fmt.Errorf("merging pip's report: %w", err)
+	}
+	if err := atomicfile.Write(into, b, 0o600); err != nil {
+		return fmt.Errorf("writing pip's report: %w", err)
+	}
+	return os.Remove(from)
+}

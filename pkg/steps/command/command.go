@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/pylock"
 	"github.com/sglprov/sglprov/pkg/steps/build"
 )
 
@@ -125,6 +126,11 @@ func (s *Step) run(ctx context.Context, env *engine.Env, slot *engine.CacheSlot)
 		}
 		if err := build.Exec(ctx, env, env.StepName, s.spec.Argv, dir, envList); err != nil {
 			return err
+		}
+		if rec.PipReport != "" {
+			if err := pylock.MergeReport(rec.PipReport, rec.PipReport+".new"); err != nil {
+				return err
+			}
 		}
 	}
 	for _, p := range s.spec.Creates {

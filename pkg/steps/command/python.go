@@ -100,7 +100,8 @@ func reportEnv(env *engine.Env) (string, string, error) {
 	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
 		return "", "", fmt.Errorf("making the folder of pip's report: %w", err)
 	}
-	return p, "PIP_REPORT=" + p, nil
+	// pip writes a report of this run beside it; MergeReport folds it in afterwards.
+	return p, "PIP_REPORT=" + p + ".new", nil
 }
 
 // RunCached is Run with the fleet cache: a Python step of a recipe without python.lock
