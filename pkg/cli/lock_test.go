@@ -1,7 +1,10 @@
 package cli
 
 import (
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -146,6 +149,11 @@ func TestPythonStepsThroughTheFleetCache(t *testing.T) {
 	if !strings.Contains(out+errs, "pushed to the cache") {
 		t.Errorf("node A did not push its lock:\n%s\n%s", out, errs)
 	}
+	// The one tag is the step's lock, and its manifest says which recipe and step made it.
+	m := manifestOfOnlyTag(t, "http://"+reg.Addr+"/v2/fleet/py")
+	if m.ArtifactType != pylock.Kind || m.Annotations["org.sglprov.recipe"] != "pyt" || m.Annotations["org.sglprov.step"] != "deps" {
+		t.Errorf("the pushed manifest: type %q, annotations %v; want %s by recipe pyt, step deps", m.ArtifactType, m.Annotations, pylock.Kind)
+	}
 
 	// A newer beta, then no index at all; node B's venv at the same path.
 	beta2File, beta2 := pyindex.BuildWheel(t, "beta", "2.0", "b2")
@@ -167,4 +175,37 @@ func TestPythonStepsThroughTheFleetCache(t *testing.T) {
 	if err != nil || strings.TrimSpace(string(got)) != "1.0 b1" {
 		t.Errorf("node B has beta %q (%v), want node A's 1.0, not the newer 2.0", got, err)
 	}
+}
+
+type ociManifest struct {
+	ArtifactType string            `json:"artifactType"`
+	Annotations  map[string]string `json:"annotations"`
+}
+
+// manifestOfOnlyTag reads the manifest of the one tag of the repository at base.
+func manifestOfOnlyTag(t *testing.T, base string) ociManifest {
+	t.Helper()
+	get := func(url string, v any) {
+		req, _ := http.NewRequest(http.MethodGet, url, nil)
+		req.Header.Set("Accept", "application/vnd.oci.image.manifest.v1+json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		if err := json.Unmarshal(b, v); err != nil {
+			t.Fatalf("%s: %v: %s", url, err, b)
+		}
+	}
+	var tags struct {
+		Tags []string `json:"tags"`
+	}
+	get(base+"/tags/list", &tags)
+	if len(tags.Tags) != 1 {
+		t.Fatalf("tags %v, want one", tags.Tags)
+	}
+	var m ociManifest
+	get(base+"/manifests/"+tags.Tags[0], &m)
+	return m
 }
