@@ -69,7 +69,7 @@ func lockedArgs(args []string) (index, editable []string) {
 // with --require-hashes --no-deps; then the step's editable folders, with --no-deps
 // --no-build-isolation (their build needs are in the lock).
 func (s *Step) runLocked(ctx context.Context, env *engine.Env, dir string, envList []string) error {
-	l, err := pylock.Read(env.PythonLock)
+	l, err := readLock(env)
 	if err != nil {
 		return err
 	}
@@ -82,7 +82,7 @@ func (s *Step) runLocked(ctx context.Context, env *engine.Env, dir string, envLi
 
 // lockFingerprint is the fingerprint part of a locked Python step: the lock's digest.
 func lockFingerprint(env *engine.Env) (map[string]string, error) {
-	l, err := pylock.Read(env.PythonLock)
+	l, err := readLock(env)
 	if err != nil {
 		return nil, err
 	}
@@ -213,4 +213,24 @@ func modTime(p string) time.Time {
 		return time.Time{}
 	}
 	return fi.ModTime()
+}
+
+// readLock reads the recipe's python.lock; a lock that is missing or malformed is bad
+// input (ErrUsage), with the fix.
+func readLock(env *engine.Env) (*pylock.Lock, error) {
+	l, err := pylock.Read(env.PythonLock)
+	if err != nil {
+		return nil, fmt.Errorf("python.lock: %w (write it with `sglprov lock -f RECIPE` on a node whose Python steps ran against the index, or drop python.lock from the recipe): %w", err, engine.ErrUsage)
+	}
+	return l, nil
+}
+
+// Check refuses, for a Python step of a recipe with python.lock, a lock that is missing or
+// malformed, on any machine (validate).
+func (s *Step) Check(env *engine.Env) error {
+	if !PipInstall(s.spec.Argv) || env.PythonLock == "" {
+		return nil
+	}
+	_, err := readLock(env)
+	return err
 }
