@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -79,6 +80,12 @@ func runLock(ctx context.Context, stdio IO, args []string) error {
 	l, err := pylock.Scan(site, reports)
 	if err != nil {
 		return err
+	}
+	// Only a lock is replaced: a file of another kind under that name is the user's.
+	if _, err := os.Lstat(out); err == nil {
+		if _, perr := pylock.Read(out); perr != nil {
+			return &exitError{kind: engine.ErrUsage, msg: fmt.Sprintf("%s exists and is not a lock sglprov wrote (%v): not replacing it; name another file with -o", out, perr)}
+		}
 	}
 	if err := pylock.Write(out, l); err != nil {
 		return err

@@ -58,6 +58,17 @@ func TestLockCommandAndLockedApply(t *testing.T) {
 		t.Fatalf("lock: %d\n%s\n%s", code, out, errs)
 	}
 	lockA := filepath.Join(a, "pyt.lock.json")
+	// A file of the user's under the name asked for is left as it is.
+	mine := filepath.Join(a, "notes.json")
+	if err := os.WriteFile(mine, []byte(`{"mine": true}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errs := run(t, nil, "lock", "-f", recipeA, "--state-dir", stA, "-o", mine); code != 2 || !strings.Contains(errs, "not replacing it") {
+		t.Errorf("lock -o over a file that is no lock: %d %s", code, errs)
+	}
+	if b, _ := os.ReadFile(mine); string(b) != `{"mine": true}` {
+		t.Errorf("the user's file was changed: %s", b)
+	}
 	l, err := pylock.Read(lockA)
 	if err != nil {
 		t.Fatal(err)
