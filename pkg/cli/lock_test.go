@@ -220,3 +220,46 @@ func manifestOfOnlyTag(t *testing.T, base string) ociManifest {
 	get(base+"/manifests/"+tags.Tags[0], &m)
 	return m
 }
+
+// TestLockedRecipeThroughTheFleetCache: with python.lock and cache:, the pushing node
+// installs the lock from the index and publishes it with its wheels; with the index
+// stopped, another node installs the same lock from the registry's wheels.
+func TestLockedRecipeThroughTheFleetCache(t *testing.T) {
+	py := pyindex.NeedPip(t)
+	reg := ociregistry.StartT(t)
+	ix := pyindex.Start(t)
+	alphaFile, alpha := pyindex.BuildWheel(t, "alpha", "1.0", "a1", "beta>=1.0")
+	betaFile, beta := pyindex.BuildWheel(t, "beta", "1.0", "b1")
+	ix.Publish("alpha", alphaFile, alpha)
+	ix.Publish("beta", betaFile, beta)
+	lock := &pylock.Lock{Version: pylock.Version, Packages: []pylock.Package{
+		{Name: "alpha", Version: "1.0", Wheel: alphaFile, SHA256: pyindex.SHA256(alpha), URL: ix.Srv.URL + "/files/" + alphaFile},
+		{Name: "beta", Version: "1.0", Wheel: betaFile, SHA256: pyindex.SHA256(beta), URL: ix.Srv.URL + "/files/" + betaFile},
+	}}
+	work := t.TempDir()
+	venvPath := filepath.Join(work, "venv")
+	python, _ := pyindex.Venv(t, py, venvPath)
+	node := func(push bool) (int, string, string) {
+		d := t.TempDir()
+		if err := pylock.Write(filepath.Join(d, "py.lock.json"), lock); err != nil {
+			t.Fatal(err)
+		}
+		r := pyRecipe(python, ix.URL(), "py.lock.json") + fmt.Sprintf("cache: {oci: %q, push: %q}\n", reg.Addr+"/fleet/locked", fmt.Sprint(push))
+		return run(t, nil, "apply", "-f", writeRecipe(t, d, r), "--state-dir", filepath.Join(d, "st"))
+	}
+	if code, out, errs := node(true); code != 0 || !strings.Contains(out+errs, "pushed to the cache") {
+		t.Fatalf("the pushing node: %d\n%s\n%s", code, out, errs)
+	}
+	ix.Srv.Close()
+	if err := os.Rename(venvPath, venvPath+".a"); err != nil {
+		t.Fatal(err)
+	}
+	pyindex.Venv(t, py, venvPath)
+	code, out, errs := node(false)
+	if code != 0 || !strings.Contains(out, "from cache") {
+		t.Fatalf("the other node, index stopped: %d\n%s\n%s", code, out, errs)
+	}
+	if got, err := exec.Command(python, "-c", "import beta; print(beta.V, beta.MARK)").CombinedOutput(); err != nil || strings.TrimSpace(string(got)) != "1.0 b1" {
+		t.Errorf("beta %q (%v), want the locked 1.0", got, err)
+	}
+}

@@ -107,6 +107,9 @@ func (s *Step) run(ctx context.Context, env *engine.Env, slot *engine.CacheSlot)
 	rec := record{Created: map[string]string{}}
 	switch {
 	case PipInstall(s.spec.Argv) && env.PythonLock != "":
+		if slot != nil && s.fromCache(ctx, env, *slot, dir, envList) {
+			break
+		}
 		if err := s.runLocked(ctx, env, dir, envList); err != nil {
 			return err
 		}

@@ -114,9 +114,21 @@ func (s *Step) RunCached(ctx context.Context, env *engine.Env, slot engine.Cache
 }
 
 // fromCache installs the lock the cache holds for this step, and reports whether it did.
+// With python.lock, the cache's lock must be that very lock (the same digest): only the
+// wheels are taken from the registry.
 func (s *Step) fromCache(ctx context.Context, env *engine.Env, slot engine.CacheSlot, dir string, envList []string) bool {
 	if env.Force || slot.Cache == nil || slot.Tag == "" {
 		return false
+	}
+	var want string
+	if env.PythonLock != "" {
+		l, err := readLock(env)
+		if err != nil {
+			return false
+		}
+		if want, err = l.Digest(); err != nil {
+			return false
+		}
 	}
 	base := filepath.Join(env.StateDir, "python")
 	if err := os.MkdirAll(base, 0o700); err != nil {
@@ -131,12 +143,17 @@ func (s *Step) fromCache(ctx context.Context, env *engine.Env, slot engine.Cache
 	if err == nil && l == nil {
 		return false
 	}
+	if err == nil && want != "" {
+		if got, derr := l.Digest(); derr != nil || got != want {
+			err = fmt.Errorf("the cache's lock for this step is %s, the recipe's python.lock %s", got, want)
+		}
+	}
 	if err == nil {
 		err = s.installLock(ctx, env, l, pylock.InstallOptions{WheelDir: wheels, Env: envList, Out: env.Out}, dir, envList)
 	}
 	if err != nil {
 		if env.Log != nil {
-			env.Log.Warn("cannot install the Python lock from the cache; running pip against the index", "cache", slot.Cache.String(), "err", err)
+			env.Log.Warn("cannot install the Python lock from the cache; taking the wheels from the index", "cache", slot.Cache.String(), "err", err)
 		}
 		env.Detail("cache_error", err.Error())
 		return false
@@ -166,15 +183,25 @@ func (s *Step) installLock(ctx context.Context, env *engine.Env, l *pylock.Lock,
 
 // Publish pushes, for a Python step that ran pip against the index on a pushing node, the
 // lock of the environment it left (read from the environment and the reports of every
-// Python step recorded in the state dir) and its wheels (downloaded again from the URLs
-// pip took them from, sha256 checked), tagged with the step's fingerprint. Other steps,
-// and a recipe with python.lock, publish nothing.
+// Python step recorded in the state dir), or the recipe's python.lock, and its wheels
+// (downloaded again from the URLs pip took them from, sha256 checked), tagged with the
+// step's fingerprint. Other steps publish nothing.
 func (s *Step) Publish(ctx context.Context, env *engine.Env, slot engine.CacheSlot) (string, error) {
-	var rec record
-	if !PipInstall(s.spec.Argv) || env.PythonLock != "" || !env.LoadData(&rec) || rec.PipReport == "" {
+	if !PipInstall(s.spec.Argv) {
 		return "", nil
 	}
 	base := filepath.Join(env.StateDir, "python")
+	if env.PythonLock != "" {
+		l, err := readLock(env)
+		if err != nil {
+			return "", err
+		}
+		return publishLock(ctx, slot, l, base)
+	}
+	var rec record
+	if !env.LoadData(&rec) || rec.PipReport == "" {
+		return "", nil
+	}
 	reports, err := filepath.Glob(filepath.Join(base, "*.report.json"))
 	if err != nil {
 		return "", err
@@ -188,8 +215,16 @@ func (s *Step) Publish(ctx context.Context, env *engine.Env, slot engine.CacheSl
 	if err != nil {
 		return "", err
 	}
+	return publishLock(ctx, slot, l, base)
+}
+
+// publishLock collects l's wheels into a temporary folder in base and pushes l with them.
+func publishLock(ctx context.Context, slot engine.CacheSlot, l *pylock.Lock, base string) (string, error) {
 	if len(l.Packages) == 0 {
 		return "", nil
+	}
+	if err := os.MkdirAll(base, 0o700); err != nil {
+		return "", fmt.Errorf("publishing the Python lock: %w", err)
 	}
 	wheels, err := os.MkdirTemp(base, "wheels-")
 	if err != nil {
