@@ -84,7 +84,7 @@ lint:
 	@$(GO) mod tidy -diff || { echo "go mod tidy would change go.mod/go.sum (above): run go mod tidy"; exit 1; }
 
 bench: build
-	$(GO) test -run='^$$' -bench=. -benchmem ./pkg/engine ./pkg/fetch
+	$(GO) test -run='^$$' -bench=. -benchmem ./pkg/engine ./pkg/fetch ./pkg/cache ./pkg/pylock
 	bench/run.sh
 
 demo: build

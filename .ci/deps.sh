@@ -20,6 +20,8 @@ command -v promtool >/dev/null || need+=(prometheus)
 command -v docker-registry >/dev/null || need+=(docker-registry)
 # The two-node test makes network namespaces and a veth pair with iproute2's ip.
 command -v ip >/dev/null || need+=(iproute2)
+# The Python lock's tests run real pip, in venvs, against a local package index.
+python3 -c 'import pip, venv, ensurepip' >/dev/null 2>&1 || need+=(python3 python3-pip python3-venv)
 if [ "${#need[@]}" -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "note: ${need[*]} missing and not root: the tests that need them skip themselves" >&2

@@ -117,7 +117,7 @@ func New(cfg Config, opt Options) (*Registry, error) {
 	}
 	tr := opt.Transport
 	if tr == nil {
-		tr = &http.Transport{
+		t := &http.Transport{
 			Proxy:                 http.ProxyFromEnvironment,
 			DialContext:           (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 			MaxIdleConns:          256,
@@ -129,6 +129,9 @@ func New(cfg Config, opt Options) (*Registry, error) {
 			// Blobs are stored compressed or not at all; let the bytes through as they are.
 			DisableCompression: true,
 		}
+		// Each range of a pull on a connection of its own, as the hub's downloads.
+		fetch.HTTP1Only(t)
+		tr = t
 	}
 	plain := cfg.PlainHTTP || isLoopback(host)
 	if !plain {
@@ -577,30 +580,9 @@ func (r *Registry) Push(ctx context.Context, tag, kind string, meta []byte, file
 		return nil, fmt.Errorf("pushing to %s: this node is pull-only (cache.push is false)", r)
 	}
 	pctx := auth.AppendRepositoryScope(ctx, r.repo.Reference, auth.ActionPull, auth.ActionPush)
-	layers := make([]ocispec.Descriptor, 0, len(files))
-	for _, f := range files {
-		d := digest.NewDigestFromEncoded(digest.SHA256, f.SHA256)
-		if err := d.Validate(); err != nil {
-			return nil, fmt.Errorf("pushing %s: digest %q: %w", f.Name, f.SHA256, err)
-		}
-		desc := ocispec.Descriptor{MediaType: mediaTypeFile, Digest: d, Size: f.Size,
-			Annotations: map[string]string{ocispec.AnnotationTitle: f.Name}}
-		if f.Mode != 0 {
-			desc.Annotations[annotationMode] = fmt.Sprintf("%04o", f.Mode.Perm())
-		}
-		layers = append(layers, desc)
-		ok, err := r.exists(pctx, desc)
-		if err != nil {
-			return nil, fmt.Errorf("pushing %s: %w", f.Name, err)
-		}
-		if ok {
-			continue
-		}
-		start := time.Now()
-		if err := r.pushFile(pctx, f.Path, d, f.Size); err != nil {
-			return nil, fmt.Errorf("pushing %s: %w", f.Name, r.hint(err))
-		}
-		r.logf("pushed %s (%s) to %s in %s", f.Name, fetch.FormatBytes(f.Size), r, time.Since(start).Round(time.Millisecond))
+	layers, err := r.pushBlobs(pctx, files)
+	if err != nil {
+		return nil, err
 	}
 	cfg := ocispec.Descriptor{MediaType: kind + "+json", Digest: digest.FromBytes(meta), Size: int64(len(meta))}
 	if ok, err := r.exists(pctx, cfg); err != nil {
@@ -620,6 +602,7 @@ func (r *Registry) Push(ctx context.Context, tag, kind string, meta []byte, file
 		ArtifactType: kind,
 		Config:       cfg,
 		Layers:       layers,
+		Annotations:  manifestAnnotations(ctx, time.Now()),
 	}
 	b, err := json.Marshal(m)
 	if err != nil {

@@ -21,7 +21,7 @@ import (
 	"github.com/sglprov/sglprov/test/ociregistry"
 )
 
-func writeRandom(t *testing.T, path string, n int) cache.File {
+func writeRandom(t testing.TB, path string, n int) cache.File {
 	t.Helper()
 	b := make([]byte, n)
 	if _, err := rand.Read(b); err != nil {

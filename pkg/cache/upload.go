@@ -11,11 +11,14 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/sglprov/sglprov/pkg/atomicfile"
+	"github.com/sglprov/sglprov/pkg/fetch"
 )
 
 // uploadRetries bounds the chunk retries without progress.
@@ -325,4 +328,96 @@ func redactLoc(loc string) string {
 		return loc[:i]
 	}
 	return loc
+}
+
+// pushBlobs uploads, in parallel, every file the registry lacks and returns the layers'
+// descriptors in the files' order. At most as many blobs are sent at once as a pull
+// fetches files at once (Options.Fetch.Files, pkg/fetch's default of 4): an upload
+// session takes its chunks one after another, so files, not ranges, are what a push can
+// spread over connections. The first failure stops the others (a chunk in flight is sent
+// whole, as on SIGINT, so their uploads resume on the next push).
+func (r *Registry) pushBlobs(ctx context.Context, files []File) ([]ocispec.Descriptor, error) {
+	layers := make([]ocispec.Descriptor, 0, len(files))
+	for _, f := range files {
+		d := digest.NewDigestFromEncoded(digest.SHA256, f.SHA256)
+		if err := d.Validate(); err != nil {
+			return nil, fmt.Errorf("pushing %s: digest %q: %w", f.Name, f.SHA256, err)
+		}
+		desc := ocispec.Descriptor{MediaType: mediaTypeFile, Digest: d, Size: f.Size,
+			Annotations: map[string]string{ocispec.AnnotationTitle: f.Name}}
+		if f.Mode != 0 {
+			desc.Annotations[annotationMode] = fmt.Sprintf("%04o", f.Mode.Perm())
+		}
+		layers = append(layers, desc)
+	}
+	workers := r.fetchOpt.Files
+	if workers <= 0 {
+		workers = pushFiles
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		first   error
+		sending = map[digest.Digest]bool{}
+	)
+	sem := make(chan struct{}, workers)
+	for i, f := range files {
+		d := layers[i].Digest
+		// The same bytes under two names are one blob, sent once.
+		if sending[d] {
+			continue
+		}
+		sending[d] = true
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := r.pushOne(ctx, f, layers[i]); err != nil {
+				mu.Lock()
+				if first == nil {
+					first = err
+				}
+				mu.Unlock()
+				cancel(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if first != nil {
+		return nil, first
+	}
+	if err := context.Cause(ctx); err != nil {
+		return nil, err
+	}
+	return layers, nil
+}
+
+// pushFiles is how many blobs a push sends at once by default: pkg/fetch's default of
+// files fetched at once.
+const pushFiles = 4
+
+// pushOne uploads one file as the blob desc, unless the registry holds it.
+func (r *Registry) pushOne(ctx context.Context, f File, desc ocispec.Descriptor) error {
+	ok, err := r.exists(ctx, desc)
+	if err != nil {
+		return fmt.Errorf("pushing %s: %w", f.Name, err)
+	}
+	if ok {
+		return nil
+	}
+	start := time.Now()
+	if err := r.pushFile(ctx, f.Path, desc.Digest, f.Size); err != nil {
+		return fmt.Errorf("pushing %s: %w", f.Name, r.hint(err))
+	}
+	r.logf("pushed %s (%s) to %s in %s", f.Name, fetch.FormatBytes(f.Size), r, time.Since(start).Round(time.Millisecond))
+	return nil
 }

@@ -79,6 +79,7 @@ func commands() []command {
 		{"daemon", "-f RECIPE [-f RECIPE...]", "apply, then keep watching the node (driver changes, canary smoke, remediation, health, metrics)", runDaemon},
 		{"remove", "-f RECIPE", "take a recipe off the node: its units, generations and records (--weights: its downloads)", runRemove},
 		{"gc", "", "free what no recipe needs: old generations, part files, weights of removed recipes", runGC},
+		{"lock", "-f RECIPE", "write the lock of the Python environment the recipe's pip steps made here (wheels and sha256s)", runLock},
 		{"version", "", "the version and the commit this binary was built from", runVersion},
 		{"help", "[COMMAND]", "sglprov's help, or a command's", runHelp},
 		{"completion", "bash|zsh|fish", "a shell completion script", runCompletion},

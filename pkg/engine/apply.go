@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/atomicfile"
+	"github.com/sglprov/sglprov/pkg/cache"
 	"github.com/sglprov/sglprov/pkg/logval"
 	"github.com/sglprov/sglprov/pkg/safefile"
 )
@@ -360,6 +361,13 @@ func (e *Engine) publish(ctx context.Context, n *node, env *Env, slot CacheSlot,
 	}
 	start := e.opts.Now()
 	var digest string
+	// What a registry's UI shows of the tag: which recipe and step made it, from which
+	// SGLang commit (the recipe's sglang_commit var, when it has one).
+	ann := map[string]string{cache.AnnotationRecipe: env.RecipeName, cache.AnnotationStep: n.step.Name}
+	if e.opts.Recipe != nil {
+		ann[cache.AnnotationSGLangCommit] = e.opts.Recipe.Vars["sglang_commit"]
+	}
+	ctx = cache.WithAnnotations(ctx, ann)
 	err = e.guard(n, env, "", "publishing", func() (err error) {
 		digest, err = p.Publish(ctx, env, slot)
 		return err

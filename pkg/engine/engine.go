@@ -226,8 +226,17 @@ func (e *Engine) env(n *node, logw io.Writer, logPath string) *Env {
 		Drain:               e.opts.Drain,
 		Undrain:             e.opts.Undrain,
 		Nodes:               e.group,
+		PythonLock:          e.pythonLock(),
 		store:               e.store,
 	}
+}
+
+// pythonLock is the path of the recipe's python.lock ("" when it has none).
+func (e *Engine) pythonLock() string {
+	if e.opts.Recipe.Python == nil || e.opts.Recipe.Python.Lock == "" {
+		return ""
+	}
+	return filepath.Join(e.opts.RecipeDir, e.opts.Recipe.Python.Lock)
 }
 
 // generationInfo returns the run's generation (nil when the recipe uses none).

@@ -282,6 +282,9 @@ type Env struct {
 	// Nodes is the recipe's multi-node group, rendered (nil: the service runs on this
 	// node alone).
 	Nodes *recipe.NodesConfig
+	// PythonLock is the recipe's python.lock, resolved against its folder ("" when it has
+	// none): the Python (pip install) steps install exactly that lock.
+	PythonLock string
 
 	store *Store
 }

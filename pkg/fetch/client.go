@@ -116,16 +116,7 @@ func (c *config) newClient(client *http.Client) *http.Client {
 // and one stalled connection stalled everything; over HTTP/1.1 each range has its own.
 func newTransport(conns int) *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.ForceAttemptHTTP2 = false
-	t.Protocols = new(http.Protocols)
-	t.Protocols.SetHTTP1(true)
-	// Clone sets up h2 first: its TLS config offers "h2" by ALPN, which a server then picks
-	// and speaks to a client that reads HTTP/1.1. Offer http/1.1 alone.
-	t.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
-	if t.TLSClientConfig == nil {
-		t.TLSClientConfig = &tls.Config{}
-	}
-	t.TLSClientConfig.NextProtos = []string{"http/1.1"}
+	HTTP1Only(t)
 	t.MaxIdleConnsPerHost = conns + 4
 	t.MaxIdleConns = 4 * (conns + 4)
 	t.DisableCompression = true
@@ -133,6 +124,24 @@ func newTransport(conns int) *http.Transport {
 	t.ResponseHeaderTimeout = 0 // the stall timer covers it
 	t.DialContext = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
 	return t
+}
+
+// HTTP1Only makes t speak HTTP/1.1 alone, also over TLS to a server that offers h2, so
+// that each request (each range) has a TCP connection of its own. Other clients that run
+// parallel ranges (the fleet cache's) use it too.
+func HTTP1Only(t *http.Transport) {
+	t.ForceAttemptHTTP2 = false
+	t.Protocols = new(http.Protocols)
+	t.Protocols.SetHTTP1(true)
+	// A cloned transport has h2 set up: its TLS config offers "h2" by ALPN, which a server
+	// then picks and speaks to a client that reads HTTP/1.1. Offer http/1.1 alone.
+	t.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
+	if t.TLSClientConfig == nil {
+		t.TLSClientConfig = &tls.Config{}
+	} else {
+		t.TLSClientConfig = t.TLSClientConfig.Clone()
+	}
+	t.TLSClientConfig.NextProtos = []string{"http/1.1"}
 }
 
 // authorize adds the bearer token when req goes to the token's host.

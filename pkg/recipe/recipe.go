@@ -45,6 +45,8 @@ type Recipe struct {
 	Steps []*Step
 	// Cache is the fleet cache block (nil when the recipe has none).
 	Cache *Cache
+	// Python is the python block: the lock the Python steps install (nil: none).
+	Python *Python
 	// OnUnhealthy and OnHealthy are the daemon's drain and undrain hooks (nil: none).
 	OnUnhealthy, OnHealthy *Hook
 	// Generations is the generations block (zero: the defaults).
@@ -183,6 +185,8 @@ func (p *parser) parse(data []byte, sets []string) *Recipe {
 			healthyNode = v
 		case "generations":
 			p.parseGenerations(v, r)
+		case "python":
+			p.parsePython(v, r)
 		case "replaces":
 			replacesNode = v
 		case "nodes":

@@ -41,6 +41,8 @@ type File struct {
 	// Nodes serves one model across several nodes (SGLang's --nnodes, --node-rank and
 	// --dist-init-addr).
 	Nodes Nodes `yaml:"nodes"`
+	// Python names the lock the Python (pip install) steps install exactly.
+	Python Python `yaml:"python"`
 }
 
 // RequiresSection is the requires section as written: what the GPUs, the driver and CUDA

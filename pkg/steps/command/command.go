@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/pylock"
 	"github.com/sglprov/sglprov/pkg/steps/stepexec"
 )
 
@@ -50,6 +51,10 @@ type Step struct {
 type record struct {
 	// Created maps each path of creates to the sha256 of the file ("dir" for a directory).
 	Created map[string]string `json:"created"`
+	// Python and PipReport are a Python step's interpreter and the report its pip wrote
+	// (unlocked steps only): `sglprov lock` reads them.
+	Python    string `json:"python,omitempty"`
+	PipReport string `json:"pip_report,omitempty"`
 }
 
 // OfflineSkip is why a command does not run under --root: its program would run on this
@@ -59,8 +64,12 @@ func (s *Step) OfflineSkip() string {
 	return "offline (--root): a command runs its program on this host, where what it writes is not under the root; not run"
 }
 
-// Fingerprint adds nothing beyond the recipe text and the vars it uses.
+// Fingerprint adds nothing beyond the recipe text and the vars it uses; for a Python step
+// of a recipe with python.lock, the lock's digest.
 func (s *Step) Fingerprint(ctx context.Context, env *engine.Env) (map[string]string, error) {
+	if PipInstall(s.spec.Argv) && env.PythonLock != "" {
+		return lockFingerprint(env)
+	}
 	return nil, nil
 }
 
@@ -86,6 +95,12 @@ func (s *Step) Intact(ctx context.Context, env *engine.Env) (bool, string, error
 // Run runs the command as a build step runs its own (stepexec.Exec): output to the step log,
 // the process group killed on cancel, the last lines in the error when it fails.
 func (s *Step) Run(ctx context.Context, env *engine.Env) error {
+	return s.run(ctx, env, nil)
+}
+
+// run is Run; with slot (a fleet cache), a Python step without a lock first tries the lock
+// the cache holds under its fingerprint (fromCache).
+func (s *Step) run(ctx context.Context, env *engine.Env, slot *engine.CacheSlot) error {
 	dir := env.Path(s.spec.Dir)
 	envList := os.Environ()
 	keys := make([]string, 0, len(s.spec.Env))
@@ -96,13 +111,38 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	for _, k := range keys {
 		envList = append(envList, k+"="+s.spec.Env[k])
 	}
-	if env.Log != nil {
-		env.Log.Info("running command", "argv", strings.Join(s.spec.Argv, " "))
-	}
-	if err := stepexec.Exec(ctx, env, env.StepName, s.spec.Argv, dir, envList); err != nil {
-		return err
-	}
 	rec := record{Created: map[string]string{}}
+	switch {
+	case PipInstall(s.spec.Argv) && env.PythonLock != "":
+		if slot != nil && s.fromCache(ctx, env, *slot, dir, envList) {
+			break
+		}
+		if err := s.runLocked(ctx, env, dir, envList); err != nil {
+			return err
+		}
+	case PipInstall(s.spec.Argv) && slot != nil && s.fromCache(ctx, env, *slot, dir, envList):
+		rec.Python = s.spec.Argv[0]
+	default:
+		if PipInstall(s.spec.Argv) {
+			report, kv, err := reportEnv(env)
+			if err != nil {
+				return err
+			}
+			envList = append(envList, kv)
+			rec.Python, rec.PipReport = s.spec.Argv[0], report
+		}
+		if env.Log != nil {
+			env.Log.Info("running command", "argv", strings.Join(s.spec.Argv, " "))
+		}
+		if err := stepexec.Exec(ctx, env, env.StepName, s.spec.Argv, dir, envList); err != nil {
+			return err
+		}
+		if rec.PipReport != "" {
+			if err := pylock.MergeReport(rec.PipReport, rec.PipReport+".new"); err != nil {
+				return err
+			}
+		}
+	}
 	for _, p := range s.spec.Creates {
 		sum, err := digestPath(env.Path(p))
 		if err != nil {

@@ -365,6 +365,9 @@ func (s *Step) Publish(ctx context.Context, env *engine.Env, slot engine.CacheSl
 	if err != nil {
 		return "", fmt.Errorf("encoding the listing: %w", err)
 	}
+	ctx = cache.WithAnnotations(ctx, map[string]string{
+		cache.AnnotationModel: rec.Repo, cache.AnnotationRevision: rec.Revision, cache.AnnotationModelCommit: rec.Commit,
+	})
 	a, err := slot.Cache.Push(ctx, slot.Tag, cache.KindDownload, meta, files)
 	if err != nil {
 		return "", err

@@ -1,0 +1,265 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sglprov/sglprov/pkg/pylock"
+	"github.com/sglprov/sglprov/test/ociregistry"
+	"github.com/sglprov/sglprov/test/pyindex"
+)
+
+// pyRecipe is a recipe with one Python step: pip install alpha from the index into the
+// venv of python, with lock (when not "") as its python.lock.
+func pyRecipe(python, index, lock string) string {
+	s := fmt.Sprintf(`apiVersion: sglprov/v1
+name: pyt
+steps:
+  - name: deps
+    command:
+      argv: [%q, -m, pip, install, --index-url, %q, alpha]
+      env: {PIP_NO_CACHE_DIR: "1", PIP_CONFIG_FILE: /dev/null, PIP_DISABLE_PIP_VERSION_CHECK: "1"}
+`, python, index)
+	if lock != "" {
+		s += "python: {lock: " + lock + "}\n"
+	}
+	return s
+}
+
+// TestLockCommandAndLockedApply: node A's apply runs a pip step against a real package
+// index; `sglprov lock` writes the lock of what it installed (the wheels' sha256s as the
+// index served them) next to the recipe. A newer beta is published; node B, whose recipe
+// names the lock, installs the locked beta 1.0, and a wheel at the locked URL with other
+// bytes fails the step with both digests named.
+func TestLockCommandAndLockedApply(t *testing.T) {
+	py := pyindex.NeedPip(t)
+	ix := pyindex.Start(t)
+	alphaFile, alpha := pyindex.BuildWheel(t, "alpha", "1.0", "a1", "beta>=1.0")
+	betaFile, beta := pyindex.BuildWheel(t, "beta", "1.0", "b1")
+	ix.Publish("alpha", alphaFile, alpha)
+	ix.Publish("beta", betaFile, beta)
+
+	a := t.TempDir()
+	pyA, _ := pyindex.Venv(t, py, filepath.Join(a, "venv"))
+	recipeA := writeRecipe(t, a, pyRecipe(pyA, ix.URL(), ""))
+	stA := filepath.Join(a, "st")
+	if code, out, errs := run(t, nil, "apply", "-f", recipeA, "--state-dir", stA); code != 0 {
+		t.Fatalf("node A's apply: %d\n%s\n%s", code, out, errs)
+	}
+	code, out, errs := run(t, nil, "lock", "-f", recipeA, "--state-dir", stA)
+	if code != 0 || !strings.Contains(out, "2 packages from wheels") {
+		t.Fatalf("lock: %d\n%s\n%s", code, out, errs)
+	}
+	lockA := filepath.Join(a, "pyt.lock.json")
+	// A file of the user's under the name asked for is left as it is.
+	mine := filepath.Join(a, "notes.json")
+	if err := os.WriteFile(mine, []byte(`{"mine": true}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errs := run(t, nil, "lock", "-f", recipeA, "--state-dir", stA, "-o", mine); code != 2 || !strings.Contains(errs, "not replacing it") {
+		t.Errorf("lock -o over a file that is no lock: %d %s", code, errs)
+	}
+	if b, _ := os.ReadFile(mine); string(b) != `{"mine": true}` {
+		t.Errorf("the user's file was changed: %s", b)
+	}
+	l, err := pylock.Read(lockA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"alpha": pyindex.SHA256(alpha), "beta": pyindex.SHA256(beta)}
+	for _, p := range l.Packages {
+		if p.SHA256 != want[p.Name] {
+			t.Errorf("locked %s with sha256 %s, want %s", p.Name, p.SHA256, want[p.Name])
+		}
+	}
+	if len(l.Packages) != 2 {
+		t.Errorf("locked %+v, want alpha and beta", l.Packages)
+	}
+
+	// A newer beta; node B's recipe names the lock.
+	beta2File, beta2 := pyindex.BuildWheel(t, "beta", "2.0", "b2")
+	ix.Publish("beta", beta2File, beta2)
+	b := t.TempDir()
+	lockBytes, _ := os.ReadFile(lockA)
+	if err := os.WriteFile(filepath.Join(b, "py.lock.json"), lockBytes, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pyB, _ := pyindex.Venv(t, py, filepath.Join(b, "venv"))
+	recipeB := writeRecipe(t, b, pyRecipe(pyB, ix.URL(), "py.lock.json"))
+	stB := filepath.Join(b, "st")
+	if code, out, errs := run(t, nil, "apply", "-f", recipeB, "--state-dir", stB); code != 0 {
+		t.Fatalf("node B's locked apply: %d\n%s\n%s", code, out, errs)
+	}
+	got, err := exec.Command(pyB, "-c", "import beta; print(beta.V, beta.MARK)").CombinedOutput()
+	if err != nil || strings.TrimSpace(string(got)) != "1.0 b1" {
+		t.Errorf("node B has beta %q (%v), want the locked 1.0, not the newer 2.0", got, err)
+	}
+	// The locked step's fingerprint is the lock's digest: plan says so when it changes.
+	if code, out, _ := run(t, nil, "plan", "-f", recipeB, "--state-dir", stB); code != 0 || !strings.Contains(out, "unchanged") {
+		t.Errorf("plan after the locked apply: %d\n%s", code, out)
+	}
+
+	// Other bytes under the locked wheel's URL: refused, both digests named.
+	_, other := pyindex.BuildWheel(t, "beta", "1.0", "tampered")
+	ix.Publish("beta", betaFile, other)
+	c := t.TempDir()
+	if err := os.WriteFile(filepath.Join(c, "py.lock.json"), lockBytes, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pyC, _ := pyindex.Venv(t, py, filepath.Join(c, "venv"))
+	recipeC := writeRecipe(t, c, pyRecipe(pyC, ix.URL(), "py.lock.json"))
+	code, out, errs = run(t, nil, "apply", "-f", recipeC, "--state-dir", filepath.Join(c, "st"))
+	if code != 1 || !strings.Contains(out+errs, pyindex.SHA256(beta)) || !strings.Contains(out+errs, pyindex.SHA256(other)) {
+		t.Errorf("apply with a wheel that differs from the lock: %d; want 1 and both digests (%s, %s)\n%s\n%s", code, pyindex.SHA256(beta), pyindex.SHA256(other), out, errs)
+	}
+}
+
+// TestLockWithoutPythonSteps: a recipe none of whose steps ran a pip install here is a
+// usage error that says what to do.
+func TestLockWithoutPythonSteps(t *testing.T) {
+	dir := t.TempDir()
+	recipe := writeRecipe(t, dir, "apiVersion: sglprov/v1\nname: np\nsteps:\n  - name: x\n    command: {argv: [\"true\"]}\n")
+	code, _, errs := run(t, nil, "lock", "-f", recipe, "--state-dir", filepath.Join(dir, "st"))
+	if code != 2 || !strings.Contains(errs, "no Python step") || !strings.Contains(errs, "sglprov apply -f") {
+		t.Errorf("lock with no Python step run: %d %s", code, errs)
+	}
+}
+
+// TestPythonStepsThroughTheFleetCache: with cache: and no lock file, node A (push: true)
+// runs its pip step against the index and publishes the lock of what it installed, with
+// the wheels, to the real registry, tagged with the step's fingerprint. A newer beta is
+// then published and the index stopped: node B, with the same recipe (a venv at the same
+// path) and a pull-only cache, installs the locked older beta from the registry alone.
+func TestPythonStepsThroughTheFleetCache(t *testing.T) {
+	py := pyindex.NeedPip(t)
+	reg := ociregistry.StartT(t)
+	ix := pyindex.Start(t)
+	alphaFile, alpha := pyindex.BuildWheel(t, "alpha", "1.0", "a1", "beta>=1.0")
+	betaFile, beta := pyindex.BuildWheel(t, "beta", "1.0", "b1")
+	ix.Publish("alpha", alphaFile, alpha)
+	ix.Publish("beta", betaFile, beta)
+
+	work := t.TempDir()
+	venvPath := filepath.Join(work, "venv")
+	python, _ := pyindex.Venv(t, py, venvPath)
+	recipe := func(push bool) string {
+		return pyRecipe(python, ix.URL(), "") + fmt.Sprintf("cache: {oci: %q, push: %q}\n", reg.Addr+"/fleet/py", fmt.Sprint(push))
+	}
+	a := t.TempDir()
+	code, out, errs := run(t, nil, "apply", "-f", writeRecipe(t, a, recipe(true)), "--state-dir", filepath.Join(a, "st"))
+	if code != 0 {
+		t.Fatalf("node A's apply: %d\n%s\n%s", code, out, errs)
+	}
+	if !strings.Contains(out+errs, "pushed to the cache") {
+		t.Errorf("node A did not push its lock:\n%s\n%s", out, errs)
+	}
+	// The one tag is the step's lock, and its manifest says which recipe and step made it.
+	m := manifestOfOnlyTag(t, "http://"+reg.Addr+"/v2/fleet/py")
+	if m.ArtifactType != pylock.Kind || m.Annotations["org.sglprov.recipe"] != "pyt" || m.Annotations["org.sglprov.step"] != "deps" {
+		t.Errorf("the pushed manifest: type %q, annotations %v; want %s by recipe pyt, step deps", m.ArtifactType, m.Annotations, pylock.Kind)
+	}
+
+	// A newer beta, then no index at all; node B's venv at the same path.
+	beta2File, beta2 := pyindex.BuildWheel(t, "beta", "2.0", "b2")
+	ix.Publish("beta", beta2File, beta2)
+	ix.Srv.Close()
+	if err := os.Rename(venvPath, venvPath+".a"); err != nil {
+		t.Fatal(err)
+	}
+	pyindex.Venv(t, py, venvPath)
+	b := t.TempDir()
+	code, out, errs = run(t, nil, "apply", "-f", writeRecipe(t, b, recipe(false)), "--state-dir", filepath.Join(b, "st"))
+	if code != 0 {
+		t.Fatalf("node B's apply with the index stopped: %d\n%s\n%s", code, out, errs)
+	}
+	if !strings.Contains(out, "from cache") {
+		t.Errorf("node B's step did not say it came from the cache:\n%s", out)
+	}
+	got, err := exec.Command(python, "-c", "import beta; print(beta.V, beta.MARK)").CombinedOutput()
+	if err != nil || strings.TrimSpace(string(got)) != "1.0 b1" {
+		t.Errorf("node B has beta %q (%v), want node A's 1.0, not the newer 2.0", got, err)
+	}
+}
+
+type ociManifest struct {
+	ArtifactType string            `json:"artifactType"`
+	Annotations  map[string]string `json:"annotations"`
+}
+
+// manifestOfOnlyTag reads the manifest of the one tag of the repository at base.
+func manifestOfOnlyTag(t *testing.T, base string) ociManifest {
+	t.Helper()
+	get := func(url string, v any) {
+		req, _ := http.NewRequest(http.MethodGet, url, nil)
+		req.Header.Set("Accept", "application/vnd.oci.image.manifest.v1+json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		if err := json.Unmarshal(b, v); err != nil {
+			t.Fatalf("%s: %v: %s", url, err, b)
+		}
+	}
+	var tags struct {
+		Tags []string `json:"tags"`
+	}
+	get(base+"/tags/list", &tags)
+	if len(tags.Tags) != 1 {
+		t.Fatalf("tags %v, want one", tags.Tags)
+	}
+	var m ociManifest
+	get(base+"/manifests/"+tags.Tags[0], &m)
+	return m
+}
+
+// TestLockedRecipeThroughTheFleetCache: with python.lock and cache:, the pushing node
+// installs the lock from the index and publishes it with its wheels; with the index
+// stopped, another node installs the same lock from the registry's wheels.
+func TestLockedRecipeThroughTheFleetCache(t *testing.T) {
+	py := pyindex.NeedPip(t)
+	reg := ociregistry.StartT(t)
+	ix := pyindex.Start(t)
+	alphaFile, alpha := pyindex.BuildWheel(t, "alpha", "1.0", "a1", "beta>=1.0")
+	betaFile, beta := pyindex.BuildWheel(t, "beta", "1.0", "b1")
+	ix.Publish("alpha", alphaFile, alpha)
+	ix.Publish("beta", betaFile, beta)
+	lock := &pylock.Lock{Version: pylock.Version, Packages: []pylock.Package{
+		{Name: "alpha", Version: "1.0", Wheel: alphaFile, SHA256: pyindex.SHA256(alpha), URL: ix.Srv.URL + "/files/" + alphaFile},
+		{Name: "beta", Version: "1.0", Wheel: betaFile, SHA256: pyindex.SHA256(beta), URL: ix.Srv.URL + "/files/" + betaFile},
+	}}
+	work := t.TempDir()
+	venvPath := filepath.Join(work, "venv")
+	python, _ := pyindex.Venv(t, py, venvPath)
+	node := func(push bool) (int, string, string) {
+		d := t.TempDir()
+		if err := pylock.Write(filepath.Join(d, "py.lock.json"), lock); err != nil {
+			t.Fatal(err)
+		}
+		r := pyRecipe(python, ix.URL(), "py.lock.json") + fmt.Sprintf("cache: {oci: %q, push: %q}\n", reg.Addr+"/fleet/locked", fmt.Sprint(push))
+		return run(t, nil, "apply", "-f", writeRecipe(t, d, r), "--state-dir", filepath.Join(d, "st"))
+	}
+	if code, out, errs := node(true); code != 0 || !strings.Contains(out+errs, "pushed to the cache") {
+		t.Fatalf("the pushing node: %d\n%s\n%s", code, out, errs)
+	}
+	ix.Srv.Close()
+	if err := os.Rename(venvPath, venvPath+".a"); err != nil {
+		t.Fatal(err)
+	}
+	pyindex.Venv(t, py, venvPath)
+	code, out, errs := node(false)
+	if code != 0 || !strings.Contains(out, "from cache") {
+		t.Fatalf("the other node, index stopped: %d\n%s\n%s", code, out, errs)
+	}
+	if got, err := exec.Command(python, "-c", "import beta; print(beta.V, beta.MARK)").CombinedOutput(); err != nil || strings.TrimSpace(string(got)) != "1.0 b1" {
+		t.Errorf("beta %q (%v), want the locked 1.0", got, err)
+	}
+}
