@@ -55,26 +55,13 @@ func (s *Step) Owns(env *engine.Env) []engine.Owned {
 }
 
 // carryManifest returns the manifest this run starts from: the last run's when it was
-// of the same dest, one made from an older version's record of verified files (those are
-// what it downloaded there), or an empty one.
+// of the same dest, or an empty one. An older version's record lists only the files it
+// verified, which may be files it found there (a user's, another recipe's): none of them is
+// taken as written by sglprov; only what this and later runs write is listed.
 func (s *Step) carryManifest(top string, old record, hadOld bool) manifest {
 	m := manifest{Dest: top, Listed: true}
-	switch {
-	case !hadOld:
-	case old.Owned.Listed && old.Owned.Dest == top:
+	if hadOld && old.Owned.Listed && old.Owned.Dest == top {
 		m = old.Owned
-	case !old.Owned.Listed:
-		for rel, fr := range old.Files {
-			if s.hfCache() {
-				repo := repoFolder(s.spec.HF.Repo)
-				m.add(path.Join(repo, "snapshots", old.Commit, rel))
-				if name := etag(fr.fetchFile(rel)); name != "" {
-					m.add(path.Join(repo, "blobs", name))
-				}
-				continue
-			}
-			m.add(rel)
-		}
 	}
 	if m.Ino == 0 {
 		m.Dev, m.Ino = ownership.Identify(top)
