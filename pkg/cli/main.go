@@ -431,7 +431,7 @@ func hostFacts(ctx context.Context, stdio IO, r *recipe.Recipe) (*gpu.Facts, []s
 	if err != nil {
 		return nil, []string{err.Error()}, nil
 	}
-	return sub, r.Requires.Check(sub), nil
+	return sub, gpu.Check(r.Requires, sub), nil
 }
 
 // providedCommands maps each command that a step of e installs (a packages step's
@@ -479,7 +479,7 @@ func giveCommands(e *engine.Engine, r *recipe.Recipe, look hostcmd.Looker) {
 	for _, name := range r.StepNames() {
 		st, _ := e.StepNamed(name)
 		if c, ok := st.(interface {
-			CheckCommands(hostcmd.Requirements, hostcmd.Looker)
+			CheckCommands(recipe.CommandRequirements, hostcmd.Looker)
 		}); ok {
 			c.CheckCommands(r.Commands, look)
 		}

@@ -53,3 +53,21 @@ func TestHostcmdDoesNotLinkNVML(t *testing.T) {
 		}
 	}
 }
+
+// A recipe is configuration: parsing one reads YAML and checks ranges, never the host.
+// pkg/recipe reaches no package that probes GPUs, commands, ports or the network, nor
+// NVML; the packages that act on requirements (gpu, fitness, hostcmd) take its types.
+func TestRecipeIsOnlyConfiguration(t *testing.T) {
+	host := []string{"/pkg/gpu", "/pkg/nccl", "/pkg/portowner", "/pkg/fitness", "/pkg/hostcmd",
+		"/pkg/engine", "/pkg/service", "/pkg/cache", "/pkg/fetch"}
+	for _, p := range importClosure(t, "pkg/recipe") {
+		if strings.Contains(p, "nvml") {
+			t.Errorf("pkg/recipe reaches %s", p)
+		}
+		for _, h := range host {
+			if strings.HasSuffix(p, h) {
+				t.Errorf("pkg/recipe reaches %s, a package that acts on the host", p)
+			}
+		}
+	}
+}

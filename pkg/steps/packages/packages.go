@@ -17,6 +17,7 @@ import (
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/hostcmd"
 	"github.com/sglprov/sglprov/pkg/pkgmgr"
+	"github.com/sglprov/sglprov/pkg/recipe"
 	"github.com/sglprov/sglprov/pkg/steps/stepexec"
 )
 
@@ -60,7 +61,7 @@ func New(name string, spec Spec) (*Step, error) {
 		}
 	}
 	for _, c := range spec.Provides {
-		if !hostcmd.ValidName(c) {
+		if !recipe.ValidCommandName(c) {
 			problems = append(problems, fmt.Sprintf("provides: %q is not a command name", c))
 		}
 	}
@@ -86,7 +87,7 @@ type Step struct {
 	manager func(env *engine.Env) pkgmgr.Manager
 	// required and look are set by CheckCommands: what the recipe asks of the commands and
 	// how to find them.
-	required hostcmd.Requirements
+	required recipe.CommandRequirements
 	look     hostcmd.Looker
 }
 
@@ -95,7 +96,7 @@ type Step struct {
 // are excused; after it installs its packages, Run checks them: a command the packages put
 // on the PATH in a version out of range fails the step as a host problem (exit 4), instead
 // of the build that needs it failing an hour later.
-func (s *Step) CheckCommands(required hostcmd.Requirements, look hostcmd.Looker) {
+func (s *Step) CheckCommands(required recipe.CommandRequirements, look hostcmd.Looker) {
 	s.required, s.look = required, look
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/hostcmd"
 	"github.com/sglprov/sglprov/pkg/pkgmgr"
+	"github.com/sglprov/sglprov/pkg/recipe"
 )
 
 // fakeManager holds a set of installed packages; Install adds to it.
@@ -181,7 +182,7 @@ func installCmake(t *testing.T, bin, version string) func([]string) {
 // command, the version installed, the range and a newer package source; a cmake in range
 // passes.
 func TestRunChecksTheVersionItInstalled(t *testing.T) {
-	reqs := hostcmd.Requirements{"cmake": {Version: ">=3.26"}, "git": {}, "nvcc": {Version: ">=12.8"}}
+	reqs := recipe.CommandRequirements{"cmake": {Version: ">=3.26"}, "git": {}, "nvcc": {Version: ">=12.8"}}
 	for _, tc := range []struct {
 		version string
 		wantErr bool
@@ -222,7 +223,7 @@ func TestRunChecksTheVersionItInstalled(t *testing.T) {
 func TestRunChecksACommandStillMissing(t *testing.T) {
 	m := &fakeManager{installed: map[string]bool{}}
 	s := newTestStep(t, Spec{Apt: []string{"hello"}, Provides: []string{"hello"}}, m)
-	s.CheckCommands(hostcmd.Requirements{"hello": {}}, hostcmd.PathLooker{Path: t.TempDir()})
+	s.CheckCommands(recipe.CommandRequirements{"hello": {}}, hostcmd.PathLooker{Path: t.TempDir()})
 	err := s.Run(context.Background(), engine.NewTestEnv(t.TempDir(), nil))
 	if !errors.Is(err, engine.ErrHost) || !strings.Contains(err.Error(), "hello: still not found on the PATH after installing its packages") {
 		t.Errorf("err = %v", err)
