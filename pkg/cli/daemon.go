@@ -20,6 +20,7 @@ import (
 
 	"github.com/sglprov/sglprov/pkg/daemon"
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/logval"
 	"github.com/sglprov/sglprov/pkg/recipe"
@@ -47,10 +48,10 @@ func runDaemon(ctx context.Context, stdio IO, args []string) error {
 		return err
 	}
 	if o.interval <= 0 || o.canaryTimeout <= 0 {
-		return fmt.Errorf("%w: --interval and --canary-timeout must be positive", engine.ErrUsage)
+		return fmt.Errorf("%w: --interval and --canary-timeout must be positive", exitcode.ErrUsage)
 	}
 	if c.root != "" && c.root != "/" {
-		return fmt.Errorf("%w: --root %s: the daemon watches a running node, and under --root nothing is started; prepare a root with sglprov apply --root", engine.ErrUsage, c.root)
+		return fmt.Errorf("%w: --root %s: the daemon watches a running node, and under --root nothing is started; prepare a root with sglprov apply --root", exitcode.ErrUsage, c.root)
 	}
 	newLogger, err := c.newLoggerFunc()
 	if err != nil {
@@ -163,7 +164,7 @@ func recipeWatches(c *common, files []string, states RecipeStates) ([]*recipeWat
 			return nil, err
 		}
 		if prev, dup := seen[r.Name]; dup {
-			return nil, fmt.Errorf("%w: %s and %s are both recipe %q: give each recipe once", engine.ErrUsage, prev, f, r.Name)
+			return nil, fmt.Errorf("%w: %s and %s are both recipe %q: give each recipe once", exitcode.ErrUsage, prev, f, r.Name)
 		}
 		seen[r.Name] = f
 		w.r = r

@@ -27,6 +27,7 @@ import (
 	"github.com/sglprov/sglprov/pkg/console"
 	"github.com/sglprov/sglprov/pkg/daemon"
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/hostcmd"
 	"github.com/sglprov/sglprov/pkg/recipe"
@@ -100,7 +101,7 @@ func lookup(name string) (command, bool) {
 
 // ExitInterrupted is the exit code of a run stopped by Ctrl-C (SIGINT): 128 + 2, as
 // shells report it.
-const ExitInterrupted = engine.ExitInterrupted
+const ExitInterrupted = exitcode.ExitInterrupted
 
 // Main runs sglprov with args (args[0] is the program name) and returns the exit code.
 func Main(args []string, stdio IO) int {
@@ -109,12 +110,12 @@ func Main(args []string, stdio IO) int {
 	}
 	if len(args) < 2 {
 		usage(stdio.Stderr)
-		return engine.ExitUsage
+		return exitcode.ExitUsage
 	}
 	switch args[1] {
 	case "-h", "-help", "--help":
 		usage(stdio.Stdout)
-		return engine.ExitOK
+		return exitcode.ExitOK
 	case "-version", "--version":
 		args = append([]string{args[0], "version"}, args[2:]...)
 	}
@@ -122,10 +123,10 @@ func Main(args []string, stdio IO) int {
 	if !ok {
 		if strings.HasPrefix(args[1], "-") {
 			fmt.Fprintf(stdio.Stderr, "sglprov: unknown flag %q: a command comes first, its flags after it (sglprov apply -f RECIPE)\nRun 'sglprov --help' for the list of commands.\n", args[1])
-			return engine.ExitUsage
+			return exitcode.ExitUsage
 		}
 		fmt.Fprintf(stdio.Stderr, "sglprov: %v\n", unknownCommand(args[1]))
-		return engine.ExitUsage
+		return exitcode.ExitUsage
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
@@ -138,7 +139,7 @@ func Main(args []string, stdio IO) int {
 		case s := <-sigs:
 			interrupted.Store(s == os.Interrupt)
 			if s == os.Interrupt {
-				cancel(engine.ErrInterrupted) // "stopped by SIGINT"; the report records 130
+				cancel(exitcode.ErrInterrupted) // "stopped by SIGINT"; the report records 130
 			} else {
 				cancel(fmt.Errorf("stopped by %s", signalName(s)))
 			}
@@ -153,20 +154,20 @@ func Main(args []string, stdio IO) int {
 	defer close(finished)
 	go endAfterSignal(ctx, func() { signal.Stop(sigs) }, finished, ForceExitAfter, func() {
 		fmt.Fprintf(stdio.Stderr, "sglprov: still running %s after the signal; exiting now\n", ForceExitAfter)
-		os.Exit(engine.ExitFailed)
+		os.Exit(exitcode.ExitFailed)
 	})
 	stdio.run = &invocation{}
 	stdio = journalStderr(stdio)
 	err := c.run(ctx, stdio, args[2:])
 	if errors.Is(err, errHelpShown) {
-		return engine.ExitOK
+		return exitcode.ExitOK
 	}
-	code := engine.ExitCode(err)
+	code := exitcode.Of(err)
 	if err != nil && interrupted.Load() {
 		code = ExitInterrupted
 	}
 	if err != nil && !errors.Is(err, errReported) {
-		stdio.run.final(stdio.Stderr, c.name, "err", strings.TrimSpace(engine.Message(err)), code)
+		stdio.run.final(stdio.Stderr, c.name, "err", strings.TrimSpace(exitcode.Message(err)), code)
 	}
 	if hint := stdio.run.permissionHint(err); hint != "" {
 		stdio.run.final(stdio.Stderr, c.name, "hint", hint, code)
@@ -347,11 +348,11 @@ func (c *common) newLoggerFunc() (func(w io.Writer) *log.Logger, error) {
 	case "logfmt":
 		fmtr = log.LogfmtFormatter
 	default:
-		return nil, fmt.Errorf("%w: --log-format %q: want text, json or logfmt", engine.ErrUsage, c.logFormat)
+		return nil, fmt.Errorf("%w: --log-format %q: want text, json or logfmt", exitcode.ErrUsage, c.logFormat)
 	}
 	level, err := log.ParseLevel(c.logLevel)
 	if err != nil {
-		return nil, fmt.Errorf("%w: --log-level %q: want debug, info, warn or error", engine.ErrUsage, c.logLevel)
+		return nil, fmt.Errorf("%w: --log-level %q: want debug, info, warn or error", exitcode.ErrUsage, c.logLevel)
 	}
 	return func(w io.Writer) *log.Logger {
 		return log.NewWithOptions(w, log.Options{Formatter: fmtr, Level: level, ReportTimestamp: true, TimeFormat: timeFormat})
@@ -361,23 +362,23 @@ func (c *common) newLoggerFunc() (func(w io.Writer) *log.Logger, error) {
 // loadRecipe checks the recipe file's permissions and parses it.
 func (c *common) loadRecipe() (*recipe.Recipe, error) {
 	if c.recipe == "" {
-		return nil, fmt.Errorf("%w: no recipe: give -f RECIPE", engine.ErrUsage)
+		return nil, fmt.Errorf("%w: no recipe: give -f RECIPE", exitcode.ErrUsage)
 	}
 	if !c.insecure {
 		if err := engine.CheckPermissions(c.recipe); err != nil {
-			if errors.Is(err, engine.ErrUsage) {
+			if errors.Is(err, exitcode.ErrUsage) {
 				return nil, err
 			}
-			return nil, fmt.Errorf("%w: reading recipe: %v", engine.ErrUsage, err)
+			return nil, fmt.Errorf("%w: reading recipe: %v", exitcode.ErrUsage, err)
 		}
 	}
 	r, err := recipe.Load(c.recipe, steps.Specs(steps.Registry()), c.sets)
 	if err != nil {
 		var ps recipe.Problems
 		if errors.As(err, &ps) {
-			return nil, fmt.Errorf("%w: %s in the recipe:\n%v", engine.ErrUsage, plural(len(ps), "problem"), ps)
+			return nil, fmt.Errorf("%w: %s in the recipe:\n%v", exitcode.ErrUsage, plural(len(ps), "problem"), ps)
 		}
-		return nil, fmt.Errorf("%w: %v", engine.ErrUsage, err)
+		return nil, fmt.Errorf("%w: %v", exitcode.ErrUsage, err)
 	}
 	return r, nil
 }
@@ -393,11 +394,11 @@ func detectFacts(ctx context.Context, stdio IO) (*gpu.Facts, error) {
 		return facts, nil
 	case errors.Is(err, gpu.ErrDriverMismatch):
 		// The mismatch's own message ends in "reboot required": say it once.
-		return nil, &exitError{msg: err.Error(), kind: engine.ErrReboot}
+		return nil, &exitError{msg: err.Error(), kind: exitcode.ErrReboot}
 	case errors.Is(err, gpu.ErrNoLibrary):
-		return nil, &exitError{msg: noNVML, kind: engine.ErrHost}
+		return nil, &exitError{msg: noNVML, kind: exitcode.ErrHost}
 	case stdio.Getenv(gpu.FixtureEnv) != "":
-		return nil, &exitError{msg: fmt.Sprintf("%v (%s names the file)", err, gpu.FixtureEnv), kind: engine.ErrUsage}
+		return nil, &exitError{msg: fmt.Sprintf("%v (%s names the file)", err, gpu.FixtureEnv), kind: exitcode.ErrUsage}
 	}
 	return nil, fmt.Errorf("detecting GPUs: %w", err)
 }
@@ -419,7 +420,7 @@ func hostFacts(ctx context.Context, stdio IO, r *recipe.Recipe) (*gpu.Facts, []s
 		return nil, nil, nil
 	}
 	facts, err := detectFacts(ctx, stdio)
-	if err != nil && !r.NeedsFacts() && errors.Is(err, engine.ErrHost) {
+	if err != nil && !r.NeedsFacts() && errors.Is(err, exitcode.ErrHost) {
 		return nil, nil, nil
 	}
 	if err != nil {
@@ -489,7 +490,7 @@ func giveCommands(e *engine.Engine, r *recipe.Recipe, look hostcmd.Looker) {
 // hostProblems is the exit-4 error listing every way the host falls short, each on its
 // own line.
 func hostProblems(problems []string) error {
-	return fmt.Errorf("%w:\n  %s", engine.ErrHost, strings.Join(problems, "\n  "))
+	return fmt.Errorf("%w:\n  %s", exitcode.ErrHost, strings.Join(problems, "\n  "))
 }
 
 // newEngine loads the recipe (unless r is given) and the facts, and builds the engine.
@@ -611,11 +612,11 @@ func newCache(r *recipe.Recipe, facts *gpu.Facts, stateDir string, logger *log.L
 	}
 	data, err := r.NewData(fd)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", engine.ErrUsage, err)
+		return nil, fmt.Errorf("%w: %v", exitcode.ErrUsage, err)
 	}
 	cfg, ok, err := r.CacheConfig(data)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", engine.ErrUsage, err)
+		return nil, fmt.Errorf("%w: %v", exitcode.ErrUsage, err)
 	}
 	if !ok {
 		return nil, nil
@@ -624,7 +625,7 @@ func newCache(r *recipe.Recipe, facts *gpu.Facts, stateDir string, logger *log.L
 		cache.Options{UploadDir: filepath.Join(stateDir, "cache-uploads"),
 			Logf: func(format string, args ...any) { logger.Info(fmt.Sprintf(format, args...)) }})
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", engine.ErrUsage, err)
+		return nil, fmt.Errorf("%w: %v", exitcode.ErrUsage, err)
 	}
 	return c, nil
 }

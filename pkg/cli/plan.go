@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 )
 
 func runPlan(ctx context.Context, stdio IO, args []string) error {
@@ -40,7 +41,7 @@ func planBody(ctx context.Context, stdio IO, c *common, only, force string, asJS
 	running := 0
 	lock, err := engine.AcquireSharedLock(c.stateDirPath())
 	switch {
-	case errors.Is(err, engine.ErrLocked):
+	case errors.Is(err, exitcode.ErrLocked):
 		running = engine.LockHolder(c.stateDirPath())
 		if running == 0 {
 			running = -1

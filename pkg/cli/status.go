@@ -41,7 +41,7 @@ type statusJSON struct {
 // once, so that status never keeps an apply from starting.
 func applyRunning(dir string) (running, daemonPid int) {
 	lock, err := engine.AcquireSharedLock(dir)
-	if !errors.Is(err, engine.ErrLocked) {
+	if !errors.Is(err, exitcode.ErrLocked) {
 		lock.Release()
 		return 0, 0
 	}
@@ -103,13 +103,13 @@ func runStatus(ctx context.Context, stdio IO, args []string) error {
 		sort.Strings(killed)
 	}
 	if len(killed) > 0 {
-		code = engine.ExitFailed
+		code = exitcode.ExitFailed
 	}
 	// No run recorded is not a success: a script that runs status after starting the
 	// daemon (cloud-init's runcmd) must not read "nothing ran" as "the node serves".
 	noRun := none && running == 0
 	if noRun {
-		code = engine.ExitFailed
+		code = exitcode.ExitFailed
 	}
 	if asJSON {
 		out := statusJSON{StateDir: dir, Report: rep, ExitCode: code, Profile: prof, ApplyRunning: running, Interrupted: killed, Daemon: daemonPid}
@@ -193,7 +193,7 @@ func runStatus(ctx context.Context, stdio IO, args []string) error {
 
 // exitAs returns an error that carries exit code code and prints nothing more.
 func exitAs(code int) error {
-	if code == engine.ExitOK {
+	if code == exitcode.ExitOK {
 		return nil
 	}
 	mark := exitcode.Err(code)

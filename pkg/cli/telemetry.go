@@ -9,6 +9,7 @@ import (
 
 	"github.com/sglprov/sglprov/pkg/daemon"
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/recipe"
 )
@@ -21,7 +22,7 @@ import (
 // nil when the run was refused before it was recorded) and the node's info. A run refused
 // because another holds the lock writes nothing: the file is the holder's.
 func writeRunTextfile(ctx context.Context, stdio IO, c *common, path string, rep *engine.Report, err error) error {
-	if path == "" || engine.ExitCode(err) == engine.ExitLocked {
+	if path == "" || exitcode.Of(err) == exitcode.ExitLocked {
 		return nil
 	}
 	r, lerr := c.loadRecipe()

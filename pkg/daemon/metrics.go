@@ -21,6 +21,7 @@ import (
 	"github.com/sglprov/sglprov/pkg/atomicfile"
 	"github.com/sglprov/sglprov/pkg/buildinfo"
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/fitness"
 	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/smoke"
@@ -302,7 +303,7 @@ func (m *Metrics) ObserveApply(recipe string, rep *engine.Report, err error) {
 	if m == nil {
 		return
 	}
-	code := engine.ExitCode(err)
+	code := exitcode.Of(err)
 	m.applyExit.WithLabelValues(recipe).Set(float64(code))
 	m.applyResult.WithLabelValues(recipe).Set(b2f(err == nil))
 	refused := rep == nil && engine.Refused(err) || rep != nil && rep.Result == engine.ResultRefused
@@ -337,7 +338,7 @@ func (m *Metrics) ObserveApply(recipe string, rep *engine.Report, err error) {
 			}
 		}
 	}
-	if !gateRan && code == engine.ExitGate {
+	if !gateRan && code == exitcode.ExitGate {
 		m.gatePass.WithLabelValues(recipe).Set(0)
 	}
 }

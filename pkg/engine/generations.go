@@ -10,6 +10,7 @@ import (
 
 	"charm.land/log/v2"
 
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/generation"
 	"github.com/sglprov/sglprov/pkg/logval"
 	"github.com/sglprov/sglprov/pkg/recipe"
@@ -95,7 +96,7 @@ func generationKey(ctx context.Context, opts Options, facts map[string]any) (str
 	r := opts.Recipe
 	data, err := r.NewData(withGeneration(facts, placeholderDir))
 	if err != nil {
-		return "", nil, fmt.Errorf("%w: %v", ErrUsage, err)
+		return "", nil, fmt.Errorf("%w: %v", exitcode.ErrUsage, err)
 	}
 	parts := map[string]string{}
 	var steps []string

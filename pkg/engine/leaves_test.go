@@ -2,7 +2,11 @@ package engine_test
 
 import (
 	"go/build"
+	"go/parser"
+	"go/token"
+	"io/fs"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"sort"
 	"strings"
@@ -67,6 +71,29 @@ func TestRecipeIsOnlyConfiguration(t *testing.T) {
 		for _, h := range host {
 			if strings.HasSuffix(p, h) {
 				t.Errorf("pkg/recipe reaches %s, a package that acts on the host", p)
+			}
+		}
+	}
+}
+
+// Every exit code has one name, in pkg/exitcode: the engine declares no second name for
+// an exit error, an exit code or the mapping between them.
+func TestOneNamePerExitCode(t *testing.T) {
+	_, file, _, _ := runtime.Caller(0)
+	fset := token.NewFileSet()
+	pkgs, err := parser.ParseDir(fset, filepath.Dir(file), func(fi fs.FileInfo) bool {
+		return !strings.HasSuffix(fi.Name(), "_test.go")
+	}, 0)
+	if err != nil {
+		t.Fatalf("parsing pkg/engine: %v", err)
+	}
+	names := regexp.MustCompile(`^(Err(Usage|Gate|Host|Missing|Locked|Reboot|Interrupted)|Exit[A-Z]\w*|ExitCode|Message)$`)
+	for _, p := range pkgs {
+		for name, f := range p.Files {
+			for ident, obj := range f.Scope.Objects {
+				if names.MatchString(ident) {
+					t.Errorf("%s declares %s (%s); the exit codes and their errors are pkg/exitcode's", filepath.Base(name), ident, obj.Kind)
+				}
 			}
 		}
 	}

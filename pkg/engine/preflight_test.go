@@ -11,6 +11,7 @@ import (
 
 	"github.com/sglprov/sglprov/pkg/cache"
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/recipe"
 )
 
@@ -34,7 +35,7 @@ func (s *spaceStep) Preflight(ctx context.Context, env *engine.Env, slot engine.
 		return []string{"to fetch: 1 B; free: unknown"}, nil, nil
 	}
 	if s.spec.Need > s.spec.Free {
-		return []string{line}, nil, fmt.Errorf("%w: not enough free space", engine.ErrHost)
+		return []string{line}, nil, fmt.Errorf("%w: not enough free space", exitcode.ErrHost)
 	}
 	return []string{line}, nil, nil
 }
@@ -61,7 +62,7 @@ steps:
 		t.Fatal(err)
 	}
 	p, err := e.Plan(context.Background())
-	if !errors.Is(err, engine.ErrHost) || err.Error() != "step too-big: host does not meet the recipe's requirements: not enough free space" {
+	if !errors.Is(err, exitcode.ErrHost) || err.Error() != "step too-big: host does not meet the recipe's requirements: not enough free space" {
 		t.Errorf("Plan error = %v", err)
 	}
 	got := map[string][]string{}
@@ -160,7 +161,7 @@ func (s *diskStep) Preflight(ctx context.Context, env *engine.Env, slot engine.C
 	need := &engine.DiskNeed{FS: s.spec.FS, Dir: s.spec.Dir, Need: s.spec.Need, Free: s.spec.Free}
 	line := fmt.Sprintf("to fetch: %d B; free at %s: %d B", s.spec.Need, s.spec.Dir, s.spec.Free)
 	if s.spec.Need > s.spec.Free {
-		return []string{line}, need, fmt.Errorf("%w: not enough free space at %s", engine.ErrHost, s.spec.Dir)
+		return []string{line}, need, fmt.Errorf("%w: not enough free space at %s", exitcode.ErrHost, s.spec.Dir)
 	}
 	return []string{line}, need, nil
 }
@@ -191,7 +192,7 @@ steps:
 		t.Fatal(err)
 	}
 	p, err := e.Plan(context.Background())
-	if !errors.Is(err, engine.ErrHost) || engine.ExitCode(err) != engine.ExitHost {
+	if !errors.Is(err, exitcode.ErrHost) || exitcode.Of(err) != exitcode.ExitHost {
 		t.Fatalf("Plan error = %v, want exit 4", err)
 	}
 	want := "step alone-too-big: host does not meet the recipe's requirements: not enough free space at /models/c\n" +

@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/fetch"
 	"github.com/sglprov/sglprov/pkg/generation"
 	"github.com/sglprov/sglprov/pkg/logval"
@@ -421,7 +422,7 @@ func GC(ctx context.Context, opts GCOptions) error {
 	for _, o := range states.Orphans {
 		if err := o.Check(opts.Root); err != nil || o.Kind != OwnedWeights {
 			if err == nil {
-				err = fmt.Errorf("%w: the orphan record %s %q: only weights are left as orphans; delete it from %s", ErrUsage, o.Kind, o.Path, StatePath(dir))
+				err = fmt.Errorf("%w: the orphan record %s %q: only weights are left as orphans; delete it from %s", exitcode.ErrUsage, o.Kind, o.Path, StatePath(dir))
 			}
 			errs = append(errs, err)
 			left = append(left, o)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/atomicfile"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/ownership"
 	"github.com/sglprov/sglprov/pkg/safefile"
 )
@@ -113,7 +114,7 @@ func LoadStates(dir string) (*StateFile, error) {
 		return f, nil
 	}
 	if errors.Is(err, safefile.ErrNotRegular) || errors.Is(err, safefile.ErrSymlink) {
-		return nil, fmt.Errorf("%w: reading state: %v; remove it", ErrUsage, err)
+		return nil, fmt.Errorf("%w: reading state: %v; remove it", exitcode.ErrUsage, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("reading state: %w", err)
@@ -252,7 +253,7 @@ func EnsureStateDir(dir string, insecure bool) error {
 		return fmt.Errorf("setting state dir mode: %w", err)
 	}
 	if err := safefile.NoSymlinks(dir); err != nil {
-		return fmt.Errorf("%w: state dir: %v", ErrUsage, err)
+		return fmt.Errorf("%w: state dir: %v", exitcode.ErrUsage, err)
 	}
 	return nil
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/hostcmd"
 	"github.com/sglprov/sglprov/pkg/pkgmgr"
 	"github.com/sglprov/sglprov/pkg/recipe"
@@ -74,7 +75,7 @@ func New(name string, spec Spec) (*Step, error) {
 		timeout = d
 	}
 	if len(problems) > 0 {
-		return nil, fmt.Errorf("packages: %s: %w", strings.Join(problems, "; "), engine.ErrUsage)
+		return nil, fmt.Errorf("packages: %s: %w", strings.Join(problems, "; "), exitcode.ErrUsage)
 	}
 	return &Step{spec: spec, lockTimeout: timeout}, nil
 }
@@ -209,7 +210,7 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	env.Detail("installed", missing)
 	if s.look != nil && len(s.required) > 0 {
 		if problems := hostcmd.CheckInstalled(ctx, s.required, s.commandsOf(missing), s.look); len(problems) > 0 {
-			return fmt.Errorf("checking the commands the packages installed: %w:\n  %s", engine.ErrHost, strings.Join(problems, "\n  "))
+			return fmt.Errorf("checking the commands the packages installed: %w:\n  %s", exitcode.ErrHost, strings.Join(problems, "\n  "))
 		}
 	}
 	return nil

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/hostcmd"
 	"github.com/sglprov/sglprov/pkg/pkgmgr"
 	"github.com/sglprov/sglprov/pkg/recipe"
@@ -128,7 +129,7 @@ func TestNewRejects(t *testing.T) {
 		{Spec{Apt: []string{"git=1:2.39.5-"}}, `"git=1:2.39.5-" ends with "-", which tells apt-get to remove the package`},
 	} {
 		_, err := New("p", tc.spec)
-		if !errors.Is(err, engine.ErrUsage) || !strings.Contains(err.Error(), tc.want) {
+		if !errors.Is(err, exitcode.ErrUsage) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("New(%+v) = %v, want %q", tc.spec, err, tc.want)
 		}
 	}
@@ -198,7 +199,7 @@ func TestRunChecksTheVersionItInstalled(t *testing.T) {
 			}
 			continue
 		}
-		if !errors.Is(err, engine.ErrHost) || engine.ExitCode(err) != engine.ExitHost {
+		if !errors.Is(err, exitcode.ErrHost) || exitcode.Of(err) != exitcode.ExitHost {
 			t.Fatalf("cmake %s: err = %v, want ErrHost (exit 4)", tc.version, err)
 		}
 		for _, want := range []string{"cmake: the packages installed 3.22.1 at " + filepath.Join(bin, "cmake"), "does not satisfy >=3.26", "add a newer package source", "Kitware's apt repository"} {
@@ -225,7 +226,7 @@ func TestRunChecksACommandStillMissing(t *testing.T) {
 	s := newTestStep(t, Spec{Apt: []string{"hello"}, Provides: []string{"hello"}}, m)
 	s.CheckCommands(recipe.CommandRequirements{"hello": {}}, hostcmd.PathLooker{Path: t.TempDir()})
 	err := s.Run(context.Background(), engine.NewTestEnv(t.TempDir(), nil))
-	if !errors.Is(err, engine.ErrHost) || !strings.Contains(err.Error(), "hello: still not found on the PATH after installing its packages") {
+	if !errors.Is(err, exitcode.ErrHost) || !strings.Contains(err.Error(), "hello: still not found on the PATH after installing its packages") {
 		t.Errorf("err = %v", err)
 	}
 }
