@@ -358,13 +358,7 @@ func (h *heldEngine) serverRestarts() (int, bool) {
 	if h.e == nil {
 		return 0, false
 	}
-	for _, name := range h.e.StepsOfKind("systemd") {
-		st, _ := h.e.StepNamed(name)
-		if c, ok := st.(interface{ ServerRestarts() (int, bool) }); ok {
-			return c.ServerRestarts()
-		}
-	}
-	return 0, false
+	return h.e.ServerRestarts()
 }
 
 // set closes the engine held (stopping what it supervises) and holds e instead.
@@ -406,17 +400,12 @@ func restartService(stdio IO, c *common, held *heldEngine) func(ctx context.Cont
 			}
 			defer e.Close()
 		}
-		names := e.StepsOfKind("systemd")
-		if len(names) == 0 {
+		services := e.Services()
+		if len(services) == 0 {
 			return errors.New("the recipe has no service step to restart")
 		}
-		for _, name := range names {
-			st, _ := e.StepNamed(name)
-			svc, ok := st.(engine.ServiceStep)
-			if !ok {
-				continue
-			}
-			env := e.EnvFor(name)
+		for _, s := range services {
+			svc, env := s.Step, s.Env
 			profile := svc.Active(env)
 			if profile == "" {
 				if cands := svc.Candidates(env); len(cands) > 0 {

@@ -61,7 +61,7 @@ steps:
 	}
 	defer e.Close()
 	look := hostcmd.PathLooker{Path: dir}
-	giveCommands(e, r, look)
+	e.GiveCommands(r.Commands, look)
 	if len(built) != 1 || !reflect.DeepEqual(built[0].got, r.Commands) {
 		t.Fatalf("probe step got %+v, want %+v", built, r.Commands)
 	}

@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"text/tabwriter"
@@ -144,14 +143,5 @@ func strs(v any, out *[]string) {
 // knownBadInstalled runs each service step's check of what its environment holds (plan),
 // joined.
 func knownBadInstalled(e *engine.Engine) error {
-	var errs []error
-	for _, name := range e.StepsOfKind("systemd") {
-		st, _ := e.StepNamed(name)
-		if kb, ok := st.(interface{ KnownBad(*engine.Env) error }); ok {
-			if err := kb.KnownBad(e.EnvFor(name)); err != nil {
-				errs = append(errs, fmt.Errorf("step %s: %w", name, err))
-			}
-		}
-	}
-	return errors.Join(errs...)
+	return e.KnownBad()
 }

@@ -435,58 +435,6 @@ func hostFacts(ctx context.Context, stdio IO, r *recipe.Recipe) (*gpu.Facts, []s
 	return sub, gpu.Check(r.Requires, sub), nil
 }
 
-// providedCommands maps each command that a step of e installs (a packages step's
-// packages) to that step's name. A step that can tell which commands it would install now
-// (Installs: those of its missing packages) is asked; a command whose package is installed
-// already is then not excused, since the step leaves it as it is. When it cannot tell (no
-// package manager here), every command it may install is taken.
-func providedCommands(ctx context.Context, e *engine.Engine, r *recipe.Recipe) map[string]string {
-	out := map[string]string{}
-	if e == nil {
-		return out
-	}
-	for _, name := range r.StepNames() {
-		st, _ := e.StepNamed(name)
-		var cmds []string
-		if p, ok := st.(interface {
-			Installs(context.Context, *engine.Env) ([]string, error)
-		}); ok {
-			var err error
-			if cmds, err = p.Installs(ctx, e.EnvFor(name)); err != nil {
-				cmds = nil
-				if q, ok := st.(interface{ Provides() []string }); ok {
-					cmds = q.Provides()
-				}
-			}
-		} else if p, ok := st.(interface{ Provides() []string }); ok {
-			cmds = p.Provides()
-		}
-		for _, c := range cmds {
-			if out[c] == "" {
-				out[c] = name
-			}
-		}
-	}
-	return out
-}
-
-// giveCommands hands the recipe's requires.commands to each step of e that checks the
-// commands it installs once it has installed them (a packages step): a command excused
-// before the run because a step installs it is checked after that step.
-func giveCommands(e *engine.Engine, r *recipe.Recipe, look hostcmd.Looker) {
-	if e == nil {
-		return
-	}
-	for _, name := range r.StepNames() {
-		st, _ := e.StepNamed(name)
-		if c, ok := st.(interface {
-			CheckCommands(recipe.CommandRequirements, hostcmd.Looker)
-		}); ok {
-			c.CheckCommands(r.Commands, look)
-		}
-	}
-}
-
 // hostProblems is the exit-4 error listing every way the host falls short, each on its
 // own line.
 func hostProblems(problems []string) error {
@@ -553,12 +501,12 @@ func (c *common) newEngine(ctx context.Context, stdio IO, r *recipe.Recipe, mod 
 	c.commands = nil
 	if len(r.Commands) > 0 {
 		look := hostcmd.PathLooker{Path: stdio.Getenv("PATH"), Getenv: stdio.Getenv}
-		c.commands = hostcmd.Check(ctx, r.Commands, providedCommands(ctx, e, r), look)
+		c.commands = hostcmd.Check(ctx, r.Commands, e.ProvidedCommands(ctx), look)
 		if c.root != "" && c.root != "/" {
 			c.commands = hostcmd.MarkUnchecked(c.commands, "--root renders for another node, whose own PATH decides")
 		} else {
 			problems = append(problems, hostcmd.Problems(c.commands)...)
-			giveCommands(e, r, look)
+			e.GiveCommands(r.Commands, look)
 		}
 	}
 	c.short = problems

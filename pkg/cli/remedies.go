@@ -133,18 +133,15 @@ func (r *remedies) withService(ctx context.Context, f func(engine.ServiceStep, *
 		}
 		defer e.Close()
 	}
-	for _, name := range e.StepsOfKind("systemd") {
-		st, _ := e.StepNamed(name)
-		if svc, ok := st.(engine.ServiceStep); ok {
-			before := svc.Active(e.EnvFor(name))
-			err := f(svc, e.EnvFor(name))
-			if svc.Active(e.EnvFor(name)) != before {
-				if perr := persist(e); perr != nil && err == nil {
-					err = perr
-				}
+	if s, ok := e.Service(); ok {
+		before := s.Step.Active(s.Env)
+		err := f(s.Step, s.Env)
+		if s.Step.Active(s.Env) != before {
+			if perr := persist(e); perr != nil && err == nil {
+				err = perr
 			}
-			return err
 		}
+		return err
 	}
 	return daemon.ErrNoRung
 }

@@ -130,11 +130,8 @@ func (g *rollback) RollBack(ctx context.Context) error {
 
 // serviceOf returns e's first service step and its Env (nil when it has none).
 func serviceOf(e *engine.Engine) (engine.ServiceStep, *engine.Env) {
-	for _, name := range e.StepsOfKind("systemd") {
-		st, _ := e.StepNamed(name)
-		if svc, ok := st.(engine.ServiceStep); ok {
-			return svc, e.EnvFor(name)
-		}
+	if s, ok := e.Service(); ok {
+		return s.Step, s.Env
 	}
 	return nil, nil
 }

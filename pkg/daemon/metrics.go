@@ -345,7 +345,7 @@ func (m *Metrics) ObserveApply(recipe string, rep *engine.Report, err error) {
 
 // timeToReady takes the gate's time-to-ready from a smoke step's report details.
 func timeToReady(details map[string]any) (time.Duration, bool) {
-	if r, ok := details["smoke"].(*smoke.Result); ok && r.Ready {
+	if r, ok := smoke.ResultOf(details); ok && r.Ready {
 		return r.TimeToReady, true
 	}
 	return 0, false

@@ -773,26 +773,6 @@ func openStepLog(dir, step string) (*os.File, string, error) {
 	return f, path, nil
 }
 
-// StepNamed returns the built step of that name and its kind ("" when there is none).
-func (e *Engine) StepNamed(name string) (Step, string) {
-	n := e.byName[name]
-	if n == nil {
-		return nil, ""
-	}
-	return n.impl, n.step.Kind
-}
-
-// StepsOfKind returns the names of the steps of one kind, in file order.
-func (e *Engine) StepsOfKind(kind string) []string {
-	var out []string
-	for _, n := range e.nodes {
-		if n.step.Kind == kind {
-			out = append(out, n.step.Name)
-		}
-	}
-	return out
-}
-
 // EnvFor returns an Env for calling a step outside a run (the daemon restarting a
 // service); its log goes to the console only.
 func (e *Engine) EnvFor(name string) *Env {

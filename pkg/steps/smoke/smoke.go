@@ -391,7 +391,7 @@ func (s *Step) gate(ctx context.Context, env *engine.Env, cfg gate.Config, profi
 		}
 		_, _ = env.Out.Write(tbl.Bytes())
 	}
-	env.Detail("smoke", res)
+	env.Detail(gate.DetailKey, res)
 	var who []any // the profile gated, when a service's profile was
 	if profile != "" {
 		who = []any{"profile", profile}
@@ -411,18 +411,12 @@ func (s *Step) gate(ctx context.Context, env *engine.Env, cfg gate.Config, profi
 	return res, nil
 }
 
-// servedModel is a service step that knows the model its server serves: the name
-// /v1/models lists and the path SGLang's /get_model_info reports.
-type servedModel interface {
-	ServedModel(env *engine.Env) (name, path string, err error)
-}
-
 // OwnServer returns cfg set to judge svc's own server as it runs (the daemon's whole-gate
 // rung): its served model name and model path under the active profile, and its unit's
 // failure ending the readiness wait.
 func OwnServer(env *engine.Env, svc engine.ServiceStep, cfg gate.Config) (gate.Config, error) {
 	cfg.Failed = svc.Failed
-	if sm, ok := svc.(servedModel); ok {
+	if sm, ok := svc.(engine.ModelServer); ok {
 		name, path, err := sm.ServedModel(env)
 		if err != nil {
 			return cfg, fmt.Errorf("reading the model %s serves: %w", svc.ServiceName(), err)
