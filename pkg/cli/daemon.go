@@ -28,6 +28,10 @@ import (
 )
 
 func runDaemon(ctx context.Context, stdio IO, args []string) error {
+	if stdio.Factory != nil {
+		// The daemon watches the host: it reads the facts again at each use.
+		stdio.Factory.Fresh = true
+	}
 	var c common
 	var o daemonFlags
 	var files multi
@@ -70,7 +74,7 @@ func runDaemon(ctx context.Context, stdio IO, args []string) error {
 	// pid, rather than starting a second server whose gate would pass against this
 	// daemon's.
 	base := c
-	unlock, err := holdNodeLock(&base)
+	unlock, err := holdNodeLock(stdio, &base)
 	if err != nil {
 		return err
 	}
@@ -83,7 +87,7 @@ func runDaemon(ctx context.Context, stdio IO, args []string) error {
 			w.c.lock = base.lock
 			continue
 		}
-		un, err := holdNodeLock(&w.c)
+		un, err := holdNodeLock(stdio, &w.c)
 		if err != nil {
 			return err
 		}
@@ -229,7 +233,7 @@ func watchRecipe(ctx context.Context, stdio IO, w *recipeWatch, o daemonFlags, m
 		},
 	}
 	if r.NeedsFacts() {
-		opts.Detect = func(ctx context.Context) (*gpu.Facts, error) { return gpu.Detect(ctx, stdio.Getenv) }
+		opts.Detect = func(ctx context.Context) (*gpu.Facts, error) { return stdio.Factory.Facts(ctx, stdio.Getenv) }
 	}
 	if wd, err := sddaemon.SdWatchdogEnabled(false); err == nil && wd > 0 {
 		opts.WatchdogInterval = wd / 2
@@ -239,12 +243,12 @@ func watchRecipe(ctx context.Context, stdio IO, w *recipeWatch, o daemonFlags, m
 
 // holdNodeLock takes the state dir's lock for the daemon's whole life, noted as the
 // daemon's (engine.NoteDaemon), and keeps it in c for the daemon's applies and rungs.
-func holdNodeLock(c *common) (func(), error) {
+func holdNodeLock(stdio IO, c *common) (func(), error) {
 	dir := c.stateDirPath()
 	if err := engine.EnsureStateDir(dir, c.insecure); err != nil {
 		return nil, err
 	}
-	lock, err := engine.AcquireLock(dir)
+	lock, err := stdio.Factory.Lock(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -377,18 +381,11 @@ func restartService(stdio IO, c *common, held *heldEngine) func(ctx context.Cont
 	return func(ctx context.Context) error {
 		// The restart rewrites the unit: not while an apply holds the lock (the daemon
 		// holds it already).
-		var err error
-		if c.nodeMu != nil {
-			c.nodeMu.Lock()
-			defer c.nodeMu.Unlock()
+		release, err := c.holdNode(stdio)
+		if err != nil {
+			return err
 		}
-		if c.lock == nil {
-			lock, lerr := engine.AcquireLock(c.stateDirPath())
-			if lerr != nil {
-				return lerr
-			}
-			defer lock.Release()
-		}
+		defer release()
 		held.mu.Lock()
 		defer held.mu.Unlock()
 		e := held.e
@@ -440,7 +437,7 @@ func applyInputs(stdio IO, c *common) func(ctx context.Context) (string, error) 
 			return "", err
 		}
 		if r.NeedsFacts() {
-			f, err := gpu.Detect(ctx, stdio.Getenv)
+			f, err := stdio.Factory.Facts(ctx, stdio.Getenv)
 			if err != nil {
 				return "", fmt.Errorf("reading the GPU facts: %w", err)
 			}

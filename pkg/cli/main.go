@@ -44,6 +44,9 @@ type IO struct {
 	describe func(*flagSet)
 	// run is what Main learns of the command while it runs (nil outside Main).
 	run *invocation
+	// Factory builds what the command needs of the host (nil: the real constructors, at
+	// each use); Main makes one per command.
+	Factory *Factory
 	// journal is set when Stderr is the systemd journal (see journalStderr): logs default
 	// to logfmt there, which the journal writer turns into fields.
 	journal bool
@@ -157,6 +160,9 @@ func Main(args []string, stdio IO) int {
 		os.Exit(exitcode.ExitFailed)
 	})
 	stdio.run = &invocation{}
+	if stdio.Factory == nil {
+		stdio.Factory = &Factory{}
+	}
 	stdio = journalStderr(stdio)
 	err := c.run(ctx, stdio, args[2:])
 	if errors.Is(err, errHelpShown) {
@@ -388,7 +394,7 @@ func (c *common) loadRecipe() (*recipe.Recipe, error) {
 // SGLPROV_GPU_FIXTURE file exit 2. A host where NVML works but finds no GPU returns its
 // facts (zero GPUs) without error.
 func detectFacts(ctx context.Context, stdio IO) (*gpu.Facts, error) {
-	facts, err := gpu.Detect(ctx, stdio.Getenv)
+	facts, err := stdio.Factory.Facts(ctx, stdio.Getenv)
 	switch {
 	case err == nil, errors.Is(err, gpu.ErrNoGPU):
 		return facts, nil
@@ -478,7 +484,7 @@ func (c *common) newEngine(ctx context.Context, stdio IO, r *recipe.Recipe, mod 
 	if facts == nil && (c.root == "" || c.root == "/") {
 		opts.NodeGPUs = nodeGPUs(ctx, stdio)
 	}
-	if opts.Cache, err = newCache(r, facts, c.stateDirPath(), newLogger(stdio.Stderr)); err != nil {
+	if opts.Cache, err = newCache(stdio.Factory, r, facts, c.stateDirPath(), newLogger(stdio.Stderr)); err != nil {
 		return nil, nil, err
 	}
 	if r.OnUnhealthy != nil || r.OnHealthy != nil {
@@ -550,7 +556,7 @@ func runVersion(ctx context.Context, stdio IO, args []string) error {
 
 // newCache returns the fleet cache the recipe's cache block names (nil when it has none);
 // unfinished uploads are kept in the state dir's cache-uploads.
-func newCache(r *recipe.Recipe, facts *gpu.Facts, stateDir string, logger *log.Logger) (cache.Cache, error) {
+func newCache(f *Factory, r *recipe.Recipe, facts *gpu.Facts, stateDir string, logger *log.Logger) (cache.Cache, error) {
 	if r.Cache == nil {
 		return nil, nil
 	}
@@ -569,7 +575,7 @@ func newCache(r *recipe.Recipe, facts *gpu.Facts, stateDir string, logger *log.L
 	if !ok {
 		return nil, nil
 	}
-	c, err := cache.New(cache.Config{Repository: cfg.OCI, Push: cfg.Push, PlainHTTP: cfg.PlainHTTP, Digests: cfg.Digests, MinRate: cfg.MinRate},
+	c, err := f.Cache(cache.Config{Repository: cfg.OCI, Push: cfg.Push, PlainHTTP: cfg.PlainHTTP, Digests: cfg.Digests, MinRate: cfg.MinRate},
 		cache.Options{UploadDir: filepath.Join(stateDir, "cache-uploads"),
 			Logf: func(format string, args ...any) { logger.Info(fmt.Sprintf(format, args...)) }})
 	if err != nil {

@@ -110,18 +110,11 @@ func persist(e *engine.Engine) error {
 func (r *remedies) withService(ctx context.Context, f func(engine.ServiceStep, *engine.Env) error) error {
 	// The rung rewrites the unit and the state: not while an apply holds the lock (the
 	// daemon holds it already).
-	var err error
-	if r.c.nodeMu != nil {
-		r.c.nodeMu.Lock()
-		defer r.c.nodeMu.Unlock()
+	release, err := r.c.holdNode(r.stdio)
+	if err != nil {
+		return err
 	}
-	if r.c.lock == nil {
-		lock, lerr := engine.AcquireLock(r.c.stateDirPath())
-		if lerr != nil {
-			return lerr
-		}
-		defer lock.Release()
-	}
+	defer release()
 	r.held.mu.Lock()
 	defer r.held.mu.Unlock()
 	e := r.held.e

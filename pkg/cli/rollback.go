@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"path/filepath"
 
 	"github.com/sglprov/sglprov/pkg/daemon"
 	"github.com/sglprov/sglprov/pkg/engine"
@@ -36,8 +35,7 @@ func (g *rollback) previous() (string, error) {
 	if !r.UsesGenerations() {
 		return "", fmt.Errorf("%w: recipe %s keeps no generations to roll back to", daemon.ErrNotAvailable, r.Name)
 	}
-	store, err := generation.Open(engine.HostPath(g.c.root, r.GenerationsDir()),
-		filepath.Join(g.c.stateDirPath(), "generations", r.Name+".json"), r.KeepGenerations())
+	store, err := openGenerations(g.c, r)
 	if err != nil {
 		return "", fmt.Errorf("opening the generations of %s: %w", r.Name, err)
 	}
@@ -55,12 +53,18 @@ func servingGeneration(c *common, r *recipe.Recipe) string {
 	if !r.UsesGenerations() {
 		return ""
 	}
-	store, err := generation.Open(engine.HostPath(c.root, r.GenerationsDir()),
-		filepath.Join(c.stateDirPath(), "generations", r.Name+".json"), r.KeepGenerations())
+	store, err := openGenerations(c, r)
 	if err != nil {
 		return ""
 	}
 	return store.Serving()
+}
+
+// openGenerations opens the generations store of recipe r: its folder on the host (under
+// --root) and its record in the state dir.
+func openGenerations(c *common, r *recipe.Recipe) (*generation.Store, error) {
+	return generation.Open(engine.HostPath(c.root, r.GenerationsDir()),
+		engine.GenerationsRecordPath(c.stateDirPath(), r.Name), r.KeepGenerations())
 }
 
 func shortKey(k string) string {
@@ -72,17 +76,11 @@ func shortKey(k string) string {
 
 // RollBack implements daemon.Generations.
 func (g *rollback) RollBack(ctx context.Context) error {
-	if g.c.nodeMu != nil {
-		g.c.nodeMu.Lock()
-		defer g.c.nodeMu.Unlock()
+	release, err := g.c.holdNode(g.stdio)
+	if err != nil {
+		return err
 	}
-	if g.c.lock == nil {
-		lock, err := engine.AcquireLock(g.c.stateDirPath())
-		if err != nil {
-			return err
-		}
-		defer lock.Release()
-	}
+	defer release()
 	prev, err := g.previous()
 	if err != nil {
 		return err

@@ -49,7 +49,7 @@ func nodeInfoOf(ctx context.Context, stdio IO, c *common, r *recipe.Recipe) daem
 	info := daemon.NodeInfo{Recipe: r.Name, SGLangCommit: r.Vars["sglang_commit"]}
 	var facts *gpu.Facts
 	if r.NeedsFacts() {
-		if f, err := gpu.Detect(ctx, stdio.Getenv); err == nil {
+		if f, err := stdio.Factory.Facts(ctx, stdio.Getenv); err == nil {
 			facts = f
 		}
 	}

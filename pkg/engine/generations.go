@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"path"
-	"path/filepath"
 
 	"charm.land/log/v2"
 
@@ -164,7 +163,7 @@ func openGenerations(opts Options, facts map[string]any) (*genState, map[string]
 				return generation.Open(dir, record, keep)
 			}
 		}
-		g.store, err = open(HostPath(opts.Root, r.GenerationsDir()), filepath.Join(opts.StateDir, "generations", r.Name+".json"), r.KeepGenerations())
+		g.store, err = open(HostPath(opts.Root, r.GenerationsDir()), GenerationsRecordPath(opts.StateDir, r.Name), r.KeepGenerations())
 		if err != nil {
 			return nil, nil, err
 		}

@@ -5,6 +5,7 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"regexp"
 	"runtime"
@@ -94,6 +95,31 @@ func TestOneNamePerExitCode(t *testing.T) {
 				if names.MatchString(ident) {
 					t.Errorf("%s declares %s (%s); the exit codes and their errors are pkg/exitcode's", filepath.Base(name), ident, obj.Kind)
 				}
+			}
+		}
+	}
+}
+
+// The generations record's path is spelt once (GenerationsRecordPath): no other file of
+// the engine, the command layer or the daemon joins it by hand.
+func TestGenerationsRecordPathSpeltOnce(t *testing.T) {
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(file), "..", "..")
+	for _, dir := range []string{"pkg/engine", "pkg/cli", "pkg/daemon"} {
+		files, err := filepath.Glob(filepath.Join(root, dir, "*.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range files {
+			if strings.HasSuffix(f, "_test.go") || strings.HasSuffix(f, filepath.Join("engine", "state.go")) {
+				continue
+			}
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(string(b), `"generations", `) {
+				t.Errorf("%s joins the generations record's path itself; use engine.GenerationsRecordPath", filepath.Join(dir, filepath.Base(f)))
 			}
 		}
 	}

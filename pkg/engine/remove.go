@@ -182,7 +182,7 @@ func Remove(ctx context.Context, opts RemoveOptions) error {
 				return nil
 			}})
 		case OwnedGenerations:
-			store, err := generation.Open(o.Path, filepath.Join(dir, "generations", opts.Recipe+".json"), o.Keep)
+			store, err := generation.Open(o.Path, GenerationsRecordPath(dir, opts.Recipe), o.Keep)
 			if err != nil {
 				return err
 			}
@@ -402,7 +402,7 @@ func GC(ctx context.Context, opts GCOptions) error {
 				weightsFolders[o.Path] = o
 			case OwnedGenerations:
 				inUse = append(inUse, o)
-				store, err := generation.Open(o.Path, filepath.Join(dir, "generations", name+".json"), o.Keep)
+				store, err := generation.Open(o.Path, GenerationsRecordPath(dir, name), o.Keep)
 				if err != nil {
 					errs = append(errs, err)
 					continue

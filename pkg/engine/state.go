@@ -105,6 +105,12 @@ type StepRecord struct {
 // StatePath returns the path of state.json in dir.
 func StatePath(dir string) string { return filepath.Join(dir, "state.json") }
 
+// GenerationsRecordPath returns the path of recipe's generations record in the state dir
+// dir: generations/RECIPE.json.
+func GenerationsRecordPath(dir, recipe string) string {
+	return filepath.Join(dir, "generations", recipe+".json")
+}
+
 // LoadStates reads every recipe's records from state.json in dir; a missing file holds
 // none. A version-1 file (one recipe's records at the top level) is read as that recipe's.
 func LoadStates(dir string) (*StateFile, error) {
