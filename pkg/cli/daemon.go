@@ -23,6 +23,7 @@ import (
 	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/logval"
+	"github.com/sglprov/sglprov/pkg/node"
 	"github.com/sglprov/sglprov/pkg/recipe"
 	gate "github.com/sglprov/sglprov/pkg/smoke"
 )
@@ -402,15 +403,8 @@ func restartService(stdio IO, c *common, held *heldEngine) func(ctx context.Cont
 			return errors.New("the recipe has no service step to restart")
 		}
 		for _, s := range services {
-			svc, env := s.Step, s.Env
-			profile := svc.Active(env)
-			if profile == "" {
-				if cands := svc.Candidates(env); len(cands) > 0 {
-					profile = cands[0]
-				}
-			}
-			if err := svc.Activate(ctx, env, profile); err != nil {
-				return fmt.Errorf("restarting %s: %w", svc.ServiceName(), err)
+			if err := s.Step.Activate(ctx, s.Env, node.RestartProfile(s)); err != nil {
+				return fmt.Errorf("restarting %s: %w", s.Step.ServiceName(), err)
 			}
 		}
 		return nil
