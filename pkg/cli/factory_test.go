@@ -115,3 +115,33 @@ func TestHoldNode(t *testing.T) {
 		t.Errorf("the daemon's holdNode took the lock %d times, want none", took.Load())
 	}
 }
+
+// TestBuildEngineKeepsShortHost: the engine's inputs are the command's flags and the
+// factory's facts; what building it found of the host comes back beside it, not in the
+// flags' struct: a host that falls short gets its engine and its problems when asked to
+// (plan), and an exit-4 error otherwise.
+func TestBuildEngineKeepsShortHost(t *testing.T) {
+	dir := t.TempDir()
+	path := writeRecipe(t, dir, `apiVersion: sglprov/v1
+name: short
+requires:
+  gpu: {min_count: 8}
+steps:
+  - name: hello
+    command: {argv: ["true"]}
+`)
+	f, _ := countingFacts(t, false)
+	stdio := IO{Stdin: strings.NewReader(""), Stdout: io.Discard, Stderr: io.Discard, Getenv: func(string) string { return "" }, Factory: f}
+	c := &common{recipe: path, stateDir: filepath.Join(dir, "st"), logLevel: "info", logFormat: "text"}
+	e, _, host, err := c.buildEngine(context.Background(), stdio, nil, nil, true)
+	if err != nil || e == nil {
+		t.Fatalf("buildEngine keeping a short host: %v", err)
+	}
+	e.Close()
+	if len(host.short) != 1 || host.short[0] != "host has 1 GPU; this recipe needs at least 8" {
+		t.Errorf("short = %q", host.short)
+	}
+	if _, _, err := c.newEngine(context.Background(), stdio, nil, nil); !errors.Is(err, exitcode.ErrHost) {
+		t.Errorf("newEngine on a short host: %v, want ErrHost", err)
+	}
+}

@@ -274,17 +274,19 @@ type common struct {
 	logLevel  string
 	insecure  bool
 
-	// commands is the verdict on the recipe's required commands, set by newEngine.
-	commands []hostcmd.Result
 	// lock is the state dir's lock when the command holds it from start to end (the
 	// daemon, between its applies too): applyKeep and the daemon's rungs take none then.
 	lock *engine.Lock
 	// nodeMu, with lock, makes the daemon's recipes apply and repair one at a time.
 	nodeMu *sync.Mutex
-	// keepShort asks newEngine to build the engine even on a host that falls short (plan
-	// shows what apply would do, then the problems); short are those problems.
-	keepShort bool
-	short     []string
+}
+
+// hostVerdict is what building the engine found of the host besides the engine: the
+// verdict on the recipe's required commands, and (when the engine was asked for on a host
+// that falls short, as plan does) the ways it falls short.
+type hostVerdict struct {
+	commands []hostcmd.Result
+	short    []string
 }
 
 // multi is a repeatable flag whose values are kept in order.
@@ -447,25 +449,35 @@ func hostProblems(problems []string) error {
 	return fmt.Errorf("%w:\n  %s", exitcode.ErrHost, strings.Join(problems, "\n  "))
 }
 
-// newEngine loads the recipe (unless r is given) and the facts, and builds the engine.
+// newEngine loads the recipe (unless r is given) and the facts, and builds the engine; a
+// host that falls short is an exit-4 error listing every problem.
 func (c *common) newEngine(ctx context.Context, stdio IO, r *recipe.Recipe, mod func(*engine.Options)) (*engine.Engine, *recipe.Recipe, error) {
+	e, r, _, err := c.buildEngine(ctx, stdio, r, mod, false)
+	return e, r, err
+}
+
+// buildEngine is newEngine that also returns what it found of the host; with keepShort,
+// a host that falls short still gets its engine (plan shows what apply would do), the
+// problems in the verdict.
+func (c *common) buildEngine(ctx context.Context, stdio IO, r *recipe.Recipe, mod func(*engine.Options), keepShort bool) (*engine.Engine, *recipe.Recipe, hostVerdict, error) {
+	var v hostVerdict
 	if r == nil {
 		var err error
 		if r, err = c.loadRecipe(); err != nil {
-			return nil, nil, err
+			return nil, nil, v, err
 		}
 	}
 	facts, problems, err := hostFacts(ctx, stdio, r)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, v, err
 	}
 	newLogger, err := c.newLoggerFunc()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, v, err
 	}
 	dir, err := filepath.Abs(filepath.Dir(c.recipe))
 	if err != nil {
-		return nil, nil, fmt.Errorf("locating recipe: %w", err)
+		return nil, nil, v, fmt.Errorf("locating recipe: %w", err)
 	}
 	opts := engine.Options{
 		Recipe:              r,
@@ -485,7 +497,7 @@ func (c *common) newEngine(ctx context.Context, stdio IO, r *recipe.Recipe, mod 
 		opts.NodeGPUs = nodeGPUs(ctx, stdio)
 	}
 	if opts.Cache, err = newCache(stdio.Factory, r, facts, c.stateDirPath(), newLogger(stdio.Stderr)); err != nil {
-		return nil, nil, err
+		return nil, nil, v, err
 	}
 	if r.OnUnhealthy != nil || r.OnHealthy != nil {
 		// A switch of the service drains the node before a candidate answers on the
@@ -504,32 +516,32 @@ func (c *common) newEngine(ctx context.Context, stdio IO, r *recipe.Recipe, mod 
 	// is listed at once; a command a packages step installs is not required yet.
 	// Under --root the recipe is rendered for another node: its commands are that node's
 	// business, listed as unchecked (with what this host has), never refused here.
-	c.commands = nil
+	v.commands = nil
 	if len(r.Commands) > 0 {
 		look := hostcmd.PathLooker{Path: stdio.Getenv("PATH"), Getenv: stdio.Getenv}
-		c.commands = hostcmd.Check(ctx, r.Commands, e.ProvidedCommands(ctx), look)
+		v.commands = hostcmd.Check(ctx, r.Commands, e.ProvidedCommands(ctx), look)
 		if c.root != "" && c.root != "/" {
-			c.commands = hostcmd.MarkUnchecked(c.commands, "--root renders for another node, whose own PATH decides")
+			v.commands = hostcmd.MarkUnchecked(v.commands, "--root renders for another node, whose own PATH decides")
 		} else {
-			problems = append(problems, hostcmd.Problems(c.commands)...)
+			problems = append(problems, hostcmd.Problems(v.commands)...)
 			e.GiveCommands(r.Commands, look)
 		}
 	}
-	c.short = problems
-	if len(problems) > 0 && c.keepShort && engErr == nil {
-		return e, r, nil
+	v.short = problems
+	if len(problems) > 0 && keepShort && engErr == nil {
+		return e, r, v, nil
 	}
 	problems = append(problems, fitnessProblems(stdio, facts, r, e, c.stateDirPath())...)
 	if len(problems) > 0 {
 		if e != nil {
 			e.Close()
 		}
-		return nil, nil, hostProblems(problems)
+		return nil, nil, v, hostProblems(problems)
 	}
 	if engErr != nil {
-		return nil, nil, engErr
+		return nil, nil, v, engErr
 	}
-	return e, r, nil
+	return e, r, v, nil
 }
 
 func isTerminal(w io.Writer) bool {

@@ -59,11 +59,10 @@ func planBody(ctx context.Context, stdio IO, c *common, only, force string, asJS
 	defer lock.Release()
 	// A host that falls short still gets its plan: the table and the rendered unit show
 	// what apply would do once it is fixed; the problems follow, and the exit is 4.
-	c.keepShort = true
-	e, _, err := c.newEngine(ctx, stdio, nil, func(o *engine.Options) {
+	e, _, host, err := c.buildEngine(ctx, stdio, nil, func(o *engine.Options) {
 		o.Only, o.Force = splitList(only), splitList(force)
 		o.ApplyRunning = running
-	})
+	}, true)
 	if err != nil {
 		return err
 	}
@@ -71,13 +70,13 @@ func planBody(ctx context.Context, stdio IO, c *common, only, force string, asJS
 	p, planErr := e.Plan(ctx)
 	// What the servers' environments hold now, against the known-bad table.
 	planErr = errors.Join(planErr, knownBadInstalled(e))
-	if len(c.short) > 0 {
-		planErr = errors.Join(hostProblems(c.short), planErr)
+	if len(host.short) > 0 {
+		planErr = errors.Join(hostProblems(host.short), planErr)
 	}
 	if p == nil {
 		return planErr
 	}
-	p.Commands = c.commands
+	p.Commands = host.commands
 	if asJSON {
 		out := struct {
 			*engine.Plan
