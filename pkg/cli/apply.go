@@ -55,20 +55,15 @@ func applyKeep(ctx context.Context, stdio IO, c *common, mod func(*engine.Option
 	if err := engine.EnsureStateDir(dir, c.insecure); err != nil {
 		return nil, nil, err
 	}
-	if c.nodeMu != nil {
-		c.nodeMu.Lock()
-		defer c.nodeMu.Unlock()
+	release, err := c.holdNode(stdio)
+	if err != nil {
+		return nil, nil, err
 	}
+	defer release()
 	if c.lock != nil {
 		// The daemon holds the node's lock; others see it applying meanwhile.
 		_ = c.lock.SetNote(engine.NoteDaemonApplying)
 		defer c.lock.SetNote(engine.NoteDaemon)
-	} else {
-		lock, err := engine.AcquireLock(dir)
-		if err != nil {
-			return nil, nil, err
-		}
-		defer lock.Release()
 	}
 	started := time.Now()
 	e, _, err := c.newEngine(ctx, stdio, r, mod)

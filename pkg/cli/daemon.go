@@ -20,13 +20,19 @@ import (
 
 	"github.com/sglprov/sglprov/pkg/daemon"
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/logval"
+	"github.com/sglprov/sglprov/pkg/node"
 	"github.com/sglprov/sglprov/pkg/recipe"
 	gate "github.com/sglprov/sglprov/pkg/smoke"
 )
 
 func runDaemon(ctx context.Context, stdio IO, args []string) error {
+	if stdio.Factory != nil {
+		// The daemon watches the host: it reads the facts again at each use.
+		stdio.Factory.Fresh = true
+	}
 	var c common
 	var o daemonFlags
 	var files multi
@@ -47,10 +53,10 @@ func runDaemon(ctx context.Context, stdio IO, args []string) error {
 		return err
 	}
 	if o.interval <= 0 || o.canaryTimeout <= 0 {
-		return fmt.Errorf("%w: --interval and --canary-timeout must be positive", engine.ErrUsage)
+		return fmt.Errorf("%w: --interval and --canary-timeout must be positive", exitcode.ErrUsage)
 	}
 	if c.root != "" && c.root != "/" {
-		return fmt.Errorf("%w: --root %s: the daemon watches a running node, and under --root nothing is started; prepare a root with sglprov apply --root", engine.ErrUsage, c.root)
+		return fmt.Errorf("%w: --root %s: the daemon watches a running node, and under --root nothing is started; prepare a root with sglprov apply --root", exitcode.ErrUsage, c.root)
 	}
 	newLogger, err := c.newLoggerFunc()
 	if err != nil {
@@ -69,7 +75,7 @@ func runDaemon(ctx context.Context, stdio IO, args []string) error {
 	// pid, rather than starting a second server whose gate would pass against this
 	// daemon's.
 	base := c
-	unlock, err := holdNodeLock(&base)
+	unlock, err := holdNodeLock(stdio, &base)
 	if err != nil {
 		return err
 	}
@@ -82,7 +88,7 @@ func runDaemon(ctx context.Context, stdio IO, args []string) error {
 			w.c.lock = base.lock
 			continue
 		}
-		un, err := holdNodeLock(&w.c)
+		un, err := holdNodeLock(stdio, &w.c)
 		if err != nil {
 			return err
 		}
@@ -163,7 +169,7 @@ func recipeWatches(c *common, files []string, states RecipeStates) ([]*recipeWat
 			return nil, err
 		}
 		if prev, dup := seen[r.Name]; dup {
-			return nil, fmt.Errorf("%w: %s and %s are both recipe %q: give each recipe once", engine.ErrUsage, prev, f, r.Name)
+			return nil, fmt.Errorf("%w: %s and %s are both recipe %q: give each recipe once", exitcode.ErrUsage, prev, f, r.Name)
 		}
 		seen[r.Name] = f
 		w.r = r
@@ -228,7 +234,7 @@ func watchRecipe(ctx context.Context, stdio IO, w *recipeWatch, o daemonFlags, m
 		},
 	}
 	if r.NeedsFacts() {
-		opts.Detect = func(ctx context.Context) (*gpu.Facts, error) { return gpu.Detect(ctx, stdio.Getenv) }
+		opts.Detect = func(ctx context.Context) (*gpu.Facts, error) { return stdio.Factory.Facts(ctx, stdio.Getenv) }
 	}
 	if wd, err := sddaemon.SdWatchdogEnabled(false); err == nil && wd > 0 {
 		opts.WatchdogInterval = wd / 2
@@ -238,12 +244,12 @@ func watchRecipe(ctx context.Context, stdio IO, w *recipeWatch, o daemonFlags, m
 
 // holdNodeLock takes the state dir's lock for the daemon's whole life, noted as the
 // daemon's (engine.NoteDaemon), and keeps it in c for the daemon's applies and rungs.
-func holdNodeLock(c *common) (func(), error) {
+func holdNodeLock(stdio IO, c *common) (func(), error) {
 	dir := c.stateDirPath()
 	if err := engine.EnsureStateDir(dir, c.insecure); err != nil {
 		return nil, err
 	}
-	lock, err := engine.AcquireLock(dir)
+	lock, err := stdio.Factory.Lock(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -357,13 +363,7 @@ func (h *heldEngine) serverRestarts() (int, bool) {
 	if h.e == nil {
 		return 0, false
 	}
-	for _, name := range h.e.StepsOfKind("systemd") {
-		st, _ := h.e.StepNamed(name)
-		if c, ok := st.(interface{ ServerRestarts() (int, bool) }); ok {
-			return c.ServerRestarts()
-		}
-	}
-	return 0, false
+	return h.e.ServerRestarts()
 }
 
 // set closes the engine held (stopping what it supervises) and holds e instead.
@@ -382,18 +382,11 @@ func restartService(stdio IO, c *common, held *heldEngine) func(ctx context.Cont
 	return func(ctx context.Context) error {
 		// The restart rewrites the unit: not while an apply holds the lock (the daemon
 		// holds it already).
-		var err error
-		if c.nodeMu != nil {
-			c.nodeMu.Lock()
-			defer c.nodeMu.Unlock()
+		release, err := c.holdNode(stdio)
+		if err != nil {
+			return err
 		}
-		if c.lock == nil {
-			lock, lerr := engine.AcquireLock(c.stateDirPath())
-			if lerr != nil {
-				return lerr
-			}
-			defer lock.Release()
-		}
+		defer release()
 		held.mu.Lock()
 		defer held.mu.Unlock()
 		e := held.e
@@ -405,25 +398,13 @@ func restartService(stdio IO, c *common, held *heldEngine) func(ctx context.Cont
 			}
 			defer e.Close()
 		}
-		names := e.StepsOfKind("systemd")
-		if len(names) == 0 {
+		services := e.Services()
+		if len(services) == 0 {
 			return errors.New("the recipe has no service step to restart")
 		}
-		for _, name := range names {
-			st, _ := e.StepNamed(name)
-			svc, ok := st.(engine.ServiceStep)
-			if !ok {
-				continue
-			}
-			env := e.EnvFor(name)
-			profile := svc.Active(env)
-			if profile == "" {
-				if cands := svc.Candidates(env); len(cands) > 0 {
-					profile = cands[0]
-				}
-			}
-			if err := svc.Activate(ctx, env, profile); err != nil {
-				return fmt.Errorf("restarting %s: %w", svc.ServiceName(), err)
+		for _, s := range services {
+			if err := s.Step.Activate(ctx, s.Env, node.RestartProfile(s)); err != nil {
+				return fmt.Errorf("restarting %s: %w", s.Step.ServiceName(), err)
 			}
 		}
 		return nil
@@ -450,7 +431,7 @@ func applyInputs(stdio IO, c *common) func(ctx context.Context) (string, error) 
 			return "", err
 		}
 		if r.NeedsFacts() {
-			f, err := gpu.Detect(ctx, stdio.Getenv)
+			f, err := stdio.Factory.Facts(ctx, stdio.Getenv)
 			if err != nil {
 				return "", fmt.Errorf("reading the GPU facts: %w", err)
 			}

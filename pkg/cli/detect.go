@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/hostcmd"
 )
@@ -29,7 +29,7 @@ func runDetect(ctx context.Context, stdio IO, args []string) error {
 	// falls short (the facts are still shown).
 	var noGPU error
 	if len(facts.GPUs) == 0 {
-		noGPU = &exitError{msg: "no NVIDIA GPU found: NVML works (driver " + facts.DriverVersion + ") but reports no GPU", kind: engine.ErrHost}
+		noGPU = &exitError{msg: "no NVIDIA GPU found: NVML works (driver " + facts.DriverVersion + ") but reports no GPU", kind: exitcode.ErrHost}
 	}
 	// The CUDA toolkit (nvcc) is not the driver's CUDA: show both when nvcc is found (on the
 	// PATH, or where CUDA builds look for it).
@@ -47,7 +47,7 @@ func runDetect(ctx context.Context, stdio IO, args []string) error {
 			ExitCode int            `json:"exit_code,omitempty"`
 		}{Facts: facts, NVCC: nvcc}
 		if noGPU != nil {
-			out.Error, out.ExitCode = engine.Message(noGPU), engine.ExitCode(noGPU)
+			out.Error, out.ExitCode = exitcode.Message(noGPU), exitcode.Of(noGPU)
 		}
 		if err := enc.Encode(out); err != nil {
 			return fmt.Errorf("writing the facts: %w", err)
@@ -85,5 +85,5 @@ func writeDetectError(stdio IO, err error) {
 	_ = enc.Encode(struct {
 		Error    string `json:"error"`
 		ExitCode int    `json:"exit_code"`
-	}{engine.Message(err), engine.ExitCode(err)})
+	}{exitcode.Message(err), exitcode.Of(err)})
 }

@@ -43,10 +43,9 @@ func serviceUnit(e *engine.Engine, r *recipe.Recipe) string {
 	if e == nil {
 		return ""
 	}
-	for _, name := range r.StepNames() {
-		st, _ := e.StepNamed(name)
-		if s, ok := st.(interface{ ServiceName() string }); ok && s.ServiceName() != "" {
-			return s.ServiceName()
+	for _, s := range e.Services() {
+		if s.Step.ServiceName() != "" {
+			return s.Step.ServiceName()
 		}
 	}
 	return ""

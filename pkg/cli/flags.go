@@ -10,7 +10,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 )
 
 // flagSet is a command's flags: the standard library's flag.FlagSet, so that every flag
@@ -93,7 +93,7 @@ func (fs *flagSet) nearestFlag(name string) string {
 
 // usageError is a bad-usage error (exit 2) that says where the command's help is.
 func usageError(cmd, msg string) error {
-	return &exitError{msg: fmt.Sprintf("%s\nRun 'sglprov %s --help' for usage.", msg, cmd), kind: engine.ErrUsage}
+	return &exitError{msg: fmt.Sprintf("%s\nRun 'sglprov %s --help' for usage.", msg, cmd), kind: exitcode.ErrUsage}
 }
 
 // exitError is an error with its own message that carries the exit code of kind (one of

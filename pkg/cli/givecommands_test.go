@@ -14,7 +14,7 @@ import (
 
 // probeStep records the requirements CheckCommands gives it.
 type probeStep struct {
-	got  hostcmd.Requirements
+	got  recipe.CommandRequirements
 	look hostcmd.Looker
 }
 
@@ -23,7 +23,9 @@ func (p *probeStep) Fingerprint(context.Context, *engine.Env) (map[string]string
 }
 func (p *probeStep) Intact(context.Context, *engine.Env) (bool, string, error) { return true, "", nil }
 func (p *probeStep) Run(context.Context, *engine.Env) error                    { return nil }
-func (p *probeStep) CheckCommands(r hostcmd.Requirements, l hostcmd.Looker)    { p.got, p.look = r, l }
+func (p *probeStep) CheckCommands(r recipe.CommandRequirements, l hostcmd.Looker) {
+	p.got, p.look = r, l
+}
 
 // TestGiveCommands: the recipe's requires.commands reach every built step that checks the
 // commands it installs (the packages step), with the looker the preflight used.
@@ -59,7 +61,7 @@ steps:
 	}
 	defer e.Close()
 	look := hostcmd.PathLooker{Path: dir}
-	giveCommands(e, r, look)
+	e.GiveCommands(r.Commands, look)
 	if len(built) != 1 || !reflect.DeepEqual(built[0].got, r.Commands) {
 		t.Fatalf("probe step got %+v, want %+v", built, r.Commands)
 	}

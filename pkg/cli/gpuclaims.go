@@ -28,7 +28,7 @@ func gpuClaimsDir(getenv func(string) string, root string) string {
 // (it names no GPU need): its server sees every GPU, and claims them. A host where the
 // GPUs cannot be read (no NVML) has none to claim.
 func nodeGPUs(ctx context.Context, stdio IO) []string {
-	f, err := gpu.Detect(ctx, stdio.Getenv)
+	f, err := stdio.Factory.Facts(ctx, stdio.Getenv)
 	if err != nil || f == nil {
 		return nil
 	}

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 )
 
 // summary is the one line that says what sglprov is.
@@ -18,13 +18,13 @@ var exitCodes = []struct {
 	Code    int
 	Meaning string
 }{
-	{engine.ExitOK, "success (the gate passed, or there was nothing to do)"},
-	{engine.ExitFailed, "a step failed"},
-	{engine.ExitUsage, "bad usage or an invalid recipe"},
-	{engine.ExitGate, "the smoke gate failed"},
-	{engine.ExitHost, "the host does not meet the recipe's requirements, or NVML could not be loaded, or a download cannot fit, or (plan) the hub has no such model revision"},
-	{engine.ExitLocked, "another sglprov run holds the lock"},
-	{engine.ExitReboot, "reboot required (NVIDIA driver/library version mismatch)"},
+	{exitcode.ExitOK, "success (the gate passed, or there was nothing to do)"},
+	{exitcode.ExitFailed, "a step failed"},
+	{exitcode.ExitUsage, "bad usage or an invalid recipe"},
+	{exitcode.ExitGate, "the smoke gate failed"},
+	{exitcode.ExitHost, "the host does not meet the recipe's requirements, or NVML could not be loaded, or a download cannot fit, or (plan) the hub has no such model revision"},
+	{exitcode.ExitLocked, "another sglprov run holds the lock"},
+	{exitcode.ExitReboot, "reboot required (NVIDIA driver/library version mismatch)"},
 	{ExitInterrupted, "interrupted (Ctrl-C, SIGINT)"},
 }
 
@@ -154,7 +154,7 @@ func unknownCommand(name string) error {
 	if s := nearest(name); s != "" {
 		msg += fmt.Sprintf("; did you mean %s?", s)
 	}
-	return &exitError{msg: msg + "\nRun 'sglprov --help' for the list of commands.", kind: engine.ErrUsage}
+	return &exitError{msg: msg + "\nRun 'sglprov --help' for the list of commands.", kind: exitcode.ErrUsage}
 }
 
 // nearest returns the command whose name is closest to name (edit distance at most 2, or

@@ -30,7 +30,7 @@ func daemonHook(stdio IO, c *common, logger *log.Logger) func(ctx context.Contex
 		}
 		var facts *gpu.Facts
 		if r.NeedsFacts() {
-			facts, _ = gpu.Detect(ctx, stdio.Getenv)
+			facts, _ = stdio.Factory.Facts(ctx, stdio.Getenv)
 		}
 		var fd map[string]any
 		if facts != nil {

@@ -3,12 +3,12 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/knownbad"
 	"github.com/sglprov/sglprov/pkg/recipe"
@@ -79,13 +79,13 @@ func knownBadPins(r *recipe.Recipe, facts *gpu.Facts) error {
 	}
 	data, err := r.NewData(fd)
 	if err != nil {
-		return fmt.Errorf("%w: %w", engine.ErrUsage, err)
+		return fmt.Errorf("%w: %w", exitcode.ErrUsage, err)
 	}
 	f := knownbad.Facts{Packages: map[string]string{}}
 	for _, st := range r.Steps {
 		var body any
 		if err := st.Render(data, &body); err != nil {
-			return fmt.Errorf("%w: step %s: %w", engine.ErrUsage, st.Name, err)
+			return fmt.Errorf("%w: step %s: %w", exitcode.ErrUsage, st.Name, err)
 		}
 		var texts []string
 		strs(body, &texts)
@@ -105,7 +105,7 @@ func knownBadPins(r *recipe.Recipe, facts *gpu.Facts) error {
 	if err != nil || len(m) == 0 {
 		return err
 	}
-	return fmt.Errorf("%w: %w", engine.ErrUsage, &knownbad.Error{Where: "the recipe's pins and launch lines", Matches: m})
+	return fmt.Errorf("%w: %w", exitcode.ErrUsage, &knownbad.Error{Where: "the recipe's pins and launch lines", Matches: m})
 }
 
 // launchLines returns a service step's arguments alone and with each profile it lists.
@@ -143,14 +143,5 @@ func strs(v any, out *[]string) {
 // knownBadInstalled runs each service step's check of what its environment holds (plan),
 // joined.
 func knownBadInstalled(e *engine.Engine) error {
-	var errs []error
-	for _, name := range e.StepsOfKind("systemd") {
-		st, _ := e.StepNamed(name)
-		if kb, ok := st.(interface{ KnownBad(*engine.Env) error }); ok {
-			if err := kb.KnownBad(e.EnvFor(name)); err != nil {
-				errs = append(errs, fmt.Errorf("step %s: %w", name, err))
-			}
-		}
-	}
-	return errors.Join(errs...)
+	return e.KnownBad()
 }

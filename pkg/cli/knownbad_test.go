@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/knownbad"
 )
 
@@ -37,8 +37,8 @@ steps:
 		{[]string{"-f", dsl}, "cutlass-dsl-4.5.0-sm12x"},
 	} {
 		code, _, stderr := run(t, nil, append([]string{"validate"}, tc.args...)...)
-		if code != engine.ExitUsage || !strings.Contains(stderr, "["+tc.row+"]") || !strings.Contains(stderr, "fix: ") {
-			t.Errorf("%v: exit %d, want %d naming %s: %s", tc.args, code, engine.ExitUsage, tc.row, stderr)
+		if code != exitcode.ExitUsage || !strings.Contains(stderr, "["+tc.row+"]") || !strings.Contains(stderr, "fix: ") {
+			t.Errorf("%v: exit %d, want %d naming %s: %s", tc.args, code, exitcode.ExitUsage, tc.row, stderr)
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/pylock"
 )
 
@@ -62,14 +63,14 @@ func runLock(ctx context.Context, stdio IO, args []string) error {
 		runs = append(runs, ran{s.Name, sr, d.Python, d.PipReport})
 	}
 	if len(runs) == 0 {
-		return &exitError{kind: engine.ErrUsage, msg: fmt.Sprintf("recipe %s has no Python step (a command step INTERPRETER -m pip install ...) that ran on this node with pip's report recorded (state in %s): run `sglprov apply -f %s` first, on a node that reaches the package index", r.Name, c.stateDirPath(), c.recipe)}
+		return &exitError{kind: exitcode.ErrUsage, msg: fmt.Sprintf("recipe %s has no Python step (a command step INTERPRETER -m pip install ...) that ran on this node with pip's report recorded (state in %s): run `sglprov apply -f %s` first, on a node that reaches the package index", r.Name, c.stateDirPath(), c.recipe)}
 	}
 	slices.SortStableFunc(runs, func(a, b ran) int { return a.rec.Started.Compare(b.rec.Started) })
 	python := runs[0].py
 	var reports []string
 	for _, x := range runs {
 		if x.py != python {
-			return &exitError{kind: engine.ErrUsage, msg: fmt.Sprintf("the Python steps of %s use two interpreters (%s in %s, %s in %s); a lock is of one environment", r.Name, python, runs[0].step, x.py, x.step)}
+			return &exitError{kind: exitcode.ErrUsage, msg: fmt.Sprintf("the Python steps of %s use two interpreters (%s in %s, %s in %s); a lock is of one environment", r.Name, python, runs[0].step, x.py, x.step)}
 		}
 		reports = append(reports, x.rep)
 	}
@@ -84,7 +85,7 @@ func runLock(ctx context.Context, stdio IO, args []string) error {
 	// Only a lock is replaced: a file of another kind under that name is the user's.
 	if _, err := os.Lstat(out); err == nil {
 		if _, perr := pylock.Read(out); perr != nil {
-			return &exitError{kind: engine.ErrUsage, msg: fmt.Sprintf("%s exists and is not a lock sglprov wrote (%v): not replacing it; name another file with -o", out, perr)}
+			return &exitError{kind: exitcode.ErrUsage, msg: fmt.Sprintf("%s exists and is not a lock sglprov wrote (%v): not replacing it; name another file with -o", out, perr)}
 		}
 	}
 	if err := pylock.Write(out, l); err != nil {

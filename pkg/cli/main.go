@@ -27,6 +27,7 @@ import (
 	"github.com/sglprov/sglprov/pkg/console"
 	"github.com/sglprov/sglprov/pkg/daemon"
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/hostcmd"
 	"github.com/sglprov/sglprov/pkg/recipe"
@@ -43,6 +44,9 @@ type IO struct {
 	describe func(*flagSet)
 	// run is what Main learns of the command while it runs (nil outside Main).
 	run *invocation
+	// Factory builds what the command needs of the host (nil: the real constructors, at
+	// each use); Main makes one per command.
+	Factory *Factory
 	// journal is set when Stderr is the systemd journal (see journalStderr): logs default
 	// to logfmt there, which the journal writer turns into fields.
 	journal bool
@@ -101,7 +105,7 @@ func lookup(name string) (command, bool) {
 
 // ExitInterrupted is the exit code of a run stopped by Ctrl-C (SIGINT): 128 + 2, as
 // shells report it.
-const ExitInterrupted = engine.ExitInterrupted
+const ExitInterrupted = exitcode.ExitInterrupted
 
 // Main runs sglprov with args (args[0] is the program name) and returns the exit code.
 func Main(args []string, stdio IO) int {
@@ -110,12 +114,12 @@ func Main(args []string, stdio IO) int {
 	}
 	if len(args) < 2 {
 		usage(stdio.Stderr)
-		return engine.ExitUsage
+		return exitcode.ExitUsage
 	}
 	switch args[1] {
 	case "-h", "-help", "--help":
 		usage(stdio.Stdout)
-		return engine.ExitOK
+		return exitcode.ExitOK
 	case "-version", "--version":
 		args = append([]string{args[0], "version"}, args[2:]...)
 	}
@@ -123,10 +127,10 @@ func Main(args []string, stdio IO) int {
 	if !ok {
 		if strings.HasPrefix(args[1], "-") {
 			fmt.Fprintf(stdio.Stderr, "sglprov: unknown flag %q: a command comes first, its flags after it (sglprov apply -f RECIPE)\nRun 'sglprov --help' for the list of commands.\n", args[1])
-			return engine.ExitUsage
+			return exitcode.ExitUsage
 		}
 		fmt.Fprintf(stdio.Stderr, "sglprov: %v\n", unknownCommand(args[1]))
-		return engine.ExitUsage
+		return exitcode.ExitUsage
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
@@ -139,7 +143,7 @@ func Main(args []string, stdio IO) int {
 		case s := <-sigs:
 			interrupted.Store(s == os.Interrupt)
 			if s == os.Interrupt {
-				cancel(engine.ErrInterrupted) // "stopped by SIGINT"; the report records 130
+				cancel(exitcode.ErrInterrupted) // "stopped by SIGINT"; the report records 130
 			} else {
 				cancel(fmt.Errorf("stopped by %s", signalName(s)))
 			}
@@ -154,20 +158,23 @@ func Main(args []string, stdio IO) int {
 	defer close(finished)
 	go endAfterSignal(ctx, func() { signal.Stop(sigs) }, finished, ForceExitAfter, func() {
 		fmt.Fprintf(stdio.Stderr, "sglprov: still running %s after the signal; exiting now\n", ForceExitAfter)
-		os.Exit(engine.ExitFailed)
+		os.Exit(exitcode.ExitFailed)
 	})
 	stdio.run = &invocation{}
+	if stdio.Factory == nil {
+		stdio.Factory = &Factory{}
+	}
 	stdio = journalStderr(stdio)
 	err := c.run(ctx, stdio, args[2:])
 	if errors.Is(err, errHelpShown) {
-		return engine.ExitOK
+		return exitcode.ExitOK
 	}
-	code := engine.ExitCode(err)
+	code := exitcode.Of(err)
 	if err != nil && interrupted.Load() {
 		code = ExitInterrupted
 	}
 	if err != nil && !errors.Is(err, errReported) {
-		stdio.run.final(stdio.Stderr, c.name, "err", strings.TrimSpace(engine.Message(err)), code)
+		stdio.run.final(stdio.Stderr, c.name, "err", strings.TrimSpace(exitcode.Message(err)), code)
 	}
 	if hint := stdio.run.permissionHint(err); hint != "" {
 		stdio.run.final(stdio.Stderr, c.name, "hint", hint, code)
@@ -268,17 +275,19 @@ type common struct {
 	logLevel  string
 	insecure  bool
 
-	// commands is the verdict on the recipe's required commands, set by newEngine.
-	commands []hostcmd.Result
 	// lock is the state dir's lock when the command holds it from start to end (the
 	// daemon, between its applies too): applyKeep and the daemon's rungs take none then.
 	lock *engine.Lock
 	// nodeMu, with lock, makes the daemon's recipes apply and repair one at a time.
 	nodeMu *sync.Mutex
-	// keepShort asks newEngine to build the engine even on a host that falls short (plan
-	// shows what apply would do, then the problems); short are those problems.
-	keepShort bool
-	short     []string
+}
+
+// hostVerdict is what building the engine found of the host besides the engine: the
+// verdict on the recipe's required commands, and (when the engine was asked for on a host
+// that falls short, as plan does) the ways it falls short.
+type hostVerdict struct {
+	commands []hostcmd.Result
+	short    []string
 }
 
 // multi is a repeatable flag whose values are kept in order.
@@ -348,11 +357,11 @@ func (c *common) newLoggerFunc() (func(w io.Writer) *log.Logger, error) {
 	case "logfmt":
 		fmtr = log.LogfmtFormatter
 	default:
-		return nil, fmt.Errorf("%w: --log-format %q: want text, json or logfmt", engine.ErrUsage, c.logFormat)
+		return nil, fmt.Errorf("%w: --log-format %q: want text, json or logfmt", exitcode.ErrUsage, c.logFormat)
 	}
 	level, err := log.ParseLevel(c.logLevel)
 	if err != nil {
-		return nil, fmt.Errorf("%w: --log-level %q: want debug, info, warn or error", engine.ErrUsage, c.logLevel)
+		return nil, fmt.Errorf("%w: --log-level %q: want debug, info, warn or error", exitcode.ErrUsage, c.logLevel)
 	}
 	return func(w io.Writer) *log.Logger {
 		return log.NewWithOptions(w, log.Options{Formatter: fmtr, Level: level, ReportTimestamp: true, TimeFormat: timeFormat})
@@ -362,23 +371,23 @@ func (c *common) newLoggerFunc() (func(w io.Writer) *log.Logger, error) {
 // loadRecipe checks the recipe file's permissions and parses it.
 func (c *common) loadRecipe() (*recipe.Recipe, error) {
 	if c.recipe == "" {
-		return nil, fmt.Errorf("%w: no recipe: give -f RECIPE", engine.ErrUsage)
+		return nil, fmt.Errorf("%w: no recipe: give -f RECIPE", exitcode.ErrUsage)
 	}
 	if !c.insecure {
 		if err := engine.CheckPermissions(c.recipe); err != nil {
-			if errors.Is(err, engine.ErrUsage) {
+			if errors.Is(err, exitcode.ErrUsage) {
 				return nil, err
 			}
-			return nil, fmt.Errorf("%w: reading recipe: %v", engine.ErrUsage, err)
+			return nil, fmt.Errorf("%w: reading recipe: %v", exitcode.ErrUsage, err)
 		}
 	}
 	r, err := recipe.Load(c.recipe, steps.Specs(steps.Registry()), c.sets)
 	if err != nil {
 		var ps recipe.Problems
 		if errors.As(err, &ps) {
-			return nil, fmt.Errorf("%w: %s in the recipe:\n%v", engine.ErrUsage, plural(len(ps), "problem"), ps)
+			return nil, fmt.Errorf("%w: %s in the recipe:\n%v", exitcode.ErrUsage, plural(len(ps), "problem"), ps)
 		}
-		return nil, fmt.Errorf("%w: %v", engine.ErrUsage, err)
+		return nil, fmt.Errorf("%w: %v", exitcode.ErrUsage, err)
 	}
 	return r, nil
 }
@@ -388,17 +397,17 @@ func (c *common) loadRecipe() (*recipe.Recipe, error) {
 // SGLPROV_GPU_FIXTURE file exit 2. A host where NVML works but finds no GPU returns its
 // facts (zero GPUs) without error.
 func detectFacts(ctx context.Context, stdio IO) (*gpu.Facts, error) {
-	facts, err := gpu.Detect(ctx, stdio.Getenv)
+	facts, err := stdio.Factory.Facts(ctx, stdio.Getenv)
 	switch {
 	case err == nil, errors.Is(err, gpu.ErrNoGPU):
 		return facts, nil
 	case errors.Is(err, gpu.ErrDriverMismatch):
 		// The mismatch's own message ends in "reboot required": say it once.
-		return nil, &exitError{msg: err.Error(), kind: engine.ErrReboot}
+		return nil, &exitError{msg: err.Error(), kind: exitcode.ErrReboot}
 	case errors.Is(err, gpu.ErrNoLibrary):
-		return nil, &exitError{msg: noNVML, kind: engine.ErrHost}
+		return nil, &exitError{msg: noNVML, kind: exitcode.ErrHost}
 	case stdio.Getenv(gpu.FixtureEnv) != "":
-		return nil, &exitError{msg: fmt.Sprintf("%v (%s names the file)", err, gpu.FixtureEnv), kind: engine.ErrUsage}
+		return nil, &exitError{msg: fmt.Sprintf("%v (%s names the file)", err, gpu.FixtureEnv), kind: exitcode.ErrUsage}
 	}
 	return nil, fmt.Errorf("detecting GPUs: %w", err)
 }
@@ -420,7 +429,7 @@ func hostFacts(ctx context.Context, stdio IO, r *recipe.Recipe) (*gpu.Facts, []s
 		return nil, nil, nil
 	}
 	facts, err := detectFacts(ctx, stdio)
-	if err != nil && !r.NeedsFacts() && errors.Is(err, engine.ErrHost) {
+	if err != nil && !r.NeedsFacts() && errors.Is(err, exitcode.ErrHost) {
 		return nil, nil, nil
 	}
 	if err != nil {
@@ -432,86 +441,44 @@ func hostFacts(ctx context.Context, stdio IO, r *recipe.Recipe) (*gpu.Facts, []s
 	if err != nil {
 		return nil, []string{err.Error()}, nil
 	}
-	return sub, r.Requires.Check(sub), nil
-}
-
-// providedCommands maps each command that a step of e installs (a packages step's
-// packages) to that step's name. A step that can tell which commands it would install now
-// (Installs: those of its missing packages) is asked; a command whose package is installed
-// already is then not excused, since the step leaves it as it is. When it cannot tell (no
-// package manager here), every command it may install is taken.
-func providedCommands(ctx context.Context, e *engine.Engine, r *recipe.Recipe) map[string]string {
-	out := map[string]string{}
-	if e == nil {
-		return out
-	}
-	for _, name := range r.StepNames() {
-		st, _ := e.StepNamed(name)
-		var cmds []string
-		if p, ok := st.(interface {
-			Installs(context.Context, *engine.Env) ([]string, error)
-		}); ok {
-			var err error
-			if cmds, err = p.Installs(ctx, e.EnvFor(name)); err != nil {
-				cmds = nil
-				if q, ok := st.(interface{ Provides() []string }); ok {
-					cmds = q.Provides()
-				}
-			}
-		} else if p, ok := st.(interface{ Provides() []string }); ok {
-			cmds = p.Provides()
-		}
-		for _, c := range cmds {
-			if out[c] == "" {
-				out[c] = name
-			}
-		}
-	}
-	return out
-}
-
-// giveCommands hands the recipe's requires.commands to each step of e that checks the
-// commands it installs once it has installed them (a packages step): a command excused
-// before the run because a step installs it is checked after that step.
-func giveCommands(e *engine.Engine, r *recipe.Recipe, look hostcmd.Looker) {
-	if e == nil {
-		return
-	}
-	for _, name := range r.StepNames() {
-		st, _ := e.StepNamed(name)
-		if c, ok := st.(interface {
-			CheckCommands(hostcmd.Requirements, hostcmd.Looker)
-		}); ok {
-			c.CheckCommands(r.Commands, look)
-		}
-	}
+	return sub, gpu.Check(r.Requires, sub), nil
 }
 
 // hostProblems is the exit-4 error listing every way the host falls short, each on its
 // own line.
 func hostProblems(problems []string) error {
-	return fmt.Errorf("%w:\n  %s", engine.ErrHost, strings.Join(problems, "\n  "))
+	return fmt.Errorf("%w:\n  %s", exitcode.ErrHost, strings.Join(problems, "\n  "))
 }
 
-// newEngine loads the recipe (unless r is given) and the facts, and builds the engine.
+// newEngine loads the recipe (unless r is given) and the facts, and builds the engine; a
+// host that falls short is an exit-4 error listing every problem.
 func (c *common) newEngine(ctx context.Context, stdio IO, r *recipe.Recipe, mod func(*engine.Options)) (*engine.Engine, *recipe.Recipe, error) {
+	e, r, _, err := c.buildEngine(ctx, stdio, r, mod, false)
+	return e, r, err
+}
+
+// buildEngine is newEngine that also returns what it found of the host; with keepShort,
+// a host that falls short still gets its engine (plan shows what apply would do), the
+// problems in the verdict.
+func (c *common) buildEngine(ctx context.Context, stdio IO, r *recipe.Recipe, mod func(*engine.Options), keepShort bool) (*engine.Engine, *recipe.Recipe, hostVerdict, error) {
+	var v hostVerdict
 	if r == nil {
 		var err error
 		if r, err = c.loadRecipe(); err != nil {
-			return nil, nil, err
+			return nil, nil, v, err
 		}
 	}
 	facts, problems, err := hostFacts(ctx, stdio, r)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, v, err
 	}
 	newLogger, err := c.newLoggerFunc()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, v, err
 	}
 	dir, err := filepath.Abs(filepath.Dir(c.recipe))
 	if err != nil {
-		return nil, nil, fmt.Errorf("locating recipe: %w", err)
+		return nil, nil, v, fmt.Errorf("locating recipe: %w", err)
 	}
 	opts := engine.Options{
 		Recipe:              r,
@@ -530,8 +497,8 @@ func (c *common) newEngine(ctx context.Context, stdio IO, r *recipe.Recipe, mod 
 	if facts == nil && (c.root == "" || c.root == "/") {
 		opts.NodeGPUs = nodeGPUs(ctx, stdio)
 	}
-	if opts.Cache, err = newCache(r, facts, c.stateDirPath(), newLogger(stdio.Stderr)); err != nil {
-		return nil, nil, err
+	if opts.Cache, err = newCache(stdio.Factory, r, facts, c.stateDirPath(), newLogger(stdio.Stderr)); err != nil {
+		return nil, nil, v, err
 	}
 	if r.OnUnhealthy != nil || r.OnHealthy != nil {
 		// A switch of the service drains the node before a candidate answers on the
@@ -550,32 +517,32 @@ func (c *common) newEngine(ctx context.Context, stdio IO, r *recipe.Recipe, mod 
 	// is listed at once; a command a packages step installs is not required yet.
 	// Under --root the recipe is rendered for another node: its commands are that node's
 	// business, listed as unchecked (with what this host has), never refused here.
-	c.commands = nil
+	v.commands = nil
 	if len(r.Commands) > 0 {
 		look := hostcmd.PathLooker{Path: stdio.Getenv("PATH"), Getenv: stdio.Getenv}
-		c.commands = hostcmd.Check(ctx, r.Commands, providedCommands(ctx, e, r), look)
+		v.commands = hostcmd.Check(ctx, r.Commands, e.ProvidedCommands(ctx), look)
 		if c.root != "" && c.root != "/" {
-			c.commands = hostcmd.MarkUnchecked(c.commands, "--root renders for another node, whose own PATH decides")
+			v.commands = hostcmd.MarkUnchecked(v.commands, "--root renders for another node, whose own PATH decides")
 		} else {
-			problems = append(problems, hostcmd.Problems(c.commands)...)
-			giveCommands(e, r, look)
+			problems = append(problems, hostcmd.Problems(v.commands)...)
+			e.GiveCommands(r.Commands, look)
 		}
 	}
-	c.short = problems
-	if len(problems) > 0 && c.keepShort && engErr == nil {
-		return e, r, nil
+	v.short = problems
+	if len(problems) > 0 && keepShort && engErr == nil {
+		return e, r, v, nil
 	}
 	problems = append(problems, fitnessProblems(stdio, facts, r, e, c.stateDirPath())...)
 	if len(problems) > 0 {
 		if e != nil {
 			e.Close()
 		}
-		return nil, nil, hostProblems(problems)
+		return nil, nil, v, hostProblems(problems)
 	}
 	if engErr != nil {
-		return nil, nil, engErr
+		return nil, nil, v, engErr
 	}
-	return e, r, nil
+	return e, r, v, nil
 }
 
 func isTerminal(w io.Writer) bool {
@@ -602,7 +569,7 @@ func runVersion(ctx context.Context, stdio IO, args []string) error {
 
 // newCache returns the fleet cache the recipe's cache block names (nil when it has none);
 // unfinished uploads are kept in the state dir's cache-uploads.
-func newCache(r *recipe.Recipe, facts *gpu.Facts, stateDir string, logger *log.Logger) (cache.Cache, error) {
+func newCache(f *Factory, r *recipe.Recipe, facts *gpu.Facts, stateDir string, logger *log.Logger) (cache.Cache, error) {
 	if r.Cache == nil {
 		return nil, nil
 	}
@@ -612,20 +579,20 @@ func newCache(r *recipe.Recipe, facts *gpu.Facts, stateDir string, logger *log.L
 	}
 	data, err := r.NewData(fd)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", engine.ErrUsage, err)
+		return nil, fmt.Errorf("%w: %v", exitcode.ErrUsage, err)
 	}
 	cfg, ok, err := r.CacheConfig(data)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", engine.ErrUsage, err)
+		return nil, fmt.Errorf("%w: %v", exitcode.ErrUsage, err)
 	}
 	if !ok {
 		return nil, nil
 	}
-	c, err := cache.New(cache.Config{Repository: cfg.OCI, Push: cfg.Push, PlainHTTP: cfg.PlainHTTP, Digests: cfg.Digests, MinRate: cfg.MinRate},
+	c, err := f.Cache(cache.Config{Repository: cfg.OCI, Push: cfg.Push, PlainHTTP: cfg.PlainHTTP, Digests: cfg.Digests, MinRate: cfg.MinRate},
 		cache.Options{UploadDir: filepath.Join(stateDir, "cache-uploads"),
 			Logf: func(format string, args ...any) { logger.Info(fmt.Sprintf(format, args...)) }})
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", engine.ErrUsage, err)
+		return nil, fmt.Errorf("%w: %v", exitcode.ErrUsage, err)
 	}
 	return c, nil
 }

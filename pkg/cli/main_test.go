@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/test/fakesglang"
 )
 
@@ -108,7 +109,7 @@ func TestSetWithoutEqualsIsUsage(t *testing.T) {
 	recipe := writeRecipe(t, dir, "apiVersion: sglprov/v1\nname: r\nvars: {foo: x}\nsteps:\n  - name: a\n    command: {argv: [\"true\"]}\n")
 	for _, cmd := range []string{"validate", "plan", "apply", "smoke"} {
 		code, _, stderr := run(t, nil, cmd, "--set", "foo", "-f", recipe)
-		if code != engine.ExitUsage {
+		if code != exitcode.ExitUsage {
 			t.Errorf("%s: exit %d, want 2", cmd, code)
 		}
 		if !strings.Contains(stderr, `invalid value "foo" for flag --set: want KEY=VALUE`) || strings.Contains(stderr, "problem") {
@@ -168,7 +169,7 @@ func TestNonRootStateDirSaysRootIsNeeded(t *testing.T) {
 			}
 			out, err := cmd.CombinedOutput()
 			ee, ok := err.(*exec.ExitError)
-			if !ok || ee.ExitCode() != engine.ExitFailed {
+			if !ok || ee.ExitCode() != exitcode.ExitFailed {
 				t.Fatalf("exit: %v, want 1; output:\n%s", err, out)
 			}
 			if !strings.Contains(string(out), tc.want) {
@@ -192,8 +193,8 @@ steps:
 	for _, format := range []string{"json", "logfmt"} {
 		t.Run(format, func(t *testing.T) {
 			code, _, stderr := run(t, nil, "apply", "-f", recipe, "--state-dir", filepath.Join(dir, "st-"+format), "--log-format", format)
-			if code != engine.ExitFailed {
-				t.Fatalf("exit %d, want %d\n%s", code, engine.ExitFailed, stderr)
+			if code != exitcode.ExitFailed {
+				t.Fatalf("exit %d, want %d\n%s", code, exitcode.ExitFailed, stderr)
 			}
 			var last map[string]any
 			for i, line := range strings.Split(strings.TrimSuffix(stderr, "\n"), "\n") {
@@ -212,7 +213,7 @@ steps:
 				last = rec
 			}
 			if format == "json" && (last["level"] != "error" || !strings.Contains(fmt.Sprint(last["err"]), "step broken") ||
-				last["exit_code"] != float64(engine.ExitFailed)) {
+				last["exit_code"] != float64(exitcode.ExitFailed)) {
 				t.Errorf("the last record is not the run's error with its exit code: %v", last)
 			}
 		})

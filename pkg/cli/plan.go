@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 )
 
 func runPlan(ctx context.Context, stdio IO, args []string) error {
@@ -40,7 +41,7 @@ func planBody(ctx context.Context, stdio IO, c *common, only, force string, asJS
 	running := 0
 	lock, err := engine.AcquireSharedLock(c.stateDirPath())
 	switch {
-	case errors.Is(err, engine.ErrLocked):
+	case errors.Is(err, exitcode.ErrLocked):
 		running = engine.LockHolder(c.stateDirPath())
 		if running == 0 {
 			running = -1
@@ -58,11 +59,10 @@ func planBody(ctx context.Context, stdio IO, c *common, only, force string, asJS
 	defer lock.Release()
 	// A host that falls short still gets its plan: the table and the rendered unit show
 	// what apply would do once it is fixed; the problems follow, and the exit is 4.
-	c.keepShort = true
-	e, _, err := c.newEngine(ctx, stdio, nil, func(o *engine.Options) {
+	e, _, host, err := c.buildEngine(ctx, stdio, nil, func(o *engine.Options) {
 		o.Only, o.Force = splitList(only), splitList(force)
 		o.ApplyRunning = running
-	})
+	}, true)
 	if err != nil {
 		return err
 	}
@@ -70,13 +70,13 @@ func planBody(ctx context.Context, stdio IO, c *common, only, force string, asJS
 	p, planErr := e.Plan(ctx)
 	// What the servers' environments hold now, against the known-bad table.
 	planErr = errors.Join(planErr, knownBadInstalled(e))
-	if len(c.short) > 0 {
-		planErr = errors.Join(hostProblems(c.short), planErr)
+	if len(host.short) > 0 {
+		planErr = errors.Join(hostProblems(host.short), planErr)
 	}
 	if p == nil {
 		return planErr
 	}
-	p.Commands = c.commands
+	p.Commands = host.commands
 	if asJSON {
 		out := struct {
 			*engine.Plan

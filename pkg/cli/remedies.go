@@ -3,15 +3,13 @@ package cli
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
-	"slices"
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/daemon"
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/node"
 	gate "github.com/sglprov/sglprov/pkg/smoke"
-	smokestep "github.com/sglprov/sglprov/pkg/steps/smoke"
 )
 
 // remedies are the daemon's ladder rungs that need the recipe: the whole gate, and the
@@ -30,40 +28,29 @@ func (r *remedies) gateConfig(ctx context.Context, ready time.Duration) (gate.Co
 	return smokeConfig(ctx, r.stdio, smokeOptions{recipe: r.c.recipe, sets: r.c.sets, insecure: r.c.insecure, readyTimeout: ready})
 }
 
-// runGate runs cfg and turns a verdict that fails into an error that names the failures.
-func runGate(ctx context.Context, cfg gate.Config) error {
-	res, err := gate.Run(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	if !res.Pass {
-		return errors.New(res.Summary())
-	}
-	return nil
-}
-
 // Regate runs every case of the recipe's gate against the server as it runs, checking
-// that it is the service's own (its served model name and model path).
+// that it is the service's own (its served model name and model path): node.Regate.
 func (r *remedies) Regate(ctx context.Context) error {
 	cfg, err := r.gateConfig(ctx, r.timeout)
 	if err != nil {
 		return err
 	}
-	err = r.withService(ctx, func(svc engine.ServiceStep, env *engine.Env) error {
-		cfg, err = smokestep.OwnServer(env, svc, cfg)
-		return err
+	var own *engine.BoundService
+	err = r.withService(ctx, func(svc engine.BoundService) error {
+		own = &svc
+		return nil
 	})
 	if err != nil && !errors.Is(err, daemon.ErrNoRung) {
 		return err
 	}
-	return runGate(ctx, cfg)
+	return node.Regate(ctx, own, cfg)
 }
 
 // ActiveProfile is the profile the recipe's service runs now.
 func (r *remedies) ActiveProfile(ctx context.Context) string {
 	var p string
-	_ = r.withService(ctx, func(svc engine.ServiceStep, env *engine.Env) error {
-		p = svc.Active(env)
+	_ = r.withService(ctx, func(svc engine.BoundService) error {
+		p = svc.Step.Active(svc.Env)
 		return nil
 	})
 	return p
@@ -71,57 +58,34 @@ func (r *remedies) ActiveProfile(ctx context.Context) string {
 
 // NextProfile installs the service's first candidate profile not in tried, gates it with
 // the recipe's own readiness wait (a model loads), and records it as the winner when it
-// passes, so that the next apply starts from it.
+// passes, so that the next apply starts from it (node.NextProfile).
 func (r *remedies) NextProfile(ctx context.Context, tried []string) (string, error) {
 	var profile string
-	err := r.withService(ctx, func(svc engine.ServiceStep, env *engine.Env) error {
-		for _, c := range svc.Candidates(env) {
-			if c != "" && !slices.Contains(tried, c) {
-				profile = c
-				break
-			}
-		}
-		if profile == "" {
+	err := r.withService(ctx, func(svc engine.BoundService) error {
+		if node.NextCandidate(svc, tried) == "" {
 			return daemon.ErrNoRung
 		}
 		cfg, err := r.gateConfig(ctx, 0)
 		if err != nil {
 			return err
 		}
-		// The switch transaction: staged for this boot, gated against its own server,
-		// promoted on a pass, the unit that served restored and gated again on a fail.
-		_, _, err = smokestep.RunSwitch(ctx, env, svc, []string{profile}, smokestep.SwitchGate{Config: cfg})
+		profile, err = node.NextProfile(ctx, svc, tried, cfg)
 		return err
 	})
 	return profile, err
 }
 
-// persist writes the state after a rung changed the service through e, so that status,
-// node_info and the next apply see the profile it runs.
-func persist(e *engine.Engine) error {
-	if err := e.SaveState(); err != nil {
-		return fmt.Errorf("recording the service's profile: %w", err)
-	}
-	return nil
-}
-
 // withService calls f with the recipe's first service step, through the held engine when
-// there is one.
-func (r *remedies) withService(ctx context.Context, f func(engine.ServiceStep, *engine.Env) error) error {
+// there is one, under the node's lock, and records the state when f changed the profile
+// it runs (node.Change).
+func (r *remedies) withService(ctx context.Context, f func(engine.BoundService) error) error {
 	// The rung rewrites the unit and the state: not while an apply holds the lock (the
 	// daemon holds it already).
-	var err error
-	if r.c.nodeMu != nil {
-		r.c.nodeMu.Lock()
-		defer r.c.nodeMu.Unlock()
+	release, err := r.c.holdNode(r.stdio)
+	if err != nil {
+		return err
 	}
-	if r.c.lock == nil {
-		lock, lerr := engine.AcquireLock(r.c.stateDirPath())
-		if lerr != nil {
-			return lerr
-		}
-		defer lock.Release()
-	}
+	defer release()
 	r.held.mu.Lock()
 	defer r.held.mu.Unlock()
 	e := r.held.e
@@ -133,18 +97,8 @@ func (r *remedies) withService(ctx context.Context, f func(engine.ServiceStep, *
 		}
 		defer e.Close()
 	}
-	for _, name := range e.StepsOfKind("systemd") {
-		st, _ := e.StepNamed(name)
-		if svc, ok := st.(engine.ServiceStep); ok {
-			before := svc.Active(e.EnvFor(name))
-			err := f(svc, e.EnvFor(name))
-			if svc.Active(e.EnvFor(name)) != before {
-				if perr := persist(e); perr != nil && err == nil {
-					err = perr
-				}
-			}
-			return err
-		}
+	if err := node.Change(e, f); !errors.Is(err, node.ErrNoService) {
+		return err
 	}
 	return daemon.ErrNoRung
 }

@@ -4,13 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"path/filepath"
 
 	"github.com/sglprov/sglprov/pkg/daemon"
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/generation"
+	"github.com/sglprov/sglprov/pkg/node"
 	"github.com/sglprov/sglprov/pkg/recipe"
-	smokestep "github.com/sglprov/sglprov/pkg/steps/smoke"
 )
 
 // rollback is the daemon's previous-generation rung (daemon.Generations) for a recipe that
@@ -36,15 +35,13 @@ func (g *rollback) previous() (string, error) {
 	if !r.UsesGenerations() {
 		return "", fmt.Errorf("%w: recipe %s keeps no generations to roll back to", daemon.ErrNotAvailable, r.Name)
 	}
-	store, err := generation.Open(engine.HostPath(g.c.root, r.GenerationsDir()),
-		filepath.Join(g.c.stateDirPath(), "generations", r.Name+".json"), r.KeepGenerations())
+	store, err := openGenerations(g.c, r)
 	if err != nil {
 		return "", fmt.Errorf("opening the generations of %s: %w", r.Name, err)
 	}
-	prev := store.Previous()
-	if prev == "" {
-		return "", fmt.Errorf("%w: recipe %s keeps no earlier generation that passed (serving %s)",
-			daemon.ErrNotAvailable, r.Name, shortKey(store.Serving()))
+	prev, err := node.Previous(store)
+	if err != nil {
+		return "", fmt.Errorf("%w: recipe %s keeps %w", daemon.ErrNotAvailable, r.Name, err)
 	}
 	return prev, nil
 }
@@ -55,34 +52,27 @@ func servingGeneration(c *common, r *recipe.Recipe) string {
 	if !r.UsesGenerations() {
 		return ""
 	}
-	store, err := generation.Open(engine.HostPath(c.root, r.GenerationsDir()),
-		filepath.Join(c.stateDirPath(), "generations", r.Name+".json"), r.KeepGenerations())
+	store, err := openGenerations(c, r)
 	if err != nil {
 		return ""
 	}
 	return store.Serving()
 }
 
-func shortKey(k string) string {
-	if k == "" {
-		return "none"
-	}
-	return generation.Short(k)
+// openGenerations opens the generations store of recipe r: its folder on the host (under
+// --root) and its record in the state dir.
+func openGenerations(c *common, r *recipe.Recipe) (*generation.Store, error) {
+	return generation.Open(engine.HostPath(c.root, r.GenerationsDir()),
+		engine.GenerationsRecordPath(c.stateDirPath(), r.Name), r.KeepGenerations())
 }
 
 // RollBack implements daemon.Generations.
 func (g *rollback) RollBack(ctx context.Context) error {
-	if g.c.nodeMu != nil {
-		g.c.nodeMu.Lock()
-		defer g.c.nodeMu.Unlock()
+	release, err := g.c.holdNode(g.stdio)
+	if err != nil {
+		return err
 	}
-	if g.c.lock == nil {
-		lock, err := engine.AcquireLock(g.c.stateDirPath())
-		if err != nil {
-			return err
-		}
-		defer lock.Release()
-	}
+	defer release()
 	prev, err := g.previous()
 	if err != nil {
 		return err
@@ -96,16 +86,9 @@ func (g *rollback) RollBack(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("making the engine of generation %s: %w", generation.Short(prev), err)
 	}
-	svc, env := serviceOf(e)
-	if svc == nil {
+	if _, ok := e.Service(); !ok {
 		e.Close()
 		return fmt.Errorf("%w: the recipe has no service step to roll back", daemon.ErrNotAvailable)
-	}
-	profile := svc.Active(env)
-	if profile == "" {
-		if cands := svc.Candidates(env); len(cands) > 0 {
-			profile = cands[0]
-		}
 	}
 	cfg, err := smokeConfig(ctx, g.stdio, smokeOptions{recipe: g.c.recipe, sets: g.c.sets, insecure: g.c.insecure})
 	if err != nil {
@@ -113,28 +96,13 @@ func (g *rollback) RollBack(ctx context.Context) error {
 		return err
 	}
 	// The switch transaction: generation prev's unit is staged for this boot and gated
-	// against its own server; on a pass it is promoted, on a fail the unit that served
-	// (the one a reboot starts) is restarted and gated again with its own names.
-	_, _, err = smokestep.RunSwitch(ctx, env, svc, []string{profile}, smokestep.SwitchGate{Config: cfg})
-	if err == nil {
-		if _, perr := e.GenerationPassed(); perr != nil {
-			err = fmt.Errorf("recording generation %s as serving: %w", generation.Short(prev), perr)
-		}
-	} else {
+	// against its own server; on a pass it is promoted and recorded as serving, on a fail
+	// the unit that served (the one a reboot starts) is restarted and gated again with its
+	// own names.
+	if err = node.RollBack(ctx, e, cfg); err != nil {
 		err = fmt.Errorf("generation %s: %w", generation.Short(prev), err)
 	}
 	// The engine stays: with the exec manager, what serves now is its child.
 	g.held.set(e)
 	return err
-}
-
-// serviceOf returns e's first service step and its Env (nil when it has none).
-func serviceOf(e *engine.Engine) (engine.ServiceStep, *engine.Env) {
-	for _, name := range e.StepsOfKind("systemd") {
-		st, _ := e.StepNamed(name)
-		if svc, ok := st.(engine.ServiceStep); ok {
-			return svc, e.EnvFor(name)
-		}
-	}
-	return nil, nil
 }

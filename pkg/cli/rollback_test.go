@@ -12,6 +12,7 @@ import (
 
 	"github.com/sglprov/sglprov/pkg/daemon"
 	"github.com/sglprov/sglprov/pkg/generation"
+	"github.com/sglprov/sglprov/pkg/node"
 )
 
 // fakeServerEnv makes the test binary act as the fake SGLang server (the exec manager's
@@ -149,5 +150,5 @@ func gateRecipe(ctx context.Context, g *rollback) error {
 	if err != nil {
 		return err
 	}
-	return runGate(ctx, cfg)
+	return node.Regate(ctx, nil, cfg)
 }

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 )
 
 // A --set value that is not UTF-8 (a served name) is bad input of every command that
@@ -26,7 +26,7 @@ func TestSetNotUTF8IsRefused(t *testing.T) {
 	} {
 		args = append(args, "-f", recipe, "--set", "served_name=qwen\xff3.5")
 		code, _, stderr := run(t, nil, args...)
-		if code != engine.ExitUsage || !strings.Contains(stderr, `--set served_name: the value "qwen\xff3.5" is not valid UTF-8: give it in UTF-8`) {
+		if code != exitcode.ExitUsage || !strings.Contains(stderr, `--set served_name: the value "qwen\xff3.5" is not valid UTF-8: give it in UTF-8`) {
 			// Fatal: a daemon that took the value would run on.
 			t.Fatalf("%s: exit %d, stderr %q; want exit 2 naming the var and the fix", args[0], code, stderr)
 		}

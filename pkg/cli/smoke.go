@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/recipe"
 	gate "github.com/sglprov/sglprov/pkg/smoke"
 	smokestep "github.com/sglprov/sglprov/pkg/steps/smoke"
@@ -26,7 +27,7 @@ type smokeOptions struct {
 }
 
 // runSmokeCommand is `sglprov smoke` in the shape of the command table: the gate's
-// verdict is printed here, and a failed gate returns an error wrapping engine.ErrGate that
+// verdict is printed here, and a failed gate returns an error wrapping exitcode.ErrGate that
 // is marked as already reported.
 func runSmokeCommand(ctx context.Context, stdio IO, args []string) error {
 	if stdio.Getenv == nil {
@@ -66,7 +67,7 @@ func runSmokeCommand(ctx context.Context, stdio IO, args []string) error {
 	res, err := gate.Run(ctx, cfg)
 	wait.Stop()
 	if err != nil {
-		return fmt.Errorf("%w: %w", engine.ErrUsage, err)
+		return fmt.Errorf("%w: %w", exitcode.ErrUsage, err)
 	}
 	if o.json {
 		enc := json.NewEncoder(stdio.Stdout)
@@ -81,7 +82,7 @@ func runSmokeCommand(ctx context.Context, stdio IO, args []string) error {
 		if ctx.Err() != nil {
 			return fmt.Errorf("smoke gate interrupted: %w", ctx.Err())
 		}
-		return reported(fmt.Errorf("%w: %s", engine.ErrGate, res.Summary()))
+		return reported(fmt.Errorf("%w: %s", exitcode.ErrGate, res.Summary()))
 	}
 	return nil
 }
@@ -105,9 +106,9 @@ func smokeConfig(ctx context.Context, stdio IO, o smokeOptions) (gate.Config, er
 		}
 		spec = *s
 	case o.url == "":
-		return gate.Config{}, fmt.Errorf("%w: give --url URL or -f RECIPE", engine.ErrUsage)
+		return gate.Config{}, fmt.Errorf("%w: give --url URL or -f RECIPE", exitcode.ErrUsage)
 	case o.step != "" || len(o.sets) > 0:
-		return gate.Config{}, fmt.Errorf("%w: --step and --set need -f RECIPE", engine.ErrUsage)
+		return gate.Config{}, fmt.Errorf("%w: --step and --set need -f RECIPE", exitcode.ErrUsage)
 	}
 	if o.url != "" {
 		spec.URL = o.url
@@ -116,7 +117,7 @@ func smokeConfig(ctx context.Context, stdio IO, o smokeOptions) (gate.Config, er
 		spec.Model = o.model
 	}
 	if o.maxTokens < 0 || o.readyTimeout < 0 || o.requestTimeout < 0 {
-		return gate.Config{}, fmt.Errorf("%w: --max-tokens, --ready-timeout and --request-timeout must not be negative", engine.ErrUsage)
+		return gate.Config{}, fmt.Errorf("%w: --max-tokens, --ready-timeout and --request-timeout must not be negative", exitcode.ErrUsage)
 	}
 	if o.maxTokens > 0 {
 		spec.MaxTokens = o.maxTokens
@@ -171,9 +172,9 @@ func recipeSmokeSpec(ctx context.Context, stdio IO, o smokeOptions) (*smokestep.
 	}
 	if st == nil {
 		if o.step != "" {
-			return nil, fmt.Errorf("%w: recipe %s has no smoke step %q (smoke steps: %s)", engine.ErrUsage, o.recipe, o.step, strings.Join(names, ", "))
+			return nil, fmt.Errorf("%w: recipe %s has no smoke step %q (smoke steps: %s)", exitcode.ErrUsage, o.recipe, o.step, strings.Join(names, ", "))
 		}
-		return nil, fmt.Errorf("%w: recipe %s has no smoke step", engine.ErrUsage, o.recipe)
+		return nil, fmt.Errorf("%w: recipe %s has no smoke step", exitcode.ErrUsage, o.recipe)
 	}
 	data, err := smokeData(ctx, stdio, r, st)
 	if err != nil {
@@ -181,11 +182,11 @@ func recipeSmokeSpec(ctx context.Context, stdio IO, o smokeOptions) (*smokestep.
 	}
 	var spec smokestep.Spec
 	if err := st.Render(data, &spec); err != nil {
-		return nil, fmt.Errorf("%w: %v", engine.ErrUsage, err)
+		return nil, fmt.Errorf("%w: %v", exitcode.ErrUsage, err)
 	}
 	// A worker of a multi-node group asks the head: its own server's health says nothing.
 	if group, ok, err := r.NodesConfig(data); err != nil {
-		return nil, fmt.Errorf("%w: %v", engine.ErrUsage, err)
+		return nil, fmt.Errorf("%w: %v", exitcode.ErrUsage, err)
 	} else if ok {
 		if spec.URL, err = smokestep.HeadURL(spec.URL, &group); err != nil {
 			return nil, err
@@ -214,7 +215,7 @@ func smokeData(ctx context.Context, stdio IO, r *recipe.Recipe, st *recipe.Step)
 	}
 	data, err := r.NewData(f.TemplateData())
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", engine.ErrUsage, err)
+		return nil, fmt.Errorf("%w: %v", exitcode.ErrUsage, err)
 	}
 	return data, nil
 }

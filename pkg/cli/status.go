@@ -44,7 +44,7 @@ type statusJSON struct {
 // once, so that status never keeps an apply from starting.
 func applyRunning(dir string) (running, daemonPid int) {
 	lock, err := engine.AcquireSharedLock(dir)
-	if !errors.Is(err, engine.ErrLocked) {
+	if !errors.Is(err, exitcode.ErrLocked) {
 		lock.Release()
 		return 0, 0
 	}
@@ -223,7 +223,7 @@ func writeRecipeRun(out io.Writer, rr engine.RecipeRun, running int) error {
 
 // exitAs returns an error that carries exit code code and prints nothing more.
 func exitAs(code int) error {
-	if code == engine.ExitOK {
+	if code == exitcode.ExitOK {
 		return nil
 	}
 	mark := exitcode.Err(code)

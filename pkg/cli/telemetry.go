@@ -2,15 +2,22 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
+	"io"
 	"net/url"
+	"path/filepath"
 	"strings"
 	"time"
 
+	"charm.land/log/v2"
+
+	sglprov "github.com/sglprov/sglprov"
+
 	"github.com/sglprov/sglprov/pkg/daemon"
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/recipe"
+	"github.com/sglprov/sglprov/pkg/steps"
 )
 
 // Telemetry without the daemon: a one-shot apply (cloud-init) and a refused plan write the
@@ -21,7 +28,7 @@ import (
 // nil when the run was refused before it was recorded) and the node's info. A run refused
 // because another holds the lock writes nothing: the file is the holder's.
 func writeRunTextfile(ctx context.Context, stdio IO, c *common, path string, rep *engine.Report, err error) error {
-	if path == "" || engine.ExitCode(err) == engine.ExitLocked {
+	if path == "" || exitcode.Of(err) == exitcode.ExitLocked {
 		return nil
 	}
 	r, lerr := c.loadRecipe()
@@ -34,64 +41,40 @@ func writeRunTextfile(ctx context.Context, stdio IO, c *common, path string, rep
 	return m.WriteTextfile(path)
 }
 
-// nodeInfoOf reads sglprov_node_info's labels: the recipe's service step (unit, model,
-// served name) rendered with the host's facts where the recipe uses them, the profile the
-// state records as installed, and the SGLang commit the recipe pins. What cannot be read
-// stays "".
+// nodeInfoOf reads sglprov_node_info's labels: the recipe's service step (its unit, and the
+// model and served name under the profile it runs), built with the host's facts where the
+// recipe uses them, the profile the state records as installed, and the SGLang commit the
+// recipe pins. What cannot be read stays "".
 func nodeInfoOf(ctx context.Context, stdio IO, c *common, r *recipe.Recipe) daemon.NodeInfo {
 	info := daemon.NodeInfo{Recipe: r.Name, SGLangCommit: r.Vars["sglang_commit"]}
-	var fd map[string]any
+	var facts *gpu.Facts
 	if r.NeedsFacts() {
-		if f, err := gpu.Detect(ctx, stdio.Getenv); err == nil {
-			fd = f.TemplateData()
+		if f, err := stdio.Factory.Facts(ctx, stdio.Getenv); err == nil {
+			facts = f
 		}
 	}
-	data, err := r.NewData(fd)
+	dir, err := filepath.Abs(filepath.Dir(c.recipe))
 	if err != nil {
 		return info
 	}
-	for _, s := range r.Steps {
-		switch s.Kind {
-		case "systemd":
-			var spec struct {
-				Unit      string   `yaml:"unit"`
-				ModelPath string   `yaml:"model_path"`
-				Args      []string `yaml:"args"`
-			}
-			if info.Unit != "" || s.Render(data, &spec) != nil {
-				continue
-			}
-			info.Unit, info.Model = spec.Unit, spec.ModelPath
-			for i, a := range spec.Args {
-				if a == "--served-model-name" && i+1 < len(spec.Args) {
-					info.ServedName = spec.Args[i+1]
-				} else if v, ok := strings.CutPrefix(a, "--served-model-name="); ok {
-					info.ServedName = v
-				}
-			}
-			info.Profile = activeProfile(c.stateDirPath(), r.Name, s.Name)
-		case "smoke":
-			var spec struct {
-				Model string `yaml:"model"`
-			}
-			if s.Render(data, &spec) == nil && spec.Model != "" && info.ServedName == "" {
-				info.ServedName = spec.Model
-			}
-		case "source":
-			var spec struct {
-				URL string `yaml:"url"`
-				Ref string `yaml:"ref"`
-			}
-			if info.SGLangCommit != "" || s.Render(data, &spec) != nil || !strings.Contains(strings.ToLower(spec.URL), "sglang") {
-				continue
-			}
-			info.SGLangCommit = spec.Ref
-			if info.SGLangCommit == "" {
-				if u, err := url.Parse(strings.TrimPrefix(spec.URL, "git::")); err == nil {
-					info.SGLangCommit = u.Query().Get("ref")
-				}
-			}
+	// The steps only, built as an apply builds them, to ask the service step: no host
+	// checks, no logs.
+	e, err := engine.New(engine.Options{Recipe: r, RecipeDir: dir, Registry: steps.Registry(), Facts: facts,
+		Root: c.root, StateDir: c.stateDirPath(), Builtin: sglprov.Assets,
+		NewLogger: func(io.Writer) *log.Logger { return log.New(io.Discard) }})
+	if err != nil {
+		return info
+	}
+	defer e.Close()
+	if svc, ok := e.Service(); ok {
+		info.Unit = svc.Step.ServiceName()
+		info.Profile = svc.Step.Active(svc.Env)
+		if name, path, ok, err := svc.ServedModel(); ok && err == nil {
+			info.ServedName, info.Model = name, path
 		}
+	}
+	if info.SGLangCommit == "" {
+		info.SGLangCommit = sglangCommit(r, facts)
 	}
 	if info.ServedName == "" {
 		// SGLang serves the model under its path unless told otherwise.
@@ -107,17 +90,37 @@ func nodeInfoOf(ctx context.Context, stdio IO, c *common, r *recipe.Recipe) daem
 	return info
 }
 
-// activeProfile is the profile recipe's state records as installed by its service step.
-func activeProfile(stateDir, recipe, step string) string {
-	st, err := engine.LoadRecipeState(stateDir, recipe)
-	if err != nil || st.Steps[step] == nil {
+// sglangCommit is the commit of the recipe's first source step whose URL names sglang
+// ("" when none pins one).
+func sglangCommit(r *recipe.Recipe, facts *gpu.Facts) string {
+	var fd map[string]any
+	if facts != nil {
+		fd = facts.TemplateData()
+	}
+	data, err := r.NewData(fd)
+	if err != nil {
 		return ""
 	}
-	var data struct {
-		Active string `json:"active"`
+	for _, s := range r.Steps {
+		if s.Kind != "source" {
+			continue
+		}
+		var spec struct {
+			URL string `yaml:"url"`
+			Ref string `yaml:"ref"`
+		}
+		if s.Render(data, &spec) != nil || !strings.Contains(strings.ToLower(spec.URL), "sglang") {
+			continue
+		}
+		if spec.Ref != "" {
+			return spec.Ref
+		}
+		if u, err := url.Parse(strings.TrimPrefix(spec.URL, "git::")); err == nil {
+			return u.Query().Get("ref")
+		}
+		return ""
 	}
-	_ = json.Unmarshal(st.Steps[step].Data, &data)
-	return data.Active
+	return ""
 }
 
 // recordRefusal records a run refused with err before any step ran (exit 4 or 6), so that

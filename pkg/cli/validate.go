@@ -120,7 +120,7 @@ func unchecked(r *recipe.Recipe, standIn string) []string {
 // capability when it names one (the lowest of a range), its count and memory per GPU; one
 // GPU of compute capability 9.0 and 80 GiB where it says nothing. validate renders the
 // steps' templates with them on a machine without GPU facts, so that every step is built.
-func standInFacts(req gpu.Requirements) *gpu.Facts {
+func standInFacts(req recipe.Requirements) *gpu.Facts {
 	cc := "9.0"
 	if m := ccRE.FindStringSubmatch(req.GPU.ComputeCapability); m != nil {
 		cc = m[1]

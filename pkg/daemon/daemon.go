@@ -17,6 +17,7 @@ import (
 	"charm.land/log/v2"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/logval"
 	"github.com/sglprov/sglprov/pkg/switchover"
@@ -421,7 +422,7 @@ func (d *Daemon) apply(ctx context.Context, why string) {
 	}
 	d.m.observeApply(rep, err)
 	switch {
-	case errors.Is(err, engine.ErrReboot):
+	case errors.Is(err, exitcode.ErrReboot):
 		d.o.Log.Error("apply refused", "why", why, "err", err)
 		d.setHealth(RebootRequired, err.Error())
 		d.m.setRebootRequired(true)

@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/smoke"
 )
@@ -306,7 +307,7 @@ func TestRunNotifiesAndServesMetrics(t *testing.T) {
 
 func TestTextfile(t *testing.T) {
 	m := NewMetrics()
-	m.ObserveApply("r", &engine.Report{Started: time.Unix(1700000000, 0)}, fmt.Errorf("x: %w", engine.ErrGate))
+	m.ObserveApply("r", &engine.Report{Started: time.Unix(1700000000, 0)}, fmt.Errorf("x: %w", exitcode.ErrGate))
 	path := filepath.Join(t.TempDir(), "sglprov.prom")
 	if err := m.WriteTextfile(path); err != nil {
 		t.Fatal(err)

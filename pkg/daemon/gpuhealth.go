@@ -9,6 +9,7 @@ import (
 
 	"github.com/sglprov/sglprov/pkg/fitness"
 	"github.com/sglprov/sglprov/pkg/gpu"
+	"github.com/sglprov/sglprov/pkg/recipe"
 )
 
 // gpuCollector exports the cheap GPU fitness counters of the facts each daemon check
@@ -75,8 +76,8 @@ func (c *gpuCollector) Collect(ch chan<- prometheus.Metric) {
 // and the remap state are clear again (a GPU reset), an Xid until the daemon restarts
 // (after the reset or reboot its fix needs).
 // eccOnly asks fitness.Check for its ecc check alone.
-var eccOnly = gpu.GPURequirements{ECC: fitness.Refuse, PCIeLink: fitness.Ignore, MIG: fitness.Warn, Busy: fitness.Ignore,
-	Clocks: fitness.Ignore, Xid: fitness.Ignore, P2P: fitness.Ignore}
+var eccOnly = recipe.GPURequirements{ECC: recipe.PolicyRefuse, PCIeLink: recipe.PolicyIgnore, MIG: recipe.PolicyWarn, Busy: recipe.PolicyIgnore,
+	Clocks: recipe.PolicyIgnore, Xid: recipe.PolicyIgnore, P2P: recipe.PolicyIgnore}
 
 // noProcs describes no process: the busy check is not asked, so /proc is not read.
 type noProcs struct{}

@@ -21,6 +21,7 @@ import (
 	"github.com/sglprov/sglprov/pkg/atomicfile"
 	"github.com/sglprov/sglprov/pkg/buildinfo"
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/fitness"
 	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/smoke"
@@ -302,7 +303,7 @@ func (m *Metrics) ObserveApply(recipe string, rep *engine.Report, err error) {
 	if m == nil {
 		return
 	}
-	code := engine.ExitCode(err)
+	code := exitcode.Of(err)
 	m.applyExit.WithLabelValues(recipe).Set(float64(code))
 	m.applyResult.WithLabelValues(recipe).Set(b2f(err == nil))
 	refused := rep == nil && engine.Refused(err) || rep != nil && rep.Result == engine.ResultRefused
@@ -337,14 +338,14 @@ func (m *Metrics) ObserveApply(recipe string, rep *engine.Report, err error) {
 			}
 		}
 	}
-	if !gateRan && code == engine.ExitGate {
+	if !gateRan && code == exitcode.ExitGate {
 		m.gatePass.WithLabelValues(recipe).Set(0)
 	}
 }
 
 // timeToReady takes the gate's time-to-ready from a smoke step's report details.
 func timeToReady(details map[string]any) (time.Duration, bool) {
-	if r, ok := details["smoke"].(*smoke.Result); ok && r.Ready {
+	if r, ok := smoke.ResultOf(details); ok && r.Ready {
 		return r.TimeToReady, true
 	}
 	return 0, false

@@ -9,6 +9,7 @@ import (
 	"charm.land/log/v2"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/gpu"
 )
 
@@ -46,8 +47,8 @@ func TestRebootRequiredSaidOnce(t *testing.T) {
 	}
 }
 
-// rebootError has its own message and the exit code of engine.ErrReboot.
+// rebootError has its own message and the exit code of exitcode.ErrReboot.
 type rebootError struct{ msg string }
 
 func (e rebootError) Error() string { return e.msg }
-func (e rebootError) Unwrap() error { return engine.ErrReboot }
+func (e rebootError) Unwrap() error { return exitcode.ErrReboot }

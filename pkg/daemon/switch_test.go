@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/switchover"
 )
 
@@ -28,7 +29,7 @@ func TestFailedSwitchWithRestoredServerStaysHealthyAndIsNotRetried(t *testing.T)
 			applies++
 			if failing {
 				// As the engine reports it: the smoke step failed with the switch's error.
-				err := fmt.Errorf("step smoke: %w: generation 1234 failed the gate: %w", engine.ErrGate,
+				err := fmt.Errorf("step smoke: %w: generation 1234 failed the gate: %w", exitcode.ErrGate,
 					&switchover.FailedError{Result: restored})
 				return &engine.Report{Started: time.Now()}, err
 			}

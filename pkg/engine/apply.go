@@ -15,6 +15,7 @@ import (
 
 	"github.com/sglprov/sglprov/pkg/atomicfile"
 	"github.com/sglprov/sglprov/pkg/cache"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/logval"
 	"github.com/sglprov/sglprov/pkg/safefile"
 )
@@ -159,10 +160,10 @@ func (e *Engine) Apply(ctx context.Context) (*Report, error) {
 		e.log.Info(rep.Generation.Note)
 	}
 	rep.Duration = e.opts.Now().Sub(start)
-	rep.ExitCode = ExitCode(first)
-	if first != nil && errors.Is(context.Cause(ctx), ErrInterrupted) {
+	rep.ExitCode = exitcode.Of(first)
+	if first != nil && errors.Is(context.Cause(ctx), exitcode.ErrInterrupted) {
 		// Ctrl-C: the code the shell sees, whatever the step made of its cancellation.
-		rep.ExitCode = ExitInterrupted
+		rep.ExitCode = exitcode.ExitInterrupted
 	}
 	rep.Result = "ok"
 	if first != nil {
@@ -223,7 +224,7 @@ func (e *Engine) runNode(ctx context.Context, n *node, sem chan struct{}, runDir
 		return err
 	})
 	if err != nil {
-		res.Result, res.err, res.Error, res.Reason = ResultFailed, err, Message(err), "cannot tell whether to run"
+		res.Result, res.err, res.Error, res.Reason = ResultFailed, err, exitcode.Message(err), "cannot tell whether to run"
 		if pe := (*PanicError)(nil); errors.As(err, &pe) {
 			res.Log = pe.Log
 		}
@@ -240,7 +241,7 @@ func (e *Engine) runNode(ctx context.Context, n *node, sem chan struct{}, runDir
 	logf, logPath, err := openStepLog(runDir, n.step.Name)
 	if err != nil {
 		res.Result, res.err = ResultFailed, err
-		res.Error = Message(err)
+		res.Error = exitcode.Message(err)
 		return
 	}
 	defer logf.Close()
@@ -288,7 +289,7 @@ func (e *Engine) runNode(ctx context.Context, n *node, sem chan struct{}, runDir
 		env.Log.Error("failed", "err", runErr, "log", logPath)
 	}
 	if res.err != nil {
-		res.Error = Message(res.err)
+		res.Error = exitcode.Message(res.err)
 	}
 	e.record(n.step.Name, func(r *StepRecord) {
 		r.Result, r.PID, r.Duration, r.Error = res.Result, 0, res.Duration, res.Error
@@ -422,7 +423,7 @@ const KeepRuns = 50
 func (e *Engine) newRunDir(start time.Time) (string, error) {
 	runs := filepath.Join(e.opts.StateDir, "runs")
 	if err := safefile.NoSymlinks(e.opts.StateDir, "runs"); err != nil {
-		return "", fmt.Errorf("%w: creating run folder: %v", ErrUsage, err)
+		return "", fmt.Errorf("%w: creating run folder: %v", exitcode.ErrUsage, err)
 	}
 	if err := os.MkdirAll(runs, 0o700); err != nil {
 		return "", fmt.Errorf("creating run folder: %w", err)

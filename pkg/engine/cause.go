@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+
+	"github.com/sglprov/sglprov/pkg/exitcode"
 )
 
 // causeRE finds a line that says what went wrong: git's "fatal: ...", pip's "ERROR: ...",
@@ -109,7 +111,7 @@ type stepsFailed struct {
 func (e *stepsFailed) Error() string {
 	var b strings.Builder
 	for i, err := range e.errs {
-		fmt.Fprintf(&b, "step %s: %s\n", e.names[i], strings.TrimSpace(Message(err)))
+		fmt.Fprintf(&b, "step %s: %s\n", e.names[i], strings.TrimSpace(exitcode.Message(err)))
 	}
 	var failed, cut []string
 	for i, n := range e.names {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/sglprov/sglprov/pkg/exitcode"
 )
 
 // TestCauseIsTheLineThatSaysWhy: a table row shows the line of a failure that says why,
@@ -46,13 +48,13 @@ func TestNetworkHintNamesTheFixesOfTheKind(t *testing.T) {
 // TestApplyErrorNamesEveryFailedStep: the last line of the run's error names every failed
 // step; the exit code is the first failure's.
 func TestApplyErrorNamesEveryFailedStep(t *testing.T) {
-	err := &stepsFailed{names: []string{"a", "b"}, errs: []error{fmt.Errorf("x: %w", ErrGate), errors.New("y\n")}}
+	err := &stepsFailed{names: []string{"a", "b"}, errs: []error{fmt.Errorf("x: %w", exitcode.ErrGate), errors.New("y\n")}}
 	want := "step a: x: smoke gate failed\nstep b: y\n2 steps failed: a, b"
 	if err.Error() != want {
 		t.Errorf("Error() = %q, want %q", err.Error(), want)
 	}
-	if ExitCode(err) != ExitGate {
-		t.Errorf("exit code %d, want %d", ExitCode(err), ExitGate)
+	if exitcode.Of(err) != exitcode.ExitGate {
+		t.Errorf("exit code %d, want %d", exitcode.Of(err), exitcode.ExitGate)
 	}
 }
 

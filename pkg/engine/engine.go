@@ -20,6 +20,7 @@ import (
 	"charm.land/log/v2"
 
 	"github.com/sglprov/sglprov/pkg/cache"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/hostcmd"
 	"github.com/sglprov/sglprov/pkg/logval"
@@ -151,25 +152,25 @@ func New(opts Options) (*Engine, error) {
 	e.store = NewStore(data)
 	e.data, err = opts.Recipe.NewData(facts)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
+		return nil, fmt.Errorf("%w: %v", exitcode.ErrUsage, err)
 	}
 	if group, ok, err := opts.Recipe.NodesConfig(e.data); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
+		return nil, fmt.Errorf("%w: %v", exitcode.ErrUsage, err)
 	} else if ok {
 		e.group = &group
 	}
 	for _, s := range opts.Recipe.Steps {
 		kind, ok := opts.Registry[s.Kind]
 		if !ok {
-			return nil, fmt.Errorf("%w: %s: unknown step kind %q", ErrUsage, s.Pos, s.Kind)
+			return nil, fmt.Errorf("%w: %s: unknown step kind %q", exitcode.ErrUsage, s.Pos, s.Kind)
 		}
 		spec := kind.NewSpec()
 		if err := s.Render(e.data, spec); err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrUsage, err)
+			return nil, fmt.Errorf("%w: %v", exitcode.ErrUsage, err)
 		}
 		impl, err := kind.New(s.Name, spec)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %s: step %q: %v", ErrUsage, s.Pos, s.Name, err)
+			return nil, fmt.Errorf("%w: %s: step %q: %v", exitcode.ErrUsage, s.Pos, s.Name, err)
 		}
 		n := &node{step: s, impl: impl, done: make(chan struct{}), deps: map[string]Step{}}
 		e.nodes = append(e.nodes, n)
@@ -187,7 +188,7 @@ func New(opts Options) (*Engine, error) {
 	}
 	for _, name := range append(append([]string{}, opts.Only...), opts.Force...) {
 		if e.byName[name] == nil {
-			return nil, fmt.Errorf("%w: the recipe has no step %q (steps: %s)", ErrUsage, name, strings.Join(opts.Recipe.StepNames(), ", "))
+			return nil, fmt.Errorf("%w: the recipe has no step %q (steps: %s)", exitcode.ErrUsage, name, strings.Join(opts.Recipe.StepNames(), ", "))
 		}
 	}
 	return e, nil
@@ -446,7 +447,7 @@ func (e *Engine) planGeneration() string {
 }
 
 // ReadFiles reads the files the steps name (see FileReader) and returns the bad input
-// among the failures (ErrUsage), joined, each with its step; a file that is not there (an
+// among the failures (exitcode.ErrUsage), joined, each with its step; a file that is not there (an
 // earlier step may make it) is left to plan and apply.
 func (e *Engine) ReadFiles() error {
 	var errs []error
@@ -455,7 +456,7 @@ func (e *Engine) ReadFiles() error {
 		if !ok {
 			continue
 		}
-		if err := fr.ReadFiles(e.env(n, nil, "")); errors.Is(err, ErrUsage) {
+		if err := fr.ReadFiles(e.env(n, nil, "")); errors.Is(err, exitcode.ErrUsage) {
 			errs = append(errs, stepError(n, err))
 		}
 	}
@@ -464,7 +465,7 @@ func (e *Engine) ReadFiles() error {
 
 // Check is validate's look at every step without the host: the files the steps name (see
 // ReadFiles) and what each Checker refuses from the recipe text alone. It returns the bad
-// input (ErrUsage), joined, each with its step.
+// input (exitcode.ErrUsage), joined, each with its step.
 func (e *Engine) Check() error {
 	errs := []error{e.ReadFiles()}
 	for _, n := range e.order() {
@@ -482,7 +483,7 @@ func (e *Engine) Check() error {
 // Plan says, step by step, what Apply would do and why. It changes nothing. A step whose
 // needs will run is shown as running: its inputs are only known after they ran. The
 // error joins the preflight failures of the steps (see Preflighter) and the bad input
-// (ErrUsage) that kept a step from telling; the plan is complete even then.
+// (exitcode.ErrUsage) that kept a step from telling; the plan is complete even then.
 func (e *Engine) Plan(ctx context.Context) (*Plan, error) {
 	p := &Plan{Recipe: e.opts.Recipe.Name, FactsChanged: e.FactsChanged(), Generation: e.planGeneration()}
 	var preflight []error
@@ -513,22 +514,22 @@ func (e *Engine) Plan(ctx context.Context) (*Plan, error) {
 		err := e.guard(n, env, "", "planning", func() (err error) { d, err = e.decide(ctx, n, env); return err })
 		switch {
 		case err != nil && len(upstream) == 0:
-			ps.Error = Message(err)
-			ps.Run, ps.Reason = true, "cannot tell: "+Message(err)
+			ps.Error = exitcode.Message(err)
+			ps.Run, ps.Reason = true, "cannot tell: "+exitcode.Message(err)
 			// Bad input that apply would refuse (a FIFO as a patch, a branch where a commit
 			// is pinned) fails the plan too, with exit 2, after the table says why.
-			if errors.Is(err, ErrUsage) {
+			if errors.Is(err, exitcode.ErrUsage) {
 				preflight = append(preflight, fmt.Errorf("step %s: %w", n.step.Name, err))
 			}
 		case err != nil:
 			ps.Run, ps.Reason = true, "needs "+strings.Join(upstream, ", ")+", which runs"
 		}
-		if err == nil || !errors.Is(err, ErrUsage) {
+		if err == nil || !errors.Is(err, exitcode.ErrUsage) {
 			// The files the step reads (a series and its patches, a questions file, a token
 			// file) are checked as validate checks them: bad or missing ones fail the plan.
 			if fr, ok := n.impl.(FileReader); ok {
-				if ferr := fr.ReadFiles(env); errors.Is(ferr, ErrUsage) {
-					ps.Error = Message(ferr)
+				if ferr := fr.ReadFiles(env); errors.Is(ferr, exitcode.ErrUsage) {
+					ps.Error = exitcode.Message(ferr)
 					preflight = append(preflight, fmt.Errorf("step %s: %w", n.step.Name, ferr))
 				}
 			}
@@ -568,7 +569,7 @@ func (e *Engine) Plan(ctx context.Context) (*Plan, error) {
 		if ok {
 			ps.Details = append(ps.Details, lines...)
 			if perr != nil {
-				ps.Error = Message(perr)
+				ps.Error = exitcode.Message(perr)
 				preflight = append(preflight, fmt.Errorf("step %s: %w", n.step.Name, perr))
 			}
 			if need != nil && need.Need > 0 && need.Need <= need.Free {
@@ -596,7 +597,7 @@ type stepNeed struct {
 }
 
 // sharedDiskProblems adds up the needs of the steps that each fit on their own, file system
-// by file system, and returns one ErrHost problem for each file system where together they
+// by file system, and returns one exitcode.ErrHost problem for each file system where together they
 // do not fit, naming the steps, the total and the free space (the least any step saw). A
 // step that cannot fit on its own is its own problem already and is left out of the sum.
 func sharedDiskProblems(needs []stepNeed) []error {
@@ -629,7 +630,7 @@ func sharedDiskProblems(needs []stepNeed) []error {
 			continue
 		}
 		errs = append(errs, fmt.Errorf("steps %s: %w: not enough free space on the file system of %s for all of them: %s to fetch together, %s free",
-			strings.Join(steps, ", "), ErrHost, strings.Join(dirs, ", "), logval.Format(int64(total)), logval.Format(int64(free))))
+			strings.Join(steps, ", "), exitcode.ErrHost, strings.Join(dirs, ", "), logval.Format(int64(total)), logval.Format(int64(free))))
 	}
 	return errs
 }
@@ -779,26 +780,6 @@ func openStepLog(dir, step string) (*os.File, string, error) {
 		return nil, "", fmt.Errorf("opening step log: %w", err)
 	}
 	return f, path, nil
-}
-
-// StepNamed returns the built step of that name and its kind ("" when there is none).
-func (e *Engine) StepNamed(name string) (Step, string) {
-	n := e.byName[name]
-	if n == nil {
-		return nil, ""
-	}
-	return n.impl, n.step.Kind
-}
-
-// StepsOfKind returns the names of the steps of one kind, in file order.
-func (e *Engine) StepsOfKind(kind string) []string {
-	var out []string
-	for _, n := range e.nodes {
-		if n.step.Kind == kind {
-			out = append(out, n.step.Name)
-		}
-	}
-	return out
 }
 
 // EnvFor returns an Env for calling a step outside a run (the daemon restarting a

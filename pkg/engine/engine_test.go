@@ -17,6 +17,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/recipe"
 )
 
@@ -304,8 +305,8 @@ func TestFailureStopsDependentsNotSiblings(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "step patch: fake failure in patch") {
 		t.Fatalf("Apply error = %v", err)
 	}
-	if engine.ExitCode(err) != engine.ExitFailed {
-		t.Errorf("exit code %d, want 1", engine.ExitCode(err))
+	if exitcode.Of(err) != exitcode.ExitFailed {
+		t.Errorf("exit code %d, want 1", exitcode.Of(err))
 	}
 	want := map[string]string{"src": "ok", "patch": "failed", "build": "blocked", "weights": "ok", "service": "blocked"}
 	if d := cmp.Diff(want, results(rep)); d != "" {
@@ -342,7 +343,7 @@ func TestOnlyAndForce(t *testing.T) {
 	if got := results(rep)["src"]; got != engine.ResultNotSelected {
 		t.Errorf("src result %q", got)
 	}
-	if _, err := engine.New(engine.Options{Recipe: r, Registry: registry(w), StateDir: dir, Only: []string{"nope"}}); !errors.Is(err, engine.ErrUsage) {
+	if _, err := engine.New(engine.Options{Recipe: r, Registry: registry(w), StateDir: dir, Only: []string{"nope"}}); !errors.Is(err, exitcode.ErrUsage) {
 		t.Errorf("unknown --only step: %v", err)
 	}
 }
@@ -386,7 +387,7 @@ func TestLockContention(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = engine.AcquireLock(dir)
-	if !errors.Is(err, engine.ErrLocked) || engine.ExitCode(err) != 5 {
+	if !errors.Is(err, exitcode.ErrLocked) || exitcode.Of(err) != 5 {
 		t.Fatalf("second lock: %v", err)
 	}
 	if !strings.Contains(err.Error(), fmt.Sprintf("pid %d", os.Getpid())) {
@@ -536,13 +537,13 @@ func TestPlanInterrupted(t *testing.T) {
 		cause error
 		want  int
 	}{
-		{fmt.Errorf("stopped by SIGINT: %w", engine.ErrInterrupted), engine.ExitInterrupted},
-		{errors.New("stopped by SIGTERM"), engine.ExitFailed},
+		{fmt.Errorf("stopped by SIGINT: %w", exitcode.ErrInterrupted), exitcode.ExitInterrupted},
+		{errors.New("stopped by SIGTERM"), exitcode.ExitFailed},
 	} {
 		ctx, cancel := context.WithCancelCause(context.Background())
 		cancel(tc.cause)
 		p, err := newEngine(t, w, load(t, w, diamond), dir, nil).Plan(ctx)
-		if p == nil || engine.ExitCode(err) != tc.want || !strings.Contains(err.Error(), tc.cause.Error()) {
+		if p == nil || exitcode.Of(err) != tc.want || !strings.Contains(err.Error(), tc.cause.Error()) {
 			t.Errorf("Plan after %q = %v, %v; want the plan and exit %d", tc.cause, p, err, tc.want)
 		}
 	}

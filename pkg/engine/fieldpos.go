@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/sglprov/sglprov/pkg/exitcode"
 )
 
 // fieldError is an error about one field of a step's body: the engine prefixes it with
@@ -80,5 +82,5 @@ func (e *Engine) checkClaims() error {
 	if len(errs) == 0 {
 		return nil
 	}
-	return fmt.Errorf("%w: %s", ErrUsage, strings.Join(errs, "\n"))
+	return fmt.Errorf("%w: %s", exitcode.ErrUsage, strings.Join(errs, "\n"))
 }

@@ -8,6 +8,7 @@ import (
 	"path"
 	"strings"
 
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/safefile"
 )
 
@@ -23,7 +24,7 @@ const BuiltinPrefix = "builtin:"
 func CheckPermissions(p string) error {
 	err := safefile.Invoker(os.Getenv).Check(p)
 	if errors.Is(err, safefile.ErrUntrusted) {
-		return fmt.Errorf("%w: %v (or pass --insecure-permissions)", ErrUsage, err)
+		return fmt.Errorf("%w: %v (or pass --insecure-permissions)", exitcode.ErrUsage, err)
 	}
 	return err
 }
@@ -33,7 +34,7 @@ func CheckPermissions(p string) error {
 func ReadTrusted(p string, limit int64) ([]byte, error) {
 	b, err := safefile.ReadRegular(p, limit)
 	if errors.Is(err, safefile.ErrNotRegular) || errors.Is(err, safefile.ErrTooLarge) {
-		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
+		return nil, fmt.Errorf("%w: %v", exitcode.ErrUsage, err)
 	}
 	return b, err
 }
@@ -46,11 +47,11 @@ func ReadTrusted(p string, limit int64) ([]byte, error) {
 func (e *Env) ReadRecipeFile(p string) ([]byte, string, error) {
 	if name, ok := strings.CutPrefix(p, BuiltinPrefix); ok {
 		if e.Builtin == nil {
-			return nil, p, fmt.Errorf("%w: %s: this build ships no files", ErrUsage, p)
+			return nil, p, fmt.Errorf("%w: %s: this build ships no files", exitcode.ErrUsage, p)
 		}
 		b, err := fs.ReadFile(e.Builtin, path.Clean(name))
 		if err != nil {
-			return nil, p, fmt.Errorf("%w: reading shipped file %s: %v", ErrUsage, p, err)
+			return nil, p, fmt.Errorf("%w: reading shipped file %s: %v", exitcode.ErrUsage, p, err)
 		}
 		return b, p, nil
 	}
@@ -67,7 +68,7 @@ func (e *Env) ReadRecipeFile(p string) ([]byte, string, error) {
 	return b, full, nil
 }
 
-// missingRecipeFile makes a recipe file that is not there the recipe's error (ErrUsage):
+// missingRecipeFile makes a recipe file that is not there the recipe's error (exitcode.ErrUsage):
 // the recipe's own inputs come with it, no step makes them.
 func (e *Env) missingRecipeFile(full string, err error) error {
 	if !errors.Is(err, fs.ErrNotExist) {
@@ -75,25 +76,25 @@ func (e *Env) missingRecipeFile(full string, err error) error {
 	}
 	return fmt.Errorf("%w: %s does not exist: the files a recipe reads (a patch series and its patches, a unit "+
 		"template, a questions file) are relative to the recipe's folder %s; put the file there or fix the path "+
-		"(a file shipped in the binary is builtin:NAME)", ErrUsage, full, e.RecipeDir)
+		"(a file shipped in the binary is builtin:NAME)", exitcode.ErrUsage, full, e.RecipeDir)
 }
 
 // CheckSecretFile checks a host file that holds a secret (the hub token) before it is
-// used: a file that is not there, or not a regular file, is the recipe's error (ErrUsage)
+// used: a file that is not there, or not a regular file, is the recipe's error (exitcode.ErrUsage)
 // naming the file and the fix, and so is one that the group or others may read, unless
 // insecure (--insecure-permissions) is set.
 func CheckSecretFile(field, p string, insecure bool) error {
 	fi, err := os.Stat(p)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return fmt.Errorf("%w: %s %s does not exist: write the secret there (chmod 600), or leave %s empty", ErrUsage, field, p, field)
+		return fmt.Errorf("%w: %s %s does not exist: write the secret there (chmod 600), or leave %s empty", exitcode.ErrUsage, field, p, field)
 	case err != nil:
 		return fmt.Errorf("checking %s %s: %w", field, p, err)
 	case !fi.Mode().IsRegular():
-		return fmt.Errorf("%w: %s %s is not a regular file", ErrUsage, field, p)
+		return fmt.Errorf("%w: %s %s is not a regular file", exitcode.ErrUsage, field, p)
 	case fi.Mode().Perm()&0o077 != 0 && !insecure:
 		return fmt.Errorf("%w: %s %s may be read by its group or others (mode %04o): chmod 600 %s (or pass --insecure-permissions)",
-			ErrUsage, field, p, fi.Mode().Perm(), p)
+			exitcode.ErrUsage, field, p, fi.Mode().Perm(), p)
 	}
 	return nil
 }

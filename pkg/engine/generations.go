@@ -8,13 +8,13 @@ import (
 	"io"
 	"os"
 	"path"
-	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
 
 	"charm.land/log/v2"
 
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/generation"
 	"github.com/sglprov/sglprov/pkg/logval"
 	"github.com/sglprov/sglprov/pkg/recipe"
@@ -117,7 +117,7 @@ func generationKey(ctx context.Context, opts Options, facts map[string]any) (str
 	r := opts.Recipe
 	data, err := r.NewData(withGeneration(facts, placeholderDir))
 	if err != nil {
-		return "", nil, nil, fmt.Errorf("%w: %v", ErrUsage, err)
+		return "", nil, nil, fmt.Errorf("%w: %v", exitcode.ErrUsage, err)
 	}
 	parts := map[string]string{}
 	var steps []string
@@ -187,7 +187,7 @@ func openGenerations(opts Options, facts map[string]any) (*genState, map[string]
 				return generation.Open(dir, record, keep)
 			}
 		}
-		g.store, err = open(HostPath(opts.Root, r.GenerationsDir()), filepath.Join(opts.StateDir, "generations", r.Name+".json"), r.KeepGenerations())
+		g.store, err = open(HostPath(opts.Root, r.GenerationsDir()), GenerationsRecordPath(opts.StateDir, r.Name), r.KeepGenerations())
 		if err != nil {
 			return nil, nil, err
 		}

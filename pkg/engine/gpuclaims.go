@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/sglprov/sglprov/pkg/atomicfile"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/ownership"
 	"github.com/sglprov/sglprov/pkg/safefile"
 )
@@ -82,7 +83,7 @@ func (e *Engine) ReplacesApplied() bool {
 // GPUConflicts refuses a recipe whose server would share a GPU with another recipe's on
 // this node (both claim all GPUs unless requires.gpu.devices gives them some), unless the
 // recipe replaces that one and a step of it stops that one's service (ReplacesApplied).
-// The error is ErrHost and names the GPUs, the other recipe and the ways out.
+// The error is exitcode.ErrHost and names the GPUs, the other recipe and the ways out.
 func (e *Engine) GPUConflicts() error {
 	if e.opts.IgnoreState || !e.claimsGPUs(e.declared()) || e.opts.Root != "" && e.opts.Root != "/" {
 		return nil
@@ -127,7 +128,7 @@ func (e *Engine) GPUConflicts() error {
 		return nil
 	}
 	return fmt.Errorf("%w: this recipe's server would share GPUs with another recipe's: %s; give the recipes requires.gpu.devices that do not overlap, add replaces: [RECIPE] to switch the node over, or sglprov remove -f the other recipe",
-		ErrHost, strings.Join(problems, "; "))
+		exitcode.ErrHost, strings.Join(problems, "; "))
 }
 
 // NodeClaimsDir is the node-wide folder of GPU claims: one per state dir and recipe whose

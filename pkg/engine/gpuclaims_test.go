@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/gpu"
 )
 
@@ -43,7 +44,7 @@ func TestGPUClaimsOverlapRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := run(dir, "model-b", "", host)
-	if !errors.Is(err, engine.ErrHost) || engine.ExitCode(err) != 4 || !strings.Contains(err.Error(), "recipe model-a serves on GPU-0, GPU-1, GPU-2, GPU-3") {
+	if !errors.Is(err, exitcode.ErrHost) || exitcode.Of(err) != 4 || !strings.Contains(err.Error(), "recipe model-a serves on GPU-0, GPU-1, GPU-2, GPU-3") {
 		t.Fatalf("a second whole-node recipe: %v, want exit 4 naming model-a and its GPUs", err)
 	}
 	if err := run(dir, "model-b", "replaces: [model-a]", host); err != nil {
@@ -57,7 +58,7 @@ func TestGPUClaimsOverlapRefused(t *testing.T) {
 	if err := run(dir, "model-b", "", half("2", "3")); err != nil {
 		t.Errorf("disjoint devices refused: %v", err)
 	}
-	if err := run(dir, "model-c", "", half("1", "2")); !errors.Is(err, engine.ErrHost) || !strings.Contains(err.Error(), "model-a serves on GPU-1") || !strings.Contains(err.Error(), "model-b serves on GPU-2") {
+	if err := run(dir, "model-c", "", half("1", "2")); !errors.Is(err, exitcode.ErrHost) || !strings.Contains(err.Error(), "model-a serves on GPU-1") || !strings.Contains(err.Error(), "model-b serves on GPU-2") {
 		t.Errorf("overlapping devices: %v, want both recipes named", err)
 	}
 
@@ -88,7 +89,7 @@ func TestGPUClaimsReplacesUnderExecNotWaived(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := run(fmt.Sprintf(exec, "model-b", "replaces: [model-a]", "model-b"))
-	if !errors.Is(err, engine.ErrHost) || !strings.Contains(err.Error(), "recipe model-a serves on GPU-0, GPU-1 (this recipe replaces it, but its service manager cannot stop") {
+	if !errors.Is(err, exitcode.ErrHost) || !strings.Contains(err.Error(), "recipe model-a serves on GPU-0, GPU-1 (this recipe replaces it, but its service manager cannot stop") {
 		t.Errorf("replaces under the exec manager: %v, want exit 4 saying replaces: is not applied", err)
 	}
 }
@@ -116,7 +117,7 @@ func TestGPUClaimsAcrossStateDirs(t *testing.T) {
 	for _, name := range []string{"model-b", "model-a"} {
 		err := run(dirB, name)
 		want := "recipe model-a, applied with state dir " + dirA + ", serves on GPU-0, GPU-1"
-		if !errors.Is(err, engine.ErrHost) || !strings.Contains(err.Error(), want) {
+		if !errors.Is(err, exitcode.ErrHost) || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s from another state dir: %v, want exit 4 with %q", name, err, want)
 		}
 	}
@@ -157,14 +158,14 @@ func TestGPUClaimsWithoutRequires(t *testing.T) {
 	if err := run(dir, "model-a", nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := run(dir, "model-b", nil); !errors.Is(err, engine.ErrHost) || !strings.Contains(err.Error(), "recipe model-a serves on GPU-0, GPU-1") {
+	if err := run(dir, "model-b", nil); !errors.Is(err, exitcode.ErrHost) || !strings.Contains(err.Error(), "recipe model-a serves on GPU-0, GPU-1") {
 		t.Errorf("a second recipe without requires.gpu: %v, want exit 4 naming model-a", err)
 	}
 	one, err := host.Subset([]string{"1"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := run(dir, "model-c", one); !errors.Is(err, engine.ErrHost) || !strings.Contains(err.Error(), "recipe model-a serves on GPU-1") {
+	if err := run(dir, "model-c", one); !errors.Is(err, exitcode.ErrHost) || !strings.Contains(err.Error(), "recipe model-a serves on GPU-1") {
 		t.Errorf("a recipe on GPU 1 beside one without requires.gpu: %v, want exit 4", err)
 	}
 	// A host without GPUs (no NVML): nothing to claim, nothing refused.

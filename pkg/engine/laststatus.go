@@ -8,6 +8,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/safefile"
 )
 
@@ -53,7 +54,7 @@ type RecipeRun struct {
 	// run ended before it finished them (killed, or the host went down) and wrote no
 	// report; it is the recipe's last run, and it failed.
 	Killed []string
-	// ExitCode is the last run's exit code: ExitFailed when it was killed or none
+	// ExitCode is the last run's exit code: exitcode.ExitFailed when it was killed or none
 	// finished (0 while an apply runs).
 	ExitCode int
 	// Last is when the last run ended or its records were last written (a killed or
@@ -62,7 +63,7 @@ type RecipeRun struct {
 }
 
 // LastRuns returns each recipe's last run in stateDir, the newest first: only the
-// recipe named only when it is not "" (with no records, it is returned with ExitFailed).
+// recipe named only when it is not "" (with no records, it is returned with exitcode.ExitFailed).
 // applyRunning says that an apply holds the state dir's lock now: its steps recorded as
 // running are running, not killed.
 func LastRuns(stateDir, only string, applyRunning bool) ([]RecipeRun, error) {
@@ -84,9 +85,9 @@ func LastRuns(stateDir, only string, applyRunning bool) ([]RecipeRun, error) {
 	var out []RecipeRun
 	for name := range names {
 		// No finished run is no success, unless an apply runs now (its run is going on).
-		rr := RecipeRun{Recipe: name, State: f.Recipes[name], ExitCode: ExitFailed}
+		rr := RecipeRun{Recipe: name, State: f.Recipes[name], ExitCode: exitcode.ExitFailed}
 		if applyRunning {
-			rr.ExitCode = ExitOK
+			rr.ExitCode = exitcode.ExitOK
 		}
 		if rr.State == nil {
 			rr.State = &State{Version: StateVersion, Recipe: name, Steps: map[string]*StepRecord{}}
@@ -104,7 +105,7 @@ func LastRuns(stateDir, only string, applyRunning bool) ([]RecipeRun, error) {
 			sort.Strings(rr.Killed)
 		}
 		if len(rr.Killed) > 0 {
-			rr.ExitCode = ExitFailed
+			rr.ExitCode = exitcode.ExitFailed
 		}
 		if rr.State.Updated.After(rr.Last) {
 			rr.Last = rr.State.Updated
@@ -121,15 +122,15 @@ func LastRuns(stateDir, only string, applyRunning bool) ([]RecipeRun, error) {
 }
 
 // ExitCodeOf returns the exit code of a state dir holding these recipes' last runs: the
-// newest failed one's, 0 when every one passed (ExitFailed when there are none).
+// newest failed one's, 0 when every one passed (exitcode.ExitFailed when there are none).
 func ExitCodeOf(runs []RecipeRun) int {
 	if len(runs) == 0 {
-		return ExitFailed
+		return exitcode.ExitFailed
 	}
 	for _, r := range runs {
-		if r.ExitCode != ExitOK {
+		if r.ExitCode != exitcode.ExitOK {
 			return r.ExitCode
 		}
 	}
-	return ExitOK
+	return exitcode.ExitOK
 }

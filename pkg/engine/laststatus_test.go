@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 )
 
 // Each recipe's last run: a passed one with its report; a killed one (its records say a
@@ -33,12 +34,12 @@ func TestLastRunsEachRecipeKilledIncluded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(runs) != 2 || runs[0].Recipe != "b" || runs[0].ExitCode != engine.ExitFailed || len(runs[0].Killed) != 1 ||
+	if len(runs) != 2 || runs[0].Recipe != "b" || runs[0].ExitCode != exitcode.ExitFailed || len(runs[0].Killed) != 1 ||
 		runs[1].Recipe != "a" || runs[1].ExitCode != 0 || runs[1].Report == nil {
 		t.Fatalf("last runs = %+v", runs)
 	}
-	if code := engine.ExitCodeOf(runs); code != engine.ExitFailed {
-		t.Errorf("exit code of both = %d, want %d", code, engine.ExitFailed)
+	if code := engine.ExitCodeOf(runs); code != exitcode.ExitFailed {
+		t.Errorf("exit code of both = %d, want %d", code, exitcode.ExitFailed)
 	}
 	only, err := engine.LastRuns(dir, "a", false)
 	if err != nil || len(only) != 1 || only[0].Recipe != "a" || engine.ExitCodeOf(only) != 0 {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/safefile"
 )
 
@@ -19,13 +20,13 @@ type Lock struct {
 }
 
 // AcquireLock takes the lock of the state directory without waiting. When another run
-// holds it, the error wraps ErrLocked and names that run's pid.
+// holds it, the error wraps exitcode.ErrLocked and names that run's pid.
 func AcquireLock(dir string) (*Lock, error) {
 	path := filepath.Join(dir, "lock")
 	// Never through a link: a `lock` symlink must not truncate its target.
 	f, err := safefile.OpenNoFollow(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if errors.Is(err, safefile.ErrSymlink) {
-		return nil, fmt.Errorf("%w: opening lock: %v", ErrUsage, err)
+		return nil, fmt.Errorf("%w: opening lock: %v", exitcode.ErrUsage, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("opening lock: %w", err)
@@ -33,13 +34,13 @@ func AcquireLock(dir string) (*Lock, error) {
 	fi, err := f.Stat()
 	if err != nil || !fi.Mode().IsRegular() {
 		f.Close()
-		return nil, fmt.Errorf("%w: %s is not a regular file; remove it", ErrUsage, path)
+		return nil, fmt.Errorf("%w: %s is not a regular file; remove it", exitcode.ErrUsage, path)
 	}
 	// The lock is written in place (the holder's pid): a hard link would have it truncate
 	// the file of the other name.
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Nlink > 1 {
 		f.Close()
-		return nil, fmt.Errorf("%w: %s has %d hard links; sglprov writes it and never through a link: remove it", ErrUsage, path, st.Nlink)
+		return nil, fmt.Errorf("%w: %s has %d hard links; sglprov writes it and never through a link: remove it", exitcode.ErrUsage, path, st.Nlink)
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		f.Close()
@@ -49,9 +50,9 @@ func AcquireLock(dir string) (*Lock, error) {
 				holder = "another process (a plan, or a run starting)"
 			}
 			if strings.HasPrefix(holder, "the sglprov daemon") {
-				return nil, fmt.Errorf("%w: %s holds %s: it watches this node and applies the recipe itself; send it SIGHUP to re-read the recipe, or stop it first", ErrLocked, holder, path)
+				return nil, fmt.Errorf("%w: %s holds %s: it watches this node and applies the recipe itself; send it SIGHUP to re-read the recipe, or stop it first", exitcode.ErrLocked, holder, path)
 			}
-			return nil, fmt.Errorf("%w: %s holds %s; wait for it to finish", ErrLocked, holder, path)
+			return nil, fmt.Errorf("%w: %s holds %s; wait for it to finish", exitcode.ErrLocked, holder, path)
 		}
 		return nil, fmt.Errorf("locking %s: %w", path, err)
 	}
@@ -63,7 +64,7 @@ func AcquireLock(dir string) (*Lock, error) {
 
 // AcquireSharedLock takes the lock of the state directory in shared mode without waiting,
 // for a command that reads the state (plan): several readers may hold it at once, an
-// apply may not start meanwhile. When an apply holds it, the error wraps ErrLocked and
+// apply may not start meanwhile. When an apply holds it, the error wraps exitcode.ErrLocked and
 // LockHolder names the apply's pid. A state directory without a lock file (no apply ever
 // ran there) or one this user cannot read needs no lock: (nil, nil).
 func AcquireSharedLock(dir string) (*Lock, error) {
@@ -75,12 +76,12 @@ func AcquireSharedLock(dir string) (*Lock, error) {
 	}
 	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
 		f.Close()
-		return nil, fmt.Errorf("%w: %s is not a regular file; remove it", ErrUsage, path)
+		return nil, fmt.Errorf("%w: %s is not a regular file; remove it", exitcode.ErrUsage, path)
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB); err != nil {
 		f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, fmt.Errorf("%w: an apply is running (%s)", ErrLocked, holderOf(path))
+			return nil, fmt.Errorf("%w: an apply is running (%s)", exitcode.ErrLocked, holderOf(path))
 		}
 		return nil, fmt.Errorf("locking %s: %w", path, err)
 	}

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/sglprov/sglprov/pkg/exitcode"
 )
 
 // The daemon holds the node's lock between its applies, noted as its: a second run is
@@ -25,7 +27,7 @@ func TestDaemonLockNote(t *testing.T) {
 		t.Errorf("holder %d %q", pid, note)
 	}
 	_, err = AcquireLock(dir)
-	if !errors.Is(err, ErrLocked) || ExitCode(err) != ExitLocked {
+	if !errors.Is(err, exitcode.ErrLocked) || exitcode.Of(err) != exitcode.ExitLocked {
 		t.Fatalf("second lock: %v", err)
 	}
 	want := "the sglprov daemon, pid " + strconv.Itoa(os.Getpid()) + ", holds "

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/recipe"
 )
 
@@ -71,7 +72,7 @@ func TestAStepThatPanicsFailsTheStep(t *testing.T) {
 			if !errors.As(err, &pe) || !strings.Contains(err.Error(), "panicked") {
 				t.Fatalf("Apply = %v, want the step's panic as its failure", err)
 			}
-			if code := engine.ExitCode(err); code != 1 || rep.ExitCode != 1 {
+			if code := exitcode.Of(err); code != 1 || rep.ExitCode != 1 {
 				t.Errorf("exit code %d (report %d), want 1", code, rep.ExitCode)
 			}
 			got := results(rep)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sglprov/sglprov/pkg/cache"
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/recipe"
 )
 
@@ -34,13 +35,13 @@ func (s *spaceStep) Preflight(ctx context.Context, env *engine.Env, slot engine.
 		return []string{"to fetch: 1 B; free: unknown"}, nil, nil
 	}
 	if s.spec.Need > s.spec.Free {
-		return []string{line}, nil, fmt.Errorf("%w: not enough free space", engine.ErrHost)
+		return []string{line}, nil, fmt.Errorf("%w: not enough free space", exitcode.ErrHost)
 	}
 	return []string{line}, nil, nil
 }
 
 // TestPlanPreflight: plan shows each step's preflight lines under it, and a problem marked
-// ErrHost is the step's error and plan's (exit 4), the plan complete all the same.
+// exitcode.ErrHost is the step's error and plan's (exit 4), the plan complete all the same.
 func TestPlanPreflight(t *testing.T) {
 	reg := engine.Registry{"space": engine.KindOf(func(_ string, s spaceSpec) (*spaceStep, error) { return &spaceStep{s}, nil })}
 	r, err := recipe.Parse("t.yaml", []byte(`apiVersion: sglprov/v1
@@ -61,7 +62,7 @@ steps:
 		t.Fatal(err)
 	}
 	p, err := e.Plan(context.Background())
-	if !errors.Is(err, engine.ErrHost) || err.Error() != "step too-big: host does not meet the recipe's requirements: not enough free space" {
+	if !errors.Is(err, exitcode.ErrHost) || err.Error() != "step too-big: host does not meet the recipe's requirements: not enough free space" {
 		t.Errorf("Plan error = %v", err)
 	}
 	got := map[string][]string{}
@@ -160,13 +161,13 @@ func (s *diskStep) Preflight(ctx context.Context, env *engine.Env, slot engine.C
 	need := &engine.DiskNeed{FS: s.spec.FS, Dir: s.spec.Dir, Need: s.spec.Need, Free: s.spec.Free}
 	line := fmt.Sprintf("to fetch: %d B; free at %s: %d B", s.spec.Need, s.spec.Dir, s.spec.Free)
 	if s.spec.Need > s.spec.Free {
-		return []string{line}, need, fmt.Errorf("%w: not enough free space at %s", engine.ErrHost, s.spec.Dir)
+		return []string{line}, need, fmt.Errorf("%w: not enough free space at %s", exitcode.ErrHost, s.spec.Dir)
 	}
 	return []string{line}, need, nil
 }
 
 // TestPlanSharedDisk: two steps whose folders share a file system and that each fit but
-// together do not are one ErrHost problem of plan (exit 4) naming both, the total and the
+// together do not are one exitcode.ErrHost problem of plan (exit 4) naming both, the total and the
 // free space, their own lines and errors unchanged; a step on another file system, and one
 // that cannot fit on its own (its own problem), are not in the sum.
 func TestPlanSharedDisk(t *testing.T) {
@@ -191,7 +192,7 @@ steps:
 		t.Fatal(err)
 	}
 	p, err := e.Plan(context.Background())
-	if !errors.Is(err, engine.ErrHost) || engine.ExitCode(err) != engine.ExitHost {
+	if !errors.Is(err, exitcode.ErrHost) || exitcode.Of(err) != exitcode.ExitHost {
 		t.Fatalf("Plan error = %v, want exit 4", err)
 	}
 	want := "step alone-too-big: host does not meet the recipe's requirements: not enough free space at /models/c\n" +

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"time"
+
+	"github.com/sglprov/sglprov/pkg/exitcode"
 )
 
 // ResultRefused is the result of a run refused before any step ran: the host falls short
@@ -12,8 +14,8 @@ const ResultRefused = "refused"
 
 // Refused reports whether err is a refusal that RecordRefusal records: exit 4 or 6.
 func Refused(err error) bool {
-	code := ExitCode(err)
-	return code == ExitHost || code == ExitReboot
+	code := exitcode.Of(err)
+	return code == exitcode.ExitHost || code == exitcode.ExitReboot
 }
 
 // RecordRefusal records a run of recipe (its name and file) that was refused with err
@@ -29,7 +31,7 @@ func RecordRefusal(stateDir, recipe, recipeFile string, started time.Time, err e
 	}
 	rep := &Report{
 		Recipe: recipe, RecipeFile: recipeFile, Started: started.UTC(), Duration: time.Since(started),
-		Result: ResultRefused, ExitCode: ExitCode(err), Error: err.Error(), Steps: []*StepReport{}, Dir: dir,
+		Result: ResultRefused, ExitCode: exitcode.Of(err), Error: err.Error(), Steps: []*StepReport{}, Dir: dir,
 	}
 	if werr := writeReport(rep); werr != nil {
 		_ = os.Remove(dir)

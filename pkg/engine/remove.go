@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/fetch"
 	"github.com/sglprov/sglprov/pkg/generation"
 	"github.com/sglprov/sglprov/pkg/logval"
@@ -181,7 +182,7 @@ func Remove(ctx context.Context, opts RemoveOptions) error {
 				return nil
 			}})
 		case OwnedGenerations:
-			store, err := generation.Open(o.Path, filepath.Join(dir, "generations", opts.Recipe+".json"), o.Keep)
+			store, err := generation.Open(o.Path, GenerationsRecordPath(dir, opts.Recipe), o.Keep)
 			if err != nil {
 				return err
 			}
@@ -401,7 +402,7 @@ func GC(ctx context.Context, opts GCOptions) error {
 				weightsFolders[o.Path] = o
 			case OwnedGenerations:
 				inUse = append(inUse, o)
-				store, err := generation.Open(o.Path, filepath.Join(dir, "generations", name+".json"), o.Keep)
+				store, err := generation.Open(o.Path, GenerationsRecordPath(dir, name), o.Keep)
 				if err != nil {
 					errs = append(errs, err)
 					continue
@@ -421,7 +422,7 @@ func GC(ctx context.Context, opts GCOptions) error {
 	for _, o := range states.Orphans {
 		if err := o.Check(opts.Root); err != nil || o.Kind != OwnedWeights {
 			if err == nil {
-				err = fmt.Errorf("%w: the orphan record %s %q: only weights are left as orphans; delete it from %s", ErrUsage, o.Kind, o.Path, StatePath(dir))
+				err = fmt.Errorf("%w: the orphan record %s %q: only weights are left as orphans; delete it from %s", exitcode.ErrUsage, o.Kind, o.Path, StatePath(dir))
 			}
 			errs = append(errs, err)
 			left = append(left, o)

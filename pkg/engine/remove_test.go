@@ -13,6 +13,7 @@ import (
 
 	"github.com/sglprov/sglprov/internal/foreign"
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/generation"
 	"github.com/sglprov/sglprov/pkg/ownership"
 	"github.com/sglprov/sglprov/pkg/service"
@@ -173,10 +174,10 @@ func TestRemoveAndGCLeaveForeignFiles(t *testing.T) {
 				}
 				bad := engine.Owned{Kind: engine.OwnedWeights, Path: filepath.Clean(p), Files: []string{"passwd", "u/notes.txt"}, Dirs: []string{"."}, Listed: true}
 				n.save(map[string][]engine.Owned{"a": {bad}}, bad)
-				if _, err := n.remove("a", true); !errors.Is(err, engine.ErrUsage) {
+				if _, err := n.remove("a", true); !errors.Is(err, exitcode.ErrUsage) {
 					t.Errorf("remove --weights of %s: %v, want exit 2", p, err)
 				}
-				if _, err := n.gc(); !errors.Is(err, engine.ErrUsage) {
+				if _, err := n.gc(); !errors.Is(err, exitcode.ErrUsage) {
 					t.Errorf("gc of an orphan %s: %v, want exit 2", p, err)
 				}
 				n.intact("dest " + p)
@@ -209,7 +210,7 @@ func TestRemoveAndGCLeaveForeignFiles(t *testing.T) {
 			n.save(nil, engine.Owned{Kind: engine.OwnedWeights, Path: etc, Files: []string{"passwd"}, Listed: true},
 				engine.Owned{Kind: engine.OwnedWeights, Path: n.path("home/u"), Files: []string{"../u/notes.txt"}, Listed: true})
 			out, err := n.gc()
-			if !errors.Is(err, engine.ErrUsage) || !strings.Contains(err.Error(), "system folder") || !strings.Contains(err.Error(), "leaves the folder") {
+			if !errors.Is(err, exitcode.ErrUsage) || !strings.Contains(err.Error(), "system folder") || !strings.Contains(err.Error(), "leaves the folder") {
 				t.Errorf("gc with hostile orphans: %v\n%s", err, out)
 			}
 			n.intact("orphans naming etc and ../")

@@ -3,6 +3,8 @@ package engine
 import (
 	"context"
 
+	"github.com/sglprov/sglprov/pkg/hostcmd"
+	"github.com/sglprov/sglprov/pkg/recipe"
 	"github.com/sglprov/sglprov/pkg/switchover"
 )
 
@@ -35,4 +37,40 @@ type ServiceStep interface {
 	// Switched records what a switch left serving: the winner, to be tried first next time,
 	// or the profile of what was restored.
 	Switched(ctx context.Context, env *Env, res *switchover.Result) error
+}
+
+// ModelServer is a service step that knows the model its server serves under the active
+// profile: the name /v1/models lists (--served-model-name, else the model path, as SGLang
+// defaults it) and the model path /get_model_info reports. The gate checks that the server
+// it judges says the same; the node's telemetry labels it.
+type ModelServer interface {
+	ServedModel(env *Env) (name, path string, err error)
+}
+
+// RestartCounter is a service step whose service manager counts the restarts of its server
+// after it died (the exec supervisor); ok is false when the manager does not count them.
+type RestartCounter interface {
+	ServerRestarts() (n int, ok bool)
+}
+
+// KnownBadChecker is a step that checks what it would run against the known-bad table
+// (the service step: its environment's packages, the GPUs and each candidate's launch
+// line). The error wraps exitcode.ErrHost and names the row, its reason and its fix.
+type KnownBadChecker interface {
+	KnownBad(env *Env) error
+}
+
+// CommandInstaller is a step that puts commands on the PATH (the packages kind): the
+// preflight excuses a required command such a step installs.
+type CommandInstaller interface {
+	// Installs returns the commands that running the step now would put on the PATH.
+	Installs(ctx context.Context, env *Env) ([]string, error)
+	// Provides returns every command the step may install (when Installs cannot tell).
+	Provides() []string
+}
+
+// CommandChecker is a step that checks the recipe's requires.commands once it has
+// installed them: a command it installs is excused before the run, and checked after it.
+type CommandChecker interface {
+	CheckCommands(required recipe.CommandRequirements, look hostcmd.Looker)
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/atomicfile"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/ownership"
 	"github.com/sglprov/sglprov/pkg/safefile"
 )
@@ -104,6 +105,12 @@ type StepRecord struct {
 // StatePath returns the path of state.json in dir.
 func StatePath(dir string) string { return filepath.Join(dir, "state.json") }
 
+// GenerationsRecordPath returns the path of recipe's generations record in the state dir
+// dir: generations/RECIPE.json.
+func GenerationsRecordPath(dir, recipe string) string {
+	return filepath.Join(dir, "generations", recipe+".json")
+}
+
 // LoadStates reads every recipe's records from state.json in dir; a missing file holds
 // none. A version-1 file (one recipe's records at the top level) is read as that recipe's.
 func LoadStates(dir string) (*StateFile, error) {
@@ -113,7 +120,7 @@ func LoadStates(dir string) (*StateFile, error) {
 		return f, nil
 	}
 	if errors.Is(err, safefile.ErrNotRegular) || errors.Is(err, safefile.ErrSymlink) {
-		return nil, fmt.Errorf("%w: reading state: %v; remove it", ErrUsage, err)
+		return nil, fmt.Errorf("%w: reading state: %v; remove it", exitcode.ErrUsage, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("reading state: %w", err)
@@ -252,7 +259,7 @@ func EnsureStateDir(dir string, insecure bool) error {
 		return fmt.Errorf("setting state dir mode: %w", err)
 	}
 	if err := safefile.NoSymlinks(dir); err != nil {
-		return fmt.Errorf("%w: state dir: %v", ErrUsage, err)
+		return fmt.Errorf("%w: state dir: %v", exitcode.ErrUsage, err)
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 )
 
 // A `lock` symlink in the state dir must not truncate (or lock) its target.
@@ -26,7 +27,7 @@ func TestLockRefusesSymlink(t *testing.T) {
 	if err == nil {
 		l.Release()
 	}
-	if err == nil || engine.ExitCode(err) != engine.ExitUsage || !strings.Contains(err.Error(), "symbolic link") {
+	if err == nil || exitcode.Of(err) != exitcode.ExitUsage || !strings.Contains(err.Error(), "symbolic link") {
 		t.Errorf("AcquireLock with a lock symlink = %v, want exit 2 naming the link", err)
 	}
 	if b, _ := os.ReadFile(target); string(b) != "keep me\n" {
@@ -42,7 +43,7 @@ func TestStateDirRefusesSymlinkEntries(t *testing.T) {
 				t.Fatal(err)
 			}
 			err := engine.EnsureStateDir(dir, false)
-			if engine.ExitCode(err) != engine.ExitUsage || !strings.Contains(err.Error(), "symbolic link") {
+			if exitcode.Of(err) != exitcode.ExitUsage || !strings.Contains(err.Error(), "symbolic link") {
 				t.Errorf("EnsureStateDir with a %s symlink = %v, want exit 2", name, err)
 			}
 			// --insecure-permissions does not open this door.
@@ -73,7 +74,7 @@ func TestStateDirOwnership(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := engine.EnsureStateDir(dir, false)
-	if engine.ExitCode(err) != engine.ExitUsage || !strings.Contains(err.Error(), "owned by uid 4242") {
+	if exitcode.Of(err) != exitcode.ExitUsage || !strings.Contains(err.Error(), "owned by uid 4242") {
 		t.Errorf("a state dir of another user = %v, want exit 2 naming the owner", err)
 	}
 	if err := engine.EnsureStateDir(dir, true); err != nil {
@@ -86,7 +87,7 @@ func TestStateDirOwnership(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = engine.EnsureStateDir(dir, false)
-	if !errors.Is(err, engine.ErrUsage) || !strings.Contains(err.Error(), "not sticky") {
+	if !errors.Is(err, exitcode.ErrUsage) || !strings.Contains(err.Error(), "not sticky") {
 		t.Errorf("a state dir in a world-writable folder = %v, want refused", err)
 	}
 }
@@ -117,7 +118,7 @@ func TestStateDirRefusesAnotherUsersLink(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := engine.EnsureStateDir(dir, false)
-	if engine.ExitCode(err) != engine.ExitUsage || !strings.Contains(err.Error(), "symbolic link "+dir+" is owned by uid 4242") {
+	if exitcode.Of(err) != exitcode.ExitUsage || !strings.Contains(err.Error(), "symbolic link "+dir+" is owned by uid 4242") {
 		t.Errorf("a state dir through another user's link = %v, want exit 2 naming the link", err)
 	}
 	if fi, err := os.Stat(victim); err != nil || fi.Mode().Perm() != 0o755 {
@@ -136,7 +137,7 @@ func TestLoadStateRefusesFIFO(t *testing.T) {
 	go func() { _, err := engine.LoadState(dir); done <- err }()
 	select {
 	case err := <-done:
-		if engine.ExitCode(err) != engine.ExitUsage || !strings.Contains(err.Error(), "is a FIFO, not a regular file") {
+		if exitcode.Of(err) != exitcode.ExitUsage || !strings.Contains(err.Error(), "is a FIFO, not a regular file") {
 			t.Fatalf("LoadState = %v, want exit 2 naming the FIFO", err)
 		}
 	case <-time.After(5 * time.Second):
@@ -159,7 +160,7 @@ func TestLockRefusesHardLink(t *testing.T) {
 	if err == nil {
 		l.Release()
 	}
-	if engine.ExitCode(err) != engine.ExitUsage || !strings.Contains(err.Error(), "2 hard links") {
+	if exitcode.Of(err) != exitcode.ExitUsage || !strings.Contains(err.Error(), "2 hard links") {
 		t.Errorf("AcquireLock with a hard-linked lock = %v, want exit 2 naming the links", err)
 	}
 	if b, _ := os.ReadFile(target); string(b) != "keep me\n" {
@@ -182,7 +183,7 @@ func TestSharedLockRefusesFIFO(t *testing.T) {
 	}()
 	select {
 	case err := <-done:
-		if engine.ExitCode(err) != engine.ExitUsage || !strings.Contains(err.Error(), "is not a regular file") {
+		if exitcode.Of(err) != exitcode.ExitUsage || !strings.Contains(err.Error(), "is not a regular file") {
 			t.Fatalf("AcquireSharedLock = %v, want exit 2 naming the lock", err)
 		}
 	case <-time.After(5 * time.Second):

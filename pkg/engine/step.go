@@ -14,6 +14,7 @@ import (
 	"charm.land/log/v2"
 
 	"github.com/sglprov/sglprov/pkg/cache"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/hostpath"
 	"github.com/sglprov/sglprov/pkg/recipe"
@@ -145,7 +146,7 @@ func offlineSkip(n *node, env *Env) string {
 // as plan computes it as the tag ("" when that cannot be told yet), or a zero slot without
 // a cache, so that a node with the cache and no origin still says what apply would do. The
 // lines (the bytes still to fetch and the free space) go under the step, and the error
-// carries the exit code (ErrHost). need says what the step will still write to one file
+// carries the exit code (exitcode.ErrHost). need says what the step will still write to one file
 // system, so that plan can add up the needs of steps whose folders share one (two
 // downloads that each fit and together do not); nil when it is not known.
 type Preflighter interface {
@@ -173,7 +174,7 @@ type FileReader interface {
 
 // Checker is a step that can refuse bad input without the host: what its Fingerprint or
 // Run would refuse from the recipe text alone (a source ref that is a branch, a profile
-// the recipe does not define). validate calls Check on any machine; errors wrap ErrUsage.
+// the recipe does not define). validate calls Check on any machine; errors wrap exitcode.ErrUsage.
 type Checker interface {
 	Check(env *Env) error
 }
@@ -487,7 +488,7 @@ func KindOf[S any, T Step](newStep func(name string, spec S) (T, error)) Kind {
 		New: func(name string, spec any) (Step, error) {
 			s, ok := spec.(*S)
 			if !ok || s == nil {
-				return nil, fmt.Errorf("%w: step %q: spec is %T, want %T", ErrUsage, name, spec, new(S))
+				return nil, fmt.Errorf("%w: step %q: spec is %T, want %T", exitcode.ErrUsage, name, spec, new(S))
 			}
 			st, err := newStep(name, *s)
 			if err != nil {

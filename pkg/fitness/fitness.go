@@ -12,44 +12,11 @@ package fitness
 import (
 	"fmt"
 	"slices"
-	"sort"
 	"strings"
 
 	"github.com/sglprov/sglprov/pkg/gpu"
+	"github.com/sglprov/sglprov/pkg/recipe"
 )
-
-// Policies a requires.gpu fitness field takes.
-const (
-	Refuse = "refuse"
-	Warn   = "warn"
-	Ignore = "ignore"
-	// Allow is the MIG policy that lets MIG be on.
-	Allow = "allow"
-)
-
-// Defaults are the policies of a recipe that says nothing: a degraded link or slowed
-// clocks warn; errors that make answers wrong, MIG, another server on the GPUs and Xids
-// that mean a reset refuse; P2P is not required (the service's NCCL settings follow it).
-var Defaults = map[string]string{
-	"pcie_link": Warn,
-	"ecc":       Refuse,
-	"mig":       Refuse,
-	"busy":      Refuse,
-	"clocks":    Warn,
-	"xid":       Refuse,
-	"p2p":       Ignore,
-}
-
-// Valid lists the policies each check accepts.
-var Valid = map[string][]string{
-	"pcie_link": {Refuse, Warn, Ignore},
-	"ecc":       {Refuse, Warn, Ignore},
-	"mig":       {Refuse, Warn, Allow},
-	"busy":      {Refuse, Warn, Ignore},
-	"clocks":    {Refuse, Warn, Ignore},
-	"xid":       {Refuse, Warn, Ignore},
-	"p2p":       {Refuse, Warn, Ignore},
-}
 
 // Problem is one way the host falls short.
 type Problem struct {
@@ -101,63 +68,9 @@ type Options struct {
 	Procs Processes
 }
 
-// policy returns the recipe's policy for check, or its default.
-func policy(req gpu.GPURequirements, check string) string {
-	var v string
-	switch check {
-	case "pcie_link":
-		v = req.PCIeLink
-	case "ecc":
-		v = req.ECC
-	case "mig":
-		v = req.MIG
-	case "busy":
-		v = req.Busy
-	case "clocks":
-		v = req.Clocks
-	case "xid":
-		v = req.Xid
-	case "p2p":
-		v = req.P2P
-	}
-	if v == "" {
-		return Defaults[check]
-	}
-	return v
-}
-
-// Checks returns the names of the fitness checks (the requires.gpu fields), sorted.
-func Checks() []string {
-	checks := make([]string, 0, len(Valid))
-	for c := range Valid {
-		checks = append(checks, c)
-	}
-	sort.Strings(checks)
-	return checks
-}
-
-// ValidateOne checks the recipe's policy for one check: `requires.gpu.ecc: "off" is not
-// one of refuse, warn, ignore`.
-func ValidateOne(req gpu.GPURequirements, check string) error {
-	if v := policy(req, check); !slices.Contains(Valid[check], v) {
-		return fmt.Errorf("requires.gpu.%s: %q is not one of %s", check, v, strings.Join(Valid[check], ", "))
-	}
-	return nil
-}
-
-// Validate checks every fitness policy of the recipe, naming the field of the first bad one.
-func Validate(req gpu.GPURequirements) error {
-	for _, c := range Checks() {
-		if err := ValidateOne(req, c); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // Check returns every fitness problem of the GPUs the service will use, sorted into
 // refusals and warnings by the recipe's policies.
-func Check(f *gpu.Facts, req gpu.GPURequirements, opts Options) Result {
+func Check(f *gpu.Facts, req recipe.GPURequirements, opts Options) Result {
 	var res Result
 	if f == nil || len(f.GPUs) == 0 {
 		return res
@@ -166,10 +79,10 @@ func Check(f *gpu.Facts, req gpu.GPURequirements, opts Options) Result {
 		opts.Procs = ProcFS{}
 	}
 	add := func(p Problem) {
-		switch policy(req, p.Check) {
-		case Refuse:
+		switch req.Policy(p.Check) {
+		case recipe.PolicyRefuse:
 			res.Refusals = append(res.Refusals, p)
-		case Warn:
+		case recipe.PolicyWarn:
 			res.Warnings = append(res.Warnings, p)
 		}
 	}
@@ -199,7 +112,7 @@ func Check(f *gpu.Facts, req gpu.GPURequirements, opts Options) Result {
 	if len(used) > 1 {
 		if f.Topology == nil {
 			res.Unchecked = append(res.Unchecked, "peer-to-peer between the GPUs: the facts have no topology")
-		} else if blocked := P2PBlocked(f, indices(used)); blocked != "" && policy(req, "p2p") != Ignore {
+		} else if blocked := P2PBlocked(f, indices(used)); blocked != "" && req.Policy("p2p") != recipe.PolicyIgnore {
 			add(Problem{Check: "p2p", GPU: -1, Message: blocked,
 				Fix: "disable PCIe ACS on the switches between the GPUs (BIOS: ACS or PCIe ACS Control off) and set the IOMMU to passthrough " +
 					"(iommu=pt on the kernel command line), then reboot; or set requires.gpu.p2p: ignore to serve with NCCL_P2P_DISABLE=1"})

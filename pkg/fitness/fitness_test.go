@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/sglprov/sglprov/pkg/gpu"
+	"github.com/sglprov/sglprov/pkg/recipe"
 )
 
 func fixture(t *testing.T, name string) *gpu.Facts {
@@ -37,7 +38,7 @@ func messages(ps []Problem) []string {
 }
 
 func TestFitHostHasNoProblem(t *testing.T) {
-	res := Check(fixture(t, "rtx-pro-6000-x8-fit.json"), gpu.GPURequirements{P2P: Refuse}, Options{Procs: fakeProcs{}})
+	res := Check(fixture(t, "rtx-pro-6000-x8-fit.json"), recipe.GPURequirements{P2P: recipe.PolicyRefuse}, Options{Procs: fakeProcs{}})
 	if len(res.Refusals)+len(res.Warnings)+len(res.Unchecked) != 0 {
 		t.Errorf("a fit host: %+v", res)
 	}
@@ -45,7 +46,7 @@ func TestFitHostHasNoProblem(t *testing.T) {
 
 // An old fixture (no health facts) is not refused: what could not be checked is said.
 func TestOldFixtureIsUnchecked(t *testing.T) {
-	res := Check(fixture(t, "rtx-pro-6000-x8.json"), gpu.GPURequirements{}, Options{})
+	res := Check(fixture(t, "rtx-pro-6000-x8.json"), recipe.GPURequirements{}, Options{})
 	if len(res.Refusals) != 0 || len(res.Unchecked) != 3 {
 		t.Errorf("old fixture: %+v", res)
 	}
@@ -57,7 +58,7 @@ func TestOldFixtureIsUnchecked(t *testing.T) {
 // Every problem of the unfit host at once, each with its fix.
 func TestUnfitHostAllAtOnce(t *testing.T) {
 	f := fixture(t, "rtx-pro-6000-x8-unfit.json")
-	req := gpu.GPURequirements{PCIeLink: Refuse, P2P: Refuse}
+	req := recipe.GPURequirements{PCIeLink: recipe.PolicyRefuse, P2P: recipe.PolicyRefuse}
 	res := Check(f, req, Options{Unit: "sglang-qwen.service", Procs: fakeProcs{
 		4000000: {"python3 -m sglang.launch_server --model-path /models/old", "sglang-old.service"},
 	}})
@@ -96,14 +97,14 @@ func TestUnfitHostAllAtOnce(t *testing.T) {
 // Defaults: a link at x8 warns, P2P blocked is left to the NCCL settings, the rest refuse.
 func TestDefaultPolicies(t *testing.T) {
 	f := fixture(t, "rtx-pro-6000-x8-unfit.json")
-	res := Check(f, gpu.GPURequirements{}, Options{Procs: fakeProcs{}})
+	res := Check(f, recipe.GPURequirements{}, Options{Procs: fakeProcs{}})
 	if diff := cmp.Diff([]string{"busy", "ecc"}, checks(res.Refusals)); diff != "" {
 		t.Errorf("refusals (-want +got):\n%s", diff)
 	}
 	if diff := cmp.Diff([]string{"pcie_link"}, checks(res.Warnings)); diff != "" {
 		t.Errorf("warnings (-want +got):\n%s", diff)
 	}
-	res = Check(f, gpu.GPURequirements{Busy: Ignore, ECC: Warn, PCIeLink: Ignore}, Options{Procs: fakeProcs{}})
+	res = Check(f, recipe.GPURequirements{Busy: recipe.PolicyIgnore, ECC: recipe.PolicyWarn, PCIeLink: recipe.PolicyIgnore}, Options{Procs: fakeProcs{}})
 	if len(res.Refusals) != 0 || len(res.Warnings) != 1 {
 		t.Errorf("relaxed: %+v", res)
 	}
@@ -122,21 +123,21 @@ func checks(ps []Problem) []string {
 func TestBusyOwnUnitAndSubset(t *testing.T) {
 	f := fixture(t, "rtx-pro-6000-x8-unfit.json")
 	procs := fakeProcs{4000000: {"python3 -m sglang.launch_server", "sglang-qwen.service"}}
-	res := Check(f, gpu.GPURequirements{ECC: Ignore}, Options{Unit: "sglang-qwen.service", Procs: procs})
+	res := Check(f, recipe.GPURequirements{ECC: recipe.PolicyIgnore}, Options{Unit: "sglang-qwen.service", Procs: procs})
 	if len(res.Refusals) != 0 {
 		t.Errorf("own unit refused: %v", messages(res.Refusals))
 	}
 	// A model switch: the server of the recipe this one replaces holds the GPUs until the
 	// switch stops it, after the preflight.
-	res = Check(f, gpu.GPURequirements{ECC: Ignore}, Options{Unit: "sglang-b.service", Replaced: []string{"sglang-qwen.service"}, Procs: procs})
+	res = Check(f, recipe.GPURequirements{ECC: recipe.PolicyIgnore}, Options{Unit: "sglang-b.service", Replaced: []string{"sglang-qwen.service"}, Procs: procs})
 	if len(res.Refusals) != 0 {
 		t.Errorf("the replaced recipe's unit refused: %v", messages(res.Refusals))
 	}
-	res = Check(f, gpu.GPURequirements{ECC: Ignore}, Options{Unit: "sglang-b.service", Procs: procs})
+	res = Check(f, recipe.GPURequirements{ECC: recipe.PolicyIgnore}, Options{Unit: "sglang-b.service", Procs: procs})
 	if len(res.Refusals) != 1 || !strings.Contains(res.Refusals[0].Fix, "replaces") {
 		t.Errorf("another recipe's unit, not replaced: %v", res.Refusals)
 	}
-	res = Check(f, gpu.GPURequirements{ECC: Ignore}, Options{Unit: "other.service", Procs: procs, GPUs: []int{1, 2}})
+	res = Check(f, recipe.GPURequirements{ECC: recipe.PolicyIgnore}, Options{Unit: "other.service", Procs: procs, GPUs: []int{1, 2}})
 	if len(res.Refusals) != 0 {
 		t.Errorf("GPUs 1-2 only: %v", messages(res.Refusals))
 	}
@@ -160,7 +161,7 @@ func TestMIGXidClocks(t *testing.T) {
 		{PCI: "0000:3a:00", Code: 79, Text: "Xid (PCI:0000:3a:00): 79, again"},
 		{PCI: "0000:3a:00", Code: 13, Text: "Xid (PCI:0000:3a:00): 13, Graphics Exception"},
 	}
-	res := Check(f, gpu.GPURequirements{Clocks: Refuse}, Options{Procs: fakeProcs{}})
+	res := Check(f, recipe.GPURequirements{Clocks: recipe.PolicyRefuse}, Options{Procs: fakeProcs{}})
 	got := messages(res.Refusals)
 	want := []string{
 		"mig: GPU 1 (NVIDIA RTX PRO 6000 Blackwell Server Edition) has MIG on; the service needs the whole GPU",
@@ -170,17 +171,8 @@ func TestMIGXidClocks(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("refusals (-want +got):\n%s", diff)
 	}
-	if res := Check(f, gpu.GPURequirements{MIG: Allow, Xid: Ignore}, Options{Procs: fakeProcs{}}); len(res.Refusals) != 0 {
+	if res := Check(f, recipe.GPURequirements{MIG: recipe.PolicyAllow, Xid: recipe.PolicyIgnore}, Options{Procs: fakeProcs{}}); len(res.Refusals) != 0 {
 		t.Errorf("mig allowed, xid ignored: %v", messages(res.Refusals))
-	}
-}
-
-func TestValidate(t *testing.T) {
-	if err := Validate(gpu.GPURequirements{ECC: "off"}); err == nil || err.Error() != `requires.gpu.ecc: "off" is not one of refuse, warn, ignore` {
-		t.Errorf("Validate = %v", err)
-	}
-	if err := Validate(gpu.GPURequirements{MIG: Allow, P2P: Refuse}); err != nil {
-		t.Errorf("Validate = %v", err)
 	}
 }
 

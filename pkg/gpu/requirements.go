@@ -5,119 +5,13 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/sglprov/sglprov/pkg/recipe"
 	"github.com/sglprov/sglprov/pkg/versions"
 )
 
-// Requirements is what a recipe needs of the host (the recipe's `requires:`).
-type Requirements struct {
-	// GPU is what every GPU of the host must have, and how many there must be.
-	GPU GPURequirements `yaml:"gpu" json:"gpu"`
-	// Driver is a version range for the NVIDIA driver, e.g. ">=575".
-	Driver string `yaml:"driver" json:"driver"`
-	// CUDA is a version range for the CUDA version the driver supports, e.g. ">=12.8".
-	CUDA string `yaml:"cuda" json:"cuda"`
-}
-
-// GPURequirements is what every GPU of the host must have, and how many there must be.
-type GPURequirements struct {
-	// ComputeCapability is a version range every GPU must match: "12.0", ">=9.0,<10.0".
-	ComputeCapability string `yaml:"compute_capability" json:"compute_capability"`
-	// MinCount is the least number of GPUs. A recipe with any GPU requirement needs at
-	// least one.
-	MinCount int `yaml:"min_count" json:"min_count"`
-	// MinMemoryGiB is the least total memory of each GPU, in GiB.
-	MinMemoryGiB float64 `yaml:"min_memory_gib" json:"min_memory_gib"`
-	// MinTotalMemoryGiB is the least memory of all GPUs together, in GiB: what a model
-	// split over tensor-parallel ranks needs for its weights and KV cache.
-	MinTotalMemoryGiB float64 `yaml:"min_total_memory_gib" json:"min_total_memory_gib,omitempty"`
-	// Counts, when set, are the only numbers of GPUs the recipe runs on, e.g. [4, 8] for a
-	// model whose attention heads only those tensor-parallel sizes divide; a host with
-	// another number is refused.
-	Counts []int `yaml:"counts" json:"counts,omitempty"`
-	// CountsReason says why only Counts work; the refusal quotes it.
-	CountsReason string `yaml:"counts_reason" json:"counts_reason,omitempty"`
-	// Devices, when set, restricts the recipe to these GPUs (NVML indices such as "4" or
-	// UUIDs such as "GPU-..."): the facts, the counts above and the server's
-	// CUDA_VISIBLE_DEVICES are those of these GPUs only.
-	Devices []string `yaml:"devices" json:"devices,omitempty"`
-
-	// The host-fitness policies (pkg/fitness): each is "refuse", "warn" or "ignore" ("allow"
-	// for MIG), and "" takes the default given.
-
-	// PCIeLink is for a GPU whose PCIe link trained below its width, or below its
-	// generation while busy (default warn).
-	PCIeLink string `yaml:"pcie_link" json:"pcie_link,omitempty"`
-	// ECC is for uncorrectable ECC errors since the driver loaded, rows or pages waiting to
-	// be remapped or retired, and failed remaps (default refuse).
-	ECC string `yaml:"ecc" json:"ecc,omitempty"`
-	// MIG is for a GPU with MIG on or pending (default refuse; "allow" lets it be).
-	MIG string `yaml:"mig" json:"mig,omitempty"`
-	// Busy is for a compute process on a GPU the service uses that is not the recipe's own
-	// unit's (default refuse).
-	Busy string `yaml:"busy" json:"busy,omitempty"`
-	// Clocks is for clocks held down by a hardware or thermal slowdown (default warn).
-	Clocks string `yaml:"clocks" json:"clocks,omitempty"`
-	// Xid is for an Xid since boot after which the GPU needs a reset (default refuse).
-	Xid string `yaml:"xid" json:"xid,omitempty"`
-	// P2P is for GPUs of the service between which peer-to-peer is blocked (default ignore:
-	// the service's NCCL settings then turn P2P off).
-	P2P string `yaml:"p2p" json:"p2p,omitempty"`
-}
-
-// IsZero reports whether r requires nothing.
-func (r Requirements) IsZero() bool {
-	g := r.GPU
-	return g.ComputeCapability == "" && g.MinCount == 0 && g.MinMemoryGiB == 0 && g.MinTotalMemoryGiB == 0 && len(g.Counts) == 0 &&
-		g.CountsReason == "" && len(g.Devices) == 0 && r.Driver == "" && r.CUDA == "" && !g.HasFitnessPolicy()
-}
-
-// HasFitnessPolicy reports whether any host-fitness policy is set.
-func (g GPURequirements) HasFitnessPolicy() bool {
-	return g.PCIeLink != "" || g.ECC != "" || g.MIG != "" || g.Busy != "" || g.Clocks != "" || g.Xid != "" || g.P2P != ""
-}
-
-// Validate checks the ranges and numbers of r, naming the field of the first bad one:
-// `requires.driver: invalid version range ...`. The error of a bad range wraps its
-// *RangeError.
-func (r Requirements) Validate() error {
-	for _, f := range []struct{ name, value string }{
-		{"requires.gpu.compute_capability", r.GPU.ComputeCapability},
-		{"requires.driver", r.Driver},
-		{"requires.cuda", r.CUDA},
-	} {
-		if f.value == "" {
-			continue
-		}
-		if _, err := versions.ParseRange(f.value); err != nil {
-			return fmt.Errorf("%s: %w", f.name, err)
-		}
-	}
-	if r.GPU.MinCount < 0 {
-		return fmt.Errorf("requires.gpu.min_count: %d is negative", r.GPU.MinCount)
-	}
-	if r.GPU.MinMemoryGiB < 0 {
-		return fmt.Errorf("requires.gpu.min_memory_gib: %g is negative", r.GPU.MinMemoryGiB)
-	}
-	if r.GPU.MinTotalMemoryGiB < 0 {
-		return fmt.Errorf("requires.gpu.min_total_memory_gib: %g is negative", r.GPU.MinTotalMemoryGiB)
-	}
-	for _, n := range r.GPU.Counts {
-		if n < 1 {
-			return fmt.Errorf("requires.gpu.counts: %d is not a number of GPUs", n)
-		}
-		if n < r.GPU.MinCount {
-			return fmt.Errorf("requires.gpu.counts: %d is below min_count %d", n, r.GPU.MinCount)
-		}
-	}
-	if r.GPU.CountsReason != "" && len(r.GPU.Counts) == 0 {
-		return fmt.Errorf("requires.gpu.counts_reason: set without counts")
-	}
-	return nil
-}
-
 // minCount is the effective least number of GPUs: a recipe that says anything about GPUs
 // needs at least one.
-func (g GPURequirements) minCount() int {
+func minCount(g recipe.GPURequirements) int {
 	if g.MinCount == 0 && (g.ComputeCapability != "" || g.MinMemoryGiB > 0 || g.MinTotalMemoryGiB > 0 || len(g.Counts) > 0) {
 		return 1
 	}
@@ -126,8 +20,8 @@ func (g GPURequirements) minCount() int {
 
 // countRefusal says why a host with n GPUs is refused by Counts ("" when it is not):
 // `host has 6 GPUs; this recipe runs on 4 or 8 GPUs only (REASON)`.
-func (g GPURequirements) countRefusal(n int) string {
-	if len(g.Counts) == 0 || n < g.minCount() {
+func countRefusal(g recipe.GPURequirements, n int) string {
+	if len(g.Counts) == 0 || n < minCount(g) {
 		return ""
 	}
 	names := make([]string, len(g.Counts))
@@ -148,18 +42,18 @@ func (g GPURequirements) countRefusal(n int) string {
 	return msg
 }
 
-// Check returns every way the host falls short of r, one message each, nil when it meets
+// Check returns every way the host falls short of the recipe's requirements r, one message each, nil when it meets
 // them all. Every GPU must match; a message names the GPU, what it has and what the recipe
 // needs: `GPU 0 (NVIDIA H200) has compute capability 9.0; this recipe needs 12.0`,
 // `host has 1 GPU; this recipe needs at least 8`, `driver 550.54.15 does not satisfy >=575`.
-func (r Requirements) Check(f *Facts) []string {
+func Check(r recipe.Requirements, f *Facts) []string {
 	var problems []string
 	add := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
 
-	if need := r.GPU.minCount(); f.Count() < need {
+	if need := minCount(r.GPU); f.Count() < need {
 		add("host has %s; this recipe needs at least %d", plural(f.Count(), "GPU"), need)
 	}
-	if msg := r.GPU.countRefusal(f.Count()); msg != "" {
+	if msg := countRefusal(r.GPU, f.Count()); msg != "" {
 		add("%s", msg)
 	}
 	if cc := strings.TrimSpace(r.GPU.ComputeCapability); cc != "" {

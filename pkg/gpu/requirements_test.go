@@ -8,19 +8,20 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/sglprov/sglprov/pkg/recipe"
 	"github.com/sglprov/sglprov/pkg/versions"
 )
 
 // sm120 is the requirement of the shipped SM120 recipe.
-var sm120 = Requirements{
-	GPU:    GPURequirements{ComputeCapability: "12.0", MinCount: 1, MinMemoryGiB: 90},
+var sm120 = recipe.Requirements{
+	GPU:    recipe.GPURequirements{ComputeCapability: "12.0", MinCount: 1, MinMemoryGiB: 90},
 	Driver: ">=575",
 	CUDA:   ">=12.8",
 }
 
 // h200 is a requirement for one H200-class GPU.
-var h200 = Requirements{
-	GPU:    GPURequirements{ComputeCapability: ">=9.0,<10.0", MinCount: 1, MinMemoryGiB: 140},
+var h200 = recipe.Requirements{
+	GPU:    recipe.GPURequirements{ComputeCapability: ">=9.0,<10.0", MinCount: 1, MinMemoryGiB: 140},
 	Driver: ">=570",
 	CUDA:   ">=12.8",
 }
@@ -50,7 +51,7 @@ func TestCheckFixtures(t *testing.T) {
 	tests := []struct {
 		name    string
 		fixture string
-		req     Requirements
+		req     recipe.Requirements
 		want    []string
 	}{
 		{"sm120 on rtx-pro-6000-x8", "rtx-pro-6000-x8.json", sm120, nil},
@@ -78,10 +79,10 @@ func TestCheckFixtures(t *testing.T) {
 			each(8, "GPU %d ("+h100+") has 79.6 GiB of memory; this recipe needs 140"),
 			[]string{"driver 550.54.15 does not satisfy >=570", "CUDA 12.4 does not satisfy >=12.8"},
 		)},
-		{"eight GPUs on h200-x1", "h200-x1.json", Requirements{GPU: GPURequirements{MinCount: 8}},
+		{"eight GPUs on h200-x1", "h200-x1.json", recipe.Requirements{GPU: recipe.GPURequirements{MinCount: 8}},
 			[]string{"host has 1 GPU; this recipe needs at least 8"}},
-		{"nothing required on none", "none.json", Requirements{}, nil},
-		{"only a driver on none", "none.json", Requirements{Driver: ">=575"}, nil},
+		{"nothing required on none", "none.json", recipe.Requirements{}, nil},
+		{"only a driver on none", "none.json", recipe.Requirements{Driver: ">=575"}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -89,7 +90,7 @@ func TestCheckFixtures(t *testing.T) {
 			if err != nil && !errors.Is(err, ErrNoGPU) {
 				t.Fatalf("LoadFixture: %v", err)
 			}
-			if diff := cmp.Diff(tt.want, tt.req.Check(f)); diff != "" {
+			if diff := cmp.Diff(tt.want, Check(tt.req, f)); diff != "" {
 				t.Errorf("Check (-want +got):\n%s", diff)
 			}
 		})
@@ -98,8 +99,8 @@ func TestCheckFixtures(t *testing.T) {
 
 func TestCheckUnknownValues(t *testing.T) {
 	f := &Facts{GPUs: []Device{{Index: 0, Name: "NVIDIA GB10", ComputeCapability: "12.1"}}}
-	req := Requirements{
-		GPU:    GPURequirements{ComputeCapability: ">=12.0", MinMemoryGiB: 90},
+	req := recipe.Requirements{
+		GPU:    recipe.GPURequirements{ComputeCapability: ">=12.0", MinMemoryGiB: 90},
 		Driver: ">=575",
 		CUDA:   ">=12.8",
 	}
@@ -108,17 +109,17 @@ func TestCheckUnknownValues(t *testing.T) {
 		"driver version is unknown; this recipe needs >=575",
 		"CUDA version is unknown; this recipe needs >=12.8",
 	}
-	if diff := cmp.Diff(want, req.Check(f)); diff != "" {
+	if diff := cmp.Diff(want, Check(req, f)); diff != "" {
 		t.Errorf("Check (-want +got):\n%s", diff)
 	}
-	if got := sm120.Check(nil); len(got) != 3 || got[0] != "host has 0 GPUs; this recipe needs at least 1" {
+	if got := Check(sm120, nil); len(got) != 3 || got[0] != "host has 0 GPUs; this recipe needs at least 1" {
 		t.Errorf("Check(nil) = %q", got)
 	}
 }
 
 func TestCheckBadRange(t *testing.T) {
-	req := Requirements{GPU: GPURequirements{ComputeCapability: "sm_120"}, Driver: ">=575,,"}
-	got := req.Check(loadFixture(t, "rtx-pro-6000-x8.json"))
+	req := recipe.Requirements{GPU: recipe.GPURequirements{ComputeCapability: "sm_120"}, Driver: ">=575,,"}
+	got := Check(req, loadFixture(t, "rtx-pro-6000-x8.json"))
 	if len(got) != 2 || !strings.Contains(got[0], `requires.gpu.compute_capability: invalid version range "sm_120"`) ||
 		!strings.Contains(got[1], `requires.driver: invalid version range ">=575,,"`) {
 		t.Errorf("Check = %q, want both bad ranges named", got)
@@ -128,17 +129,17 @@ func TestCheckBadRange(t *testing.T) {
 func TestRequirementsValidate(t *testing.T) {
 	tests := []struct {
 		name string
-		req  Requirements
+		req  recipe.Requirements
 		want string
 	}{
 		{"sm120", sm120, ""},
 		{"h200", h200, ""},
-		{"empty", Requirements{}, ""},
-		{"bad cc", Requirements{GPU: GPURequirements{ComputeCapability: "sm_120"}}, `requires.gpu.compute_capability: invalid version range "sm_120"`},
-		{"bad driver", Requirements{Driver: "=>575"}, `requires.driver: invalid version range "=>575"`},
-		{"bad cuda", Requirements{CUDA: ">=12.8,"}, `requires.cuda: invalid version range ">=12.8,"`},
-		{"negative count", Requirements{GPU: GPURequirements{MinCount: -1}}, "requires.gpu.min_count: -1 is negative"},
-		{"negative memory", Requirements{GPU: GPURequirements{MinMemoryGiB: -2}}, "requires.gpu.min_memory_gib: -2 is negative"},
+		{"empty", recipe.Requirements{}, ""},
+		{"bad cc", recipe.Requirements{GPU: recipe.GPURequirements{ComputeCapability: "sm_120"}}, `requires.gpu.compute_capability: invalid version range "sm_120"`},
+		{"bad driver", recipe.Requirements{Driver: "=>575"}, `requires.driver: invalid version range "=>575"`},
+		{"bad cuda", recipe.Requirements{CUDA: ">=12.8,"}, `requires.cuda: invalid version range ">=12.8,"`},
+		{"negative count", recipe.Requirements{GPU: recipe.GPURequirements{MinCount: -1}}, "requires.gpu.min_count: -1 is negative"},
+		{"negative memory", recipe.Requirements{GPU: recipe.GPURequirements{MinMemoryGiB: -2}}, "requires.gpu.min_memory_gib: -2 is negative"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -183,14 +184,14 @@ func TestMatchCC(t *testing.T) {
 // A recipe whose model only some tensor-parallel sizes divide refuses the other GPU
 // counts, with the reason, and accepts its own.
 func TestCheckCounts(t *testing.T) {
-	req := Requirements{GPU: GPURequirements{ComputeCapability: "12.0", MinCount: 4, Counts: []int{4, 8},
+	req := recipe.Requirements{GPU: recipe.GPURequirements{ComputeCapability: "12.0", MinCount: 4, Counts: []int{4, 8},
 		CountsReason: "--tp must divide the model's 32 attention heads"}}
 	for n := 1; n <= 9; n++ {
 		ccs := make([]string, n)
 		for i := range ccs {
 			ccs[i] = "12.0"
 		}
-		got := req.Check(factsWithCCs(ccs...))
+		got := Check(req, factsWithCCs(ccs...))
 		var want []string
 		switch {
 		case n < 4:
@@ -203,30 +204,30 @@ func TestCheckCounts(t *testing.T) {
 			t.Errorf("%d GPUs (-want +got):\n%s", n, diff)
 		}
 	}
-	three := Requirements{GPU: GPURequirements{Counts: []int{2, 4, 8}}}
-	if got := three.Check(factsWithCCs("9.0", "9.0", "9.0")); len(got) != 1 ||
+	three := recipe.Requirements{GPU: recipe.GPURequirements{Counts: []int{2, 4, 8}}}
+	if got := Check(three, factsWithCCs("9.0", "9.0", "9.0")); len(got) != 1 ||
 		got[0] != "host has 3 GPUs; this recipe runs on 2, 4 or 8 GPUs only" {
 		t.Errorf("3 GPUs with counts [2 4 8]: %q", got)
 	}
 	if three.IsZero() {
 		t.Error("IsZero is true for a requirement with counts only")
 	}
-	if !(Requirements{}).IsZero() {
+	if !(recipe.Requirements{}).IsZero() {
 		t.Error("IsZero is false for no requirement")
 	}
 }
 
 func TestValidateCounts(t *testing.T) {
 	for _, tt := range []struct {
-		req  GPURequirements
+		req  recipe.GPURequirements
 		want string
 	}{
-		{GPURequirements{Counts: []int{0, 4}}, "requires.gpu.counts: 0 is not a number of GPUs"},
-		{GPURequirements{MinCount: 4, Counts: []int{2, 4}}, "requires.gpu.counts: 2 is below min_count 4"},
-		{GPURequirements{CountsReason: "why"}, "requires.gpu.counts_reason: set without counts"},
-		{GPURequirements{MinCount: 4, Counts: []int{4, 8}, CountsReason: "why"}, ""},
+		{recipe.GPURequirements{Counts: []int{0, 4}}, "requires.gpu.counts: 0 is not a number of GPUs"},
+		{recipe.GPURequirements{MinCount: 4, Counts: []int{2, 4}}, "requires.gpu.counts: 2 is below min_count 4"},
+		{recipe.GPURequirements{CountsReason: "why"}, "requires.gpu.counts_reason: set without counts"},
+		{recipe.GPURequirements{MinCount: 4, Counts: []int{4, 8}, CountsReason: "why"}, ""},
 	} {
-		err := Requirements{GPU: tt.req}.Validate()
+		err := recipe.Requirements{GPU: tt.req}.Validate()
 		got := ""
 		if err != nil {
 			got = err.Error()
@@ -240,23 +241,23 @@ func TestValidateCounts(t *testing.T) {
 // The weights of a tensor-parallel model need the GPUs' memory together: two H100s fall
 // short of what two H200s hold.
 func TestCheckMinTotalMemory(t *testing.T) {
-	req := Requirements{GPU: GPURequirements{ComputeCapability: "9.0", MinCount: 2, MinTotalMemoryGiB: 260}}
-	if got := req.Check(loadFixture(t, "h100-x8.json")); len(got) != 0 {
+	req := recipe.Requirements{GPU: recipe.GPURequirements{ComputeCapability: "9.0", MinCount: 2, MinTotalMemoryGiB: 260}}
+	if got := Check(req, loadFixture(t, "h100-x8.json")); len(got) != 0 {
 		t.Errorf("8 x H100: %q", got)
 	}
 	two := loadFixture(t, "h100-x8.json")
 	two.GPUs = two.GPUs[:2]
 	want := []string{"host has 2 GPUs with 159.2 GiB of memory in all; this recipe needs 260 GiB"}
-	if diff := cmp.Diff(want, req.Check(two)); diff != "" {
+	if diff := cmp.Diff(want, Check(req, two)); diff != "" {
 		t.Errorf("2 x H100 (-want +got):\n%s", diff)
 	}
 	h200 := loadFixture(t, "h200-x1.json")
 	h200.GPUs = append(h200.GPUs, h200.GPUs[0])
 	h200.GPUs[1].Index = 1
-	if got := req.Check(h200); len(got) != 0 {
+	if got := Check(req, h200); len(got) != 0 {
 		t.Errorf("2 x H200: %q", got)
 	}
-	if err := (Requirements{GPU: GPURequirements{MinTotalMemoryGiB: -1}}).Validate(); err == nil {
+	if err := (recipe.Requirements{GPU: recipe.GPURequirements{MinTotalMemoryGiB: -1}}).Validate(); err == nil {
 		t.Error("negative min_total_memory_gib is valid")
 	}
 }

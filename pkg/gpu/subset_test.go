@@ -3,6 +3,8 @@ package gpu
 import (
 	"strings"
 	"testing"
+
+	"github.com/sglprov/sglprov/pkg/recipe"
 )
 
 func TestSubset(t *testing.T) {
@@ -33,9 +35,9 @@ func TestSubset(t *testing.T) {
 		}
 	}
 	// The requirements are checked against the subset: two GPUs are not min_count 3.
-	r := Requirements{GPU: GPURequirements{MinCount: 3, Devices: []string{"0", "1"}}}
+	r := recipe.Requirements{GPU: recipe.GPURequirements{MinCount: 3, Devices: []string{"0", "1"}}}
 	s, _ = f.Subset(r.GPU.Devices)
-	if p := r.Check(s); len(p) == 0 {
+	if p := Check(r, s); len(p) == 0 {
 		t.Errorf("min_count 3 on a subset of 2 passed")
 	}
 }

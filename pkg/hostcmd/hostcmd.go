@@ -22,33 +22,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sglprov/sglprov/pkg/recipe"
 	"github.com/sglprov/sglprov/pkg/versions"
 )
-
-// Requirement is what a recipe asks of one command: `nvcc: {version: ">=12.8"}`, `git: {}`.
-type Requirement struct {
-	// Version is a version range in the recipe's syntax (">=12.8", ">=3.10,<3.13"); empty
-	// asks for presence only.
-	Version string `yaml:"version" json:"version,omitempty"`
-}
-
-// Requirements maps command names to what the recipe asks of them.
-type Requirements map[string]Requirement
-
-// Names returns the command names, sorted.
-func (r Requirements) Names() []string {
-	out := make([]string, 0, len(r))
-	for k := range r {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
-
-var nameRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.+-]*$`)
-
-// ValidName reports whether name is a bare command name (no path, no spaces).
-func ValidName(name string) bool { return nameRE.MatchString(name) }
 
 // Found is what the host has of one command.
 type Found struct {
@@ -337,7 +313,7 @@ func (r Result) String() string {
 // Check checks every required command with look. provided maps commands that a step of
 // the recipe installs to that step's name: such a command, when missing or too old now,
 // is not a problem (the step runs before anything that uses it). Results are in name order.
-func Check(ctx context.Context, reqs Requirements, provided map[string]string, look Looker) []Result {
+func Check(ctx context.Context, reqs recipe.CommandRequirements, provided map[string]string, look Looker) []Result {
 	var out []Result
 	for _, name := range reqs.Names() {
 		want := strings.TrimSpace(reqs[name].Version)
@@ -460,7 +436,7 @@ func CommandsOf(pkg string) []string {
 // PATH and, when reqs gives a version range, have a version in it. It returns one line per
 // command that falls short, in name order, naming the version installed, the range and the
 // fix: the host's package sources have only that version, so the fix is a newer source.
-func CheckInstalled(ctx context.Context, reqs Requirements, names []string, look Looker) []string {
+func CheckInstalled(ctx context.Context, reqs recipe.CommandRequirements, names []string, look Looker) []string {
 	sorted := append([]string(nil), names...)
 	sort.Strings(sorted)
 	var out []string

@@ -9,7 +9,17 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sglprov/sglprov/pkg/recipe"
 )
+
+// TestKnownNamesAreTheRecipes: the commands whose version this package reads are the ones
+// a recipe may give a version range (recipe.VersionedCommands), and no others.
+func TestKnownNamesAreTheRecipes(t *testing.T) {
+	if got, want := strings.Join(KnownNames(), ","), strings.Join(recipe.VersionedCommands, ","); got != want {
+		t.Errorf("KnownNames() = %s; recipe.VersionedCommands = %s: keep the two lists equal", got, want)
+	}
+}
 
 // TestParseVersionRealOutputs reads each command's version from its real --version output,
 // captured into testdata (the file name says the command and the version it printed).
@@ -83,7 +93,7 @@ func TestCheckListsEveryProblemWithItsFix(t *testing.T) {
 	git, _ := os.ReadFile("testdata/git-2.39.5-debian12.txt")
 	fakeBin(t, dir, "git", string(git))
 	fakeBin(t, dir, "weird", "no version here\n")
-	reqs := Requirements{
+	reqs := recipe.CommandRequirements{
 		"nvcc":   {Version: ">=12.8"},
 		"git":    {Version: ">=2.30"},
 		"cmake":  {Version: ">=3.26"},
@@ -121,7 +131,7 @@ func TestCheckListsEveryProblemWithItsFix(t *testing.T) {
 func TestCheckTooOldButInstalledByAStep(t *testing.T) {
 	dir := t.TempDir()
 	fakeBin(t, dir, "cmake", "cmake version 3.22.1\n")
-	res := Check(context.Background(), Requirements{"cmake": {Version: ">=3.26"}}, map[string]string{"cmake": "host-packages"}, PathLooker{Path: dir})
+	res := Check(context.Background(), recipe.CommandRequirements{"cmake": {Version: ">=3.26"}}, map[string]string{"cmake": "host-packages"}, PathLooker{Path: dir})
 	if !res[0].OK() || res[0].InstalledBy != "host-packages" || res[0].String() != "cmake >=3.26: 3.22.1 at "+dir+"/cmake now; step host-packages installs it" {
 		t.Errorf("cmake too old but provided: %+v", res[0])
 	}
@@ -220,7 +230,7 @@ func TestCheckInstalled(t *testing.T) {
 	fakeBin(t, dir, "cmake", "cmake version 3.22.1\n")
 	fakeBin(t, dir, "git", "git version 2.34.1\n")
 	fakeBin(t, dir, "nvcc", "Cuda compilation tools, release 12.0, V12.0.140\n")
-	reqs := Requirements{"cmake": {Version: ">=3.26"}, "git": {Version: ">=2.30"}, "nvcc": {Version: ">=12.8"}, "ninja": {}, "make": {}}
+	reqs := recipe.CommandRequirements{"cmake": {Version: ">=3.26"}, "git": {Version: ">=2.30"}, "nvcc": {Version: ">=12.8"}, "ninja": {}, "make": {}}
 	got := CheckInstalled(context.Background(), reqs, []string{"nvcc", "git", "cmake", "ninja", "gcc"}, PathLooker{Path: dir})
 	want := []string{
 		"cmake: the packages installed 3.22.1 at " + filepath.Join(dir, "cmake") + ", which does not satisfy >=3.26; the host's package sources have no cmake >=3.26: add a newer package source (a PPA or the vendor's apt repository, e.g. Kitware's apt repository) in the host's image or cloud-init, then run again",

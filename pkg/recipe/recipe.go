@@ -11,9 +11,6 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/sglprov/sglprov/pkg/fitness"
-	"github.com/sglprov/sglprov/pkg/gpu"
-	"github.com/sglprov/sglprov/pkg/hostcmd"
 	"github.com/sglprov/sglprov/pkg/safefile"
 	"github.com/sglprov/sglprov/pkg/versions"
 )
@@ -33,12 +30,12 @@ type Recipe struct {
 	// VarPos is where each var was defined.
 	VarPos map[string]Pos
 	// Requires is what the host must have.
-	Requires gpu.Requirements
+	Requires Requirements
 	// RequiresSet reports whether the recipe has a requires section that asks something of
 	// the GPUs, the driver or CUDA (commands alone need no GPU facts).
 	RequiresSet bool
 	// Commands are the commands the host must already have (requires.commands).
-	Commands hostcmd.Requirements
+	Commands CommandRequirements
 	// Profiles are the backend profiles by name.
 	Profiles map[string]Profile
 	// Steps are the steps in file order.
@@ -440,7 +437,7 @@ func (p *parser) parseProfiles(n *yaml.Node, r *Recipe) {
 // checkRanges checks the version ranges of requires, read from the nodes themselves, so
 // that a bad range is reported in the same pass as a misspelt field next to it (which
 // keeps req from being decoded).
-func (p *parser) checkRanges(n *yaml.Node, req *gpu.Requirements) {
+func (p *parser) checkRanges(n *yaml.Node, req *Requirements) {
 	check := func(field string, at *yaml.Node) {
 		if at == nil || at.Kind != yaml.ScalarNode || at.Value == "" || at.Tag == "!!null" {
 			return
@@ -452,7 +449,7 @@ func (p *parser) checkRanges(n *yaml.Node, req *gpu.Requirements) {
 	check("requires.gpu.compute_capability", nodeAt(nodeAt(n, "gpu"), "compute_capability"))
 	check("requires.driver", nodeAt(n, "driver"))
 	check("requires.cuda", nodeAt(n, "cuda"))
-	counts := gpu.Requirements{GPU: gpu.GPURequirements{MinCount: req.GPU.MinCount, Counts: req.GPU.Counts,
+	counts := Requirements{GPU: GPURequirements{MinCount: req.GPU.MinCount, Counts: req.GPU.Counts,
 		CountsReason: req.GPU.CountsReason}}
 	if err := counts.Validate(); err != nil {
 		at := nodeAt(nodeAt(n, "gpu"), "counts")
@@ -462,8 +459,8 @@ func (p *parser) checkRanges(n *yaml.Node, req *gpu.Requirements) {
 		field, msg, _ := strings.Cut(err.Error(), ": ")
 		p.addf(at, field, "%s", msg)
 	}
-	for _, c := range fitness.Checks() {
-		if err := fitness.ValidateOne(req.GPU, c); err != nil {
+	for _, c := range FitnessChecks() {
+		if err := req.GPU.ValidatePolicy(c); err != nil {
 			at := nodeAt(nodeAt(n, "gpu"), c)
 			if at == nil {
 				at = nodeAt(n, "gpu")
@@ -493,7 +490,7 @@ func splitCommands(n *yaml.Node) (rest, commands *yaml.Node) {
 }
 
 // parseCommands reads requires.commands: command names mapped to {version: RANGE} or {}.
-func (p *parser) parseCommands(n *yaml.Node) hostcmd.Requirements {
+func (p *parser) parseCommands(n *yaml.Node) CommandRequirements {
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
 		return nil
 	}
@@ -501,11 +498,11 @@ func (p *parser) parseCommands(n *yaml.Node) hostcmd.Requirements {
 		p.addf(n, "requires.commands", "requires.commands must be a mapping of command names to {version: RANGE}, not %s", kindName(n))
 		return nil
 	}
-	out := hostcmd.Requirements{}
+	out := CommandRequirements{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
 		path := "requires.commands." + k.Value
-		if !hostcmd.ValidName(k.Value) {
+		if !ValidCommandName(k.Value) {
 			p.addf(k, path, "%q is not a command name (a name on the PATH, without a folder)", k.Value)
 			continue
 		}
@@ -513,16 +510,16 @@ func (p *parser) parseCommands(n *yaml.Node) hostcmd.Requirements {
 			p.addf(k, path, "duplicate command %q", k.Value)
 			continue
 		}
-		var req hostcmd.Requirement
+		var req CommandRequirement
 		if !p.decodeStrict(v, path, &req) {
 			continue
 		}
 		if req.Version != "" {
 			if _, err := versions.ParseRange(req.Version); err != nil {
 				p.addf(nodeAt(v, "version"), path+".version", "%v", err)
-			} else if !hostcmd.Known(k.Value) {
+			} else if !slices.Contains(VersionedCommands, k.Value) {
 				p.addf(nodeAt(v, "version"), path+".version", "sglprov cannot read the version of %s (it reads %s): drop the version range, or check it in a command step",
-					k.Value, strings.Join(hostcmd.KnownNames(), ", "))
+					k.Value, strings.Join(VersionedCommands, ", "))
 			}
 		}
 		out[k.Value] = req

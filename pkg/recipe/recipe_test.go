@@ -233,3 +233,15 @@ steps:
 		}
 	}
 }
+
+func TestValidatePolicies(t *testing.T) {
+	if err := (recipe.GPURequirements{ECC: "off"}).ValidatePolicies(); err == nil || err.Error() != `requires.gpu.ecc: "off" is not one of refuse, warn, ignore` {
+		t.Errorf("ValidatePolicies = %v", err)
+	}
+	if err := (recipe.GPURequirements{MIG: recipe.PolicyAllow, P2P: recipe.PolicyRefuse}).ValidatePolicies(); err != nil {
+		t.Errorf("ValidatePolicies = %v", err)
+	}
+	if got := (recipe.GPURequirements{}).Policy("p2p"); got != recipe.PolicyIgnore {
+		t.Errorf("default p2p policy = %q, want ignore", got)
+	}
+}

@@ -6,9 +6,6 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
-
-	"github.com/sglprov/sglprov/pkg/gpu"
-	"github.com/sglprov/sglprov/pkg/hostcmd"
 )
 
 // File is the top level of a recipe file, as written. The parser accepts exactly these
@@ -48,10 +45,10 @@ type File struct {
 // RequiresSection is the requires section as written: what the GPUs, the driver and CUDA
 // must be, and the commands the host must already have.
 type RequiresSection struct {
-	gpu.Requirements `yaml:",inline"`
+	Requirements `yaml:",inline"`
 	// Commands are the commands the host must have before any step runs, each with an
 	// optional version range.
-	Commands hostcmd.Requirements `yaml:"commands"`
+	Commands CommandRequirements `yaml:"commands"`
 }
 
 // topLevelFields returns the names of File's fields, in their order.

@@ -149,6 +149,17 @@ func RedactURL(u string) string {
 	return p.String()
 }
 
+// DetailKey is the key under which a smoke step puts the gate's *Result in its report
+// details; ResultOf reads it back.
+const DetailKey = "smoke"
+
+// ResultOf returns the gate's result from a step's report details (those of a smoke step
+// that ran in this process); ok is false when they hold none.
+func ResultOf(details map[string]any) (res *Result, ok bool) {
+	res, ok = details[DetailKey].(*Result)
+	return res, ok && res != nil
+}
+
 // Result is the verdict of one run of the gate.
 type Result struct {
 	// URL is the server's URL without user information.

@@ -576,3 +576,17 @@ func TestOwnServer(t *testing.T) {
 		})
 	}
 }
+
+// TestResultOf: the gate's result is read back from a step's details under its own key,
+// and details without one give none.
+func TestResultOf(t *testing.T) {
+	res := &Result{Ready: true}
+	if got, ok := ResultOf(map[string]any{DetailKey: res}); !ok || got != res {
+		t.Errorf("ResultOf = %v, %v", got, ok)
+	}
+	for _, d := range []map[string]any{nil, {DetailKey: "text"}, {DetailKey: (*Result)(nil)}} {
+		if got, ok := ResultOf(d); ok {
+			t.Errorf("ResultOf(%v) = %v, true", d, got)
+		}
+	}
+}

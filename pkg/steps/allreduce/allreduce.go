@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/safefile"
 	"github.com/sglprov/sglprov/pkg/steps/stepexec"
 )
@@ -48,16 +49,16 @@ type Spec struct {
 func Kind() engine.Kind {
 	k := engine.KindOf(func(name string, s Spec) (*Step, error) {
 		if s.Python == "" {
-			return nil, fmt.Errorf("allreduce: python must name the service's interpreter: %w", engine.ErrUsage)
+			return nil, fmt.Errorf("allreduce: python must name the service's interpreter: %w", exitcode.ErrUsage)
 		}
 		if s.GPUs < 0 || s.SizeMB < 0 || s.Iters < 0 || s.MinBusBWGBps < 0 {
-			return nil, fmt.Errorf("allreduce: gpus, size_mb, iters and min_busbw_gbps must not be negative: %w", engine.ErrUsage)
+			return nil, fmt.Errorf("allreduce: gpus, size_mb, iters and min_busbw_gbps must not be negative: %w", exitcode.ErrUsage)
 		}
 		timeout := 5 * time.Minute
 		if s.Timeout != "" {
 			d, err := time.ParseDuration(s.Timeout)
 			if err != nil || d <= 0 {
-				return nil, fmt.Errorf("allreduce: timeout %q is not a positive duration (5m, 90s): %w", s.Timeout, engine.ErrUsage)
+				return nil, fmt.Errorf("allreduce: timeout %q is not a positive duration (5m, 90s): %w", s.Timeout, exitcode.ErrUsage)
 			}
 			timeout = d
 		}
@@ -163,7 +164,7 @@ func (s *Step) Describe(env *engine.Env) []string {
 func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	n := s.gpus(env)
 	if n < 1 {
-		return fmt.Errorf("all-reduce check: no GPU to run on: %w", engine.ErrHost)
+		return fmt.Errorf("all-reduce check: no GPU to run on: %w", exitcode.ErrHost)
 	}
 	dir, err := os.MkdirTemp(env.StateDir, ".allreduce-")
 	if err != nil {
@@ -222,15 +223,15 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 func (s *Step) judge(r Result, want int) error {
 	if r.Ranks != want {
 		return fmt.Errorf("the all-reduce check reported %d ranks, not the %d GPUs it was to run on: it measured other GPUs than the service's (check CUDA_VISIBLE_DEVICES in its env and that every GPU is visible to torch): %w",
-			r.Ranks, want, engine.ErrHost)
+			r.Ranks, want, exitcode.ErrHost)
 	}
 	if !r.Correct {
-		return fmt.Errorf("all-reduce over %d GPUs gave wrong sums: a GPU or its link corrupts data (run nccl-tests' all_reduce_perf -c 1 to confirm): %w", r.Ranks, engine.ErrHost)
+		return fmt.Errorf("all-reduce over %d GPUs gave wrong sums: a GPU or its link corrupts data (run nccl-tests' all_reduce_perf -c 1 to confirm): %w", r.Ranks, exitcode.ErrHost)
 	}
 	if s.spec.MinBusBWGBps > 0 && r.Ranks > 1 && r.BusBWGBps < s.spec.MinBusBWGBps {
 		return fmt.Errorf("all-reduce bus bandwidth over %d GPUs is %s GB/s (%d MiB, NCCL %s); this recipe needs at least %s GB/s "+
 			"(min_busbw_gbps): check detect's topology and P2P, the PCIe links and NCCL_P2P settings: %w",
-			r.Ranks, fmtGB(r.BusBWGBps), r.Bytes>>20, r.NCCL, fmtGB(s.spec.MinBusBWGBps), engine.ErrHost)
+			r.Ranks, fmtGB(r.BusBWGBps), r.Bytes>>20, r.NCCL, fmtGB(s.spec.MinBusBWGBps), exitcode.ErrHost)
 	}
 	return nil
 }

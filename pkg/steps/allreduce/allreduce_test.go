@@ -125,7 +125,7 @@ func TestTimeout(t *testing.T) {
 
 func TestBadSpec(t *testing.T) {
 	for _, spec := range []Spec{{}, {Python: "p", Timeout: "soon"}, {Python: "p", GPUs: -1}} {
-		if _, err := Kind().New("x", &spec); !errors.Is(err, engine.ErrUsage) {
+		if _, err := Kind().New("x", &spec); !errors.Is(err, exitcode.ErrUsage) {
 			t.Errorf("%+v: %v, want a usage error", spec, err)
 		}
 	}

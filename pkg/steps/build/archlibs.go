@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/fatbin"
 )
 
@@ -44,7 +45,7 @@ func (s *Step) checkArchLibs(env *engine.Env) error {
 		}
 		matches, err := libMatches(env.Path(pattern), strings.HasSuffix(g, "/"))
 		if err != nil {
-			return fmt.Errorf("%w: arch_libs %q: %w", engine.ErrUsage, g, err)
+			return fmt.Errorf("%w: arch_libs %q: %w", exitcode.ErrUsage, g, err)
 		}
 		sort.Strings(matches)
 		var libs []string
@@ -52,7 +53,7 @@ func (s *Step) checkArchLibs(env *engine.Env) error {
 		for _, lib := range matches {
 			entries, err := fatbin.ReadFile(lib)
 			if err != nil {
-				return fmt.Errorf("%w: checking the architectures of %s: %w", engine.ErrHost, lib, err)
+				return fmt.Errorf("%w: checking the architectures of %s: %w", exitcode.ErrHost, lib, err)
 			}
 			if len(entries) == 0 {
 				continue
@@ -82,7 +83,7 @@ func (s *Step) checkArchLibs(env *engine.Env) error {
 	env.Detail("arch_libs", checked)
 	if len(problems) > 0 {
 		return fmt.Errorf("%w: step %s: the installed kernels do not run on this host's GPUs: %s; build them for this host (TORCH_CUDA_ARCH_LIST from its GPUs, the step's default) or install a wheel built for it",
-			engine.ErrHost, s.name, strings.Join(problems, "; "))
+			exitcode.ErrHost, s.name, strings.Join(problems, "; "))
 	}
 	return nil
 }

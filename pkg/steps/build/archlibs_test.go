@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/exitcode"
 )
 
@@ -45,7 +44,7 @@ func TestArchLibsRefuseAnotherArch(t *testing.T) {
 			}
 			continue
 		}
-		if err == nil || !errors.Is(err, engine.ErrHost) || exitcode.Of(err) != exitcode.ExitHost {
+		if err == nil || !errors.Is(err, exitcode.ErrHost) || exitcode.Of(err) != exitcode.ExitHost {
 			t.Fatalf("%s on %s: %v (exit %d)", tc.lib, tc.cc, err, exitcode.Of(err))
 		}
 		for _, w := range []string{tc.want, filepath.Join(src, "site/kernel/common_ops.so"), "TORCH_CUDA_ARCH_LIST"} {

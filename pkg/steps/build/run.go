@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/steps/stepexec"
 )
 
@@ -30,7 +31,7 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	vars := s.buildEnv(env, jobs, false)
 	if vars[envArchList] == "" {
 		return fmt.Errorf("%w: no GPU found on this host (%s), so there is no arch list to build for: set TORCH_CUDA_ARCH_LIST in the step's env (e.g. \"12.0a\"), or describe the target host with SGLPROV_GPU_FIXTURE=FILE",
-			engine.ErrHost, noArchWhy(env))
+			exitcode.ErrHost, noArchWhy(env))
 	}
 	if _, err := stepexec.LookPath(s.ccache, dir, environ(vars)); err == nil {
 		vars = s.buildEnv(env, jobs, true)

@@ -16,7 +16,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/steps/stepexec"
 )
@@ -100,7 +100,7 @@ func TestNewRejects(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := New("k", &tc.spec)
-			if err == nil || !errors.Is(err, engine.ErrUsage) || !strings.Contains(err.Error(), tc.want) {
+			if err == nil || !errors.Is(err, exitcode.ErrUsage) || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("New error = %v, want ErrUsage mentioning %q", err, tc.want)
 			}
 		})
@@ -432,7 +432,7 @@ func TestRunWithoutArchListFails(t *testing.T) {
 			}
 			s := newStep(t, Spec{Dir: src, Argv: []string{"./build.sh"}})
 			err := s.Run(context.Background(), env)
-			if engine.ExitCode(err) != engine.ExitHost || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "set TORCH_CUDA_ARCH_LIST in the step's env") {
+			if exitcode.Of(err) != exitcode.ExitHost || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "set TORCH_CUDA_ARCH_LIST in the step's env") {
 				t.Fatalf("Run = %v, want exit 4 naming the fix", err)
 			}
 			if _, err := os.Stat(filepath.Join(src, "ran")); err == nil {

@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 )
 
 // DefaultMemPerJobGiB is the memory budget of one parallel compile job when the recipe sets
@@ -112,10 +113,10 @@ type Step struct {
 	cache probeCache
 }
 
-// New validates spec and returns the step. Problems are wrapped with engine.ErrUsage.
+// New validates spec and returns the step. Problems are wrapped with exitcode.ErrUsage.
 func New(name string, spec *Spec) (*Step, error) {
 	if spec == nil {
-		return nil, fmt.Errorf("build: no spec: %w", engine.ErrUsage)
+		return nil, fmt.Errorf("build: no spec: %w", exitcode.ErrUsage)
 	}
 	s := *spec
 	var problems []string
@@ -154,7 +155,7 @@ func New(name string, spec *Spec) (*Step, error) {
 		problems = append(problems, "jobs is negative")
 	}
 	if len(problems) > 0 {
-		return nil, fmt.Errorf("build: %s: %w", strings.Join(problems, "; "), engine.ErrUsage)
+		return nil, fmt.Errorf("build: %s: %w", strings.Join(problems, "; "), exitcode.ErrUsage)
 	}
 	return &Step{
 		name:         name,

@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/pylock"
 	"github.com/sglprov/sglprov/pkg/steps/stepexec"
 )
@@ -37,7 +38,7 @@ type Spec struct {
 func Kind() engine.Kind {
 	return engine.KindOf(func(name string, s Spec) (*Step, error) {
 		if len(s.Argv) == 0 || s.Argv[0] == "" {
-			return nil, fmt.Errorf("command: argv must name a program: %w", engine.ErrUsage)
+			return nil, fmt.Errorf("command: argv must name a program: %w", exitcode.ErrUsage)
 		}
 		return &Step{spec: s}, nil
 	})

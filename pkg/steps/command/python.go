@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/fetch"
 	"github.com/sglprov/sglprov/pkg/pylock"
 	"github.com/sglprov/sglprov/pkg/steps/stepexec"
@@ -255,7 +256,7 @@ func modTime(p string) time.Time {
 func readLock(env *engine.Env) (*pylock.Lock, error) {
 	l, err := pylock.Read(env.PythonLock)
 	if err != nil {
-		return nil, fmt.Errorf("python.lock: %w (write it with `sglprov lock -f RECIPE` on a node whose Python steps ran against the index, or drop python.lock from the recipe): %w", err, engine.ErrUsage)
+		return nil, fmt.Errorf("python.lock: %w (write it with `sglprov lock -f RECIPE` on a node whose Python steps ran against the index, or drop python.lock from the recipe): %w", err, exitcode.ErrUsage)
 	}
 	return l, nil
 }

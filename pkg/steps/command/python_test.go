@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 )
 
 // TestLockedStepRefusesABadLock: a Python step of a recipe whose python.lock is missing or
@@ -26,10 +27,10 @@ func TestLockedStepRefusesABadLock(t *testing.T) {
 			os.WriteFile(env.PythonLock, []byte(content), 0o644)
 		}
 		err := pip.(engine.Checker).Check(env)
-		if !errors.Is(err, engine.ErrUsage) || !strings.Contains(err.Error(), "sglprov lock -f RECIPE") {
+		if !errors.Is(err, exitcode.ErrUsage) || !strings.Contains(err.Error(), "sglprov lock -f RECIPE") {
 			t.Errorf("%s lock, Check: %v; want a usage error with the fix", name, err)
 		}
-		if _, err := pip.Fingerprint(context.Background(), env); !errors.Is(err, engine.ErrUsage) {
+		if _, err := pip.Fingerprint(context.Background(), env); !errors.Is(err, exitcode.ErrUsage) {
 			t.Errorf("%s lock, Fingerprint: %v; want a usage error", name, err)
 		}
 		if err := other.(engine.Checker).Check(env); err != nil {

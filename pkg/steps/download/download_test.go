@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/safetensors"
 	"github.com/sglprov/sglprov/test/fakehub"
 )
@@ -527,7 +528,7 @@ func TestSpecChecks(t *testing.T) {
 				}
 				return
 			}
-			if err == nil || !strings.Contains(err.Error(), tt.wantErr) || !errors.Is(err, engine.ErrUsage) {
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) || !errors.Is(err, exitcode.ErrUsage) {
 				t.Errorf("err = %v, want a usage error containing %q", err, tt.wantErr)
 			}
 		})
@@ -575,8 +576,8 @@ func TestHubOffline(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = fx.step(t, spec, offline).Run(ctx, fx.env)
-	if engine.ExitCode(err) != engine.ExitHost || !strings.Contains(err.Error(), shard) || !strings.Contains(err.Error(), "unset HF_HUB_OFFLINE") {
-		t.Errorf("offline run with a file missing = %v (exit %d), want exit 4 naming it", err, engine.ExitCode(err))
+	if exitcode.Of(err) != exitcode.ExitHost || !strings.Contains(err.Error(), shard) || !strings.Contains(err.Error(), "unset HF_HUB_OFFLINE") {
+		t.Errorf("offline run with a file missing = %v (exit %d), want exit 4 naming it", err, exitcode.Of(err))
 	}
 	if n := fx.hub.APIRequests() + fx.hub.FileRequests(); n != 0 {
 		t.Errorf("the hub was asked %d times while HF_HUB_OFFLINE was set", n)

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/fetch"
 	"github.com/sglprov/sglprov/test/fakehub"
 )
@@ -42,8 +42,8 @@ func TestFilesEntryWithoutAnEnd(t *testing.T) {
 		if !errors.As(err, &tl) || !strings.Contains(err.Error(), "more than the 9 bytes") {
 			t.Fatalf("run %d: Run = %v, want the file refused at its 10th byte", run, err)
 		}
-		if code := engine.ExitCode(err); code != engine.ExitFailed {
-			t.Errorf("run %d: exit code %d, want %d", run, code, engine.ExitFailed)
+		if code := exitcode.Of(err); code != exitcode.ExitFailed {
+			t.Errorf("run %d: exit code %d, want %d", run, code, exitcode.ExitFailed)
 		}
 		if d := time.Since(start); d > 20*time.Second {
 			t.Errorf("run %d took %s", run, d)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sglprov/sglprov/pkg/cache"
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/fetch"
 	"github.com/sglprov/sglprov/pkg/hub"
 )
@@ -56,7 +57,7 @@ func (s *Step) listOffline(env *engine.Env, rec *record) ([]fetch.File, error) {
 	old, ok := s.loadRecord(env)
 	rev := s.revision()
 	if !ok || old.Repo != s.spec.HF.Repo || old.Revision != rev || old.Commit == "" || len(old.Expected) == 0 {
-		return nil, fmt.Errorf("%w: HF_HUB_OFFLINE is set and no earlier run recorded the files of %s at %q: unset HF_HUB_OFFLINE for one run with the hub in reach", engine.ErrHost, s.spec.HF.Repo, rev)
+		return nil, fmt.Errorf("%w: HF_HUB_OFFLINE is set and no earlier run recorded the files of %s at %q: unset HF_HUB_OFFLINE for one run with the hub in reach", exitcode.ErrHost, s.spec.HF.Repo, rev)
 	}
 	var missing []string
 	for _, p := range old.Expected {
@@ -68,7 +69,7 @@ func (s *Step) listOffline(env *engine.Env, rec *record) ([]fetch.File, error) {
 		files = append(files, fetch.File{Path: p, Size: fr.Size, SHA256: fr.SHA256, GitSHA1: fr.GitSHA1})
 	}
 	if len(missing) > 0 {
-		return nil, fmt.Errorf("%w: HF_HUB_OFFLINE is set and %d files of %s were never downloaded (%s): unset HF_HUB_OFFLINE to fetch them", engine.ErrHost, len(missing), s.spec.HF.Repo, strings.Join(missing, ", "))
+		return nil, fmt.Errorf("%w: HF_HUB_OFFLINE is set and %d files of %s were never downloaded (%s): unset HF_HUB_OFFLINE to fetch them", exitcode.ErrHost, len(missing), s.spec.HF.Repo, strings.Join(missing, ", "))
 	}
 	env.Log.Info("HF_HUB_OFFLINE: the recorded listing, no hub request", "commit", old.Commit, "files", len(files))
 	env.Detail("commit", old.Commit)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sglprov/sglprov/internal/foreign"
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/fetch"
 	"github.com/sglprov/sglprov/test/fakehub"
 )
@@ -110,7 +111,7 @@ func TestOwnsNothingAfterAFailureBeforeWriting(t *testing.T) {
 func TestDestSystemFolderRefused(t *testing.T) {
 	for _, dest := range []string{"/", "/etc", "/home", "/usr", "/var", "/opt", "/root", "/boot", "/etc/"} {
 		spec := Spec{Dest: dest, Files: []FileSpec{{URL: "https://mirror.example/x.safetensors", SHA256: strings.Repeat("a", 64)}}}
-		if _, err := New(spec); err == nil || !strings.Contains(err.Error(), "system folder") || engine.ExitCode(err) != 2 {
+		if _, err := New(spec); err == nil || !strings.Contains(err.Error(), "system folder") || exitcode.Of(err) != 2 {
 			t.Errorf("dest %s: %v, want exit 2 naming a system folder", dest, err)
 		}
 	}
@@ -129,7 +130,7 @@ func TestDestSystemFolderRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := st.Run(context.Background(), env); err == nil || engine.ExitCode(err) != 2 || !strings.Contains(err.Error(), "system folder") {
+	if err := st.Run(context.Background(), env); err == nil || exitcode.Of(err) != 2 || !strings.Contains(err.Error(), "system folder") {
 		t.Errorf("a relative dest that is the root's etc: %v, want exit 2", err)
 	}
 }

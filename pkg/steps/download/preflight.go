@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/fetch"
 	"github.com/sglprov/sglprov/pkg/hub"
 	"github.com/sglprov/sglprov/pkg/ownership"
@@ -21,10 +22,10 @@ const preflightTimeout = 30 * time.Second
 // files); when the hub cannot be reached now they are "unknown", which is not the recipe's
 // fault and no error. Three answers are errors that make plan exit 4 rather than promise a
 // download that cannot happen: the hub says the revision does not exist (RevisionNotFound;
-// a commit too, which the fingerprint takes on trust; engine.ErrMissing), the hub refuses
+// a commit too, which the fingerprint takes on trust; exitcode.ErrMissing), the hub refuses
 // the files to this host (a gated or private repository without a token that has access:
-// the API answers, resolve refuses; engine.ErrHost, with the cause and the fix), or the
-// bytes still to fetch do not fit (engine.ErrHost). apply refuses the latter too, before the first byte.
+// the API answers, resolve refuses; exitcode.ErrHost, with the cause and the fix), or the
+// bytes still to fetch do not fit (exitcode.ErrHost). apply refuses the latter too, before the first byte.
 // With the fleet cache in slot it takes the listing, as apply does, from the artifact tagged
 // slot.Tag when the cache has one that fits the step (the same checks), and asks the hub
 // otherwise, so that a node whose hub is out of reach still says what is left to fetch.
@@ -47,7 +48,7 @@ func (s *Step) Preflight(ctx context.Context, env *engine.Env, slot engine.Cache
 	where := fmt.Sprintf("free at %s: %s", s.spec.Dest, freeText)
 
 	files, total, commit, err := s.listForPlan(ctx, env, slot)
-	if errors.Is(err, engine.ErrMissing) || errors.Is(err, engine.ErrHost) {
+	if errors.Is(err, exitcode.ErrMissing) || errors.Is(err, exitcode.ErrHost) {
 		return []string{"to fetch: unknown; " + where}, nil, err
 	}
 	if err != nil {
@@ -71,7 +72,7 @@ func (s *Step) Preflight(ctx context.Context, env *engine.Env, slot engine.Cache
 	}
 	if need > free {
 		return []string{line}, dn, fmt.Errorf("%w: not enough free space at %s: %s to fetch, %s free",
-			engine.ErrHost, s.spec.Dest, fetch.FormatBytes(int64(need)), fetch.FormatBytes(int64(free)))
+			exitcode.ErrHost, s.spec.Dest, fetch.FormatBytes(int64(need)), fetch.FormatBytes(int64(free)))
 	}
 	return []string{line}, dn, nil
 }
@@ -79,9 +80,9 @@ func (s *Step) Preflight(ctx context.Context, env *engine.Env, slot engine.Cache
 // listForPlan returns the files the step would fetch and their total size, from the fleet
 // cache's listing (slot, as apply takes it), the hub's listing at the revision (one resolve,
 // one listing and a HEAD of the first file's resolve URL, no retries) or the recipe's
-// files. A revision the hub says does not exist is an error marked engine.ErrMissing, a
+// files. A revision the hub says does not exist is an error marked exitcode.ErrMissing, a
 // file the hub refuses to this host (gated, private, a token without access: 401, 403)
-// one marked engine.ErrHost (exit 4 both).
+// one marked exitcode.ErrHost (exit 4 both).
 func (s *Step) listForPlan(ctx context.Context, env *engine.Env, slot engine.CacheSlot) (files []fetch.File, total int64, commit string, err error) {
 	if s.spec.HF == nil {
 		for _, f := range s.spec.Files {
@@ -126,7 +127,7 @@ func (s *Step) listForPlan(ctx context.Context, env *engine.Env, slot engine.Cac
 	commit, err = c.ResolveRevision(ctx, s.spec.HF.Repo, rev)
 	var api *hub.APIError
 	if errors.As(err, &api) && api.Code == "RevisionNotFound" {
-		return nil, 0, "", fmt.Errorf("%w: the hub has no revision %q of %s: %w", engine.ErrMissing, rev, s.spec.HF.Repo, err)
+		return nil, 0, "", fmt.Errorf("%w: the hub has no revision %q of %s: %w", exitcode.ErrMissing, rev, s.spec.HF.Repo, err)
 	}
 	if err != nil {
 		return nil, 0, "", fmt.Errorf("hub not reachable: %w", err)
@@ -145,7 +146,7 @@ func (s *Step) listForPlan(ctx context.Context, env *engine.Env, slot engine.Cac
 	if len(listed) > 0 {
 		perr := c.Probe(ctx, s.spec.HF.Repo, commit, listed[0].URL)
 		if errors.As(perr, &api) && hub.Refused(api.Status, api.Code) {
-			return nil, 0, "", fmt.Errorf("%w: the hub refuses the files of %s to this host: %w", engine.ErrHost, s.spec.HF.Repo, perr)
+			return nil, 0, "", fmt.Errorf("%w: the hub refuses the files of %s to this host: %w", exitcode.ErrHost, s.spec.HF.Repo, perr)
 		}
 		if perr != nil {
 			return nil, 0, "", fmt.Errorf("hub not reachable: %w", perr)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sglprov/sglprov/pkg/cache"
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/fetch"
 	"github.com/sglprov/sglprov/pkg/recipe"
 	"github.com/sglprov/sglprov/test/fakehub"
@@ -43,12 +44,12 @@ func TestPreflightPlanText(t *testing.T) {
 	// Too little space: a problem marked for exit 4, with the line still there.
 	st.freeSpace = func(string) (uint64, error) { return 1000, nil }
 	lines, _, err = st.Preflight(ctx, fx.env, engine.CacheSlot{})
-	if !errors.Is(err, engine.ErrHost) || !strings.Contains(err.Error(), "not enough free space at "+fx.dest+": ") || !strings.Contains(err.Error(), ", 1000 B free") || len(lines) != 1 {
+	if !errors.Is(err, exitcode.ErrHost) || !strings.Contains(err.Error(), "not enough free space at "+fx.dest+": ") || !strings.Contains(err.Error(), ", 1000 B free") || len(lines) != 1 {
 		t.Errorf("small disk: %q, %v", lines, err)
 	}
 	// apply refuses it too, before the first byte, with the same exit code.
-	if err := st.Run(ctx, fx.env); engine.ExitCode(err) != engine.ExitHost || !strings.Contains(err.Error(), "not enough free space") {
-		t.Errorf("Run on a small disk = %v (exit %d), want exit 4", err, engine.ExitCode(err))
+	if err := st.Run(ctx, fx.env); exitcode.Of(err) != exitcode.ExitHost || !strings.Contains(err.Error(), "not enough free space") {
+		t.Errorf("Run on a small disk = %v (exit %d), want exit 4", err, exitcode.Of(err))
 	}
 	st.freeSpace = func(string) (uint64, error) { return 1 << 40, nil }
 
@@ -219,8 +220,8 @@ steps:
 		}
 		want := "steps weights-a, weights-b: host does not meet the recipe's requirements: not enough free space on the file system of " +
 			filepath.Join(dir, "models", "a") + ", " + filepath.Join(dir, "models", "b") + " for all of them: 1.1 KiB to fetch together, 1000 B free"
-		if engine.ExitCode(err) != engine.ExitHost || err.Error() != want {
-			t.Errorf("free %d: Plan = %v (exit %d), want %q (exit 4)", tc.free, err, engine.ExitCode(err), want)
+		if exitcode.Of(err) != exitcode.ExitHost || err.Error() != want {
+			t.Errorf("free %d: Plan = %v (exit %d), want %q (exit 4)", tc.free, err, exitcode.Of(err), want)
 		}
 		for _, s := range p.Steps {
 			if s.Error != "" || len(s.Details) != 1 || !strings.HasPrefix(s.Details[0], "to fetch: ") || !strings.HasSuffix(s.Details[0], ": 1000 B") {
@@ -248,8 +249,8 @@ func TestPreflightGatedRepo(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			lines, _, err := fx.step(t, fx.hfSpec("main"), tc.env).Preflight(ctx, fx.env, engine.CacheSlot{})
-			if engine.ExitCode(err) != engine.ExitHost {
-				t.Fatalf("Preflight = %q, %v (exit %d), want exit 4", lines, err, engine.ExitCode(err))
+			if exitcode.Of(err) != exitcode.ExitHost {
+				t.Fatalf("Preflight = %q, %v (exit %d), want exit 4", lines, err, exitcode.Of(err))
 			}
 			for _, w := range tc.want {
 				if !strings.Contains(err.Error(), w) {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/fetch"
 	"github.com/sglprov/sglprov/pkg/hub"
 	"github.com/sglprov/sglprov/pkg/ownership"
@@ -92,7 +93,7 @@ var sha256RE = regexp.MustCompile(`^[0-9a-f]{64}$`)
 func New(spec Spec) (*Step, error) {
 	spec.Files = append([]FileSpec(nil), spec.Files...)
 	if err := spec.check(); err != nil {
-		return nil, fmt.Errorf("download: %w: %w", engine.ErrUsage, err)
+		return nil, fmt.Errorf("download: %w: %w", exitcode.ErrUsage, err)
 	}
 	st := &Step{spec: spec, getenv: os.Getenv}
 	if spec.StallTimeout != "" {

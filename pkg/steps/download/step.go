@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/fetch"
 	"github.com/sglprov/sglprov/pkg/hub"
 	"github.com/sglprov/sglprov/pkg/logval"
@@ -249,8 +250,8 @@ func (s *Step) RunCached(ctx context.Context, env *engine.Env, slot engine.Cache
 // as a host that falls short (exit 4, as plan says it).
 func runError(err error) error {
 	var space *fetch.SpaceError
-	if errors.As(err, &space) && !errors.Is(err, engine.ErrHost) {
-		err = fmt.Errorf("%w: %w", engine.ErrHost, err)
+	if errors.As(err, &space) && !errors.Is(err, exitcode.ErrHost) {
+		err = fmt.Errorf("%w: %w", exitcode.ErrHost, err)
 	}
 	return redact.Error(err)
 }

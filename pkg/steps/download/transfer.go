@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/fetch"
 	"github.com/sglprov/sglprov/pkg/hub"
 	"github.com/sglprov/sglprov/pkg/logval"
@@ -29,7 +30,7 @@ func (s *Step) download(ctx context.Context, env *engine.Env, slot engine.CacheS
 		for _, f := range todo {
 			names = append(names, f.Path)
 		}
-		return nil, 0, 0, fmt.Errorf("%w: HF_HUB_OFFLINE is set and %d files at %s are missing or changed (%s): unset HF_HUB_OFFLINE to fetch them again", engine.ErrHost, len(todo), s.spec.Dest, strings.Join(names, ", "))
+		return nil, 0, 0, fmt.Errorf("%w: HF_HUB_OFFLINE is set and %d files at %s are missing or changed (%s): unset HF_HUB_OFFLINE to fetch them again", exitcode.ErrHost, len(todo), s.spec.Dest, strings.Join(names, ", "))
 	}
 	if slot.Cache != nil && len(todo) > 0 {
 		var regFetched []fetch.Result

@@ -15,8 +15,10 @@ import (
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/hostcmd"
 	"github.com/sglprov/sglprov/pkg/pkgmgr"
+	"github.com/sglprov/sglprov/pkg/recipe"
 	"github.com/sglprov/sglprov/pkg/steps/stepexec"
 )
 
@@ -60,7 +62,7 @@ func New(name string, spec Spec) (*Step, error) {
 		}
 	}
 	for _, c := range spec.Provides {
-		if !hostcmd.ValidName(c) {
+		if !recipe.ValidCommandName(c) {
 			problems = append(problems, fmt.Sprintf("provides: %q is not a command name", c))
 		}
 	}
@@ -73,7 +75,7 @@ func New(name string, spec Spec) (*Step, error) {
 		timeout = d
 	}
 	if len(problems) > 0 {
-		return nil, fmt.Errorf("packages: %s: %w", strings.Join(problems, "; "), engine.ErrUsage)
+		return nil, fmt.Errorf("packages: %s: %w", strings.Join(problems, "; "), exitcode.ErrUsage)
 	}
 	return &Step{spec: spec, lockTimeout: timeout}, nil
 }
@@ -86,7 +88,7 @@ type Step struct {
 	manager func(env *engine.Env) pkgmgr.Manager
 	// required and look are set by CheckCommands: what the recipe asks of the commands and
 	// how to find them.
-	required hostcmd.Requirements
+	required recipe.CommandRequirements
 	look     hostcmd.Looker
 }
 
@@ -95,7 +97,7 @@ type Step struct {
 // are excused; after it installs its packages, Run checks them: a command the packages put
 // on the PATH in a version out of range fails the step as a host problem (exit 4), instead
 // of the build that needs it failing an hour later.
-func (s *Step) CheckCommands(required hostcmd.Requirements, look hostcmd.Looker) {
+func (s *Step) CheckCommands(required recipe.CommandRequirements, look hostcmd.Looker) {
 	s.required, s.look = required, look
 }
 
@@ -208,7 +210,7 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	env.Detail("installed", missing)
 	if s.look != nil && len(s.required) > 0 {
 		if problems := hostcmd.CheckInstalled(ctx, s.required, s.commandsOf(missing), s.look); len(problems) > 0 {
-			return fmt.Errorf("checking the commands the packages installed: %w:\n  %s", engine.ErrHost, strings.Join(problems, "\n  "))
+			return fmt.Errorf("checking the commands the packages installed: %w:\n  %s", exitcode.ErrHost, strings.Join(problems, "\n  "))
 		}
 	}
 	return nil

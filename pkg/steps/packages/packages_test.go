@@ -12,8 +12,10 @@ import (
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/hostcmd"
 	"github.com/sglprov/sglprov/pkg/pkgmgr"
+	"github.com/sglprov/sglprov/pkg/recipe"
 )
 
 // fakeManager holds a set of installed packages; Install adds to it.
@@ -127,7 +129,7 @@ func TestNewRejects(t *testing.T) {
 		{Spec{Apt: []string{"git=1:2.39.5-"}}, `"git=1:2.39.5-" ends with "-", which tells apt-get to remove the package`},
 	} {
 		_, err := New("p", tc.spec)
-		if !errors.Is(err, engine.ErrUsage) || !strings.Contains(err.Error(), tc.want) {
+		if !errors.Is(err, exitcode.ErrUsage) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("New(%+v) = %v, want %q", tc.spec, err, tc.want)
 		}
 	}
@@ -181,7 +183,7 @@ func installCmake(t *testing.T, bin, version string) func([]string) {
 // command, the version installed, the range and a newer package source; a cmake in range
 // passes.
 func TestRunChecksTheVersionItInstalled(t *testing.T) {
-	reqs := hostcmd.Requirements{"cmake": {Version: ">=3.26"}, "git": {}, "nvcc": {Version: ">=12.8"}}
+	reqs := recipe.CommandRequirements{"cmake": {Version: ">=3.26"}, "git": {}, "nvcc": {Version: ">=12.8"}}
 	for _, tc := range []struct {
 		version string
 		wantErr bool
@@ -197,7 +199,7 @@ func TestRunChecksTheVersionItInstalled(t *testing.T) {
 			}
 			continue
 		}
-		if !errors.Is(err, engine.ErrHost) || engine.ExitCode(err) != engine.ExitHost {
+		if !errors.Is(err, exitcode.ErrHost) || exitcode.Of(err) != exitcode.ExitHost {
 			t.Fatalf("cmake %s: err = %v, want ErrHost (exit 4)", tc.version, err)
 		}
 		for _, want := range []string{"cmake: the packages installed 3.22.1 at " + filepath.Join(bin, "cmake"), "does not satisfy >=3.26", "add a newer package source", "Kitware's apt repository"} {
@@ -222,9 +224,9 @@ func TestRunChecksTheVersionItInstalled(t *testing.T) {
 func TestRunChecksACommandStillMissing(t *testing.T) {
 	m := &fakeManager{installed: map[string]bool{}}
 	s := newTestStep(t, Spec{Apt: []string{"hello"}, Provides: []string{"hello"}}, m)
-	s.CheckCommands(hostcmd.Requirements{"hello": {}}, hostcmd.PathLooker{Path: t.TempDir()})
+	s.CheckCommands(recipe.CommandRequirements{"hello": {}}, hostcmd.PathLooker{Path: t.TempDir()})
 	err := s.Run(context.Background(), engine.NewTestEnv(t.TempDir(), nil))
-	if !errors.Is(err, engine.ErrHost) || !strings.Contains(err.Error(), "hello: still not found on the PATH after installing its packages") {
+	if !errors.Is(err, exitcode.ErrHost) || !strings.Contains(err.Error(), "hello: still not found on the PATH after installing its packages") {
 		t.Errorf("err = %v", err)
 	}
 }

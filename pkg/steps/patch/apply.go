@@ -12,7 +12,7 @@ import (
 
 	"github.com/bluekeyes/go-gitdiff/gitdiff"
 
-	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 )
 
 // absent is the digest recorded for a file that does not exist.
@@ -322,10 +322,10 @@ func applyFile(t *tree, patch string, f *gitdiff.File, threeWay bool) error {
 
 // checkLinkTarget refuses the target of a symbolic link that the patch makes at rel unless
 // it points inside the tree: a relative target that stays in the tree, through no link
-// that leads out of it. Errors wrap engine.ErrUsage: the patch is bad input.
+// that leads out of it. Errors wrap exitcode.ErrUsage: the patch is bad input.
 func checkLinkTarget(root, rel, target string) error {
 	bad := func(why string) error {
-		return fmt.Errorf("%s: the symbolic link's target %q %s; patches make links only to paths inside the tree: %w", rel, target, why, engine.ErrUsage)
+		return fmt.Errorf("%s: the symbolic link's target %q %s; patches make links only to paths inside the tree: %w", rel, target, why, exitcode.ErrUsage)
 	}
 	if err := lexicalLinkTarget(rel, target); err != nil {
 		return bad(err.Error())

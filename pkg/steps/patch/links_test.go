@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 )
 
 // newLinkPatch is `git diff` of a new symbolic link at name pointing to target.
@@ -73,7 +73,7 @@ func TestPatchSymlinkOutOfTheTreeRefused(t *testing.T) {
 				t.Fatal(err)
 			}
 			err := f.run(t)
-			if !errors.Is(err, engine.ErrUsage) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "sub/link") {
+			if !errors.Is(err, exitcode.ErrUsage) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "sub/link") {
 				t.Fatalf("Run error = %v; want a usage error naming sub/link and %q", err, tc.want)
 			}
 			if _, err := os.Lstat(filepath.Join(f.tree, "sub", "link")); !errors.Is(err, os.ErrNotExist) {
@@ -86,7 +86,7 @@ func TestPatchSymlinkOutOfTheTreeRefused(t *testing.T) {
 	}
 	// What the patch alone shows is refused at validate.
 	f := newFixture(t, nil, [2]string{"0001-link.patch", newLinkPatch("link", "/etc/shadow")})
-	if err := f.step.ReadFiles(f.env); !errors.Is(err, engine.ErrUsage) || !strings.Contains(err.Error(), "is an absolute path") {
+	if err := f.step.ReadFiles(f.env); !errors.Is(err, exitcode.ErrUsage) || !strings.Contains(err.Error(), "is an absolute path") {
 		t.Errorf("ReadFiles error = %v; want a usage error", err)
 	}
 }
@@ -122,7 +122,7 @@ func TestPatchModesClamped(t *testing.T) {
 
 func TestPatchSubmoduleModeRefused(t *testing.T) {
 	f := newFixture(t, nil, [2]string{"1.patch", "diff --git a/sub b/sub\nnew file mode 160000\nindex 0000000..1234567\n--- /dev/null\n+++ b/sub\n@@ -0,0 +1 @@\n+Subproject commit 1234567890123456789012345678901234567890\n"})
-	if err := f.step.ReadFiles(f.env); !errors.Is(err, engine.ErrUsage) || !strings.Contains(err.Error(), "mode 160000 is neither a regular file nor a symbolic link") {
+	if err := f.step.ReadFiles(f.env); !errors.Is(err, exitcode.ErrUsage) || !strings.Contains(err.Error(), "mode 160000 is neither a regular file nor a symbolic link") {
 		t.Errorf("ReadFiles error = %v; want a usage error", err)
 	}
 }

@@ -17,7 +17,7 @@ import (
 const lockName = treelock.LockName
 
 // lockTree creates the stage folder of the tree at root (if needed) and takes its lock
-// (treelock.Acquire): another process's hold is an error that wraps engine.ErrLocked.
+// (treelock.Acquire): another process's hold is an error that wraps exitcode.ErrLocked.
 func lockTree(ctx context.Context, root string) (*treelock.Lock, error) {
 	return treelock.Acquire(ctx, root, stageDir, "writing the patched files of")
 }

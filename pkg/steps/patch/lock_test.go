@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 )
 
 // A run that finds another holding the tree's lock (an apply with another state folder on
@@ -28,11 +29,11 @@ func TestSecondWriterRefusedNamingTheHolder(t *testing.T) {
 	}
 	err = f.run(t)
 	lockPath := filepath.Join(f.tree, stageDir, lockName)
-	if !errors.Is(err, engine.ErrLocked) || !strings.Contains(err.Error(), fmt.Sprintf("another sglprov (pid %d) is writing the patched files of %s", otherPid, f.tree)) || !strings.Contains(err.Error(), lockPath) {
+	if !errors.Is(err, exitcode.ErrLocked) || !strings.Contains(err.Error(), fmt.Sprintf("another sglprov (pid %d) is writing the patched files of %s", otherPid, f.tree)) || !strings.Contains(err.Error(), lockPath) {
 		t.Fatalf("Run while the tree is locked = %v; want exit 5 naming pid %d and %s", err, otherPid, lockPath)
 	}
-	if engine.ExitCode(err) != 5 {
-		t.Errorf("exit code %d, want 5", engine.ExitCode(err))
+	if exitcode.Of(err) != 5 {
+		t.Errorf("exit code %d, want 5", exitcode.Of(err))
 	}
 	if got := f.read(t, "a.txt"); got != baseA {
 		t.Errorf("a.txt = %q while another run holds the tree", got)
@@ -69,7 +70,7 @@ func TestConcurrentWritersLeaveASoundTree(t *testing.T) {
 		}
 		wg.Wait()
 		for _, err := range errs {
-			if err != nil && !errors.Is(err, engine.ErrLocked) {
+			if err != nil && !errors.Is(err, exitcode.ErrLocked) {
 				t.Fatalf("round %d: a concurrent run failed: %v", round, err)
 			}
 		}

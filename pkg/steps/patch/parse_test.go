@@ -10,7 +10,7 @@ import (
 
 	"github.com/bluekeyes/go-gitdiff/gitdiff"
 
-	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 )
 
 // binaryPatch is `git diff --binary` of a new 11-byte file.
@@ -48,13 +48,13 @@ func TestMalformedPatchRefusedAtValidate(t *testing.T) {
 			f := newFixture(t, map[string]string{"a.txt": baseA, "b.txt": baseB}, [2]string{"0001-bad.patch", tc.patch})
 			file := filepath.Join(f.recipe, "patches", "0001-bad.patch")
 			err := f.step.ReadFiles(f.env)
-			if !errors.Is(err, engine.ErrUsage) || !strings.Contains(err.Error(), file) || !strings.Contains(err.Error(), tc.want) {
+			if !errors.Is(err, exitcode.ErrUsage) || !strings.Contains(err.Error(), file) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("ReadFiles (validate) error = %v\nwant a usage error naming %s and %q", err, file, tc.want)
 			}
-			if _, err := f.step.Fingerprint(context.Background(), f.env); !errors.Is(err, engine.ErrUsage) {
+			if _, err := f.step.Fingerprint(context.Background(), f.env); !errors.Is(err, exitcode.ErrUsage) {
 				t.Errorf("Fingerprint (plan) error = %v; want a usage error", err)
 			}
-			if err := f.run(t); !errors.Is(err, engine.ErrUsage) {
+			if err := f.run(t); !errors.Is(err, exitcode.ErrUsage) {
 				t.Errorf("Run error = %v; want a usage error", err)
 			}
 			if got := f.read(t, "a.txt"); got != baseA {

@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 )
 
 const baseA = "one\ntwo\nthree\nfour\nfive\n"
@@ -380,7 +381,7 @@ func TestPathEscapeRefused(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t, map[string]string{"a.txt": baseA}, [2]string{"x.patch", tc.patch})
 			err := f.run(t)
-			if err == nil || !errors.Is(err, engine.ErrUsage) || !strings.Contains(err.Error(), "leaves the tree") {
+			if err == nil || !errors.Is(err, exitcode.ErrUsage) || !strings.Contains(err.Error(), "leaves the tree") {
 				t.Fatalf("Run error = %v; want a usage error saying the path leaves the tree", err)
 			}
 			if f.read(t, "a.txt") != baseA {
@@ -583,7 +584,7 @@ func TestKind(t *testing.T) {
 	if !ok {
 		t.Fatalf("NewSpec returned %T", k.NewSpec())
 	}
-	if _, err := k.New("p", spec); !errors.Is(err, engine.ErrUsage) {
+	if _, err := k.New("p", spec); !errors.Is(err, exitcode.ErrUsage) {
 		t.Errorf("New with an empty spec: %v; want a usage error", err)
 	}
 	spec.Dir, spec.Series = "/opt/sglang", "patches/series"

@@ -13,6 +13,7 @@ import (
 	"github.com/bluekeyes/go-gitdiff/gitdiff"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 )
 
 // patchFile is one patch of a series, read and parsed.
@@ -78,7 +79,7 @@ func loadSeries(path string, read func(string) ([]byte, string, error)) (*series
 	}
 	names, err := seriesNames(data)
 	if err != nil {
-		return nil, fmt.Errorf("series %s: %w: %w", resolved, err, engine.ErrUsage)
+		return nil, fmt.Errorf("series %s: %w: %w", resolved, err, exitcode.ErrUsage)
 	}
 	s := &series{Path: resolved, Digest: digest(data)}
 	for _, name := range names {
@@ -88,10 +89,10 @@ func loadSeries(path string, read func(string) ([]byte, string, error)) (*series
 		}
 		files, err := parsePatch(raw)
 		if err != nil {
-			return nil, fmt.Errorf("patch %q (%s): %w: %w", name, file, err, engine.ErrUsage)
+			return nil, fmt.Errorf("patch %q (%s): %w: %w", name, file, err, exitcode.ErrUsage)
 		}
 		if len(files) == 0 {
-			return nil, fmt.Errorf("patch %q changes no file: %w", name, engine.ErrUsage)
+			return nil, fmt.Errorf("patch %q changes no file: %w", name, exitcode.ErrUsage)
 		}
 		if !bytes.Contains(raw, []byte("diff --git ")) {
 			stripPrefixes(files)
@@ -102,10 +103,10 @@ func loadSeries(path string, read func(string) ([]byte, string, error)) (*series
 					continue
 				}
 				if !filepath.IsLocal(p) {
-					return nil, fmt.Errorf("patch %q: path %q leaves the tree: %w", name, p, engine.ErrUsage)
+					return nil, fmt.Errorf("patch %q: path %q leaves the tree: %w", name, p, exitcode.ErrUsage)
 				}
 				if first, _, _ := strings.Cut(filepath.ToSlash(p), "/"); first == stageDir {
-					return nil, fmt.Errorf("patch %q: path %q is inside %s, the folder the patch step writes through: %w", name, p, stageDir, engine.ErrUsage)
+					return nil, fmt.Errorf("patch %q: path %q is inside %s, the folder the patch step writes through: %w", name, p, stageDir, exitcode.ErrUsage)
 				}
 			}
 			if err := checkModes(f); err != nil {
@@ -172,7 +173,7 @@ func stripPrefixes(files []*gitdiff.File) {
 func checkModes(f *gitdiff.File) error {
 	for _, m := range []fs.FileMode{f.OldMode, f.NewMode} {
 		if t := gitType(m); t != 0 && t != gitRegular && t != gitSymlink {
-			return fmt.Errorf("%s: mode %o is neither a regular file nor a symbolic link (patches change only those): %w", fileName(f), uint32(m), engine.ErrUsage)
+			return fmt.Errorf("%s: mode %o is neither a regular file nor a symbolic link (patches change only those): %w", fileName(f), uint32(m), exitcode.ErrUsage)
 		}
 	}
 	if gitType(f.NewMode) != gitSymlink || !f.IsNew && gitType(f.OldMode) == gitSymlink {
@@ -183,7 +184,7 @@ func checkModes(f *gitdiff.File) error {
 		return nil // apply reports it, at the hunk
 	}
 	if err := lexicalLinkTarget(f.NewName, string(target)); err != nil {
-		return fmt.Errorf("%s: the symbolic link's target %q %v; patches make links only to paths inside the tree: %w", f.NewName, target, err, engine.ErrUsage)
+		return fmt.Errorf("%s: the symbolic link's target %q %v; patches make links only to paths inside the tree: %w", f.NewName, target, err, exitcode.ErrUsage)
 	}
 	return nil
 }

@@ -15,6 +15,7 @@ import (
 	"fmt"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 )
 
 // Spec is the recipe body of a patch step.
@@ -35,10 +36,10 @@ func Kind() engine.Kind {
 // New builds a patch step from its spec.
 func New(name string, spec Spec) (*Step, error) {
 	if spec.Dir == "" {
-		return nil, fmt.Errorf("patch: dir is required: %w", engine.ErrUsage)
+		return nil, fmt.Errorf("patch: dir is required: %w", exitcode.ErrUsage)
 	}
 	if spec.Series == "" {
-		return nil, fmt.Errorf("patch: series is required: %w", engine.ErrUsage)
+		return nil, fmt.Errorf("patch: series is required: %w", exitcode.ErrUsage)
 	}
 	return &Step{name: name, spec: spec}, nil
 }

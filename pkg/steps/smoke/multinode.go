@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/multinode"
 	"github.com/sglprov/sglprov/pkg/recipe"
 	gate "github.com/sglprov/sglprov/pkg/smoke"
@@ -36,7 +37,7 @@ func HeadURL(url string, n *recipe.NodesConfig) (string, error) {
 	}
 	u, err := neturl.Parse(url)
 	if err != nil {
-		return "", fmt.Errorf("%w: the smoke url is not a URL (%s): give http://HOST:PORT", engine.ErrUsage, redactErr(err))
+		return "", fmt.Errorf("%w: the smoke url is not a URL (%s): give http://HOST:PORT", exitcode.ErrUsage, redactErr(err))
 	}
 	port := u.Port()
 	if port == "" {
@@ -85,7 +86,7 @@ func (s *Step) workerGate(env *engine.Env, svc engine.ServiceStep) func(ctx cont
 			return nil, fmt.Errorf("%w: node rank %d of %d: the group does not serve: the head's server at %s did not pass the gate (%s); "+
 				"this node's server joins at the rendezvous %s through %s; %s. Likely causes: the head not started or failing its own gate, "+
 				"the rendezvous port %d (and the %d above it) closed or blocked by a firewall on the head, or the wrong interface (see plan's group lines)",
-				engine.ErrGate, n.Rank, n.Count, gate.RedactURL(head), res.Summary(), n.Head(), route, probeRendezvous(ctx, n.Head()),
+				exitcode.ErrGate, n.Rank, n.Count, gate.RedactURL(head), res.Summary(), n.Head(), route, probeRendezvous(ctx, n.Head()),
 				n.HeadPort, multinode.HeadPortSpan)
 		}
 		// The head serving says the group joined only while this node's server still runs.
@@ -94,13 +95,13 @@ func (s *Step) workerGate(env *engine.Env, svc engine.ServiceStep) func(ctx cont
 				return nil, fmt.Errorf("asking whether %s runs: %w", svc.ServiceName(), err)
 			}
 			return nil, fmt.Errorf("%w: node rank %d: this node's server %s is not running, so it has not joined the group at %s: %s",
-				engine.ErrGate, n.Rank, svc.ServiceName(), n.Head(), lines)
+				exitcode.ErrGate, n.Rank, svc.ServiceName(), n.Head(), lines)
 		}
 		// SGLang opens a worker's health server only once its schedulers are up in the group:
 		// its answering is this node's part of the join (the head's serving is the group's).
 		if err := ownHealth(ctx, own, cfg.RequestTimeout); err != nil {
 			return nil, fmt.Errorf("%w: node rank %d: the head serves, but this node's server has not joined the group at %s: %v "+
-				"(SGLang opens a worker's /health only once its schedulers are up in the group)", engine.ErrGate, n.Rank, n.Head(), err)
+				"(SGLang opens a worker's /health only once its schedulers are up in the group)", exitcode.ErrGate, n.Rank, n.Head(), err)
 		}
 		return res, nil
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/recipe"
 	"github.com/sglprov/sglprov/test/fakesglang"
 )
@@ -83,7 +84,7 @@ func TestWorkerAsksTheHead(t *testing.T) {
 
 	// The head serves, but this node's server has not opened its health server: not joined.
 	ownStatus.Store(http.StatusServiceUnavailable)
-	if err := s.Run(context.Background(), env); !errors.Is(err, engine.ErrGate) || !strings.Contains(err.Error(), "the head serves, but this node's server has not joined the group at 127.0.0.1:20000: its /health at http://127.0.0.2:"+hu.Port()+"/health answers HTTP 503") {
+	if err := s.Run(context.Background(), env); !errors.Is(err, exitcode.ErrGate) || !strings.Contains(err.Error(), "the head serves, but this node's server has not joined the group at 127.0.0.1:20000: its /health at http://127.0.0.2:"+hu.Port()+"/health answers HTTP 503") {
 		t.Errorf("own server not joined: %v", err)
 	}
 	ownStatus.Store(http.StatusOK)
@@ -92,7 +93,7 @@ func TestWorkerAsksTheHead(t *testing.T) {
 	env.Nodes = headNodes(t, head.URL, 2*time.Second)
 	env.Nodes.HeadHost = "127.0.0.3"
 	err = s.Run(context.Background(), env)
-	if !errors.Is(err, engine.ErrGate) {
+	if !errors.Is(err, exitcode.ErrGate) {
 		t.Fatalf("dead head: %v", err)
 	}
 	for _, want := range []string{"node rank 1 of 2: the group does not serve", "rendezvous 127.0.0.3:20000 through veth1",

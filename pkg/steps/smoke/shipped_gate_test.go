@@ -9,7 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/recipe"
 	"github.com/sglprov/sglprov/test/fakesglang"
@@ -80,7 +79,7 @@ func TestShippedGatesSeeLongContextAndMixedBatches(t *testing.T) {
 					}
 					continue
 				}
-				if !errors.Is(err, engine.ErrGate) || exitcode.Of(err) != exitcode.ExitGate {
+				if !errors.Is(err, exitcode.ErrGate) || exitcode.Of(err) != exitcode.ExitGate {
 					t.Fatalf("%s: want exit %d, got %d: %v", tc.mode, exitcode.ExitGate, exitcode.Of(err), err)
 				}
 				for _, c := range tc.cases {

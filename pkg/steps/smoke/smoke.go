@@ -17,6 +17,7 @@ import (
 
 	"github.com/sglprov/sglprov/pkg/console"
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/logval"
 	gate "github.com/sglprov/sglprov/pkg/smoke"
 	"github.com/sglprov/sglprov/pkg/switchover"
@@ -49,7 +50,7 @@ type Spec struct {
 }
 
 // Config turns the spec into the gate's config. Invalid durations, URLs or cases are
-// errors wrapping engine.ErrUsage. The API key is read from APIKeyEnv through getenv
+// errors wrapping exitcode.ErrUsage. The API key is read from APIKeyEnv through getenv
 // (nil: no key).
 func (s Spec) Config(getenv func(string) string) (gate.Config, error) {
 	// A model the recipe names must be one the server lists (the gate run of a service's
@@ -67,16 +68,16 @@ func (s Spec) Config(getenv func(string) string) (gate.Config, error) {
 		return cfg, err
 	}
 	if s.MaxTokens < 0 {
-		return cfg, fmt.Errorf("max_tokens %d: %w", s.MaxTokens, engine.ErrUsage)
+		return cfg, fmt.Errorf("max_tokens %d: %w", s.MaxTokens, exitcode.ErrUsage)
 	}
 	if s.APIKeyEnv != "" && getenv != nil {
 		cfg.APIKey = getenv(s.APIKeyEnv)
 	}
 	if cfg.URL == "" {
-		return cfg, fmt.Errorf("url is required: %w", engine.ErrUsage)
+		return cfg, fmt.Errorf("url is required: %w", exitcode.ErrUsage)
 	}
 	if err := cfg.Validate(); err != nil {
-		return cfg, fmt.Errorf("%w: %w", engine.ErrUsage, err)
+		return cfg, fmt.Errorf("%w: %w", exitcode.ErrUsage, err)
 	}
 	return cfg, nil
 }
@@ -87,7 +88,7 @@ func duration(field, v string) (time.Duration, error) {
 	}
 	d, err := time.ParseDuration(v)
 	if err != nil || d <= 0 {
-		return 0, fmt.Errorf("%s %q: want a positive duration such as \"20m\": %w", field, v, engine.ErrUsage)
+		return 0, fmt.Errorf("%s %q: want a positive duration such as \"20m\": %w", field, v, exitcode.ErrUsage)
 	}
 	return d, nil
 }
@@ -144,9 +145,9 @@ func (s *Step) ReadFiles(env *engine.Env) error {
 			b, _, err := env.ReadRecipeFile(name)
 			return b, err
 		}); err != nil {
-			if !errors.Is(err, engine.ErrUsage) {
+			if !errors.Is(err, exitcode.ErrUsage) {
 				// A questions file that is not a questions file is the recipe's error.
-				err = fmt.Errorf("%w: %w", engine.ErrUsage, err)
+				err = fmt.Errorf("%w: %w", exitcode.ErrUsage, err)
 			}
 			return engine.AtField(fmt.Sprintf("cases[%d].accuracy.questions", i), fmt.Errorf("case %q: %w", c.Name, err))
 		}
@@ -198,7 +199,7 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 			return err
 		}
 		if !res.Pass {
-			return fmt.Errorf("%w: %s", engine.ErrGate, res.Summary())
+			return fmt.Errorf("%w: %s", exitcode.ErrGate, res.Summary())
 		}
 		return nil
 	}
@@ -267,7 +268,7 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	return &gateFailed{msg: fmt.Sprintf("%s: %s", msg, strings.Join(parts, " | ")), failed: fe}
 }
 
-// gateFailed is a switch whose candidates all failed: exit 3 (engine.ErrGate), and the
+// gateFailed is a switch whose candidates all failed: exit 3 (exitcode.ErrGate), and the
 // switch's result for a caller that asks whether what was restored serves.
 type gateFailed struct {
 	msg    string
@@ -275,7 +276,7 @@ type gateFailed struct {
 }
 
 func (e *gateFailed) Error() string   { return e.msg }
-func (e *gateFailed) Unwrap() []error { return []error{engine.ErrGate, e.failed} }
+func (e *gateFailed) Unwrap() []error { return []error{exitcode.ErrGate, e.failed} }
 
 // restoredSentence says what came back after no candidate passed, naming the generation
 // or the replaced units, and whether it passed the gate again.
@@ -377,7 +378,7 @@ func (s *Step) gate(ctx context.Context, env *engine.Env, cfg gate.Config, profi
 	res, err := gate.Run(ctx, cfg)
 	wait.Stop()
 	if err != nil {
-		return nil, fmt.Errorf("running the smoke gate: %w: %w", engine.ErrUsage, err)
+		return nil, fmt.Errorf("running the smoke gate: %w: %w", exitcode.ErrUsage, err)
 	}
 	if err := ctx.Err(); err != nil && !res.Pass {
 		return nil, fmt.Errorf("running the smoke gate: %w", err)
@@ -390,7 +391,7 @@ func (s *Step) gate(ctx context.Context, env *engine.Env, cfg gate.Config, profi
 		}
 		_, _ = env.Out.Write(tbl.Bytes())
 	}
-	env.Detail("smoke", res)
+	env.Detail(gate.DetailKey, res)
 	var who []any // the profile gated, when a service's profile was
 	if profile != "" {
 		who = []any{"profile", profile}
@@ -410,18 +411,12 @@ func (s *Step) gate(ctx context.Context, env *engine.Env, cfg gate.Config, profi
 	return res, nil
 }
 
-// servedModel is a service step that knows the model its server serves: the name
-// /v1/models lists and the path SGLang's /get_model_info reports.
-type servedModel interface {
-	ServedModel(env *engine.Env) (name, path string, err error)
-}
-
 // OwnServer returns cfg set to judge svc's own server as it runs (the daemon's whole-gate
 // rung): its served model name and model path under the active profile, and its unit's
 // failure ending the readiness wait.
 func OwnServer(env *engine.Env, svc engine.ServiceStep, cfg gate.Config) (gate.Config, error) {
 	cfg.Failed = svc.Failed
-	if sm, ok := svc.(servedModel); ok {
+	if sm, ok := svc.(engine.ModelServer); ok {
 		name, path, err := sm.ServedModel(env)
 		if err != nil {
 			return cfg, fmt.Errorf("reading the model %s serves: %w", svc.ServiceName(), err)

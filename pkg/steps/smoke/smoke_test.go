@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/recipe"
 	gatepkg "github.com/sglprov/sglprov/pkg/smoke"
 	"github.com/sglprov/sglprov/pkg/switchover"
@@ -248,7 +249,7 @@ func TestProfileFallback(t *testing.T) {
 				t.Fatalf("Run: %v\n%s", err, out)
 			}
 			if tt.wantErr != nil {
-				if !errors.Is(err, engine.ErrGate) {
+				if !errors.Is(err, exitcode.ErrGate) {
 					t.Fatalf("Run error %v, want ErrGate", err)
 				}
 				for _, w := range tt.wantErr {
@@ -256,8 +257,8 @@ func TestProfileFallback(t *testing.T) {
 						t.Errorf("error lacks %q:\n%v", w, err)
 					}
 				}
-				if engine.ExitCode(err) != engine.ExitGate {
-					t.Errorf("exit code %d", engine.ExitCode(err))
+				if exitcode.Of(err) != exitcode.ExitGate {
+					t.Errorf("exit code %d", exitcode.Of(err))
 				}
 			}
 			if strings.Join(svc.activated, ",") != strings.Join(tt.wantActivated, ",") {
@@ -285,7 +286,7 @@ func TestFailedUnitMessage(t *testing.T) {
 	}
 	env, _ := newEnv(t, map[string]engine.Step{"svc": svc})
 	err = step.Run(context.Background(), env)
-	if !errors.Is(err, engine.ErrGate) || !strings.Contains(err.Error(), "Failed with result 'exit-code'") {
+	if !errors.Is(err, exitcode.ErrGate) || !strings.Contains(err.Error(), "Failed with result 'exit-code'") {
 		t.Errorf("error %v, want the unit's last lines", err)
 	}
 }
@@ -307,7 +308,7 @@ func TestGateWithoutService(t *testing.T) {
 			if tt.pass != (err == nil) {
 				t.Fatalf("Run: %v\n%s", err, out)
 			}
-			if !tt.pass && !errors.Is(err, engine.ErrGate) {
+			if !tt.pass && !errors.Is(err, exitcode.ErrGate) {
 				t.Errorf("error %v, want ErrGate", err)
 			}
 			if !strings.Contains(out.String(), "smoke: ") {
@@ -356,7 +357,7 @@ func TestKind(t *testing.T) {
 				}
 				return
 			}
-			if err == nil || !errors.Is(err, engine.ErrUsage) || !strings.Contains(err.Error(), tt.want) {
+			if err == nil || !errors.Is(err, exitcode.ErrUsage) || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("New: %v, want ErrUsage with %q", err, tt.want)
 			}
 		})
@@ -436,7 +437,7 @@ func TestCasesTimeoutPerProfile(t *testing.T) {
 	if el := time.Since(start); el > 5*time.Second {
 		t.Errorf("two hanging profiles took %s", el)
 	}
-	if !errors.Is(err, engine.ErrGate) {
+	if !errors.Is(err, exitcode.ErrGate) {
 		t.Fatalf("Run: %v", err)
 	}
 	for _, want := range []string{"arithmetic: no answer before the cases' time budget (cases_timeout 300ms) was spent",
@@ -503,7 +504,7 @@ func TestQuestionFileBesideRecipe(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = step.Run(context.Background(), env)
-	if !errors.Is(err, engine.ErrUsage) || !strings.Contains(err.Error(), "writable by group or others") {
+	if !errors.Is(err, exitcode.ErrUsage) || !strings.Contains(err.Error(), "writable by group or others") {
 		t.Errorf("group-writable file: %v", err)
 	}
 }
@@ -577,7 +578,7 @@ func TestGateChecksItsOwnServer(t *testing.T) {
 				}
 				return
 			}
-			if !errors.Is(err, engine.ErrGate) || !strings.Contains(err.Error(), tt.want) {
+			if !errors.Is(err, exitcode.ErrGate) || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("Run: %v, want a gate failure with %q", err, tt.want)
 			}
 			if strings.Contains(out.String(), "arithmetic") {
@@ -600,7 +601,7 @@ func TestGateWithoutServiceChecksNamedModel(t *testing.T) {
 	}
 	env, _ := newEnv(t, nil)
 	err = step.Run(context.Background(), env)
-	if !errors.Is(err, engine.ErrGate) || !strings.Contains(err.Error(), `serves "qwen-a" (/v1/models), not the recipe's "qwen-b"`) {
+	if !errors.Is(err, exitcode.ErrGate) || !strings.Contains(err.Error(), `serves "qwen-a" (/v1/models), not the recipe's "qwen-b"`) {
 		t.Errorf("Run: %v", err)
 	}
 }

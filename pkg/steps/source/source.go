@@ -21,6 +21,7 @@ import (
 	getter "github.com/hashicorp/go-getter/v2"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/gitrepo"
 )
 
@@ -48,10 +49,10 @@ func Kind() engine.Kind {
 // the step is planned or run.
 func New(name string, spec Spec) (*Step, error) {
 	if spec.URL == "" {
-		return nil, fmt.Errorf("source: url is required: %w", engine.ErrUsage)
+		return nil, fmt.Errorf("source: url is required: %w", exitcode.ErrUsage)
 	}
 	if spec.Dest == "" {
-		return nil, fmt.Errorf("source: dest is required: %w", engine.ErrUsage)
+		return nil, fmt.Errorf("source: dest is required: %w", exitcode.ErrUsage)
 	}
 	// git (and go-getter's getters) would read a URL or ref that starts with "-" as an
 	// option (git::--upload-pack=...): refuse it when the recipe is validated.
@@ -60,14 +61,14 @@ func New(name string, spec Spec) (*Step, error) {
 		raw = raw[i+2:]
 	}
 	if strings.HasPrefix(strings.TrimSpace(raw), "-") {
-		return nil, fmt.Errorf("source: url %q starts with \"-\", which git would read as an option: give the repository's URL: %w", redact(spec.URL), engine.ErrUsage)
+		return nil, fmt.Errorf("source: url %q starts with \"-\", which git would read as an option: give the repository's URL: %w", redact(spec.URL), exitcode.ErrUsage)
 	}
 	// ssh would read a host or user that starts with "-" as an option (ssh://-oProxyCommand=...).
 	if u, err := url.Parse(raw); err == nil && (strings.HasPrefix(u.Hostname(), "-") || u.User != nil && strings.HasPrefix(u.User.Username(), "-")) {
-		return nil, fmt.Errorf("source: url %q has a host or user that starts with \"-\", which ssh would read as an option: %w", redact(spec.URL), engine.ErrUsage)
+		return nil, fmt.Errorf("source: url %q has a host or user that starts with \"-\", which ssh would read as an option: %w", redact(spec.URL), exitcode.ErrUsage)
 	}
 	if strings.HasPrefix(strings.TrimSpace(spec.Ref), "-") {
-		return nil, fmt.Errorf("source: ref %q starts with \"-\", which git would read as an option: recipes pin a 40-hex commit: %w", spec.Ref, engine.ErrUsage)
+		return nil, fmt.Errorf("source: ref %q starts with \"-\", which git would read as an option: recipes pin a 40-hex commit: %w", spec.Ref, exitcode.ErrUsage)
 	}
 	return &Step{name: name, spec: spec}, nil
 }
@@ -102,7 +103,7 @@ type resolved struct {
 }
 
 // resolve works out whether the source is git or an archive and checks the ref or the
-// checksum. Errors wrap engine.ErrUsage.
+// checksum. Errors wrap exitcode.ErrUsage.
 func (s *Step) resolve() (*resolved, error) {
 	raw := s.spec.URL
 	forced := ""
@@ -111,12 +112,12 @@ func (s *Step) resolve() (*resolved, error) {
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		return nil, fmt.Errorf("source url %q is not a URL: %w", redact(s.spec.URL), engine.ErrUsage)
+		return nil, fmt.Errorf("source url %q is not a URL: %w", redact(s.spec.URL), exitcode.ErrUsage)
 	}
 	isGit := forced == "git" || strings.HasSuffix(u.Path, ".git") ||
 		(u.Host == "github.com" && len(strings.Split(strings.Trim(u.Path, "/"), "/")) == 2)
 	if forced != "" && forced != "git" {
-		return nil, fmt.Errorf("source url %q: getter %q is not supported (git:: or a plain archive URL): %w", redact(s.spec.URL), forced, engine.ErrUsage)
+		return nil, fmt.Errorf("source url %q: getter %q is not supported (git:: or a plain archive URL): %w", redact(s.spec.URL), forced, exitcode.ErrUsage)
 	}
 	q := u.Query()
 	if isGit {
@@ -125,33 +126,33 @@ func (s *Step) resolve() (*resolved, error) {
 		// above) is the recipe's; what follows it must be a URL or a path.
 		if i := strings.Index(raw, "::"); i > 0 && !strings.Contains(raw[:i], "/") {
 			return nil, fmt.Errorf("source url %q: %q is git's transport-helper syntax (TRANSPORT::ADDRESS), which runs a helper rather than fetching a repository; give git:: followed by an https, http, ssh, git or file URL (or a local path): %w",
-				redact(s.spec.URL), raw[:i+2], engine.ErrUsage)
+				redact(s.spec.URL), raw[:i+2], exitcode.ErrUsage)
 		}
 		switch u.Scheme {
 		case "", "http", "https", "ssh", "git", "file", "git+ssh", "ssh+git":
 		default:
 			return nil, fmt.Errorf("source url %q: git transport %q is not one a recipe may use; give an https, http, ssh, git or file URL (or a local path): %w",
-				redact(s.spec.URL), u.Scheme, engine.ErrUsage)
+				redact(s.spec.URL), u.Scheme, exitcode.ErrUsage)
 		}
 		ref := q.Get("ref")
 		switch {
 		case ref == "" && s.spec.Ref == "":
-			return nil, fmt.Errorf("source %q has no ref: recipes pin a 40-hex commit (?ref=<commit> or ref:): %w", redact(s.spec.URL), engine.ErrUsage)
+			return nil, fmt.Errorf("source %q has no ref: recipes pin a 40-hex commit (?ref=<commit> or ref:): %w", redact(s.spec.URL), exitcode.ErrUsage)
 		case ref == "":
 			ref = s.spec.Ref
 		case s.spec.Ref != "" && !strings.EqualFold(s.spec.Ref, ref):
-			return nil, fmt.Errorf("source %q: the url's ref %q and ref %q differ: %w", redact(s.spec.URL), ref, s.spec.Ref, engine.ErrUsage)
+			return nil, fmt.Errorf("source %q: the url's ref %q and ref %q differ: %w", redact(s.spec.URL), ref, s.spec.Ref, exitcode.ErrUsage)
 		}
 		if !commitRE.MatchString(ref) {
-			return nil, fmt.Errorf("source ref %q is not a commit: recipes pin a full 40-hex commit, not a branch or tag, so that every host builds the same tree: %w", ref, engine.ErrUsage)
+			return nil, fmt.Errorf("source ref %q is not a commit: recipes pin a full 40-hex commit, not a branch or tag, so that every host builds the same tree: %w", ref, exitcode.ErrUsage)
 		}
 		ref = strings.ToLower(ref)
 		if strings.Contains(strings.TrimPrefix(u.Path, "/"), "//") {
-			return nil, fmt.Errorf("source %q: a subfolder of the repository (go-getter's //sub) is not supported: fetch the repository and point the later steps at the folder inside it: %w", redact(s.spec.URL), engine.ErrUsage)
+			return nil, fmt.Errorf("source %q: a subfolder of the repository (go-getter's //sub) is not supported: fetch the repository and point the later steps at the folder inside it: %w", redact(s.spec.URL), exitcode.ErrUsage)
 		}
 		for _, k := range []string{"depth", "sshkey"} {
 			if q.Has(k) {
-				return nil, fmt.Errorf("source %q: the %s= parameter is not supported (the step clones the repository whole and checks out the pinned commit; give an ssh key through ssh's own configuration): %w", redact(s.spec.URL), k, engine.ErrUsage)
+				return nil, fmt.Errorf("source %q: the %s= parameter is not supported (the step clones the repository whole and checks out the pinned commit; give an ssh key through ssh's own configuration): %w", redact(s.spec.URL), k, exitcode.ErrUsage)
 			}
 		}
 		q.Del("ref")
@@ -164,14 +165,14 @@ func (s *Step) resolve() (*resolved, error) {
 		return &resolved{git: true, src: repo, ref: ref}, nil
 	}
 	if s.spec.SHA256 == "" {
-		return nil, fmt.Errorf("archive source %q needs sha256: %w", redact(s.spec.URL), engine.ErrUsage)
+		return nil, fmt.Errorf("archive source %q needs sha256: %w", redact(s.spec.URL), exitcode.ErrUsage)
 	}
 	if !sha256RE.MatchString(s.spec.SHA256) {
-		return nil, fmt.Errorf("archive source %q: sha256 %q is not 64 hex digits: %w", redact(s.spec.URL), s.spec.SHA256, engine.ErrUsage)
+		return nil, fmt.Errorf("archive source %q: sha256 %q is not 64 hex digits: %w", redact(s.spec.URL), s.spec.SHA256, exitcode.ErrUsage)
 	}
 	sum := strings.ToLower(s.spec.SHA256)
 	if q.Get("checksum") != "" {
-		return nil, fmt.Errorf("archive source %q: give the checksum as sha256:, not in the url: %w", redact(s.spec.URL), engine.ErrUsage)
+		return nil, fmt.Errorf("archive source %q: give the checksum as sha256:, not in the url: %w", redact(s.spec.URL), exitcode.ErrUsage)
 	}
 	q.Set("checksum", "sha256:"+sum)
 	u.RawQuery = q.Encode()
@@ -315,7 +316,7 @@ func checkNotLink(dest string) error {
 		target = "?"
 	}
 	return fmt.Errorf("source dest %s is a symbolic link (to %s): the step replaces its dest whole and would replace the link, not its target; set dest to the folder the link points to, or remove the link: %w",
-		dest, target, engine.ErrUsage)
+		dest, target, exitcode.ErrUsage)
 }
 
 // checkReplaceable refuses to replace a dest that this kind of step did not make: a

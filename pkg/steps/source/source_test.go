@@ -19,6 +19,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 )
 
 func needGit(t *testing.T) {
@@ -248,10 +249,10 @@ func TestRefRefused(t *testing.T) {
 			tc.spec.Dest = filepath.Join(t.TempDir(), "dest")
 			step := mustNew(t, tc.spec)
 			_, err := step.Fingerprint(context.Background(), newEnv(t))
-			if !errors.Is(err, engine.ErrUsage) || !strings.Contains(err.Error(), tc.want) {
+			if !errors.Is(err, exitcode.ErrUsage) || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("Fingerprint error = %v; want a usage error with %q", err, tc.want)
 			}
-			if err := step.Run(context.Background(), newEnv(t)); !errors.Is(err, engine.ErrUsage) {
+			if err := step.Run(context.Background(), newEnv(t)); !errors.Is(err, exitcode.ErrUsage) {
 				t.Errorf("Run error = %v; want a usage error", err)
 			}
 			if _, err := os.Stat(tc.spec.Dest); !errors.Is(err, os.ErrNotExist) {
@@ -289,7 +290,7 @@ func TestFingerprint(t *testing.T) {
 
 func TestNewNeedsURLAndDest(t *testing.T) {
 	for _, spec := range []Spec{{Dest: "/x"}, {URL: "git::https://example.com/x.git"}} {
-		if _, err := New("s", spec); !errors.Is(err, engine.ErrUsage) {
+		if _, err := New("s", spec); !errors.Is(err, exitcode.ErrUsage) {
 			t.Errorf("New(%+v) error = %v; want a usage error", spec, err)
 		}
 	}
@@ -436,7 +437,7 @@ func TestSymlinkDestRefused(t *testing.T) {
 		},
 	} {
 		err := call()
-		if !errors.Is(err, engine.ErrUsage) || !strings.Contains(err.Error(), link+" is a symbolic link (to "+target+")") ||
+		if !errors.Is(err, exitcode.ErrUsage) || !strings.Contains(err.Error(), link+" is a symbolic link (to "+target+")") ||
 			!strings.Contains(err.Error(), "set dest to the folder the link points to") {
 			t.Errorf("%s error = %v; want a usage error naming the link and the fix", name, err)
 		}
@@ -462,13 +463,13 @@ func TestOptionLikeURLAndRefRefused(t *testing.T) {
 	} {
 		spec.Dest = filepath.Join(t.TempDir(), "dest")
 		_, err := New("sglang-src", spec)
-		if !errors.Is(err, engine.ErrUsage) || !strings.Contains(err.Error(), "which git would read as an option") {
+		if !errors.Is(err, exitcode.ErrUsage) || !strings.Contains(err.Error(), "which git would read as an option") {
 			t.Errorf("New(%+v) error = %v; want a usage error", spec, err)
 		}
 	}
 	for _, u := range []string{"git::ssh://-oProxyCommand=x/repo?ref=" + commit, "git::ssh://-oProxyCommand=x@example.com/repo?ref=" + commit} {
 		_, err := New("sglang-src", Spec{URL: u, Dest: filepath.Join(t.TempDir(), "dest")})
-		if !errors.Is(err, engine.ErrUsage) || !strings.Contains(err.Error(), "which ssh would read as an option") {
+		if !errors.Is(err, exitcode.ErrUsage) || !strings.Contains(err.Error(), "which ssh would read as an option") {
 			t.Errorf("New(%q) error = %v; want a usage error", u, err)
 		}
 	}
@@ -482,7 +483,7 @@ func TestGetterParametersRefused(t *testing.T) {
 			u = "git::https://example.com/x.git//python?ref=" + commit
 		}
 		step := mustNew(t, Spec{URL: u, Dest: filepath.Join(t.TempDir(), "dest")})
-		if _, err := step.Fingerprint(context.Background(), newEnv(t)); !errors.Is(err, engine.ErrUsage) || !strings.Contains(err.Error(), "is not supported") {
+		if _, err := step.Fingerprint(context.Background(), newEnv(t)); !errors.Is(err, exitcode.ErrUsage) || !strings.Contains(err.Error(), "is not supported") {
 			t.Errorf("%s: error = %v; want a usage error", k, err)
 		}
 	}
@@ -501,7 +502,7 @@ func TestTransportHelperRefusedAtValidate(t *testing.T) {
 	} {
 		step := mustNew(t, Spec{URL: tc.url, Dest: filepath.Join(t.TempDir(), "dest")})
 		err := step.Check(newEnv(t))
-		if !errors.Is(err, engine.ErrUsage) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "give git:: followed by") && !strings.Contains(err.Error(), "give an https") {
+		if !errors.Is(err, exitcode.ErrUsage) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "give git:: followed by") && !strings.Contains(err.Error(), "give an https") {
 			t.Errorf("Check(%q) = %v; want a usage error with %q and the fix", tc.url, err, tc.want)
 		}
 	}

@@ -10,7 +10,7 @@ import (
 	"charm.land/log/v2"
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/recipe"
 )
 
@@ -64,7 +64,7 @@ func TestProfileCheck(t *testing.T) {
 			s := newStep(t, spec)
 			got, err := s.candidates(env)
 			if tt.wantErr != "" {
-				if !errors.Is(err, engine.ErrHost) || !strings.Contains(err.Error(), tt.wantErr) {
+				if !errors.Is(err, exitcode.ErrHost) || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("error %v, want ErrHost mentioning %q", err, tt.wantErr)
 				}
 				return

@@ -5,13 +5,14 @@ import (
 	"path/filepath"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/knownbad"
 )
 
 // KnownBad checks what the server's virtual environment holds (its installed
 // distributions, read from their METADATA), the GPUs and the launch line of each candidate
 // profile against the known-bad table. A combination in it is an error wrapping
-// engine.ErrHost that names the row, its reason and its fix; an environment that does not
+// exitcode.ErrHost that names the row, its reason and its fix; an environment that does not
 // exist yet passes (plan before the first apply; validate checks the recipe's pins).
 func (s *Step) KnownBad(env *engine.Env) error {
 	profiles := s.spec.Profiles
@@ -54,5 +55,5 @@ func (s *Step) checkKnownBad(env *engine.Env, profile string) error {
 	if profile != "" {
 		where += " with profile " + profile
 	}
-	return fmt.Errorf("%w: unit %s: %w", engine.ErrHost, s.spec.Unit, &knownbad.Error{Where: where, Matches: m})
+	return fmt.Errorf("%w: unit %s: %w", exitcode.ErrHost, s.spec.Unit, &knownbad.Error{Where: where, Matches: m})
 }

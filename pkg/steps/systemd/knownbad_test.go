@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/exitcode"
 )
 
@@ -40,7 +39,7 @@ func TestKnownBadInstalledRefusesBeforeStart(t *testing.T) {
 	s := newStep(t, spec)
 	fm := withFake(t, s)
 	err := s.KnownBad(env)
-	if err == nil || !errors.Is(err, engine.ErrHost) || exitcode.Of(err) != exitcode.ExitHost {
+	if err == nil || !errors.Is(err, exitcode.ErrHost) || exitcode.Of(err) != exitcode.ExitHost {
 		t.Fatalf("KnownBad: %v (exit %d)", err, exitcode.Of(err))
 	}
 	// Not a Blackwell host: the row is for sm_12x only.

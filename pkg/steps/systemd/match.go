@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/recipe"
 )
@@ -33,7 +34,7 @@ func (s *Step) mismatch(env *engine.Env, name string, p recipe.Profile) (string,
 		for _, cc := range ccs {
 			ok, err := gpu.MatchCC(expr, cc)
 			if err != nil {
-				return "", fmt.Errorf("%w: profile %s: compute_capability %q: %w", engine.ErrUsage, name, expr, err)
+				return "", fmt.Errorf("%w: profile %s: compute_capability %q: %w", exitcode.ErrUsage, name, expr, err)
 			}
 			if !ok {
 				return fmt.Sprintf("%s needs compute capability %s", name, expr), nil
@@ -66,13 +67,13 @@ func (s *Step) mismatch(env *engine.Env, name string, p recipe.Profile) (string,
 func (s *Step) Check(env *engine.Env) error {
 	for i, name := range s.spec.Profiles {
 		if _, ok := env.Profiles[name]; !ok {
-			return engine.AtField(fmt.Sprintf("profiles[%d]", i), fmt.Errorf("%w: profile %q is not defined in the recipe's profiles (profiles: %s)", engine.ErrUsage, name, profileNames(env.Profiles)))
+			return engine.AtField(fmt.Sprintf("profiles[%d]", i), fmt.Errorf("%w: profile %q is not defined in the recipe's profiles (profiles: %s)", exitcode.ErrUsage, name, profileNames(env.Profiles)))
 		}
 	}
 	return engine.AtField("args", s.quantizationFault(env))
 }
 
-// quantizationFault returns an error wrapping engine.ErrUsage when every profile the step
+// quantizationFault returns an error wrapping exitcode.ErrUsage when every profile the step
 // names wants a quantization (match.quantization) other than the step's own --quantization
 // arg: no host could match one, so it is the recipe's fault, not the host's.
 func (s *Step) quantizationFault(env *engine.Env) error {
@@ -95,7 +96,7 @@ func (s *Step) quantizationFault(env *engine.Env) error {
 	return fmt.Errorf("%w: none of the profiles %s can match: a profile's match.quantization is compared with the step's "+
 		"--quantization arg, which is %s (%s); add --quantization with the model's quantization to the step's args, "+
 		"or change or remove the profiles' match.quantization",
-		engine.ErrUsage, strings.Join(s.spec.Profiles, ", "), shown, strings.Join(wants, "; "))
+		exitcode.ErrUsage, strings.Join(s.spec.Profiles, ", "), shown, strings.Join(wants, "; "))
 }
 
 // profileNames lists the recipe's profiles by name, sorted ("none" when there are none).
@@ -112,7 +113,7 @@ func profileNames(ps map[string]recipe.Profile) string {
 }
 
 // matching returns the step's profiles that match the host and model, in recipe order;
-// nil when the step names no profiles. None matching is an error (wrapping engine.ErrHost)
+// nil when the step names no profiles. None matching is an error (wrapping exitcode.ErrHost)
 // naming the GPUs' compute capability and why each profile was passed over.
 func (s *Step) matching(env *engine.Env) ([]string, error) {
 	if len(s.spec.Profiles) == 0 {
@@ -125,7 +126,7 @@ func (s *Step) matching(env *engine.Env) ([]string, error) {
 	for _, name := range s.spec.Profiles {
 		p, ok := env.Profiles[name]
 		if !ok {
-			return nil, fmt.Errorf("%w: profile %q is not defined in the recipe's profiles", engine.ErrUsage, name)
+			return nil, fmt.Errorf("%w: profile %q is not defined in the recipe's profiles", exitcode.ErrUsage, name)
 		}
 		reason, err := s.mismatch(env, name, p)
 		if err != nil {
@@ -143,7 +144,7 @@ func (s *Step) matching(env *engine.Env) ([]string, error) {
 			cc = "none (no GPU found)"
 		}
 		return nil, fmt.Errorf("%w: none of the profiles %s matches this host (GPU compute capability %s): %s",
-			engine.ErrHost, strings.Join(s.spec.Profiles, ", "), cc, strings.Join(why, "; "))
+			exitcode.ErrHost, strings.Join(s.spec.Profiles, ", "), cc, strings.Join(why, "; "))
 	}
 	return out, nil
 }

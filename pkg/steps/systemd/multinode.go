@@ -59,7 +59,7 @@ func groupArgs(env *engine.Env, d *service.Data, all []string) error {
 	}
 	for _, f := range groupFlags {
 		if hasFlag(all, f) {
-			return fmt.Errorf("%w: args set %s, which the recipe's nodes block sets on each node: drop it from args", engine.ErrUsage, f)
+			return fmt.Errorf("%w: args set %s, which the recipe's nodes block sets on each node: drop it from args", exitcode.ErrUsage, f)
 		}
 	}
 	d.Args = append(d.Args, "--nnodes", strconv.Itoa(n.Count), "--node-rank", strconv.Itoa(n.Rank),
@@ -68,7 +68,7 @@ func groupArgs(env *engine.Env, d *service.Data, all []string) error {
 	if v, ok := flagValue(all, "--pp-size", "--pipeline-parallel-size"); ok {
 		p, err := strconv.Atoi(v)
 		if err != nil || p < 1 {
-			return fmt.Errorf("%w: --pp-size %q is not a whole number above 0", engine.ErrUsage, v)
+			return fmt.Errorf("%w: --pp-size %q is not a whole number above 0", exitcode.ErrUsage, v)
 		}
 		pp = p
 	} else if n.PP > 1 {
@@ -78,10 +78,10 @@ func groupArgs(env *engine.Env, d *service.Data, all []string) error {
 	if v, ok := flagValue(all, "--tp", "--tp-size", "--tensor-parallel-size"); ok {
 		t, err := strconv.Atoi(v)
 		if err != nil || t < 1 {
-			return fmt.Errorf("%w: --tp %q is not a whole number above 0", engine.ErrUsage, v)
+			return fmt.Errorf("%w: --tp %q is not a whole number above 0", exitcode.ErrUsage, v)
 		}
 		if n.TP > 0 && t != n.TP {
-			return fmt.Errorf("%w: args set --tp %d but nodes.tp is %d: set it in one place", engine.ErrUsage, t, n.TP)
+			return fmt.Errorf("%w: args set --tp %d but nodes.tp is %d: set it in one place", exitcode.ErrUsage, t, n.TP)
 		}
 		tp = t
 	} else {
@@ -95,7 +95,7 @@ func groupArgs(env *engine.Env, d *service.Data, all []string) error {
 	if tp > 0 {
 		world := tp * pp
 		if world%n.Count != 0 {
-			return fmt.Errorf("%w: tp %d × pp %d = %d GPUs do not divide over %d nodes", engine.ErrUsage, tp, pp, world, n.Count)
+			return fmt.Errorf("%w: tp %d × pp %d = %d GPUs do not divide over %d nodes", exitcode.ErrUsage, tp, pp, world, n.Count)
 		}
 		if have := env.Facts.Count(); have > 0 && world/n.Count > have {
 			return fmt.Errorf("%w: tp %d × pp %d over %d nodes needs %d GPUs on each node; this node has %d",
@@ -136,7 +136,7 @@ func (s *Step) checkGroup(_ context.Context, env *engine.Env, m service.Manager,
 	}
 	if isLoopback(d.Host) && !isLoopback(g.HeadHost) {
 		return fmt.Errorf("%w: the head's server would listen on %s, where the workers cannot ask it whether the group serves: set host: 0.0.0.0 (or %s) on the systemd step",
-			engine.ErrUsage, d.Host, g.HeadHost)
+			exitcode.ErrUsage, d.Host, g.HeadHost)
 	}
 	own := s.ownListener(m)
 	for _, p := range g.HeadPorts() {

@@ -84,7 +84,7 @@ func TestGroupCommandLine(t *testing.T) {
 	spec.Args = append(spec.Args, "--node-rank", "0")
 	s2 := newStep(t, spec)
 	s2.groupFacts = s.groupFacts
-	if _, err := s2.data(env, "sm120-fp4-cutlass"); !errors.Is(err, engine.ErrUsage) || !strings.Contains(err.Error(), "args set --node-rank") {
+	if _, err := s2.data(env, "sm120-fp4-cutlass"); !errors.Is(err, exitcode.ErrUsage) || !strings.Contains(err.Error(), "args set --node-rank") {
 		t.Errorf("args with --node-rank: %v", err)
 	}
 	// A node with fewer GPUs than its share is refused with exit 4.
@@ -113,7 +113,7 @@ func TestGroupPreflight(t *testing.T) {
 	}
 
 	env.Nodes = &recipe.NodesConfig{Count: 2, Rank: 0, HeadHost: "10.77.0.1", HeadPort: 20000}
-	if err := s.Run(context.Background(), env); !errors.Is(err, engine.ErrUsage) || !strings.Contains(err.Error(), "the head's server would listen on 127.0.0.1") {
+	if err := s.Run(context.Background(), env); !errors.Is(err, exitcode.ErrUsage) || !strings.Contains(err.Error(), "the head's server would listen on 127.0.0.1") {
 		t.Fatalf("head on loopback: %v", err)
 	}
 	spec := qwenSpec()

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/hostpath"
 	"github.com/sglprov/sglprov/pkg/service"
 )
@@ -92,7 +93,7 @@ func executable(p string) bool {
 // environment: the PATH its Environment= lines set, or, for a unit that sets none, the
 // PATH its manager gives it (systemd's default; this process's for the exec manager).
 // Folders are looked up under --root. A program that does not resolve refuses the start,
-// before anything is installed, with an error wrapping engine.ErrHost that names the unit,
+// before anything is installed, with an error wrapping exitcode.ErrHost that names the unit,
 // each missing program, the PATH searched and the fix.
 func (s *Step) checkNeeds(env *engine.Env, managerKind string, unit []byte) error {
 	needs := s.needs()
@@ -129,5 +130,5 @@ func (s *Step) checkNeeds(env *engine.Env, managerKind string, unit []byte) erro
 		"named by CUDA_HOME), or put its folder on the unit's PATH (the step's env PATH, or the default: "+
 		"the interpreter's folder and $CUDA_HOME/bin), or remove it from the step's needs_commands "+
 		"if the server does not run it",
-		engine.ErrHost, s.spec.Unit, strings.Join(missing, " and "), verb, origin, path)
+		exitcode.ErrHost, s.spec.Unit, strings.Join(missing, " and "), verb, origin, path)
 }

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/service"
 )
@@ -73,7 +72,7 @@ func TestNeedsRefuseBeforeInstall(t *testing.T) {
 	if err == nil {
 		t.Fatal("Run without ninja on the unit's PATH succeeded")
 	}
-	if !errors.Is(err, engine.ErrHost) || exitcode.Of(err) != exitcode.ExitHost {
+	if !errors.Is(err, exitcode.ErrHost) || exitcode.Of(err) != exitcode.ExitHost {
 		t.Errorf("error %v: exit %d, want %d", err, exitcode.Of(err), exitcode.ExitHost)
 	}
 	for _, want := range []string{"unit sglang-qwen.service", "runs ninja,", "pip install ninja", filepath.Join(dir, "venv/bin")} {

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/service"
 )
 
@@ -37,11 +38,11 @@ func (s *Step) Preflight(_ context.Context, env *engine.Env, _ engine.CacheSlot)
 		kind = service.KindExec
 	}
 	err = s.checkNeeds(env, kind, unit)
-	if err == nil || !errors.Is(err, engine.ErrHost) {
+	if err == nil || !errors.Is(err, exitcode.ErrHost) {
 		return nil, nil, err
 	}
 	if len(env.PlannedDeps) > 0 {
-		return []string{"not found now, checked again before the start, after " + strings.Join(env.PlannedDeps, ", ") + " ran: " + engine.Message(err)}, nil, nil
+		return []string{"not found now, checked again before the start, after " + strings.Join(env.PlannedDeps, ", ") + " ran: " + exitcode.Message(err)}, nil, nil
 	}
 	return nil, nil, err
 }

@@ -16,6 +16,7 @@ import (
 	"sync"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/multinode"
 	"github.com/sglprov/sglprov/pkg/nccl"
 	"github.com/sglprov/sglprov/pkg/portowner"
@@ -57,7 +58,7 @@ var _ engine.ServiceStep = (*Step)(nil)
 func New(name string, spec Spec) (*Step, error) {
 	port, err := spec.check()
 	if err != nil {
-		return nil, fmt.Errorf("systemd: %w: %w", engine.ErrUsage, err)
+		return nil, fmt.Errorf("systemd: %w: %w", exitcode.ErrUsage, err)
 	}
 	return &Step{name: name, spec: spec, port: port, newManager: service.New, peerFacts: hostPeerFacts,
 		lookupPort: portowner.Lookup, groupFacts: hostGroupFacts}, nil
@@ -140,8 +141,8 @@ func (s *Step) template(env *engine.Env) (name string, text []byte, digest strin
 		// A recipe's own template (or a shipped one named builtin:templates/...), with the
 		// permission check every recipe file gets.
 		text, name, err = env.ReadRecipeFile(s.spec.Template)
-		if err != nil && !errors.Is(err, engine.ErrUsage) {
-			err = fmt.Errorf("%w: reading unit template: %w", engine.ErrUsage, err)
+		if err != nil && !errors.Is(err, exitcode.ErrUsage) {
+			err = fmt.Errorf("%w: reading unit template: %w", exitcode.ErrUsage, err)
 		}
 	}
 	if err != nil {
@@ -203,7 +204,7 @@ func (s *Step) data(env *engine.Env, profile string) (service.Data, error) {
 	if profile != "" {
 		p, ok := env.Profiles[profile]
 		if !ok {
-			return d, fmt.Errorf("%w: profile %q is not defined in the recipe's profiles", engine.ErrUsage, profile)
+			return d, fmt.Errorf("%w: profile %q is not defined in the recipe's profiles", exitcode.ErrUsage, profile)
 		}
 		d.Profile = service.Profile{Name: profile, Args: p.Args, Env: p.Env}
 		for k, v := range p.Env {
@@ -245,7 +246,7 @@ func (s *Step) data(env *engine.Env, profile string) (service.Data, error) {
 	if v, ok := flagValue(all, "--port"); ok {
 		p, err := strconv.Atoi(v)
 		if err != nil {
-			return d, fmt.Errorf("%w: --port %q is not a number", engine.ErrUsage, v)
+			return d, fmt.Errorf("%w: --port %q is not a number", exitcode.ErrUsage, v)
 		}
 		d.Port = p
 	} else {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/sglprov/sglprov/pkg/atomicfile"
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/recipe"
 	"github.com/sglprov/sglprov/pkg/service"
@@ -246,20 +247,20 @@ func TestMatching(t *testing.T) {
 			want:     []string{"hopper-fp4"}},
 		{name: "Hopper host with Blackwell profiles", fixture: "h100-x8.json",
 			profiles: []string{"sm120-fp4-cudnn", "sm120-fp4-cutlass"},
-			wantErr:  engine.ErrHost, mention: []string{"9.0", "sm120-fp4-cudnn", "sm120-fp4-cutlass", "needs compute capability 12.0"}},
+			wantErr:  exitcode.ErrHost, mention: []string{"9.0", "sm120-fp4-cudnn", "sm120-fp4-cutlass", "needs compute capability 12.0"}},
 		{name: "quantization decides", fixture: "rtx-pro-6000-x8.json",
 			profiles: []string{"sm120-fp4-cudnn", "any-fp8"}, args: []string{"--quantization=fp8"},
 			want: []string{"any-fp8"}},
 		// No host could match: the recipe's fault (exit 2), said as such.
 		{name: "no quantization in args", fixture: "rtx-pro-6000-x8.json",
 			profiles: []string{"sm120-fp4-cudnn"}, args: []string{},
-			wantErr: engine.ErrUsage, mention: []string{"match.quantization", "--quantization arg, which is not set", "sm120-fp4-cudnn wants modelopt_fp4"}},
+			wantErr: exitcode.ErrUsage, mention: []string{"match.quantization", "--quantization arg, which is not set", "sm120-fp4-cudnn wants modelopt_fp4"}},
 		{name: "undefined profile", fixture: "rtx-pro-6000-x8.json",
-			profiles: []string{"nope"}, wantErr: engine.ErrUsage, mention: []string{`"nope"`}},
+			profiles: []string{"nope"}, wantErr: exitcode.ErrUsage, mention: []string{`"nope"`}},
 		{name: "no GPU facts", fixture: "",
-			profiles: []string{"sm120-fp4-cudnn"}, wantErr: engine.ErrHost, mention: []string{"no GPU facts were gathered", "requires: gpu"}},
+			profiles: []string{"sm120-fp4-cudnn"}, wantErr: exitcode.ErrHost, mention: []string{"no GPU facts were gathered", "requires: gpu"}},
 		{name: "no GPUs", fixture: "zero",
-			profiles: []string{"sm120-fp4-cudnn"}, wantErr: engine.ErrHost, mention: []string{"no GPU was found"}},
+			profiles: []string{"sm120-fp4-cudnn"}, wantErr: exitcode.ErrHost, mention: []string{"no GPU was found"}},
 		{name: "no profiles", fixture: "rtx-pro-6000-x8.json"},
 	}
 	for _, tt := range tests {
@@ -476,7 +477,7 @@ func TestProfileFallbackAndLastKnownGood(t *testing.T) {
 		t.Errorf("switch then restore (-want +got):\n%s", diff)
 	}
 
-	if err := s.Activate(ctx, env, "hopper-fp4"); !errors.Is(err, engine.ErrUsage) {
+	if err := s.Activate(ctx, env, "hopper-fp4"); !errors.Is(err, exitcode.ErrUsage) {
 		t.Errorf("Activate of a profile that is not a candidate = %v", err)
 	}
 }
@@ -604,7 +605,7 @@ func TestTemplateFromRecipeDir(t *testing.T) {
 	}
 	spec.Template = "templates/missing.tmpl"
 	s = newStep(t, spec)
-	if _, err := s.Fingerprint(context.Background(), env); !errors.Is(err, engine.ErrUsage) {
+	if _, err := s.Fingerprint(context.Background(), env); !errors.Is(err, exitcode.ErrUsage) {
 		t.Errorf("missing template: %v", err)
 	}
 }
@@ -633,7 +634,7 @@ func TestSpecChecks(t *testing.T) {
 			spec := qwenSpec()
 			tt.mutate(&spec)
 			_, err := New("svc", spec)
-			if !errors.Is(err, engine.ErrUsage) || !strings.Contains(err.Error(), tt.mention) {
+			if !errors.Is(err, exitcode.ErrUsage) || !strings.Contains(err.Error(), tt.mention) {
 				t.Errorf("New = %v, want a usage error mentioning %q", err, tt.mention)
 			}
 		})

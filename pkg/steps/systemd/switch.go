@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/switchover"
 )
 
@@ -66,7 +67,7 @@ func (s *Step) known(env *engine.Env, profile string) error {
 		found = found || p == profile
 	}
 	if !found {
-		return fmt.Errorf("%w: profile %q is not a candidate of %s", engine.ErrUsage, profile, s.spec.Unit)
+		return fmt.Errorf("%w: profile %q is not a candidate of %s", exitcode.ErrUsage, profile, s.spec.Unit)
 	}
 	return nil
 }

@@ -1,0 +1,147 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
+	"github.com/sglprov/sglprov/pkg/gpu"
+)
+
+// countingFacts is a Factory whose facts are the fixture's, counting the reads.
+func countingFacts(t *testing.T, fresh bool) (*Factory, *atomic.Int32) {
+	t.Helper()
+	facts, err := gpu.LoadFixture(filepath.Join("..", "..", "testdata", "gpu", "h200-x1.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n atomic.Int32
+	return &Factory{Fresh: fresh, DetectFacts: func(context.Context, func(string) string) (*gpu.Facts, error) {
+		n.Add(1)
+		return facts, nil
+	}}, &n
+}
+
+// TestFactoryFactsOnce: a command reads the host's GPU facts once, however many of its
+// parts need them; the daemon (Fresh) reads them at every use.
+func TestFactoryFactsOnce(t *testing.T) {
+	f, n := countingFacts(t, false)
+	for range 3 {
+		if facts, err := f.Facts(context.Background(), os.Getenv); err != nil || facts.Count() != 1 {
+			t.Fatalf("Facts = %v, %v", facts, err)
+		}
+	}
+	if n.Load() != 1 {
+		t.Errorf("facts read %d times, want once", n.Load())
+	}
+	fresh, m := countingFacts(t, true)
+	for range 3 {
+		_, _ = fresh.Facts(context.Background(), os.Getenv)
+	}
+	if m.Load() != 3 {
+		t.Errorf("fresh facts read %d times, want 3", m.Load())
+	}
+}
+
+// TestApplyReadsFactsOnce: one apply of a recipe that needs the GPU facts (its preflight,
+// its engine, its metrics textfile) reads them once, through the command's factory.
+func TestApplyReadsFactsOnce(t *testing.T) {
+	dir := t.TempDir()
+	recipe := writeRecipe(t, dir, `apiVersion: sglprov/v1
+name: once
+requires:
+  gpu: {min_count: 1}
+steps:
+  - name: hello
+    command: {argv: [sh, -c, "echo {{ .gpu.count }}"]}
+`)
+	f, n := countingFacts(t, false)
+	var stderr strings.Builder
+	code := Main([]string{"sglprov", "apply", "-f", recipe, "--state-dir", filepath.Join(dir, "st"), "--textfile", filepath.Join(dir, "m.prom")},
+		IO{Stdin: strings.NewReader(""), Stdout: io.Discard, Stderr: &stderr, Getenv: func(string) string { return "" }, Factory: f})
+	if code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, stderr.String())
+	}
+	if n.Load() != 1 {
+		t.Errorf("facts read %d times in one apply, want once", n.Load())
+	}
+}
+
+// TestHoldNode: a change of what serves takes the state dir's lock, which a second holder
+// is refused (exit 3) until the first lets go; under the daemon, which holds the lock from
+// start to end, it takes none.
+func TestHoldNode(t *testing.T) {
+	state := t.TempDir()
+	stdio := IO{Getenv: func(string) string { return "" }, Factory: &Factory{}}
+	a, b := &common{stateDir: state}, &common{stateDir: state}
+	release, err := a.holdNode(stdio)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.holdNode(stdio); !errors.Is(err, exitcode.ErrLocked) {
+		t.Errorf("second holder: %v, want ErrLocked", err)
+	}
+	release()
+	again, err := b.holdNode(stdio)
+	if err != nil {
+		t.Fatalf("after release: %v", err)
+	}
+	again()
+
+	lock, err := engine.AcquireLock(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Release()
+	var took atomic.Int32
+	daemonIO := IO{Factory: &Factory{AcquireLock: func(dir string) (*engine.Lock, error) {
+		took.Add(1)
+		return engine.AcquireLock(dir)
+	}}}
+	d := &common{stateDir: state, lock: lock}
+	rel, err := d.holdNode(daemonIO)
+	if err != nil {
+		t.Fatalf("the daemon's holdNode: %v", err)
+	}
+	rel()
+	if took.Load() != 0 {
+		t.Errorf("the daemon's holdNode took the lock %d times, want none", took.Load())
+	}
+}
+
+// TestBuildEngineKeepsShortHost: the engine's inputs are the command's flags and the
+// factory's facts; what building it found of the host comes back beside it, not in the
+// flags' struct: a host that falls short gets its engine and its problems when asked to
+// (plan), and an exit-4 error otherwise.
+func TestBuildEngineKeepsShortHost(t *testing.T) {
+	dir := t.TempDir()
+	path := writeRecipe(t, dir, `apiVersion: sglprov/v1
+name: short
+requires:
+  gpu: {min_count: 8}
+steps:
+  - name: hello
+    command: {argv: ["true"]}
+`)
+	f, _ := countingFacts(t, false)
+	stdio := IO{Stdin: strings.NewReader(""), Stdout: io.Discard, Stderr: io.Discard, Getenv: func(string) string { return "" }, Factory: f}
+	c := &common{recipe: path, stateDir: filepath.Join(dir, "st"), logLevel: "info", logFormat: "text"}
+	e, _, host, err := c.buildEngine(context.Background(), stdio, nil, nil, true)
+	if err != nil || e == nil {
+		t.Fatalf("buildEngine keeping a short host: %v", err)
+	}
+	e.Close()
+	if len(host.short) != 1 || host.short[0] != "host has 1 GPU; this recipe needs at least 8" {
+		t.Errorf("short = %q", host.short)
+	}
+	if _, _, err := c.newEngine(context.Background(), stdio, nil, nil); !errors.Is(err, exitcode.ErrHost) {
+		t.Errorf("newEngine on a short host: %v, want ErrHost", err)
+	}
+}
