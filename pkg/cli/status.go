@@ -106,7 +106,7 @@ func runStatus(ctx context.Context, stdio IO, args []string) error {
 	}
 	rep, st, killed := first.Report, first.State, first.Killed
 	none := len(st.Steps) == 0 && rep == nil
-	code := engine.ExitCodeOf(runs)
+	code := engine.LastRunsExitCode(runs)
 	// No run recorded is not a success: a script that runs status after starting the
 	// daemon (cloud-init's runcmd) must not read "nothing ran" as "the node serves".
 	noRun := none && running == 0

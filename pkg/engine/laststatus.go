@@ -121,9 +121,9 @@ func LastRuns(stateDir, only string, applyRunning bool) ([]RecipeRun, error) {
 	return out, nil
 }
 
-// ExitCodeOf returns the exit code of a state dir holding these recipes' last runs: the
+// LastRunsExitCode returns the exit code of a state dir holding these recipes' last runs: the
 // newest failed one's, 0 when every one passed (exitcode.ExitFailed when there are none).
-func ExitCodeOf(runs []RecipeRun) int {
+func LastRunsExitCode(runs []RecipeRun) int {
 	if len(runs) == 0 {
 		return exitcode.ExitFailed
 	}

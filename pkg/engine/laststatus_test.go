@@ -38,11 +38,11 @@ func TestLastRunsEachRecipeKilledIncluded(t *testing.T) {
 		runs[1].Recipe != "a" || runs[1].ExitCode != 0 || runs[1].Report == nil {
 		t.Fatalf("last runs = %+v", runs)
 	}
-	if code := engine.ExitCodeOf(runs); code != exitcode.ExitFailed {
+	if code := engine.LastRunsExitCode(runs); code != exitcode.ExitFailed {
 		t.Errorf("exit code of both = %d, want %d", code, exitcode.ExitFailed)
 	}
 	only, err := engine.LastRuns(dir, "a", false)
-	if err != nil || len(only) != 1 || only[0].Recipe != "a" || engine.ExitCodeOf(only) != 0 {
+	if err != nil || len(only) != 1 || only[0].Recipe != "a" || engine.LastRunsExitCode(only) != 0 {
 		t.Errorf("a's last run = %+v, %v", only, err)
 	}
 	if running, _ := engine.LastRuns(dir, "b", true); len(running) != 1 || len(running[0].Killed) != 0 || running[0].ExitCode != 0 {
