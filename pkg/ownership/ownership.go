@@ -22,6 +22,7 @@ import (
 	"syscall"
 
 	"github.com/sglprov/sglprov/pkg/exitcode"
+	"github.com/sglprov/sglprov/pkg/recipe"
 )
 
 // Kinds of Owned.
@@ -61,18 +62,6 @@ type Owned struct {
 	Ino uint64 `json:"ino,omitempty"`
 }
 
-// systemFolders are folders no recipe may name as a place sglprov writes into and later
-// deletes from: the root and the folders of the file system hierarchy that hold what the
-// system and its users keep.
-var systemFolders = []string{
-	"/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/libx32",
-	"/lost+found", "/media", "/mnt", "/opt", "/proc", "/root", "/run", "/sbin", "/snap",
-	"/srv", "/sys", "/tmp", "/usr", "/usr/bin", "/usr/include", "/usr/lib", "/usr/lib32",
-	"/usr/lib64", "/usr/libexec", "/usr/local", "/usr/local/bin", "/usr/local/lib",
-	"/usr/local/sbin", "/usr/local/share", "/usr/sbin", "/usr/share", "/usr/src", "/var",
-	"/var/cache", "/var/lib", "/var/log", "/var/mail", "/var/opt", "/var/spool", "/var/tmp",
-}
-
 // SystemFolder reports whether the host path p is root itself or one of the system folders
 // under root (root "" or "/" is the host's): "/", "/etc", "/home", "/usr", "/var", "/opt",
 // ... (their subfolders are not). A p reached through links is judged as it resolves too.
@@ -101,11 +90,11 @@ func isSystem(root, p string) bool {
 		}
 		rel, err := filepath.Rel(root, p)
 		if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
-			return slices.Contains(systemFolders, p)
+			return slices.Contains(recipe.SystemFolders, p)
 		}
 		p = "/" + rel
 	}
-	return slices.Contains(systemFolders, p)
+	return slices.Contains(recipe.SystemFolders, p)
 }
 
 // CheckDest refuses, as a place sglprov writes into and deletes from, a system folder

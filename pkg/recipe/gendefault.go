@@ -189,14 +189,21 @@ func usesFacts(refs []string) bool {
 	return false
 }
 
-// systemRoots are folders that are never a generation root themselves (a folder below
-// one, "/opt/sglang", can be).
-var systemRoots = []string{"/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib64", "/opt",
-	"/proc", "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr", "/usr/local", "/var", "/var/lib", "/var/tmp"}
+// SystemFolders are folders no recipe may name as a place sglprov writes into and later
+// deletes from, nor as a generation root: the root and the folders of the file system
+// hierarchy that hold what the system and its users keep (their subfolders may be named).
+var SystemFolders = []string{
+	"/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/libx32",
+	"/lost+found", "/media", "/mnt", "/opt", "/proc", "/root", "/run", "/sbin", "/snap",
+	"/srv", "/sys", "/tmp", "/usr", "/usr/bin", "/usr/include", "/usr/lib", "/usr/lib32",
+	"/usr/lib64", "/usr/libexec", "/usr/local", "/usr/local/bin", "/usr/local/lib",
+	"/usr/local/sbin", "/usr/local/share", "/usr/sbin", "/usr/share", "/usr/src", "/var",
+	"/var/cache", "/var/lib", "/var/log", "/var/mail", "/var/opt", "/var/spool", "/var/tmp",
+}
 
 // rootPath reports whether p can be a generation root: absolute, clean, not a system folder.
 func rootPath(p string) bool {
-	return path.IsAbs(p) && path.Clean(p) == p && !slices.Contains(systemRoots, p)
+	return path.IsAbs(p) && path.Clean(p) == p && !slices.Contains(SystemFolders, p)
 }
 
 // rewriteRoots rewrites each root in s (as a whole path: not "/opt/sglang2", not

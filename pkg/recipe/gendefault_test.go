@@ -57,3 +57,23 @@ steps:
 		t.Errorf("generations: sometimes: %v", err)
 	}
 }
+
+// A source step whose dest is a system folder (/usr/src, /mnt, /var/opt, ...) does not make
+// it a generation root: the first pass would move that folder aside and put a link there.
+func TestSystemFolderIsNoGenerationRoot(t *testing.T) {
+	for _, dest := range []string{"/usr/src", "/mnt", "/media", "/var/opt", "/usr/share"} {
+		text := `apiVersion: sglprov/v1
+name: t
+steps:
+  - name: src
+    source: {url: "git::https://example.com/x", dest: "` + dest + `"}
+`
+		r, err := recipe.Parse("t.yaml", []byte(text), testKinds(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if roots := r.GenerationRoots(); len(roots) != 0 {
+			t.Errorf("dest %s: roots = %+v, want none", dest, roots)
+		}
+	}
+}
