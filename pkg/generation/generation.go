@@ -561,6 +561,9 @@ func (s *Store) prune(dryRun bool, building string) (*Pruned, error) {
 	return p, errors.Join(errs...)
 }
 
+// removeTree removes a generation's folder (os.RemoveAll; tests make it fail).
+var removeTree = os.RemoveAll
+
 // RemoveAll removes every generation, the "current" link, the folder when empty, and the
 // record (sglprov remove). A generation another state dir's record lists is left to it (in
 // Shared), as are the link and the folder while another state dir uses them. With dryRun it
@@ -589,10 +592,31 @@ func (s *Store) RemoveAll(dryRun bool) (*Pruned, error) {
 		return p, nil
 	}
 	var errs []error
+	left := map[string]bool{}
 	for _, f := range p.Freed {
-		if err := os.RemoveAll(s.Path(f.Key)); err != nil {
+		if err := removeTree(s.Path(f.Key)); err != nil {
 			errs = append(errs, fmt.Errorf("removing generation %s: %w", f.Key, err))
+			left[f.Key] = true
 		}
+	}
+	if len(errs) > 0 {
+		// What could not be removed stays recorded (and this state dir a user of the
+		// folder), so that the next remove or gc finds it and tries again.
+		kept := s.rec.Generations[:0]
+		for _, g := range s.rec.Generations {
+			if left[g.Key] {
+				kept = append(kept, g)
+			}
+		}
+		s.rec.Generations = kept
+		if err := s.save(); err != nil {
+			errs = append(errs, err)
+		}
+		if l != nil {
+			l.Release()
+		}
+		p.Freed = slices.DeleteFunc(p.Freed, func(f Freed) bool { return left[f.Key] })
+		return p, errors.Join(errs...)
 	}
 	if err := s.unregister(); err != nil {
 		errs = append(errs, err)

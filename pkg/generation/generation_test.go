@@ -2,6 +2,7 @@ package generation
 
 import (
 	"errors"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -297,5 +298,41 @@ func TestRemoveLeavesRepointedRootLink(t *testing.T) {
 	}
 	if got, err := os.Readlink(link); err != nil || got != "/elsewhere" {
 		t.Errorf("remove changed a link sglprov did not write last: %q, %v", got, err)
+	}
+}
+
+// A generation whose folder cannot be removed stays recorded: the next remove finds it and
+// frees it, rather than forgetting a folder of many GiB.
+func TestRemoveAllKeepsWhatItCouldNotRemove(t *testing.T) {
+	root := t.TempDir()
+	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	s := openAt(t, root, 2, &clock)
+	for _, key := range []string{g1, g2} {
+		if err := s.Begin(key); err != nil {
+			t.Fatal(err)
+		}
+		fill(t, s, key, 10)
+	}
+	removeTree = func(p string) error {
+		if filepath.Base(p) == g2 {
+			return errors.New("device busy")
+		}
+		return os.RemoveAll(p)
+	}
+	t.Cleanup(func() { removeTree = os.RemoveAll })
+	if _, err := s.RemoveAll(false); err == nil || !strings.Contains(err.Error(), "device busy") {
+		t.Fatalf("RemoveAll with a folder that cannot go: %v", err)
+	}
+	again := openAt(t, root, 2, &clock)
+	if gens := again.Generations(); len(gens) != 1 || gens[0].Key != g2 {
+		t.Fatalf("recorded after the failed remove: %+v, want only %s", gens, g2)
+	}
+	removeTree = os.RemoveAll
+	p, err := again.RemoveAll(false)
+	if err != nil || len(p.Freed) != 1 || p.Freed[0].Key != g2 {
+		t.Fatalf("second remove: %+v, %v", p, err)
+	}
+	if _, err := os.Stat(again.Path(g2)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("%s is still there: %v", g2, err)
 	}
 }
