@@ -22,9 +22,10 @@ func PipInstall(argv []string) bool {
 }
 
 // ReportPath is where a Python step's pip writes its installation report (PIP_REPORT):
-// what `sglprov lock` reads the wheels' digests from.
-func ReportPath(stateDir, step string) string {
-	return filepath.Join(stateDir, "python", step+".report.json")
+// what `sglprov lock` reads the wheels' digests from. Each recipe has a folder of its own:
+// two recipes in one state dir may name their steps alike.
+func ReportPath(stateDir, recipe, step string) string {
+	return filepath.Join(stateDir, "python", recipe, step+".report.json")
 }
 
 // pipValueFlags are the pip install options that take a value: the index ones are kept
@@ -97,7 +98,7 @@ func lockFingerprint(env *engine.Env) (map[string]string, error) {
 // reportEnv prepares the report of an unlocked Python step and returns its PIP_REPORT
 // entry for the environment.
 func reportEnv(env *engine.Env) (string, string, error) {
-	p := ReportPath(env.StateDir, env.StepName)
+	p := ReportPath(env.StateDir, env.RecipeName, env.StepName)
 	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
 		return "", "", fmt.Errorf("making the folder of pip's report: %w", err)
 	}
@@ -191,7 +192,7 @@ func (s *Step) Publish(ctx context.Context, env *engine.Env, slot engine.CacheSl
 	if !PipInstall(s.spec.Argv) {
 		return "", nil
 	}
-	base := filepath.Join(env.StateDir, "python")
+	base := filepath.Dir(ReportPath(env.StateDir, env.RecipeName, env.StepName))
 	if env.PythonLock != "" {
 		l, err := readLock(env)
 		if err != nil {
