@@ -166,6 +166,17 @@ func Remove(ctx context.Context, opts RemoveOptions) error {
 				if err != nil {
 					return err
 				}
+				// Only a unit file sglprov rendered for this recipe is stopped and deleted:
+				// a unit of the same name that is another's (a package's, an operator's, a
+				// record of another root) is left as it is, and said so.
+				exists, ours, err := service.RenderedFor(m.UnitPath(o.Path), opts.Recipe)
+				if err != nil {
+					return err
+				}
+				if exists && !ours {
+					fmt.Fprintf(opts.Out, "  keep: unit %s: %s is not one sglprov rendered for recipe %s; left as it is\n", o.Path, m.UnitPath(o.Path), opts.Recipe)
+					return nil
+				}
 				if rm, ok := m.(service.Remover); ok {
 					if err := rm.Remove(ctx, o.Path); err != nil {
 						return err

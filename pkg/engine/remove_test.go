@@ -378,7 +378,7 @@ func TestRemoveExecUnitWithoutSystemd(t *testing.T) {
 	n := newNode(t, false)
 	unit := filepath.Join(n.state, "units", "sglang-x.service")
 	os.MkdirAll(filepath.Dir(unit), 0o755)
-	os.WriteFile(unit, []byte("[Service]\nExecStart=/bin/true\n"), 0o644)
+	os.WriteFile(unit, []byte("# Managed by sglprov. Recipe: x. Profile: . Fingerprint: f. Do not edit: changes are replaced on the next apply.\n[Service]\nExecStart=/bin/true\n"), 0o644)
 	gens := n.path("opt/sglprov/generations/x")
 	s, _ := generation.Open(gens, filepath.Join(n.state, "generations", "x.json"), 1)
 	const k = "cccccccccccccccc"
@@ -521,4 +521,38 @@ func TestSharedWeightsGoWithTheLastUser(t *testing.T) {
 		t.Errorf("orphans left: %+v", got)
 	}
 	n.intact("shared weights")
+}
+
+// A unit file at the recorded name that sglprov did not render for the recipe (a
+// package's, an operator's, another recipe's) is neither stopped nor deleted: it stays
+// byte-identical, the remove says so, and the records go.
+func TestRemoveLeavesAUnitItDidNotRender(t *testing.T) {
+	n := newNode(t, false)
+	unit := filepath.Join(n.state, "units", "sglang-x.service")
+	os.MkdirAll(filepath.Dir(unit), 0o755)
+	for _, text := range []string{
+		"[Service]\nExecStart=/usr/bin/operator-server\n",
+		"# Managed by sglprov. Recipe: other. Profile: . Fingerprint: f. Do not edit: changes are replaced on the next apply.\n[Service]\nExecStart=/bin/true\n",
+	} {
+		os.WriteFile(unit, []byte(text), 0o644)
+		n.save(map[string][]engine.Owned{"x": {{Kind: engine.OwnedUnit, Path: "sglang-x.service", Manager: service.KindExec, Step: "svc"}}})
+		var out bytes.Buffer
+		err := engine.Remove(context.Background(), engine.RemoveOptions{StateDir: n.state, Recipe: "x", Out: &out,
+			NewManager: func(ctx context.Context, kind string) (service.Manager, error) {
+				return service.New(ctx, service.Options{Kind: service.KindExec, StateDir: n.state})
+			}})
+		if err != nil {
+			t.Fatalf("remove: %v\n%s", err, out.String())
+		}
+		if b, _ := os.ReadFile(unit); string(b) != text {
+			t.Errorf("the unit sglprov did not render for x was changed or deleted: %q", b)
+		}
+		if !strings.Contains(out.String(), "is not one sglprov rendered for recipe x; left as it is") {
+			t.Errorf("remove did not say why it kept the unit:\n%s", out.String())
+		}
+		if n.states().Recipes["x"] != nil {
+			t.Errorf("the records of x are still there")
+		}
+	}
+	n.intact("foreign unit")
 }
