@@ -229,6 +229,7 @@ func (e *Engine) env(n *node, logw io.Writer, logPath string) *Env {
 		Nodes:               e.group,
 		PythonLock:          e.pythonLock(),
 		store:               e.store,
+		promoted:            e.promoted,
 	}
 }
 

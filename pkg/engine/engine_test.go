@@ -36,6 +36,9 @@ type fakeSpec struct {
 	Manager string `yaml:"manager"`
 	// NoSpace makes the step fail as a write to a full disk does (ENOSPC).
 	NoSpace bool `yaml:"no_space"`
+	// Promotes makes the step report, as the smoke step's switch does once it promoted a
+	// unit (smoke.RunSwitch), that the unit of this run's generation now serves.
+	Promotes bool `yaml:"promotes"`
 }
 
 // world is what the fake steps share in one test.
@@ -126,6 +129,11 @@ func (f *fakeStep) Run(ctx context.Context, env *engine.Env) error {
 			return err
 		}
 		if err := os.WriteFile(filepath.Join(out, "made-by-"+f.name), []byte("0123456789"), 0o644); err != nil {
+			return err
+		}
+	}
+	if f.spec.Promotes {
+		if err := env.Promoted(); err != nil {
 			return err
 		}
 	}

@@ -63,6 +63,9 @@ type genState struct {
 	// from the serving generation's (when it recorded its own), for plan's reasons.
 	parts   map[string]string
 	changed []string
+	// promoted is set once a switch in this run promoted a unit of this generation: it
+	// was recorded as passed then (Engine.promoted). Guarded by the engine's mu.
+	promoted bool
 }
 
 // rootStore is implemented by a Generations that keeps a link at each of the recipe's
@@ -343,7 +346,10 @@ func (e *Engine) endGeneration(ok bool) *GenerationReport {
 		}
 		return gr
 	}
-	if !ok || len(e.opts.Only) > 0 {
+	e.mu.Lock()
+	promoted := g.promoted
+	e.mu.Unlock()
+	if (!ok || len(e.opts.Only) > 0) && !promoted {
 		switch {
 		case g.info.Serving == g.info.Key:
 			gr.Note = fmt.Sprintf("generation %s serves", generation.Short(g.info.Key))
@@ -354,17 +360,9 @@ func (e *Engine) endGeneration(ok bool) *GenerationReport {
 		}
 		return gr
 	}
-	steps := map[string]json.RawMessage{}
-	e.mu.Lock()
-	for _, name := range g.steps {
-		if rec := e.state.Steps[name]; rec != nil {
-			if b, err := json.Marshal(rec); err == nil {
-				steps[name] = b
-			}
-		}
-	}
-	e.mu.Unlock()
-	pruned, err := g.store.Passed(g.info.Key, steps)
+	// Recording it again after a promotion is harmless: the same generation serves, with
+	// the step records as the run left them.
+	pruned, err := e.passGeneration()
 	gr.Serving, gr.Pruned = g.info.Key, pruned
 	gr.Note = fmt.Sprintf("generation %s serves", generation.Short(g.info.Key))
 	if g.info.Serving != "" && g.info.Serving != g.info.Key {
@@ -378,6 +376,46 @@ func (e *Engine) endGeneration(ok bool) *GenerationReport {
 		gr.Note += "; " + err.Error()
 	}
 	return gr
+}
+
+// passGeneration records the run's generation as passed with the step records the engine
+// holds now (Generations.Passed).
+func (e *Engine) passGeneration() (*generation.Pruned, error) {
+	g := e.gen
+	steps := map[string]json.RawMessage{}
+	e.mu.Lock()
+	for _, name := range g.steps {
+		if rec := e.state.Steps[name]; rec != nil {
+			if b, err := json.Marshal(rec); err == nil {
+				steps[name] = b
+			}
+		}
+	}
+	e.mu.Unlock()
+	return g.store.Passed(g.info.Key, steps)
+}
+
+// promoted is Env.Promoted: a switch promoted a unit of the run's generation, whose
+// folder its server now reads from. The generation is recorded as passed at once, not
+// at the end of the run: a later step that fails, an interrupt or --only would otherwise
+// leave the record naming the generation before it as serving, and a gc or the next
+// build's prune would remove the folder the installed unit runs from.
+func (e *Engine) promoted() error {
+	g := e.gen
+	if g == nil || g.store == nil || e.opts.Root != "" && e.opts.Root != "/" {
+		return nil
+	}
+	pruned, err := e.passGeneration()
+	e.mu.Lock()
+	g.promoted = true
+	e.mu.Unlock()
+	if pruned != nil && len(pruned.Freed) > 0 {
+		e.log.Info("generation", "freed", pruned.Describe(logval.Format))
+	}
+	if err != nil {
+		return fmt.Errorf("recording generation %s as serving: %w", generation.Short(g.info.Key), err)
+	}
+	return nil
 }
 
 func shortOr(key, none string) string {

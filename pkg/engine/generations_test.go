@@ -331,3 +331,79 @@ func TestFailedGenerationsFreedBeforeBuild(t *testing.T) {
 		t.Errorf("the full disk's error %q does not name sglprov gc", msg)
 	}
 }
+
+// promoteRecipe is genRecipe with a gate whose switch promotes the service's unit and a
+// later step that fails (%v), or none run with --only smoke.
+const promoteRecipe = `apiVersion: sglprov/v1
+name: gen
+generations: {dir: %s, keep: 2}
+vars:
+  pin: "1"
+  src: "{{ .generation.dir }}/src"
+steps:
+  - name: src
+    fake: {input: "{{ .vars.pin }}", output: "{{ .vars.src }}"}
+  - name: service
+    needs: [src]
+    fake: {input: "{{ .vars.src }}/bin/python"}
+  - name: smoke
+    needs: [service]
+    fake: {input: "{{ .vars.pin }}", promotes: true}
+  - name: after
+    needs: [smoke]
+    fake: {input: "{{ .vars.pin }}", fail: %v}
+`
+
+// A switch that promotes the new generation's unit records the generation as serving at
+// once: a later step that fails, or a run limited to the gate, leaves it recorded (and
+// linked) as serving, and a gc or the next build's prune keeps it.
+func TestPromotedGenerationServesAfterLaterFailure(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		fail bool
+		only []string
+	}{
+		{name: "later step fails", fail: true},
+		{name: "only smoke", only: []string{"src", "service", "smoke"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld()
+			dir, gens := t.TempDir(), t.TempDir()
+			rep, err := newEngine(t, w, load(t, w, fmt.Sprintf(promoteRecipe, gens, false)), dir, nil).Apply(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			g1 := rep.Generation.Serving
+			rep, err = newEngine(t, w, load(t, w, fmt.Sprintf(promoteRecipe, gens, tc.fail), "pin=2"), dir,
+				func(o *engine.Options) { o.Only = tc.only }).Apply(context.Background())
+			if tc.fail && err == nil {
+				t.Fatal("a run whose last step fails passed")
+			}
+			g2 := rep.Generation.Building
+			if g2 == g1 || rep.Generation.Serving != g2 || currentLink(t, gens) != g2 {
+				t.Fatalf("after the switch promoted %s: %+v, current %s; want %s serving", g2, rep.Generation, currentLink(t, gens), g2)
+			}
+			// gc, with keep 1: the promoted generation serves and stays.
+			store, err := generation.Open(filepath.Join(gens, "gen"), filepath.Join(dir, "generations", "gen.json"), 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if store.Serving() != g2 {
+				t.Fatalf("the record says %s serves, want the promoted %s", store.Serving(), g2)
+			}
+			if _, err := store.Prune(false); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := os.Stat(filepath.Join(gens, "gen", g2, "src", "made-by-src")); err != nil {
+				t.Errorf("gc removed the promoted generation %s: %v", g2, err)
+			}
+			// The next build's prune keeps it too.
+			if _, err := newEngine(t, w, load(t, w, fmt.Sprintf(promoteRecipe, gens, true), "pin=3"), dir, nil).Apply(context.Background()); err == nil {
+				t.Fatal("a run whose last step fails passed")
+			}
+			if _, err := os.Stat(filepath.Join(gens, "gen", g2, "src", "made-by-src")); err != nil {
+				t.Errorf("the next build removed the promoted generation %s: %v", g2, err)
+			}
+		})
+	}
+}

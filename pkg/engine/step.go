@@ -288,6 +288,20 @@ type Env struct {
 	PythonLock string
 
 	store *Store
+	// promoted records the run's generation as serving (Promoted; nil: nothing to record).
+	promoted func() error
+}
+
+// Promoted records that a switch just promoted a unit rendered from this env: the unit in
+// /etc now runs from the run's generation, so the generation is recorded as passed (it
+// serves, "current" and the roots' links flip to it) at once, not only at the end of a run
+// that passes; a later step that fails, an interrupt or --only cannot leave it unrecorded
+// for a prune to remove while its server reads from it. A no-op without generations.
+func (e *Env) Promoted() error {
+	if e.promoted == nil {
+		return nil
+	}
+	return e.promoted()
 }
 
 // HostPath maps an absolute host path into Root; relative paths are returned as they are.

@@ -326,7 +326,8 @@ type SwitchGate struct {
 // RunSwitch switches svc to profiles through its switch transaction: each candidate, and
 // what comes back when none passes, is gated against its own server (the served model
 // name and model path of its own unit; its own unit's failure ends the readiness wait).
-// The result is recorded in the service step (Switched). It returns the result, the
+// The result is recorded in the service step (Switched) and, when a candidate was
+// promoted, env's generation is recorded as serving (Env.Promoted). It returns the result, the
 // gate's results in the order they ran, and nil or the switch's error (a
 // *switchover.FailedError when no candidate passed).
 func RunSwitch(ctx context.Context, env *engine.Env, svc engine.ServiceStep, profiles []string, g SwitchGate) (*switchover.Result, []*gate.Result, error) {
@@ -361,6 +362,13 @@ func RunSwitch(ctx context.Context, env *engine.Env, svc engine.ServiceStep, pro
 	if res != nil {
 		if rerr := svc.Switched(ctx, env, res); rerr != nil && err == nil {
 			err = fmt.Errorf("recording the switch of %s: %w", svc.ServiceName(), rerr)
+		}
+		// The promoted unit runs from env's generation: it is recorded as serving now, so
+		// that no prune removes it whatever the rest of the run does.
+		if res.Winner != nil {
+			if perr := env.Promoted(); perr != nil && err == nil {
+				err = fmt.Errorf("recording the switch of %s: %w", svc.ServiceName(), perr)
+			}
 		}
 	}
 	return res, results, err
