@@ -89,7 +89,9 @@ type Switch struct {
 	// Gate judges a server; required.
 	Gate Gate
 	// Before checks a candidate before it starts (its port is free or held by its own
-	// server; the programs it execs are there): an error is the candidate's failure.
+	// server; the programs it execs are there): an error is the candidate's failure. Before
+	// the last good unit is restarted it is called with the zero Candidate (no Content):
+	// only what concerns the port then, since that unit's own content passed already.
 	Before func(ctx context.Context, c Candidate) error
 	// Drain and Undrain are the recipe's hooks (nil: none). Drain runs before the first
 	// change to what serves; Undrain at the end when what serves passed the gate.

@@ -1,6 +1,7 @@
 package systemd
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -9,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/sglprov/sglprov/pkg/exitcode"
+	"github.com/sglprov/sglprov/pkg/service"
+	"github.com/sglprov/sglprov/pkg/switchover"
 )
 
 // writeDist writes a distribution's METADATA into a venv's site-packages under dir.
@@ -65,5 +68,44 @@ func TestKnownBadInstalledRefusesBeforeStart(t *testing.T) {
 	writeDist(t, dir, "nvidia-cutlass-dsl", "4.5.1")
 	if err := s.Run(context.Background(), env); err != nil {
 		t.Fatalf("Run with 4.5.1: %v", err)
+	}
+}
+
+// The last good unit is restored after a candidate fails its gate even when the
+// environment changed under the candidate into one the known-bad table refuses: before
+// the restore only the port is checked, since the restored unit's own packages and flags
+// passed with it (the table's refusal is for what starts anew).
+func TestRestoreIsNotRefusedForTheCandidatesPackages(t *testing.T) {
+	env := testEnv(t, "rtx-pro-6000-x8.json")
+	env.Gated = true
+	dir := t.TempDir()
+	writeTool(t, filepath.Join(dir, "venv/bin"), "python")
+	writeDist(t, dir, "flashinfer-python", "0.6.8")
+	writeDist(t, dir, "nvidia-cutlass-dsl", "4.5.1")
+	spec := qwenSpec()
+	spec.Command = []string{filepath.Join(dir, "venv/bin/python"), "-m", "sglang.launch_server"}
+	s := newStep(t, spec)
+	sm := &stagingManager{fakeManager: &fakeManager{dir: t.TempDir()}, runDir: t.TempDir(), inUse: map[string]bool{}}
+	s.newManager = func(context.Context, service.Options) (service.Manager, error) { return sm, nil }
+	if _, err := switchTo(t, s, env, []string{"sm120-fp4-cudnn"}, []string{"sm120-fp4-cudnn"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	// The candidate starts, and while it is gated its environment takes a known-bad package.
+	res, err := switchTo(t, s, env, []string{"sm120-fp4-cutlass"}, nil, func(srv switchover.Server) {
+		if srv.Profile != "sm120-fp4-cutlass" {
+			return
+		}
+		os.RemoveAll(filepath.Join(dir, "venv/lib/python3.12/site-packages/nvidia_cutlass_dsl-4.5.1.dist-info"))
+		writeDist(t, dir, "nvidia-cutlass-dsl", "4.5.0")
+	})
+	if err == nil {
+		t.Fatal("a candidate that failed its gate passed the switch")
+	}
+	if res == nil || !res.Restored || res.RestoreErr != nil {
+		t.Fatalf("the last good unit was not restored: restored %v, error %v", res != nil && res.Restored, res.RestoreErr)
+	}
+	good, _ := os.ReadFile(sm.UnitPath(spec.Unit))
+	if !bytes.Contains(good, []byte("Profile: sm120-fp4-cudnn.")) {
+		t.Errorf("the persistent unit changed: %q", good)
 	}
 }

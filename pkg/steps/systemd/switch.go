@@ -49,6 +49,11 @@ func (s *Step) Switch(ctx context.Context, env *engine.Env, profiles []string) (
 		Candidates: cands,
 		Replaces:   replaced,
 		Before: func(ctx context.Context, c switchover.Candidate) error {
+			if c.Content == nil {
+				// The last good unit, about to be restored: its packages and group passed
+				// with it; this run's (the candidate's) are not its own. The port only.
+				return s.checkPort(env, m, c.Profile)
+			}
 			return s.beforeStart(ctx, env, m, c.Profile)
 		},
 		Log: env.Log,
