@@ -455,6 +455,13 @@ func GC(ctx context.Context, opts GCOptions) error {
 		if fi, err := os.Lstat(work); err != nil || !fi.IsDir() {
 			continue
 		}
+		// A folder put in the place of the recorded one (another device and inode) is not
+		// the one sglprov downloaded into: its part-file folder is not sglprov's.
+		if o := weightsFolders[f]; o.Ino != 0 {
+			if dev, ino := ownership.Identify(f); dev != o.Dev || ino != o.Ino {
+				continue
+			}
+		}
 		n := generation.DiskUsage(work)
 		if n == 0 {
 			continue
