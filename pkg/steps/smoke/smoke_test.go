@@ -78,6 +78,7 @@ func (f *fakeService) Active(*engine.Env) string {
 	defer f.mu.Unlock()
 	return f.active
 }
+
 // Restart restarts the unit that serves, as the systemd step does.
 func (f *fakeService) Restart(ctx context.Context, _ *engine.Env) error {
 	f.mu.Lock()
