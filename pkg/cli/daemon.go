@@ -23,7 +23,6 @@ import (
 	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/logval"
-	"github.com/sglprov/sglprov/pkg/node"
 	"github.com/sglprov/sglprov/pkg/recipe"
 	gate "github.com/sglprov/sglprov/pkg/smoke"
 )
@@ -376,11 +375,12 @@ func (h *heldEngine) set(e *engine.Engine) {
 	h.e = e
 }
 
-// restartService restarts the recipe's service steps with the profile they run, through
-// the engine of the last apply when there is one (an exec-managed server is its child).
+// restartService restarts the recipe's service steps with the unit that serves (rendering
+// nothing: the engine's recipe may be one whose gate failed), through the engine of the
+// last apply when there is one (an exec-managed server is its child).
 func restartService(stdio IO, c *common, held *heldEngine) func(ctx context.Context) error {
 	return func(ctx context.Context) error {
-		// The restart rewrites the unit: not while an apply holds the lock (the daemon
+		// The restart may drop a staged unit: not while an apply holds the lock (the daemon
 		// holds it already).
 		release, err := c.holdNode(stdio)
 		if err != nil {
@@ -403,7 +403,7 @@ func restartService(stdio IO, c *common, held *heldEngine) func(ctx context.Cont
 			return errors.New("the recipe has no service step to restart")
 		}
 		for _, s := range services {
-			if err := s.Step.Activate(ctx, s.Env, node.RestartProfile(s)); err != nil {
+			if err := s.Step.Restart(ctx, s.Env); err != nil {
 				return fmt.Errorf("restarting %s: %w", s.Step.ServiceName(), err)
 			}
 		}

@@ -39,7 +39,7 @@ type svcStep struct{ seamStep }
 func (s *svcStep) ServiceName() string                                             { return s.spec.Unit }
 func (s *svcStep) Candidates(*engine.Env) []string                                 { return nil }
 func (s *svcStep) Active(*engine.Env) string                                       { return "" }
-func (s *svcStep) Activate(context.Context, *engine.Env, string) error             { return nil }
+func (s *svcStep) Restart(context.Context, *engine.Env) error                      { return nil }
 func (s *svcStep) Failed(context.Context) (bool, string, error)                    { return false, "", nil }
 func (s *svcStep) Switched(context.Context, *engine.Env, *switchover.Result) error { return nil }
 func (s *svcStep) Switch(context.Context, *engine.Env, []string) (*switchover.Switch, error) {

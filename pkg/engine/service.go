@@ -23,9 +23,9 @@ type ServiceStep interface {
 	Candidates(env *Env) []string
 	// Active returns the profile the installed unit was rendered with ("" when none).
 	Active(env *Env) string
-	// Activate renders and installs the unit with profile and (re)starts the service
-	// (the daemon's restart rung, with the profile it runs).
-	Activate(ctx context.Context, env *Env, profile string) error
+	// Restart restarts the service with the unit that serves, rendering nothing (the
+	// daemon's restart rung: the profile it runs, as it last passed its gate).
+	Restart(ctx context.Context, env *Env) error
 	// Failed reports whether the service has failed (stopped and not coming back), with its
 	// last log lines, so that a readiness wait can end at once.
 	Failed(ctx context.Context) (failed bool, lastLines string, err error)

@@ -20,7 +20,7 @@ type svcSpec struct {
 }
 
 // svcStep is a service step whose active profile is its recorded data, as the systemd
-// step's is; Activate records the profile it is given. It starts nothing.
+// step's is; activate records the profile it is given, Restart keeps it. It starts nothing.
 type svcStep struct {
 	spec      svcSpec
 	activated []string
@@ -42,7 +42,8 @@ func (s *svcStep) Active(env *engine.Env) string {
 	env.LoadData(&d)
 	return d.Active
 }
-func (s *svcStep) Activate(_ context.Context, env *engine.Env, profile string) error {
+func (s *svcStep) Restart(context.Context, *engine.Env) error { return nil }
+func (s *svcStep) activate(env *engine.Env, profile string) error {
 	s.activated = append(s.activated, profile)
 	return env.SaveData(svcData{Active: profile})
 }
@@ -87,7 +88,7 @@ func TestChangeRecordsANewProfile(t *testing.T) {
 	state := t.TempDir()
 	e, svc := newEngine(t, state, "  - name: service\n    svc: {profiles: [fast, safe]}\n")
 	err := node.Change(e, func(s engine.BoundService) error {
-		return s.Step.Activate(context.Background(), s.Env, "safe")
+		return s.Step.(*svcStep).activate(s.Env, "safe")
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -132,7 +133,7 @@ func TestProfiles(t *testing.T) {
 	if got := node.RestartProfile(s); got != "fast" {
 		t.Errorf("RestartProfile with none active = %q, want fast", got)
 	}
-	if err := s.Step.Activate(context.Background(), s.Env, "safe"); err != nil {
+	if err := s.Step.(*svcStep).activate(s.Env, "safe"); err != nil {
 		t.Fatal(err)
 	}
 	if got := node.RestartProfile(s); got != "safe" {

@@ -29,6 +29,9 @@ type Server struct {
 	// Host and Port are where it listens (--host, --port; SGLang's defaults when unset).
 	Host string `json:"host,omitempty"`
 	Port int    `json:"port"`
+	// Listens is set when the unit names --host or --port: Host and Port are then where a
+	// gate reaches it, rather than the recipe's gate URL.
+	Listens bool `json:"-"`
 }
 
 // Label names the server in messages: its profile, else its unit.
@@ -57,14 +60,14 @@ func Identify(unit string, content []byte) (Server, error) {
 		srv.ServedModel = v
 	}
 	if v, ok := flagValue(args, "--host"); ok && v != "" {
-		srv.Host = v
+		srv.Host, srv.Listens = v, true
 	}
 	if v, ok := flagValue(args, "--port"); ok {
 		p, err := strconv.Atoi(v)
 		if err != nil || p <= 0 || p > 65535 {
 			return Server{}, fmt.Errorf("reading the server of %s: --port %q is not a port", unit, v)
 		}
-		srv.Port = p
+		srv.Port, srv.Listens = p, true
 	}
 	return srv, nil
 }

@@ -79,3 +79,17 @@ func (u units) discard(ctx context.Context, unit string) (bool, error) {
 	}
 	return u.m.Install(ctx, unit, b)
 }
+
+// RestartServing restarts unit as it serves between switches, without rendering anything:
+// a staged unit (a switch whose gate did not finish) is dropped first, so that the unit in
+// effect is the one a reboot starts (the persistent file under a service.Stager, else the
+// last-known-good copy under stateDir when there is one), then the manager restarts it.
+func RestartServing(ctx context.Context, m service.Manager, stateDir, unit string) error {
+	if _, err := newUnits(m, stateDir).discard(ctx, unit); err != nil {
+		return fmt.Errorf("putting the unit that passed of %s back in effect: %w", unit, err)
+	}
+	if err := m.Restart(ctx, unit); err != nil {
+		return fmt.Errorf("restarting %s: %w", unit, err)
+	}
+	return nil
+}

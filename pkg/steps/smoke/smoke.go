@@ -10,8 +10,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -345,6 +348,9 @@ func RunSwitch(ctx context.Context, env *engine.Env, svc engine.ServiceStep, pro
 		// The server judged must be the unit's: the model it lists and loaded are the
 		// unit's (another server on the port would pass the gate in its place).
 		cfg.ServedModel, cfg.ModelPath = srv.ServedModel, srv.ModelPath
+		// It is reached where its unit listens (a replaced recipe's unit may use another
+		// port than this recipe's URL names).
+		cfg.URL = ServerURL(cfg.URL, srv)
 		// Its own unit's failure ends the readiness wait.
 		cfg.Failed = svc.Failed
 		if unit := srv.Unit; unit != svc.ServiceName() {
@@ -372,6 +378,28 @@ func RunSwitch(ctx context.Context, env *engine.Env, svc engine.ServiceStep, pro
 		}
 	}
 	return res, results, err
+}
+
+// ServerURL is base (the recipe's gate URL) with its host and port replaced by where srv
+// listens (its unit's --host and --port); a wildcard host (0.0.0.0, ::) is reached on the
+// loopback address of its family. The scheme, credentials and path of base stay; base is
+// returned as it is when it does not parse or srv's unit names neither (Listens unset).
+func ServerURL(base string, srv switchover.Server) string {
+	u, err := url.Parse(base)
+	if err != nil || !srv.Listens || srv.Port <= 0 {
+		return base
+	}
+	host := strings.TrimSuffix(strings.TrimPrefix(srv.Host, "["), "]")
+	switch host {
+	case "":
+		host = u.Hostname()
+	case "0.0.0.0":
+		host = "127.0.0.1"
+	case "::":
+		host = "::1"
+	}
+	u.Host = net.JoinHostPort(host, strconv.Itoa(srv.Port))
+	return u.String()
 }
 
 // gate runs the gate once, logging its table and recording it in the report.

@@ -21,6 +21,7 @@ import (
 	"github.com/sglprov/sglprov/pkg/nccl"
 	"github.com/sglprov/sglprov/pkg/portowner"
 	"github.com/sglprov/sglprov/pkg/service"
+	"github.com/sglprov/sglprov/pkg/switchover"
 	"github.com/sglprov/sglprov/templates"
 )
 
@@ -556,15 +557,15 @@ func (s *Step) Active(env *engine.Env) string {
 	return s.load(env).Active
 }
 
-// Activate renders and installs the unit with profile and restarts the service.
-func (s *Step) Activate(ctx context.Context, env *engine.Env, profile string) error {
-	if err := s.known(env, profile); err != nil {
+// Restart restarts the service with the unit that serves (the daemon's restart rung): the
+// persistent unit, or under the exec manager the last one that passed, never a unit
+// rendered from the step's recipe, which no gate has passed. The active profile stays.
+func (s *Step) Restart(ctx context.Context, env *engine.Env) error {
+	m, err := s.manager(ctx, env)
+	if err != nil {
 		return err
 	}
-	// The unit is staged until a gate keeps it (the active profile's unit is the one in
-	// /etc already: staging it drops nothing and restarts it).
-	_, err := s.install(ctx, env, profile, true, true)
-	return err
+	return switchover.RestartServing(ctx, m, env.StateDir, s.spec.Unit)
 }
 
 // Failed reports whether the service has failed, with its last log lines. Before the step

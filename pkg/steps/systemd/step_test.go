@@ -477,12 +477,9 @@ func TestProfileFallbackAndLastKnownGood(t *testing.T) {
 		t.Errorf("switch then restore (-want +got):\n%s", diff)
 	}
 
-	if err := s.Activate(ctx, env, "hopper-fp4"); !errors.Is(err, exitcode.ErrUsage) {
-		t.Errorf("Activate of a profile that is not a candidate = %v", err)
-	}
 }
 
-func TestActivateFailureAndFailed(t *testing.T) {
+func TestRestartFailureAndFailed(t *testing.T) {
 	env := testEnv(t, "rtx-pro-6000-x8.json")
 	ctx := context.Background()
 	s := newStep(t, qwenSpec())
@@ -490,12 +487,12 @@ func TestActivateFailureAndFailed(t *testing.T) {
 		t.Errorf("Failed before anything = %v %v", failed, err)
 	}
 	fm := withFake(t, s)
-	fm.failRestart = "--fp4-gemm-backend flashinfer_cutlass"
 	if err := s.Run(ctx, env); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Activate(ctx, env, "sm120-fp4-cutlass"); err == nil {
-		t.Fatal("Activate succeeded though the restart failed")
+	fm.failRestart = "Profile: sm120-fp4-cudnn."
+	if err := s.Restart(ctx, env); err == nil {
+		t.Fatal("Restart succeeded though the restart failed")
 	}
 	failed, lines, err := s.Failed(ctx)
 	if !failed || lines != "last lines" || err != nil {
