@@ -54,15 +54,15 @@ func Identify(unit string, content []byte) (Server, error) {
 	if len(args) > 0 {
 		args = args[1:]
 	}
-	srv.ModelPath, _ = flagValue(args, "--model-path", "--model")
+	srv.ModelPath, _ = FlagValue(args, "--model-path", "--model")
 	srv.ServedModel = srv.ModelPath
-	if v, ok := flagValue(args, "--served-model-name"); ok && v != "" {
+	if v, ok := FlagValue(args, "--served-model-name"); ok && v != "" {
 		srv.ServedModel = v
 	}
-	if v, ok := flagValue(args, "--host"); ok && v != "" {
+	if v, ok := FlagValue(args, "--host"); ok && v != "" {
 		srv.Host, srv.Listens = v, true
 	}
-	if v, ok := flagValue(args, "--port"); ok {
+	if v, ok := FlagValue(args, "--port"); ok {
 		p, err := strconv.Atoi(v)
 		if err != nil || p <= 0 || p > 65535 {
 			return Server{}, fmt.Errorf("reading the server of %s: --port %q is not a port", unit, v)
@@ -72,8 +72,9 @@ func Identify(unit string, content []byte) (Server, error) {
 	return srv, nil
 }
 
-// flagValue returns the last value of any of flags in args ("--f v" or "--f=v").
-func flagValue(args []string, flags ...string) (string, bool) {
+// FlagValue returns the last value of any of flags in args ("--f v" or "--f=v", the last
+// occurrence winning, as with the server's argument parser) and whether one was given.
+func FlagValue(args []string, flags ...string) (string, bool) {
 	val, found := "", false
 	for i := 0; i < len(args); i++ {
 		for _, f := range flags {

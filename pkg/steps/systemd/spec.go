@@ -13,6 +13,7 @@ import (
 
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/service"
+	"github.com/sglprov/sglprov/pkg/switchover"
 )
 
 // Spec is a systemd step's recipe body.
@@ -139,25 +140,8 @@ func hasFlag(args []string, flags ...string) bool {
 	return ok
 }
 
-// flagValue returns the value args give the first of flags found (the last occurrence
-// wins, as with the server's argument parser).
+// flagValue returns the value args give any of flags (switchover.FlagValue: the last
+// occurrence wins, as with the server's argument parser).
 func flagValue(args []string, flags ...string) (string, bool) {
-	val, found := "", false
-	for i := 0; i < len(args); i++ {
-		for _, f := range flags {
-			switch {
-			case args[i] == f:
-				found = true
-				if i+1 < len(args) {
-					val = args[i+1]
-				} else {
-					val = ""
-				}
-			case strings.HasPrefix(args[i], f+"="):
-				found = true
-				val = strings.TrimPrefix(args[i], f+"=")
-			}
-		}
-	}
-	return val, found
+	return switchover.FlagValue(args, flags...)
 }
