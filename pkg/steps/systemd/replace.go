@@ -37,32 +37,30 @@ func (s *Step) replacedUnits(env *engine.Env, m service.Manager) ([][2]string, e
 	return out, nil
 }
 
-// othersInUse returns the replaced units that are still active or enabled.
+// othersInUse returns the replaced units that are still active or enabled, each with its
+// recipe named, for messages.
 func (s *Step) othersInUse(ctx context.Context, env *engine.Env, m service.Manager) ([]string, error) {
-	sw, ok := m.(service.Switcher)
-	if !ok || len(env.Replaces) == 0 {
-		return nil, nil
-	}
-	units, err := s.replacedUnits(env, m)
-	if err != nil {
-		return nil, err
-	}
+	units, err := s.inUse(ctx, env, m)
 	var out []string
 	for _, u := range units {
-		inUse, err := sw.InUse(ctx, u[0])
-		if err != nil {
-			return nil, err
-		}
-		if inUse {
-			out = append(out, fmt.Sprintf("%s (recipe %s)", u[0], u[1]))
-		}
+		out = append(out, fmt.Sprintf("%s (recipe %s)", u[0], u[1]))
 	}
-	return out, nil
+	return out, err
 }
 
 // replacedInUse returns the replaced recipes' units that are active or enabled: those a
 // switch takes over.
 func (s *Step) replacedInUse(ctx context.Context, env *engine.Env, m service.Manager) ([]string, error) {
+	units, err := s.inUse(ctx, env, m)
+	var out []string
+	for _, u := range units {
+		out = append(out, u[0])
+	}
+	return out, err
+}
+
+// inUse returns the replaced recipes' units (unit, recipe) that are active or enabled.
+func (s *Step) inUse(ctx context.Context, env *engine.Env, m service.Manager) ([][2]string, error) {
 	sw, ok := m.(service.Switcher)
 	if !ok || len(env.Replaces) == 0 {
 		return nil, nil
@@ -71,14 +69,14 @@ func (s *Step) replacedInUse(ctx context.Context, env *engine.Env, m service.Man
 	if err != nil {
 		return nil, err
 	}
-	var out []string
+	var out [][2]string
 	for _, u := range units {
-		inUse, err := sw.InUse(ctx, u[0])
+		used, err := sw.InUse(ctx, u[0])
 		if err != nil {
 			return nil, err
 		}
-		if inUse {
-			out = append(out, u[0])
+		if used {
+			out = append(out, u)
 		}
 	}
 	return out, nil
