@@ -194,7 +194,9 @@ func TestGenerationsFolderLocked(t *testing.T) {
 	fill(t, s, g1, 10)
 	// A second process holds the lock: flock from a child.
 	lockFile := filepath.Join(s.Dir(), LockDir, "lock")
-	cmd := exec.Command("flock", "-n", lockFile, "sleep", "30")
+	// The child waits for the lock (the probe below holds it for a moment): with -n it
+	// could lose that race and exit, and nobody would hold the lock.
+	cmd := exec.Command("flock", "-w", "30", lockFile, "sleep", "30")
 	if err := cmd.Start(); err != nil {
 		t.Skip("no flock here:", err)
 	}
