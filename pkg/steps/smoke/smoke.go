@@ -21,6 +21,7 @@ import (
 	"github.com/sglprov/sglprov/pkg/console"
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/exitcode"
+	"github.com/sglprov/sglprov/pkg/generation"
 	"github.com/sglprov/sglprov/pkg/logval"
 	gate "github.com/sglprov/sglprov/pkg/smoke"
 	"github.com/sglprov/sglprov/pkg/switchover"
@@ -257,7 +258,7 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 		msg = "the service failed the gate"
 	}
 	if g := env.Generation; g != nil && g.Serving != g.Key {
-		msg = fmt.Sprintf("generation %s failed the gate (%s)", short(g.Key), msg)
+		msg = fmt.Sprintf("generation %s failed the gate (%s)", generation.Short(g.Key), msg)
 	}
 	if fe.Why != nil {
 		msg += fmt.Sprintf(" (%v)", fe.Why)
@@ -292,7 +293,7 @@ func restoredSentence(env *engine.Env, res *switchover.Result) string {
 	}
 	what := "the last-known-good unit"
 	if g := env.Generation; g != nil && g.Serving != "" && g.Serving != g.Key {
-		what = fmt.Sprintf("the last-known-good unit of generation %s", short(g.Serving))
+		what = fmt.Sprintf("the last-known-good unit of generation %s", generation.Short(g.Serving))
 	}
 	if res.Replaced {
 		var units []string
@@ -460,14 +461,6 @@ func OwnServer(env *engine.Env, svc engine.ServiceStep, cfg gate.Config) (gate.C
 		cfg.ServedModel, cfg.ModelPath = name, path
 	}
 	return cfg, nil
-}
-
-// short shortens a generation key for messages.
-func short(key string) string {
-	if len(key) > 12 {
-		return key[:12]
-	}
-	return key
 }
 
 // serviceDep returns the first dependency (by name) that is a service step, or nil.
