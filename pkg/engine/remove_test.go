@@ -556,3 +556,37 @@ func TestRemoveLeavesAUnitItDidNotRender(t *testing.T) {
 	}
 	n.intact("foreign unit")
 }
+
+// Under --root, remove disables the unit as well as deleting it: the enable links that
+// apply made (ROOT/etc/systemd/system/*.wants/UNIT) go, so the booted root starts nothing
+// that is gone; a link of the same name that points elsewhere stays, as do the files
+// sglprov never wrote.
+func TestRemoveUnderRootDisablesTheUnit(t *testing.T) {
+	n := newNode(t, true)
+	m := service.NewOffline(n.root)
+	unit := "# Managed by sglprov. Recipe: x. Profile: . Fingerprint: f. Do not edit: changes are replaced on the next apply.\n[Service]\nExecStart=/bin/true\n[Install]\nWantedBy=multi-user.target\n"
+	if _, err := m.Install(context.Background(), "sglang-x.service", []byte(unit)); err != nil {
+		t.Fatal(err)
+	}
+	link := n.path("etc/systemd/system/multi-user.target.wants/sglang-x.service")
+	if _, err := os.Lstat(link); err != nil {
+		t.Fatalf("the enable link was not made: %v", err)
+	}
+	other := n.path("etc/systemd/system/custom.target.wants/sglang-x.service")
+	os.MkdirAll(filepath.Dir(other), 0o755)
+	if err := os.Symlink("/usr/lib/systemd/system/sglang-x.service", other); err != nil {
+		t.Fatal(err)
+	}
+	n.save(map[string][]engine.Owned{"x": {{Kind: engine.OwnedUnit, Path: "sglang-x.service", Manager: service.KindOffline, Step: "svc"}}})
+	var out bytes.Buffer
+	if err := engine.Remove(context.Background(), engine.RemoveOptions{StateDir: n.state, Root: n.root, Recipe: "x", Out: &out}); err != nil {
+		t.Fatalf("remove --root: %v\n%s", err, out.String())
+	}
+	if exists(link) || exists(n.path("etc/systemd/system/sglang-x.service")) {
+		t.Errorf("remove --root left the unit or its enable link:\n%s", out.String())
+	}
+	if got, err := os.Readlink(other); err != nil || got != "/usr/lib/systemd/system/sglang-x.service" {
+		t.Errorf("a link sglprov did not make: %q, %v", got, err)
+	}
+	n.intact("remove --root of a unit")
+}
