@@ -722,7 +722,15 @@ func (e *Engine) saveState() error {
 			e.state.Steps[n.step.Name] = &StepRecord{Result: ResultFailed, Data: e.store.Data(n.step.Name)}
 		}
 	}
-	e.state.Owns = e.owns()
+	owns := e.owns()
+	for _, o := range e.state.Owns {
+		// What the recipe stopped naming (a renamed unit, a moved dest, generations turned
+		// off) is not forgotten: it becomes an orphan, which gc and remove free.
+		if !slices.ContainsFunc(owns, func(x Owned) bool { return x.Kind == o.Kind && x.Path == o.Path }) {
+			e.state.Orphan(o)
+		}
+	}
+	e.state.Owns = owns
 	return e.state.Save(e.opts.StateDir)
 }
 

@@ -36,6 +36,9 @@ type fakeSpec struct {
 	Manager string `yaml:"manager"`
 	// NoSpace makes the step fail as a write to a full disk does (ENOSPC).
 	NoSpace bool `yaml:"no_space"`
+	// Weights makes the step a download into that folder: it writes model.bin there and
+	// owns it (as the download step owns the files it wrote).
+	Weights string `yaml:"weights"`
 	// Promotes makes the step report, as the smoke step's switch does once it promoted a
 	// unit (smoke.RunSwitch), that the unit of this run's generation now serves.
 	Promotes bool `yaml:"promotes"`
@@ -80,6 +83,9 @@ func (f *fakeStep) GenerationKey(context.Context, *engine.Env) (map[string]strin
 }
 
 func (f *fakeStep) Owns(*engine.Env) []engine.Owned {
+	if f.spec.Weights != "" {
+		return []engine.Owned{{Kind: engine.OwnedWeights, Path: f.spec.Weights, Files: []string{"model.bin"}, Listed: true}}
+	}
 	if f.spec.Unit == "" {
 		return nil
 	}
@@ -129,6 +135,14 @@ func (f *fakeStep) Run(ctx context.Context, env *engine.Env) error {
 			return err
 		}
 		if err := os.WriteFile(filepath.Join(out, "made-by-"+f.name), []byte("0123456789"), 0o644); err != nil {
+			return err
+		}
+	}
+	if d := f.spec.Weights; d != "" {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(d, "model.bin"), []byte("weights"), 0o644); err != nil {
 			return err
 		}
 	}

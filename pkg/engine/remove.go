@@ -40,6 +40,84 @@ type GCOptions struct {
 	StateDir, Root string
 	DryRun         bool
 	Out            io.Writer
+	// NewManager returns the service manager of kind, for orphaned units; nil is service.New.
+	NewManager func(ctx context.Context, kind string) (service.Manager, error)
+}
+
+// managers opens each service manager once, for the units of a remove or gc.
+type managers struct {
+	dir, root string
+	newFn     func(ctx context.Context, kind string) (service.Manager, error)
+	open      map[string]service.Manager
+}
+
+// forUnit returns the manager that installed the unit o (unitManager).
+func (ms *managers) forUnit(ctx context.Context, o Owned) (service.Manager, error) {
+	kind := unitManager(ms.dir, o)
+	if m := ms.open[kind]; m != nil {
+		return m, nil
+	}
+	var m service.Manager
+	var err error
+	if ms.newFn != nil {
+		m, err = ms.newFn(ctx, kind)
+	} else {
+		m, err = service.New(ctx, service.Options{Kind: kind, Root: ms.root, StateDir: ms.dir})
+	}
+	if err != nil {
+		return nil, err
+	}
+	if ms.open == nil {
+		ms.open = map[string]service.Manager{}
+	}
+	ms.open[kind] = m
+	return m, nil
+}
+
+func (ms *managers) close() {
+	for _, m := range ms.open {
+		m.Close()
+	}
+}
+
+// removeUnit stops, disables and deletes the unit o that recipe installed, and its
+// last-known-good copy. Only a unit file sglprov rendered for recipe is touched: a unit of
+// the same name that is another's (a package's, an operator's, another recipe's) is left
+// as it is, and said so. With running set, a unit that is active is left too (gc does not
+// stop a server): it reports whether the unit is gone.
+func removeUnit(ctx context.Context, ms *managers, dir, recipe string, o Owned, out io.Writer, keepRunning bool) (bool, error) {
+	m, err := ms.forUnit(ctx, o)
+	if err != nil {
+		return false, err
+	}
+	exists, ours, err := service.RenderedFor(m.UnitPath(o.Path), recipe)
+	if err != nil {
+		return false, err
+	}
+	if exists && !ours {
+		fmt.Fprintf(out, "  keep: unit %s: %s is not one sglprov rendered for recipe %s; left as it is\n", o.Path, m.UnitPath(o.Path), recipe)
+		return true, nil
+	}
+	if keepRunning && exists {
+		if active, _, err := m.State(ctx, o.Path); err == nil && (active == "active" || active == "activating" || active == "reloading") {
+			fmt.Fprintf(out, "  keep: unit %s of recipe %s, which the recipe no longer names, is %s: stop it, or take the recipe off with sglprov remove -f\n", o.Path, recipe, active)
+			return false, nil
+		}
+	}
+	if rm, ok := m.(service.Remover); ok {
+		if err := rm.Remove(ctx, o.Path); err != nil {
+			return false, err
+		}
+	} else {
+		_ = m.Stop(ctx, o.Path)
+		if err := os.Remove(m.UnitPath(o.Path)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return false, fmt.Errorf("removing unit %s: %w", o.Path, err)
+		}
+	}
+	if err := os.Remove(service.LastKnownGoodPath(dir, o.Path)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return false, fmt.Errorf("removing the last-known-good copy of %s: %w", o.Path, err)
+	}
+	return true, nil
 }
 
 // removal is one line of remove's plan.
@@ -115,40 +193,33 @@ func Remove(ctx context.Context, opts RemoveOptions) error {
 		return strings.Join(others, ", ")
 	}
 
-	managers := map[string]service.Manager{}
-	managerFor := func(ctx context.Context, o Owned) (service.Manager, error) {
-		kind := unitManager(dir, o)
-		if m := managers[kind]; m != nil {
-			return m, nil
+	ms := &managers{dir: dir, root: opts.Root, newFn: opts.NewManager}
+	defer ms.close()
+
+	// What the recipe left when it stopped naming it (a renamed unit, generations turned
+	// off) goes with it; its orphaned weights follow the weights' rule (kept unless
+	// --weights, freed by gc).
+	items := slices.Clone(st.Owns)
+	for _, o := range states.Orphans {
+		if o.Recipe == opts.Recipe && o.Kind != OwnedWeights {
+			if err := o.Check(opts.Root); err != nil {
+				return fmt.Errorf("an orphan of recipe %s in %s: %w", opts.Recipe, StatePath(dir), err)
+			}
+			if !slices.ContainsFunc(st.Owns, func(x Owned) bool { return x.Kind == o.Kind && x.Path == o.Path }) {
+				items = append(items, o)
+			}
 		}
-		var m service.Manager
-		var err error
-		if opts.NewManager != nil {
-			m, err = opts.NewManager(ctx, kind)
-		} else {
-			m, err = service.New(ctx, service.Options{Kind: kind, Root: opts.Root, StateDir: dir})
-		}
-		if err != nil {
-			return nil, err
-		}
-		managers[kind] = m
-		return m, nil
 	}
-	defer func() {
-		for _, m := range managers {
-			m.Close()
-		}
-	}()
 
 	// Phases, in order: units, generations, weights; then the records.
 	var units, gens, weights []removal
-	for _, o := range st.Owns {
+	for _, o := range items {
 		o := o
 		if o.Kind == OwnedGPU {
 			continue
 		}
 		if by := usedBy(o); by != "" {
-			r := removal{what: describeOwned(o), keep: "also used by recipe " + by, owned: &o, orphan: o.Kind == OwnedWeights}
+			r := removal{what: describeOwned(o), keep: "also used by recipe " + by, owned: &o, orphan: o.Kind == OwnedWeights && o.Recipe == ""}
 			switch o.Kind {
 			case OwnedUnit:
 				units = append(units, r)
@@ -161,36 +232,9 @@ func Remove(ctx context.Context, opts RemoveOptions) error {
 		}
 		switch o.Kind {
 		case OwnedUnit:
-			units = append(units, removal{what: "stop, disable and delete unit " + o.Path, owned: &o, do: func(ctx context.Context) error {
-				m, err := managerFor(ctx, o)
-				if err != nil {
-					return err
-				}
-				// Only a unit file sglprov rendered for this recipe is stopped and deleted:
-				// a unit of the same name that is another's (a package's, an operator's, a
-				// record of another root) is left as it is, and said so.
-				exists, ours, err := service.RenderedFor(m.UnitPath(o.Path), opts.Recipe)
-				if err != nil {
-					return err
-				}
-				if exists && !ours {
-					fmt.Fprintf(opts.Out, "  keep: unit %s: %s is not one sglprov rendered for recipe %s; left as it is\n", o.Path, m.UnitPath(o.Path), opts.Recipe)
-					return nil
-				}
-				if rm, ok := m.(service.Remover); ok {
-					if err := rm.Remove(ctx, o.Path); err != nil {
-						return err
-					}
-				} else {
-					_ = m.Stop(ctx, o.Path)
-					if err := os.Remove(m.UnitPath(o.Path)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-						return fmt.Errorf("removing unit %s: %w", o.Path, err)
-					}
-				}
-				if err := os.Remove(service.LastKnownGoodPath(dir, o.Path)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-					return fmt.Errorf("removing the last-known-good copy of %s: %w", o.Path, err)
-				}
-				return nil
+			units = append(units, removal{what: "stop, disable and delete unit " + o.Path + orphanNote(o), owned: &o, do: func(ctx context.Context) error {
+				_, err := removeUnit(ctx, ms, dir, opts.Recipe, o, opts.Out, false)
+				return err
 			}})
 		case OwnedGenerations:
 			store, err := generation.Open(o.Path, GenerationsRecordPath(dir, opts.Recipe), o.Keep)
@@ -198,7 +242,7 @@ func Remove(ctx context.Context, opts RemoveOptions) error {
 				return err
 			}
 			p, _ := store.RemoveAll(true)
-			what := fmt.Sprintf("delete %d generation(s) in %s", len(p.Freed), o.Path)
+			what := fmt.Sprintf("delete %d generation(s) in %s%s", len(p.Freed), o.Path, orphanNote(o))
 			if len(p.Shared) > 0 {
 				what += fmt.Sprintf("; leave %d that the state dir of %s lists", len(p.Shared), p.Shared[0].Record)
 			}
@@ -254,6 +298,16 @@ func Remove(ctx context.Context, opts RemoveOptions) error {
 		fmt.Fprintf(opts.Out, "would free %s (--dry-run: nothing was changed)\n", logval.Format(total))
 		return nil
 	}
+	// drop takes o's record away: from the recipe's, or, for what it left, the orphans.
+	drop := func(o Owned) {
+		if o.Recipe != "" {
+			states.Orphans = slices.DeleteFunc(states.Orphans, func(x Owned) bool {
+				return x.Kind == o.Kind && x.Path == o.Path && x.Recipe == o.Recipe
+			})
+			return
+		}
+		st.Owns = dropOwned(st.Owns, o)
+	}
 	for _, phase := range [][]removal{units, gens, weights} {
 		var errs []error
 		for _, p := range phase {
@@ -261,14 +315,14 @@ func Remove(ctx context.Context, opts RemoveOptions) error {
 				if p.orphan {
 					states.Orphans = addOrphan(states.Orphans, *p.owned)
 				}
-				st.Owns = dropOwned(st.Owns, *p.owned)
+				drop(*p.owned)
 				continue
 			}
 			if err := p.do(ctx); err != nil {
 				errs = append(errs, fmt.Errorf("%s: %w", p.what, err))
 				continue
 			}
-			st.Owns = dropOwned(st.Owns, *p.owned)
+			drop(*p.owned)
 		}
 		if len(errs) > 0 {
 			// What is gone leaves the records; the rest stays for a second remove.
@@ -321,6 +375,15 @@ func usesAny(owns []Owned, o Owned) bool {
 	return false
 }
 
+// orphanNote says, for a plan line, that o is what its recipe left when it stopped naming
+// it ("" for what the recipe names now).
+func orphanNote(o Owned) string {
+	if o.Recipe == "" {
+		return ""
+	}
+	return " (left when the recipe stopped naming it)"
+}
+
 // describeOwned names an owned thing for a plan line.
 func describeOwned(o Owned) string {
 	switch o.Kind {
@@ -337,11 +400,20 @@ func dropOwned(owns []Owned, o Owned) []Owned {
 	return slices.DeleteFunc(slices.Clone(owns), func(x Owned) bool { return x.Kind == o.Kind && x.Path == o.Path })
 }
 
-// addOrphan records o as an orphan, merged with an orphan of the same folder.
+// addOrphan records o as an orphan: weights merged with an orphan of the same folder, a
+// unit or generations folder once per recipe that left it.
 func addOrphan(orphans []Owned, o Owned) []Owned {
 	for i, x := range orphans {
-		if x.Kind == o.Kind && x.Path == o.Path {
+		if x.Kind != o.Kind || x.Path != o.Path {
+			continue
+		}
+		if o.Kind == OwnedWeights {
 			orphans[i] = mergeOwned([]Owned{x, o})
+			return orphans
+		}
+		if x.Recipe == o.Recipe {
+			o.Step = ""
+			orphans[i] = o
 			return orphans
 		}
 	}
@@ -408,6 +480,8 @@ func GC(ctx context.Context, opts GCOptions) error {
 				continue
 			}
 			switch o.Kind {
+			case OwnedUnit:
+				inUse = append(inUse, o)
 			case OwnedWeights:
 				inUse = append(inUse, o)
 				weightsFolders[o.Path] = o
@@ -430,13 +504,25 @@ func GC(ctx context.Context, opts GCOptions) error {
 		}
 	}
 	var orphans, left []Owned
+	ms := &managers{dir: dir, root: opts.Root, newFn: opts.NewManager}
+	defer ms.close()
 	for _, o := range states.Orphans {
-		if err := o.Check(opts.Root); err != nil || o.Kind != OwnedWeights {
-			if err == nil {
-				err = fmt.Errorf("%w: the orphan record %s %q: only weights are left as orphans; delete it from %s", exitcode.ErrUsage, o.Kind, o.Path, StatePath(dir))
-			}
+		err := o.Check(opts.Root)
+		if err == nil && (o.Kind == OwnedGPU || o.Kind != OwnedWeights && o.Recipe == "") {
+			err = fmt.Errorf("%w: the orphan record %s %q: names no recipe that left it; delete it from %s", exitcode.ErrUsage, o.Kind, o.Path, StatePath(dir))
+		}
+		if err != nil {
 			errs = append(errs, err)
 			left = append(left, o)
+			continue
+		}
+		if o.Kind != OwnedWeights {
+			if gone, err := gcOrphan(ctx, opts, ms, states, inUse, o, say); err != nil {
+				errs = append(errs, err)
+				left = append(left, o)
+			} else if !gone {
+				left = append(left, o)
+			}
 			continue
 		}
 		orphans = append(orphans, o)
@@ -505,4 +591,57 @@ func GC(ctx context.Context, opts GCOptions) error {
 		return fmt.Errorf("gc: %w", errors.Join(errs...))
 	}
 	return nil
+}
+
+// gcOrphan frees a unit or generations folder its recipe left when it stopped naming it:
+// a unit no recipe names now, unless it is running (gc stops no server), and the
+// generations beyond the one that serves (the root's link may still point into it; remove
+// of the recipe deletes it whole). It reports whether nothing of it is left to record.
+func gcOrphan(ctx context.Context, opts GCOptions, ms *managers, states *StateFile, inUse []Owned, o Owned, say func(string, int64)) (bool, error) {
+	if usesAny(inUse, o) {
+		fmt.Fprintf(opts.Out, "  keep: %s, which recipe %s left: a recipe uses it now\n", describeOwned(o), o.Recipe)
+		return false, nil
+	}
+	switch o.Kind {
+	case OwnedUnit:
+		if opts.DryRun {
+			say("unit "+o.Path+" that recipe "+o.Recipe+" no longer names (unless it runs)", 0)
+			return false, nil
+		}
+		gone, err := removeUnit(ctx, ms, opts.StateDir, o.Recipe, o, opts.Out, true)
+		if err != nil {
+			return false, fmt.Errorf("removing unit %s that recipe %s no longer names: %w", o.Path, o.Recipe, err)
+		}
+		if gone {
+			say("unit "+o.Path+" that recipe "+o.Recipe+" no longer names", 0)
+		}
+		return gone, nil
+	case OwnedGenerations:
+		if st := states.Recipes[o.Recipe]; st != nil && slices.ContainsFunc(st.Owns, func(x Owned) bool { return x.Kind == OwnedGenerations }) {
+			// The recipe's generations record is one file, which its folder of now lists.
+			fmt.Fprintf(opts.Out, "  keep: generations %s, which recipe %s left: its generations record is the one its folder %s keeps now; delete the generations there yourself once nothing serves from them\n",
+				o.Path, o.Recipe, generationsOf(st))
+			return false, nil
+		}
+		store, err := generation.Open(o.Path, GenerationsRecordPath(opts.StateDir, o.Recipe), 1)
+		if err != nil {
+			return false, err
+		}
+		p, err := store.Prune(opts.DryRun)
+		if p != nil {
+			say("generations recipe "+o.Recipe+" left in "+o.Path+" (the serving one kept)", p.Bytes)
+		}
+		return false, err
+	}
+	return false, nil
+}
+
+// generationsOf returns the generations folder st names.
+func generationsOf(st *State) string {
+	for _, x := range st.Owns {
+		if x.Kind == OwnedGenerations {
+			return x.Path
+		}
+	}
+	return ""
 }

@@ -60,6 +60,10 @@ type Owned struct {
 	// its place since (another folder, a link elsewhere) is not deleted from.
 	Dev uint64 `json:"dev,omitempty"`
 	Ino uint64 `json:"ino,omitempty"`
+	// Recipe is, for an orphan unit or generations folder (one its recipe stopped naming:
+	// a renamed unit, generations turned off), the recipe that installed it: the unit's
+	// header and the generations record are that recipe's.
+	Recipe string `json:"recipe,omitempty"`
 }
 
 // SystemFolder reports whether the host path p is root itself or one of the system folders
@@ -116,6 +120,9 @@ func (o Owned) Check(root string) error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: the record %s %q: %s; sglprov does not write such a record: delete it from the state file",
 			exitcode.ErrUsage, o.Kind, o.Path, fmt.Sprintf(format, args...))
+	}
+	if o.Recipe != "" && (strings.ContainsAny(o.Recipe, "/\\\x00") || o.Recipe == "." || o.Recipe == "..") {
+		return bad("the recipe %q is not a recipe name", o.Recipe)
 	}
 	switch o.Kind {
 	case KindUnit:
