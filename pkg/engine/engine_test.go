@@ -36,6 +36,8 @@ type fakeSpec struct {
 	Manager string `yaml:"manager"`
 	// NoSpace makes the step fail as a write to a full disk does (ENOSPC).
 	NoSpace bool `yaml:"no_space"`
+	// Wait makes the step say it started (world.started) and wait for world.release.
+	Wait bool `yaml:"wait"`
 	// Weights makes the step a download into that folder: it writes model.bin there and
 	// owns it (as the download step owns the files it wrote).
 	Weights string `yaml:"weights"`
@@ -52,6 +54,8 @@ type world struct {
 	maxPar   int32
 	broken   map[string]bool // outputs no longer intact
 	external map[string]string
+	started  chan string   // a step with wait: true sends its name once it runs
+	release  chan struct{} // and waits until it is closed
 }
 
 type fakeStep struct {
@@ -129,6 +133,14 @@ func (f *fakeStep) Run(ctx context.Context, env *engine.Env) error {
 		}
 	}
 	env.Detail("ran", true)
+	if f.spec.Wait {
+		f.w.started <- f.name
+		select {
+		case <-f.w.release:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	if out := f.spec.Output; strings.HasPrefix(out, os.TempDir()) {
 		// An output in a test's folder is made, as a real step makes its tree.
 		if err := os.MkdirAll(out, 0o755); err != nil {
