@@ -267,7 +267,16 @@ func Remove(ctx context.Context, opts RemoveOptions) error {
 			all := mergeOwned(append([]Owned{o}, same...))
 			weights = append(weights, removal{what: "delete weights " + o.Path, bytes: all.Usage(), freed: true, owned: &o,
 				do: func(context.Context) error {
-					if _, err := all.Remove(opts.Root, fetch.WorkDir); err != nil {
+					if ino := all.Ino; ino == 0 || func() bool { d, i := ownership.Identify(all.Path); return d == all.Dev && i == ino }() {
+						_, inUse, err := freeParts(all.Path, all.Parts, false)
+						if err != nil {
+							return err
+						}
+						for _, p := range inUse {
+							fmt.Fprintf(opts.Out, "  keep: part file %s: a running download holds it\n", p)
+						}
+					}
+					if _, err := all.Remove(opts.Root); err != nil {
 						return err
 					}
 					states.Orphans = slices.DeleteFunc(states.Orphans, func(x Owned) bool {
@@ -426,17 +435,20 @@ func mergeOwned(all []Owned) Owned {
 	m := all[0]
 	m.Step = ""
 	m.Files, m.Dirs = slices.Clone(m.Files), slices.Clone(m.Dirs)
+	m.Parts = slices.Clone(m.Parts)
 	for _, x := range all[1:] {
 		m.Listed = m.Listed && x.Listed
 		m.Files = append(m.Files, x.Files...)
 		m.Dirs = append(m.Dirs, x.Dirs...)
+		m.Parts = append(m.Parts, x.Parts...)
 		if m.Ino == 0 {
 			m.Dev, m.Ino = x.Dev, x.Ino
 		}
 	}
 	slices.Sort(m.Files)
 	slices.Sort(m.Dirs)
-	m.Files, m.Dirs = slices.Compact(m.Files), slices.Compact(m.Dirs)
+	slices.Sort(m.Parts)
+	m.Files, m.Dirs, m.Parts = slices.Compact(m.Files), slices.Compact(m.Dirs), slices.Compact(m.Parts)
 	return m
 }
 
@@ -473,6 +485,7 @@ func GC(ctx context.Context, opts GCOptions) error {
 	fmt.Fprintln(opts.Out, "Garbage collection:")
 	var inUse []Owned                    // every folder some recipe records
 	weightsFolders := map[string]Owned{} // part files to free, by folder
+	partsOf := map[string][]string{}     // the part files the records name, by folder
 	for _, name := range names {
 		for _, o := range states.Recipes[name].Owns {
 			if err := o.Check(opts.Root); err != nil {
@@ -485,6 +498,7 @@ func GC(ctx context.Context, opts GCOptions) error {
 			case OwnedWeights:
 				inUse = append(inUse, o)
 				weightsFolders[o.Path] = o
+				partsOf[o.Path] = append(partsOf[o.Path], o.Parts...)
 			case OwnedGenerations:
 				inUse = append(inUse, o)
 				store, err := generation.Open(o.Path, GenerationsRecordPath(dir, name), o.Keep)
@@ -529,36 +543,33 @@ func GC(ctx context.Context, opts GCOptions) error {
 		if _, ok := weightsFolders[o.Path]; !ok {
 			weightsFolders[o.Path] = o
 		}
+		partsOf[o.Path] = append(partsOf[o.Path], o.Parts...)
 	}
-	// Part files of every weights folder the node knows, owned or orphaned.
+	// The part files this state dir's records name, in every weights folder it knows, owned
+	// or orphaned; never one a running download holds.
 	folders := make([]string, 0, len(weightsFolders))
 	for p := range weightsFolders {
 		folders = append(folders, p)
 	}
 	sort.Strings(folders)
 	for _, f := range folders {
-		work := filepath.Join(f, fetch.WorkDir)
-		if fi, err := os.Lstat(work); err != nil || !fi.IsDir() {
-			continue
-		}
 		// A folder put in the place of the recorded one (another device and inode) is not
-		// the one sglprov downloaded into: its part-file folder is not sglprov's.
+		// the one sglprov downloaded into: its part files are not sglprov's.
 		if o := weightsFolders[f]; o.Ino != 0 {
 			if dev, ino := ownership.Identify(f); dev != o.Dev || ino != o.Ino {
 				continue
 			}
 		}
-		n := generation.DiskUsage(work)
-		if n == 0 {
-			continue
+		n, inUse, err := freeParts(f, partsOf[f], opts.DryRun)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("removing part files in %s: %w", f, err))
 		}
-		if !opts.DryRun {
-			if err := os.RemoveAll(work); err != nil {
-				errs = append(errs, fmt.Errorf("removing part files in %s: %w", f, err))
-				continue
-			}
+		for _, p := range inUse {
+			fmt.Fprintf(opts.Out, "  keep: part file %s: a running download holds it\n", p)
 		}
-		say("part files in "+f, n)
+		if n > 0 {
+			say("part files in "+f, n)
+		}
 	}
 	// What removed recipes left, unless a recipe uses the folder again.
 	for _, o := range orphans {
@@ -572,7 +583,7 @@ func GC(ctx context.Context, opts GCOptions) error {
 		}
 		n := o.Usage()
 		if !opts.DryRun {
-			if _, err := o.Remove(opts.Root, fetch.WorkDir); err != nil {
+			if _, err := o.Remove(opts.Root); err != nil {
 				errs = append(errs, fmt.Errorf("removing weights %s: %w", o.Path, err))
 				left = append(left, o)
 				continue
@@ -644,4 +655,45 @@ func generationsOf(st *State) string {
 		}
 	}
 	return ""
+}
+
+// freeParts frees the part files parts (relative to the weights folder dir) with their
+// resume records (fetch.FreePart), then the part-file folders left empty. A part a running
+// download holds is left (inUse, its host path); one reached through a link, or that is not
+// a part file inside a part-file folder (fetch.WorkDir), is not touched. It returns the
+// bytes freed (with dryRun: that would be).
+func freeParts(dir string, parts []string, dryRun bool) (freed int64, inUse []string, err error) {
+	realDir, rerr := filepath.EvalSymlinks(dir)
+	if rerr != nil {
+		return 0, nil, nil // gone: nothing to free
+	}
+	var errs []error
+	for _, rel := range parts {
+		if !strings.HasSuffix(rel, ".part") || !slices.Contains(strings.Split(rel, "/"), fetch.WorkDir) {
+			continue
+		}
+		p := filepath.Join(dir, filepath.FromSlash(rel))
+		if r, err := filepath.EvalSymlinks(filepath.Dir(p)); err != nil || r != filepath.Join(realDir, filepath.Dir(filepath.FromSlash(rel))) {
+			continue // not there, or a folder on the way is a link
+		}
+		n, held, err := fetch.FreePart(p, dryRun)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if held {
+			inUse = append(inUse, p)
+			continue
+		}
+		freed += n
+		if !dryRun {
+			// The part-file folders left empty, up to the one named fetch.WorkDir.
+			for d := filepath.Dir(p); ownership.Within(dir, d) && d != dir; d = filepath.Dir(d) {
+				if os.Remove(d) != nil || filepath.Base(d) == fetch.WorkDir {
+					break
+				}
+			}
+		}
+	}
+	return freed, inUse, errors.Join(errs...)
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/sglprov/sglprov/internal/foreign"
@@ -589,4 +590,57 @@ func TestRemoveUnderRootDisablesTheUnit(t *testing.T) {
 		t.Errorf("a link sglprov did not make: %q, %v", got, err)
 	}
 	n.intact("remove --root of a unit")
+}
+
+// gc frees only the part files this state dir's records name, and none that a running
+// download holds: another sglprov's download into the same dest (its own state dir, its own
+// files) keeps its part and resume record byte for byte, and so does a download of a file
+// this recipe lists that runs right now (its part is locked). remove --weights alike.
+func TestGCFreesOnlyItsOwnIdlePartFiles(t *testing.T) {
+	for _, withRemove := range []bool{false, true} {
+		n := newNode(t, true)
+		w := n.weights("data/models/tiny", "model.safetensors")
+		w.Parts = []string{".sglprov/parts/model.safetensors.part", ".sglprov/parts/shard-2.safetensors.part"}
+		n.save(map[string][]engine.Owned{"a": {w}})
+		parts := n.path("data/models/tiny/.sglprov/parts")
+		os.MkdirAll(parts, 0o755)
+		// A stale part of this recipe's (a killed run's), with its resume record.
+		stale := filepath.Join(parts, "model.safetensors.part")
+		os.WriteFile(stale, bytes.Repeat([]byte("s"), 500), 0o644)
+		os.WriteFile(stale+".json", []byte("{}"), 0o644)
+		// Another state dir's download of another file into the same dest, and a download
+		// of a file this recipe lists that runs now: both parts are held, as fetch holds them.
+		tree, err := foreign.Build(n.base, "data/models/tiny/.sglprov/parts/other.bin.part", "data/models/tiny/.sglprov/parts/other.bin.part.json",
+			"data/models/tiny/.sglprov/parts/shard-2.safetensors.part")
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.tree = tree
+		for _, p := range []string{"other.bin.part", "shard-2.safetensors.part"} {
+			f, err := os.Open(filepath.Join(parts, p))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var out string
+		if withRemove {
+			out, err = n.remove("a", true)
+		} else {
+			out, err = n.gc()
+		}
+		if err != nil {
+			t.Fatalf("gc/remove: %v\n%s", err, out)
+		}
+		if exists(stale) || exists(stale+".json") {
+			t.Errorf("the idle part this recipe's record names was left:\n%s", out)
+		}
+		if !strings.Contains(out, "keep: part file "+filepath.Join(parts, "shard-2.safetensors.part")+": a running download holds it") {
+			t.Errorf("the part in use was not said to be kept:\n%s", out)
+		}
+		n.intact(fmt.Sprintf("part files (remove: %v)", withRemove))
+	}
 }

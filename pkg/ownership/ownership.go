@@ -53,6 +53,10 @@ type Owned struct {
 	Files []string `json:"files,omitempty"`
 	// Dirs are the folders sglprov made, relative to Path ("." is Path itself).
 	Dirs []string `json:"dirs,omitempty"`
+	// Parts are, for weights, the part files its download keeps while a listed file is
+	// not complete (relative to Path, '/'-separated; each with its resume records): the
+	// only part files gc and remove free there, and not while a download holds one.
+	Parts []string `json:"parts,omitempty"`
 	// Listed says that Files and Dirs are recorded. A weights record without it was
 	// written by an older sglprov, which listed nothing: nothing in its folder is deleted.
 	Listed bool `json:"listed,omitempty"`
@@ -153,6 +157,11 @@ func (o Owned) Check(root string) error {
 	for _, d := range o.Dirs {
 		if !localPath(d) {
 			return bad("the listed folder %q leaves the folder", d)
+		}
+	}
+	for _, p := range o.Parts {
+		if !localPath(p) || p == "." {
+			return bad("the part file %q leaves the folder", p)
 		}
 	}
 	return nil

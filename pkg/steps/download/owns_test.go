@@ -169,3 +169,33 @@ func TestAFileItDidNotWriteAtAListedPathStays(t *testing.T) {
 		t.Errorf("%s is not the listed file after the run", listed)
 	}
 }
+
+// The record names the part files of the files the step lists (with hf-cache, in the
+// snapshot's part folder): the only part files gc and remove free in its dest.
+func TestOwnsNamesThePartFilesOfItsFiles(t *testing.T) {
+	ctx := context.Background()
+	for _, layout := range []string{"", LayoutHFCache} {
+		fx := newFixture(t, fakehub.Options{})
+		spec := fx.hfSpec("main")
+		spec.Layout = layout
+		st := fx.step(t, spec, nil)
+		if err := st.Run(ctx, fx.env); err != nil {
+			t.Fatal(err)
+		}
+		owns := st.Owns(fx.env)
+		if len(owns) != 1 {
+			t.Fatalf("Owns = %+v", owns)
+		}
+		src := fx.srcFiles(t)
+		want := ".sglprov/parts/" + src[0] + ".part"
+		if layout == LayoutHFCache {
+			want = "models--org--model/snapshots/" + fx.hub.Commit() + "/" + want
+		}
+		if len(owns[0].Parts) != len(src) || !slices.Contains(owns[0].Parts, want) {
+			t.Errorf("layout %q: Parts = %v, want one per listed file, %s among them", layout, owns[0].Parts, want)
+		}
+		if err := owns[0].Check(""); err != nil {
+			t.Errorf("the record fails its own check: %v", err)
+		}
+	}
+}
