@@ -616,7 +616,7 @@ func gcOrphan(ctx context.Context, opts GCOptions, ms *managers, states *StateFi
 	switch o.Kind {
 	case OwnedUnit:
 		if opts.DryRun {
-			say("unit "+o.Path+" that recipe "+o.Recipe+" no longer names (unless it runs)", 0)
+			fmt.Fprintf(opts.Out, "  unit %s that recipe %s no longer names: would stop, disable and delete it unless it is active\n", o.Path, o.Recipe)
 			return false, nil
 		}
 		gone, err := removeUnit(ctx, ms, opts.StateDir, o.Recipe, o, opts.Out, true)
@@ -624,7 +624,7 @@ func gcOrphan(ctx context.Context, opts GCOptions, ms *managers, states *StateFi
 			return false, fmt.Errorf("removing unit %s that recipe %s no longer names: %w", o.Path, o.Recipe, err)
 		}
 		if gone {
-			say("unit "+o.Path+" that recipe "+o.Recipe+" no longer names", 0)
+			fmt.Fprintf(opts.Out, "  unit %s that recipe %s no longer names: deleted\n", o.Path, o.Recipe)
 		}
 		return gone, nil
 	case OwnedGenerations:
