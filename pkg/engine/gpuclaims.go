@@ -226,7 +226,7 @@ func (e *Engine) claimPending() error {
 		return e.GPUConflicts()
 	}
 	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+	if err := flockWait(lock, syscall.LOCK_EX); err != nil {
 		return fmt.Errorf("locking the GPU claims folder: %w", err)
 	}
 	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
@@ -255,6 +255,16 @@ func (e *Engine) claimPending() error {
 	}
 	e.pending = f
 	return nil
+}
+
+// flockWait takes the flock how on f, waiting for it; a wait a signal interrupts goes on.
+func flockWait(f *os.File, how int) error {
+	for {
+		err := syscall.Flock(int(f.Fd()), how)
+		if !errors.Is(err, syscall.EINTR) {
+			return err
+		}
+	}
 }
 
 // releasePending removes this run's pending claim and lets go of it: by then the run wrote

@@ -252,12 +252,13 @@ func TestGPUClaimsConcurrentClaimers(t *testing.T) {
 	}
 	ready.Wait()
 	close(start)
-	// The one run that passed the check reaches its step; the others end refused.
-	refused := 0
-	for refused < n-1 {
+	// The one run that passed the check reaches its step and waits there; every other
+	// ends refused.
+	started, refused := 0, 0
+	for started+refused < n {
 		select {
 		case <-w.started:
-			t.Fatalf("a second run passed the check")
+			started++
 		case err := <-errs:
 			if !errors.Is(err, exitcode.ErrHost) {
 				t.Fatalf("a run that lost: %v, want exit 4", err)
@@ -265,7 +266,9 @@ func TestGPUClaimsConcurrentClaimers(t *testing.T) {
 			refused++
 		}
 	}
-	<-w.started
+	if started != 1 {
+		t.Fatalf("%d runs passed the check, want 1", started)
+	}
 	close(w.release)
 	if err := <-errs; err != nil {
 		t.Errorf("the run that claimed the GPU: %v", err)

@@ -179,8 +179,14 @@ var errPartGone = errors.New("the part file was removed while it was opened")
 // that FreePart (gc, remove) leaves a part a download writes, and checks that pf is still
 // the file at path (FreePart may have removed it just before the lock was taken).
 func holdPart(pf *os.File, path string) error {
-	if err := syscall.Flock(int(pf.Fd()), syscall.LOCK_SH); err != nil {
-		return fmt.Errorf("locking %s: %w", path, err)
+	for {
+		err := syscall.Flock(int(pf.Fd()), syscall.LOCK_SH)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, syscall.EINTR) { // a wait a signal interrupts goes on
+			return fmt.Errorf("locking %s: %w", path, err)
+		}
 	}
 	a, err := pf.Stat()
 	if err != nil {
