@@ -83,8 +83,9 @@ func (ms *managers) close() {
 // removeUnit stops, disables and deletes the unit o that recipe installed, and its
 // last-known-good copy. Only a unit file sglprov rendered for recipe is touched: a unit of
 // the same name that is another's (a package's, an operator's, another recipe's) is left
-// as it is, and said so. With running set, a unit that is active is left too (gc does not
-// stop a server): it reports whether the unit is gone.
+// as it is, and said so. With keepRunning (gc) a unit that is active is left too (gc stops
+// no server), and one whose file is gone needs no manager. It reports whether the unit is
+// gone (or is another's: nothing of the recipe's is left to record).
 func removeUnit(ctx context.Context, ms *managers, dir, recipe string, o Owned, out io.Writer, keepRunning bool) (bool, error) {
 	m, err := ms.forUnit(ctx, o)
 	if err != nil {
@@ -98,7 +99,14 @@ func removeUnit(ctx context.Context, ms *managers, dir, recipe string, o Owned, 
 		fmt.Fprintf(out, "  keep: unit %s: %s is not one sglprov rendered for recipe %s; left as it is\n", o.Path, m.UnitPath(o.Path), recipe)
 		return true, nil
 	}
-	if keepRunning && exists {
+	if keepRunning && !exists {
+		// Nothing of it is left but maybe its last-known-good copy: no manager call.
+		if err := os.Remove(service.LastKnownGoodPath(dir, o.Path)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return false, fmt.Errorf("removing the last-known-good copy of %s: %w", o.Path, err)
+		}
+		return true, nil
+	}
+	if keepRunning {
 		if active, _, err := m.State(ctx, o.Path); err == nil && (active == "active" || active == "activating" || active == "reloading") {
 			fmt.Fprintf(out, "  keep: unit %s of recipe %s, which the recipe no longer names, is %s: stop it, or take the recipe off with sglprov remove -f\n", o.Path, recipe, active)
 			return false, nil
@@ -345,6 +353,8 @@ func Remove(ctx context.Context, opts RemoveOptions) error {
 		}
 	}
 	delete(states.Recipes, opts.Recipe)
+	// What the recipe left is gone with it (or was another's too, and stays that one's).
+	states.Orphans = slices.DeleteFunc(states.Orphans, func(x Owned) bool { return x.Recipe == opts.Recipe })
 	if err := SaveStates(dir, states); err != nil {
 		return err
 	}
