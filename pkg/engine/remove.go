@@ -275,7 +275,7 @@ func Remove(ctx context.Context, opts RemoveOptions) error {
 			all := mergeOwned(append([]Owned{o}, same...))
 			weights = append(weights, removal{what: "delete weights " + o.Path, bytes: all.Usage(), freed: true, owned: &o,
 				do: func(context.Context) error {
-					if ino := all.Ino; ino == 0 || func() bool { d, i := ownership.Identify(all.Path); return d == all.Dev && i == ino }() {
+					if recordedFolder(all) {
 						_, inUse, err := freeParts(all.Path, all.Parts, false)
 						if err != nil {
 							return err
@@ -565,10 +565,8 @@ func GC(ctx context.Context, opts GCOptions) error {
 	for _, f := range folders {
 		// A folder put in the place of the recorded one (another device and inode) is not
 		// the one sglprov downloaded into: its part files are not sglprov's.
-		if o := weightsFolders[f]; o.Ino != 0 {
-			if dev, ino := ownership.Identify(f); dev != o.Dev || ino != o.Ino {
-				continue
-			}
+		if !recordedFolder(weightsFolders[f]) {
+			continue
 		}
 		n, inUse, err := freeParts(f, partsOf[f], opts.DryRun)
 		if err != nil {
@@ -665,6 +663,16 @@ func generationsOf(st *State) string {
 		}
 	}
 	return ""
+}
+
+// recordedFolder reports whether the folder at o.Path is the one its record was written for
+// (its device and inode, when recorded).
+func recordedFolder(o Owned) bool {
+	if o.Ino == 0 {
+		return true
+	}
+	dev, ino := ownership.Identify(o.Path)
+	return dev == o.Dev && ino == o.Ino
 }
 
 // freeParts frees the part files parts (relative to the weights folder dir) with their
