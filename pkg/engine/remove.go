@@ -686,7 +686,9 @@ func freeParts(dir string, parts []string, dryRun bool) (freed int64, inUse []st
 		return 0, nil, nil // gone: nothing to free
 	}
 	var errs []error
-	for _, rel := range parts {
+	parts = slices.Clone(parts)
+	slices.Sort(parts)
+	for _, rel := range slices.Compact(parts) { // several records may name one part
 		if !strings.HasSuffix(rel, ".part") || !slices.Contains(strings.Split(rel, "/"), fetch.WorkDir) {
 			continue
 		}

@@ -644,3 +644,28 @@ func TestGCFreesOnlyItsOwnIdlePartFiles(t *testing.T) {
 		n.intact(fmt.Sprintf("part files (remove: %v)", withRemove))
 	}
 }
+
+// Two recipes whose records name the same part file (one dest, one listing): gc --dry-run
+// counts it once, as gc then frees it once.
+func TestGCCountsAPartTwoRecordsNameOnce(t *testing.T) {
+	n := newNode(t, true)
+	a := n.weights("data/models/tiny", "model.safetensors")
+	a.Parts = []string{".sglprov/parts/model.safetensors.part"}
+	b := a
+	b.Files, b.Dirs = nil, nil
+	n.save(map[string][]engine.Owned{"a": {a}, "b": {b}})
+	os.MkdirAll(n.path("data/models/tiny/.sglprov/parts"), 0o755)
+	os.WriteFile(n.path("data/models/tiny/.sglprov/parts/model.safetensors.part"), bytes.Repeat([]byte("p"), 1000), 0o644)
+	var dry bytes.Buffer
+	if err := engine.GC(context.Background(), engine.GCOptions{StateDir: n.state, Root: n.root, DryRun: true, Out: &dry}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := n.gc()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.ReplaceAll(dry.String(), "would free", "freed") != out || !strings.Contains(out, "freed 1000 B") {
+		t.Errorf("gc --dry-run and gc differ, or the part was not counted once:\n%s---\n%s", dry.String(), out)
+	}
+	n.intact("a part two records name")
+}
