@@ -108,7 +108,7 @@ func removeUnit(ctx context.Context, ms *managers, dir, recipe string, o Owned, 
 	}
 	if keepRunning {
 		if active, _, err := m.State(ctx, o.Path); err == nil && (active == "active" || active == "activating" || active == "reloading") {
-			fmt.Fprintf(out, "  keep: unit %s of recipe %s, which the recipe no longer names, is %s: stop it, or take the recipe off with sglprov remove -f\n", o.Path, recipe, active)
+			fmt.Fprintf(out, "  keep: unit %s of recipe %s, which the recipe no longer names, is %s: stop it (systemctl disable --now %s) and run gc again, or take the recipe off with sglprov remove -f\n", o.Path, recipe, active, o.Path)
 			return false, nil
 		}
 	}
