@@ -76,10 +76,12 @@ func (s *StepReport) fromHub() bool {
 // time, skipping what is unchanged and intact. It records the state after every step and
 // writes the run's report. The error is the first step failure (with its exit-code mark).
 func (e *Engine) Apply(ctx context.Context) (*Report, error) {
-	// A server that would share GPUs with another recipe's is refused before anything runs.
-	if err := e.GPUConflicts(); err != nil {
+	// A server that would share GPUs with another recipe's is refused before anything runs;
+	// the check and this run's pending claim are one step under the node's claims lock.
+	if err := e.claimPending(); err != nil {
 		return nil, err
 	}
+	defer e.releasePending()
 	start := e.opts.Now()
 	rep := &Report{Recipe: e.opts.Recipe.Name, RecipeFile: e.opts.Recipe.File, Started: start.UTC(), FactsChanged: e.FactsChanged(), Facts: e.factsMap()}
 	runDir, err := e.newRunDir(start)

@@ -96,12 +96,13 @@ type Engine struct {
 	byName map[string]*node
 	log    *log.Logger
 
-	facts  map[string]string   // the host facts as recorded in the state
-	gen    *genState           // the run's generation (nil: the recipe uses none)
-	group  *recipe.NodesConfig // the recipe's multi-node group (nil: a single node)
-	served bool                // this run passed: the recipe's server claims the GPUs it sees
-	mu     sync.Mutex          // guards state writes
-	ranAny bool                // a step ran (and its record changed) in this run
+	facts   map[string]string   // the host facts as recorded in the state
+	gen     *genState           // the run's generation (nil: the recipe uses none)
+	group   *recipe.NodesConfig // the recipe's multi-node group (nil: a single node)
+	served  bool                // this run passed: the recipe's server claims the GPUs it sees
+	pending *os.File            // this run's pending GPU claim, locked while the run goes on
+	mu      sync.Mutex          // guards state writes
+	ranAny  bool                // a step ran (and its record changed) in this run
 }
 
 type node struct {
@@ -722,7 +723,15 @@ func (e *Engine) saveState() error {
 			e.state.Steps[n.step.Name] = &StepRecord{Result: ResultFailed, Data: e.store.Data(n.step.Name)}
 		}
 	}
-	e.state.Owns = e.owns()
+	owns := e.owns()
+	for _, o := range e.state.Owns {
+		// What the recipe stopped naming (a renamed unit, a moved dest, generations turned
+		// off) is not forgotten: it becomes an orphan, which gc and remove free.
+		if !slices.ContainsFunc(owns, func(x Owned) bool { return x.Kind == o.Kind && x.Path == o.Path }) {
+			e.state.Orphan(o)
+		}
+	}
+	e.state.Owns = owns
 	return e.state.Save(e.opts.StateDir)
 }
 

@@ -36,6 +36,11 @@ type fakeSpec struct {
 	Manager string `yaml:"manager"`
 	// NoSpace makes the step fail as a write to a full disk does (ENOSPC).
 	NoSpace bool `yaml:"no_space"`
+	// Wait makes the step say it started (world.started) and wait for world.release.
+	Wait bool `yaml:"wait"`
+	// Weights makes the step a download into that folder: it writes model.bin there and
+	// owns it (as the download step owns the files it wrote).
+	Weights string `yaml:"weights"`
 	// Promotes makes the step report, as the smoke step's switch does once it promoted a
 	// unit (smoke.RunSwitch), that the unit of this run's generation now serves.
 	Promotes bool `yaml:"promotes"`
@@ -49,6 +54,8 @@ type world struct {
 	maxPar   int32
 	broken   map[string]bool // outputs no longer intact
 	external map[string]string
+	started  chan string   // a step with wait: true sends its name once it runs
+	release  chan struct{} // and waits until it is closed
 }
 
 type fakeStep struct {
@@ -80,6 +87,9 @@ func (f *fakeStep) GenerationKey(context.Context, *engine.Env) (map[string]strin
 }
 
 func (f *fakeStep) Owns(*engine.Env) []engine.Owned {
+	if f.spec.Weights != "" {
+		return []engine.Owned{{Kind: engine.OwnedWeights, Path: f.spec.Weights, Files: []string{"model.bin"}, Listed: true}}
+	}
 	if f.spec.Unit == "" {
 		return nil
 	}
@@ -123,12 +133,28 @@ func (f *fakeStep) Run(ctx context.Context, env *engine.Env) error {
 		}
 	}
 	env.Detail("ran", true)
+	if f.spec.Wait {
+		f.w.started <- f.name
+		select {
+		case <-f.w.release:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	if out := f.spec.Output; strings.HasPrefix(out, os.TempDir()) {
 		// An output in a test's folder is made, as a real step makes its tree.
 		if err := os.MkdirAll(out, 0o755); err != nil {
 			return err
 		}
 		if err := os.WriteFile(filepath.Join(out, "made-by-"+f.name), []byte("0123456789"), 0o644); err != nil {
+			return err
+		}
+	}
+	if d := f.spec.Weights; d != "" {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(d, "model.bin"), []byte("weights"), 0o644); err != nil {
 			return err
 		}
 	}

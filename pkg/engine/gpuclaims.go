@@ -12,6 +12,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"syscall"
 
 	"github.com/sglprov/sglprov/pkg/atomicfile"
 	"github.com/sglprov/sglprov/pkg/exitcode"
@@ -196,6 +197,101 @@ func (e *Engine) recordNodeClaim() error {
 	return nil
 }
 
+// pendingSuffix ends the name of a pending claim: the GPUs a run of a recipe from one
+// state dir claims while it runs, before it passed. Its run holds an exclusive flock on it
+// until it ends; one that no process holds is stale (its run was killed) and claims nothing.
+const pendingSuffix = ".pending"
+
+// claimsLockName is the lock file in ClaimsDir that makes a run's check of the claims and
+// its pending claim one step: two runs from two state dirs starting at once (each state
+// dir's own lock does not keep them apart) cannot both pass the check.
+const claimsLockName = ".lock"
+
+// claimPending checks the GPU claims (GPUConflicts) and, when the recipe runs a server on
+// GPUs and a node-wide claims folder is kept, writes this run's pending claim, both under
+// the claims folder's lock: a run from another state dir that starts meanwhile sees the
+// pending claim and is refused as it would be by a claim of a run that passed. The pending
+// claim is held (flock) until releasePending.
+func (e *Engine) claimPending() error {
+	if e.opts.ClaimsDir == "" || e.opts.IgnoreState || !e.claimsGPUs(e.declared()) || e.opts.Root != "" && e.opts.Root != "/" {
+		return e.GPUConflicts()
+	}
+	if err := os.MkdirAll(e.opts.ClaimsDir, 0o755); err != nil {
+		e.log.Warn("the GPU claims folder cannot be made: runs from other state dirs starting now will not see this one's", "err", err)
+		return e.GPUConflicts()
+	}
+	lock, err := safefile.OpenNoFollow(filepath.Join(e.opts.ClaimsDir, claimsLockName), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		e.log.Warn("the GPU claims folder cannot be locked: runs from other state dirs starting now will not see this one's", "err", err)
+		return e.GPUConflicts()
+	}
+	defer lock.Close()
+	if err := flockWait(lock, syscall.LOCK_EX); err != nil {
+		return fmt.Errorf("locking the GPU claims folder: %w", err)
+	}
+	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+	if err := e.GPUConflicts(); err != nil {
+		return err
+	}
+	stateDir := absStateDir(e.opts.StateDir)
+	b, err := json.MarshalIndent(nodeClaim{Recipe: e.opts.Recipe.Name, StateDir: stateDir, GPUs: e.seenGPUs()}, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encoding the pending GPU claim: %w", err)
+	}
+	path := claimFile(e.opts.ClaimsDir, stateDir, e.opts.Recipe.Name) + pendingSuffix
+	_ = os.Remove(path) // a stale one (a killed run of this recipe); never written through
+	f, err := safefile.OpenNoFollow(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return fmt.Errorf("writing the pending GPU claim: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return fmt.Errorf("locking the pending GPU claim %s: %w", path, err)
+	}
+	if _, err := f.Write(append(b, '\n')); err != nil {
+		f.Close()
+		_ = os.Remove(path)
+		return fmt.Errorf("writing the pending GPU claim: %w", err)
+	}
+	e.pending = f
+	return nil
+}
+
+// flockWait takes the flock how on f, waiting for it; a wait a signal interrupts goes on.
+func flockWait(f *os.File, how int) error {
+	for {
+		err := syscall.Flock(int(f.Fd()), how)
+		if !errors.Is(err, syscall.EINTR) {
+			return err
+		}
+	}
+}
+
+// releasePending removes this run's pending claim and lets go of it: by then the run wrote
+// its claim (it passed) or claims nothing new (it failed).
+func (e *Engine) releasePending() {
+	if e.pending == nil {
+		return
+	}
+	_ = os.Remove(e.pending.Name())
+	e.pending.Close()
+	e.pending = nil
+}
+
+// pendingHeld reports whether a live run holds the pending claim at path (flock).
+func pendingHeld(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB); err != nil {
+		return errors.Is(err, syscall.EWOULDBLOCK)
+	}
+	_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	return false
+}
+
 // otherStateDirClaims returns the conflicts with recipes applied from other state dirs:
 // each claim of ClaimsDir from another state dir is checked against that state dir's own
 // records (a recipe removed there, or a state dir gone, claims nothing any more); one whose
@@ -218,10 +314,12 @@ func (e *Engine) otherStateDirClaims(mine []string, replacing bool) ([]string, e
 	self := absStateDir(e.opts.StateDir)
 	var out []string
 	for _, ent := range entries {
-		if !strings.HasSuffix(ent.Name(), ".json") {
+		pending := strings.HasSuffix(ent.Name(), ".json"+pendingSuffix)
+		if !strings.HasSuffix(ent.Name(), ".json") && !pending {
 			continue
 		}
-		b, err := safefile.ReadRegular(filepath.Join(e.opts.ClaimsDir, ent.Name()), maxClaimBytes)
+		p := filepath.Join(e.opts.ClaimsDir, ent.Name())
+		b, err := safefile.ReadRegular(p, maxClaimBytes)
 		if err != nil {
 			continue
 		}
@@ -232,8 +330,13 @@ func (e *Engine) otherStateDirClaims(mine []string, replacing bool) ([]string, e
 		if replacing && slices.Contains(e.opts.Recipe.Replaces, c.Recipe) {
 			continue
 		}
+		if pending && !pendingHeld(p) {
+			continue // its run was killed: it claims nothing
+		}
 		claimed, note := c.GPUs, " (its state cannot be read)"
-		if f, err := LoadStates(c.StateDir); err == nil {
+		if pending {
+			note = " (a run of it in progress)"
+		} else if f, err := LoadStates(c.StateDir); err == nil {
 			st := f.Recipes[c.Recipe]
 			if st == nil {
 				continue // removed there, or the state dir is gone: the claim is stale

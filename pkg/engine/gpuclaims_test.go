@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/sglprov/sglprov/pkg/engine"
@@ -175,5 +178,99 @@ func TestGPUClaimsWithoutRequires(t *testing.T) {
 		if _, err := e.Apply(context.Background()); err != nil {
 			t.Errorf("%s on a host without GPUs: %v", name, err)
 		}
+	}
+}
+
+// Two first applies from two state dirs at the same moment cannot both claim the GPUs:
+// the check and a pending claim are one step under the claims folder's lock, so while the
+// first run goes on (its server not yet gated) a second whole-node recipe is refused,
+// naming the run in progress. A run that ends leaves no pending claim: once the first
+// failed, the second passes; a pending claim no live run holds (a killed run's) is stale.
+func TestGPUClaimsOfRunsStartingTogether(t *testing.T) {
+	w := newWorld()
+	w.started, w.release = make(chan string), make(chan struct{})
+	host := &gpu.Facts{GPUs: []gpu.Device{{Index: 0, UUID: "GPU-0"}, {Index: 1, UUID: "GPU-1"}}}
+	claims := t.TempDir()
+	run := func(dir, name, extra string) error {
+		text := fmt.Sprintf(serverRecipe, name, "", name)
+		text = strings.Replace(text, "fake: {", "fake: {"+extra, 1)
+		e := newEngine(t, w, load(t, w, text), dir, func(o *engine.Options) {
+			o.Facts = host
+			o.ClaimsDir = claims
+		})
+		_, err := e.Apply(context.Background())
+		return err
+	}
+	dirA, dirB := t.TempDir(), t.TempDir()
+	doneA := make(chan error, 1)
+	go func() { doneA <- run(dirA, "model-a", "wait: true, fail: true, ") }()
+	<-w.started // A passed its check and runs; it has not passed yet
+	err := run(dirB, "model-b", "")
+	want := "recipe model-a, applied with state dir " + dirA + " (a run of it in progress), serves on GPU-0, GPU-1"
+	if !errors.Is(err, exitcode.ErrHost) || !strings.Contains(err.Error(), want) {
+		t.Errorf("a second first apply while the first runs: %v, want exit 4 with %q", err, want)
+	}
+	close(w.release)
+	if err := <-doneA; err == nil {
+		t.Fatal("the failing run of model-a passed")
+	}
+	if left, _ := filepath.Glob(filepath.Join(claims, "*.pending")); len(left) != 0 {
+		t.Errorf("pending claims left after the run ended: %v", left)
+	}
+	// A killed run's pending claim: the file is there, no process holds it.
+	stale := filepath.Join(claims, "0123456789abcdef0123456789abcdef.json.pending")
+	os.WriteFile(stale, []byte(`{"recipe": "model-c", "state_dir": "/nowhere", "gpus": ["GPU-0", "GPU-1"]}`), 0o644)
+	if err := run(dirB, "model-b", ""); err != nil {
+		t.Errorf("model-b once model-a's run failed and beside a stale pending claim: %v", err)
+	}
+}
+
+// Many runs from as many state dirs, all starting at once, each wanting every GPU: exactly
+// one passes the check; every other is refused (exit 4).
+func TestGPUClaimsConcurrentClaimers(t *testing.T) {
+	w := newWorld()
+	w.started, w.release = make(chan string, 16), make(chan struct{})
+	host := &gpu.Facts{GPUs: []gpu.Device{{Index: 0, UUID: "GPU-0"}}}
+	claims := t.TempDir()
+	const n = 8
+	errs := make(chan error, n)
+	var ready sync.WaitGroup
+	ready.Add(n)
+	start := make(chan struct{})
+	for i := range n {
+		name := fmt.Sprintf("model-%d", i)
+		e := newEngine(t, w, load(t, w, strings.Replace(fmt.Sprintf(serverRecipe, name, "", name), "fake: {", "fake: {wait: true, ", 1)), t.TempDir(), func(o *engine.Options) {
+			o.Facts = host
+			o.ClaimsDir = claims
+		})
+		go func() {
+			ready.Done()
+			<-start
+			_, err := e.Apply(context.Background())
+			errs <- err
+		}()
+	}
+	ready.Wait()
+	close(start)
+	// The one run that passed the check reaches its step and waits there; every other
+	// ends refused.
+	started, refused := 0, 0
+	for started+refused < n {
+		select {
+		case <-w.started:
+			started++
+		case err := <-errs:
+			if !errors.Is(err, exitcode.ErrHost) {
+				t.Fatalf("a run that lost: %v, want exit 4", err)
+			}
+			refused++
+		}
+	}
+	if started != 1 {
+		t.Fatalf("%d runs passed the check, want 1", started)
+	}
+	close(w.release)
+	if err := <-errs; err != nil {
+		t.Errorf("the run that claimed the GPU: %v", err)
 	}
 }

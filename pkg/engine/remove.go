@@ -40,6 +40,92 @@ type GCOptions struct {
 	StateDir, Root string
 	DryRun         bool
 	Out            io.Writer
+	// NewManager returns the service manager of kind, for orphaned units; nil is service.New.
+	NewManager func(ctx context.Context, kind string) (service.Manager, error)
+}
+
+// managers opens each service manager once, for the units of a remove or gc.
+type managers struct {
+	dir, root string
+	newFn     func(ctx context.Context, kind string) (service.Manager, error)
+	open      map[string]service.Manager
+}
+
+// forUnit returns the manager that installed the unit o (unitManager).
+func (ms *managers) forUnit(ctx context.Context, o Owned) (service.Manager, error) {
+	kind := unitManager(ms.dir, o)
+	if m := ms.open[kind]; m != nil {
+		return m, nil
+	}
+	var m service.Manager
+	var err error
+	if ms.newFn != nil {
+		m, err = ms.newFn(ctx, kind)
+	} else {
+		m, err = service.New(ctx, service.Options{Kind: kind, Root: ms.root, StateDir: ms.dir})
+	}
+	if err != nil {
+		return nil, err
+	}
+	if ms.open == nil {
+		ms.open = map[string]service.Manager{}
+	}
+	ms.open[kind] = m
+	return m, nil
+}
+
+func (ms *managers) close() {
+	for _, m := range ms.open {
+		m.Close()
+	}
+}
+
+// removeUnit stops, disables and deletes the unit o that recipe installed, and its
+// last-known-good copy. Only a unit file sglprov rendered for recipe is touched: a unit of
+// the same name that is another's (a package's, an operator's, another recipe's) is left
+// as it is, and said so. With keepRunning (gc) a unit that is active is left too (gc stops
+// no server), and one whose file is gone needs no manager. It reports whether the unit is
+// gone (or is another's: nothing of the recipe's is left to record).
+func removeUnit(ctx context.Context, ms *managers, dir, recipe string, o Owned, out io.Writer, keepRunning bool) (bool, error) {
+	m, err := ms.forUnit(ctx, o)
+	if err != nil {
+		return false, err
+	}
+	exists, ours, err := service.RenderedFor(m.UnitPath(o.Path), recipe)
+	if err != nil {
+		return false, err
+	}
+	if exists && !ours {
+		fmt.Fprintf(out, "  keep: unit %s: %s is not one sglprov rendered for recipe %s; left as it is\n", o.Path, m.UnitPath(o.Path), recipe)
+		return true, nil
+	}
+	if keepRunning && !exists {
+		// Nothing of it is left but maybe its last-known-good copy: no manager call.
+		if err := os.Remove(service.LastKnownGoodPath(dir, o.Path)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return false, fmt.Errorf("removing the last-known-good copy of %s: %w", o.Path, err)
+		}
+		return true, nil
+	}
+	if keepRunning {
+		if active, _, err := m.State(ctx, o.Path); err == nil && (active == "active" || active == "activating" || active == "reloading") {
+			fmt.Fprintf(out, "  keep: unit %s of recipe %s, which the recipe no longer names, is %s: stop it (systemctl disable --now %s) and run gc again, or take the recipe off with sglprov remove -f\n", o.Path, recipe, active, o.Path)
+			return false, nil
+		}
+	}
+	if rm, ok := m.(service.Remover); ok {
+		if err := rm.Remove(ctx, o.Path); err != nil {
+			return false, err
+		}
+	} else {
+		_ = m.Stop(ctx, o.Path)
+		if err := os.Remove(m.UnitPath(o.Path)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return false, fmt.Errorf("removing unit %s: %w", o.Path, err)
+		}
+	}
+	if err := os.Remove(service.LastKnownGoodPath(dir, o.Path)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return false, fmt.Errorf("removing the last-known-good copy of %s: %w", o.Path, err)
+	}
+	return true, nil
 }
 
 // removal is one line of remove's plan.
@@ -115,40 +201,33 @@ func Remove(ctx context.Context, opts RemoveOptions) error {
 		return strings.Join(others, ", ")
 	}
 
-	managers := map[string]service.Manager{}
-	managerFor := func(ctx context.Context, o Owned) (service.Manager, error) {
-		kind := unitManager(dir, o)
-		if m := managers[kind]; m != nil {
-			return m, nil
+	ms := &managers{dir: dir, root: opts.Root, newFn: opts.NewManager}
+	defer ms.close()
+
+	// What the recipe left when it stopped naming it (a renamed unit, generations turned
+	// off) goes with it; its orphaned weights follow the weights' rule (kept unless
+	// --weights, freed by gc).
+	items := slices.Clone(st.Owns)
+	for _, o := range states.Orphans {
+		if o.Recipe == opts.Recipe && o.Kind != OwnedWeights {
+			if err := o.Check(opts.Root); err != nil {
+				return fmt.Errorf("an orphan of recipe %s in %s: %w", opts.Recipe, StatePath(dir), err)
+			}
+			if !slices.ContainsFunc(st.Owns, func(x Owned) bool { return x.Kind == o.Kind && x.Path == o.Path }) {
+				items = append(items, o)
+			}
 		}
-		var m service.Manager
-		var err error
-		if opts.NewManager != nil {
-			m, err = opts.NewManager(ctx, kind)
-		} else {
-			m, err = service.New(ctx, service.Options{Kind: kind, Root: opts.Root, StateDir: dir})
-		}
-		if err != nil {
-			return nil, err
-		}
-		managers[kind] = m
-		return m, nil
 	}
-	defer func() {
-		for _, m := range managers {
-			m.Close()
-		}
-	}()
 
 	// Phases, in order: units, generations, weights; then the records.
 	var units, gens, weights []removal
-	for _, o := range st.Owns {
+	for _, o := range items {
 		o := o
 		if o.Kind == OwnedGPU {
 			continue
 		}
 		if by := usedBy(o); by != "" {
-			r := removal{what: describeOwned(o), keep: "also used by recipe " + by, owned: &o, orphan: o.Kind == OwnedWeights}
+			r := removal{what: describeOwned(o), keep: "also used by recipe " + by, owned: &o, orphan: o.Kind == OwnedWeights && o.Recipe == ""}
 			switch o.Kind {
 			case OwnedUnit:
 				units = append(units, r)
@@ -161,36 +240,9 @@ func Remove(ctx context.Context, opts RemoveOptions) error {
 		}
 		switch o.Kind {
 		case OwnedUnit:
-			units = append(units, removal{what: "stop, disable and delete unit " + o.Path, owned: &o, do: func(ctx context.Context) error {
-				m, err := managerFor(ctx, o)
-				if err != nil {
-					return err
-				}
-				// Only a unit file sglprov rendered for this recipe is stopped and deleted:
-				// a unit of the same name that is another's (a package's, an operator's, a
-				// record of another root) is left as it is, and said so.
-				exists, ours, err := service.RenderedFor(m.UnitPath(o.Path), opts.Recipe)
-				if err != nil {
-					return err
-				}
-				if exists && !ours {
-					fmt.Fprintf(opts.Out, "  keep: unit %s: %s is not one sglprov rendered for recipe %s; left as it is\n", o.Path, m.UnitPath(o.Path), opts.Recipe)
-					return nil
-				}
-				if rm, ok := m.(service.Remover); ok {
-					if err := rm.Remove(ctx, o.Path); err != nil {
-						return err
-					}
-				} else {
-					_ = m.Stop(ctx, o.Path)
-					if err := os.Remove(m.UnitPath(o.Path)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-						return fmt.Errorf("removing unit %s: %w", o.Path, err)
-					}
-				}
-				if err := os.Remove(service.LastKnownGoodPath(dir, o.Path)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-					return fmt.Errorf("removing the last-known-good copy of %s: %w", o.Path, err)
-				}
-				return nil
+			units = append(units, removal{what: "stop, disable and delete unit " + o.Path + orphanNote(o), owned: &o, do: func(ctx context.Context) error {
+				_, err := removeUnit(ctx, ms, dir, opts.Recipe, o, opts.Out, false)
+				return err
 			}})
 		case OwnedGenerations:
 			store, err := generation.Open(o.Path, GenerationsRecordPath(dir, opts.Recipe), o.Keep)
@@ -198,7 +250,7 @@ func Remove(ctx context.Context, opts RemoveOptions) error {
 				return err
 			}
 			p, _ := store.RemoveAll(true)
-			what := fmt.Sprintf("delete %d generation(s) in %s", len(p.Freed), o.Path)
+			what := fmt.Sprintf("delete %d generation(s) in %s%s", len(p.Freed), o.Path, orphanNote(o))
 			if len(p.Shared) > 0 {
 				what += fmt.Sprintf("; leave %d that the state dir of %s lists", len(p.Shared), p.Shared[0].Record)
 			}
@@ -223,7 +275,16 @@ func Remove(ctx context.Context, opts RemoveOptions) error {
 			all := mergeOwned(append([]Owned{o}, same...))
 			weights = append(weights, removal{what: "delete weights " + o.Path, bytes: all.Usage(), freed: true, owned: &o,
 				do: func(context.Context) error {
-					if _, err := all.Remove(opts.Root, fetch.WorkDir); err != nil {
+					if recordedFolder(all) {
+						_, inUse, err := freeParts(all.Path, all.Parts, false)
+						if err != nil {
+							return err
+						}
+						for _, p := range inUse {
+							fmt.Fprintf(opts.Out, "  keep: part file %s: a running download holds it\n", p)
+						}
+					}
+					if _, err := all.Remove(opts.Root); err != nil {
 						return err
 					}
 					states.Orphans = slices.DeleteFunc(states.Orphans, func(x Owned) bool {
@@ -254,6 +315,16 @@ func Remove(ctx context.Context, opts RemoveOptions) error {
 		fmt.Fprintf(opts.Out, "would free %s (--dry-run: nothing was changed)\n", logval.Format(total))
 		return nil
 	}
+	// drop takes o's record away: from the recipe's, or, for what it left, the orphans.
+	drop := func(o Owned) {
+		if o.Recipe != "" {
+			states.Orphans = slices.DeleteFunc(states.Orphans, func(x Owned) bool {
+				return x.Kind == o.Kind && x.Path == o.Path && x.Recipe == o.Recipe
+			})
+			return
+		}
+		st.Owns = dropOwned(st.Owns, o)
+	}
 	for _, phase := range [][]removal{units, gens, weights} {
 		var errs []error
 		for _, p := range phase {
@@ -261,14 +332,14 @@ func Remove(ctx context.Context, opts RemoveOptions) error {
 				if p.orphan {
 					states.Orphans = addOrphan(states.Orphans, *p.owned)
 				}
-				st.Owns = dropOwned(st.Owns, *p.owned)
+				drop(*p.owned)
 				continue
 			}
 			if err := p.do(ctx); err != nil {
 				errs = append(errs, fmt.Errorf("%s: %w", p.what, err))
 				continue
 			}
-			st.Owns = dropOwned(st.Owns, *p.owned)
+			drop(*p.owned)
 		}
 		if len(errs) > 0 {
 			// What is gone leaves the records; the rest stays for a second remove.
@@ -282,6 +353,8 @@ func Remove(ctx context.Context, opts RemoveOptions) error {
 		}
 	}
 	delete(states.Recipes, opts.Recipe)
+	// What the recipe left is gone with it (or was another's too, and stays that one's).
+	states.Orphans = slices.DeleteFunc(states.Orphans, func(x Owned) bool { return x.Recipe == opts.Recipe })
 	if err := SaveStates(dir, states); err != nil {
 		return err
 	}
@@ -321,6 +394,15 @@ func usesAny(owns []Owned, o Owned) bool {
 	return false
 }
 
+// orphanNote says, for a plan line, that o is what its recipe left when it stopped naming
+// it ("" for what the recipe names now).
+func orphanNote(o Owned) string {
+	if o.Recipe == "" {
+		return ""
+	}
+	return " (left when the recipe stopped naming it)"
+}
+
 // describeOwned names an owned thing for a plan line.
 func describeOwned(o Owned) string {
 	switch o.Kind {
@@ -337,11 +419,20 @@ func dropOwned(owns []Owned, o Owned) []Owned {
 	return slices.DeleteFunc(slices.Clone(owns), func(x Owned) bool { return x.Kind == o.Kind && x.Path == o.Path })
 }
 
-// addOrphan records o as an orphan, merged with an orphan of the same folder.
+// addOrphan records o as an orphan: weights merged with an orphan of the same folder, a
+// unit or generations folder once per recipe that left it.
 func addOrphan(orphans []Owned, o Owned) []Owned {
 	for i, x := range orphans {
-		if x.Kind == o.Kind && x.Path == o.Path {
+		if x.Kind != o.Kind || x.Path != o.Path {
+			continue
+		}
+		if o.Kind == OwnedWeights {
 			orphans[i] = mergeOwned([]Owned{x, o})
+			return orphans
+		}
+		if x.Recipe == o.Recipe {
+			o.Step = ""
+			orphans[i] = o
 			return orphans
 		}
 	}
@@ -354,17 +445,20 @@ func mergeOwned(all []Owned) Owned {
 	m := all[0]
 	m.Step = ""
 	m.Files, m.Dirs = slices.Clone(m.Files), slices.Clone(m.Dirs)
+	m.Parts = slices.Clone(m.Parts)
 	for _, x := range all[1:] {
 		m.Listed = m.Listed && x.Listed
 		m.Files = append(m.Files, x.Files...)
 		m.Dirs = append(m.Dirs, x.Dirs...)
+		m.Parts = append(m.Parts, x.Parts...)
 		if m.Ino == 0 {
 			m.Dev, m.Ino = x.Dev, x.Ino
 		}
 	}
 	slices.Sort(m.Files)
 	slices.Sort(m.Dirs)
-	m.Files, m.Dirs = slices.Compact(m.Files), slices.Compact(m.Dirs)
+	slices.Sort(m.Parts)
+	m.Files, m.Dirs, m.Parts = slices.Compact(m.Files), slices.Compact(m.Dirs), slices.Compact(m.Parts)
 	return m
 }
 
@@ -401,6 +495,7 @@ func GC(ctx context.Context, opts GCOptions) error {
 	fmt.Fprintln(opts.Out, "Garbage collection:")
 	var inUse []Owned                    // every folder some recipe records
 	weightsFolders := map[string]Owned{} // part files to free, by folder
+	partsOf := map[string][]string{}     // the part files the records name, by folder
 	for _, name := range names {
 		for _, o := range states.Recipes[name].Owns {
 			if err := o.Check(opts.Root); err != nil {
@@ -408,9 +503,12 @@ func GC(ctx context.Context, opts GCOptions) error {
 				continue
 			}
 			switch o.Kind {
+			case OwnedUnit:
+				inUse = append(inUse, o)
 			case OwnedWeights:
 				inUse = append(inUse, o)
 				weightsFolders[o.Path] = o
+				partsOf[o.Path] = append(partsOf[o.Path], o.Parts...)
 			case OwnedGenerations:
 				inUse = append(inUse, o)
 				store, err := generation.Open(o.Path, GenerationsRecordPath(dir, name), o.Keep)
@@ -430,49 +528,56 @@ func GC(ctx context.Context, opts GCOptions) error {
 		}
 	}
 	var orphans, left []Owned
+	ms := &managers{dir: dir, root: opts.Root, newFn: opts.NewManager}
+	defer ms.close()
 	for _, o := range states.Orphans {
-		if err := o.Check(opts.Root); err != nil || o.Kind != OwnedWeights {
-			if err == nil {
-				err = fmt.Errorf("%w: the orphan record %s %q: only weights are left as orphans; delete it from %s", exitcode.ErrUsage, o.Kind, o.Path, StatePath(dir))
-			}
+		err := o.Check(opts.Root)
+		if err == nil && (o.Kind == OwnedGPU || o.Kind != OwnedWeights && o.Recipe == "") {
+			err = fmt.Errorf("%w: the orphan record %s %q: names no recipe that left it; delete it from %s", exitcode.ErrUsage, o.Kind, o.Path, StatePath(dir))
+		}
+		if err != nil {
 			errs = append(errs, err)
 			left = append(left, o)
+			continue
+		}
+		if o.Kind != OwnedWeights {
+			if gone, err := gcOrphan(ctx, opts, ms, states, inUse, o, say); err != nil {
+				errs = append(errs, err)
+				left = append(left, o)
+			} else if !gone {
+				left = append(left, o)
+			}
 			continue
 		}
 		orphans = append(orphans, o)
 		if _, ok := weightsFolders[o.Path]; !ok {
 			weightsFolders[o.Path] = o
 		}
+		partsOf[o.Path] = append(partsOf[o.Path], o.Parts...)
 	}
-	// Part files of every weights folder the node knows, owned or orphaned.
+	// The part files this state dir's records name, in every weights folder it knows, owned
+	// or orphaned; never one a running download holds.
 	folders := make([]string, 0, len(weightsFolders))
 	for p := range weightsFolders {
 		folders = append(folders, p)
 	}
 	sort.Strings(folders)
 	for _, f := range folders {
-		work := filepath.Join(f, fetch.WorkDir)
-		if fi, err := os.Lstat(work); err != nil || !fi.IsDir() {
-			continue
-		}
 		// A folder put in the place of the recorded one (another device and inode) is not
-		// the one sglprov downloaded into: its part-file folder is not sglprov's.
-		if o := weightsFolders[f]; o.Ino != 0 {
-			if dev, ino := ownership.Identify(f); dev != o.Dev || ino != o.Ino {
-				continue
-			}
-		}
-		n := generation.DiskUsage(work)
-		if n == 0 {
+		// the one sglprov downloaded into: its part files are not sglprov's.
+		if !recordedFolder(weightsFolders[f]) {
 			continue
 		}
-		if !opts.DryRun {
-			if err := os.RemoveAll(work); err != nil {
-				errs = append(errs, fmt.Errorf("removing part files in %s: %w", f, err))
-				continue
-			}
+		n, inUse, err := freeParts(f, partsOf[f], opts.DryRun)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("removing part files in %s: %w", f, err))
 		}
-		say("part files in "+f, n)
+		for _, p := range inUse {
+			fmt.Fprintf(opts.Out, "  keep: part file %s: a running download holds it\n", p)
+		}
+		if n > 0 {
+			say("part files in "+f, n)
+		}
 	}
 	// What removed recipes left, unless a recipe uses the folder again.
 	for _, o := range orphans {
@@ -486,7 +591,7 @@ func GC(ctx context.Context, opts GCOptions) error {
 		}
 		n := o.Usage()
 		if !opts.DryRun {
-			if _, err := o.Remove(opts.Root, fetch.WorkDir); err != nil {
+			if _, err := o.Remove(opts.Root); err != nil {
 				errs = append(errs, fmt.Errorf("removing weights %s: %w", o.Path, err))
 				left = append(left, o)
 				continue
@@ -505,4 +610,110 @@ func GC(ctx context.Context, opts GCOptions) error {
 		return fmt.Errorf("gc: %w", errors.Join(errs...))
 	}
 	return nil
+}
+
+// gcOrphan frees a unit or generations folder its recipe left when it stopped naming it:
+// a unit no recipe names now, unless it is running (gc stops no server), and the
+// generations beyond the one that serves (the root's link may still point into it; remove
+// of the recipe deletes it whole). It reports whether nothing of it is left to record.
+func gcOrphan(ctx context.Context, opts GCOptions, ms *managers, states *StateFile, inUse []Owned, o Owned, say func(string, int64)) (bool, error) {
+	if usesAny(inUse, o) {
+		fmt.Fprintf(opts.Out, "  keep: %s, which recipe %s left: a recipe uses it now\n", describeOwned(o), o.Recipe)
+		return false, nil
+	}
+	switch o.Kind {
+	case OwnedUnit:
+		if opts.DryRun {
+			fmt.Fprintf(opts.Out, "  unit %s that recipe %s no longer names: would stop, disable and delete it unless it is active\n", o.Path, o.Recipe)
+			return false, nil
+		}
+		gone, err := removeUnit(ctx, ms, opts.StateDir, o.Recipe, o, opts.Out, true)
+		if err != nil {
+			return false, fmt.Errorf("removing unit %s that recipe %s no longer names: %w", o.Path, o.Recipe, err)
+		}
+		if gone {
+			fmt.Fprintf(opts.Out, "  unit %s that recipe %s no longer names: deleted\n", o.Path, o.Recipe)
+		}
+		return gone, nil
+	case OwnedGenerations:
+		if st := states.Recipes[o.Recipe]; st != nil && slices.ContainsFunc(st.Owns, func(x Owned) bool { return x.Kind == OwnedGenerations }) {
+			// The recipe's generations record is one file, which its folder of now lists.
+			fmt.Fprintf(opts.Out, "  keep: generations %s, which recipe %s left: its generations record is the one its folder %s keeps now; delete the generations there yourself once nothing serves from them\n",
+				o.Path, o.Recipe, generationsOf(st))
+			return false, nil
+		}
+		store, err := generation.Open(o.Path, GenerationsRecordPath(opts.StateDir, o.Recipe), 1)
+		if err != nil {
+			return false, err
+		}
+		p, err := store.Prune(opts.DryRun)
+		if p != nil {
+			say("generations recipe "+o.Recipe+" left in "+o.Path+" (the serving one kept)", p.Bytes)
+		}
+		return false, err
+	}
+	return false, nil
+}
+
+// generationsOf returns the generations folder st names.
+func generationsOf(st *State) string {
+	for _, x := range st.Owns {
+		if x.Kind == OwnedGenerations {
+			return x.Path
+		}
+	}
+	return ""
+}
+
+// recordedFolder reports whether the folder at o.Path is the one its record was written for
+// (its device and inode, when recorded).
+func recordedFolder(o Owned) bool {
+	if o.Ino == 0 {
+		return true
+	}
+	dev, ino := ownership.Identify(o.Path)
+	return dev == o.Dev && ino == o.Ino
+}
+
+// freeParts frees the part files parts (relative to the weights folder dir) with their
+// resume records (fetch.FreePart), then the part-file folders left empty. A part a running
+// download holds is left (inUse, its host path); one reached through a link, or that is not
+// a part file inside a part-file folder (fetch.WorkDir), is not touched. It returns the
+// bytes freed (with dryRun: that would be).
+func freeParts(dir string, parts []string, dryRun bool) (freed int64, inUse []string, err error) {
+	realDir, rerr := filepath.EvalSymlinks(dir)
+	if rerr != nil {
+		return 0, nil, nil // gone: nothing to free
+	}
+	var errs []error
+	parts = slices.Clone(parts)
+	slices.Sort(parts)
+	for _, rel := range slices.Compact(parts) { // several records may name one part
+		if !strings.HasSuffix(rel, ".part") || !slices.Contains(strings.Split(rel, "/"), fetch.WorkDir) {
+			continue
+		}
+		p := filepath.Join(dir, filepath.FromSlash(rel))
+		if r, err := filepath.EvalSymlinks(filepath.Dir(p)); err != nil || r != filepath.Join(realDir, filepath.Dir(filepath.FromSlash(rel))) {
+			continue // not there, or a folder on the way is a link
+		}
+		n, held, err := fetch.FreePart(p, dryRun)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if held {
+			inUse = append(inUse, p)
+			continue
+		}
+		freed += n
+		if !dryRun {
+			// The part-file folders left empty, up to the one named fetch.WorkDir.
+			for d := filepath.Dir(p); ownership.Within(dir, d) && d != dir; d = filepath.Dir(d) {
+				if os.Remove(d) != nil || filepath.Base(d) == fetch.WorkDir {
+					break
+				}
+			}
+		}
+	}
+	return freed, inUse, errors.Join(errs...)
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/sglprov/sglprov/internal/foreign"
@@ -555,4 +556,116 @@ func TestRemoveLeavesAUnitItDidNotRender(t *testing.T) {
 		}
 	}
 	n.intact("foreign unit")
+}
+
+// Under --root, remove disables the unit as well as deleting it: the enable links that
+// apply made (ROOT/etc/systemd/system/*.wants/UNIT) go, so the booted root starts nothing
+// that is gone; a link of the same name that points elsewhere stays, as do the files
+// sglprov never wrote.
+func TestRemoveUnderRootDisablesTheUnit(t *testing.T) {
+	n := newNode(t, true)
+	m := service.NewOffline(n.root)
+	unit := "# Managed by sglprov. Recipe: x. Profile: . Fingerprint: f. Do not edit: changes are replaced on the next apply.\n[Service]\nExecStart=/bin/true\n[Install]\nWantedBy=multi-user.target\n"
+	if _, err := m.Install(context.Background(), "sglang-x.service", []byte(unit)); err != nil {
+		t.Fatal(err)
+	}
+	link := n.path("etc/systemd/system/multi-user.target.wants/sglang-x.service")
+	if _, err := os.Lstat(link); err != nil {
+		t.Fatalf("the enable link was not made: %v", err)
+	}
+	other := n.path("etc/systemd/system/custom.target.wants/sglang-x.service")
+	os.MkdirAll(filepath.Dir(other), 0o755)
+	if err := os.Symlink("/usr/lib/systemd/system/sglang-x.service", other); err != nil {
+		t.Fatal(err)
+	}
+	n.save(map[string][]engine.Owned{"x": {{Kind: engine.OwnedUnit, Path: "sglang-x.service", Manager: service.KindOffline, Step: "svc"}}})
+	var out bytes.Buffer
+	if err := engine.Remove(context.Background(), engine.RemoveOptions{StateDir: n.state, Root: n.root, Recipe: "x", Out: &out}); err != nil {
+		t.Fatalf("remove --root: %v\n%s", err, out.String())
+	}
+	if exists(link) || exists(n.path("etc/systemd/system/sglang-x.service")) {
+		t.Errorf("remove --root left the unit or its enable link:\n%s", out.String())
+	}
+	if got, err := os.Readlink(other); err != nil || got != "/usr/lib/systemd/system/sglang-x.service" {
+		t.Errorf("a link sglprov did not make: %q, %v", got, err)
+	}
+	n.intact("remove --root of a unit")
+}
+
+// gc frees only the part files this state dir's records name, and none that a running
+// download holds: another sglprov's download into the same dest (its own state dir, its own
+// files) keeps its part and resume record byte for byte, and so does a download of a file
+// this recipe lists that runs right now (its part is locked). remove --weights alike.
+func TestGCFreesOnlyItsOwnIdlePartFiles(t *testing.T) {
+	for _, withRemove := range []bool{false, true} {
+		n := newNode(t, true)
+		w := n.weights("data/models/tiny", "model.safetensors")
+		w.Parts = []string{".sglprov/parts/model.safetensors.part", ".sglprov/parts/shard-2.safetensors.part"}
+		n.save(map[string][]engine.Owned{"a": {w}})
+		parts := n.path("data/models/tiny/.sglprov/parts")
+		os.MkdirAll(parts, 0o755)
+		// A stale part of this recipe's (a killed run's), with its resume record.
+		stale := filepath.Join(parts, "model.safetensors.part")
+		os.WriteFile(stale, bytes.Repeat([]byte("s"), 500), 0o644)
+		os.WriteFile(stale+".json", []byte("{}"), 0o644)
+		// Another state dir's download of another file into the same dest, and a download
+		// of a file this recipe lists that runs now: both parts are held, as fetch holds them.
+		tree, err := foreign.Build(n.base, "data/models/tiny/.sglprov/parts/other.bin.part", "data/models/tiny/.sglprov/parts/other.bin.part.json",
+			"data/models/tiny/.sglprov/parts/shard-2.safetensors.part")
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.tree = tree
+		for _, p := range []string{"other.bin.part", "shard-2.safetensors.part"} {
+			f, err := os.Open(filepath.Join(parts, p))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var out string
+		if withRemove {
+			out, err = n.remove("a", true)
+		} else {
+			out, err = n.gc()
+		}
+		if err != nil {
+			t.Fatalf("gc/remove: %v\n%s", err, out)
+		}
+		if exists(stale) || exists(stale+".json") {
+			t.Errorf("the idle part this recipe's record names was left:\n%s", out)
+		}
+		if !strings.Contains(out, "keep: part file "+filepath.Join(parts, "shard-2.safetensors.part")+": a running download holds it") {
+			t.Errorf("the part in use was not said to be kept:\n%s", out)
+		}
+		n.intact(fmt.Sprintf("part files (remove: %v)", withRemove))
+	}
+}
+
+// Two recipes whose records name the same part file (one dest, one listing): gc --dry-run
+// counts it once, as gc then frees it once.
+func TestGCCountsAPartTwoRecordsNameOnce(t *testing.T) {
+	n := newNode(t, true)
+	a := n.weights("data/models/tiny", "model.safetensors")
+	a.Parts = []string{".sglprov/parts/model.safetensors.part"}
+	b := a
+	b.Files, b.Dirs = nil, nil
+	n.save(map[string][]engine.Owned{"a": {a}, "b": {b}})
+	os.MkdirAll(n.path("data/models/tiny/.sglprov/parts"), 0o755)
+	os.WriteFile(n.path("data/models/tiny/.sglprov/parts/model.safetensors.part"), bytes.Repeat([]byte("p"), 1000), 0o644)
+	var dry bytes.Buffer
+	if err := engine.GC(context.Background(), engine.GCOptions{StateDir: n.state, Root: n.root, DryRun: true, Out: &dry}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := n.gc()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.ReplaceAll(dry.String(), "would free", "freed") != out || !strings.Contains(out, "freed 1000 B") {
+		t.Errorf("gc --dry-run and gc differ, or the part was not counted once:\n%s---\n%s", dry.String(), out)
+	}
+	n.intact("a part two records name")
 }

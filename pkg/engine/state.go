@@ -77,6 +77,23 @@ type State struct {
 	// remove and gc.
 	Owns  []Owned                    `json:"owns,omitempty"`
 	Extra map[string]json.RawMessage `json:"extra,omitempty"`
+
+	// orphaned are records Owns no longer holds (the recipe stopped naming them) that the
+	// next Save moves to the state file's orphans.
+	orphaned []Owned
+}
+
+// Orphan records that the recipe no longer names o (a unit it renamed, a dest it moved,
+// generations it turned off): the next Save moves it to the state file's orphans, which gc
+// and remove free later, rather than forgetting it.
+func (s *State) Orphan(o Owned) {
+	if o.Kind == ownership.KindGPU {
+		return
+	}
+	if o.Kind != OwnedWeights {
+		o.Recipe = s.Recipe
+	}
+	s.orphaned = append(s.orphaned, o)
 }
 
 // StepRecord is the recorded outcome of one step.
@@ -213,8 +230,15 @@ func (s *State) Save(dir string) error {
 	f.Recipes[s.Recipe] = s
 	// Orphans stay when a recipe uses their folder again: they list what sglprov wrote
 	// there, which gc frees once no recipe uses the folder (or remove --weights with it).
+	for _, o := range s.orphaned {
+		f.Orphans = addOrphan(f.Orphans, o)
+	}
 	f.Updated = s.Updated
-	return f.save(dir)
+	if err := f.save(dir); err != nil {
+		return err
+	}
+	s.orphaned = nil
+	return nil
 }
 
 // RemoveRecipeState deletes one recipe's records from state.json in dir (sglprov remove); it reports

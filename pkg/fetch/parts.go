@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 
 	"github.com/sglprov/sglprov/pkg/atomicfile"
 )
@@ -114,6 +115,15 @@ func removeParts(dest string) ([]string, error) {
 	root := filepath.Join(dest, WorkDir, partsDir)
 	seen := map[string]bool{}
 	var dirs []string
+	// The parts a running download holds (another run into the same dest) stay, with their
+	// resume records.
+	held := map[string]bool{}
+	_ = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(p, partSuffix) && partLocked(p) {
+			held[p] = true
+		}
+		return nil
+	})
 	err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
 		if errors.Is(err, os.ErrNotExist) && p == root {
 			return filepath.SkipDir
@@ -136,6 +146,9 @@ func removeParts(dest string) ([]string, error) {
 				break
 			}
 		}
+		if held[filepath.Join(root, filepath.FromSlash(rel))+partSuffix] {
+			return nil
+		}
 		if err := os.Remove(p); err != nil {
 			return fmt.Errorf("removing %s: %w", p, err)
 		}
@@ -156,4 +169,78 @@ func removeParts(dest string) ([]string, error) {
 	}
 	sort.Strings(removed)
 	return removed, nil
+}
+
+// errPartGone says that the part file was removed (or replaced) between its opening and
+// its lock: the attempt opens it again.
+var errPartGone = errors.New("the part file was removed while it was opened")
+
+// holdPart takes a shared flock on the open part file pf for as long as it stays open, so
+// that FreePart (gc, remove) leaves a part a download writes, and checks that pf is still
+// the file at path (FreePart may have removed it just before the lock was taken).
+func holdPart(pf *os.File, path string) error {
+	for {
+		err := syscall.Flock(int(pf.Fd()), syscall.LOCK_SH)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, syscall.EINTR) { // a wait a signal interrupts goes on
+			return fmt.Errorf("locking %s: %w", path, err)
+		}
+	}
+	a, err := pf.Stat()
+	if err != nil {
+		return fmt.Errorf("checking %s: %w", path, err)
+	}
+	b, err := os.Lstat(path)
+	if err != nil || !os.SameFile(a, b) {
+		return errPartGone
+	}
+	return nil
+}
+
+// partLocked reports whether a running download holds the part file at p (its flock).
+func partLocked(p string) bool {
+	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	return syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil
+}
+
+// FreePart removes the part file at p (a host path ending in ".part") and its resume
+// records, unless a running download holds it (inUse: nothing is removed). It never
+// follows a link at p. It returns the bytes removed; with dryRun it removes nothing and
+// returns what it would.
+func FreePart(p string, dryRun bool) (freed int64, inUse bool, err error) {
+	if !strings.HasSuffix(p, partSuffix) {
+		return 0, false, fmt.Errorf("%s is not a part file", p)
+	}
+	files := []string{p, p + ".json", p + ".json.tmp"}
+	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err == nil {
+		defer f.Close()
+		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+			if errors.Is(err, syscall.EWOULDBLOCK) {
+				return 0, true, nil
+			}
+			return 0, false, fmt.Errorf("locking %s: %w", p, err)
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return 0, false, fmt.Errorf("opening %s: %w", p, err)
+	}
+	for _, x := range files {
+		fi, err := os.Lstat(x)
+		if err != nil || !fi.Mode().IsRegular() {
+			continue
+		}
+		if !dryRun {
+			if err := os.Remove(x); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return freed, false, fmt.Errorf("removing %s: %w", x, err)
+			}
+		}
+		freed += fi.Size()
+	}
+	return freed, false, nil
 }

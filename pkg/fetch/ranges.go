@@ -22,7 +22,18 @@ func (j *job) attempt(ctx context.Context, first bool) error {
 	}
 	size := j.f.Size
 	pf, h, have, resumed, err := j.openPart(size)
+	for try := 0; err == nil; try++ {
+		// Held while the attempt writes: gc and remove leave a part a download holds.
+		if err = holdPart(pf, j.part); err == nil || !errors.Is(err, errPartGone) || try == 2 {
+			break
+		}
+		pf.Close()
+		pf, h, have, resumed, err = j.openPart(size)
+	}
 	if err != nil {
+		if pf != nil {
+			pf.Close()
+		}
 		return err
 	}
 	defer pf.Close()

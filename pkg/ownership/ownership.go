@@ -53,6 +53,10 @@ type Owned struct {
 	Files []string `json:"files,omitempty"`
 	// Dirs are the folders sglprov made, relative to Path ("." is Path itself).
 	Dirs []string `json:"dirs,omitempty"`
+	// Parts are, for weights, the part files its download keeps while a listed file is
+	// not complete (relative to Path, '/'-separated; each with its resume records): the
+	// only part files gc and remove free there, and not while a download holds one.
+	Parts []string `json:"parts,omitempty"`
 	// Listed says that Files and Dirs are recorded. A weights record without it was
 	// written by an older sglprov, which listed nothing: nothing in its folder is deleted.
 	Listed bool `json:"listed,omitempty"`
@@ -60,6 +64,10 @@ type Owned struct {
 	// its place since (another folder, a link elsewhere) is not deleted from.
 	Dev uint64 `json:"dev,omitempty"`
 	Ino uint64 `json:"ino,omitempty"`
+	// Recipe is, for an orphan unit or generations folder (one its recipe stopped naming:
+	// a renamed unit, generations turned off), the recipe that installed it: the unit's
+	// header and the generations record are that recipe's.
+	Recipe string `json:"recipe,omitempty"`
 }
 
 // SystemFolder reports whether the host path p is root itself or one of the system folders
@@ -117,6 +125,9 @@ func (o Owned) Check(root string) error {
 		return fmt.Errorf("%w: the record %s %q: %s; sglprov does not write such a record: delete it from the state file",
 			exitcode.ErrUsage, o.Kind, o.Path, fmt.Sprintf(format, args...))
 	}
+	if o.Recipe != "" && (strings.ContainsAny(o.Recipe, "/\\\x00") || o.Recipe == "." || o.Recipe == "..") {
+		return bad("the recipe %q is not a recipe name", o.Recipe)
+	}
 	switch o.Kind {
 	case KindUnit:
 		if o.Path == "" || strings.ContainsAny(o.Path, "/\x00") || o.Path == "." || o.Path == ".." {
@@ -146,6 +157,11 @@ func (o Owned) Check(root string) error {
 	for _, d := range o.Dirs {
 		if !localPath(d) {
 			return bad("the listed folder %q leaves the folder", d)
+		}
+	}
+	for _, p := range o.Parts {
+		if !localPath(p) || p == "." {
+			return bad("the part file %q leaves the folder", p)
 		}
 	}
 	return nil

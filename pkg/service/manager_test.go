@@ -475,3 +475,48 @@ func TestExecStopEscalates(t *testing.T) {
 		t.Errorf("no SIGKILL escalation in the log:\n%s", log)
 	}
 }
+
+// Remove under a root deletes the unit and the enable links Install made, and leaves a
+// link of the same name that points elsewhere and another unit's links as they are.
+func TestOfflineRemove(t *testing.T) {
+	root := t.TempDir()
+	m := NewOffline(root)
+	ctx := context.Background()
+	if _, err := m.Install(ctx, "s.service", []byte(offlineUnit)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Install(ctx, "other.service", []byte(offlineUnit)); err != nil {
+		t.Fatal(err)
+	}
+	sys := filepath.Join(root, "etc/systemd/system")
+	// An operator's link of the same name in another target, to a unit file elsewhere.
+	foreign := filepath.Join(sys, "custom.target.wants/s.service")
+	if err := os.MkdirAll(filepath.Dir(foreign), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/usr/lib/systemd/system/s.service", foreign); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Remove(ctx, "s.service"); err != nil {
+		t.Fatalf("Remove: %v", err)
+	}
+	for _, p := range []string{"s.service", "multi-user.target.wants/s.service", "graphical.target.requires/s.service"} {
+		if _, err := os.Lstat(filepath.Join(sys, p)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s is still there after Remove (%v)", p, err)
+		}
+	}
+	if got, err := os.Readlink(foreign); err != nil || got != "/usr/lib/systemd/system/s.service" {
+		t.Errorf("the operator's link: %q, %v; want it left as it was", got, err)
+	}
+	for _, p := range []string{"other.service", "multi-user.target.wants/other.service", "graphical.target.requires/other.service"} {
+		if _, err := os.Lstat(filepath.Join(sys, p)); err != nil {
+			t.Errorf("another unit's %s went with it: %v", p, err)
+		}
+	}
+	if err := m.Remove(ctx, "s.service"); err != nil {
+		t.Errorf("a second Remove: %v", err)
+	}
+	if err := m.Remove(ctx, "../s.service"); !errors.Is(err, exitcode.ErrUsage) {
+		t.Errorf("Remove of a path: %v, want exit 2", err)
+	}
+}

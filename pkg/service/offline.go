@@ -101,6 +101,40 @@ func ensureSymlink(link, target string) (bool, error) {
 	return true, atomicfile.SyncDir(filepath.Dir(link))
 }
 
+var _ Remover = (*Offline)(nil)
+
+// Remove disables and deletes unit under the root, as `systemctl --root DIR disable` and
+// a deletion of its file would: every enable link of it
+// (ROOT/etc/systemd/system/*.wants/UNIT, *.requires/UNIT) that points at
+// /etc/systemd/system/UNIT, the target Install links to, is deleted, then the unit file. A
+// link of that name pointing elsewhere (a unit file of another folder, an operator's) is
+// left as it is. Nothing is stopped: under --root nothing runs.
+func (o *Offline) Remove(_ context.Context, unit string) error {
+	if unit == "" || strings.ContainsAny(unit, "/\x00") {
+		return fmt.Errorf("%w: %q is not a unit name", exitcode.ErrUsage, unit)
+	}
+	target := filepath.Join(SystemUnitDir, unit)
+	dir := hostpath.Under(o.root, SystemUnitDir)
+	for _, pattern := range []string{"*.wants", "*.requires"} {
+		links, err := filepath.Glob(filepath.Join(dir, pattern, unit))
+		if err != nil {
+			return fmt.Errorf("finding the enable links of unit %q: %w", unit, err)
+		}
+		for _, l := range links {
+			if cur, err := os.Readlink(l); err != nil || cur != target {
+				continue
+			}
+			if err := os.Remove(l); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("disabling unit %q: %w", unit, err)
+			}
+		}
+	}
+	if err := os.Remove(o.UnitPath(unit)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("removing unit %q: %w", unit, err)
+	}
+	return nil
+}
+
 // Start does nothing: under --root nothing is started.
 func (o *Offline) Start(context.Context, string) error { return nil }
 

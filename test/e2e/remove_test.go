@@ -103,8 +103,9 @@ requires: {gpu: {devices: ["0", "1", "2", "3"]}}`, 1)
 	if out, code := applyA("v3-fail"); code != 1 {
 		t.Fatalf("apply A v3-fail: exit %d, want 1\n%s", code, out)
 	}
-	// A download cut short leaves a part file (as a kill mid-download does).
-	g.MustRun("sh", "-c", "mkdir -p /var/lib/sglprov/models/tiny/.sglprov/parts && head -c 300000 /dev/zero > /var/lib/sglprov/models/tiny/.sglprov/parts/model-00003.safetensors.part")
+	// A download cut short leaves a part file of a listed file (as a kill mid-download
+	// does): the record names it, so gc frees it.
+	g.MustRun("sh", "-c", "mkdir -p /var/lib/sglprov/models/tiny/.sglprov/parts && head -c 300000 /dev/zero > /var/lib/sglprov/models/tiny/.sglprov/parts/model-00002-of-00002.safetensors.part")
 
 	dry := mustSG("gc", "--state-dir", stateDir, "--dry-run")
 	for _, want := range []string{"generations of e2e-gen: kept", "part files in /var/lib/sglprov/models/tiny: would free 293.0 KiB", "; would free "} {

@@ -51,7 +51,19 @@ func (s *Step) Owns(env *engine.Env) []engine.Owned {
 	if m.Dest != top || len(m.Wrote) == 0 && len(m.Made) == 0 && len(rec.Files) == 0 {
 		return nil
 	}
-	return []engine.Owned{{Kind: engine.OwnedWeights, Path: top, Files: m.Wrote, Dirs: m.Made, Listed: true, Dev: m.Dev, Ino: m.Ino}}
+	return []engine.Owned{{Kind: engine.OwnedWeights, Path: top, Files: m.Wrote, Dirs: m.Made, Listed: true, Dev: m.Dev, Ino: m.Ino, Parts: s.partFiles(rec)}}
+}
+
+// partFiles returns the part files (relative to dest) the step's download keeps for the
+// files it lists while they are not complete: the only part files gc and remove free in
+// its dest (another run's downloads into the same dest, of other files, are not its).
+func (s *Step) partFiles(rec record) []string {
+	out := make([]string, 0, len(rec.Expected))
+	for _, f := range rec.Expected {
+		out = append(out, s.topRel(rec.Commit, filepath.ToSlash(fetch.PartPath("", f))))
+	}
+	slices.Sort(out)
+	return out
 }
 
 // carryManifest returns the manifest this run starts from: the last run's when it was

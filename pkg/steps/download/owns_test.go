@@ -1,7 +1,9 @@
 package download
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -132,5 +134,68 @@ func TestDestSystemFolderRefused(t *testing.T) {
 	}
 	if err := st.Run(context.Background(), env); err == nil || exitcode.Of(err) != 2 || !strings.Contains(err.Error(), "system folder") {
 		t.Errorf("a relative dest that is the root's etc: %v, want exit 2", err)
+	}
+}
+
+// A file at a listed path that is not the listed file and that the step did not write (a
+// user's own copy, another version) is never deleted: the step fails naming it and the fix,
+// and the file stays byte for byte. Moved away, the next run downloads the listed one.
+func TestAFileItDidNotWriteAtAListedPathStays(t *testing.T) {
+	ctx := context.Background()
+	fx := newFixture(t, fakehub.Options{})
+	listed := fx.srcFiles(t)[0]
+	tree, err := foreign.Build(filepath.Dir(fx.dest), "m/"+listed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := fx.step(t, fx.hfSpec("main"), nil)
+	err = st.Run(ctx, fx.env)
+	var nl *NotListedError
+	p := filepath.Join(fx.dest, listed)
+	if !errors.As(err, &nl) || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), "move it away or delete it") {
+		t.Fatalf("Run with a user's file at %s: %v, want a refusal naming it and the fix", listed, err)
+	}
+	if changed := tree.Changed(); len(changed) > 0 {
+		t.Fatalf("the step changed files it never wrote:\n%s", strings.Join(changed, "\n"))
+	}
+	if err := os.Rename(p, p+".mine"); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Run(ctx, fx.env); err != nil {
+		t.Fatalf("Run once the file is moved away: %v", err)
+	}
+	want, _ := os.ReadFile(filepath.Join(fx.src, listed))
+	if got, _ := os.ReadFile(p); !bytes.Equal(got, want) {
+		t.Errorf("%s is not the listed file after the run", listed)
+	}
+}
+
+// The record names the part files of the files the step lists (with hf-cache, in the
+// snapshot's part folder): the only part files gc and remove free in its dest.
+func TestOwnsNamesThePartFilesOfItsFiles(t *testing.T) {
+	ctx := context.Background()
+	for _, layout := range []string{"", LayoutHFCache} {
+		fx := newFixture(t, fakehub.Options{})
+		spec := fx.hfSpec("main")
+		spec.Layout = layout
+		st := fx.step(t, spec, nil)
+		if err := st.Run(ctx, fx.env); err != nil {
+			t.Fatal(err)
+		}
+		owns := st.Owns(fx.env)
+		if len(owns) != 1 {
+			t.Fatalf("Owns = %+v", owns)
+		}
+		src := fx.srcFiles(t)
+		want := ".sglprov/parts/" + src[0] + ".part"
+		if layout == LayoutHFCache {
+			want = "models--org--model/snapshots/" + fx.hub.Commit() + "/" + want
+		}
+		if len(owns[0].Parts) != len(src) || !slices.Contains(owns[0].Parts, want) {
+			t.Errorf("layout %q: Parts = %v, want one per listed file, %s among them", layout, owns[0].Parts, want)
+		}
+		if err := owns[0].Check(""); err != nil {
+			t.Errorf("the record fails its own check: %v", err)
+		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/sglprov/sglprov/pkg/engine"
@@ -49,8 +50,11 @@ func ownDigestDiffers(f fetch.File, r fetch.Result, st fileRecord) string {
 
 // sortOut splits files into those to download and those already verified at dest. A file
 // recorded with the same digest and stat is kept without reading it (unless env.Verify);
-// a file present otherwise is hashed: kept and recorded when it matches, deleted when not.
+// a file present otherwise is hashed: kept and recorded when it matches. One that differs is
+// deleted and downloaded again only when sglprov wrote it (the manifest lists it); any other
+// is left as it is and the step fails with a NotListedError naming it and the fix.
 func (s *Step) sortOut(ctx context.Context, env *engine.Env, dest string, files []fetch.File, rec *record) (todo []fetch.File, kept int, err error) {
+	var notOurs []string // files present that differ and that sglprov did not write
 	for _, f := range files {
 		if err := ctx.Err(); err != nil {
 			return nil, 0, err
@@ -81,6 +85,11 @@ func (s *Step) sortOut(ctx context.Context, env *engine.Env, dest string, files 
 		if !errors.As(verr, &mm) {
 			return nil, 0, fmt.Errorf("verifying %s: %w", shown, verr)
 		}
+		if !rec.Owned.Listed || !slices.Contains(rec.Owned.Wrote, s.topRel(rec.Commit, f.Path)) {
+			// Not a file sglprov wrote (a user's, another tool's): it is not deleted.
+			notOurs = append(notOurs, fmt.Sprintf("%s (%s %s, the listing's %s)", shown, mm.What, mm.Actual, mm.Expected))
+			continue
+		}
 		env.Log.Warn("file differs from the source; downloading it again", "file", shown, "what", mm.What)
 		delete(rec.Files, f.Path)
 		if err := os.Remove(p); err != nil {
@@ -88,7 +97,28 @@ func (s *Step) sortOut(ctx context.Context, env *engine.Env, dest string, files 
 		}
 		todo = append(todo, f)
 	}
+	if len(notOurs) > 0 {
+		return nil, 0, &NotListedError{Files: notOurs}
+	}
 	return todo, kept, nil
+}
+
+// NotListedError is a download's refusal to replace files at dest that are not the listed
+// files and that sglprov did not write (a user's copy, another version): they are never
+// deleted, and the operator moves them away or deletes them.
+type NotListedError struct {
+	// Files are the files, each with the digest or size found and the listing's.
+	Files []string
+}
+
+// Error names each file and the fix.
+func (e *NotListedError) Error() string {
+	what, it := "exists and is not the listed file", "it"
+	if len(e.Files) > 1 {
+		what, it = "exist and are not the listed files", "them"
+	}
+	return fmt.Sprintf("%s %s; sglprov did not write %s, so it does not delete %s: move %s away or delete %s, then apply again",
+		strings.Join(e.Files, ", "), what, it, it, it, it)
 }
 
 // checkWeights checks the header of every safetensors file and every index among files.
