@@ -38,8 +38,8 @@ func (st Staging) Valid() bool {
 
 // WithPort returns the unit content with --port port appended to its ExecStart= (the last
 // --port wins, as with the server's argument parser), so that the unit's server listens
-// there. It refuses a unit whose server would not then listen on port (its ExecStart
-// does not pass the flags straight to the server, e.g. a shell wrapper).
+// there. A unit whose ExecStart= does not hand its arguments to the server (a shell
+// wrapper) is not moved by it: nothing answers on port, and its gate there fails.
 func WithPort(unit string, content []byte, port int) ([]byte, error) {
 	lines := strings.SplitAfter(string(content), "\n")
 	section, at := "", -1
@@ -75,7 +75,7 @@ func WithPort(unit string, content []byte, port int) ([]byte, error) {
 		return nil, fmt.Errorf("moving %s to port %d: %w", unit, port, err)
 	}
 	if srv.Port != port {
-		return nil, fmt.Errorf("moving %s to port %d: its ExecStart= does not pass --port to the server", unit, port)
+		return nil, fmt.Errorf("moving %s to port %d: its ExecStart= still names port %d", unit, port, srv.Port)
 	}
 	return out, nil
 }
