@@ -170,10 +170,18 @@ type ProfileResult struct {
 	// Error is set when the profile could not be activated.
 	Error  string       `json:"error,omitempty"`
 	Result *gate.Result `json:"result,omitempty"`
+	// StagePort is the side port the profile was gated on (Result) before it served; 0
+	// when it was gated on the served port.
+	StagePort int `json:"stage_port,omitempty"`
+	// Served is the gate on the served port, after a pass on StagePort.
+	Served *gate.Result `json:"served,omitempty"`
 }
 
 func (p ProfileResult) summary() string {
-	if p.Error != "" {
+	switch {
+	case p.Served != nil:
+		return fmt.Sprintf("passed on port %d, then on the served port: %s", p.StagePort, p.Served.Summary())
+	case p.Error != "":
 		return p.Error
 	}
 	return p.Result.Summary()
@@ -227,9 +235,13 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	var tried []ProfileResult
 	gated := 0 // the gate's results consumed by the candidates
 	for _, a := range res.Tried {
-		pr := ProfileResult{Profile: a.Server.Profile, Error: a.Error}
+		pr := ProfileResult{Profile: a.Server.Profile, Error: a.Error, StagePort: a.StagePort}
 		if a.Verdict != nil && gated < len(results) {
 			pr.Result = results[gated]
+			gated++
+		}
+		if a.Served != nil && gated < len(results) {
+			pr.Served = results[gated]
 			gated++
 		}
 		tried = append(tried, pr)

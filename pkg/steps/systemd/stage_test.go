@@ -15,6 +15,7 @@ import (
 
 	"github.com/sglprov/sglprov/pkg/atomicfile"
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/recipe"
 	"github.com/sglprov/sglprov/pkg/service"
 	"github.com/sglprov/sglprov/pkg/switchover"
 )
@@ -158,7 +159,8 @@ func TestStagedUnitKeptOnlyWhenTheGatePasses(t *testing.T) {
 	if sm.Staged(spec.Unit) || s.Active(env) != "sm120-fp4-cudnn" {
 		t.Errorf("after the restore: staged %v, active %q", sm.Staged(spec.Unit), s.Active(env))
 	}
-	if diff := cmp.Diff([]string{"stage", "restart", "discard", "restart"}, sm.take()); diff != "" {
+	// Staged as rendered, then on a side port (no drain hook), where it fails.
+	if diff := cmp.Diff([]string{"stage", "stage", "restart", "discard", "restart"}, sm.take()); diff != "" {
 		t.Errorf("switch then restore (-want +got):\n%s", diff)
 	}
 
@@ -180,7 +182,54 @@ func TestStagedUnitKeptOnlyWhenTheGatePasses(t *testing.T) {
 	if err == nil || !res.Replaced || !strings.Contains(err.Error(), "what it replaced (sglang-old.service) was restored") {
 		t.Fatalf("failed model switch: %v", err)
 	}
-	if diff := cmp.Diff([]string{"stop", "stage", "restart", "discard", "stop", "start"}, sm.take()); diff != "" {
+	if diff := cmp.Diff([]string{"stop", "stage", "stage", "restart", "discard", "stop", "start"}, sm.take()); diff != "" {
 		t.Errorf("switch then restore (-want +got):\n%s", diff)
+	}
+}
+
+// A switch gates a candidate on a side port unless the recipe has drain hooks or runs
+// across nodes; the recipe's stage says otherwise.
+func TestSwitchStaging(t *testing.T) {
+	ctx := context.Background()
+	drain := func(context.Context) error { return nil }
+	for _, tc := range []struct {
+		name  string
+		stage string
+		drain bool
+		group bool
+		want  switchover.Staging
+	}{
+		{name: "default", want: switchover.StageSidePort},
+		{name: "drain hooks", drain: true, want: switchover.StageServed},
+		{name: "group", group: true, want: switchover.StageServed},
+		{name: "port with drain hooks", stage: "port", drain: true, want: switchover.StageSidePort},
+		{name: "served", stage: "served", want: switchover.StageServed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := testEnv(t, "rtx-pro-6000-x8.json")
+			spec := qwenSpec()
+			spec.Stage = tc.stage
+			s := newStep(t, spec)
+			fm := &fakeManager{dir: t.TempDir()}
+			s.newManager = func(context.Context, service.Options) (service.Manager, error) { return fm, nil }
+			if tc.drain {
+				env.Drain = drain
+			}
+			if tc.group {
+				env.Nodes = &recipe.NodesConfig{}
+			}
+			sw, err := s.Switch(ctx, env, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sw.Stage != tc.want {
+				t.Errorf("stage %q, want %q", sw.Stage, tc.want)
+			}
+		})
+	}
+	spec := qwenSpec()
+	spec.Stage = "side"
+	if _, err := spec.check(); err == nil || !strings.Contains(err.Error(), "stage") {
+		t.Errorf("check of stage: side = %v, want an error", err)
 	}
 }
