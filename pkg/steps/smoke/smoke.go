@@ -461,10 +461,20 @@ func (s *Step) gate(ctx context.Context, env *engine.Env, cfg gate.Config, profi
 }
 
 // OwnServer returns cfg set to judge svc's own server as it runs (the daemon's whole-gate
-// rung): its served model name and model path under the active profile, and its unit's
-// failure ending the readiness wait.
-func OwnServer(env *engine.Env, svc engine.ServiceStep, cfg gate.Config) (gate.Config, error) {
+// rung): its served model name and model path, reached where its unit listens (an
+// engine.ServerReader; else the names under the active profile, at the recipe's URL),
+// and its unit's failure ending the readiness wait.
+func OwnServer(ctx context.Context, env *engine.Env, svc engine.ServiceStep, cfg gate.Config) (gate.Config, error) {
 	cfg.Failed = svc.Failed
+	if sr, ok := svc.(engine.ServerReader); ok {
+		srv, err := sr.Serving(ctx, env)
+		if err != nil {
+			return cfg, fmt.Errorf("reading the server %s runs: %w", svc.ServiceName(), err)
+		}
+		cfg.ServedModel, cfg.ModelPath = srv.ServedModel, srv.ModelPath
+		cfg.URL = ServerURL(cfg.URL, srv)
+		return cfg, nil
+	}
 	if sm, ok := svc.(engine.ModelServer); ok {
 		name, path, err := sm.ServedModel(env)
 		if err != nil {

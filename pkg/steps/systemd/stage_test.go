@@ -233,3 +233,31 @@ func TestSwitchStaging(t *testing.T) {
 		t.Errorf("check of stage: side = %v, want an error", err)
 	}
 }
+
+// Serving reads the server from the installed unit (where it listens, what it serves),
+// and from the unit rendered for the active profile before one is installed.
+func TestServingReadsTheInstalledUnit(t *testing.T) {
+	ctx := context.Background()
+	env := testEnv(t, "rtx-pro-6000-x8.json")
+	s := newStep(t, qwenSpec())
+	fm := &fakeManager{dir: t.TempDir()}
+	s.newManager = func(context.Context, service.Options) (service.Manager, error) { return fm, nil }
+	srv, err := s.Serving(ctx, env)
+	if err != nil || srv.Port != DefaultPort || srv.ModelPath == "" {
+		t.Fatalf("Serving before an install: %+v, %v; want the rendered unit's port %d", srv, err, DefaultPort)
+	}
+	rendered, err := s.render(env, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved, err := switchover.WithPort(qwenSpec().Unit, rendered, 31999)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(fm.UnitPath(qwenSpec().Unit), moved, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if srv, err := s.Serving(ctx, env); err != nil || srv.Port != 31999 || !srv.Listens {
+		t.Errorf("Serving of the installed unit: %+v, %v; want port 31999", srv, err)
+	}
+}
