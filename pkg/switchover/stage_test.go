@@ -231,3 +231,33 @@ func TestWithPort(t *testing.T) {
 		t.Error("WithPort moved a unit whose ExecStart= list was reset to nothing")
 	}
 }
+
+// A candidate a killed switch left staged and running on the served port has not passed:
+// the next switch to it gates it on the side port first, not as it runs.
+func TestSwitchCandidateLeftStagedIsGatedOnTheSidePort(t *testing.T) {
+	n := newNode(t)
+	n.install(unitA, unit("a", "a", 30000, false))
+	cand := unit("b", "b", 30000, false)
+	ctx := context.Background()
+	if _, err := n.m.Stage(ctx, unitA, cand); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.m.Restart(ctx, unitA); err != nil {
+		t.Fatal(err)
+	}
+	sw := switchover.Switch{Manager: n.m, StateDir: t.TempDir(), Unit: unitA, Gate: n.gate, StagePort: onSidePort,
+		Candidates: []switchover.Candidate{{Content: cand}}}
+	if _, err := sw.Run(ctx); err != nil {
+		t.Fatalf("switch: %v", err)
+	}
+	var ports []int
+	for _, g := range n.gated {
+		ports = append(ports, g.Port)
+	}
+	if !slices.Equal(ports, []int{sidePort, 30000}) {
+		t.Errorf("gated on ports %v, want %d then the served port", ports, sidePort)
+	}
+	if !bytes.Equal(n.persistent(unitA), cand) || n.m.Staged(unitA) {
+		t.Errorf("after the pass: persistent %q, staged %v; want the candidate kept", n.persistent(unitA), n.m.Staged(unitA))
+	}
+}

@@ -131,11 +131,6 @@ type Attempt struct {
 	Served *Verdict `json:"served,omitempty"`
 }
 
-// Pass reports whether the candidate passed every gate it met.
-func (a Attempt) Pass() bool {
-	return a.Verdict != nil && a.Verdict.Pass && (a.StagePort == 0 || (a.Served != nil && a.Served.Pass))
-}
-
 // Why says why the candidate failed: the gate's summary, or why it did not start.
 func (a Attempt) Why() string {
 	switch {
@@ -491,27 +486,31 @@ func (t *txn) try(ctx context.Context, c Candidate) (bool, error) {
 		}
 	}
 	t.pushRestore()
-	// Staging changes nothing that answers: the running process goes on until restarted.
-	changed, err := t.u.stage(ctx, s.Unit, c.Content)
-	if err != nil {
-		return fail(fmt.Errorf("staging the unit: %w", err))
-	}
-	if !changed && !c.Restart {
-		// What runs already (it passed before): gated as it serves.
-		if err := s.Manager.Start(ctx, s.Unit); err != nil {
+	side := t.sideStaged()
+	if !side || (!c.Restart && t.u.inEffect(s.Unit, c.Content)) {
+		// Staging changes nothing that answers: the running process goes on until
+		// restarted.
+		changed, err := t.u.stage(ctx, s.Unit, c.Content)
+		if err != nil {
+			return fail(fmt.Errorf("staging the unit: %w", err))
+		}
+		if changed || c.Restart {
+			if c.Profile != "" {
+				t.logInfo("activating profile", "service", s.Unit, "profile", c.Profile)
+			}
+			t.drain(ctx)
+			err = s.Manager.Restart(ctx, s.Unit)
+		} else {
+			// What runs already: gated as it serves.
+			err = s.Manager.Start(ctx, s.Unit)
+		}
+		if err != nil {
 			return fail(fmt.Errorf("starting %s: %w", s.Unit, err))
 		}
 		return t.gate(ctx, &a, srv, changed)
 	}
 	if c.Profile != "" {
 		t.logInfo("activating profile", "service", s.Unit, "profile", c.Profile)
-	}
-	if !t.sideStaged() {
-		t.drain(ctx)
-		if err := s.Manager.Restart(ctx, s.Unit); err != nil {
-			return fail(fmt.Errorf("starting %s: %w", s.Unit, err))
-		}
-		return t.gate(ctx, &a, srv, changed)
 	}
 	// On a side port: the old server stops (both need the same GPUs), the served port
 	// refuses connections rather than answering with a candidate that did not pass.
@@ -523,16 +522,16 @@ func (t *txn) try(ctx context.Context, c Candidate) (bool, error) {
 	if err != nil {
 		return fail(fmt.Errorf("choosing a port to gate %s on before it serves: %w", s.Unit, err))
 	}
-	side, err := WithPort(s.Unit, c.Content, port)
+	moved, err := WithPort(s.Unit, c.Content, port)
 	if err != nil {
 		return fail(err)
 	}
-	sideSrv, err := Identify(s.Unit, side)
+	sideSrv, err := Identify(s.Unit, moved)
 	if err != nil {
 		return fail(err)
 	}
 	sideSrv.Profile = c.Profile
-	if _, err := t.u.stage(ctx, s.Unit, side); err != nil {
+	if _, err := t.u.stage(ctx, s.Unit, moved); err != nil {
 		return fail(fmt.Errorf("staging the unit on port %d: %w", port, err))
 	}
 	t.drain(ctx)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -148,9 +149,14 @@ func TestStagedUnitKeptOnlyWhenTheGatePasses(t *testing.T) {
 
 	// The next change is staged; its gate fails; the persistent unit was never touched.
 	sm.take()
-	_, err := switchTo(t, s, env, []string{"sm120-fp4-cutlass"}, nil, func(switchover.Server) {
+	_, err := switchTo(t, s, env, []string{"sm120-fp4-cutlass"}, nil, func(srv switchover.Server) {
 		if b, _ := os.ReadFile(sm.UnitPath(spec.Unit)); !bytes.Equal(b, good) {
 			t.Error("the switch rewrote the persistent unit before its gate")
+		}
+		// The candidate is gated on a side port, named by its staged unit.
+		staged, _ := os.ReadFile(filepath.Join(sm.runDir, spec.Unit))
+		if srv.Profile != "" && (srv.Port == DefaultPort || !bytes.Contains(staged, fmt.Appendf(nil, "--port %d\n", srv.Port))) {
+			t.Errorf("the candidate was gated on port %d, want a side port named by its staged unit:\n%s", srv.Port, staged)
 		}
 	})
 	if !errors.Is(err, &switchover.FailedError{}) && err == nil {
@@ -159,8 +165,8 @@ func TestStagedUnitKeptOnlyWhenTheGatePasses(t *testing.T) {
 	if sm.Staged(spec.Unit) || s.Active(env) != "sm120-fp4-cudnn" {
 		t.Errorf("after the restore: staged %v, active %q", sm.Staged(spec.Unit), s.Active(env))
 	}
-	// Staged as rendered, then on a side port (no drain hook), where it fails.
-	if diff := cmp.Diff([]string{"stage", "stage", "restart", "discard", "restart"}, sm.take()); diff != "" {
+	// Staged on a side port (no drain hook), where it fails.
+	if diff := cmp.Diff([]string{"stage", "restart", "discard", "restart"}, sm.take()); diff != "" {
 		t.Errorf("switch then restore (-want +got):\n%s", diff)
 	}
 
@@ -182,7 +188,7 @@ func TestStagedUnitKeptOnlyWhenTheGatePasses(t *testing.T) {
 	if err == nil || !res.Replaced || !strings.Contains(err.Error(), "what it replaced (sglang-old.service) was restored") {
 		t.Fatalf("failed model switch: %v", err)
 	}
-	if diff := cmp.Diff([]string{"stop", "stage", "stage", "restart", "discard", "stop", "start"}, sm.take()); diff != "" {
+	if diff := cmp.Diff([]string{"stop", "stage", "restart", "discard", "stop", "start"}, sm.take()); diff != "" {
 		t.Errorf("switch then restore (-want +got):\n%s", diff)
 	}
 }
