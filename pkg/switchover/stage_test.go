@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -260,4 +262,20 @@ func TestSwitchCandidateLeftStagedIsGatedOnTheSidePort(t *testing.T) {
 	if !bytes.Equal(n.persistent(unitA), cand) || n.m.Staged(unitA) {
 		t.Errorf("after the pass: persistent %q, staged %v; want the candidate kept", n.persistent(unitA), n.m.Staged(unitA))
 	}
+}
+
+// FreePort gives a port that the server can bind on its host, never the one to avoid.
+func TestFreePort(t *testing.T) {
+	port, err := switchover.FreePort(context.Background(), "127.0.0.1", 30000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if port == 30000 || port <= 0 {
+		t.Fatalf("FreePort = %d", port)
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		t.Fatalf("the port FreePort gave cannot be bound: %v", err)
+	}
+	_ = ln.Close()
 }
