@@ -47,6 +47,14 @@ type ModelServer interface {
 	ServedModel(env *Env) (name, path string, err error)
 }
 
+// ServerReader is a service step that reads the server it runs from its own unit (the
+// unit a restart starts): the served model name, the model path and where it listens
+// (switchover.Identify), so that a gate between switches judges that server where it
+// listens rather than whatever answers at the recipe's gate URL.
+type ServerReader interface {
+	Serving(ctx context.Context, env *Env) (switchover.Server, error)
+}
+
 // RestartCounter is a service step whose service manager counts the restarts of its server
 // after it died (the exec supervisor); ok is false when the manager does not count them.
 type RestartCounter interface {

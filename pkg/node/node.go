@@ -68,14 +68,14 @@ func NextCandidate(svc engine.BoundService, tried []string) string {
 	return ""
 }
 
-// Regate runs every case of cfg against svc's server as it runs, checking that it is the
-// service's own (its served model name and model path); svc may be nil (a recipe without
-// a service step: the gate's own URL is judged). A verdict that fails is an error that
-// names the failures.
+// Regate runs every case of cfg against svc's server as it runs, where its own unit
+// listens, checking that it is the service's own (its served model name and model path);
+// svc may be nil (a recipe without a service step: the gate's own URL is judged). A
+// verdict that fails is an error that names the failures.
 func Regate(ctx context.Context, svc *engine.BoundService, cfg gate.Config) error {
 	if svc != nil {
 		var err error
-		if cfg, err = smokestep.OwnServer(svc.Env, svc.Step, cfg); err != nil {
+		if cfg, err = smokestep.OwnServer(ctx, svc.Env, svc.Step, cfg); err != nil {
 			return err
 		}
 	}

@@ -4,8 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
+	"net/http/httptest"
+	"net/url"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/generation"
@@ -13,6 +19,7 @@ import (
 	"github.com/sglprov/sglprov/pkg/recipe"
 	gate "github.com/sglprov/sglprov/pkg/smoke"
 	"github.com/sglprov/sglprov/pkg/switchover"
+	"github.com/sglprov/sglprov/test/fakesglang"
 )
 
 type svcSpec struct {
@@ -161,5 +168,47 @@ func TestPreviousWithNone(t *testing.T) {
 	}
 	if prev, err := node.Previous(store); !errors.Is(err, node.ErrNoPrevious) || prev != "" || err.Error() != "no earlier generation that passed (serving none)" {
 		t.Errorf("Previous = %q, %v", prev, err)
+	}
+}
+
+// listeningStep is svcStep whose unit names where its server listens
+// (engine.ServerReader).
+type listeningStep struct {
+	svcStep
+	srv switchover.Server
+}
+
+func (s *listeningStep) Serving(context.Context, *engine.Env) (switchover.Server, error) {
+	return s.srv, nil
+}
+
+// TestRegateJudgesItsOwnServerWhereItListens: the regate rung gates the server at the
+// host and port its own unit names, with its own names, not whatever answers at the
+// recipe's gate URL (here a server that answers garbage).
+func TestRegateJudgesItsOwnServerWhereItListens(t *testing.T) {
+	own := httptest.NewServer(fakesglang.New(fakesglang.Options{Mode: fakesglang.ModeGood, Model: "qwen", ModelPath: "/models/qwen"}))
+	t.Cleanup(own.Close)
+	other := httptest.NewServer(fakesglang.New(fakesglang.Options{Mode: fakesglang.ModeBang, Model: "qwen", ModelPath: "/models/qwen"}))
+	t.Cleanup(other.Close)
+	u, err := url.Parse(own.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, err := strconv.Atoi(u.Port())
+	if err != nil {
+		t.Fatal(err)
+	}
+	step := &listeningStep{srv: switchover.Server{Unit: "sglang-n.service", ServedModel: "qwen", ModelPath: "/models/qwen",
+		Host: "0.0.0.0", Port: port, Listens: true}}
+	svc := &engine.BoundService{Name: "service", Step: step, Env: engine.NewTestEnv(t.TempDir(), io.Discard)}
+	cfg := gate.Config{URL: other.URL, ReadyTimeout: 10 * time.Second, RequestTimeout: 5 * time.Second,
+		PollInitial: 5 * time.Millisecond, PollMax: 20 * time.Millisecond, MaxTokens: 200}
+	if err := node.Regate(context.Background(), svc, cfg); err != nil {
+		t.Errorf("Regate of the server where its unit listens: %v", err)
+	}
+	// Its own names are checked there: a unit that serves another model fails.
+	step.srv.ServedModel = "other-model"
+	if err := node.Regate(context.Background(), svc, cfg); err == nil || !strings.Contains(err.Error(), "other-model") {
+		t.Errorf("Regate of a server that lists another model: %v, want a failure naming the unit's model", err)
 	}
 }

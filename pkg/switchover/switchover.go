@@ -12,7 +12,12 @@
 //  2. stops the replaced units for this boot only (they stay enabled);
 //  3. stages each candidate for this boot only (systemd: a runtime unit under /run, which
 //     a reboot empties), (re)starts it, and gates it against its own server: the served
-//     model name, the model path and the port read from the candidate's own unit;
+//     model name, the model path and the port read from the candidate's own unit. Unless
+//     the node is drained (a drain hook, or Stage says StageServed) or nothing served
+//     before, a candidate is staged on a side port first (--port of a free port added to
+//     its ExecStart=), so that it never answers on the served port before it passed;
+//     once it passed there, the unit as rendered is staged, restarted on the served port
+//     and gated again;
 //  4. on the first pass, promotes it: the staged unit becomes the persistent one and is
 //     enabled, and only then are the replaced units' enablement links removed. Promote is
 //     the only point that moves the unit a reboot starts;
@@ -96,6 +101,13 @@ type Switch struct {
 	// Drain and Undrain are the recipe's hooks (nil: none). Drain runs before the first
 	// change to what serves; Undrain at the end when what serves passed the gate.
 	Drain, Undrain Hook
+	// Stage is where a candidate is gated before it serves (StageAuto: on a side port
+	// unless there is a drain hook). A first install, with nothing serving before, is
+	// gated on the served port whatever it says.
+	Stage Staging
+	// StagePort chooses the side port a candidate is gated on (nil: FreePort on the
+	// candidate's host, avoiding its served port).
+	StagePort func(ctx context.Context, srv Server) (int, error)
 	// Log logs each stage (nil: nothing).
 	Log *log.Logger
 }
@@ -112,6 +124,24 @@ type Attempt struct {
 	Error string `json:"error,omitempty"`
 	// Verdict is the gate's, when it ran.
 	Verdict *Verdict `json:"verdict,omitempty"`
+	// StagePort is the side port the candidate was gated on before it served (0: it was
+	// gated on the served port).
+	StagePort int `json:"stage_port,omitempty"`
+	// Served is the gate's verdict on the served port, after a pass on StagePort.
+	Served *Verdict `json:"served,omitempty"`
+}
+
+// Why says why the candidate failed: the gate's summary, or why it did not start.
+func (a Attempt) Why() string {
+	switch {
+	case a.Verdict == nil:
+		return a.Error
+	case a.Verdict.Pass && a.Served != nil:
+		return fmt.Sprintf("passed on port %d, then on the served port %d: %s", a.StagePort, a.Server.Port, a.Served.Summary)
+	case a.Verdict.Pass && a.StagePort != 0:
+		return fmt.Sprintf("passed on port %d, then: %s", a.StagePort, a.Error)
+	}
+	return a.Verdict.Summary
 }
 
 // Result is what a switch did.
@@ -156,11 +186,7 @@ func (e *FailedError) Error() string {
 	r := e.Result
 	var parts []string
 	for _, a := range r.Tried {
-		why := a.Error
-		if a.Verdict != nil {
-			why = a.Verdict.Summary
-		}
-		parts = append(parts, a.Server.Label()+": "+why)
+		parts = append(parts, a.Server.Label()+": "+a.Why())
 	}
 	msg := "no candidate passed the gate"
 	if len(r.Tried) == 1 {
@@ -433,7 +459,9 @@ func (t *txn) stopReplaced(ctx context.Context) error {
 }
 
 // try stages candidate c, starts it and gates it against its own server. It reports
-// whether it passed; an error is a gate that could not run.
+// whether it passed; an error is a gate that could not run. A candidate that changes what
+// runs is gated on a side port first when the switch stages there (sideStaged), and
+// moved to the served port and gated there again once it passed.
 func (t *txn) try(ctx context.Context, c Candidate) (bool, error) {
 	s := t.s
 	a := Attempt{Server: Server{Unit: s.Unit, Profile: c.Profile}}
@@ -458,31 +486,114 @@ func (t *txn) try(ctx context.Context, c Candidate) (bool, error) {
 		}
 	}
 	t.pushRestore()
-	// Staging changes nothing that answers: the running process goes on until restarted.
-	changed, err := t.u.stage(ctx, s.Unit, c.Content)
-	if err != nil {
-		return fail(fmt.Errorf("staging the unit: %w", err))
-	}
-	if changed || c.Restart {
-		if c.Profile != "" {
-			t.logInfo("activating profile", "service", s.Unit, "profile", c.Profile)
+	side := t.sideStaged()
+	if !side || (!c.Restart && t.u.inEffect(s.Unit, c.Content)) {
+		// Staging changes nothing that answers: the running process goes on until
+		// restarted.
+		changed, err := t.u.stage(ctx, s.Unit, c.Content)
+		if err != nil {
+			return fail(fmt.Errorf("staging the unit: %w", err))
 		}
-		t.drain(ctx)
-		err = s.Manager.Restart(ctx, s.Unit)
-	} else {
-		err = s.Manager.Start(ctx, s.Unit)
+		if changed || c.Restart {
+			if c.Profile != "" {
+				t.logInfo("activating profile", "service", s.Unit, "profile", c.Profile)
+			}
+			t.drain(ctx)
+			err = s.Manager.Restart(ctx, s.Unit)
+		} else {
+			// What runs already: gated as it serves.
+			err = s.Manager.Start(ctx, s.Unit)
+		}
+		if err != nil {
+			return fail(fmt.Errorf("starting %s: %w", s.Unit, err))
+		}
+		return t.gate(ctx, &a, srv, changed)
 	}
+	if c.Profile != "" {
+		t.logInfo("activating profile", "service", s.Unit, "profile", c.Profile)
+	}
+	// On a side port: the old server stops (both need the same GPUs), the served port
+	// refuses connections rather than answering with a candidate that did not pass.
+	pick := s.StagePort
+	if pick == nil {
+		pick = func(ctx context.Context, srv Server) (int, error) { return FreePort(ctx, srv.Host, srv.Port) }
+	}
+	port, err := pick(ctx, srv)
 	if err != nil {
-		return fail(fmt.Errorf("starting %s: %w", s.Unit, err))
+		return fail(fmt.Errorf("choosing a port to gate %s on before it serves: %w", s.Unit, err))
 	}
-	t.logInfo("switch: candidate started", "unit", s.Unit, "profile", c.Profile, "served_model", srv.ServedModel, "changed", changed)
-	v, err := s.Gate(ctx, srv)
+	moved, err := WithPort(s.Unit, c.Content, port)
+	if err != nil {
+		return fail(err)
+	}
+	sideSrv, err := Identify(s.Unit, moved)
+	if err != nil {
+		return fail(err)
+	}
+	sideSrv.Profile = c.Profile
+	if _, err := t.u.stage(ctx, s.Unit, moved); err != nil {
+		return fail(fmt.Errorf("staging the unit on port %d: %w", port, err))
+	}
+	t.drain(ctx)
+	if err := s.Manager.Restart(ctx, s.Unit); err != nil {
+		return fail(fmt.Errorf("starting %s on port %d: %w", s.Unit, port, err))
+	}
+	a.StagePort = port
+	t.logInfo("switch: candidate started on a side port", "unit", s.Unit, "profile", c.Profile, "served_model", srv.ServedModel, "port", port)
+	v, err := s.Gate(ctx, sideSrv)
 	if err != nil {
 		return false, err
 	}
 	a.Verdict = &v
+	if !v.Pass {
+		t.res.Tried = append(t.res.Tried, a)
+		return false, nil
+	}
+	// It passed: the unit as rendered is staged (still for this boot only) and restarted
+	// on the served port, and gated there again before it is promoted.
+	if _, err := t.u.stage(ctx, s.Unit, c.Content); err != nil {
+		return fail(fmt.Errorf("staging the unit on the served port: %w", err))
+	}
+	if err := s.Manager.Restart(ctx, s.Unit); err != nil {
+		return fail(fmt.Errorf("starting %s on the served port: %w", s.Unit, err))
+	}
+	t.logInfo("switch: candidate passed on the side port, started on the served port", "unit", s.Unit, "profile", c.Profile, "port", srv.Port)
+	sv, err := s.Gate(ctx, srv)
+	if err != nil {
+		return false, err
+	}
+	a.Served = &sv
 	t.res.Tried = append(t.res.Tried, a)
+	return sv.Pass, nil
+}
+
+// gate gates the candidate of a on the served port, recording the verdict in a.
+func (t *txn) gate(ctx context.Context, a *Attempt, srv Server, changed bool) (bool, error) {
+	t.logInfo("switch: candidate started", "unit", t.s.Unit, "profile", srv.Profile, "served_model", srv.ServedModel, "changed", changed)
+	v, err := t.s.Gate(ctx, srv)
+	if err != nil {
+		return false, err
+	}
+	a.Verdict = &v
+	t.res.Tried = append(t.res.Tried, *a)
 	return v.Pass, nil
+}
+
+// sideStaged reports whether a candidate that changes what runs is gated on a side port
+// first: not on a first install (nothing served before: nothing to protect, and one load
+// of the model rather than two), nor when the switch stages on the served port (or, by
+// default, when it drains the node).
+func (t *txn) sideStaged() bool {
+	if len(t.res.Previous) == 0 {
+		return false
+	}
+	switch t.s.Stage {
+	case StageServed:
+		return false
+	case StageSidePort:
+		return true
+	}
+	return t.s.Drain == nil
 }
 
 // pushRestore pushes, once, the cleanup that undoes the candidates: the staged unit is

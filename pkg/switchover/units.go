@@ -1,6 +1,7 @@
 package switchover
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -42,6 +43,16 @@ func (u units) persistent(unit string) ([]byte, bool, error) {
 		return b, true, nil
 	}
 	return service.LoadLastKnownGood(u.stateDir, unit)
+}
+
+// inEffect reports whether content is the unit in effect: nothing staged (a staged unit
+// is a candidate that has not passed) and the persistent or installed file is content.
+func (u units) inEffect(unit string, content []byte) bool {
+	if u.st != nil && u.st.Staged(unit) {
+		return false
+	}
+	b, err := readUnit(u.m.UnitPath(unit))
+	return err == nil && bytes.Equal(b, content)
 }
 
 // stage puts content in effect for this boot; it reports whether the unit in effect

@@ -192,6 +192,9 @@ type profileVerdict struct {
 			Sample string `json:"sample"`
 		} `json:"cases"`
 	} `json:"result"`
+	// StagePort is the side port the profile was gated on before it served (0: the
+	// served port).
+	StagePort int `json:"stage_port"`
 }
 
 func (p profileVerdict) pass() bool { return p.Error == "" && p.Result != nil && p.Result.Pass }
@@ -366,9 +369,16 @@ func TestApply(t *testing.T) {
 		h := newHost(t, bins)
 		h.mustApply()
 		good := string(h.ReadFile(unitPath))
+		poll := startPoller(t, h.PID, 30000, nil)
 		a := h.apply("--set", "also_broken_if=fp4-gemm-backend=flashinfer_cutlass")
+		seen := poll.finish()
 		if a.code != 3 {
 			t.Fatalf("apply with every profile broken: exit %d, want 3\n%s\n%s", a.code, a.out, h.journal())
+		}
+		// No drain hook: the broken profiles are gated on a side port, never on the served one.
+		t.Logf("failed switch, every profile broken: poller saw %d right, %d wrong, %d without an answer", seen.Right, seen.Wrong, seen.Down)
+		if seen.Wrong != 0 {
+			t.Errorf("broken profiles served %d wrong answers on the served port (first %.80q), want none", seen.Wrong, seen.FirstWrong)
 		}
 		rep := h.lastReport()
 		v := verdicts(t, rep)
@@ -378,6 +388,9 @@ func TestApply(t *testing.T) {
 		for _, p := range v {
 			if p.pass() {
 				t.Errorf("profile passed with every profile broken: %v", p)
+			}
+			if p.StagePort == 0 || p.StagePort == 30000 {
+				t.Errorf("profile %s was gated on port %d, want a side port", p.Profile, p.StagePort)
 			}
 		}
 		if restored, _ := step(t, rep, "smoke").Details["restored_last_known_good"].(bool); !restored {

@@ -240,10 +240,16 @@ func TestGenerations(t *testing.T) {
 		poll := startPoller(t, g.PID, 30000, nil)
 		a := g.applyPin("v2-bad")
 		seen := poll.finish()
-		// The candidate answers on the served port while it is gated: only a drain hook
-		// keeps clients away (this recipe has none), so its wrong answers are counted here.
+		// Without a drain hook each candidate is gated on a side port: the served port
+		// refuses connections while the candidates are tried, and never answers with one.
 		t.Logf("failed switch v1 -> v2-bad: poller saw %d right, %d wrong (first %.40q), %d without an answer; longest gap between right answers %s",
 			seen.Right, seen.Wrong, seen.FirstWrong, seen.Down, seen.LongestGap.Round(time.Millisecond))
+		if seen.Wrong != 0 {
+			t.Errorf("a failed switch without a drain hook served %d wrong answers on the served port (first %.80q), want none", seen.Wrong, seen.FirstWrong)
+		}
+		if seen.Right == 0 {
+			t.Errorf("the poller got no right answer around the failed switch v1 -> v2-bad")
+		}
 		if a.code != 3 {
 			t.Fatalf("apply v2-bad: exit %d, want 3\n%s", a.code, a.out)
 		}

@@ -170,10 +170,18 @@ type ProfileResult struct {
 	// Error is set when the profile could not be activated.
 	Error  string       `json:"error,omitempty"`
 	Result *gate.Result `json:"result,omitempty"`
+	// StagePort is the side port the profile was gated on (Result) before it served; 0
+	// when it was gated on the served port.
+	StagePort int `json:"stage_port,omitempty"`
+	// Served is the gate on the served port, after a pass on StagePort.
+	Served *gate.Result `json:"served,omitempty"`
 }
 
 func (p ProfileResult) summary() string {
-	if p.Error != "" {
+	switch {
+	case p.Served != nil:
+		return fmt.Sprintf("passed on port %d, then on the served port: %s", p.StagePort, p.Served.Summary())
+	case p.Error != "":
 		return p.Error
 	}
 	return p.Result.Summary()
@@ -227,9 +235,13 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	var tried []ProfileResult
 	gated := 0 // the gate's results consumed by the candidates
 	for _, a := range res.Tried {
-		pr := ProfileResult{Profile: a.Server.Profile, Error: a.Error}
+		pr := ProfileResult{Profile: a.Server.Profile, Error: a.Error, StagePort: a.StagePort}
 		if a.Verdict != nil && gated < len(results) {
 			pr.Result = results[gated]
+			gated++
+		}
+		if a.Served != nil && gated < len(results) {
+			pr.Served = results[gated]
 			gated++
 		}
 		tried = append(tried, pr)
@@ -449,10 +461,20 @@ func (s *Step) gate(ctx context.Context, env *engine.Env, cfg gate.Config, profi
 }
 
 // OwnServer returns cfg set to judge svc's own server as it runs (the daemon's whole-gate
-// rung): its served model name and model path under the active profile, and its unit's
-// failure ending the readiness wait.
-func OwnServer(env *engine.Env, svc engine.ServiceStep, cfg gate.Config) (gate.Config, error) {
+// rung): its served model name and model path, reached where its unit listens (an
+// engine.ServerReader; else the names under the active profile, at the recipe's URL),
+// and its unit's failure ending the readiness wait.
+func OwnServer(ctx context.Context, env *engine.Env, svc engine.ServiceStep, cfg gate.Config) (gate.Config, error) {
 	cfg.Failed = svc.Failed
+	if sr, ok := svc.(engine.ServerReader); ok {
+		srv, err := sr.Serving(ctx, env)
+		if err != nil {
+			return cfg, fmt.Errorf("reading the server %s runs: %w", svc.ServiceName(), err)
+		}
+		cfg.ServedModel, cfg.ModelPath = srv.ServedModel, srv.ModelPath
+		cfg.URL = ServerURL(cfg.URL, srv)
+		return cfg, nil
+	}
 	if sm, ok := svc.(engine.ModelServer); ok {
 		name, path, err := sm.ServedModel(env)
 		if err != nil {

@@ -134,7 +134,10 @@ func (f *fakeService) Switch(_ context.Context, env *engine.Env, profiles []stri
 		}
 		cands = append(cands, c)
 	}
+	// The fake's server answers at one URL whatever its unit's port: it is switched on
+	// the served port (switchover's own tests cover the side port).
 	return &switchover.Switch{Manager: f.units, StateDir: f.dir, Unit: f.ServiceName(), Candidates: cands,
+		Stage:  switchover.StageServed,
 		Before: func(context.Context, switchover.Candidate) error { return nil }}, nil
 }
 

@@ -52,6 +52,13 @@ type Spec struct {
 	// compiles run ninja and nvcc); before the server starts, each must resolve under the
 	// unit's own PATH. Unset: DefaultNeedsCommands; an empty list checks none.
 	NeedsCommands *[]string `yaml:"needs_commands"`
+	// Stage is where a switch gates a candidate before it serves: "port" (a free side
+	// port: the served port refuses connections meanwhile and never answers with a
+	// candidate that did not pass; the model loads twice) or "served" (the served port
+	// itself: one load, for a node its drain hook takes out of the router). Unset: "port",
+	// or "served" when the recipe has drain hooks (on_unhealthy, on_healthy) or runs
+	// across nodes. A first install is gated on the served port either way.
+	Stage string `yaml:"stage"`
 }
 
 // Defaults of a spec.
@@ -79,6 +86,9 @@ func (s *Spec) check() (int, error) {
 	case "", service.KindSystemd, service.KindExec:
 	default:
 		return 0, fmt.Errorf("manager %q is not one of systemd, exec", s.Manager)
+	}
+	if st := switchover.Staging(s.Stage); !st.Valid() {
+		return 0, fmt.Errorf("stage %q is not one of port, served", s.Stage)
 	}
 	seen := map[string]bool{}
 	for _, p := range s.Profiles {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/sglprov/sglprov/pkg/atomicfile"
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/recipe"
 	"github.com/sglprov/sglprov/pkg/service"
 	"github.com/sglprov/sglprov/pkg/switchover"
 )
@@ -147,9 +149,14 @@ func TestStagedUnitKeptOnlyWhenTheGatePasses(t *testing.T) {
 
 	// The next change is staged; its gate fails; the persistent unit was never touched.
 	sm.take()
-	_, err := switchTo(t, s, env, []string{"sm120-fp4-cutlass"}, nil, func(switchover.Server) {
+	_, err := switchTo(t, s, env, []string{"sm120-fp4-cutlass"}, nil, func(srv switchover.Server) {
 		if b, _ := os.ReadFile(sm.UnitPath(spec.Unit)); !bytes.Equal(b, good) {
 			t.Error("the switch rewrote the persistent unit before its gate")
+		}
+		// The candidate is gated on a side port, named by its staged unit.
+		staged, _ := os.ReadFile(filepath.Join(sm.runDir, spec.Unit))
+		if srv.Profile != "" && (srv.Port == DefaultPort || !bytes.Contains(staged, fmt.Appendf(nil, "--port %d\n", srv.Port))) {
+			t.Errorf("the candidate was gated on port %d, want a side port named by its staged unit:\n%s", srv.Port, staged)
 		}
 	})
 	if !errors.Is(err, &switchover.FailedError{}) && err == nil {
@@ -158,6 +165,7 @@ func TestStagedUnitKeptOnlyWhenTheGatePasses(t *testing.T) {
 	if sm.Staged(spec.Unit) || s.Active(env) != "sm120-fp4-cudnn" {
 		t.Errorf("after the restore: staged %v, active %q", sm.Staged(spec.Unit), s.Active(env))
 	}
+	// Staged on a side port (no drain hook), where it fails.
 	if diff := cmp.Diff([]string{"stage", "restart", "discard", "restart"}, sm.take()); diff != "" {
 		t.Errorf("switch then restore (-want +got):\n%s", diff)
 	}
@@ -182,5 +190,80 @@ func TestStagedUnitKeptOnlyWhenTheGatePasses(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{"stop", "stage", "restart", "discard", "stop", "start"}, sm.take()); diff != "" {
 		t.Errorf("switch then restore (-want +got):\n%s", diff)
+	}
+}
+
+// A switch gates a candidate on a side port unless the recipe has drain hooks or runs
+// across nodes; the recipe's stage says otherwise.
+func TestSwitchStaging(t *testing.T) {
+	ctx := context.Background()
+	drain := func(context.Context) error { return nil }
+	for _, tc := range []struct {
+		name  string
+		stage string
+		drain bool
+		group bool
+		want  switchover.Staging
+	}{
+		{name: "default", want: switchover.StageSidePort},
+		{name: "drain hooks", drain: true, want: switchover.StageServed},
+		{name: "group", group: true, want: switchover.StageServed},
+		{name: "port with drain hooks", stage: "port", drain: true, want: switchover.StageSidePort},
+		{name: "served", stage: "served", want: switchover.StageServed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := testEnv(t, "rtx-pro-6000-x8.json")
+			spec := qwenSpec()
+			spec.Stage = tc.stage
+			s := newStep(t, spec)
+			fm := &fakeManager{dir: t.TempDir()}
+			s.newManager = func(context.Context, service.Options) (service.Manager, error) { return fm, nil }
+			if tc.drain {
+				env.Drain = drain
+			}
+			if tc.group {
+				env.Nodes = &recipe.NodesConfig{}
+			}
+			sw, err := s.Switch(ctx, env, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sw.Stage != tc.want {
+				t.Errorf("stage %q, want %q", sw.Stage, tc.want)
+			}
+		})
+	}
+	spec := qwenSpec()
+	spec.Stage = "side"
+	if _, err := spec.check(); err == nil || !strings.Contains(err.Error(), "stage") {
+		t.Errorf("check of stage: side = %v, want an error", err)
+	}
+}
+
+// Serving reads the server from the installed unit (where it listens, what it serves),
+// and from the unit rendered for the active profile before one is installed.
+func TestServingReadsTheInstalledUnit(t *testing.T) {
+	ctx := context.Background()
+	env := testEnv(t, "rtx-pro-6000-x8.json")
+	s := newStep(t, qwenSpec())
+	fm := &fakeManager{dir: t.TempDir()}
+	s.newManager = func(context.Context, service.Options) (service.Manager, error) { return fm, nil }
+	srv, err := s.Serving(ctx, env)
+	if err != nil || srv.Port != DefaultPort || srv.ModelPath == "" {
+		t.Fatalf("Serving before an install: %+v, %v; want the rendered unit's port %d", srv, err, DefaultPort)
+	}
+	rendered, err := s.render(env, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved, err := switchover.WithPort(qwenSpec().Unit, rendered, 31999)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(fm.UnitPath(qwenSpec().Unit), moved, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if srv, err := s.Serving(ctx, env); err != nil || srv.Port != 31999 || !srv.Listens {
+		t.Errorf("Serving of the installed unit: %+v, %v; want port 31999", srv, err)
 	}
 }

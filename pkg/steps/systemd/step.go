@@ -319,6 +319,27 @@ func (s *Step) ServedModel(env *engine.Env) (name, path string, err error) {
 	return name, d.ModelPath, nil
 }
 
+// Serving reads the server the service runs from its installed unit, the one a restart
+// starts (engine.ServerReader); before one is installed, from the unit rendered for the
+// active profile.
+func (s *Step) Serving(ctx context.Context, env *engine.Env) (switchover.Server, error) {
+	m, err := s.manager(ctx, env)
+	if err != nil {
+		return switchover.Server{}, err
+	}
+	profile := s.Active(env)
+	content, err := os.ReadFile(m.UnitPath(s.spec.Unit))
+	if errors.Is(err, fs.ErrNotExist) {
+		content, err = s.render(env, profile)
+	}
+	if err != nil {
+		return switchover.Server{}, fmt.Errorf("reading the unit of %s: %w", s.spec.Unit, err)
+	}
+	srv, err := switchover.Identify(s.spec.Unit, content)
+	srv.Profile = profile
+	return srv, err
+}
+
 // Fingerprint names the candidate profiles (those that match the host and model, in
 // recipe order), the template's digest, and a digest of the unit rendered for each
 // candidate, which covers the profiles' flags and environment, the GPU count behind --tp,

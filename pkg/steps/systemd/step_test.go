@@ -473,6 +473,7 @@ func TestProfileFallbackAndLastKnownGood(t *testing.T) {
 	if s.Active(env) != "sm120-fp4-cutlass" {
 		t.Errorf("Active after restore = %q", s.Active(env))
 	}
+	// The candidate on a side port, where it fails: it never served on the served port.
 	if diff := cmp.Diff([]string{"install changed=true", "restart", "install changed=true", "restart"}, fm.take()); diff != "" {
 		t.Errorf("switch then restore (-want +got):\n%s", diff)
 	}

@@ -48,6 +48,7 @@ func (s *Step) Switch(ctx context.Context, env *engine.Env, profiles []string) (
 		Unit:       s.spec.Unit,
 		Candidates: cands,
 		Replaces:   replaced,
+		Stage:      s.staging(env),
 		Before: func(ctx context.Context, c switchover.Candidate) error {
 			if c.Content == nil {
 				// The last good unit, about to be restored: its packages and group passed
@@ -92,4 +93,19 @@ func (s *Step) Switched(_ context.Context, env *engine.Env, res *switchover.Resu
 		env.StepDetail(s.name, "profile", rec.Active)
 	}
 	return s.save(env, rec)
+}
+
+// staging is where the switch gates a candidate before it serves: the recipe's stage,
+// else the served port for a recipe with drain hooks (whoever runs the switch: the
+// daemon's rungs run on a node its hook already took out) and for a multi-node group (a
+// head restarted on promotion would take the joined workers down with it), else a side
+// port.
+func (s *Step) staging(env *engine.Env) switchover.Staging {
+	switch {
+	case s.spec.Stage != "":
+		return switchover.Staging(s.spec.Stage)
+	case env.Nodes != nil || env.Drain != nil:
+		return switchover.StageServed
+	}
+	return switchover.StageSidePort
 }
