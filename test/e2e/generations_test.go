@@ -85,6 +85,14 @@ echo "nvcc error: out of memory" >&2
 exit 1
 `
 
+// fillBuild copies the server in as a good build does, then fills the disk its generation
+// is on, as an sgl-kernel build whose objects outgrow the disk does.
+const fillBuild = `set -e
+mkdir -p bin
+cp /usr/local/bin/fake-sglang bin/fake-sglang
+dd if=/dev/zero of=bin/objects bs=1M
+`
+
 // pins are the source archives the test offers: what each one's build and flags are.
 var pins = map[string][2]string{
 	"v1":      {goodBuild, "--fake-broken-if=fp4-gemm-backend=flashinfer_cudnn"},
@@ -92,6 +100,7 @@ var pins = map[string][2]string{
 	"v3-fail": {badBuild, ""},
 	"v4":      {goodBuild, "--fake-broken-if=fp4-gemm-backend=flashinfer_cudnn --fake-latency=1ms"},
 	"v5-slow": {goodBuild, "--fake-broken-if=fp4-gemm-backend=flashinfer_cudnn --fake-ready-after=80s"},
+	"v7-full": {fillBuild, ""},
 	"v6-late": {goodBuild, "--fake-broken-if=fp4-gemm-backend=flashinfer_cudnn --fake-broken-while=/etc/sglprov/bad-gen"},
 }
 
