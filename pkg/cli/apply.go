@@ -47,7 +47,7 @@ func apply(ctx context.Context, stdio IO, c *common, mod func(*engine.Options)) 
 // applyKeep is apply that hands back the engine, not closed, when one was made: what its
 // steps hold (an exec-managed server) lives until the caller closes it.
 func applyKeep(ctx context.Context, stdio IO, c *common, mod func(*engine.Options)) (*engine.Report, *engine.Engine, error) {
-	r, err := c.loadRecipe()
+	r, err := c.loadRecipe(stdio)
 	if err != nil {
 		return nil, nil, err
 	}

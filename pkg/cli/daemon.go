@@ -64,7 +64,7 @@ func runDaemon(ctx context.Context, stdio IO, args []string) error {
 	if len(files) == 0 {
 		files = multi{""} // loadRecipe says "give -f RECIPE"
 	}
-	watches, err := recipeWatches(&c, files, nodeStates{})
+	watches, err := recipeWatches(stdio, &c, files, nodeStates{})
 	if err != nil {
 		return err
 	}
@@ -157,13 +157,13 @@ func (nodeStates) StateDir(base string, _ *recipe.Recipe, _ int) string { return
 
 // recipeWatches loads each recipe file; two recipes of one name are bad usage (their
 // metrics and state would be one).
-func recipeWatches(c *common, files []string, states RecipeStates) ([]*recipeWatch, error) {
+func recipeWatches(stdio IO, c *common, files []string, states RecipeStates) ([]*recipeWatch, error) {
 	var out []*recipeWatch
 	seen := map[string]string{}
 	for _, f := range files {
 		w := &recipeWatch{c: *c}
 		w.c.recipe = f
-		r, err := w.c.loadRecipe()
+		r, err := w.c.loadRecipe(stdio)
 		if err != nil {
 			return nil, err
 		}
@@ -218,7 +218,7 @@ func watchRecipe(ctx context.Context, stdio IO, w *recipeWatch, o daemonFlags, m
 		FailuresBeforeRestart: o.failures,
 		MaxRestarts:           o.restarts,
 		Recipe:                r.Name,
-		Reapply:               reloadOnHangup(ctx, c, logger),
+		Reapply:               reloadOnHangup(ctx, stdio, c, logger),
 		Inputs:                applyInputs(stdio, c),
 		Hook:                  daemonHook(stdio, c, logger),
 		Metrics:               metrics,
@@ -322,7 +322,7 @@ func canary(stdio IO, c *common, timeout time.Duration, logger *log.Logger) func
 // reloadOnHangup makes SIGHUP re-read the recipe, as daemons do, never end the daemon: a
 // recipe that loads is applied at once (the channel delivers), one that does not is
 // logged and the daemon goes on with what it runs.
-func reloadOnHangup(ctx context.Context, c *common, logger *log.Logger) <-chan string {
+func reloadOnHangup(ctx context.Context, stdio IO, c *common, logger *log.Logger) <-chan string {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	out := make(chan string, 1)
@@ -334,7 +334,7 @@ func reloadOnHangup(ctx context.Context, c *common, logger *log.Logger) <-chan s
 				return
 			case <-hup:
 			}
-			if _, err := c.loadRecipe(); err != nil {
+			if _, err := c.loadRecipe(stdio); err != nil {
 				logger.Error("SIGHUP: the recipe does not load; the node keeps what it runs", "recipe_file", c.recipe, "err", err)
 				continue
 			}
@@ -426,7 +426,7 @@ func applyInputs(stdio IO, c *common) func(ctx context.Context) (string, error) 
 		for _, kv := range c.sets {
 			fmt.Fprintf(h, "set\x00%s\x00", kv)
 		}
-		r, err := c.loadRecipe()
+		r, err := c.loadRecipe(stdio)
 		if err != nil {
 			return "", err
 		}

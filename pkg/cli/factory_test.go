@@ -13,6 +13,8 @@ import (
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/gpu"
+	"github.com/sglprov/sglprov/pkg/recipe"
+	"github.com/sglprov/sglprov/pkg/steps"
 )
 
 // countingFacts is a Factory whose facts are the fixture's, counting the reads.
@@ -143,5 +145,52 @@ steps:
 	}
 	if _, _, err := c.newEngine(context.Background(), stdio, nil, nil); !errors.Is(err, exitcode.ErrHost) {
 		t.Errorf("newEngine on a short host: %v, want ErrHost", err)
+	}
+}
+
+// TestFactoryBuildsOnceAndSwaps: one apply (its engine, its metrics textfile) parses the
+// recipe once, and the recipe's parser and the engine's constructor are the factory's: a
+// test's own ones are the ones the command calls.
+func TestFactoryBuildsOnceAndSwaps(t *testing.T) {
+	dir := t.TempDir()
+	path := writeRecipe(t, dir, `apiVersion: sglprov/v1
+name: swapped
+steps:
+  - name: hello
+    command: {argv: ["true"]}
+`)
+	var loads, engines atomic.Int32
+	f := &Factory{
+		LoadRecipe: func(p string, sets []string) (*recipe.Recipe, error) {
+			loads.Add(1)
+			return recipe.Load(p, steps.Specs(steps.Registry()), sets)
+		},
+		NewEngine: func(o engine.Options) (*engine.Engine, error) {
+			engines.Add(1)
+			return engine.New(o)
+		},
+	}
+	var stderr strings.Builder
+	code := Main([]string{"sglprov", "apply", "-f", path, "--state-dir", filepath.Join(dir, "st"), "--textfile", filepath.Join(dir, "m.prom")},
+		IO{Stdin: strings.NewReader(""), Stdout: io.Discard, Stderr: &stderr, Getenv: func(string) string { return "" }, Factory: f})
+	if code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, stderr.String())
+	}
+	if loads.Load() != 1 {
+		t.Errorf("recipe parsed %d times in one apply, want once", loads.Load())
+	}
+	if engines.Load() == 0 {
+		t.Errorf("the factory's engine constructor was not called")
+	}
+	// The daemon (Fresh) reads the recipe again at every use: it watches it change.
+	fresh := &Factory{Fresh: true, LoadRecipe: f.LoadRecipe}
+	before := loads.Load()
+	for range 2 {
+		if _, err := fresh.Recipe(path, nil, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if loads.Load()-before != 2 {
+		t.Errorf("fresh factory parsed the recipe %d times in 2 uses, want 2", loads.Load()-before)
 	}
 }

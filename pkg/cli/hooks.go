@@ -17,7 +17,7 @@ import (
 // it with the node's facts in its environment (hookEnv), within the hook's timeout.
 func daemonHook(stdio IO, c *common, logger *log.Logger) func(ctx context.Context, hook string, h daemon.Health, reason string) error {
 	return func(ctx context.Context, hook string, h daemon.Health, reason string) error {
-		r, err := c.loadRecipe()
+		r, err := c.loadRecipe(stdio)
 		if err != nil {
 			return fmt.Errorf("reading the recipe for its %s hook: %w", hook, err)
 		}

@@ -25,7 +25,7 @@ func runLock(ctx context.Context, stdio IO, args []string) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	r, err := c.loadRecipe()
+	r, err := c.loadRecipe(stdio)
 	if err != nil {
 		return err
 	}

@@ -31,7 +31,6 @@ import (
 	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/hostcmd"
 	"github.com/sglprov/sglprov/pkg/recipe"
-	"github.com/sglprov/sglprov/pkg/steps"
 )
 
 // IO is what a command reads and writes: the streams and the environment.
@@ -368,28 +367,10 @@ func (c *common) newLoggerFunc() (func(w io.Writer) *log.Logger, error) {
 	}, nil
 }
 
-// loadRecipe checks the recipe file's permissions and parses it.
-func (c *common) loadRecipe() (*recipe.Recipe, error) {
-	if c.recipe == "" {
-		return nil, fmt.Errorf("%w: no recipe: give -f RECIPE", exitcode.ErrUsage)
-	}
-	if !c.insecure {
-		if err := engine.CheckPermissions(c.recipe); err != nil {
-			if errors.Is(err, exitcode.ErrUsage) {
-				return nil, err
-			}
-			return nil, fmt.Errorf("%w: reading recipe: %v", exitcode.ErrUsage, err)
-		}
-	}
-	r, err := recipe.Load(c.recipe, steps.Specs(steps.Registry()), c.sets)
-	if err != nil {
-		var ps recipe.Problems
-		if errors.As(err, &ps) {
-			return nil, fmt.Errorf("%w: %s in the recipe:\n%v", exitcode.ErrUsage, plural(len(ps), "problem"), ps)
-		}
-		return nil, fmt.Errorf("%w: %v", exitcode.ErrUsage, err)
-	}
-	return r, nil
+// loadRecipe checks the recipe file's permissions and parses it (stdio's factory: once
+// per command).
+func (c *common) loadRecipe(stdio IO) (*recipe.Recipe, error) {
+	return stdio.Factory.Recipe(c.recipe, c.sets, c.insecure)
 }
 
 // detectFacts reads the host's GPU facts and maps NVML's failures to the exit-code
@@ -424,8 +405,7 @@ const noNVML = `NVML (libnvidia-ml.so.1) could not be loaded.
 // arch list) goes on without them on a host without NVML: that step says what is missing
 // when it runs.
 func hostFacts(ctx context.Context, stdio IO, r *recipe.Recipe) (*gpu.Facts, []string, error) {
-	reg := steps.Registry()
-	if !reg.NeedsFacts(r) {
+	if !stdio.Factory.Registry().NeedsFacts(r) {
 		return nil, nil, nil
 	}
 	facts, err := detectFacts(ctx, stdio)
@@ -464,7 +444,7 @@ func (c *common) buildEngine(ctx context.Context, stdio IO, r *recipe.Recipe, mo
 	var v hostVerdict
 	if r == nil {
 		var err error
-		if r, err = c.loadRecipe(); err != nil {
+		if r, err = c.loadRecipe(stdio); err != nil {
 			return nil, nil, v, err
 		}
 	}
@@ -483,7 +463,7 @@ func (c *common) buildEngine(ctx context.Context, stdio IO, r *recipe.Recipe, mo
 	opts := engine.Options{
 		Recipe:              r,
 		RecipeDir:           dir,
-		Registry:            steps.Registry(),
+		Registry:            stdio.Factory.Registry(),
 		Facts:               facts,
 		Root:                c.root,
 		StateDir:            c.stateDirPath(),
@@ -512,7 +492,7 @@ func (c *common) buildEngine(ctx context.Context, stdio IO, r *recipe.Recipe, mo
 	if mod != nil {
 		mod(&opts)
 	}
-	e, engErr := engine.New(opts)
+	e, engErr := stdio.Factory.Engine(opts)
 	// The commands are checked with the GPUs, before any step runs, so that every problem
 	// is listed at once; a command a packages step installs is not required yet.
 	// Under --root the recipe is rendered for another node: its commands are that node's

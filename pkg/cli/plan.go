@@ -39,7 +39,7 @@ func planBody(ctx context.Context, stdio IO, c *common, only, force string, asJS
 	// Shared with other readers; an apply that holds the lock is named, and the steps it
 	// runs now are shown as running, not as interrupted.
 	running := 0
-	lock, err := engine.AcquireSharedLock(c.stateDirPath())
+	lock, err := stdio.Factory.SharedLock(c.stateDirPath())
 	switch {
 	case errors.Is(err, exitcode.ErrLocked):
 		running = engine.LockHolder(c.stateDirPath())

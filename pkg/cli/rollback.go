@@ -28,7 +28,7 @@ var _ daemon.Generations = (*rollback)(nil)
 // previous returns the generation to go back to, or an ErrNotAvailable error saying why
 // there is none.
 func (g *rollback) previous() (string, error) {
-	r, err := g.c.loadRecipe()
+	r, err := g.c.loadRecipe(g.stdio)
 	if err != nil {
 		return "", err
 	}

@@ -122,7 +122,7 @@ func TestRollBackToPreviousGeneration(t *testing.T) {
 		t.Errorf("the rolled-back server does not pass the gate: %v", err)
 	}
 	// The node_info metric names the generation that serves, not the last apply's.
-	r, err := c.loadRecipe()
+	r, err := c.loadRecipe(rb.stdio)
 	if err != nil {
 		t.Fatal(err)
 	}

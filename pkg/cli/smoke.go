@@ -155,7 +155,7 @@ func smokeConfig(ctx context.Context, stdio IO, o smokeOptions) (gate.Config, er
 // else the first).
 func recipeSmokeSpec(ctx context.Context, stdio IO, o smokeOptions) (*smokestep.Spec, error) {
 	c := common{recipe: o.recipe, sets: o.sets, insecure: o.insecure}
-	r, err := c.loadRecipe()
+	r, err := c.loadRecipe(stdio)
 	if err != nil {
 		return nil, err
 	}

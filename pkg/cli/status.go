@@ -42,8 +42,8 @@ type statusJSON struct {
 // none), or 0 when none does, and the daemon's pid when a daemon holds it (between its
 // applies a daemon is not an apply running). It takes the lock shared and gives it back at
 // once, so that status never keeps an apply from starting.
-func applyRunning(dir string) (running, daemonPid int) {
-	lock, err := engine.AcquireSharedLock(dir)
+func applyRunning(stdio IO, dir string) (running, daemonPid int) {
+	lock, err := stdio.Factory.SharedLock(dir)
 	if !errors.Is(err, exitcode.ErrLocked) {
 		lock.Release()
 		return 0, 0
@@ -87,13 +87,13 @@ func runStatus(ctx context.Context, stdio IO, args []string) error {
 	dir := c.stateDirPath()
 	only := ""
 	if c.recipe != "" {
-		r, err := c.loadRecipe()
+		r, err := c.loadRecipe(stdio)
 		if err != nil {
 			return err
 		}
 		only = r.Name
 	}
-	running, daemonPid := applyRunning(dir)
+	running, daemonPid := applyRunning(stdio, dir)
 	runs, err := engine.LastRuns(dir, only, running != 0)
 	if err != nil {
 		return err

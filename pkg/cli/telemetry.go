@@ -17,7 +17,6 @@ import (
 	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/recipe"
-	"github.com/sglprov/sglprov/pkg/steps"
 )
 
 // Telemetry without the daemon: a one-shot apply (cloud-init) and a refused plan write the
@@ -31,7 +30,7 @@ func writeRunTextfile(ctx context.Context, stdio IO, c *common, path string, rep
 	if path == "" || exitcode.Of(err) == exitcode.ExitLocked {
 		return nil
 	}
-	r, lerr := c.loadRecipe()
+	r, lerr := c.loadRecipe(stdio)
 	if lerr != nil {
 		return nil // a recipe that does not load has no node to describe: the error says why
 	}
@@ -59,7 +58,7 @@ func nodeInfoOf(ctx context.Context, stdio IO, c *common, r *recipe.Recipe) daem
 	}
 	// The steps only, built as an apply builds them, to ask the service step: no host
 	// checks, no logs.
-	e, err := engine.New(engine.Options{Recipe: r, RecipeDir: dir, Registry: steps.Registry(), Facts: facts,
+	e, err := stdio.Factory.Engine(engine.Options{Recipe: r, RecipeDir: dir, Registry: stdio.Factory.Registry(), Facts: facts,
 		Root: c.root, StateDir: c.stateDirPath(), Builtin: sglprov.Assets,
 		NewLogger: func(io.Writer) *log.Logger { return log.New(io.Discard) }})
 	if err != nil {

@@ -39,11 +39,11 @@ steps:
 		t.Fatal(err)
 	}
 	c := &common{recipe: path, stateDir: state, logLevel: "info", logFormat: "text"}
-	r, err := c.loadRecipe()
+	stdio := IO{Stdin: strings.NewReader(""), Stdout: os.Stdout, Stderr: os.Stderr, Getenv: func(string) string { return "" }}
+	r, err := c.loadRecipe(stdio)
 	if err != nil {
 		t.Fatal(err)
 	}
-	stdio := IO{Stdin: strings.NewReader(""), Stdout: os.Stdout, Stderr: os.Stderr, Getenv: func(string) string { return "" }}
 	info := nodeInfoOf(context.Background(), stdio, c, r)
 	if info.Unit != "sglang-info.service" || info.Profile != "fast" || info.Model != "/models/qwen" || info.ServedName != "qwen-fast" {
 		t.Errorf("node info = %+v; want unit sglang-info.service, profile fast, model /models/qwen, served name qwen-fast", info)

@@ -11,7 +11,6 @@ import (
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/recipe"
-	"github.com/sglprov/sglprov/pkg/steps"
 	"github.com/sglprov/sglprov/pkg/steps/download"
 )
 
@@ -22,7 +21,7 @@ func runValidate(ctx context.Context, stdio IO, args []string) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	r, err := c.loadRecipe()
+	r, err := c.loadRecipe(stdio)
 	if err != nil {
 		return err
 	}
@@ -42,7 +41,7 @@ func runValidate(ctx context.Context, stdio IO, args []string) error {
 		}
 	}
 	dir, _ := filepath.Abs(filepath.Dir(c.recipe))
-	e, err := engine.New(engine.Options{Recipe: r, RecipeDir: dir, Registry: steps.Registry(), Facts: facts,
+	e, err := stdio.Factory.Engine(engine.Options{Recipe: r, RecipeDir: dir, Registry: stdio.Factory.Registry(), Facts: facts,
 		Root: c.root, StateDir: c.stateDirPath(), Builtin: sglprov.Assets, InsecurePermissions: c.insecure, IgnoreState: true})
 	if err != nil {
 		return err
