@@ -181,29 +181,38 @@ func (f *Factory) SharedLock(dir string) (*engine.Lock, error) {
 	return f.AcquireSharedLock(dir)
 }
 
-// holdNode takes the node for a change of what serves (an apply, a daemon's rung, a roll
-// back): the daemon's in-process mutex, and the state dir's lock unless the command holds
-// it already (the daemon, from start to end). release gives back what it took.
-func (c *common) holdNode(stdio IO) (release func(), err error) {
-	if c.nodeMu != nil {
-		c.nodeMu.Lock()
+// nodeHold is what a command holds of the node beyond one change: the state dir's lock
+// when it holds it from start to end (the daemon, between its applies too: its applies
+// and rungs take none then), and the mutex that makes the daemon's recipes apply and
+// repair one at a time. The zero value holds nothing: each change takes the lock.
+type nodeHold struct {
+	lock *engine.Lock
+	mu   *sync.Mutex
+}
+
+// take takes the node of state dir dir for a change of what serves (an apply, a daemon's
+// rung, a roll back): the daemon's in-process mutex, and the state dir's lock unless h
+// holds it already. release gives back what it took.
+func (h *nodeHold) take(stdio IO, dir string) (release func(), err error) {
+	if h.mu != nil {
+		h.mu.Lock()
 	}
-	if c.lock != nil {
-		return c.unlockNode, nil
+	if h.lock != nil {
+		return h.unlock, nil
 	}
-	lock, err := stdio.Factory.Lock(c.stateDirPath())
+	lock, err := stdio.Factory.Lock(dir)
 	if err != nil {
-		c.unlockNode()
+		h.unlock()
 		return nil, err
 	}
 	return func() {
 		lock.Release()
-		c.unlockNode()
+		h.unlock()
 	}, nil
 }
 
-func (c *common) unlockNode() {
-	if c.nodeMu != nil {
-		c.nodeMu.Unlock()
+func (h *nodeHold) unlock() {
+	if h.mu != nil {
+		h.mu.Unlock()
 	}
 }

@@ -82,16 +82,16 @@ steps:
 func TestHoldNode(t *testing.T) {
 	state := t.TempDir()
 	stdio := IO{Getenv: func(string) string { return "" }, Factory: &Factory{}}
-	a, b := &common{stateDir: state}, &common{stateDir: state}
-	release, err := a.holdNode(stdio)
+	a, b := &nodeHold{}, &nodeHold{}
+	release, err := a.take(stdio, state)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.holdNode(stdio); !errors.Is(err, exitcode.ErrLocked) {
+	if _, err := b.take(stdio, state); !errors.Is(err, exitcode.ErrLocked) {
 		t.Errorf("second holder: %v, want ErrLocked", err)
 	}
 	release()
-	again, err := b.holdNode(stdio)
+	again, err := b.take(stdio, state)
 	if err != nil {
 		t.Fatalf("after release: %v", err)
 	}
@@ -107,8 +107,8 @@ func TestHoldNode(t *testing.T) {
 		took.Add(1)
 		return engine.AcquireLock(dir)
 	}}}
-	d := &common{stateDir: state, lock: lock}
-	rel, err := d.holdNode(daemonIO)
+	d := &nodeHold{lock: lock}
+	rel, err := d.take(daemonIO, state)
 	if err != nil {
 		t.Fatalf("the daemon's holdNode: %v", err)
 	}
@@ -120,8 +120,8 @@ func TestHoldNode(t *testing.T) {
 
 // TestBuildEngineKeepsShortHost: the engine's inputs are the command's flags and the
 // factory's facts; what building it found of the host comes back beside it, not in the
-// flags' struct: a host that falls short gets its engine and its problems when asked to
-// (plan), and an exit-4 error otherwise.
+// flags' struct: a host that falls short gets its engine and its problems from buildEngine
+// (plan shows them), and an exit-4 error from newEngine (apply).
 func TestBuildEngineKeepsShortHost(t *testing.T) {
 	dir := t.TempDir()
 	path := writeRecipe(t, dir, `apiVersion: sglprov/v1
@@ -134,13 +134,13 @@ steps:
 `)
 	f, _ := countingFacts(t, false)
 	stdio := IO{Stdin: strings.NewReader(""), Stdout: io.Discard, Stderr: io.Discard, Getenv: func(string) string { return "" }, Factory: f}
-	c := &common{recipe: path, stateDir: filepath.Join(dir, "st"), logLevel: "info", logFormat: "text"}
-	e, _, host, err := c.buildEngine(context.Background(), stdio, nil, nil, true)
-	if err != nil || e == nil {
-		t.Fatalf("buildEngine keeping a short host: %v", err)
+	c := &recipeFlags{recipe: path, stateDir: filepath.Join(dir, "st"), logLevel: "info", logFormat: "text"}
+	b, err := c.buildEngine(context.Background(), stdio, nil, nil)
+	if err != nil || b.e == nil || b.err != nil {
+		t.Fatalf("buildEngine on a short host: %v, %v", err, b.err)
 	}
-	e.Close()
-	if len(host.short) != 1 || host.short[0] != "host has 1 GPU; this recipe needs at least 8" {
+	b.e.Close()
+	if host := b.host; len(host.short) != 1 || host.short[0] != "host has 1 GPU; this recipe needs at least 8" {
 		t.Errorf("short = %q", host.short)
 	}
 	if _, _, err := c.newEngine(context.Background(), stdio, nil, nil); !errors.Is(err, exitcode.ErrHost) {

@@ -14,17 +14,23 @@ import (
 	"github.com/sglprov/sglprov/pkg/pylock"
 )
 
+// lockOptions are lock's flags.
+type lockOptions struct {
+	recipeFlags
+	out string
+}
+
 // runLock writes the lock of the Python environment that the recipe's Python steps made
 // on this node: read from the environment and the reports pip wrote when the steps ran.
 func runLock(ctx context.Context, stdio IO, args []string) error {
-	var c common
-	var out string
+	var o lockOptions
 	fs := newFlags("lock", stdio)
-	c.register(fs, stdio)
-	fs.StringVar(&out, "o", "", "the lock file to write (default: the recipe's python.lock, else RECIPE-NAME.lock.json next to the recipe)")
+	o.register(fs, stdio)
+	fs.StringVar(&o.out, "o", "", "the lock file to write (default: the recipe's python.lock, else RECIPE-NAME.lock.json next to the recipe)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	c, out := &o.recipeFlags, o.out
 	r, err := c.loadRecipe(stdio)
 	if err != nil {
 		return err

@@ -13,7 +13,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -264,8 +263,8 @@ func reported(err error) error {
 	return fmt.Errorf("%w%w", errReported, err)
 }
 
-// common are the flags every recipe command takes.
-type common struct {
+// recipeFlags are the flags every recipe command takes: their values only.
+type recipeFlags struct {
 	recipe    string
 	sets      kvList
 	stateDir  string
@@ -273,12 +272,6 @@ type common struct {
 	logFormat string
 	logLevel  string
 	insecure  bool
-
-	// lock is the state dir's lock when the command holds it from start to end (the
-	// daemon, between its applies too): applyKeep and the daemon's rungs take none then.
-	lock *engine.Lock
-	// nodeMu, with lock, makes the daemon's recipes apply and repair one at a time.
-	nodeMu *sync.Mutex
 }
 
 // hostVerdict is what building the engine found of the host besides the engine: the
@@ -287,6 +280,9 @@ type common struct {
 type hostVerdict struct {
 	commands []hostcmd.Result
 	short    []string
+	// facts are the host's GPU facts the engine was built with (nil when the recipe
+	// needs none).
+	facts *gpu.Facts
 }
 
 // multi is a repeatable flag whose values are kept in order.
@@ -296,7 +292,7 @@ func (m *multi) String() string     { return strings.Join(*m, ",") }
 func (m *multi) Set(v string) error { *m = append(*m, v); return nil }
 
 // register adds the common flags to fs.
-func (c *common) register(fs *flagSet, stdio IO) {
+func (c *recipeFlags) register(fs *flagSet, stdio IO) {
 	stateDir := DefaultStateDir
 	envStateDir := stdio.Getenv("SGLPROV_STATE_DIR")
 	if envStateDir != "" {
@@ -335,7 +331,7 @@ func (c *common) register(fs *flagSet, stdio IO) {
 // stateDirPath returns the state directory. Under --root the built-in default
 // (/var/lib/sglprov) moves under the root with every other host path; a directory given
 // with --state-dir or SGLPROV_STATE_DIR stays where it was given.
-func (c *common) stateDirPath() string {
+func (c *recipeFlags) stateDirPath() string {
 	if c.stateDir != DefaultStateDir {
 		return c.stateDir
 	}
@@ -343,7 +339,7 @@ func (c *common) stateDirPath() string {
 }
 
 // logger returns a logger for the chosen format writing to w.
-func (c *common) newLoggerFunc() (func(w io.Writer) *log.Logger, error) {
+func (c *recipeFlags) newLoggerFunc() (func(w io.Writer) *log.Logger, error) {
 	var fmtr log.Formatter
 	// Machines get whole timestamps (RFC 3339, UTC offset, milliseconds); people on a
 	// terminal get the time of day.
@@ -369,7 +365,7 @@ func (c *common) newLoggerFunc() (func(w io.Writer) *log.Logger, error) {
 
 // loadRecipe checks the recipe file's permissions and parses it (stdio's factory: once
 // per command).
-func (c *common) loadRecipe(stdio IO) (*recipe.Recipe, error) {
+func (c *recipeFlags) loadRecipe(stdio IO) (*recipe.Recipe, error) {
 	return stdio.Factory.Recipe(c.recipe, c.sets, c.insecure)
 }
 
@@ -432,33 +428,68 @@ func hostProblems(problems []string) error {
 
 // newEngine loads the recipe (unless r is given) and the facts, and builds the engine; a
 // host that falls short is an exit-4 error listing every problem.
-func (c *common) newEngine(ctx context.Context, stdio IO, r *recipe.Recipe, mod func(*engine.Options)) (*engine.Engine, *recipe.Recipe, error) {
-	e, r, _, err := c.buildEngine(ctx, stdio, r, mod, false)
-	return e, r, err
+func (c *recipeFlags) newEngine(ctx context.Context, stdio IO, r *recipe.Recipe, mod func(*engine.Options)) (*engine.Engine, *recipe.Recipe, error) {
+	b, err := c.buildEngine(ctx, stdio, r, mod)
+	if err != nil {
+		return nil, nil, err
+	}
+	e, err := b.refuseShort(stdio, c)
+	if err != nil {
+		return nil, nil, err
+	}
+	return e, b.r, nil
 }
 
-// buildEngine is newEngine that also returns what it found of the host; with keepShort,
-// a host that falls short still gets its engine (plan shows what apply would do), the
-// problems in the verdict.
-func (c *common) buildEngine(ctx context.Context, stdio IO, r *recipe.Recipe, mod func(*engine.Options), keepShort bool) (*engine.Engine, *recipe.Recipe, hostVerdict, error) {
+// builtEngine is what buildEngine made: the engine (nil with err when it could not be
+// built), its recipe, and what it found of the host.
+type builtEngine struct {
+	e    *engine.Engine
+	r    *recipe.Recipe
+	host hostVerdict
+	err  error
+}
+
+// refuseShort hands back b's engine when the host meets the recipe (the GPU requirements,
+// the commands, the host fitness checks) and the engine was built; else it closes the
+// engine and returns the exit-4 error listing every problem, or the engine's error.
+func (b builtEngine) refuseShort(stdio IO, c *recipeFlags) (*engine.Engine, error) {
+	problems := append(append([]string(nil), b.host.short...), fitnessProblems(stdio, b.host.facts, b.r, b.e, c.stateDirPath())...)
+	if len(problems) > 0 {
+		if b.e != nil {
+			b.e.Close()
+		}
+		return nil, hostProblems(problems)
+	}
+	if b.err != nil {
+		return nil, b.err
+	}
+	return b.e, nil
+}
+
+// buildEngine loads the recipe (unless r is given) and the facts and builds the engine;
+// the ways the host falls short come back beside it, for the caller to refuse
+// (refuseShort) or to show (plan shows what apply would do). Its error is one that stops
+// before the engine: the recipe, the facts, the flags, the cache.
+func (c *recipeFlags) buildEngine(ctx context.Context, stdio IO, r *recipe.Recipe, mod func(*engine.Options)) (builtEngine, error) {
 	var v hostVerdict
 	if r == nil {
 		var err error
 		if r, err = c.loadRecipe(stdio); err != nil {
-			return nil, nil, v, err
+			return builtEngine{}, err
 		}
 	}
 	facts, problems, err := hostFacts(ctx, stdio, r)
 	if err != nil {
-		return nil, nil, v, err
+		return builtEngine{}, err
 	}
+	v.facts = facts
 	newLogger, err := c.newLoggerFunc()
 	if err != nil {
-		return nil, nil, v, err
+		return builtEngine{}, err
 	}
 	dir, err := filepath.Abs(filepath.Dir(c.recipe))
 	if err != nil {
-		return nil, nil, v, fmt.Errorf("locating recipe: %w", err)
+		return builtEngine{}, fmt.Errorf("locating recipe: %w", err)
 	}
 	opts := engine.Options{
 		Recipe:              r,
@@ -478,12 +509,12 @@ func (c *common) buildEngine(ctx context.Context, stdio IO, r *recipe.Recipe, mo
 		opts.NodeGPUs = nodeGPUs(ctx, stdio)
 	}
 	if opts.Cache, err = newCache(stdio.Factory, r, facts, c.stateDirPath(), newLogger(stdio.Stderr)); err != nil {
-		return nil, nil, v, err
+		return builtEngine{}, err
 	}
 	if r.OnUnhealthy != nil || r.OnHealthy != nil {
 		// A switch of the service drains the node before a candidate answers on the
 		// served port, and undrains it when what serves at the end passed.
-		hook := daemonHook(stdio, c, newLogger(stdio.Stderr).With("recipe", r.Name))
+		hook := c.node(stdio, nil, nil).Hook(newLogger(stdio.Stderr).With("recipe", r.Name))
 		opts.Drain = func(ctx context.Context) error {
 			return hook(ctx, daemon.HookUnhealthy, daemon.Degraded, "switching "+r.Name+": a candidate is about to answer on the served port")
 		}
@@ -497,7 +528,6 @@ func (c *common) buildEngine(ctx context.Context, stdio IO, r *recipe.Recipe, mo
 	// is listed at once; a command a packages step installs is not required yet.
 	// Under --root the recipe is rendered for another node: its commands are that node's
 	// business, listed as unchecked (with what this host has), never refused here.
-	v.commands = nil
 	if len(r.Commands) > 0 {
 		look := hostcmd.PathLooker{Path: stdio.Getenv("PATH"), Getenv: stdio.Getenv}
 		v.commands = hostcmd.Check(ctx, r.Commands, e.ProvidedCommands(ctx), look)
@@ -509,20 +539,7 @@ func (c *common) buildEngine(ctx context.Context, stdio IO, r *recipe.Recipe, mo
 		}
 	}
 	v.short = problems
-	if len(problems) > 0 && keepShort && engErr == nil {
-		return e, r, v, nil
-	}
-	problems = append(problems, fitnessProblems(stdio, facts, r, e, c.stateDirPath())...)
-	if len(problems) > 0 {
-		if e != nil {
-			e.Close()
-		}
-		return nil, nil, v, hostProblems(problems)
-	}
-	if engErr != nil {
-		return nil, nil, v, engErr
-	}
-	return e, r, v, nil
+	return builtEngine{e: e, r: r, host: v, err: engErr}, nil
 }
 
 func isTerminal(w io.Writer) bool {

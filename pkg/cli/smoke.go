@@ -6,12 +6,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/exitcode"
-	"github.com/sglprov/sglprov/pkg/recipe"
 	gate "github.com/sglprov/sglprov/pkg/smoke"
 	smokestep "github.com/sglprov/sglprov/pkg/steps/smoke"
 )
@@ -152,70 +150,18 @@ func smokeConfig(ctx context.Context, stdio IO, o smokeOptions) (gate.Config, er
 }
 
 // recipeSmokeSpec reads the recipe and renders its smoke step (the one named by --step,
-// else the first).
+// else the first): smokestep.RecipeSpec.
 func recipeSmokeSpec(ctx context.Context, stdio IO, o smokeOptions) (*smokestep.Spec, error) {
-	c := common{recipe: o.recipe, sets: o.sets, insecure: o.insecure}
+	c := recipeFlags{recipe: o.recipe, sets: o.sets, insecure: o.insecure}
 	r, err := c.loadRecipe(stdio)
 	if err != nil {
 		return nil, err
 	}
-	var st *recipe.Step
-	var names []string
-	for _, s := range r.Steps {
-		if s.Kind != "smoke" {
-			continue
-		}
-		names = append(names, s.Name)
-		if st == nil && (o.step == "" || s.Name == o.step) {
-			st = s
-		}
-	}
-	if st == nil {
-		if o.step != "" {
-			return nil, fmt.Errorf("%w: recipe %s has no smoke step %q (smoke steps: %s)", exitcode.ErrUsage, o.recipe, o.step, strings.Join(names, ", "))
-		}
-		return nil, fmt.Errorf("%w: recipe %s has no smoke step", exitcode.ErrUsage, o.recipe)
-	}
-	data, err := smokeData(ctx, stdio, r, st)
-	if err != nil {
-		return nil, err
-	}
-	var spec smokestep.Spec
-	if err := st.Render(data, &spec); err != nil {
-		return nil, fmt.Errorf("%w: %v", exitcode.ErrUsage, err)
-	}
-	// A worker of a multi-node group asks the head: its own server's health says nothing.
-	if group, ok, err := r.NodesConfig(data); err != nil {
-		return nil, fmt.Errorf("%w: %v", exitcode.ErrUsage, err)
-	} else if ok {
-		if spec.URL, err = smokestep.HeadURL(spec.URL, &group); err != nil {
+	return smokestep.RecipeSpec(r, o.recipe, o.step, func() (map[string]any, error) {
+		f, err := detectFacts(ctx, stdio)
+		if err != nil {
 			return nil, err
 		}
-	}
-	return &spec, nil
-}
-
-// smokeData returns the template data for the smoke step: the vars, and the GPU facts
-// when the step or a var needs them.
-func smokeData(ctx context.Context, stdio IO, r *recipe.Recipe, st *recipe.Step) (recipe.Data, error) {
-	needFacts := false
-	for _, ref := range r.ExpandRefs(st) {
-		if !strings.HasPrefix(ref, "vars.") {
-			needFacts = true
-		}
-	}
-	if !needFacts {
-		if data, err := r.NewData(nil); err == nil {
-			return data, nil
-		}
-	}
-	f, err := detectFacts(ctx, stdio)
-	if err != nil {
-		return nil, fmt.Errorf("facts for the templates of step %q: %w", st.Name, err)
-	}
-	data, err := r.NewData(f.TemplateData())
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", exitcode.ErrUsage, err)
-	}
-	return data, nil
+		return f.TemplateData(), nil
+	})
 }

@@ -15,7 +15,7 @@ import (
 )
 
 func runValidate(ctx context.Context, stdio IO, args []string) error {
-	var c common
+	var c recipeFlags
 	fs := newFlags("validate", stdio)
 	c.register(fs, stdio)
 	if err := parse(fs, args); err != nil {
