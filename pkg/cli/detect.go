@@ -29,7 +29,7 @@ func runDetect(ctx context.Context, stdio IO, args []string) error {
 	// falls short (the facts are still shown).
 	var noGPU error
 	if len(facts.GPUs) == 0 {
-		noGPU = &exitError{msg: "no NVIDIA GPU found: NVML works (driver " + facts.DriverVersion + ") but reports no GPU", kind: exitcode.ErrHost}
+		noGPU = &exitcode.Error{Msg: "no NVIDIA GPU found: NVML works (driver " + facts.DriverVersion + ") but reports no GPU", Kind: exitcode.ErrHost}
 	}
 	// The CUDA toolkit (nvcc) is not the driver's CUDA: show both when nvcc is found (on the
 	// PATH, or where CUDA builds look for it).

@@ -8,7 +8,6 @@ import (
 	"text/tabwriter"
 
 	"github.com/sglprov/sglprov/pkg/engine"
-	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/knownbad"
 	"github.com/sglprov/sglprov/pkg/recipe"
@@ -68,76 +67,19 @@ func orDash(s string) string {
 	return s
 }
 
-// knownBadPins checks the recipe's pins (every name==version in its rendered steps: the
-// pip constraints, the pinned installs) with its service steps' launch lines and the GPUs
-// of facts against the known-bad table. A combination in it is a usage error (exit 2)
+// knownBadPins checks the recipe's pins and launch lines with the GPUs of facts against
+// the known-bad table (knownbad.CheckRecipe): a combination in it is a usage error (exit 2)
 // naming the row, its reason and its fix.
 func knownBadPins(r *recipe.Recipe, facts *gpu.Facts) error {
 	var fd map[string]any
+	var ccs []string
 	if facts != nil {
 		fd = facts.TemplateData()
-	}
-	data, err := r.NewData(fd)
-	if err != nil {
-		return fmt.Errorf("%w: %w", exitcode.ErrUsage, err)
-	}
-	f := knownbad.Facts{Packages: map[string]string{}}
-	for _, st := range r.Steps {
-		var body any
-		if err := st.Render(data, &body); err != nil {
-			return fmt.Errorf("%w: step %s: %w", exitcode.ErrUsage, st.Name, err)
-		}
-		var texts []string
-		strs(body, &texts)
-		for n, v := range knownbad.Pins(texts) {
-			f.Packages[n] = v
-		}
-		if st.Kind == "systemd" {
-			f.LaunchLines = append(f.LaunchLines, launchLines(r, body)...)
-		}
-	}
-	if facts != nil {
 		for _, g := range facts.GPUs {
-			f.ComputeCapabilities = append(f.ComputeCapabilities, g.ComputeCapability)
+			ccs = append(ccs, g.ComputeCapability)
 		}
 	}
-	m, err := knownbad.Check(f)
-	if err != nil || len(m) == 0 {
-		return err
-	}
-	return fmt.Errorf("%w: %w", exitcode.ErrUsage, &knownbad.Error{Where: "the recipe's pins and launch lines", Matches: m})
-}
-
-// launchLines returns a service step's arguments alone and with each profile it lists.
-func launchLines(r *recipe.Recipe, body any) [][]string {
-	m, _ := body.(map[string]any)
-	var base []string
-	strs(m["args"], &base)
-	lines := [][]string{base}
-	var profiles []string
-	strs(m["profiles"], &profiles)
-	for _, p := range profiles {
-		if prof, ok := r.Profiles[p]; ok {
-			lines = append(lines, append(append([]string(nil), prof.Args...), base...))
-		}
-	}
-	return lines
-}
-
-// strs appends every string in v (a decoded YAML value) to out.
-func strs(v any, out *[]string) {
-	switch x := v.(type) {
-	case string:
-		*out = append(*out, x)
-	case []any:
-		for _, e := range x {
-			strs(e, out)
-		}
-	case map[string]any:
-		for _, e := range x {
-			strs(e, out)
-		}
-	}
+	return knownbad.CheckRecipe(r, fd, ccs)
 }
 
 // knownBadInstalled runs each service step's check of what its environment holds (plan),

@@ -380,11 +380,11 @@ func detectFacts(ctx context.Context, stdio IO) (*gpu.Facts, error) {
 		return facts, nil
 	case errors.Is(err, gpu.ErrDriverMismatch):
 		// The mismatch's own message ends in "reboot required": say it once.
-		return nil, &exitError{msg: err.Error(), kind: exitcode.ErrReboot}
+		return nil, &exitcode.Error{Msg: err.Error(), Kind: exitcode.ErrReboot}
 	case errors.Is(err, gpu.ErrNoLibrary):
-		return nil, &exitError{msg: noNVML, kind: exitcode.ErrHost}
+		return nil, &exitcode.Error{Msg: noNVML, Kind: exitcode.ErrHost}
 	case stdio.Getenv(gpu.FixtureEnv) != "":
-		return nil, &exitError{msg: fmt.Sprintf("%v (%s names the file)", err, gpu.FixtureEnv), kind: exitcode.ErrUsage}
+		return nil, &exitcode.Error{Msg: fmt.Sprintf("%v (%s names the file)", err, gpu.FixtureEnv), Kind: exitcode.ErrUsage}
 	}
 	return nil, fmt.Errorf("detecting GPUs: %w", err)
 }

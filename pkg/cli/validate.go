@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"regexp"
 	"strings"
 
 	sglprov "github.com/sglprov/sglprov"
@@ -37,7 +36,7 @@ func runValidate(ctx context.Context, stdio IO, args []string) error {
 		if f, err := detectFacts(ctx, stdio); err == nil {
 			facts = f
 		} else {
-			facts, standIn = standInFacts(r.Requires), strings.TrimSuffix(firstLine(err.Error()), ".")
+			facts, standIn = gpu.StandIn(r.Requires), strings.TrimSuffix(firstLine(err.Error()), ".")
 		}
 	}
 	dir, _ := filepath.Abs(filepath.Dir(c.recipe))
@@ -56,7 +55,7 @@ func runValidate(ctx context.Context, stdio IO, args []string) error {
 	// Pins and launch lines that make a known-bad combination (`sglprov known-bad`).
 	kbFacts := facts
 	if kbFacts == nil && r.Requires.GPU.ComputeCapability != "" {
-		kbFacts = standInFacts(r.Requires)
+		kbFacts = gpu.StandIn(r.Requires)
 	}
 	if err := knownBadPins(r, kbFacts); err != nil {
 		return err
@@ -114,34 +113,6 @@ func unchecked(r *recipe.Recipe, standIn string) []string {
 	}
 	return out
 }
-
-// standInFacts are the GPU facts of a host that meets req as far as it says: its compute
-// capability when it names one (the lowest of a range), its count and memory per GPU; one
-// GPU of compute capability 9.0 and 80 GiB where it says nothing. validate renders the
-// steps' templates with them on a machine without GPU facts, so that every step is built.
-func standInFacts(req recipe.Requirements) *gpu.Facts {
-	cc := "9.0"
-	if m := ccRE.FindStringSubmatch(req.GPU.ComputeCapability); m != nil {
-		cc = m[1]
-	}
-	count := max(req.GPU.MinCount, 1)
-	if len(req.GPU.Counts) > 0 {
-		count = max(req.GPU.Counts[0], 1)
-	}
-	mem := req.GPU.MinMemoryGiB
-	if mem <= 0 {
-		mem = 80
-	}
-	f := &gpu.Facts{DriverVersion: "0", Source: "stand-in"}
-	for i := range count {
-		f.GPUs = append(f.GPUs, gpu.Device{Index: i, Name: "stand-in GPU", ComputeCapability: cc,
-			MemoryTotalBytes: uint64(mem * (1 << 30))})
-	}
-	return f
-}
-
-// ccRE finds the first compute capability of a range such as "12.0" or ">=9.0,<10.0".
-var ccRE = regexp.MustCompile(`(\d+\.\d+)`)
 
 func firstLine(s string) string {
 	line, _, _ := strings.Cut(s, "\n")
