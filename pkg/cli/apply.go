@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/node"
 )
 
 // applyOptions are apply's flags.
@@ -42,7 +43,7 @@ func runApply(ctx context.Context, stdio IO, args []string) error {
 
 // apply runs one apply under the state lock and prints its summary.
 func apply(ctx context.Context, stdio IO, c *recipeFlags, mod func(*engine.Options)) (*engine.Report, error) {
-	rep, e, err := applyKeep(ctx, stdio, c, &nodeHold{}, mod)
+	rep, e, err := applyKeep(ctx, stdio, c, &node.Hold{}, mod)
 	if e != nil {
 		e.Close()
 	}
@@ -52,7 +53,7 @@ func apply(ctx context.Context, stdio IO, c *recipeFlags, mod func(*engine.Optio
 // applyKeep is apply, under what hold holds of the node, that hands back the engine, not
 // closed, when one was made: what its steps hold (an exec-managed server) lives until the
 // caller closes it.
-func applyKeep(ctx context.Context, stdio IO, c *recipeFlags, hold *nodeHold, mod func(*engine.Options)) (*engine.Report, *engine.Engine, error) {
+func applyKeep(ctx context.Context, stdio IO, c *recipeFlags, hold *node.Hold, mod func(*engine.Options)) (*engine.Report, *engine.Engine, error) {
 	r, err := c.loadRecipe(stdio)
 	if err != nil {
 		return nil, nil, err
@@ -61,15 +62,15 @@ func applyKeep(ctx context.Context, stdio IO, c *recipeFlags, hold *nodeHold, mo
 	if err := engine.EnsureStateDir(dir, c.insecure); err != nil {
 		return nil, nil, err
 	}
-	release, err := hold.take(stdio, dir)
+	release, err := hold.Take(dir, stdio.Factory.Lock)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer release()
-	if hold.lock != nil {
+	if hold.Lock != nil {
 		// The daemon holds the node's lock; others see it applying meanwhile.
-		_ = hold.lock.SetNote(engine.NoteDaemonApplying)
-		defer hold.lock.SetNote(engine.NoteDaemon)
+		_ = hold.Lock.SetNote(engine.NoteDaemonApplying)
+		defer hold.Lock.SetNote(engine.NoteDaemon)
 	}
 	started := time.Now()
 	e, _, err := c.newEngine(ctx, stdio, r, mod)

@@ -58,7 +58,7 @@ func runDaemon(ctx context.Context, stdio IO, args []string) error {
 	// a second daemon started beside this one is refused (exit 5) and told the daemon's
 	// pid, rather than starting a second server whose gate would pass against this
 	// daemon's.
-	var base nodeHold
+	var base node.Hold
 	unlock, err := holdNodeLock(stdio, c, &base)
 	if err != nil {
 		return err
@@ -67,9 +67,9 @@ func runDaemon(ctx context.Context, stdio IO, args []string) error {
 	// The recipes' applies and rungs share the node's state dir: one at a time.
 	var nodeMu sync.Mutex
 	for _, w := range watches {
-		w.hold.mu = &nodeMu
+		w.hold.Mu = &nodeMu
 		if w.c.stateDirPath() == c.stateDirPath() {
-			w.hold.lock = base.lock
+			w.hold.Lock = base.Lock
 			continue
 		}
 		un, err := holdNodeLock(stdio, &w.c, &w.hold)
@@ -128,7 +128,7 @@ type daemonOptions struct {
 type recipeWatch struct {
 	c    recipeFlags
 	r    *recipe.Recipe
-	hold nodeHold
+	hold node.Hold
 }
 
 // RecipeStates says where each recipe's state lives on the node: the seam between the
@@ -176,7 +176,7 @@ func recipeWatches(stdio IO, c *recipeFlags, files []string, states RecipeStates
 // holdNodeLock takes the state dir of c for the daemon's whole life, noted as the
 // daemon's (engine.NoteDaemon), and keeps its lock in hold for the daemon's applies and
 // rungs.
-func holdNodeLock(stdio IO, c *recipeFlags, hold *nodeHold) (func(), error) {
+func holdNodeLock(stdio IO, c *recipeFlags, hold *node.Hold) (func(), error) {
 	dir := c.stateDirPath()
 	if err := engine.EnsureStateDir(dir, c.insecure); err != nil {
 		return nil, err
@@ -189,8 +189,8 @@ func holdNodeLock(stdio IO, c *recipeFlags, hold *nodeHold) (func(), error) {
 		lock.Release()
 		return nil, err
 	}
-	hold.lock = lock
-	return func() { hold.lock = nil; lock.Release() }, nil
+	hold.Lock = lock
+	return func() { hold.Lock = nil; lock.Release() }, nil
 }
 
 func metricsTextfile(m *daemon.Metrics, path string) error {

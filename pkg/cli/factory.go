@@ -180,39 +180,3 @@ func (f *Factory) SharedLock(dir string) (*engine.Lock, error) {
 	}
 	return f.AcquireSharedLock(dir)
 }
-
-// nodeHold is what a command holds of the node beyond one change: the state dir's lock
-// when it holds it from start to end (the daemon, between its applies too: its applies
-// and rungs take none then), and the mutex that makes the daemon's recipes apply and
-// repair one at a time. The zero value holds nothing: each change takes the lock.
-type nodeHold struct {
-	lock *engine.Lock
-	mu   *sync.Mutex
-}
-
-// take takes the node of state dir dir for a change of what serves (an apply, a daemon's
-// rung, a roll back): the daemon's in-process mutex, and the state dir's lock unless h
-// holds it already. release gives back what it took.
-func (h *nodeHold) take(stdio IO, dir string) (release func(), err error) {
-	if h.mu != nil {
-		h.mu.Lock()
-	}
-	if h.lock != nil {
-		return h.unlock, nil
-	}
-	lock, err := stdio.Factory.Lock(dir)
-	if err != nil {
-		h.unlock()
-		return nil, err
-	}
-	return func() {
-		lock.Release()
-		h.unlock()
-	}, nil
-}
-
-func (h *nodeHold) unlock() {
-	if h.mu != nil {
-		h.mu.Unlock()
-	}
-}

@@ -76,48 +76,6 @@ steps:
 	}
 }
 
-// TestHoldNode: a change of what serves takes the state dir's lock, which a second holder
-// is refused (exit 3) until the first lets go; under the daemon, which holds the lock from
-// start to end, it takes none.
-func TestHoldNode(t *testing.T) {
-	state := t.TempDir()
-	stdio := IO{Getenv: func(string) string { return "" }, Factory: &Factory{}}
-	a, b := &nodeHold{}, &nodeHold{}
-	release, err := a.take(stdio, state)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.take(stdio, state); !errors.Is(err, exitcode.ErrLocked) {
-		t.Errorf("second holder: %v, want ErrLocked", err)
-	}
-	release()
-	again, err := b.take(stdio, state)
-	if err != nil {
-		t.Fatalf("after release: %v", err)
-	}
-	again()
-
-	lock, err := engine.AcquireLock(state)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lock.Release()
-	var took atomic.Int32
-	daemonIO := IO{Factory: &Factory{AcquireLock: func(dir string) (*engine.Lock, error) {
-		took.Add(1)
-		return engine.AcquireLock(dir)
-	}}}
-	d := &nodeHold{lock: lock}
-	rel, err := d.take(daemonIO, state)
-	if err != nil {
-		t.Fatalf("the daemon's holdNode: %v", err)
-	}
-	rel()
-	if took.Load() != 0 {
-		t.Errorf("the daemon's holdNode took the lock %d times, want none", took.Load())
-	}
-}
-
 // TestBuildEngineKeepsShortHost: the engine's inputs are the command's flags and the
 // factory's facts; what building it found of the host comes back beside it, not in the
 // flags' struct: a host that falls short gets its engine and its problems from buildEngine

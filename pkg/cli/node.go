@@ -19,9 +19,9 @@ import (
 // node is c's recipe on the node as the node operations see it, built with stdio's
 // factory: its changes take the node through hold (nil: each takes the state dir's lock),
 // and held (nil: none) keeps the engine of its last apply.
-func (c *recipeFlags) node(stdio IO, hold *nodeHold, held *node.Held) *node.Recipe {
+func (c *recipeFlags) node(stdio IO, hold *node.Hold, held *node.Held) *node.Recipe {
 	if hold == nil {
-		hold = &nodeHold{}
+		hold = &node.Hold{}
 	}
 	quiet := stdio
 	quiet.Stderr = io.Discard
@@ -51,7 +51,7 @@ func (c *recipeFlags) node(stdio IO, hold *nodeHold, held *node.Held) *node.Reci
 		Gate: func(ctx context.Context, ready time.Duration) (gate.Config, error) {
 			return smokeConfig(ctx, stdio, smokeOptions{recipe: c.recipe, sets: c.sets, insecure: c.insecure, readyTimeout: ready})
 		},
-		Hold: func() (func(), error) { return hold.take(stdio, c.stateDirPath()) },
+		Hold: func() (func(), error) { return hold.Take(c.stateDirPath(), stdio.Factory.Lock) },
 		Held: held,
 	}
 }

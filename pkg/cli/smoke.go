@@ -5,10 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"time"
 
-	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/exitcode"
 	gate "github.com/sglprov/sglprov/pkg/smoke"
 	smokestep "github.com/sglprov/sglprov/pkg/steps/smoke"
@@ -93,7 +91,7 @@ func readyTimeoutOf(cfg gate.Config) time.Duration {
 }
 
 // smokeConfig builds the gate's config from the flags, over the recipe's smoke step when
-// -f is given.
+// -f is given (smokestep.GateConfig).
 func smokeConfig(ctx context.Context, stdio IO, o smokeOptions) (gate.Config, error) {
 	var spec smokestep.Spec
 	switch {
@@ -108,45 +106,9 @@ func smokeConfig(ctx context.Context, stdio IO, o smokeOptions) (gate.Config, er
 	case o.step != "" || len(o.sets) > 0:
 		return gate.Config{}, fmt.Errorf("%w: --step and --set need -f RECIPE", exitcode.ErrUsage)
 	}
-	if o.url != "" {
-		spec.URL = o.url
-	}
-	if o.model != "" {
-		spec.Model = o.model
-	}
-	if o.maxTokens < 0 || o.readyTimeout < 0 || o.requestTimeout < 0 {
-		return gate.Config{}, fmt.Errorf("%w: --max-tokens, --ready-timeout and --request-timeout must not be negative", exitcode.ErrUsage)
-	}
-	if o.maxTokens > 0 {
-		spec.MaxTokens = o.maxTokens
-	}
-	if o.readyTimeout > 0 {
-		spec.ReadyTimeout = o.readyTimeout.String()
-	}
-	if o.requestTimeout > 0 {
-		spec.RequestTimeout = o.requestTimeout.String()
-	}
-	if o.builtin {
-		spec.Cases = gate.BuiltinSet()
-	}
-	cfg, err := spec.Config(stdio.Getenv)
-	if err != nil {
-		return cfg, err
-	}
-	// An accuracy case's question file is named relative to the recipe's folder, and
-	// refused when group or others can write it, as the recipe's other files are.
-	cfg.ReadFile = func(name string) ([]byte, error) {
-		if o.recipe != "" && !filepath.IsAbs(name) {
-			name = filepath.Join(filepath.Dir(o.recipe), name)
-		}
-		if !o.insecure {
-			if err := engine.CheckPermissions(name); err != nil {
-				return nil, err
-			}
-		}
-		return engine.ReadTrusted(name, 0)
-	}
-	return cfg, nil
+	return smokestep.GateConfig(spec, smokestep.Overrides{URL: o.url, Model: o.model, MaxTokens: o.maxTokens,
+		ReadyTimeout: o.readyTimeout, RequestTimeout: o.requestTimeout, Builtin: o.builtin,
+		RecipeFile: o.recipe, Insecure: o.insecure}, stdio.Getenv)
 }
 
 // recipeSmokeSpec reads the recipe and renders its smoke step (the one named by --step,
