@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/daemon"
-	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/node"
 	"github.com/sglprov/sglprov/pkg/recipe"
@@ -49,7 +48,7 @@ func runDaemon(ctx context.Context, stdio IO, args []string) error {
 	if len(*files) == 0 {
 		*files = multi{""} // loadRecipe says "give -f RECIPE"
 	}
-	watches, err := recipeWatches(stdio, c, *files, nodeStates{})
+	watches, err := recipeWatches(stdio, c, *files, node.OneStateDir{})
 	if err != nil {
 		return err
 	}
@@ -131,66 +130,31 @@ type recipeWatch struct {
 	hold node.Hold
 }
 
-// RecipeStates says where each recipe's state lives on the node: the seam between the
-// daemon and the node's per-recipe state.
-type RecipeStates interface {
-	// StateDir is the state dir of recipe r (its name) on a node whose state dir is base,
-	// among n recipes.
-	StateDir(base string, r *recipe.Recipe, n int) string
-}
-
-// nodeStates is the node's layout: one state dir holds every recipe's records
-// (state.json keeps them by recipe), as apply uses it.
-type nodeStates struct{}
-
-// StateDir implements RecipeStates.
-func (nodeStates) StateDir(base string, _ *recipe.Recipe, _ int) string { return base }
-
-// recipeWatches loads each recipe file; two recipes of one name are bad usage (their
-// metrics and state would be one).
-func recipeWatches(stdio IO, c *recipeFlags, files []string, states RecipeStates) ([]*recipeWatch, error) {
-	var out []*recipeWatch
-	seen := map[string]string{}
-	for _, f := range files {
-		w := &recipeWatch{c: *c}
-		w.c.recipe = f
-		r, err := w.c.loadRecipe(stdio)
-		if err != nil {
-			return nil, err
-		}
-		if prev, dup := seen[r.Name]; dup {
-			return nil, fmt.Errorf("%w: %s and %s are both recipe %q: give each recipe once", exitcode.ErrUsage, prev, f, r.Name)
-		}
-		seen[r.Name] = f
-		w.r = r
-		out = append(out, w)
+// recipeWatches loads each recipe file (node.LoadEach: one of each name) with the flags
+// of c, in the state dir states gives it.
+func recipeWatches(stdio IO, c *recipeFlags, files []string, states node.RecipeStates) ([]*recipeWatch, error) {
+	rs, err := node.LoadEach(files, func(f string) (*recipe.Recipe, error) {
+		w := *c
+		w.recipe = f
+		return w.loadRecipe(stdio)
+	})
+	if err != nil {
+		return nil, err
 	}
-	for _, w := range out {
-		if dir := states.StateDir(c.stateDirPath(), w.r, len(out)); dir != c.stateDirPath() {
-			w.c.stateDir = dir
+	out := make([]*recipeWatch, len(rs))
+	for i, r := range rs {
+		out[i] = &recipeWatch{c: *c, r: r}
+		out[i].c.recipe = files[i]
+		if dir := states.StateDir(c.stateDirPath(), r, len(rs)); dir != c.stateDirPath() {
+			out[i].c.stateDir = dir
 		}
 	}
 	return out, nil
 }
 
-// holdNodeLock takes the state dir of c for the daemon's whole life, noted as the
-// daemon's (engine.NoteDaemon), and keeps its lock in hold for the daemon's applies and
-// rungs.
+// holdNodeLock takes the state dir of c for the daemon's whole life (node.Hold.Keep).
 func holdNodeLock(stdio IO, c *recipeFlags, hold *node.Hold) (func(), error) {
-	dir := c.stateDirPath()
-	if err := engine.EnsureStateDir(dir, c.insecure); err != nil {
-		return nil, err
-	}
-	lock, err := stdio.Factory.Lock(dir)
-	if err != nil {
-		return nil, err
-	}
-	if err := lock.SetNote(engine.NoteDaemon); err != nil {
-		lock.Release()
-		return nil, err
-	}
-	hold.Lock = lock
-	return func() { hold.Lock = nil; lock.Release() }, nil
+	return hold.Keep(c.stateDirPath(), c.insecure, stdio.Factory.Lock)
 }
 
 func metricsTextfile(m *daemon.Metrics, path string) error {

@@ -29,6 +29,8 @@ import (
 	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/hostcmd"
+	"github.com/sglprov/sglprov/pkg/logval"
+	"github.com/sglprov/sglprov/pkg/node"
 	"github.com/sglprov/sglprov/pkg/recipe"
 )
 
@@ -338,29 +340,10 @@ func (c *recipeFlags) stateDirPath() string {
 	return engine.HostPath(c.root, c.stateDir)
 }
 
-// logger returns a logger for the chosen format writing to w.
+// newLoggerFunc returns a logger maker for the chosen format and level
+// (logval.NewLoggerFunc).
 func (c *recipeFlags) newLoggerFunc() (func(w io.Writer) *log.Logger, error) {
-	var fmtr log.Formatter
-	// Machines get whole timestamps (RFC 3339, UTC offset, milliseconds); people on a
-	// terminal get the time of day.
-	timeFormat := "2006-01-02T15:04:05.000Z07:00"
-	switch c.logFormat {
-	case "text", "":
-		fmtr, timeFormat = log.TextFormatter, "15:04:05"
-	case "json":
-		fmtr = log.JSONFormatter
-	case "logfmt":
-		fmtr = log.LogfmtFormatter
-	default:
-		return nil, fmt.Errorf("%w: --log-format %q: want text, json or logfmt", exitcode.ErrUsage, c.logFormat)
-	}
-	level, err := log.ParseLevel(c.logLevel)
-	if err != nil {
-		return nil, fmt.Errorf("%w: --log-level %q: want debug, info, warn or error", exitcode.ErrUsage, c.logLevel)
-	}
-	return func(w io.Writer) *log.Logger {
-		return log.NewWithOptions(w, log.Options{Formatter: fmtr, Level: level, ReportTimestamp: true, TimeFormat: timeFormat})
-	}, nil
+	return logval.NewLoggerFunc(c.logFormat, c.logLevel)
 }
 
 // loadRecipe checks the recipe file's permissions and parses it (stdio's factory: once
@@ -369,61 +352,16 @@ func (c *recipeFlags) loadRecipe(stdio IO) (*recipe.Recipe, error) {
 	return stdio.Factory.Recipe(c.recipe, c.sets, c.insecure)
 }
 
-// detectFacts reads the host's GPU facts and maps NVML's failures to the exit-code
-// contract: a driver/library mismatch is exit 6, no NVML library exit 4, a bad
-// SGLPROV_GPU_FIXTURE file exit 2. A host where NVML works but finds no GPU returns its
-// facts (zero GPUs) without error.
+// detectFacts reads the host's GPU facts through the factory, its failures mapped to the
+// exit-code contract (node.DetectFacts).
 func detectFacts(ctx context.Context, stdio IO) (*gpu.Facts, error) {
-	facts, err := stdio.Factory.Facts(ctx, stdio.Getenv)
-	switch {
-	case err == nil, errors.Is(err, gpu.ErrNoGPU):
-		return facts, nil
-	case errors.Is(err, gpu.ErrDriverMismatch):
-		// The mismatch's own message ends in "reboot required": say it once.
-		return nil, &exitcode.Error{Msg: err.Error(), Kind: exitcode.ErrReboot}
-	case errors.Is(err, gpu.ErrNoLibrary):
-		return nil, &exitcode.Error{Msg: noNVML, Kind: exitcode.ErrHost}
-	case stdio.Getenv(gpu.FixtureEnv) != "":
-		return nil, &exitcode.Error{Msg: fmt.Sprintf("%v (%s names the file)", err, gpu.FixtureEnv), Kind: exitcode.ErrUsage}
-	}
-	return nil, fmt.Errorf("detecting GPUs: %w", err)
+	return node.DetectFacts(ctx, func(ctx context.Context) (*gpu.Facts, error) { return stdio.Factory.Facts(ctx, stdio.Getenv) }, stdio.Getenv)
 }
 
-// noNVML is what sglprov says when the NVML library cannot be loaded.
-const noNVML = `NVML (libnvidia-ml.so.1) could not be loaded.
-  Check the NVIDIA driver: nvidia-smi should list the GPUs; ldconfig -p | grep libnvidia-ml
-  should find the library; lsmod | grep nvidia should show the kernel module.
-  On a host without a GPU, SGLPROV_GPU_FIXTURE=FILE describes one (see testdata/gpu/).`
-
-// hostFacts detects the GPUs when the recipe needs them and checks the GPU requirements;
-// it returns the ways the host falls short (exit 4 once the commands are checked too). A
-// recipe that needs the facts only for a step kind that always uses them (a build step's
-// arch list) goes on without them on a host without NVML: that step says what is missing
-// when it runs.
+// hostFacts detects the GPUs when the recipe needs them and checks the GPU requirements
+// (node.HostFacts).
 func hostFacts(ctx context.Context, stdio IO, r *recipe.Recipe) (*gpu.Facts, []string, error) {
-	if !stdio.Factory.Registry().NeedsFacts(r) {
-		return nil, nil, nil
-	}
-	facts, err := detectFacts(ctx, stdio)
-	if err != nil && !r.NeedsFacts() && errors.Is(err, exitcode.ErrHost) {
-		return nil, nil, nil
-	}
-	if err != nil {
-		return nil, nil, err
-	}
-	// A recipe given some GPUs sees those only: its counts, memory, --tp and the
-	// server's CUDA_VISIBLE_DEVICES follow.
-	sub, err := facts.Subset(r.Requires.GPU.Devices)
-	if err != nil {
-		return nil, []string{err.Error()}, nil
-	}
-	return sub, gpu.Check(r.Requires, sub), nil
-}
-
-// hostProblems is the exit-4 error listing every way the host falls short, each on its
-// own line.
-func hostProblems(problems []string) error {
-	return fmt.Errorf("%w:\n  %s", exitcode.ErrHost, strings.Join(problems, "\n  "))
+	return node.HostFacts(ctx, r, stdio.Factory.Registry(), func(ctx context.Context) (*gpu.Facts, error) { return detectFacts(ctx, stdio) })
 }
 
 // newEngine loads the recipe (unless r is given) and the facts, and builds the engine; a
@@ -458,7 +396,7 @@ func (b builtEngine) refuseShort(stdio IO, c *recipeFlags) (*engine.Engine, erro
 		if b.e != nil {
 			b.e.Close()
 		}
-		return nil, hostProblems(problems)
+		return nil, node.HostProblems(problems)
 	}
 	if b.err != nil {
 		return nil, b.err
@@ -498,7 +436,7 @@ func (c *recipeFlags) buildEngine(ctx context.Context, stdio IO, r *recipe.Recip
 		Facts:               facts,
 		Root:                c.root,
 		StateDir:            c.stateDirPath(),
-		ClaimsDir:           gpuClaimsDir(stdio.Getenv, c.root),
+		ClaimsDir:           node.ClaimsDir(stdio.Getenv, c.root),
 		NewLogger:           withRecipe(stdio, newLogger, r.Name),
 		Console:             console.New(stdio.Stderr), // shared by the steps' logs and progress bars
 		IsTerminal:          isTerminal(stdio.Stderr),
@@ -564,32 +502,8 @@ func runVersion(ctx context.Context, stdio IO, args []string) error {
 	return err
 }
 
-// newCache returns the fleet cache the recipe's cache block names (nil when it has none);
-// unfinished uploads are kept in the state dir's cache-uploads.
+// newCache returns the fleet cache the recipe's cache block names, through the factory
+// (node.Cache).
 func newCache(f *Factory, r *recipe.Recipe, facts *gpu.Facts, stateDir string, logger *log.Logger) (cache.Cache, error) {
-	if r.Cache == nil {
-		return nil, nil
-	}
-	var fd map[string]any
-	if facts != nil {
-		fd = facts.TemplateData()
-	}
-	data, err := r.NewData(fd)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", exitcode.ErrUsage, err)
-	}
-	cfg, ok, err := r.CacheConfig(data)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", exitcode.ErrUsage, err)
-	}
-	if !ok {
-		return nil, nil
-	}
-	c, err := f.Cache(cache.Config{Repository: cfg.OCI, Push: cfg.Push, PlainHTTP: cfg.PlainHTTP, Digests: cfg.Digests, MinRate: cfg.MinRate},
-		cache.Options{UploadDir: filepath.Join(stateDir, "cache-uploads"),
-			Logf: func(format string, args ...any) { logger.Info(fmt.Sprintf(format, args...)) }})
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", exitcode.ErrUsage, err)
-	}
-	return c, nil
+	return node.Cache(r, facts, stateDir, logger, f.Cache)
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/exitcode"
+	"github.com/sglprov/sglprov/pkg/node"
 )
 
 // planOptions are plan's flags.
@@ -83,7 +84,7 @@ func planBody(ctx context.Context, stdio IO, o *planOptions) error {
 	// What the servers' environments hold now, against the known-bad table.
 	planErr = errors.Join(planErr, knownBadInstalled(e))
 	if len(host.short) > 0 {
-		planErr = errors.Join(hostProblems(host.short), planErr)
+		planErr = errors.Join(node.HostProblems(host.short), planErr)
 	}
 	if p == nil {
 		return planErr

@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/sglprov/sglprov/pkg/daemon"
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/recipe"
@@ -25,10 +24,7 @@ func writeRunTextfile(ctx context.Context, stdio IO, c *recipeFlags, path string
 	if lerr != nil {
 		return nil // a recipe that does not load has no node to describe: the error says why
 	}
-	m := daemon.NewApplyMetrics()
-	m.ObserveApply(r.Name, rep, err)
-	m.SetNodeInfo(c.node(stdio, nil, nil).Info(ctx, r))
-	return m.WriteTextfile(path)
+	return c.node(stdio, nil, nil).WriteRunTextfile(ctx, r, path, rep, err)
 }
 
 // recordRefusal records a run refused with err before any step ran (exit 4 or 6), so that

@@ -45,3 +45,26 @@ func (h *Hold) unlock() {
 		h.Mu.Unlock()
 	}
 }
+
+// Keep takes the lock of state dir dir (made first, as its checks want it; insecure
+// accepts one that others can write) for a command's whole life, noted as the daemon's
+// (engine.NoteDaemon), and keeps it in h for the changes it makes meanwhile; release gives
+// it back. acquire takes the lock (engine.AcquireLock when nil).
+func (h *Hold) Keep(dir string, insecure bool, acquire func(dir string) (*engine.Lock, error)) (release func(), err error) {
+	if acquire == nil {
+		acquire = engine.AcquireLock
+	}
+	if err := engine.EnsureStateDir(dir, insecure); err != nil {
+		return nil, err
+	}
+	lock, err := acquire(dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := lock.SetNote(engine.NoteDaemon); err != nil {
+		lock.Release()
+		return nil, err
+	}
+	h.Lock = lock
+	return func() { h.Lock = nil; lock.Release() }, nil
+}

@@ -49,3 +49,34 @@ func TestHold(t *testing.T) {
 		t.Errorf("the daemon's Take took the lock %d times, want none", took.Load())
 	}
 }
+
+// TestKeep: a command that keeps the node (the daemon) holds the lock for its whole life,
+// noted as the daemon's, and a change it makes meanwhile takes no lock of its own.
+func TestKeep(t *testing.T) {
+	state := t.TempDir()
+	var h node.Hold
+	release, err := h.Keep(state, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Lock == nil || engine.LockNote(state) != engine.NoteDaemon {
+		t.Errorf("kept lock %v, note %q; want the lock, noted %q", h.Lock, engine.LockNote(state), engine.NoteDaemon)
+	}
+	if _, err := engine.AcquireLock(state); !errors.Is(err, exitcode.ErrLocked) {
+		t.Errorf("another apply while kept: %v, want ErrLocked", err)
+	}
+	rel, err := h.Take(state, nil)
+	if err != nil {
+		t.Fatalf("a change under the kept lock: %v", err)
+	}
+	rel()
+	release()
+	if h.Lock != nil {
+		t.Error("the lock is still kept after release")
+	}
+	l, err := engine.AcquireLock(state)
+	if err != nil {
+		t.Fatalf("after release: %v", err)
+	}
+	l.Release()
+}
