@@ -9,7 +9,6 @@ import (
 	sglprov "github.com/sglprov/sglprov"
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/gpu"
-	"github.com/sglprov/sglprov/pkg/recipe"
 	"github.com/sglprov/sglprov/pkg/steps/download"
 )
 
@@ -62,56 +61,13 @@ func runValidate(ctx context.Context, stdio IO, args []string) error {
 	}
 	fmt.Fprintf(stdio.Stdout, "%s: recipe %q is valid (%s, %s; every step built)\n",
 		c.recipe, r.Name, plural(len(r.Steps), "step"), plural(len(r.Profiles), "profile"))
-	for _, line := range unchecked(r, standIn) {
+	for _, line := range r.Unchecked(standIn) {
 		fmt.Fprintf(stdio.Stdout, "  %s\n", line)
 	}
 	for _, w := range download.RevisionWarnings(r) {
 		fmt.Fprintf(stdio.Stderr, "%s: warning: %s\n", c.recipe, w)
 	}
 	return nil
-}
-
-// unchecked names what validate leaves to plan because it needs the host: the
-// requirements, the required commands and, when the steps were built with a stand-in
-// host's facts (standIn says why there are no real ones), the facts each step uses.
-func unchecked(r *recipe.Recipe, standIn string) []string {
-	var host []string
-	if r.RequiresSet {
-		host = append(host, "requires (the GPUs, driver and CUDA)")
-	}
-	if names := r.Commands.Names(); len(names) > 0 {
-		host = append(host, "requires.commands ("+strings.Join(names, ", ")+")")
-	}
-	for _, p := range r.Profiles {
-		if p.Match.ComputeCapability != "" {
-			host = append(host, "which profile matches the GPUs")
-			break
-		}
-	}
-	var out []string
-	if len(host) > 0 {
-		out = append(out, "unchecked, needs the host (plan checks it): "+strings.Join(host, "; "))
-	}
-	if standIn == "" {
-		return out
-	}
-	var uses []string
-	for _, s := range r.Steps {
-		var fs []string
-		for _, ref := range r.ExpandRefs(s) {
-			// The generation's folder is no host fact: it comes from the recipe's text.
-			if !strings.HasPrefix(ref, "vars.") && ref != recipe.GenerationDirRef {
-				fs = append(fs, ref)
-			}
-		}
-		if len(fs) > 0 {
-			uses = append(uses, fmt.Sprintf("step %s (%s)", s.Name, strings.Join(fs, ", ")))
-		}
-	}
-	if len(uses) > 0 {
-		out = append(out, "unchecked, rendered with a stand-in GPU ("+standIn+"): "+strings.Join(uses, "; "))
-	}
-	return out
 }
 
 func firstLine(s string) string {
