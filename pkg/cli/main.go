@@ -10,12 +10,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
-	"syscall"
-	"time"
 
 	"charm.land/log/v2"
 	"github.com/charmbracelet/x/term"
@@ -32,6 +28,7 @@ import (
 	"github.com/sglprov/sglprov/pkg/logval"
 	"github.com/sglprov/sglprov/pkg/node"
 	"github.com/sglprov/sglprov/pkg/recipe"
+	"github.com/sglprov/sglprov/pkg/stopsignal"
 )
 
 // IO is what a command reads and writes: the streams and the environment.
@@ -132,34 +129,11 @@ func Main(args []string, stdio IO) int {
 		fmt.Fprintf(stdio.Stderr, "sglprov: %v\n", unknownCommand(args[1]))
 		return exitcode.ExitUsage
 	}
-	ctx, cancel := context.WithCancelCause(context.Background())
-	defer cancel(nil)
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-	defer signal.Stop(sigs)
-	var interrupted atomic.Bool
-	go func() {
-		select {
-		case s := <-sigs:
-			interrupted.Store(s == os.Interrupt)
-			if s == os.Interrupt {
-				cancel(exitcode.ErrInterrupted) // "stopped by SIGINT"; the report records 130
-			} else {
-				cancel(fmt.Errorf("stopped by %s", signalName(s)))
-			}
-			// The first SIGINT or SIGTERM cancels the command, which stops its children and
-			// records what it did; a second one ends the process at once, whatever it
-			// waits on (the default action: a shell sees 130 for SIGINT).
-			signal.Stop(sigs)
-		case <-ctx.Done():
-		}
-	}()
-	finished := make(chan struct{})
-	defer close(finished)
-	go endAfterSignal(ctx, func() { signal.Stop(sigs) }, finished, ForceExitAfter, func() {
+	ctx, interrupted, done := stopsignal.Handle(context.Background(), ForceExitAfter, func() {
 		fmt.Fprintf(stdio.Stderr, "sglprov: still running %s after the signal; exiting now\n", ForceExitAfter)
 		os.Exit(exitcode.ExitFailed)
 	})
+	defer done()
 	stdio.run = &invocation{}
 	if stdio.Factory == nil {
 		stdio.Factory = &Factory{}
@@ -170,7 +144,7 @@ func Main(args []string, stdio IO) int {
 		return exitcode.ExitOK
 	}
 	code := exitcode.Of(err)
-	if err != nil && interrupted.Load() {
+	if err != nil && interrupted() {
 		code = ExitInterrupted
 	}
 	if err != nil && !errors.Is(err, errReported) {
@@ -191,16 +165,6 @@ func (inv *invocation) final(w io.Writer, name, key, msg string, code int) {
 		return
 	}
 	inv.newLogger(w).Error("sglprov "+name+" failed", key, msg, "exit_code", code)
-}
-
-func signalName(s os.Signal) string {
-	switch s {
-	case os.Interrupt:
-		return "SIGINT"
-	case syscall.SIGTERM:
-		return "SIGTERM"
-	}
-	return s.String()
 }
 
 // invocation is what one run of Main learns while the command parses its flags.
@@ -230,29 +194,8 @@ func (inv *invocation) permissionHint(err error) string {
 }
 
 // ForceExitAfter is how long a command may take to stop after SIGINT or SIGTERM before the
-// process ends without waiting for it: longer than any clean stop takes (a build's children
-// get 10 s, a server under the exec manager its unit's TimeoutStopSec, 90 s by default), so
-// that it ends only what waits on something deaf to the cancel.
-const ForceExitAfter = 2 * time.Minute
-
-// endAfterSignal waits for the first signal (ctx done), then gives the signals back their
-// default action, so that a second one ends the process at once, and calls exit when the
-// command has not finished within grace.
-func endAfterSignal(ctx context.Context, stop func(), finished <-chan struct{}, grace time.Duration, exit func()) {
-	select {
-	case <-ctx.Done():
-	case <-finished:
-		return
-	}
-	stop()
-	t := time.NewTimer(grace)
-	defer t.Stop()
-	select {
-	case <-finished:
-	case <-t.C:
-		exit()
-	}
-}
+// process ends without waiting for it (stopsignal.ForceExitAfter).
+const ForceExitAfter = stopsignal.ForceExitAfter
 
 // errReported marks an error whose message was already printed.
 var errReported = errors.New("reported")
@@ -466,17 +409,9 @@ func (c *recipeFlags) buildEngine(ctx context.Context, stdio IO, r *recipe.Recip
 	// is listed at once; a command a packages step installs is not required yet.
 	// Under --root the recipe is rendered for another node: its commands are that node's
 	// business, listed as unchecked (with what this host has), never refused here.
-	if len(r.Commands) > 0 {
-		look := hostcmd.PathLooker{Path: stdio.Getenv("PATH"), Getenv: stdio.Getenv}
-		v.commands = hostcmd.Check(ctx, r.Commands, e.ProvidedCommands(ctx), look)
-		if c.root != "" && c.root != "/" {
-			v.commands = hostcmd.MarkUnchecked(v.commands, "--root renders for another node, whose own PATH decides")
-		} else {
-			problems = append(problems, hostcmd.Problems(v.commands)...)
-			e.GiveCommands(r.Commands, look)
-		}
-	}
-	v.short = problems
+	var cmdProblems []string
+	v.commands, cmdProblems = node.CheckCommands(ctx, e, r, c.root, hostcmd.PathLooker{Path: stdio.Getenv("PATH"), Getenv: stdio.Getenv})
+	v.short = append(problems, cmdProblems...)
 	return builtEngine{e: e, r: r, host: v, err: engErr}, nil
 }
 

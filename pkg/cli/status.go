@@ -177,7 +177,7 @@ func writeRecipeRun(out io.Writer, rr engine.RecipeRun, running int) error {
 			fmt.Fprintf(out, "refused before any step ran: %s\n", strings.TrimSpace(rep.Error))
 			return nil
 		}
-		writeProfile(out, node.ProfileOf(rep, st))
+		node.ProfileOf(rep, st).Write(out)
 		if rep.Generation != nil {
 			fmt.Fprintf(out, "%s\n", rep.Generation.Note)
 		}
@@ -215,26 +215,4 @@ func exitAs(code int) error {
 		mark = errors.New("the last run failed")
 	}
 	return reported(fmt.Errorf("last run exited %d: %w", code, mark))
-}
-
-func writeProfile(w io.Writer, p *node.Profile) {
-	if p == nil {
-		return
-	}
-	switch {
-	case p.AllFailed:
-		fmt.Fprintf(w, "profile: every candidate failed the gate (%s)", strings.Join(p.Failed, ", "))
-		if p.Running != "" {
-			fmt.Fprintf(w, "; the unit runs %s", p.Running)
-		}
-		fmt.Fprintln(w)
-	case p.Won != "":
-		fmt.Fprintf(w, "profile: %s passed the gate", p.Won)
-		if len(p.Failed) > 0 {
-			fmt.Fprintf(w, " (failed before it: %s)", strings.Join(p.Failed, ", "))
-		}
-		fmt.Fprintln(w)
-	case p.Running != "":
-		fmt.Fprintf(w, "profile: %s (installed; the last run did not gate it)\n", p.Running)
-	}
 }

@@ -3,6 +3,9 @@ package node
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
+	"strings"
 
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/exitcode"
@@ -91,4 +94,27 @@ func ProfileOf(rep *engine.Report, st *engine.State) *Profile {
 		break
 	}
 	return p
+}
+
+// Write prints the profile as status shows it: one line, nothing for a nil p.
+func (p *Profile) Write(w io.Writer) {
+	if p == nil {
+		return
+	}
+	switch {
+	case p.AllFailed:
+		fmt.Fprintf(w, "profile: every candidate failed the gate (%s)", strings.Join(p.Failed, ", "))
+		if p.Running != "" {
+			fmt.Fprintf(w, "; the unit runs %s", p.Running)
+		}
+		fmt.Fprintln(w)
+	case p.Won != "":
+		fmt.Fprintf(w, "profile: %s passed the gate", p.Won)
+		if len(p.Failed) > 0 {
+			fmt.Fprintf(w, " (failed before it: %s)", strings.Join(p.Failed, ", "))
+		}
+		fmt.Fprintln(w)
+	case p.Running != "":
+		fmt.Fprintf(w, "profile: %s (installed; the last run did not gate it)\n", p.Running)
+	}
 }

@@ -3,6 +3,7 @@ package node_test
 import (
 	"encoding/json"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/sglprov/sglprov/pkg/engine"
@@ -47,5 +48,25 @@ func TestProfileOf(t *testing.T) {
 	}
 	if p := node.ProfileOf(nil, &engine.State{Steps: map[string]*engine.StepRecord{}}); p != nil {
 		t.Errorf("no records: ProfileOf = %+v, want nil", p)
+	}
+}
+
+// TestProfileWrite: status's profile line says which profile passed and which failed
+// before it, or that every candidate failed and what the unit runs; nil says nothing.
+func TestProfileWrite(t *testing.T) {
+	for _, tc := range []struct {
+		p    *node.Profile
+		want string
+	}{
+		{nil, ""},
+		{&node.Profile{Won: "fast", Failed: []string{"plain"}}, "profile: fast passed the gate (failed before it: plain)\n"},
+		{&node.Profile{AllFailed: true, Failed: []string{"a", "b"}, Running: "a"}, "profile: every candidate failed the gate (a, b); the unit runs a\n"},
+		{&node.Profile{Running: "a"}, "profile: a (installed; the last run did not gate it)\n"},
+	} {
+		var b strings.Builder
+		tc.p.Write(&b)
+		if b.String() != tc.want {
+			t.Errorf("%+v: %q, want %q", tc.p, b.String(), tc.want)
+		}
 	}
 }
