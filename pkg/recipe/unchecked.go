@@ -47,4 +47,3 @@ func (r *Recipe) Unchecked(standIn string) []string {
 	}
 	return out
 }
-
