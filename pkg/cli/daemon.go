@@ -3,10 +3,8 @@ package cli
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
-	"github.com/sglprov/sglprov/pkg/daemon"
 	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/node"
 	"github.com/sglprov/sglprov/pkg/recipe"
@@ -52,65 +50,15 @@ func runDaemon(ctx context.Context, stdio IO, args []string) error {
 	if err != nil {
 		return err
 	}
-	logger := newLogger(stdio.Stderr).With("component", "daemon")
-	// The node's lock, held from start to end (and each recipe's state dir's): an apply or
-	// a second daemon started beside this one is refused (exit 5) and told the daemon's
-	// pid, rather than starting a second server whose gate would pass against this
-	// daemon's.
-	var base node.Hold
-	unlock, err := holdNodeLock(stdio, c, &base)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	// The recipes' applies and rungs share the node's state dir: one at a time.
-	var nodeMu sync.Mutex
+	d := &node.Daemon{StateDir: c.stateDirPath(), Insecure: c.insecure, Acquire: stdio.Factory.Lock,
+		MetricsAddr: o.metricsAddr, Textfile: o.textfile,
+		Watch: node.Watch{Interval: o.interval, CanaryTimeout: o.canaryTimeout, Failures: o.failures, Restarts: o.restarts,
+			Log: newLogger(stdio.Stderr).With("component", "daemon"), Stderr: stdio.Stderr, Terminal: isTerminal(stdio.Stderr)}}
 	for _, w := range watches {
-		w.hold.Mu = &nodeMu
-		if w.c.stateDirPath() == c.stateDirPath() {
-			w.hold.Lock = base.Lock
-			continue
-		}
-		un, err := holdNodeLock(stdio, &w.c, &w.hold)
-		if err != nil {
-			return err
-		}
-		defer un()
+		d.Recipes = append(d.Recipes, w.c.node(stdio, &node.Hold{}, &node.Held{}))
+		d.Loaded = append(d.Loaded, w.r)
 	}
-	metrics := daemon.NewMetrics()
-	if o.metricsAddr != "" {
-		addr, stop, err := metrics.Serve(o.metricsAddr)
-		if err != nil {
-			return err
-		}
-		defer stop()
-		logger.Info("serving metrics", "addr", "http://"+addr.String()+"/metrics")
-	}
-	var textMu sync.Mutex
-	writeTextfile := func() {
-		textMu.Lock()
-		defer textMu.Unlock()
-		if err := metricsTextfile(metrics, o.textfile); err != nil {
-			logger.Warn("writing metrics textfile", "err", err)
-		}
-	}
-	errs := make(chan error, len(watches))
-	for _, w := range watches {
-		go func() {
-			n := w.c.node(stdio, &w.hold, &node.Held{})
-			errs <- n.Watch(ctx, w.r, node.Watch{Interval: o.interval, CanaryTimeout: o.canaryTimeout,
-				Failures: o.failures, Restarts: o.restarts, Metrics: metrics, Log: logger.With("recipe", w.r.Name),
-				Several: len(watches) > 1, Stderr: stdio.Stderr, Terminal: isTerminal(stdio.Stderr), AfterCheck: writeTextfile})
-		}()
-	}
-	var first error
-	for range watches {
-		if err := <-errs; err != nil && first == nil {
-			first = err
-		}
-	}
-	writeTextfile() // the last word: every recipe stopped
-	return first
+	return d.Run(ctx)
 }
 
 // daemonOptions are the daemon's flags: the recipe flags (-f repeats) and its own.
@@ -123,11 +71,10 @@ type daemonOptions struct {
 }
 
 // recipeWatch is one recipe the daemon watches, with the recipe flags it runs under
-// (its recipe file and its state dir) and what the daemon holds of its node.
+// (its recipe file and its state dir).
 type recipeWatch struct {
-	c    recipeFlags
-	r    *recipe.Recipe
-	hold node.Hold
+	c recipeFlags
+	r *recipe.Recipe
 }
 
 // recipeWatches loads each recipe file (node.LoadEach: one of each name) with the flags
@@ -150,16 +97,4 @@ func recipeWatches(stdio IO, c *recipeFlags, files []string, states node.RecipeS
 		}
 	}
 	return out, nil
-}
-
-// holdNodeLock takes the state dir of c for the daemon's whole life (node.Hold.Keep).
-func holdNodeLock(stdio IO, c *recipeFlags, hold *node.Hold) (func(), error) {
-	return hold.Keep(c.stateDirPath(), c.insecure, stdio.Factory.Lock)
-}
-
-func metricsTextfile(m *daemon.Metrics, path string) error {
-	if path == "" {
-		return nil
-	}
-	return m.WriteTextfile(path)
 }

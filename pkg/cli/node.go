@@ -51,7 +51,8 @@ func (c *recipeFlags) node(stdio IO, hold *node.Hold, held *node.Held) *node.Rec
 		Gate: func(ctx context.Context, ready time.Duration) (gate.Config, error) {
 			return smokeConfig(ctx, stdio, smokeOptions{recipe: c.recipe, sets: c.sets, insecure: c.insecure, readyTimeout: ready})
 		},
-		Hold: func() (func(), error) { return hold.Take(c.stateDirPath(), stdio.Factory.Lock) },
-		Held: held,
+		Holds:   hold,
+		Acquire: stdio.Factory.Lock,
+		Held:    held,
 	}
 }

@@ -39,8 +39,11 @@ type Recipe struct {
 	// Gate is the recipe's whole smoke gate, readiness bounded by ready (0: the recipe's
 	// own ready_timeout).
 	Gate func(ctx context.Context, ready time.Duration) (gate.Config, error)
-	// Hold takes the node for a change of what serves; release gives it back.
-	Hold func() (release func(), err error)
+	// Holds is what the command holds of the node beyond one change (nil: nothing, each
+	// change takes the state dir's lock); Acquire takes that lock (engine.AcquireLock when
+	// nil).
+	Holds   *Hold
+	Acquire func(dir string) (*engine.Lock, error)
 	// Held is the engine of the last apply, kept open (nil: none is kept).
 	Held *Held
 }
@@ -71,6 +74,15 @@ func (h *Held) Set(e *engine.Engine) {
 		h.e.Close()
 	}
 	h.e = e
+}
+
+// Hold takes the node for a change of what serves (Hold.Take); release gives it back.
+func (n *Recipe) Hold() (release func(), err error) {
+	h := n.Holds
+	if h == nil {
+		h = &Hold{}
+	}
+	return h.Take(n.StateDir, n.Acquire)
 }
 
 // withEngine calls f with the held engine, or with one made for the purpose (closed

@@ -75,13 +75,6 @@ func realRecipe(t *testing.T, path, state string, sets *[]string) *node.Recipe {
 		}
 		return spec.Config(func(string) string { return "" })
 	}
-	n.Hold = func() (func(), error) {
-		lock, err := engine.AcquireLock(state)
-		if err != nil {
-			return nil, err
-		}
-		return func() { lock.Release() }, nil
-	}
 	return n
 }
 
