@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
-	"text/tabwriter"
 
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/gpu"
@@ -35,36 +33,7 @@ func runKnownBad(ctx context.Context, stdio IO, args []string) error {
 		}
 		return nil
 	}
-	fmt.Fprintf(stdio.Stdout, "known-bad combinations, table %s (validate checks the recipe's pins; plan and apply the installed packages)\n\n", knownbad.TableVersion)
-	w := tabwriter.NewWriter(stdio.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "ID\tPACKAGES\tGPU\tFLAGS")
-	for _, r := range rows {
-		var pk, fl []string
-		for _, p := range r.Packages {
-			pk = append(pk, strings.Join(p.Names, "|")+p.Range)
-		}
-		for _, f := range r.Flags {
-			fl = append(fl, strings.TrimSpace(f.Name+" "+f.ValuePrefix+"*"))
-		}
-		gpuCol := "any"
-		if r.ComputeCapabilityMajor != 0 {
-			gpuCol = fmt.Sprintf("sm_%dx", r.ComputeCapabilityMajor)
-		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", r.ID, orDash(strings.Join(pk, ", ")), gpuCol, orDash(strings.Join(fl, " ")))
-	}
-	w.Flush()
-	for _, r := range rows {
-		fmt.Fprintf(stdio.Stdout, "\n%s\n  why:     %s\n  fix:     %s\n  source:  %s\n  checked: %s\n",
-			r.ID, r.Reason, r.Fix, strings.Join(r.Sources, ", "), r.Checked)
-	}
-	return nil
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
+	return knownbad.WriteTable(stdio.Stdout, rows)
 }
 
 // knownBadPins checks the recipe's pins and launch lines with the GPUs of facts against
