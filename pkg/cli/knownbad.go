@@ -11,17 +11,22 @@ import (
 	"github.com/sglprov/sglprov/pkg/recipe"
 )
 
+// knownBadOptions are known-bad's flags.
+type knownBadOptions struct {
+	json bool
+}
+
 // runKnownBad is `sglprov known-bad`: the table of known-bad combinations that validate
 // checks a recipe's pins against, and plan and apply the installed packages.
 func runKnownBad(ctx context.Context, stdio IO, args []string) error {
-	var asJSON bool
+	var o knownBadOptions
 	fs := newFlags("known-bad", stdio)
-	fs.BoolVar(&asJSON, "json", false, "print the table as JSON")
+	fs.BoolVar(&o.json, "json", false, "print the table as JSON")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	rows := knownbad.Table()
-	if asJSON {
+	if o.json {
 		enc := json.NewEncoder(stdio.Stdout)
 		enc.SetIndent("", "  ")
 		enc.SetEscapeHTML(false)

@@ -420,15 +420,20 @@ func isTerminal(w io.Writer) bool {
 	return ok && term.IsTerminal(f.Fd())
 }
 
+// versionOptions are version's flags.
+type versionOptions struct {
+	json bool
+}
+
 func runVersion(ctx context.Context, stdio IO, args []string) error {
-	var asJSON bool
+	var o versionOptions
 	fs := newFlags("version", stdio)
-	fs.BoolVar(&asJSON, "json", false, "print the build's facts as JSON")
+	fs.BoolVar(&o.json, "json", false, "print the build's facts as JSON")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	info := buildinfo.Read()
-	if asJSON {
+	if o.json {
 		enc := json.NewEncoder(stdio.Stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(info)

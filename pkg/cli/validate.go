@@ -12,10 +12,16 @@ import (
 	"github.com/sglprov/sglprov/pkg/steps/download"
 )
 
+// validateOptions are validate's flags: the recipe flags alone.
+type validateOptions struct {
+	recipeFlags
+}
+
 func runValidate(ctx context.Context, stdio IO, args []string) error {
-	var c recipeFlags
+	var o validateOptions
 	fs := newFlags("validate", stdio)
-	c.register(fs, stdio)
+	o.register(fs, stdio)
+	c := &o.recipeFlags
 	if err := parse(fs, args); err != nil {
 		return err
 	}
