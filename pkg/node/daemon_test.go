@@ -42,17 +42,17 @@ func TestDaemonRun(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
-	// Each recipe's first apply ends with the textfile written: wait for both recipes in it.
+	// Each recipe's first apply ends with the textfile written: wait for both applies in it.
 	var text string
 	for deadline := time.Now().Add(time.Minute); ; {
 		b, _ := os.ReadFile(textfile)
 		text = string(b)
-		if strings.Contains(text, `recipe="d1"`) && strings.Contains(text, `recipe="d2"`) {
+		if strings.Contains(text, `sglprov_apply_success{recipe="d1"} 1`) && strings.Contains(text, `sglprov_apply_success{recipe="d2"} 1`) {
 			break
 		}
 		if time.Now().After(deadline) {
 			cancel()
-			t.Fatalf("no textfile naming both recipes after a minute: %q (Run: %v)", text, <-done)
+			t.Fatalf("no textfile with both applies after a minute: %q (Run: %v)", text, <-done)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -63,9 +63,12 @@ func TestDaemonRun(t *testing.T) {
 		t.Errorf("an apply beside the daemon: %v, want ErrLocked", err)
 	}
 	for _, name := range []string{"d1", "d2"} {
+		if !strings.Contains(text, `sglprov_node_info{generation="",model="",profile="",recipe="`+name+`"`) {
+			t.Errorf("textfile lacks the node info of %s:\n%s", name, text)
+		}
 		st, err := engine.LoadRecipeState(state, name)
 		if err != nil || st.Steps["s"] == nil || st.Steps["s"].Result != engine.ResultOK {
-			t.Errorf("recipe %s not applied: %+v, %v", name, st, err)
+			t.Errorf("recipe %s not applied: %+v, %v", name, st.Steps["s"], err)
 		}
 	}
 	cancel()
