@@ -7,47 +7,54 @@ import (
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/node"
 )
 
+// applyOptions are apply's flags.
+type applyOptions struct {
+	recipeFlags
+	only, force multi
+	verify      bool
+	jobs        int
+	textfile    string
+}
+
 func runApply(ctx context.Context, stdio IO, args []string) error {
-	var c common
-	var only, force multi
-	var verify bool
-	var jobs int
-	var textfile string
+	var o applyOptions
 	fs := newFlags("apply", stdio)
-	c.register(fs, stdio)
-	fs.Var(&only, "only", "run just these steps, `STEP[,STEP]` (repeatable)")
-	fs.Var(&force, "force", "run this step even when it would be skipped, `STEP[,STEP]` (repeatable)")
-	fs.BoolVar(&verify, "verify", false, "re-check every output fully (re-hash downloads)")
-	fs.IntVar(&jobs, "jobs", 4, "steps to run at once")
-	fs.StringVar(&textfile, "textfile", "", "write the run's metrics to `FILE` for node_exporter's textfile collector")
+	o.register(fs, stdio)
+	fs.Var(&o.only, "only", "run just these steps, `STEP[,STEP]` (repeatable)")
+	fs.Var(&o.force, "force", "run this step even when it would be skipped, `STEP[,STEP]` (repeatable)")
+	fs.BoolVar(&o.verify, "verify", false, "re-check every output fully (re-hash downloads)")
+	fs.IntVar(&o.jobs, "jobs", 4, "steps to run at once")
+	fs.StringVar(&o.textfile, "textfile", "", "write the run's metrics to `FILE` for node_exporter's textfile collector")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	rep, err := apply(ctx, stdio, &c, func(o *engine.Options) {
-		o.Only, o.Force = splitList(only.String()), splitList(force.String())
-		o.Verify, o.Concurrency = verify, jobs
+	rep, err := apply(ctx, stdio, &o.recipeFlags, func(e *engine.Options) {
+		e.Only, e.Force = splitList(o.only.String()), splitList(o.force.String())
+		e.Verify, e.Concurrency = o.verify, o.jobs
 	})
-	if terr := writeRunTextfile(ctx, stdio, &c, textfile, rep, err); terr != nil {
+	if terr := writeRunTextfile(ctx, stdio, &o.recipeFlags, o.textfile, rep, err); terr != nil {
 		fmt.Fprintf(stdio.Stderr, "sglprov apply: writing the metrics textfile: %v\n", terr)
 	}
 	return err
 }
 
 // apply runs one apply under the state lock and prints its summary.
-func apply(ctx context.Context, stdio IO, c *common, mod func(*engine.Options)) (*engine.Report, error) {
-	rep, e, err := applyKeep(ctx, stdio, c, mod)
+func apply(ctx context.Context, stdio IO, c *recipeFlags, mod func(*engine.Options)) (*engine.Report, error) {
+	rep, e, err := applyKeep(ctx, stdio, c, &node.Hold{}, mod)
 	if e != nil {
 		e.Close()
 	}
 	return rep, err
 }
 
-// applyKeep is apply that hands back the engine, not closed, when one was made: what its
-// steps hold (an exec-managed server) lives until the caller closes it.
-func applyKeep(ctx context.Context, stdio IO, c *common, mod func(*engine.Options)) (*engine.Report, *engine.Engine, error) {
-	r, err := c.loadRecipe()
+// applyKeep is apply, under what hold holds of the node, that hands back the engine, not
+// closed, when one was made: what its steps hold (an exec-managed server) lives until the
+// caller closes it.
+func applyKeep(ctx context.Context, stdio IO, c *recipeFlags, hold *node.Hold, mod func(*engine.Options)) (*engine.Report, *engine.Engine, error) {
+	r, err := c.loadRecipe(stdio)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -55,15 +62,15 @@ func applyKeep(ctx context.Context, stdio IO, c *common, mod func(*engine.Option
 	if err := engine.EnsureStateDir(dir, c.insecure); err != nil {
 		return nil, nil, err
 	}
-	release, err := c.holdNode(stdio)
+	release, err := hold.Take(dir, stdio.Factory.Lock)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer release()
-	if c.lock != nil {
+	if hold.Lock != nil {
 		// The daemon holds the node's lock; others see it applying meanwhile.
-		_ = c.lock.SetNote(engine.NoteDaemonApplying)
-		defer c.lock.SetNote(engine.NoteDaemon)
+		_ = hold.Lock.SetNote(engine.NoteDaemonApplying)
+		defer hold.Lock.SetNote(engine.NoteDaemon)
 	}
 	started := time.Now()
 	e, _, err := c.newEngine(ctx, stdio, r, mod)

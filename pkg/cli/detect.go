@@ -10,16 +10,21 @@ import (
 	"github.com/sglprov/sglprov/pkg/hostcmd"
 )
 
+// detectOptions are detect's flags.
+type detectOptions struct {
+	json bool
+}
+
 func runDetect(ctx context.Context, stdio IO, args []string) error {
-	var asJSON bool
+	var o detectOptions
 	fs := newFlags("detect", stdio)
-	fs.BoolVar(&asJSON, "json", false, "print the facts as JSON")
+	fs.BoolVar(&o.json, "json", false, "print the facts as JSON")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	facts, err := detectFacts(ctx, stdio)
 	if err != nil {
-		if asJSON {
+		if o.json {
 			// A script reading --json gets JSON either way: the error and its exit code.
 			writeDetectError(stdio, err)
 		}
@@ -29,7 +34,7 @@ func runDetect(ctx context.Context, stdio IO, args []string) error {
 	// falls short (the facts are still shown).
 	var noGPU error
 	if len(facts.GPUs) == 0 {
-		noGPU = &exitError{msg: "no NVIDIA GPU found: NVML works (driver " + facts.DriverVersion + ") but reports no GPU", kind: exitcode.ErrHost}
+		noGPU = &exitcode.Error{Msg: "no NVIDIA GPU found: NVML works (driver " + facts.DriverVersion + ") but reports no GPU", Kind: exitcode.ErrHost}
 	}
 	// The CUDA toolkit (nvcc) is not the driver's CUDA: show both when nvcc is found (on the
 	// PATH, or where CUDA builds look for it).
@@ -37,7 +42,7 @@ func runDetect(ctx context.Context, stdio IO, args []string) error {
 	if f := (hostcmd.PathLooker{Path: stdio.Getenv("PATH"), Getenv: stdio.Getenv}).Lookup(ctx, "nvcc"); f.Path != "" {
 		nvcc = &f
 	}
-	if asJSON {
+	if o.json {
 		enc := json.NewEncoder(stdio.Stdout)
 		enc.SetIndent("", "  ")
 		out := struct {

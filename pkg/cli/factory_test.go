@@ -13,6 +13,8 @@ import (
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/gpu"
+	"github.com/sglprov/sglprov/pkg/recipe"
+	"github.com/sglprov/sglprov/pkg/steps"
 )
 
 // countingFacts is a Factory whose facts are the fixture's, counting the reads.
@@ -74,52 +76,10 @@ steps:
 	}
 }
 
-// TestHoldNode: a change of what serves takes the state dir's lock, which a second holder
-// is refused (exit 3) until the first lets go; under the daemon, which holds the lock from
-// start to end, it takes none.
-func TestHoldNode(t *testing.T) {
-	state := t.TempDir()
-	stdio := IO{Getenv: func(string) string { return "" }, Factory: &Factory{}}
-	a, b := &common{stateDir: state}, &common{stateDir: state}
-	release, err := a.holdNode(stdio)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.holdNode(stdio); !errors.Is(err, exitcode.ErrLocked) {
-		t.Errorf("second holder: %v, want ErrLocked", err)
-	}
-	release()
-	again, err := b.holdNode(stdio)
-	if err != nil {
-		t.Fatalf("after release: %v", err)
-	}
-	again()
-
-	lock, err := engine.AcquireLock(state)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lock.Release()
-	var took atomic.Int32
-	daemonIO := IO{Factory: &Factory{AcquireLock: func(dir string) (*engine.Lock, error) {
-		took.Add(1)
-		return engine.AcquireLock(dir)
-	}}}
-	d := &common{stateDir: state, lock: lock}
-	rel, err := d.holdNode(daemonIO)
-	if err != nil {
-		t.Fatalf("the daemon's holdNode: %v", err)
-	}
-	rel()
-	if took.Load() != 0 {
-		t.Errorf("the daemon's holdNode took the lock %d times, want none", took.Load())
-	}
-}
-
 // TestBuildEngineKeepsShortHost: the engine's inputs are the command's flags and the
 // factory's facts; what building it found of the host comes back beside it, not in the
-// flags' struct: a host that falls short gets its engine and its problems when asked to
-// (plan), and an exit-4 error otherwise.
+// flags' struct: a host that falls short gets its engine and its problems from buildEngine
+// (plan shows them), and an exit-4 error from newEngine (apply).
 func TestBuildEngineKeepsShortHost(t *testing.T) {
 	dir := t.TempDir()
 	path := writeRecipe(t, dir, `apiVersion: sglprov/v1
@@ -132,16 +92,63 @@ steps:
 `)
 	f, _ := countingFacts(t, false)
 	stdio := IO{Stdin: strings.NewReader(""), Stdout: io.Discard, Stderr: io.Discard, Getenv: func(string) string { return "" }, Factory: f}
-	c := &common{recipe: path, stateDir: filepath.Join(dir, "st"), logLevel: "info", logFormat: "text"}
-	e, _, host, err := c.buildEngine(context.Background(), stdio, nil, nil, true)
-	if err != nil || e == nil {
-		t.Fatalf("buildEngine keeping a short host: %v", err)
+	c := &recipeFlags{recipe: path, stateDir: filepath.Join(dir, "st"), logLevel: "info", logFormat: "text"}
+	b, err := c.buildEngine(context.Background(), stdio, nil, nil)
+	if err != nil || b.e == nil || b.err != nil {
+		t.Fatalf("buildEngine on a short host: %v, %v", err, b.err)
 	}
-	e.Close()
-	if len(host.short) != 1 || host.short[0] != "host has 1 GPU; this recipe needs at least 8" {
+	b.e.Close()
+	if host := b.host; len(host.short) != 1 || host.short[0] != "host has 1 GPU; this recipe needs at least 8" {
 		t.Errorf("short = %q", host.short)
 	}
 	if _, _, err := c.newEngine(context.Background(), stdio, nil, nil); !errors.Is(err, exitcode.ErrHost) {
 		t.Errorf("newEngine on a short host: %v, want ErrHost", err)
+	}
+}
+
+// TestFactoryBuildsOnceAndSwaps: one apply (its engine, its metrics textfile) parses the
+// recipe once, and the recipe's parser and the engine's constructor are the factory's: a
+// test's own ones are the ones the command calls.
+func TestFactoryBuildsOnceAndSwaps(t *testing.T) {
+	dir := t.TempDir()
+	path := writeRecipe(t, dir, `apiVersion: sglprov/v1
+name: swapped
+steps:
+  - name: hello
+    command: {argv: ["true"]}
+`)
+	var loads, engines atomic.Int32
+	f := &Factory{
+		LoadRecipe: func(p string, sets []string) (*recipe.Recipe, error) {
+			loads.Add(1)
+			return recipe.Load(p, steps.Specs(steps.Registry()), sets)
+		},
+		NewEngine: func(o engine.Options) (*engine.Engine, error) {
+			engines.Add(1)
+			return engine.New(o)
+		},
+	}
+	var stderr strings.Builder
+	code := Main([]string{"sglprov", "apply", "-f", path, "--state-dir", filepath.Join(dir, "st"), "--textfile", filepath.Join(dir, "m.prom")},
+		IO{Stdin: strings.NewReader(""), Stdout: io.Discard, Stderr: &stderr, Getenv: func(string) string { return "" }, Factory: f})
+	if code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, stderr.String())
+	}
+	if loads.Load() != 1 {
+		t.Errorf("recipe parsed %d times in one apply, want once", loads.Load())
+	}
+	if engines.Load() == 0 {
+		t.Errorf("the factory's engine constructor was not called")
+	}
+	// The daemon (Fresh) reads the recipe again at every use: it watches it change.
+	fresh := &Factory{Fresh: true, LoadRecipe: f.LoadRecipe}
+	before := loads.Load()
+	for range 2 {
+		if _, err := fresh.Recipe(path, nil, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if loads.Load()-before != 2 {
+		t.Errorf("fresh factory parsed the recipe %d times in 2 uses, want 2", loads.Load()-before)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/fitness"
 	"github.com/sglprov/sglprov/pkg/gpu"
+	"github.com/sglprov/sglprov/pkg/node"
 	"github.com/sglprov/sglprov/pkg/recipe"
 )
 
@@ -16,12 +17,7 @@ func fitnessProblems(stdio IO, facts *gpu.Facts, r *recipe.Recipe, e *engine.Eng
 	if facts == nil || len(facts.GPUs) == 0 {
 		return nil
 	}
-	var replaced []string
-	if e != nil && e.ReplacesApplied() {
-		// Under the exec manager replaces: is not applied: the replaced servers stay.
-		replaced = replacedUnits(r, stateDir)
-	}
-	res := fitness.Check(facts, r.Requires.GPU, fitness.Options{Unit: serviceUnit(e, r), Replaced: replaced})
+	res := fitness.Check(facts, r.Requires.GPU, node.FitnessOptions(e, r, stateDir))
 	for _, p := range res.Warnings {
 		fmt.Fprintf(stdio.Stderr, "warning: host fitness (requires.gpu.%s: warn): %s\n", p.Check, p)
 	}
@@ -32,46 +28,6 @@ func fitnessProblems(stdio IO, facts *gpu.Facts, r *recipe.Recipe, e *engine.Eng
 	if len(out) > 0 {
 		for _, u := range res.Unchecked {
 			fmt.Fprintf(stdio.Stderr, "note: host fitness unchecked: %s\n", u)
-		}
-	}
-	return out
-}
-
-// serviceUnit returns the systemd unit of the recipe's first service step ("" when it has
-// none): its own processes on the GPUs are not another server's.
-func serviceUnit(e *engine.Engine, r *recipe.Recipe) string {
-	if e == nil {
-		return ""
-	}
-	for _, s := range e.Services() {
-		if s.Step.ServiceName() != "" {
-			return s.Step.ServiceName()
-		}
-	}
-	return ""
-}
-
-// replacedUnits returns the systemd units the recipes r replaces installed, as their state
-// records them: a model switch stops them only after the preflight, so their servers on the
-// GPUs are expected then.
-func replacedUnits(r *recipe.Recipe, stateDir string) []string {
-	if len(r.Replaces) == 0 {
-		return nil
-	}
-	states, err := engine.LoadStates(stateDir)
-	if err != nil || states == nil {
-		return nil
-	}
-	var out []string
-	for _, name := range r.Replaces {
-		st := states.Recipes[name]
-		if st == nil {
-			continue
-		}
-		for _, o := range st.Owns {
-			if o.Kind == engine.OwnedUnit {
-				out = append(out, o.Path)
-			}
 		}
 	}
 	return out

@@ -93,18 +93,8 @@ func (fs *flagSet) nearestFlag(name string) string {
 
 // usageError is a bad-usage error (exit 2) that says where the command's help is.
 func usageError(cmd, msg string) error {
-	return &exitError{msg: fmt.Sprintf("%s\nRun 'sglprov %s --help' for usage.", msg, cmd), kind: exitcode.ErrUsage}
+	return &exitcode.Error{Msg: fmt.Sprintf("%s\nRun 'sglprov %s --help' for usage.", msg, cmd), Kind: exitcode.ErrUsage}
 }
-
-// exitError is an error with its own message that carries the exit code of kind (one of
-// engine's Err* values) without repeating kind's text.
-type exitError struct {
-	msg  string
-	kind error
-}
-
-func (e *exitError) Error() string { return e.msg }
-func (e *exitError) Unwrap() error { return e.kind }
 
 // flagNameInError finds the flag the standard library's error messages name ("-name").
 var flagNameInError = regexp.MustCompile(`(flag(?: provided but not defined:| needs an argument:)? )-([A-Za-z0-9][A-Za-z0-9_-]+)`)

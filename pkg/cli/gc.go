@@ -10,13 +10,18 @@ import (
 // files of unfinished downloads, and what removed recipes left where no recipe uses it
 // now (engine.GC). It says how much each frees.
 func runGC(ctx context.Context, stdio IO, args []string) error {
-	var c common
-	var dryRun bool
+	var o gcOptions
 	fs := newFlags("gc", stdio)
-	c.register(fs, stdio)
-	fs.BoolVar(&dryRun, "dry-run", false, "say what would be freed; change nothing")
+	o.register(fs, stdio)
+	fs.BoolVar(&o.dryRun, "dry-run", false, "say what would be freed; change nothing")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	return engine.GC(ctx, engine.GCOptions{StateDir: c.stateDirPath(), Root: c.root, DryRun: dryRun, Out: stdio.Stdout})
+	return engine.GC(ctx, engine.GCOptions{StateDir: o.stateDirPath(), Root: o.root, DryRun: o.dryRun, Out: stdio.Stdout})
+}
+
+// gcOptions are gc's flags.
+type gcOptions struct {
+	recipeFlags
+	dryRun bool
 }

@@ -154,7 +154,7 @@ func unknownCommand(name string) error {
 	if s := nearest(name); s != "" {
 		msg += fmt.Sprintf("; did you mean %s?", s)
 	}
-	return &exitError{msg: msg + "\nRun 'sglprov --help' for the list of commands.", kind: exitcode.ErrUsage}
+	return &exitcode.Error{Msg: msg + "\nRun 'sglprov --help' for the list of commands.", Kind: exitcode.ErrUsage}
 }
 
 // nearest returns the command whose name is closest to name (edit distance at most 2, or

@@ -10,13 +10,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"sync"
-	"sync/atomic"
-	"syscall"
-	"time"
 
 	"charm.land/log/v2"
 	"github.com/charmbracelet/x/term"
@@ -30,8 +25,10 @@ import (
 	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/hostcmd"
+	"github.com/sglprov/sglprov/pkg/logval"
+	"github.com/sglprov/sglprov/pkg/node"
 	"github.com/sglprov/sglprov/pkg/recipe"
-	"github.com/sglprov/sglprov/pkg/steps"
+	"github.com/sglprov/sglprov/pkg/stopsignal"
 )
 
 // IO is what a command reads and writes: the streams and the environment.
@@ -132,34 +129,11 @@ func Main(args []string, stdio IO) int {
 		fmt.Fprintf(stdio.Stderr, "sglprov: %v\n", unknownCommand(args[1]))
 		return exitcode.ExitUsage
 	}
-	ctx, cancel := context.WithCancelCause(context.Background())
-	defer cancel(nil)
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-	defer signal.Stop(sigs)
-	var interrupted atomic.Bool
-	go func() {
-		select {
-		case s := <-sigs:
-			interrupted.Store(s == os.Interrupt)
-			if s == os.Interrupt {
-				cancel(exitcode.ErrInterrupted) // "stopped by SIGINT"; the report records 130
-			} else {
-				cancel(fmt.Errorf("stopped by %s", signalName(s)))
-			}
-			// The first SIGINT or SIGTERM cancels the command, which stops its children and
-			// records what it did; a second one ends the process at once, whatever it
-			// waits on (the default action: a shell sees 130 for SIGINT).
-			signal.Stop(sigs)
-		case <-ctx.Done():
-		}
-	}()
-	finished := make(chan struct{})
-	defer close(finished)
-	go endAfterSignal(ctx, func() { signal.Stop(sigs) }, finished, ForceExitAfter, func() {
+	ctx, interrupted, done := stopsignal.Handle(context.Background(), ForceExitAfter, func() {
 		fmt.Fprintf(stdio.Stderr, "sglprov: still running %s after the signal; exiting now\n", ForceExitAfter)
 		os.Exit(exitcode.ExitFailed)
 	})
+	defer done()
 	stdio.run = &invocation{}
 	if stdio.Factory == nil {
 		stdio.Factory = &Factory{}
@@ -170,7 +144,7 @@ func Main(args []string, stdio IO) int {
 		return exitcode.ExitOK
 	}
 	code := exitcode.Of(err)
-	if err != nil && interrupted.Load() {
+	if err != nil && interrupted() {
 		code = ExitInterrupted
 	}
 	if err != nil && !errors.Is(err, errReported) {
@@ -191,16 +165,6 @@ func (inv *invocation) final(w io.Writer, name, key, msg string, code int) {
 		return
 	}
 	inv.newLogger(w).Error("sglprov "+name+" failed", key, msg, "exit_code", code)
-}
-
-func signalName(s os.Signal) string {
-	switch s {
-	case os.Interrupt:
-		return "SIGINT"
-	case syscall.SIGTERM:
-		return "SIGTERM"
-	}
-	return s.String()
 }
 
 // invocation is what one run of Main learns while the command parses its flags.
@@ -230,29 +194,8 @@ func (inv *invocation) permissionHint(err error) string {
 }
 
 // ForceExitAfter is how long a command may take to stop after SIGINT or SIGTERM before the
-// process ends without waiting for it: longer than any clean stop takes (a build's children
-// get 10 s, a server under the exec manager its unit's TimeoutStopSec, 90 s by default), so
-// that it ends only what waits on something deaf to the cancel.
-const ForceExitAfter = 2 * time.Minute
-
-// endAfterSignal waits for the first signal (ctx done), then gives the signals back their
-// default action, so that a second one ends the process at once, and calls exit when the
-// command has not finished within grace.
-func endAfterSignal(ctx context.Context, stop func(), finished <-chan struct{}, grace time.Duration, exit func()) {
-	select {
-	case <-ctx.Done():
-	case <-finished:
-		return
-	}
-	stop()
-	t := time.NewTimer(grace)
-	defer t.Stop()
-	select {
-	case <-finished:
-	case <-t.C:
-		exit()
-	}
-}
+// process ends without waiting for it (stopsignal.ForceExitAfter).
+const ForceExitAfter = stopsignal.ForceExitAfter
 
 // errReported marks an error whose message was already printed.
 var errReported = errors.New("reported")
@@ -265,8 +208,8 @@ func reported(err error) error {
 	return fmt.Errorf("%w%w", errReported, err)
 }
 
-// common are the flags every recipe command takes.
-type common struct {
+// recipeFlags are the flags every recipe command takes: their values only.
+type recipeFlags struct {
 	recipe    string
 	sets      kvList
 	stateDir  string
@@ -274,12 +217,6 @@ type common struct {
 	logFormat string
 	logLevel  string
 	insecure  bool
-
-	// lock is the state dir's lock when the command holds it from start to end (the
-	// daemon, between its applies too): applyKeep and the daemon's rungs take none then.
-	lock *engine.Lock
-	// nodeMu, with lock, makes the daemon's recipes apply and repair one at a time.
-	nodeMu *sync.Mutex
 }
 
 // hostVerdict is what building the engine found of the host besides the engine: the
@@ -288,6 +225,9 @@ type common struct {
 type hostVerdict struct {
 	commands []hostcmd.Result
 	short    []string
+	// facts are the host's GPU facts the engine was built with (nil when the recipe
+	// needs none).
+	facts *gpu.Facts
 }
 
 // multi is a repeatable flag whose values are kept in order.
@@ -297,7 +237,7 @@ func (m *multi) String() string     { return strings.Join(*m, ",") }
 func (m *multi) Set(v string) error { *m = append(*m, v); return nil }
 
 // register adds the common flags to fs.
-func (c *common) register(fs *flagSet, stdio IO) {
+func (c *recipeFlags) register(fs *flagSet, stdio IO) {
 	stateDir := DefaultStateDir
 	envStateDir := stdio.Getenv("SGLPROV_STATE_DIR")
 	if envStateDir != "" {
@@ -336,158 +276,110 @@ func (c *common) register(fs *flagSet, stdio IO) {
 // stateDirPath returns the state directory. Under --root the built-in default
 // (/var/lib/sglprov) moves under the root with every other host path; a directory given
 // with --state-dir or SGLPROV_STATE_DIR stays where it was given.
-func (c *common) stateDirPath() string {
+func (c *recipeFlags) stateDirPath() string {
 	if c.stateDir != DefaultStateDir {
 		return c.stateDir
 	}
 	return engine.HostPath(c.root, c.stateDir)
 }
 
-// logger returns a logger for the chosen format writing to w.
-func (c *common) newLoggerFunc() (func(w io.Writer) *log.Logger, error) {
-	var fmtr log.Formatter
-	// Machines get whole timestamps (RFC 3339, UTC offset, milliseconds); people on a
-	// terminal get the time of day.
-	timeFormat := "2006-01-02T15:04:05.000Z07:00"
-	switch c.logFormat {
-	case "text", "":
-		fmtr, timeFormat = log.TextFormatter, "15:04:05"
-	case "json":
-		fmtr = log.JSONFormatter
-	case "logfmt":
-		fmtr = log.LogfmtFormatter
-	default:
-		return nil, fmt.Errorf("%w: --log-format %q: want text, json or logfmt", exitcode.ErrUsage, c.logFormat)
-	}
-	level, err := log.ParseLevel(c.logLevel)
-	if err != nil {
-		return nil, fmt.Errorf("%w: --log-level %q: want debug, info, warn or error", exitcode.ErrUsage, c.logLevel)
-	}
-	return func(w io.Writer) *log.Logger {
-		return log.NewWithOptions(w, log.Options{Formatter: fmtr, Level: level, ReportTimestamp: true, TimeFormat: timeFormat})
-	}, nil
+// newLoggerFunc returns a logger maker for the chosen format and level
+// (logval.NewLoggerFunc).
+func (c *recipeFlags) newLoggerFunc() (func(w io.Writer) *log.Logger, error) {
+	return logval.NewLoggerFunc(c.logFormat, c.logLevel)
 }
 
-// loadRecipe checks the recipe file's permissions and parses it.
-func (c *common) loadRecipe() (*recipe.Recipe, error) {
-	if c.recipe == "" {
-		return nil, fmt.Errorf("%w: no recipe: give -f RECIPE", exitcode.ErrUsage)
-	}
-	if !c.insecure {
-		if err := engine.CheckPermissions(c.recipe); err != nil {
-			if errors.Is(err, exitcode.ErrUsage) {
-				return nil, err
-			}
-			return nil, fmt.Errorf("%w: reading recipe: %v", exitcode.ErrUsage, err)
-		}
-	}
-	r, err := recipe.Load(c.recipe, steps.Specs(steps.Registry()), c.sets)
-	if err != nil {
-		var ps recipe.Problems
-		if errors.As(err, &ps) {
-			return nil, fmt.Errorf("%w: %s in the recipe:\n%v", exitcode.ErrUsage, plural(len(ps), "problem"), ps)
-		}
-		return nil, fmt.Errorf("%w: %v", exitcode.ErrUsage, err)
-	}
-	return r, nil
+// loadRecipe checks the recipe file's permissions and parses it (stdio's factory: once
+// per command).
+func (c *recipeFlags) loadRecipe(stdio IO) (*recipe.Recipe, error) {
+	return stdio.Factory.Recipe(c.recipe, c.sets, c.insecure)
 }
 
-// detectFacts reads the host's GPU facts and maps NVML's failures to the exit-code
-// contract: a driver/library mismatch is exit 6, no NVML library exit 4, a bad
-// SGLPROV_GPU_FIXTURE file exit 2. A host where NVML works but finds no GPU returns its
-// facts (zero GPUs) without error.
+// detectFacts reads the host's GPU facts through the factory, its failures mapped to the
+// exit-code contract (node.DetectFacts).
 func detectFacts(ctx context.Context, stdio IO) (*gpu.Facts, error) {
-	facts, err := stdio.Factory.Facts(ctx, stdio.Getenv)
-	switch {
-	case err == nil, errors.Is(err, gpu.ErrNoGPU):
-		return facts, nil
-	case errors.Is(err, gpu.ErrDriverMismatch):
-		// The mismatch's own message ends in "reboot required": say it once.
-		return nil, &exitError{msg: err.Error(), kind: exitcode.ErrReboot}
-	case errors.Is(err, gpu.ErrNoLibrary):
-		return nil, &exitError{msg: noNVML, kind: exitcode.ErrHost}
-	case stdio.Getenv(gpu.FixtureEnv) != "":
-		return nil, &exitError{msg: fmt.Sprintf("%v (%s names the file)", err, gpu.FixtureEnv), kind: exitcode.ErrUsage}
-	}
-	return nil, fmt.Errorf("detecting GPUs: %w", err)
+	return node.DetectFacts(ctx, func(ctx context.Context) (*gpu.Facts, error) { return stdio.Factory.Facts(ctx, stdio.Getenv) }, stdio.Getenv)
 }
 
-// noNVML is what sglprov says when the NVML library cannot be loaded.
-const noNVML = `NVML (libnvidia-ml.so.1) could not be loaded.
-  Check the NVIDIA driver: nvidia-smi should list the GPUs; ldconfig -p | grep libnvidia-ml
-  should find the library; lsmod | grep nvidia should show the kernel module.
-  On a host without a GPU, SGLPROV_GPU_FIXTURE=FILE describes one (see testdata/gpu/).`
-
-// hostFacts detects the GPUs when the recipe needs them and checks the GPU requirements;
-// it returns the ways the host falls short (exit 4 once the commands are checked too). A
-// recipe that needs the facts only for a step kind that always uses them (a build step's
-// arch list) goes on without them on a host without NVML: that step says what is missing
-// when it runs.
+// hostFacts detects the GPUs when the recipe needs them and checks the GPU requirements
+// (node.HostFacts).
 func hostFacts(ctx context.Context, stdio IO, r *recipe.Recipe) (*gpu.Facts, []string, error) {
-	reg := steps.Registry()
-	if !reg.NeedsFacts(r) {
-		return nil, nil, nil
-	}
-	facts, err := detectFacts(ctx, stdio)
-	if err != nil && !r.NeedsFacts() && errors.Is(err, exitcode.ErrHost) {
-		return nil, nil, nil
-	}
-	if err != nil {
-		return nil, nil, err
-	}
-	// A recipe given some GPUs sees those only: its counts, memory, --tp and the
-	// server's CUDA_VISIBLE_DEVICES follow.
-	sub, err := facts.Subset(r.Requires.GPU.Devices)
-	if err != nil {
-		return nil, []string{err.Error()}, nil
-	}
-	return sub, gpu.Check(r.Requires, sub), nil
-}
-
-// hostProblems is the exit-4 error listing every way the host falls short, each on its
-// own line.
-func hostProblems(problems []string) error {
-	return fmt.Errorf("%w:\n  %s", exitcode.ErrHost, strings.Join(problems, "\n  "))
+	return node.HostFacts(ctx, r, stdio.Factory.Registry(), func(ctx context.Context) (*gpu.Facts, error) { return detectFacts(ctx, stdio) })
 }
 
 // newEngine loads the recipe (unless r is given) and the facts, and builds the engine; a
 // host that falls short is an exit-4 error listing every problem.
-func (c *common) newEngine(ctx context.Context, stdio IO, r *recipe.Recipe, mod func(*engine.Options)) (*engine.Engine, *recipe.Recipe, error) {
-	e, r, _, err := c.buildEngine(ctx, stdio, r, mod, false)
-	return e, r, err
+func (c *recipeFlags) newEngine(ctx context.Context, stdio IO, r *recipe.Recipe, mod func(*engine.Options)) (*engine.Engine, *recipe.Recipe, error) {
+	b, err := c.buildEngine(ctx, stdio, r, mod)
+	if err != nil {
+		return nil, nil, err
+	}
+	e, err := b.refuseShort(stdio, c)
+	if err != nil {
+		return nil, nil, err
+	}
+	return e, b.r, nil
 }
 
-// buildEngine is newEngine that also returns what it found of the host; with keepShort,
-// a host that falls short still gets its engine (plan shows what apply would do), the
-// problems in the verdict.
-func (c *common) buildEngine(ctx context.Context, stdio IO, r *recipe.Recipe, mod func(*engine.Options), keepShort bool) (*engine.Engine, *recipe.Recipe, hostVerdict, error) {
+// builtEngine is what buildEngine made: the engine (nil with err when it could not be
+// built), its recipe, and what it found of the host.
+type builtEngine struct {
+	e    *engine.Engine
+	r    *recipe.Recipe
+	host hostVerdict
+	err  error
+}
+
+// refuseShort hands back b's engine when the host meets the recipe (the GPU requirements,
+// the commands, the host fitness checks) and the engine was built; else it closes the
+// engine and returns the exit-4 error listing every problem, or the engine's error.
+func (b builtEngine) refuseShort(stdio IO, c *recipeFlags) (*engine.Engine, error) {
+	problems := append(append([]string(nil), b.host.short...), fitnessProblems(stdio, b.host.facts, b.r, b.e, c.stateDirPath())...)
+	if len(problems) > 0 {
+		if b.e != nil {
+			b.e.Close()
+		}
+		return nil, node.HostProblems(problems)
+	}
+	if b.err != nil {
+		return nil, b.err
+	}
+	return b.e, nil
+}
+
+// buildEngine loads the recipe (unless r is given) and the facts and builds the engine;
+// the ways the host falls short come back beside it, for the caller to refuse
+// (refuseShort) or to show (plan shows what apply would do). Its error is one that stops
+// before the engine: the recipe, the facts, the flags, the cache.
+func (c *recipeFlags) buildEngine(ctx context.Context, stdio IO, r *recipe.Recipe, mod func(*engine.Options)) (builtEngine, error) {
 	var v hostVerdict
 	if r == nil {
 		var err error
-		if r, err = c.loadRecipe(); err != nil {
-			return nil, nil, v, err
+		if r, err = c.loadRecipe(stdio); err != nil {
+			return builtEngine{}, err
 		}
 	}
 	facts, problems, err := hostFacts(ctx, stdio, r)
 	if err != nil {
-		return nil, nil, v, err
+		return builtEngine{}, err
 	}
+	v.facts = facts
 	newLogger, err := c.newLoggerFunc()
 	if err != nil {
-		return nil, nil, v, err
+		return builtEngine{}, err
 	}
 	dir, err := filepath.Abs(filepath.Dir(c.recipe))
 	if err != nil {
-		return nil, nil, v, fmt.Errorf("locating recipe: %w", err)
+		return builtEngine{}, fmt.Errorf("locating recipe: %w", err)
 	}
 	opts := engine.Options{
 		Recipe:              r,
 		RecipeDir:           dir,
-		Registry:            steps.Registry(),
+		Registry:            stdio.Factory.Registry(),
 		Facts:               facts,
 		Root:                c.root,
 		StateDir:            c.stateDirPath(),
-		ClaimsDir:           gpuClaimsDir(stdio.Getenv, c.root),
+		ClaimsDir:           node.ClaimsDir(stdio.Getenv, c.root),
 		NewLogger:           withRecipe(stdio, newLogger, r.Name),
 		Console:             console.New(stdio.Stderr), // shared by the steps' logs and progress bars
 		IsTerminal:          isTerminal(stdio.Stderr),
@@ -498,12 +390,12 @@ func (c *common) buildEngine(ctx context.Context, stdio IO, r *recipe.Recipe, mo
 		opts.NodeGPUs = nodeGPUs(ctx, stdio)
 	}
 	if opts.Cache, err = newCache(stdio.Factory, r, facts, c.stateDirPath(), newLogger(stdio.Stderr)); err != nil {
-		return nil, nil, v, err
+		return builtEngine{}, err
 	}
 	if r.OnUnhealthy != nil || r.OnHealthy != nil {
 		// A switch of the service drains the node before a candidate answers on the
 		// served port, and undrains it when what serves at the end passed.
-		hook := daemonHook(stdio, c, newLogger(stdio.Stderr).With("recipe", r.Name))
+		hook := c.node(stdio, nil, nil).Hook(newLogger(stdio.Stderr).With("recipe", r.Name))
 		opts.Drain = func(ctx context.Context) error {
 			return hook(ctx, daemon.HookUnhealthy, daemon.Degraded, "switching "+r.Name+": a candidate is about to answer on the served port")
 		}
@@ -512,37 +404,15 @@ func (c *common) buildEngine(ctx context.Context, stdio IO, r *recipe.Recipe, mo
 	if mod != nil {
 		mod(&opts)
 	}
-	e, engErr := engine.New(opts)
+	e, engErr := stdio.Factory.Engine(opts)
 	// The commands are checked with the GPUs, before any step runs, so that every problem
 	// is listed at once; a command a packages step installs is not required yet.
 	// Under --root the recipe is rendered for another node: its commands are that node's
 	// business, listed as unchecked (with what this host has), never refused here.
-	v.commands = nil
-	if len(r.Commands) > 0 {
-		look := hostcmd.PathLooker{Path: stdio.Getenv("PATH"), Getenv: stdio.Getenv}
-		v.commands = hostcmd.Check(ctx, r.Commands, e.ProvidedCommands(ctx), look)
-		if c.root != "" && c.root != "/" {
-			v.commands = hostcmd.MarkUnchecked(v.commands, "--root renders for another node, whose own PATH decides")
-		} else {
-			problems = append(problems, hostcmd.Problems(v.commands)...)
-			e.GiveCommands(r.Commands, look)
-		}
-	}
-	v.short = problems
-	if len(problems) > 0 && keepShort && engErr == nil {
-		return e, r, v, nil
-	}
-	problems = append(problems, fitnessProblems(stdio, facts, r, e, c.stateDirPath())...)
-	if len(problems) > 0 {
-		if e != nil {
-			e.Close()
-		}
-		return nil, nil, v, hostProblems(problems)
-	}
-	if engErr != nil {
-		return nil, nil, v, engErr
-	}
-	return e, r, v, nil
+	var cmdProblems []string
+	v.commands, cmdProblems = node.CheckCommands(ctx, e, r, c.root, hostcmd.PathLooker{Path: stdio.Getenv("PATH"), Getenv: stdio.Getenv})
+	v.short = append(problems, cmdProblems...)
+	return builtEngine{e: e, r: r, host: v, err: engErr}, nil
 }
 
 func isTerminal(w io.Writer) bool {
@@ -550,15 +420,20 @@ func isTerminal(w io.Writer) bool {
 	return ok && term.IsTerminal(f.Fd())
 }
 
+// versionOptions are version's flags.
+type versionOptions struct {
+	json bool
+}
+
 func runVersion(ctx context.Context, stdio IO, args []string) error {
-	var asJSON bool
+	var o versionOptions
 	fs := newFlags("version", stdio)
-	fs.BoolVar(&asJSON, "json", false, "print the build's facts as JSON")
+	fs.BoolVar(&o.json, "json", false, "print the build's facts as JSON")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	info := buildinfo.Read()
-	if asJSON {
+	if o.json {
 		enc := json.NewEncoder(stdio.Stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(info)
@@ -567,32 +442,8 @@ func runVersion(ctx context.Context, stdio IO, args []string) error {
 	return err
 }
 
-// newCache returns the fleet cache the recipe's cache block names (nil when it has none);
-// unfinished uploads are kept in the state dir's cache-uploads.
+// newCache returns the fleet cache the recipe's cache block names, through the factory
+// (node.Cache).
 func newCache(f *Factory, r *recipe.Recipe, facts *gpu.Facts, stateDir string, logger *log.Logger) (cache.Cache, error) {
-	if r.Cache == nil {
-		return nil, nil
-	}
-	var fd map[string]any
-	if facts != nil {
-		fd = facts.TemplateData()
-	}
-	data, err := r.NewData(fd)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", exitcode.ErrUsage, err)
-	}
-	cfg, ok, err := r.CacheConfig(data)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", exitcode.ErrUsage, err)
-	}
-	if !ok {
-		return nil, nil
-	}
-	c, err := f.Cache(cache.Config{Repository: cfg.OCI, Push: cfg.Push, PlainHTTP: cfg.PlainHTTP, Digests: cfg.Digests, MinRate: cfg.MinRate},
-		cache.Options{UploadDir: filepath.Join(stateDir, "cache-uploads"),
-			Logf: func(format string, args ...any) { logger.Info(fmt.Sprintf(format, args...)) }})
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", exitcode.ErrUsage, err)
-	}
-	return c, nil
+	return node.Cache(r, facts, stateDir, logger, f.Cache)
 }

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -16,16 +15,12 @@ import (
 
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/exitcode"
-	"github.com/sglprov/sglprov/test/fakesglang"
 )
 
 // mainEnv makes the test binary run Main instead of the tests (for a run as another user).
 const mainEnv = "SGLPROV_CLI_TEST_MAIN"
 
 func TestMain(m *testing.M) {
-	if os.Getenv(fakeServerEnv) == "1" {
-		os.Exit(fakesglang.Main(context.Background(), os.Args[1:], os.Stderr, os.Getenv))
-	}
 	if os.Getenv(mainEnv) == "1" {
 		os.Exit(Main(append([]string{"sglprov"}, os.Args[1:]...), IO{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}))
 	}

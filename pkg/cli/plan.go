@@ -10,24 +10,30 @@ import (
 
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/exitcode"
+	"github.com/sglprov/sglprov/pkg/node"
 )
 
+// planOptions are plan's flags.
+type planOptions struct {
+	recipeFlags
+	json                  bool
+	only, force, textfile string
+}
+
 func runPlan(ctx context.Context, stdio IO, args []string) error {
-	var c common
-	var asJSON bool
-	var only, force, textfile string
+	var o planOptions
 	fs := newFlags("plan", stdio)
-	c.register(fs, stdio)
-	fs.BoolVar(&asJSON, "json", false, "print the plan as JSON")
-	fs.StringVar(&only, "only", "", "plan just these steps, `STEP[,STEP]`")
-	fs.StringVar(&force, "force", "", "plan these steps as forced, `STEP[,STEP]`")
-	fs.StringVar(&textfile, "textfile", "", "when the plan refuses the recipe (exit 4 or 6), write the refusal as metrics to `FILE` for node_exporter's textfile collector")
+	o.register(fs, stdio)
+	fs.BoolVar(&o.json, "json", false, "print the plan as JSON")
+	fs.StringVar(&o.only, "only", "", "plan just these steps, `STEP[,STEP]`")
+	fs.StringVar(&o.force, "force", "", "plan these steps as forced, `STEP[,STEP]`")
+	fs.StringVar(&o.textfile, "textfile", "", "when the plan refuses the recipe (exit 4 or 6), write the refusal as metrics to `FILE` for node_exporter's textfile collector")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	err := planBody(ctx, stdio, &c, only, force, asJSON)
+	err := planBody(ctx, stdio, &o)
 	if engine.Refused(err) {
-		if terr := writeRunTextfile(ctx, stdio, &c, textfile, nil, err); terr != nil {
+		if terr := writeRunTextfile(ctx, stdio, &o.recipeFlags, o.textfile, nil, err); terr != nil {
 			fmt.Fprintf(stdio.Stderr, "sglprov plan: writing the metrics textfile: %v\n", terr)
 		}
 	}
@@ -35,11 +41,12 @@ func runPlan(ctx context.Context, stdio IO, args []string) error {
 }
 
 // planBody prints the plan; its error is plan's.
-func planBody(ctx context.Context, stdio IO, c *common, only, force string, asJSON bool) error {
+func planBody(ctx context.Context, stdio IO, o *planOptions) error {
+	c, asJSON := &o.recipeFlags, o.json
 	// Shared with other readers; an apply that holds the lock is named, and the steps it
 	// runs now are shown as running, not as interrupted.
 	running := 0
-	lock, err := engine.AcquireSharedLock(c.stateDirPath())
+	lock, err := stdio.Factory.SharedLock(c.stateDirPath())
 	switch {
 	case errors.Is(err, exitcode.ErrLocked):
 		running = engine.LockHolder(c.stateDirPath())
@@ -59,19 +66,25 @@ func planBody(ctx context.Context, stdio IO, c *common, only, force string, asJS
 	defer lock.Release()
 	// A host that falls short still gets its plan: the table and the rendered unit show
 	// what apply would do once it is fixed; the problems follow, and the exit is 4.
-	e, _, host, err := c.buildEngine(ctx, stdio, nil, func(o *engine.Options) {
-		o.Only, o.Force = splitList(only), splitList(force)
-		o.ApplyRunning = running
-	}, true)
+	b, err := c.buildEngine(ctx, stdio, nil, func(opts *engine.Options) {
+		opts.Only, opts.Force = splitList(o.only), splitList(o.force)
+		opts.ApplyRunning = running
+	})
 	if err != nil {
 		return err
+	}
+	host, e := b.host, b.e
+	if len(host.short) == 0 || b.err != nil {
+		if e, err = b.refuseShort(stdio, c); err != nil {
+			return err
+		}
 	}
 	defer e.Close()
 	p, planErr := e.Plan(ctx)
 	// What the servers' environments hold now, against the known-bad table.
 	planErr = errors.Join(planErr, knownBadInstalled(e))
 	if len(host.short) > 0 {
-		planErr = errors.Join(hostProblems(host.short), planErr)
+		planErr = errors.Join(node.HostProblems(host.short), planErr)
 	}
 	if p == nil {
 		return planErr

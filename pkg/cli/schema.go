@@ -43,5 +43,5 @@ func writeSchema(stdio IO) error {
 	enc := json.NewEncoder(stdio.Stdout)
 	enc.SetIndent("", "  ")
 	enc.SetEscapeHTML(false)
-	return enc.Encode(recipe.JSONSchema(steps.Specs(steps.Registry())))
+	return enc.Encode(recipe.JSONSchema(steps.Specs(stdio.Factory.Registry())))
 }

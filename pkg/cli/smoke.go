@@ -5,13 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
-	"strings"
 	"time"
 
-	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/exitcode"
-	"github.com/sglprov/sglprov/pkg/recipe"
 	gate "github.com/sglprov/sglprov/pkg/smoke"
 	smokestep "github.com/sglprov/sglprov/pkg/steps/smoke"
 )
@@ -95,7 +91,7 @@ func readyTimeoutOf(cfg gate.Config) time.Duration {
 }
 
 // smokeConfig builds the gate's config from the flags, over the recipe's smoke step when
-// -f is given.
+// -f is given (smokestep.GateConfig).
 func smokeConfig(ctx context.Context, stdio IO, o smokeOptions) (gate.Config, error) {
 	var spec smokestep.Spec
 	switch {
@@ -110,112 +106,24 @@ func smokeConfig(ctx context.Context, stdio IO, o smokeOptions) (gate.Config, er
 	case o.step != "" || len(o.sets) > 0:
 		return gate.Config{}, fmt.Errorf("%w: --step and --set need -f RECIPE", exitcode.ErrUsage)
 	}
-	if o.url != "" {
-		spec.URL = o.url
-	}
-	if o.model != "" {
-		spec.Model = o.model
-	}
-	if o.maxTokens < 0 || o.readyTimeout < 0 || o.requestTimeout < 0 {
-		return gate.Config{}, fmt.Errorf("%w: --max-tokens, --ready-timeout and --request-timeout must not be negative", exitcode.ErrUsage)
-	}
-	if o.maxTokens > 0 {
-		spec.MaxTokens = o.maxTokens
-	}
-	if o.readyTimeout > 0 {
-		spec.ReadyTimeout = o.readyTimeout.String()
-	}
-	if o.requestTimeout > 0 {
-		spec.RequestTimeout = o.requestTimeout.String()
-	}
-	if o.builtin {
-		spec.Cases = gate.BuiltinSet()
-	}
-	cfg, err := spec.Config(stdio.Getenv)
-	if err != nil {
-		return cfg, err
-	}
-	// An accuracy case's question file is named relative to the recipe's folder, and
-	// refused when group or others can write it, as the recipe's other files are.
-	cfg.ReadFile = func(name string) ([]byte, error) {
-		if o.recipe != "" && !filepath.IsAbs(name) {
-			name = filepath.Join(filepath.Dir(o.recipe), name)
-		}
-		if !o.insecure {
-			if err := engine.CheckPermissions(name); err != nil {
-				return nil, err
-			}
-		}
-		return engine.ReadTrusted(name, 0)
-	}
-	return cfg, nil
+	return smokestep.GateConfig(spec, smokestep.Overrides{URL: o.url, Model: o.model, MaxTokens: o.maxTokens,
+		ReadyTimeout: o.readyTimeout, RequestTimeout: o.requestTimeout, Builtin: o.builtin,
+		RecipeFile: o.recipe, Insecure: o.insecure}, stdio.Getenv)
 }
 
 // recipeSmokeSpec reads the recipe and renders its smoke step (the one named by --step,
-// else the first).
+// else the first): smokestep.RecipeSpec.
 func recipeSmokeSpec(ctx context.Context, stdio IO, o smokeOptions) (*smokestep.Spec, error) {
-	c := common{recipe: o.recipe, sets: o.sets, insecure: o.insecure}
-	r, err := c.loadRecipe()
+	c := recipeFlags{recipe: o.recipe, sets: o.sets, insecure: o.insecure}
+	r, err := c.loadRecipe(stdio)
 	if err != nil {
 		return nil, err
 	}
-	var st *recipe.Step
-	var names []string
-	for _, s := range r.Steps {
-		if s.Kind != "smoke" {
-			continue
-		}
-		names = append(names, s.Name)
-		if st == nil && (o.step == "" || s.Name == o.step) {
-			st = s
-		}
-	}
-	if st == nil {
-		if o.step != "" {
-			return nil, fmt.Errorf("%w: recipe %s has no smoke step %q (smoke steps: %s)", exitcode.ErrUsage, o.recipe, o.step, strings.Join(names, ", "))
-		}
-		return nil, fmt.Errorf("%w: recipe %s has no smoke step", exitcode.ErrUsage, o.recipe)
-	}
-	data, err := smokeData(ctx, stdio, r, st)
-	if err != nil {
-		return nil, err
-	}
-	var spec smokestep.Spec
-	if err := st.Render(data, &spec); err != nil {
-		return nil, fmt.Errorf("%w: %v", exitcode.ErrUsage, err)
-	}
-	// A worker of a multi-node group asks the head: its own server's health says nothing.
-	if group, ok, err := r.NodesConfig(data); err != nil {
-		return nil, fmt.Errorf("%w: %v", exitcode.ErrUsage, err)
-	} else if ok {
-		if spec.URL, err = smokestep.HeadURL(spec.URL, &group); err != nil {
+	return smokestep.RecipeSpec(r, o.recipe, o.step, func() (map[string]any, error) {
+		f, err := detectFacts(ctx, stdio)
+		if err != nil {
 			return nil, err
 		}
-	}
-	return &spec, nil
-}
-
-// smokeData returns the template data for the smoke step: the vars, and the GPU facts
-// when the step or a var needs them.
-func smokeData(ctx context.Context, stdio IO, r *recipe.Recipe, st *recipe.Step) (recipe.Data, error) {
-	needFacts := false
-	for _, ref := range r.ExpandRefs(st) {
-		if !strings.HasPrefix(ref, "vars.") {
-			needFacts = true
-		}
-	}
-	if !needFacts {
-		if data, err := r.NewData(nil); err == nil {
-			return data, nil
-		}
-	}
-	f, err := detectFacts(ctx, stdio)
-	if err != nil {
-		return nil, fmt.Errorf("facts for the templates of step %q: %w", st.Name, err)
-	}
-	data, err := r.NewData(f.TemplateData())
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", exitcode.ErrUsage, err)
-	}
-	return data, nil
+		return f.TemplateData(), nil
+	})
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/exitcode"
+	"github.com/sglprov/sglprov/pkg/node"
 )
 
 // statusJSON is what `status --json` prints.
@@ -25,7 +26,7 @@ type statusJSON struct {
 	// ExitCode is the last run's exit code, which is also status's own.
 	ExitCode int `json:"exit_code"`
 	// Profile is the profile the service runs and whether it passed the gate.
-	Profile *profileStatus `json:"profile,omitempty"`
+	Profile *node.Profile `json:"profile,omitempty"`
 	// ApplyRunning is the pid of an apply running now (-1 when its pid is unknown).
 	ApplyRunning int `json:"apply_running_pid,omitempty"`
 	// Interrupted lists the steps that the state records as running while no apply runs:
@@ -38,29 +39,6 @@ type statusJSON struct {
 	Recipes []recipeRunJSON `json:"recipes,omitempty"`
 }
 
-// applyRunning returns the pid of the apply that holds dir's lock now (-1 when it wrote
-// none), or 0 when none does, and the daemon's pid when a daemon holds it (between its
-// applies a daemon is not an apply running). It takes the lock shared and gives it back at
-// once, so that status never keeps an apply from starting.
-func applyRunning(dir string) (running, daemonPid int) {
-	lock, err := engine.AcquireSharedLock(dir)
-	if !errors.Is(err, exitcode.ErrLocked) {
-		lock.Release()
-		return 0, 0
-	}
-	pid := engine.LockHolder(dir)
-	switch engine.LockNote(dir) {
-	case engine.NoteDaemon:
-		return 0, pid
-	case engine.NoteDaemonApplying:
-		return pid, pid
-	}
-	if pid > 0 {
-		return pid, 0
-	}
-	return -1, 0
-}
-
 // recipeRunJSON is one recipe's last run in `status --json` of a state dir with several.
 type recipeRunJSON struct {
 	Recipe string `json:"recipe"`
@@ -68,32 +46,38 @@ type recipeRunJSON struct {
 	ExitCode int            `json:"exit_code"`
 	Report   *engine.Report `json:"last_run,omitempty"`
 	// Interrupted lists the steps the recipe's last run was running when it ended.
-	Interrupted []string       `json:"interrupted_steps,omitempty"`
-	Profile     *profileStatus `json:"profile,omitempty"`
+	Interrupted []string      `json:"interrupted_steps,omitempty"`
+	Profile     *node.Profile `json:"profile,omitempty"`
+}
+
+// statusOptions are status's flags.
+type statusOptions struct {
+	recipeFlags
+	json bool
 }
 
 // runStatus prints each recipe's last run (the newest first; only the -f recipe's with
 // -f); its exit code is the newest failed run's, 0 when each passed, 1 when none was
 // recorded.
 func runStatus(ctx context.Context, stdio IO, args []string) error {
-	var c common
-	var asJSON bool
+	var o statusOptions
 	fs := newFlags("status", stdio)
-	c.register(fs, stdio)
-	fs.BoolVar(&asJSON, "json", false, "print the status as JSON")
+	o.register(fs, stdio)
+	fs.BoolVar(&o.json, "json", false, "print the status as JSON")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	c, asJSON := &o.recipeFlags, o.json
 	dir := c.stateDirPath()
 	only := ""
 	if c.recipe != "" {
-		r, err := c.loadRecipe()
+		r, err := c.loadRecipe(stdio)
 		if err != nil {
 			return err
 		}
 		only = r.Name
 	}
-	running, daemonPid := applyRunning(dir)
+	running, daemonPid := node.ApplyRunning(dir, stdio.Factory.SharedLock)
 	runs, err := engine.LastRuns(dir, only, running != 0)
 	if err != nil {
 		return err
@@ -113,7 +97,7 @@ func runStatus(ctx context.Context, stdio IO, args []string) error {
 	if none && running != 0 {
 		code = 0
 	}
-	prof := profileOf(rep, st)
+	prof := node.ProfileOf(rep, st)
 	if asJSON {
 		out := statusJSON{StateDir: dir, Report: rep, ExitCode: code, Profile: prof, ApplyRunning: running, Interrupted: killed, Daemon: daemonPid}
 		if noRun {
@@ -127,7 +111,7 @@ func runStatus(ctx context.Context, stdio IO, args []string) error {
 		if len(runs) > 1 {
 			for _, rr := range runs {
 				out.Recipes = append(out.Recipes, recipeRunJSON{Recipe: rr.Recipe, ExitCode: rr.ExitCode, Report: rr.Report,
-					Interrupted: rr.Killed, Profile: profileOf(rr.Report, rr.State)})
+					Interrupted: rr.Killed, Profile: node.ProfileOf(rr.Report, rr.State)})
 			}
 		}
 		enc := json.NewEncoder(stdio.Stdout)
@@ -193,7 +177,7 @@ func writeRecipeRun(out io.Writer, rr engine.RecipeRun, running int) error {
 			fmt.Fprintf(out, "refused before any step ran: %s\n", strings.TrimSpace(rep.Error))
 			return nil
 		}
-		writeProfile(out, profileOf(rep, st))
+		node.ProfileOf(rep, st).Write(out)
 		if rep.Generation != nil {
 			fmt.Fprintf(out, "%s\n", rep.Generation.Note)
 		}
@@ -231,84 +215,4 @@ func exitAs(code int) error {
 		mark = errors.New("the last run failed")
 	}
 	return reported(fmt.Errorf("last run exited %d: %w", code, mark))
-}
-
-// profileStatus is the backend profile of the recipe's service as the last run left it.
-type profileStatus struct {
-	// Step is the service step.
-	Step string `json:"step"`
-	// Running is the profile the installed unit has (the state's record).
-	Running string `json:"running,omitempty"`
-	// Won is the profile that passed the gate in the last run ("" when none did).
-	Won string `json:"won,omitempty"`
-	// Failed lists the profiles the last run's gate rejected.
-	Failed []string `json:"failed,omitempty"`
-	// AllFailed is true when every candidate failed the gate in the last run.
-	AllFailed bool `json:"all_failed,omitempty"`
-}
-
-// profileOf reads the service's profile from the state and the last report's gate.
-func profileOf(rep *engine.Report, st *engine.State) *profileStatus {
-	var p *profileStatus
-	for name, rec := range st.Steps {
-		var data struct {
-			Active string `json:"active"`
-			Winner string `json:"winner"`
-		}
-		if len(rec.Data) == 0 || json.Unmarshal(rec.Data, &data) != nil || data.Active == "" && data.Winner == "" {
-			continue
-		}
-		if p == nil || name < p.Step {
-			p = &profileStatus{Step: name, Running: data.Active}
-		}
-	}
-	if rep == nil {
-		return p
-	}
-	for _, s := range rep.Steps {
-		if s.Kind != "smoke" || s.Details == nil {
-			continue
-		}
-		tried, _ := s.Details["profiles"].([]any)
-		if len(tried) == 0 {
-			continue
-		}
-		if p == nil {
-			p = &profileStatus{}
-		}
-		won, _ := s.Details["profile"].(string)
-		p.Won = won
-		for _, t := range tried {
-			m, _ := t.(map[string]any)
-			name, _ := m["profile"].(string)
-			if name != "" && name != won {
-				p.Failed = append(p.Failed, name)
-			}
-		}
-		p.AllFailed = won == "" && s.Result == engine.ResultFailed
-		break
-	}
-	return p
-}
-
-func writeProfile(w io.Writer, p *profileStatus) {
-	if p == nil {
-		return
-	}
-	switch {
-	case p.AllFailed:
-		fmt.Fprintf(w, "profile: every candidate failed the gate (%s)", strings.Join(p.Failed, ", "))
-		if p.Running != "" {
-			fmt.Fprintf(w, "; the unit runs %s", p.Running)
-		}
-		fmt.Fprintln(w)
-	case p.Won != "":
-		fmt.Fprintf(w, "profile: %s passed the gate", p.Won)
-		if len(p.Failed) > 0 {
-			fmt.Fprintf(w, " (failed before it: %s)", strings.Join(p.Failed, ", "))
-		}
-		fmt.Fprintln(w)
-	case p.Running != "":
-		fmt.Fprintf(w, "profile: %s (installed; the last run did not gate it)\n", p.Running)
-	}
 }

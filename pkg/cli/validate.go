@@ -4,25 +4,28 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"regexp"
 	"strings"
 
 	sglprov "github.com/sglprov/sglprov"
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/gpu"
-	"github.com/sglprov/sglprov/pkg/recipe"
-	"github.com/sglprov/sglprov/pkg/steps"
 	"github.com/sglprov/sglprov/pkg/steps/download"
 )
 
+// validateOptions are validate's flags: the recipe flags alone.
+type validateOptions struct {
+	recipeFlags
+}
+
 func runValidate(ctx context.Context, stdio IO, args []string) error {
-	var c common
+	var o validateOptions
 	fs := newFlags("validate", stdio)
-	c.register(fs, stdio)
+	o.register(fs, stdio)
+	c := &o.recipeFlags
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	r, err := c.loadRecipe()
+	r, err := c.loadRecipe(stdio)
 	if err != nil {
 		return err
 	}
@@ -38,11 +41,11 @@ func runValidate(ctx context.Context, stdio IO, args []string) error {
 		if f, err := detectFacts(ctx, stdio); err == nil {
 			facts = f
 		} else {
-			facts, standIn = standInFacts(r.Requires), strings.TrimSuffix(firstLine(err.Error()), ".")
+			facts, standIn = gpu.StandIn(r.Requires), strings.TrimSuffix(firstLine(err.Error()), ".")
 		}
 	}
 	dir, _ := filepath.Abs(filepath.Dir(c.recipe))
-	e, err := engine.New(engine.Options{Recipe: r, RecipeDir: dir, Registry: steps.Registry(), Facts: facts,
+	e, err := stdio.Factory.Engine(engine.Options{Recipe: r, RecipeDir: dir, Registry: stdio.Factory.Registry(), Facts: facts,
 		Root: c.root, StateDir: c.stateDirPath(), Builtin: sglprov.Assets, InsecurePermissions: c.insecure, IgnoreState: true})
 	if err != nil {
 		return err
@@ -57,14 +60,14 @@ func runValidate(ctx context.Context, stdio IO, args []string) error {
 	// Pins and launch lines that make a known-bad combination (`sglprov known-bad`).
 	kbFacts := facts
 	if kbFacts == nil && r.Requires.GPU.ComputeCapability != "" {
-		kbFacts = standInFacts(r.Requires)
+		kbFacts = gpu.StandIn(r.Requires)
 	}
 	if err := knownBadPins(r, kbFacts); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdio.Stdout, "%s: recipe %q is valid (%s, %s; every step built)\n",
 		c.recipe, r.Name, plural(len(r.Steps), "step"), plural(len(r.Profiles), "profile"))
-	for _, line := range unchecked(r, standIn) {
+	for _, line := range r.Unchecked(standIn) {
 		fmt.Fprintf(stdio.Stdout, "  %s\n", line)
 	}
 	for _, w := range download.RevisionWarnings(r) {
@@ -72,77 +75,6 @@ func runValidate(ctx context.Context, stdio IO, args []string) error {
 	}
 	return nil
 }
-
-// unchecked names what validate leaves to plan because it needs the host: the
-// requirements, the required commands and, when the steps were built with a stand-in
-// host's facts (standIn says why there are no real ones), the facts each step uses.
-func unchecked(r *recipe.Recipe, standIn string) []string {
-	var host []string
-	if r.RequiresSet {
-		host = append(host, "requires (the GPUs, driver and CUDA)")
-	}
-	if names := r.Commands.Names(); len(names) > 0 {
-		host = append(host, "requires.commands ("+strings.Join(names, ", ")+")")
-	}
-	for _, p := range r.Profiles {
-		if p.Match.ComputeCapability != "" {
-			host = append(host, "which profile matches the GPUs")
-			break
-		}
-	}
-	var out []string
-	if len(host) > 0 {
-		out = append(out, "unchecked, needs the host (plan checks it): "+strings.Join(host, "; "))
-	}
-	if standIn == "" {
-		return out
-	}
-	var uses []string
-	for _, s := range r.Steps {
-		var fs []string
-		for _, ref := range r.ExpandRefs(s) {
-			// The generation's folder is no host fact: it comes from the recipe's text.
-			if !strings.HasPrefix(ref, "vars.") && ref != recipe.GenerationDirRef {
-				fs = append(fs, ref)
-			}
-		}
-		if len(fs) > 0 {
-			uses = append(uses, fmt.Sprintf("step %s (%s)", s.Name, strings.Join(fs, ", ")))
-		}
-	}
-	if len(uses) > 0 {
-		out = append(out, "unchecked, rendered with a stand-in GPU ("+standIn+"): "+strings.Join(uses, "; "))
-	}
-	return out
-}
-
-// standInFacts are the GPU facts of a host that meets req as far as it says: its compute
-// capability when it names one (the lowest of a range), its count and memory per GPU; one
-// GPU of compute capability 9.0 and 80 GiB where it says nothing. validate renders the
-// steps' templates with them on a machine without GPU facts, so that every step is built.
-func standInFacts(req recipe.Requirements) *gpu.Facts {
-	cc := "9.0"
-	if m := ccRE.FindStringSubmatch(req.GPU.ComputeCapability); m != nil {
-		cc = m[1]
-	}
-	count := max(req.GPU.MinCount, 1)
-	if len(req.GPU.Counts) > 0 {
-		count = max(req.GPU.Counts[0], 1)
-	}
-	mem := req.GPU.MinMemoryGiB
-	if mem <= 0 {
-		mem = 80
-	}
-	f := &gpu.Facts{DriverVersion: "0", Source: "stand-in"}
-	for i := range count {
-		f.GPUs = append(f.GPUs, gpu.Device{Index: i, Name: "stand-in GPU", ComputeCapability: cc,
-			MemoryTotalBytes: uint64(mem * (1 << 30))})
-	}
-	return f
-}
-
-// ccRE finds the first compute capability of a range such as "12.0" or ">=9.0,<10.0".
-var ccRE = regexp.MustCompile(`(\d+\.\d+)`)
 
 func firstLine(s string) string {
 	line, _, _ := strings.Cut(s, "\n")

@@ -595,3 +595,12 @@ func lastLines(path string, n int) []string {
 	}
 	return out
 }
+
+func openStepLog(dir, step string) (*os.File, string, error) {
+	path := filepath.Join(dir, step+".log")
+	f, err := safefile.OpenNoFollow(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, "", fmt.Errorf("opening step log: %w", err)
+	}
+	return f, path, nil
+}

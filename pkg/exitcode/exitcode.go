@@ -113,3 +113,15 @@ func Message(err error) string {
 	}
 	return out
 }
+
+// Error is an error with its own message that carries the exit code of Kind (one of the
+// Err* values) without repeating Kind's text.
+type Error struct {
+	Msg  string
+	Kind error
+}
+
+func (e *Error) Error() string { return e.Msg }
+
+// Unwrap returns Kind, which gives the error its exit code.
+func (e *Error) Unwrap() error { return e.Kind }

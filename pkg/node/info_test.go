@@ -1,11 +1,10 @@
-package cli
+package node_test
 
 import (
 	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/sglprov/sglprov/pkg/engine"
@@ -38,13 +37,12 @@ steps:
 	if err := st.Save(state); err != nil {
 		t.Fatal(err)
 	}
-	c := &common{recipe: path, stateDir: state, logLevel: "info", logFormat: "text"}
-	r, err := c.loadRecipe()
+	n := realRecipe(t, path, state, new([]string))
+	r, err := n.Load()
 	if err != nil {
 		t.Fatal(err)
 	}
-	stdio := IO{Stdin: strings.NewReader(""), Stdout: os.Stdout, Stderr: os.Stderr, Getenv: func(string) string { return "" }}
-	info := nodeInfoOf(context.Background(), stdio, c, r)
+	info := n.Info(context.Background(), r)
 	if info.Unit != "sglang-info.service" || info.Profile != "fast" || info.Model != "/models/qwen" || info.ServedName != "qwen-fast" {
 		t.Errorf("node info = %+v; want unit sglang-info.service, profile fast, model /models/qwen, served name qwen-fast", info)
 	}

@@ -1,4 +1,4 @@
-package cli
+package node
 
 import (
 	"context"
@@ -12,12 +12,12 @@ import (
 	"github.com/sglprov/sglprov/pkg/gpu"
 )
 
-// daemonHook returns the daemon's Hook for c's recipe: it re-reads the recipe (a hook
-// edited on disk is the one run), renders the hook's argv with the recipe's data and runs
-// it with the node's facts in its environment (hookEnv), within the hook's timeout.
-func daemonHook(stdio IO, c *common, logger *log.Logger) func(ctx context.Context, hook string, h daemon.Health, reason string) error {
+// Hook returns the daemon's Hook for n's recipe: it re-reads the recipe (a hook edited on
+// disk is the one run), renders the hook's argv with the recipe's data and runs it with
+// the node's facts in its environment (HookEnv), within the hook's timeout.
+func (n *Recipe) Hook(logger *log.Logger) func(ctx context.Context, hook string, h daemon.Health, reason string) error {
 	return func(ctx context.Context, hook string, h daemon.Health, reason string) error {
-		r, err := c.loadRecipe()
+		r, err := n.Load()
 		if err != nil {
 			return fmt.Errorf("reading the recipe for its %s hook: %w", hook, err)
 		}
@@ -30,7 +30,7 @@ func daemonHook(stdio IO, c *common, logger *log.Logger) func(ctx context.Contex
 		}
 		var facts *gpu.Facts
 		if r.NeedsFacts() {
-			facts, _ = stdio.Factory.Facts(ctx, stdio.Getenv)
+			facts, _ = n.Facts(ctx)
 		}
 		var fd map[string]any
 		if facts != nil {
@@ -45,7 +45,7 @@ func daemonHook(stdio IO, c *common, logger *log.Logger) func(ctx context.Contex
 			return fmt.Errorf("rendering the %s hook: %w", hook, err)
 		}
 		logger.Info("running the hook", "hook", hook, "node_health", string(h), "reason", reason, "argv", argv)
-		env := hookEnv(hook, h, reason, nodeInfoOf(ctx, stdio, c, r), facts)
+		env := HookEnv(hook, h, reason, n.Info(ctx, r), facts)
 		out, err := daemon.RunHook(ctx, argv, env, hk.Timeout)
 		if out != "" {
 			logger.Info("hook output", "hook", hook, "output", out)
@@ -54,10 +54,10 @@ func daemonHook(stdio IO, c *common, logger *log.Logger) func(ctx context.Contex
 	}
 }
 
-// hookEnv is what a hook is told of the node, as SGLPROV_* variables: the hook and the
+// HookEnv is what a hook is told of the node, as SGLPROV_* variables: the hook and the
 // health that made it run, the node's info (recipe, unit, model, served name, profile,
 // SGLang commit), the host's name and its GPU facts.
-func hookEnv(hook string, h daemon.Health, reason string, info daemon.NodeInfo, facts *gpu.Facts) []string {
+func HookEnv(hook string, h daemon.Health, reason string, info daemon.NodeInfo, facts *gpu.Facts) []string {
 	host, _ := os.Hostname()
 	env := []string{
 		"SGLPROV_HOOK=" + hook,

@@ -1,4 +1,4 @@
-package cli
+package node_test
 
 import (
 	"context"
@@ -14,10 +14,6 @@ import (
 	"github.com/sglprov/sglprov/pkg/generation"
 	"github.com/sglprov/sglprov/pkg/node"
 )
-
-// fakeServerEnv makes the test binary act as the fake SGLang server (the exec manager's
-// unit ExecStart).
-const fakeServerEnv = "SGLPROV_CLI_TEST_FAKE_SGLANG"
 
 // rollbackRecipe builds a "generation" (a folder with a marker) and serves the fake server
 // from it; the server answers garbage while GEN/broken exists.
@@ -68,21 +64,22 @@ func TestRollBackToPreviousGeneration(t *testing.T) {
 	ln.Close()
 	dir, gens, state := t.TempDir(), t.TempDir(), t.TempDir()
 	path := writeRecipe(t, dir, fmt.Sprintf(rollbackRecipe, gens, bin, fakeServerEnv, port, port))
-	env := map[string]string{"PATH": os.Getenv("PATH")}
-	apply := func(sets ...string) {
+	var sets []string
+	n := realRecipe(t, path, state, &sets)
+	defer n.Held.Set(nil)
+	// An apply as the apply command runs one: its engine closed at the end.
+	apply := func(set ...string) {
 		t.Helper()
-		args := []string{"apply", "-f", path, "--state-dir", state}
-		for _, s := range sets {
-			args = append(args, "--set", s)
+		sets = set
+		rep, e, err := n.Apply(context.Background())
+		if e != nil {
+			e.Close()
 		}
-		if code, _, stderr := run(t, env, args...); code != 0 {
-			t.Fatalf("apply %v: exit %d\n%s", sets, code, stderr)
+		if err != nil {
+			t.Fatalf("apply %v: %v\n%s", set, err, rep.Failures(20))
 		}
 	}
-	c := &common{recipe: path, stateDir: state, logLevel: "info", logFormat: "text"}
-	var held heldEngine
-	defer held.set(nil)
-	rb := &rollback{stdio: IO{Stdin: strings.NewReader(""), Stdout: os.Stdout, Stderr: os.Stderr, Getenv: func(k string) string { return env[k] }}, c: c, held: &held}
+	rb := &node.Rollback{Recipe: n}
 
 	apply()
 	if err := rb.RollBack(context.Background()); !errors.Is(err, daemon.ErrNotAvailable) {
@@ -99,7 +96,7 @@ func TestRollBackToPreviousGeneration(t *testing.T) {
 	}
 	g1 := open().Serving()
 	apply("pin=2")
-	c.sets = []string{"pin=2"} // the daemon runs the recipe as it was applied
+	// The daemon runs the recipe as it was applied: sets stays pin=2.
 	g2 := open().Serving()
 	if g1 == "" || g2 == g1 {
 		t.Fatalf("generations %q and %q", g1, g2)
@@ -122,11 +119,11 @@ func TestRollBackToPreviousGeneration(t *testing.T) {
 		t.Errorf("the rolled-back server does not pass the gate: %v", err)
 	}
 	// The node_info metric names the generation that serves, not the last apply's.
-	r, err := c.loadRecipe()
+	r, err := n.Load()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info := nodeInfoOf(context.Background(), rb.stdio, c, r); info.Generation != g1 {
+	if info := n.Info(context.Background(), r); info.Generation != g1 {
 		t.Errorf("node_info generation = %q after the roll back, want %s", info.Generation, g1)
 	}
 
@@ -145,8 +142,8 @@ func TestRollBackToPreviousGeneration(t *testing.T) {
 }
 
 // gateRecipe runs the recipe's whole gate against the server as it runs.
-func gateRecipe(ctx context.Context, g *rollback) error {
-	cfg, err := smokeConfig(ctx, g.stdio, smokeOptions{recipe: g.c.recipe, sets: g.c.sets, insecure: g.c.insecure})
+func gateRecipe(ctx context.Context, g *node.Rollback) error {
+	cfg, err := g.Recipe.Gate(ctx, 0)
 	if err != nil {
 		return err
 	}

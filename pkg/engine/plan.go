@@ -1,0 +1,435 @@
+package engine
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/sglprov/sglprov/pkg/exitcode"
+	"github.com/sglprov/sglprov/pkg/hostcmd"
+	"github.com/sglprov/sglprov/pkg/logval"
+)
+
+// Decision is whether a step runs and why.
+type Decision struct {
+	Run    bool
+	Reason string
+	// Fingerprint and Parts are the step's current inputs (digests).
+	Fingerprint string
+	Parts       map[string]string
+}
+
+// decide computes a step's fingerprint and compares it and its outputs with the state.
+func (e *Engine) decide(ctx context.Context, n *node, env *Env) (Decision, error) {
+	parts, err := e.fingerprint(ctx, n, env)
+	if err != nil {
+		return Decision{}, err
+	}
+	d := Decision{Parts: parts, Fingerprint: fingerprintOf(parts)}
+	rec := e.currentRecord(n.step.Name)
+	if ar, ok := n.impl.(AlwaysRunner); ok && ar.AlwaysRun() {
+		d.Run, d.Reason = true, "always runs"
+		return d, nil
+	}
+	switch {
+	case env.Force:
+		d.Run, d.Reason = true, "forced"
+		return d, nil
+	case rec == nil:
+		d.Run, d.Reason = true, "new"
+		return d, nil
+	case rec.Result == ResultRunning && e.opts.ApplyRunning != 0:
+		d.Run, d.Reason = true, "running now in the apply that holds the lock"
+		if e.opts.ApplyRunning > 0 {
+			d.Reason = fmt.Sprintf("running now (an apply is running, pid %d)", e.opts.ApplyRunning)
+		}
+		return d, nil
+	case rec.Result == ResultRunning:
+		d.Run, d.Reason = true, "interrupted in an earlier run"
+		return d, nil
+	case rec.Result != ResultOK:
+		d.Run, d.Reason = true, "last run "+rec.Result
+		return d, nil
+	case len(env.DepsRan) > 0:
+		// What a needed step made is this step's input: a rebuilt kernel is reinstalled,
+		// a reinstalled server restarted.
+		d.Run, d.Reason = true, "needs "+strings.Join(env.DepsRan, ", ")+", which ran"
+		return d, nil
+	}
+	if changed := ChangedParts(rec.Parts, parts); len(changed) > 0 {
+		d.Run, d.Reason = true, "fingerprint changed: "+strings.Join(e.gen.explainChanged(changed), ", ")
+		return d, nil
+	}
+	ok, why, err := n.impl.Intact(ctx, env)
+	if err != nil {
+		return Decision{}, fmt.Errorf("checking outputs: %w", err)
+	}
+	if !ok {
+		if why == "" {
+			why = "outputs changed"
+		}
+		d.Run, d.Reason = true, why
+		return d, nil
+	}
+	d.Reason = "unchanged"
+	return d, nil
+}
+
+// fingerprint returns the digests of a step's named inputs: its recipe text, the vars and
+// facts that text uses, and the step's own inputs.
+func (e *Engine) fingerprint(ctx context.Context, n *node, env *Env) (map[string]string, error) {
+	st := n.step
+	if nl, ok := n.impl.(NodeLocal); ok {
+		st = st.Without(nl.NodeLocalFields()...)
+	}
+	parts := map[string]string{"spec": digest(st.BodyText())}
+	for _, ref := range e.opts.Recipe.ExpandRefs(st) {
+		parts[ref] = digest(e.data.Lookup(ref))
+	}
+	own, err := n.impl.Fingerprint(ctx, env)
+	if err != nil {
+		return nil, fmt.Errorf("computing fingerprint: %w", err)
+	}
+	for k, v := range own {
+		parts[k] = digest(v)
+	}
+	return parts, nil
+}
+
+// currentRecord returns a copy of a step's record as it stands (nil when there is none); other
+// steps' goroutines update records under e.mu while this one decides.
+func (e *Engine) currentRecord(name string) *StepRecord {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	r := e.state.Steps[name]
+	if r == nil {
+		return nil
+	}
+	c := *r
+	return &c
+}
+
+// ChangedParts returns, sorted, the names of the fingerprint parts that differ between old
+// and cur (changed, added or gone): what plan names after "fingerprint changed:".
+func ChangedParts(old, cur map[string]string) []string {
+	var out []string
+	for k, v := range cur {
+		if old[k] != v {
+			out = append(out, k)
+		}
+	}
+	for k := range old {
+		if _, ok := cur[k]; !ok {
+			out = append(out, k)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func digest(s string) string {
+	h := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(h[:12])
+}
+
+func fingerprintOf(parts map[string]string) string {
+	keys := make([]string, 0, len(parts))
+	for k := range parts {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	h := sha256.New()
+	for _, k := range keys {
+		fmt.Fprintf(h, "%s=%s\n", k, parts[k])
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// PlannedStep is one line of a plan.
+type PlannedStep struct {
+	Name   string   `json:"name"`
+	Kind   string   `json:"kind"`
+	Needs  []string `json:"needs,omitempty"`
+	Run    bool     `json:"run"`
+	Reason string   `json:"reason"`
+	// Fingerprint is empty when it could not be computed before the step's needs ran.
+	Fingerprint string `json:"fingerprint,omitempty"`
+	Error       string `json:"error,omitempty"`
+	// Details are the step's own description (the service's command line).
+	Details []string `json:"details,omitempty"`
+	// FromCache is the digest of the fleet cache's artifact that apply would take
+	// instead of running the step; CacheNote says why it would not, when it cannot.
+	FromCache string `json:"from_cache,omitempty"`
+	CacheNote string `json:"cache_note,omitempty"`
+}
+
+// Plan is what apply would do.
+type Plan struct {
+	Recipe       string        `json:"recipe"`
+	FactsChanged []string      `json:"facts_changed,omitempty"`
+	Steps        []PlannedStep `json:"steps"`
+	// Commands are the recipe's required commands as the host has them (the command
+	// line fills them in).
+	Commands []hostcmd.Result `json:"commands,omitempty"`
+	// Generation says which generation apply would build into and which one serves
+	// (empty when the recipe uses none).
+	Generation string `json:"generation,omitempty"`
+}
+
+// planGeneration is plan's line about generations.
+func (e *Engine) planGeneration() string {
+	g := e.gen
+	switch {
+	case g == nil:
+		return ""
+	case g.info.Serving == g.info.Key:
+		return fmt.Sprintf("%s (serving), in %s", g.info.Key, g.info.Dir)
+	case g.info.Serving == "":
+		return fmt.Sprintf("%s (new; none serves yet), in %s", g.info.Key, g.info.Dir)
+	}
+	return fmt.Sprintf("%s (new; %s serves), in %s", g.info.Key, g.info.Serving, g.info.Dir)
+}
+
+// ReadFiles reads the files the steps name (see FileReader) and returns the bad input
+// among the failures (exitcode.ErrUsage), joined, each with its step; a file that is not there (an
+// earlier step may make it) is left to plan and apply.
+func (e *Engine) ReadFiles() error {
+	var errs []error
+	for _, n := range e.order() {
+		fr, ok := n.impl.(FileReader)
+		if !ok {
+			continue
+		}
+		if err := fr.ReadFiles(e.env(n, nil, "")); errors.Is(err, exitcode.ErrUsage) {
+			errs = append(errs, stepError(n, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Check is validate's look at every step without the host: the files the steps name (see
+// ReadFiles) and what each Checker refuses from the recipe text alone. It returns the bad
+// input (exitcode.ErrUsage), joined, each with its step.
+func (e *Engine) Check() error {
+	errs := []error{e.ReadFiles()}
+	for _, n := range e.order() {
+		c, ok := n.impl.(Checker)
+		if !ok {
+			continue
+		}
+		if err := c.Check(e.env(n, nil, "")); err != nil {
+			errs = append(errs, stepError(n, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Plan says, step by step, what Apply would do and why. It changes nothing. A step whose
+// needs will run is shown as running: its inputs are only known after they ran. The
+// error joins the preflight failures of the steps (see Preflighter) and the bad input
+// (exitcode.ErrUsage) that kept a step from telling; the plan is complete even then.
+func (e *Engine) Plan(ctx context.Context) (*Plan, error) {
+	p := &Plan{Recipe: e.opts.Recipe.Name, FactsChanged: e.FactsChanged(), Generation: e.planGeneration()}
+	var preflight []error
+	var needs []stepNeed
+	runs := map[string]bool{}
+	for _, n := range e.order() {
+		ps := PlannedStep{Name: n.step.Name, Kind: n.step.Kind, Needs: n.step.Needs}
+		if len(e.opts.Only) > 0 && !contains(e.opts.Only, n.step.Name) {
+			ps.Reason = ResultNotSelected
+			p.Steps = append(p.Steps, ps)
+			continue
+		}
+		var upstream []string
+		var looked *lookup
+		for _, d := range n.step.Needs {
+			if runs[d] {
+				upstream = append(upstream, d)
+			}
+		}
+		env := e.env(n, nil, "")
+		if ds, ok := n.impl.(Describer); ok {
+			if err := e.guard(n, env, "", "describing", func() error { ps.Details = ds.Describe(env); return nil }); err != nil {
+				ps.Details = nil
+			}
+		}
+		var d Decision
+		// A step that panics while planning is a plan error for that step, never a dead plan.
+		err := e.guard(n, env, "", "planning", func() (err error) { d, err = e.decide(ctx, n, env); return err })
+		switch {
+		case err != nil && len(upstream) == 0:
+			ps.Error = exitcode.Message(err)
+			ps.Run, ps.Reason = true, "cannot tell: "+exitcode.Message(err)
+			// Bad input that apply would refuse (a FIFO as a patch, a branch where a commit
+			// is pinned) fails the plan too, with exit 2, after the table says why.
+			if errors.Is(err, exitcode.ErrUsage) {
+				preflight = append(preflight, fmt.Errorf("step %s: %w", n.step.Name, err))
+			}
+		case err != nil:
+			ps.Run, ps.Reason = true, "needs "+strings.Join(upstream, ", ")+", which runs"
+		}
+		if err == nil || !errors.Is(err, exitcode.ErrUsage) {
+			// The files the step reads (a series and its patches, a questions file, a token
+			// file) are checked as validate checks them: bad or missing ones fail the plan.
+			if fr, ok := n.impl.(FileReader); ok {
+				if ferr := fr.ReadFiles(env); errors.Is(ferr, exitcode.ErrUsage) {
+					ps.Error = exitcode.Message(ferr)
+					preflight = append(preflight, fmt.Errorf("step %s: %w", n.step.Name, ferr))
+				}
+			}
+		}
+		switch {
+		case err != nil:
+		default:
+			ps.Run, ps.Reason, ps.Fingerprint = d.Run, d.Reason, d.Fingerprint
+			if !d.Run && len(upstream) > 0 {
+				ps.Run, ps.Reason = true, "needs "+strings.Join(upstream, ", ")+", which runs"
+			}
+			if ps.Run && !env.Force {
+				looked = e.planCache(ctx, n, d.Fingerprint)
+				ps.FromCache, ps.CacheNote = looked.noted()
+				switch {
+				case ps.FromCache != "":
+					ps.Reason += "; from cache " + shortDigest(ps.FromCache)
+				case ps.CacheNote != "":
+					ps.Reason += "; " + ps.CacheNote
+				}
+			}
+		}
+		if why := offlineSkip(n, env); why != "" {
+			ps.Run, ps.Reason = false, why
+		}
+		env.Planned, env.PlannedDeps = ps.Run, upstream
+		var lines []string
+		var need *DiskNeed
+		var ok bool
+		var perr error
+		if g := e.guard(n, env, "", "checking before the run", func() error {
+			lines, need, ok, perr = e.preflight(ctx, n, env, ps.Fingerprint, looked)
+			return nil
+		}); g != nil {
+			ok, perr = true, g
+		}
+		if ok {
+			ps.Details = append(ps.Details, lines...)
+			if perr != nil {
+				ps.Error = exitcode.Message(perr)
+				preflight = append(preflight, fmt.Errorf("step %s: %w", n.step.Name, perr))
+			}
+			if need != nil && need.Need > 0 && need.Need <= need.Free {
+				needs = append(needs, stepNeed{n.step.Name, *need})
+			}
+		}
+		runs[n.step.Name] = ps.Run && !converges(n)
+		p.Steps = append(p.Steps, ps)
+	}
+	preflight = append(preflight, sharedDiskProblems(needs)...)
+	if err := e.GPUConflicts(); err != nil {
+		preflight = append(preflight, err)
+	}
+	if ctx.Err() != nil {
+		// Cut short (Ctrl-C): the reasons above may be the cancellation's, not the steps'.
+		preflight = append(preflight, fmt.Errorf("plan interrupted: %w", context.Cause(ctx)))
+	}
+	return p, errors.Join(preflight...)
+}
+
+// stepNeed is one step's disk need, as its preflight said.
+type stepNeed struct {
+	step string
+	DiskNeed
+}
+
+// sharedDiskProblems adds up the needs of the steps that each fit on their own, file system
+// by file system, and returns one exitcode.ErrHost problem for each file system where together they
+// do not fit, naming the steps, the total and the free space (the least any step saw). A
+// step that cannot fit on its own is its own problem already and is left out of the sum.
+func sharedDiskProblems(needs []stepNeed) []error {
+	var order []uint64
+	byFS := map[uint64][]stepNeed{}
+	for _, n := range needs {
+		if _, ok := byFS[n.FS]; !ok {
+			order = append(order, n.FS)
+		}
+		byFS[n.FS] = append(byFS[n.FS], n)
+	}
+	var errs []error
+	for _, fs := range order {
+		group := byFS[fs]
+		if len(group) < 2 {
+			continue
+		}
+		var total uint64
+		free := group[0].Free
+		var steps, dirs []string
+		for _, n := range group {
+			total += n.Need
+			free = min(free, n.Free)
+			steps = append(steps, n.step)
+			if !contains(dirs, n.Dir) {
+				dirs = append(dirs, n.Dir)
+			}
+		}
+		if total <= free {
+			continue
+		}
+		errs = append(errs, fmt.Errorf("steps %s: %w: not enough free space on the file system of %s for all of them: %s to fetch together, %s free",
+			strings.Join(steps, ", "), exitcode.ErrHost, strings.Join(dirs, ", "), logval.Format(int64(total)), logval.Format(int64(free))))
+	}
+	return errs
+}
+
+// preflight runs a step's plan-time check (ok false when it has none), with the step's
+// cache slot when a cache is configured (a zero slot otherwise). looked is planCache's
+// lookup of the same tag, if any, handed on in the slot so that the step does not ask the
+// registry again.
+func (e *Engine) preflight(ctx context.Context, n *node, env *Env, fingerprint string, looked *lookup) (lines []string, need *DiskNeed, ok bool, err error) {
+	var slot CacheSlot
+	if e.opts.Cache != nil {
+		slot = CacheSlot{Cache: e.opts.Cache, Tag: fingerprint, looked: looked}
+	}
+	pf, ok := n.impl.(Preflighter)
+	if !ok {
+		return nil, nil, false, nil
+	}
+	lines, need, err = pf.Preflight(ctx, env, slot)
+	return lines, need, true, err
+}
+
+// planCache looks up the artifact a step that uses the fleet cache would take; nil when it
+// does not ask (no cache, no fingerprint, a step that neither restores nor publishes).
+func (e *Engine) planCache(ctx context.Context, n *node, fingerprint string) *lookup {
+	if e.opts.Cache == nil || fingerprint == "" {
+		return nil
+	}
+	_, restorer := n.impl.(Restorer)
+	_, publisher := n.impl.(Publisher)
+	if !restorer && !publisher {
+		return nil
+	}
+	a, err := e.opts.Cache.Lookup(ctx, fingerprint)
+	return &lookup{a, err}
+}
+
+// noted is what plan says of a lookup: the artifact's digest, or a note when it failed.
+func (l *lookup) noted() (artifact, note string) {
+	switch {
+	case l == nil || l.err == nil && l.a == nil:
+		return "", ""
+	case l.err != nil:
+		return "", "cache: " + l.err.Error()
+	}
+	return l.a.Digest, ""
+}
+
+// shortDigest shortens "sha256:<hex>" for a table.
+func shortDigest(d string) string {
+	if len(d) > 7+12 {
+		return d[:7+12]
+	}
+	return d
+}

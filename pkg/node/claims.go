@@ -1,0 +1,23 @@
+package node
+
+import (
+	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/gpu"
+)
+
+// ClaimsDirEnv names the environment variable that moves the node-wide GPU claims.
+const ClaimsDirEnv = "SGLPROV_GPU_CLAIMS_DIR"
+
+// ClaimsDir is the node-wide folder of GPU claims the engine compares and records:
+// SGLPROV_GPU_CLAIMS_DIR when set, else none when the GPUs are a fixture's (they are not
+// the node's GPUs, and runs with fixtures on one host are not one node), else
+// engine.NodeClaimsDir, under --root when given.
+func ClaimsDir(getenv func(string) string, root string) string {
+	if d := getenv(ClaimsDirEnv); d != "" {
+		return d
+	}
+	if getenv(gpu.FixtureEnv) != "" {
+		return ""
+	}
+	return engine.HostPath(root, engine.NodeClaimsDir)
+}

@@ -1,0 +1,124 @@
+package node
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"strings"
+
+	"github.com/sglprov/sglprov/pkg/daemon"
+	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/gpu"
+	"github.com/sglprov/sglprov/pkg/recipe"
+)
+
+// Info reads sglprov_node_info's labels of recipe r (n's, loaded): its service step (its
+// unit, and the model and served name under the profile it runs), built with the host's
+// facts where the recipe uses them, the profile the state records as installed, the
+// generation that serves and the SGLang commit the recipe pins. What cannot be read stays
+// "".
+func (n *Recipe) Info(ctx context.Context, r *recipe.Recipe) daemon.NodeInfo {
+	info := daemon.NodeInfo{Recipe: r.Name, SGLangCommit: r.Vars["sglang_commit"]}
+	var facts *gpu.Facts
+	if r.NeedsFacts() {
+		if f, err := n.Facts(ctx); err == nil {
+			facts = f
+		}
+	}
+	// The steps only, built as an apply builds them, to ask the service step.
+	e, err := n.Steps(r, facts)
+	if err != nil {
+		return info
+	}
+	defer e.Close()
+	if svc, ok := e.Service(); ok {
+		info.Unit = svc.Step.ServiceName()
+		info.Profile = svc.Step.Active(svc.Env)
+		if name, path, ok, err := svc.ServedModel(); ok && err == nil {
+			info.ServedName, info.Model = name, path
+		}
+	}
+	if info.SGLangCommit == "" {
+		info.SGLangCommit = SGLangCommit(r, facts)
+	}
+	if info.ServedName == "" {
+		// SGLang serves the model under its path unless told otherwise.
+		info.ServedName = info.Model
+	}
+	if rep, err := engine.LatestReport(n.StateDir); err == nil && rep.Recipe == r.Name && rep.Generation != nil {
+		info.Generation = rep.Generation.Serving
+	}
+	if k := ServingGeneration(n.Root, n.StateDir, r); k != "" {
+		// The generations record is the truth after the daemon rolled back.
+		info.Generation = k
+	}
+	return info
+}
+
+// SGLangCommit is the commit of the recipe's first source step whose URL names sglang
+// ("" when none pins one).
+func SGLangCommit(r *recipe.Recipe, facts *gpu.Facts) string {
+	var fd map[string]any
+	if facts != nil {
+		fd = facts.TemplateData()
+	}
+	data, err := r.NewData(fd)
+	if err != nil {
+		return ""
+	}
+	for _, s := range r.Steps {
+		if s.Kind != "source" {
+			continue
+		}
+		var spec struct {
+			URL string `yaml:"url"`
+			Ref string `yaml:"ref"`
+		}
+		if s.Render(data, &spec) != nil || !strings.Contains(strings.ToLower(spec.URL), "sglang") {
+			continue
+		}
+		if spec.Ref != "" {
+			return spec.Ref
+		}
+		if u, err := url.Parse(strings.TrimPrefix(spec.URL, "git::")); err == nil {
+			return u.Query().Get("ref")
+		}
+		return ""
+	}
+	return ""
+}
+
+// Inputs returns the digest of what an apply reads that a failed switch could be waiting
+// on: the recipe file, the --set values and the GPU facts (when the recipe uses them).
+// The daemon tries a change whose switch failed again only once it differs.
+func (n *Recipe) Inputs(ctx context.Context) (string, error) {
+	h := sha256.New()
+	b, err := engine.ReadTrusted(n.File, 4<<20)
+	if err != nil {
+		return "", fmt.Errorf("reading recipe %s: %w", n.File, err)
+	}
+	fmt.Fprintf(h, "%d\x00", len(b))
+	h.Write(b)
+	for _, kv := range n.Sets {
+		fmt.Fprintf(h, "set\x00%s\x00", kv)
+	}
+	r, err := n.Load()
+	if err != nil {
+		return "", err
+	}
+	if r.NeedsFacts() {
+		f, err := n.Facts(ctx)
+		if err != nil {
+			return "", fmt.Errorf("reading the GPU facts: %w", err)
+		}
+		fb, err := json.Marshal(f.TemplateData())
+		if err != nil {
+			return "", fmt.Errorf("encoding the GPU facts: %w", err)
+		}
+		h.Write(fb)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
