@@ -43,7 +43,9 @@ func envInt(name string, def int) int {
 //     SGLPROV_BENCH_WHEEL_KB (512) KiB, from a local PEP 503 index (test/pyindex);
 //   - weights: a download step of a generated safetensors model of 4 shards of
 //     SGLPROV_BENCH_SHARD_MB (64) MiB from the fake hub (test/fakehub, files above 1 MiB
-//     redirected to its CDN), at a pinned commit.
+//     redirected to its CDN), at a pinned commit; SGLPROV_BENCH_HUB_MBPS, when set, bounds
+//     each of the hub's file answers to that many MB/s, as a real hub throttles a
+//     connection (default: unbounded, loopback).
 //
 // Node A resolves, builds and downloads. Node B has `cache:` on the real registry
 // (Debian's docker-registry on loopback) that a first node with push: true seeded once
@@ -85,7 +87,7 @@ func BenchmarkNodeBApplyVsNodeA(b *testing.B) {
 	if err := fakehub.GenerateModel(model, 4, int64(envInt("SGLPROV_BENCH_SHARD_MB", 64))<<20); err != nil {
 		b.Fatal(err)
 	}
-	hub, err := fakehub.New(fakehub.Options{Repo: "org/bench", FS: os.DirFS(model)})
+	hub, err := fakehub.New(fakehub.Options{Repo: "org/bench", FS: os.DirFS(model), Rate: int64(envInt("SGLPROV_BENCH_HUB_MBPS", 0)) * 1e6})
 	if err != nil {
 		b.Fatal(err)
 	}
