@@ -162,6 +162,11 @@ func (r *Registry) CPUTime() (time.Duration, error) {
 	if r == nil || r.cmd == nil || r.cmd.Process == nil {
 		return 0, errors.New("the registry is not running")
 	}
+	select {
+	case <-r.done:
+		return 0, errors.New("the registry has exited")
+	default:
+	}
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", r.cmd.Process.Pid))
 	if err != nil {
 		return 0, fmt.Errorf("reading the registry's CPU time: %w", err)
