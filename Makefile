@@ -83,8 +83,11 @@ lint:
 	$(GO) vet $(PKGS)
 	@$(GO) mod tidy -diff || { echo "go mod tidy would change go.mod/go.sum (above): run go mod tidy"; exit 1; }
 
-bench: build
-	$(GO) test -run='^$$' -bench=. -benchmem ./pkg/engine ./pkg/fetch ./pkg/cache ./pkg/pylock
+# bench runs the Go benchmarks (the whole-node one, bench/nodeb, needs the registry, pip
+# and a C compiler, which `make deps` installs as root), then bench/run.sh (which installs
+# its own tools: nginx, aria2, ...). docs/benchmarks.md says what each measures.
+bench: deps build
+	$(GO) test -run='^$$' -bench=. -benchmem ./pkg/engine ./pkg/fetch ./pkg/cache ./pkg/pylock ./bench/nodeb
 	bench/run.sh
 
 demo: build

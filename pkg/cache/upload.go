@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/opencontainers/go-digest"
@@ -209,25 +210,34 @@ func (r *Registry) patchWhole(ctx context.Context, loc string, f *os.File, off, 
 // patch sends bytes [off, off+n) of f to the upload at loc and returns its next location.
 // A registry that takes no byte of the chunk for the registry's timeout (its storage hangs,
 // and the write would block for ever) fails it.
+//
+// The body is a chunkBody: over plain HTTP the transport hands the file to sendfile(2),
+// and the chunk goes from the page cache to the socket with no copy through this process
+// (over TLS it is read 32 KiB at a time, as any body). What the registry has taken is the
+// body's file offset, which both ways advance; a watchdog reads it, since sendfile calls
+// no Read.
 func (r *Registry) patch(ctx context.Context, loc string, f *os.File, off, n int64) (_ string, err error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	stalled := fmt.Errorf("the registry took no byte of the chunk for %s", r.timeout)
-	idle := time.AfterFunc(r.timeout, func() { cancel(stalled) })
-	defer idle.Stop()
 	defer func() {
 		if err != nil && context.Cause(ctx) == stalled {
 			err = stalled
 		}
 	}()
-	body := func() io.ReadCloser {
-		return io.NopCloser(&progressReader{r: io.NewSectionReader(f, off, n), left: n, idle: idle, after: r.timeout})
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPatch, loc, body())
+	bodies := &chunkBodies{src: f, off: off, end: off + n}
+	defer bodies.closeAll()
+	first, err := bodies.open()
 	if err != nil {
 		return "", err
 	}
-	req.GetBody = func() (io.ReadCloser, error) { return body(), nil }
+	stopWatch := r.watchChunk(bodies, func() { cancel(stalled) })
+	defer stopWatch()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPatch, loc, first)
+	if err != nil {
+		return "", err
+	}
+	req.GetBody = func() (io.ReadCloser, error) { return bodies.open() }
 	req.ContentLength = n
 	req.Header.Set("Content-Type", "application/octet-stream")
 	req.Header.Set("Content-Range", fmt.Sprintf("%d-%d", off, off+n-1))
@@ -242,24 +252,120 @@ func (r *Registry) patch(ctx context.Context, loc string, f *os.File, off, n int
 	return location(resp)
 }
 
-// progressReader restarts idle's countdown on every read of a chunk, and stops it once the
-// chunk is read whole (then the transport's response header timeout applies).
-type progressReader struct {
-	r     io.Reader
-	left  int64
-	idle  *time.Timer
-	after time.Duration
+// watchChunk calls stalled once the chunk's latest body has not moved for the registry's
+// timeout while bytes of it are left; a chunk sent whole is no longer watched (the
+// transport's response header timeout applies then). It returns the function that stops
+// the watch.
+func (r *Registry) watchChunk(bodies *chunkBodies, stalled func()) (stop func()) {
+	done := make(chan struct{})
+	tick := max(r.timeout/8, 10*time.Millisecond)
+	go func() {
+		t := time.NewTicker(tick)
+		defer t.Stop()
+		last, since := int64(-1), time.Now()
+		for {
+			select {
+			case <-done:
+				return
+			case now := <-t.C:
+				pos, ok := bodies.position()
+				switch {
+				case ok && pos >= bodies.end:
+					return
+				case !ok || pos != last:
+					last, since = pos, now
+				case now.Sub(since) >= r.timeout:
+					stalled()
+					return
+				}
+			}
+		}
+	}()
+	return func() { close(done) }
 }
 
-func (p *progressReader) Read(b []byte) (int, error) {
-	n, err := p.r.Read(b)
-	if p.left -= int64(n); p.left <= 0 || err != nil {
-		p.idle.Stop()
-	} else if n > 0 {
-		p.idle.Reset(p.after)
-	}
-	return n, err
+// chunkBodies opens the bodies of one chunk: the first, and one for each time the
+// transport sends the request again (GetBody). Each has a file descriptor of its own on
+// the same file, so that no two share an offset; all are closed when the chunk is done.
+type chunkBodies struct {
+	src      *os.File
+	off, end int64
+
+	mu     sync.Mutex
+	opened []*os.File
 }
+
+// open returns a new body positioned at the chunk's start.
+func (c *chunkBodies) open() (io.ReadCloser, error) {
+	f, err := os.Open(c.src.Name())
+	if err != nil {
+		return nil, fmt.Errorf("opening the chunk's file again: %w", err)
+	}
+	a, aerr := c.src.Stat()
+	b, berr := f.Stat()
+	if aerr != nil || berr != nil || !os.SameFile(a, b) {
+		f.Close()
+		return nil, fmt.Errorf("%s was replaced while it was pushed", c.src.Name())
+	}
+	if _, err := f.Seek(c.off, io.SeekStart); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("seeking to byte %d of %s: %w", c.off, c.src.Name(), err)
+	}
+	c.mu.Lock()
+	c.opened = append(c.opened, f)
+	c.mu.Unlock()
+	return &chunkBody{f: f, end: c.end}, nil
+}
+
+// position is the offset of the latest body's file (false before there is one).
+func (c *chunkBodies) position() (int64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.opened) == 0 {
+		return 0, false
+	}
+	pos, err := c.opened[len(c.opened)-1].Seek(0, io.SeekCurrent)
+	return pos, err == nil
+}
+
+func (c *chunkBodies) closeAll() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, f := range c.opened {
+		f.Close()
+	}
+	c.opened = nil
+}
+
+// chunkBody reads a file from its offset up to end. It is a syscall.Conn, so that
+// net.TCPConn.ReadFrom, given it under the transport's io.LimitedReader of the chunk's
+// length, sends it with sendfile(2) from the same offset. Close leaves the descriptor to
+// chunkBodies (the watchdog reads its offset until the chunk is done).
+type chunkBody struct {
+	f   *os.File
+	end int64
+}
+
+func (c *chunkBody) Read(p []byte) (int, error) {
+	pos, err := c.f.Seek(0, io.SeekCurrent)
+	if err != nil {
+		return 0, err
+	}
+	left := c.end - pos
+	if left <= 0 {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > left {
+		p = p[:left]
+	}
+	return c.f.Read(p)
+}
+
+// SyscallConn is the file's, for sendfile.
+func (c *chunkBody) SyscallConn() (syscall.RawConn, error) { return c.f.SyscallConn() }
+
+// Close does nothing: chunkBodies closes the descriptor.
+func (c *chunkBody) Close() error { return nil }
 
 // uploadStatus asks how many bytes the upload at loc holds.
 func (r *Registry) uploadStatus(ctx context.Context, loc string) (_ int64, _ string, err error) {

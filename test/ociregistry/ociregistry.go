@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -153,6 +154,43 @@ func StartWith(dir string, opt Options) (*Registry, error) {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// CPUTime returns the user and system CPU time the registry's process has used so far
+// (from /proc/PID/stat): benchmarks split a transfer's cost between client and registry.
+func (r *Registry) CPUTime() (time.Duration, error) {
+	if r == nil || r.cmd == nil || r.cmd.Process == nil {
+		return 0, errors.New("the registry is not running")
+	}
+	select {
+	case <-r.done:
+		return 0, errors.New("the registry has exited")
+	default:
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", r.cmd.Process.Pid))
+	if err != nil {
+		return 0, fmt.Errorf("reading the registry's CPU time: %w", err)
+	}
+	// The fields after the command name (in parentheses, which may hold spaces): utime and
+	// stime are the 14th and 15th of the line, in clock ticks (100 a second on Linux).
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("reading the registry's CPU time: no command in %q", s)
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return 0, fmt.Errorf("reading the registry's CPU time: %d fields", len(f))
+	}
+	var ticks int64
+	for _, v := range f[11:13] {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("reading the registry's CPU time: %w", err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond, nil
 }
 
 // Stop stops the registry and waits for it to exit.
