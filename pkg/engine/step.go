@@ -98,6 +98,12 @@ type Gate interface {
 	Gates() bool
 }
 
+// isGate reports whether s gates the service steps it needs.
+func isGate(s Step) bool {
+	g, ok := s.(Gate)
+	return ok && g.Gates()
+}
+
 // AlwaysRunner is implemented by steps that run on every apply, whatever their
 // fingerprint (the smoke gate).
 type AlwaysRunner interface {

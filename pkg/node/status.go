@@ -9,6 +9,7 @@ import (
 
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/exitcode"
+	smokestep "github.com/sglprov/sglprov/pkg/steps/smoke"
 )
 
 // Status is what `status --json` prints: the state dir's last runs.
@@ -188,21 +189,15 @@ func ProfileOf(rep *engine.Report, st *engine.State) *Profile {
 		return p
 	}
 	for _, s := range rep.Steps {
-		if s.Kind != "smoke" || s.Details == nil {
-			continue
-		}
-		tried, _ := s.Details["profiles"].([]any)
-		if len(tried) == 0 {
+		tried, won, ok := smokestep.ProfilesOf(s.Details)
+		if !ok {
 			continue
 		}
 		if p == nil {
 			p = &Profile{}
 		}
-		won, _ := s.Details["profile"].(string)
 		p.Won = won
-		for _, t := range tried {
-			m, _ := t.(map[string]any)
-			name, _ := m["profile"].(string)
+		for _, name := range tried {
 			if name != "" && name != won {
 				p.Failed = append(p.Failed, name)
 			}
