@@ -76,6 +76,9 @@ type Options struct {
 	// node's health and its reason; nil when the recipe has none. It is called once per
 	// transition between serving correct answers and not, and must bound its own time.
 	Hook func(ctx context.Context, hook string, h Health, reason string) error
+	// Group is this node's place in a group of nodes that serve one model together (nil:
+	// a single node).
+	Group *Group
 	// Log is the daemon's logger.
 	Log *log.Logger
 }
@@ -99,6 +102,7 @@ func (o *Options) defaults() {
 	if o.Log == nil {
 		o.Log = log.New(nil)
 	}
+	o.groupDefaults()
 }
 
 // Health is what the daemon says of the node.
@@ -150,6 +154,8 @@ type Daemon struct {
 	// pending is the change whose switch failed while the node serves what it served
 	// before (nil: none); it is tried again only when the inputs differ from its own.
 	pending *pendingChange
+	// unfollowed is the head's profile this worker failed to switch to ("": none).
+	unfollowed, unfollowedWhy string
 }
 
 // pendingChange is a change of the recipe whose switch failed the gate; the unit that

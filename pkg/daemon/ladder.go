@@ -34,6 +34,9 @@ const (
 	RungNextProfile        = "next_profile"
 	RungPreviousGeneration = "previous_generation"
 	RungGiveUp             = "give_up"
+	// RungFollowHead is a worker's switch to the profile its group's head runs (not a
+	// rung of the climb: it is taken whenever the head's profile differs).
+	RungFollowHead = "follow_head"
 )
 
 var rungs = []string{RungRestart, RungRegate, RungNextProfile, RungPreviousGeneration, RungGiveUp}
@@ -111,6 +114,9 @@ func (d *Daemon) canary(ctx context.Context) {
 	}
 	d.m.observeCanary(lat, err)
 	if err == nil {
+		if d.followHead(ctx) {
+			return
+		}
 		d.fresh = false
 		if d.failures > 0 || d.Health() != Healthy {
 			d.o.Log.Info("canary passes again", "seconds", logval.Seconds(lat))
@@ -162,6 +168,16 @@ func (d *Daemon) climb(ctx context.Context, reason string) {
 			d.restarts++
 			d.failures = 0
 			d.m.incRestarts()
+			if g := d.o.Group; g != nil && !g.IsHead() {
+				d.o.Log.Warn("remediation: restarting this worker's server: the head says the group does not serve; its new server waits at the rendezvous for the head", "rung", rung, "rank", g.Rank)
+			} else if g != nil {
+				d.status("remediation: waiting for the workers to start again")
+				found := d.awaitWorkers(ctx)
+				if ctx.Err() != nil {
+					return
+				}
+				d.o.Log.Warn("remediation: restarting the head's server", "rung", rung, "workers", found)
+			}
 			d.o.Log.Warn("remediation: restarting the service", "rung", rung, "restart", d.l.restarts, "of", d.o.MaxRestarts)
 			err := d.o.RestartService(ctx)
 			if ctx.Err() != nil {
@@ -199,6 +215,12 @@ func (d *Daemon) climb(ctx context.Context, reason string) {
 			reason = "the whole gate failed: " + err.Error()
 			d.l.rung++
 		case RungNextProfile:
+			if g := d.o.Group; g != nil && !g.IsHead() {
+				// Every rank runs the same arguments: a worker never picks a profile of
+				// its own; it follows the head (followHead, at every canary).
+				d.skip(rung, "a worker runs the head's profile; it follows the head, never picks one alone")
+				continue
+			}
 			if d.o.Remedies == nil {
 				d.skip(rung, "no service profiles to try")
 				continue
@@ -225,6 +247,10 @@ func (d *Daemon) climb(ctx context.Context, reason string) {
 			reason = fmt.Sprintf("profile %s failed the gate: %v", p, err)
 			// the rung stays: the candidate after p next
 		case RungPreviousGeneration:
+			if gr := d.o.Group; gr != nil && !gr.IsHead() {
+				d.skip(rung, "a worker does not roll back alone: its generation must be the head's")
+				continue
+			}
 			g := d.o.Generations
 			if g == nil {
 				g = NoGenerations{}
