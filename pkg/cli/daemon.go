@@ -201,7 +201,13 @@ func watchRecipe(ctx context.Context, stdio IO, w *recipeWatch, o daemonFlags, m
 			return err
 		}
 	}
+	rem := &remedies{stdio: stdio, c: c, held: &held, timeout: o.canaryTimeout}
+	group, err := daemonGroup(r, stdio, c, rem)
+	if err != nil {
+		return err
+	}
 	opts := daemon.Options{
+		Group: group,
 		Apply: func(ctx context.Context) (*engine.Report, error) {
 			held.set(nil)
 			rep, e, err := applyKeep(ctx, stdio, c, nil)
@@ -210,7 +216,7 @@ func watchRecipe(ctx context.Context, stdio IO, w *recipeWatch, o daemonFlags, m
 		},
 		Canary:                canary(stdio, c, o.canaryTimeout, logger),
 		CanaryTimeout:         o.canaryTimeout,
-		Remedies:              &remedies{stdio: stdio, c: c, held: &held, timeout: o.canaryTimeout},
+		Remedies:              rem,
 		Generations:           &rollback{stdio: stdio, c: c, held: &held},
 		RestartService:        restartService(stdio, c, &held),
 		Notify:                notify,

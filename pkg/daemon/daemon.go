@@ -20,6 +20,7 @@ import (
 	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/logval"
+	"github.com/sglprov/sglprov/pkg/multinode"
 	"github.com/sglprov/sglprov/pkg/switchover"
 )
 
@@ -156,6 +157,9 @@ type Daemon struct {
 	pending *pendingChange
 	// unfollowed is the head's profile this worker failed to switch to ("": none).
 	unfollowed, unfollowedWhy string
+	// whole is, on a group's head, its rendezvous when the group last served (nil: not
+	// seen).
+	whole *multinode.Rendezvous
 }
 
 // pendingChange is a change of the recipe whose switch failed the gate; the unit that
@@ -463,6 +467,7 @@ func (d *Daemon) apply(ctx context.Context, why string) {
 		d.l, d.fresh = ladder{}, false
 		d.setHealth(Healthy, "")
 		d.m.setReady()
+		d.noteWhole(ctx)
 	}
 }
 

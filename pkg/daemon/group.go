@@ -59,6 +59,21 @@ func (o *Options) groupDefaults() {
 	}
 }
 
+// noteWhole records, on the head, the rendezvous of a group that serves (its gate just
+// passed): the connections a later restart waits to see replaced.
+func (d *Daemon) noteWhole(ctx context.Context) {
+	g := d.o.Group
+	if g == nil || g.Rank != 0 || g.Rendezvous == nil {
+		return
+	}
+	rv, err := g.Rendezvous(ctx)
+	if err != nil || !rv.Listening {
+		d.whole = nil
+		return
+	}
+	d.whole = &rv
+}
+
 // awaitWorkers is the head's part of a group restart: before it restarts its own server, it
 // waits until every worker has started again (or its server no longer holds the
 // rendezvous: nothing then holds the workers' old servers, and its new one waits for them
@@ -69,13 +84,19 @@ func (d *Daemon) awaitWorkers(ctx context.Context) string {
 		return ""
 	}
 	workers := g.Count - 1
-	before, err := g.Rendezvous(ctx)
+	now, err := g.Rendezvous(ctx)
 	if err != nil {
 		d.o.Log.Warn("group: reading the rendezvous; restarting the head without waiting for the workers", "err", err)
 		return "the rendezvous could not be read: " + err.Error()
 	}
-	if !before.Listening {
+	if !now.Listening {
 		return "the head's server no longer holds the rendezvous"
+	}
+	// The old connections are those the group held while it served: a worker quick to
+	// restart may knock before the head's ladder gets here.
+	before := now
+	if d.whole != nil {
+		before = *d.whole
 	}
 	d.o.Log.Warn("group: waiting for the workers to start again before the head restarts", "workers", workers,
 		"timeout_seconds", logval.Seconds(g.RejoinTimeout))
@@ -90,7 +111,7 @@ func (d *Daemon) awaitWorkers(ctx context.Context) string {
 			return "stopping"
 		case <-t.C:
 		}
-		now, err := g.Rendezvous(ctx)
+		now, err = g.Rendezvous(ctx)
 		if err != nil {
 			d.o.Log.Warn("group: reading the rendezvous", "err", err)
 		} else {

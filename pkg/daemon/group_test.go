@@ -49,10 +49,10 @@ func (e *events) String() string {
 func ap(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }
 
 // The head of a 3-node group whose canary fails waits, before it restarts its own server,
-// until both workers have started again: one worker's old server still holds the
-// rendezvous for a while (it has not noticed yet), the other's is already gone and its
-// new one knocks. Only when neither old connection is left and both workers hold new ones
-// does the head restart.
+// until both workers have started again, judged against the connections the group held
+// when it last served: one worker's new server knocks already, the other's old server
+// still holds the rendezvous for a while (it has not noticed yet). Only when neither old
+// connection is left and both workers hold new ones does the head restart.
 func TestGroupHeadRestartsAfterItsWorkers(t *testing.T) {
 	n := &node{driver: "580.95.05", canaryOK: true}
 	o := n.options()
@@ -61,17 +61,18 @@ func TestGroupHeadRestartsAfterItsWorkers(t *testing.T) {
 	o.RestartService = func(context.Context) error { ev.add("head restarts"); return nil }
 	head := netip.MustParseAddr("10.0.0.1")
 	own := ap("10.0.0.1:40000") // the head's own process at its store
-	// What the head's kernel shows, read by read: the group broken (worker .3's old server
-	// still connected), .2 back with a new connection, then .3's old one gone and its new
-	// one there.
+	// What the head's kernel shows, read by read: the group whole (at the apply); broken,
+	// worker .2 already back with a new connection (it restarted before the head's ladder
+	// got there) and .3's old server still connected; .3's new one there too; .3's old
+	// one gone.
 	reads := []multinode.Rendezvous{
-		{Listening: true, Peers: []netip.AddrPort{own, ap("10.0.0.3:5000")}, Local: []netip.Addr{head}},
+		{Listening: true, Peers: []netip.AddrPort{own, ap("10.0.0.2:5000"), ap("10.0.0.3:5000")}, Local: []netip.Addr{head}},
 		{Listening: true, Peers: []netip.AddrPort{own, ap("10.0.0.2:6000"), ap("10.0.0.3:5000")}, Local: []netip.Addr{head}},
 		{Listening: true, Peers: []netip.AddrPort{own, ap("10.0.0.2:6000"), ap("10.0.0.3:5000"), ap("10.0.0.3:6001")}, Local: []netip.Addr{head}},
 		{Listening: true, Peers: []netip.AddrPort{own, ap("10.0.0.2:6000"), ap("10.0.0.3:6001")}, Local: []netip.Addr{head}},
 	}
 	i := 0
-	o.Group = &Group{Rank: 0, Count: 3, Poll: time.Millisecond, RejoinTimeout: time.Hour,
+	o.Group = &Group{Rank: 0, Count: 3, Poll: time.Millisecond, RejoinTimeout: 5 * time.Second,
 		Rendezvous: func(context.Context) (multinode.Rendezvous, error) {
 			rv := reads[min(i, len(reads)-1)]
 			ev.add(fmt.Sprintf("read %d", i))
@@ -113,6 +114,7 @@ func TestGroupHeadWaitIsBounded(t *testing.T) {
 			d := New(o)
 			ctx := context.Background()
 			d.apply(ctx, "start")
+			reads = 0
 			n.canaryOK = false
 			d.Check(ctx)
 			if n.restarts != 1 || !strings.Contains(buf.String(), c.log) {

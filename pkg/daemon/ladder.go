@@ -117,6 +117,7 @@ func (d *Daemon) canary(ctx context.Context) {
 		if d.followHead(ctx) {
 			return
 		}
+		d.noteWhole(ctx)
 		d.fresh = false
 		if d.failures > 0 || d.Health() != Healthy {
 			d.o.Log.Info("canary passes again", "seconds", logval.Seconds(lat))
@@ -209,7 +210,7 @@ func (d *Daemon) climb(ctx context.Context, reason string) {
 			if ctx.Err() != nil {
 				return
 			}
-			if d.rungDone(rung, err, "the whole gate passes; the canary case's failure was not the node's") {
+			if d.rungDone(ctx, rung, err, "the whole gate passes; the canary case's failure was not the node's") {
 				return
 			}
 			reason = "the whole gate failed: " + err.Error()
@@ -241,7 +242,7 @@ func (d *Daemon) climb(ctx context.Context, reason string) {
 				continue
 			}
 			d.l.tried = append(d.l.tried, p)
-			if d.rungDone(rung, err, "profile "+p+" passes the gate") {
+			if d.rungDone(ctx, rung, err, "profile "+p+" passes the gate") {
 				return
 			}
 			reason = fmt.Sprintf("profile %s failed the gate: %v", p, err)
@@ -264,7 +265,7 @@ func (d *Daemon) climb(ctx context.Context, reason string) {
 				d.skip(rung, err.Error())
 				continue
 			}
-			if d.rungDone(rung, err, "the previous generation passes the gate") {
+			if d.rungDone(ctx, rung, err, "the previous generation passes the gate") {
 				return
 			}
 			reason = "the previous generation failed the gate: " + err.Error()
@@ -294,7 +295,7 @@ func (d *Daemon) skip(rung, why string) {
 
 // rungDone counts a rung that judged itself; it reports whether it passed (the node is
 // then healthy again).
-func (d *Daemon) rungDone(rung string, err error, passed string) bool {
+func (d *Daemon) rungDone(ctx context.Context, rung string, err error, passed string) bool {
 	if err != nil {
 		d.o.Log.Warn("remediation: rung failed", "rung", rung, "err", err)
 		d.m.rung(rung, "failed")
@@ -302,6 +303,7 @@ func (d *Daemon) rungDone(rung string, err error, passed string) bool {
 	}
 	d.m.rung(rung, "ok")
 	d.o.Log.Info("remediation: the node serves correct answers again", "rung", rung, "how", passed)
+	d.noteWhole(ctx)
 	d.fresh = false
 	d.recovered()
 	return true

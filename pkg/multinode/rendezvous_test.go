@@ -1,12 +1,17 @@
 package multinode
 
 import (
+	"context"
 	"fmt"
 	"net"
+	"net/http/httptest"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+
+	"github.com/sglprov/sglprov/test/fakesglang"
 )
 
 // A fixture /proc/net/tcp and tcp6: the rendezvous port 29500 (0x733C) listens on
@@ -99,5 +104,53 @@ func TestRejoined(t *testing.T) {
 		if got := fmt.Sprint(n, holding); got != c.want {
 			t.Errorf("Rejoined(%v) = %s, want %s", c.now.Peers, got, c.want)
 		}
+	}
+}
+
+func TestProfileOf(t *testing.T) {
+	args := map[string][]string{
+		"cutlass": {"--attention-backend", "triton", "--fp4-gemm-backend", "flashinfer_cutlass"},
+		"cudnn":   {"--attention-backend=triton", "--fp4-gemm-backend", "flashinfer_cudnn", "--enable-metrics"},
+		"twin":    {"--attention-backend", "triton", "--fp4-gemm-backend", "flashinfer_cudnn", "--enable-metrics"},
+		"tp":      {"--tp", "16"},
+	}
+	for _, c := range []struct {
+		info  map[string]any
+		cands []string
+		want  string
+	}{
+		{map[string]any{"attention_backend": "triton", "fp4_gemm_backend": "flashinfer_cutlass", "tp_size": 16.0}, []string{"cudnn", "cutlass"}, "cutlass"},
+		{map[string]any{"attention_backend": "triton", "fp4_gemm_backend": "flashinfer_cudnn", "enable_metrics": true}, []string{"cutlass", "cudnn"}, "cudnn"},
+		// a flag without a value needs the field true
+		{map[string]any{"attention_backend": "triton", "fp4_gemm_backend": "flashinfer_cudnn", "enable_metrics": false}, []string{"cutlass", "cudnn"}, ""},
+		// two candidates that the head's arguments cannot tell apart
+		{map[string]any{"attention_backend": "triton", "fp4_gemm_backend": "flashinfer_cudnn", "enable_metrics": true}, []string{"cudnn", "twin"}, ""},
+		// an alias is no field: tp_size 16 does not say --tp 16
+		{map[string]any{"tp_size": 16.0}, []string{"tp"}, ""},
+	} {
+		if got := ProfileOf(c.info, c.cands, args); got != c.want {
+			t.Errorf("ProfileOf(%v, %v) = %q, want %q", c.info, c.cands, got, c.want)
+		}
+	}
+}
+
+// The fake's head answers /get_server_info from its launch line; the worker reads the
+// profile it runs from it.
+func TestServerInfoFromTheFake(t *testing.T) {
+	srv := httptest.NewServer(fakesglang.New(fakesglang.Options{ServerArgs: fakesglang.ServerArgsOf(
+		[]string{"--model-path", "/m", "--attention-backend", "triton", "--fp4-gemm-backend", "flashinfer_cudnn"})}))
+	defer srv.Close()
+	info, err := ServerInfo(context.Background(), srv.Client(), srv.URL+"/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := map[string][]string{"a": {"--fp4-gemm-backend", "flashinfer_cutlass"}, "b": {"--fp4-gemm-backend", "flashinfer_cudnn"}}
+	if p := ProfileOf(info, []string{"a", "b"}, args); p != "b" {
+		t.Errorf("profile %q from %v, want b", p, info)
+	}
+	srv404 := httptest.NewServer(fakesglang.New(fakesglang.Options{}))
+	defer srv404.Close()
+	if _, err := ServerInfo(context.Background(), srv404.Client(), srv404.URL); err == nil || !strings.Contains(err.Error(), "HTTP 404") {
+		t.Errorf("err %v, want HTTP 404", err)
 	}
 }

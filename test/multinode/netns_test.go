@@ -129,7 +129,8 @@ func build(t *testing.T, dir string) (sglprov, fake string) {
 // worker's by asking the head. A worker told to use an interface that does
 // not reach the head is refused naming it (exit 4); a worker given a rendezvous port
 // nobody listens on fails naming the rendezvous and the likely causes; killing the
-// worker's server fails both nodes' canaries until the group is back.
+// worker's server fails both nodes' canaries, and the group comes back through the
+// ladders in order: the worker's server first, then the head's.
 func TestTwoNodes(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: it makes network namespaces and a veth pair")
@@ -251,9 +252,10 @@ func TestTwoNodes(t *testing.T) {
 	}
 
 	// The worker's server dies: the head's group is broken for good, so both nodes' canaries
-	// fail (the head's own, the worker's asked at the head). Each node's ladder restarts its
-	// own server (in no group order: the ladder knows no group), the worker's joins the
-	// restarted head, and both canaries pass again.
+	// fail (the head's own, the worker's asked at the head). The group restarts in order:
+	// the worker's ladder restarts its server, which knocks at the head's rendezvous; the
+	// head's ladder waits until its kernel shows that new connection, then restarts the
+	// head, whose new server takes the worker in; both canaries pass again.
 	pid := serverPID(t, nsB)
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -264,9 +266,20 @@ func TestTwoNodes(t *testing.T) {
 		}
 	}
 	for _, l := range []string{headLog, workerLog} {
-		if !waitMetric(l, "canary passes again", 3*time.Minute) {
+		if !waitMetric(l, "canary passes again", 90*time.Second) {
 			t.Errorf("%s: the group did not come back", l)
 		}
+	}
+	if !waitMetric(workerLog, "restarting this worker's server: the head says the group does not serve", time.Second) {
+		t.Errorf("the worker's ladder did not restart its server")
+	}
+	if !waitMetric(headLog, "group: every worker started again and waits at the rendezvous; restarting the head", time.Second) {
+		t.Errorf("the head did not restart after its worker started again")
+	}
+	headServer, _ := os.ReadFile(filepath.Join(dir, "a", "logs", "sglang-group.service.log"))
+	knock := strings.Index(string(headServer), "rank 1 knocks from "+strings.TrimSuffix(head, ".1")+".2")
+	if knock < 0 || !strings.Contains(string(headServer)[knock:], "rank 1 joined from") {
+		t.Errorf("the restarted worker did not knock at the broken head and then join the restarted one:\n%s", headServer)
 	}
 	for _, m := range []string{headMetrics, workerMetrics} {
 		if !waitMetric(m, healthy, 30*time.Second) {
