@@ -154,3 +154,18 @@ func TestServerInfoFromTheFake(t *testing.T) {
 		t.Errorf("err %v, want HTTP 404", err)
 	}
 }
+
+func TestDifferences(t *testing.T) {
+	info := fakesglang.ServerArgsOf([]string{"--model-path", "/m", "--nnodes", "2", "--node-rank", "0",
+		"--attention-backend", "triton", "--enable-metrics", "--fake-join-timeout", "60s"})
+	// the worker's own line: its rank differs by design, the fake's own flag has no field
+	same := []string{"--model-path", "/m", "--nnodes", "2", "--node-rank", "1", "--attention-backend=triton", "--enable-metrics", "--fake-join-timeout", "30s"}
+	if d := Differences(info, same); len(d) != 0 {
+		t.Errorf("differences %v of one group's command lines", d)
+	}
+	other := []string{"--model-path", "/m2", "--nnodes", "2", "--node-rank", "1", "--attention-backend", "flashinfer"}
+	want := "[--model-path: the head runs /m, this node /m2 --attention-backend: the head runs triton, this node flashinfer]"
+	if d := Differences(info, other); fmt.Sprint(d) != want {
+		t.Errorf("differences %v, want %s", d, want)
+	}
+}

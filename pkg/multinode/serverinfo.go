@@ -57,6 +57,23 @@ func ProfileOf(info map[string]any, candidates []string, args map[string][]strin
 }
 
 func runsWith(info map[string]any, args []string) bool {
+	for _, f := range flags(args) {
+		got, ok := info[f.field]
+		if !ok || !sameValue(got, f) {
+			return false
+		}
+	}
+	return true
+}
+
+// flag is one --name [value] of a command line.
+type flag struct {
+	name, field, value string
+	hasValue           bool
+}
+
+func flags(args []string) []flag {
+	var out []flag
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		if !strings.HasPrefix(a, "--") {
@@ -67,19 +84,39 @@ func runsWith(info map[string]any, args []string) bool {
 			val, hasVal = args[i+1], true
 			i++
 		}
-		got, ok := info[strings.ReplaceAll(name, "-", "_")]
-		if !ok {
-			return false
-		}
-		if !hasVal {
-			if b, isBool := got.(bool); !isBool || !b {
-				return false
-			}
+		out = append(out, flag{name: name, field: strings.ReplaceAll(name, "-", "_"), value: val, hasValue: hasVal})
+	}
+	return out
+}
+
+func sameValue(got any, f flag) bool {
+	if !f.hasValue {
+		b, isBool := got.(bool)
+		return isBool && b
+	}
+	return fmt.Sprint(got) == f.value
+}
+
+// RankFields are the server's fields that differ by rank on one group's command lines.
+var RankFields = map[string]bool{"node_rank": true}
+
+// Differences lists the flags of args (this node's command line) whose field the head's
+// server info reports with another value, as "--name: the head runs V, this node W". A
+// flag the info has no field for (an alias, a flag of another server) is not judged, nor
+// a field that differs by rank (RankFields). Every rank of a group must run one command
+// line: a worker that joins a head running other arguments is no part of that group.
+func Differences(info map[string]any, args []string) []string {
+	var out []string
+	for _, f := range flags(args) {
+		got, ok := info[f.field]
+		if !ok || RankFields[f.field] || sameValue(got, f) {
 			continue
 		}
-		if fmt.Sprint(got) != val {
-			return false
+		own := f.value
+		if !f.hasValue {
+			own = "set"
 		}
+		out = append(out, fmt.Sprintf("--%s: the head runs %v, this node %s", f.name, got, own))
 	}
-	return true
+	return out
 }

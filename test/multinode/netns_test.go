@@ -220,6 +220,9 @@ func TestTwoNodes(t *testing.T) {
 			t.Fatalf("%s: the gate did not pass or the node is not healthy:\n%s", m, b)
 		}
 	}
+	if b, _ := os.ReadFile(workerLog); bytes.Contains(b, []byte("the head's arguments cannot be read")) {
+		t.Errorf("the worker did not compare its command line with the head's:\n%s", b)
+	}
 	logs, _ := os.ReadFile(filepath.Join(dir, "b", "logs", "sglang-group.service.log"))
 	if !strings.Contains(string(logs), "rank 1 joined the group at "+head+":29500") {
 		t.Errorf("the worker's server did not join over the veth pair:\n%s", logs)

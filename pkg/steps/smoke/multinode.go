@@ -20,6 +20,12 @@ import (
 	gate "github.com/sglprov/sglprov/pkg/smoke"
 )
 
+// serverArgs is a service step that says the command line (after the command) its server
+// runs under profile: a worker checks that the head runs the same.
+type serverArgs interface {
+	ServerArgs(env *engine.Env, profile string) ([]string, error)
+}
+
 // groupRoute is a service step that names the route this node reaches its group's head
 // by, for messages.
 type groupRoute interface {
@@ -89,6 +95,12 @@ func (s *Step) workerGate(env *engine.Env, svc engine.ServiceStep) func(ctx cont
 				exitcode.ErrGate, n.Rank, n.Count, gate.RedactURL(head), res.Summary(), n.Head(), route, probeRendezvous(ctx, n.Head()),
 				n.HeadPort, multinode.HeadPortSpan)
 		}
+		// One group runs one command line: a head that runs other arguments (it has not
+		// switched to this change, or its switch failed and it restored what served
+		// before) is not this candidate's group, and the switch restores this node too.
+		if err := sameLaunch(ctx, env, svc, head, profile, cfg.RequestTimeout); err != nil {
+			return nil, fmt.Errorf("%w: node rank %d: %w", exitcode.ErrGate, n.Rank, err)
+		}
 		// The head serving says the group joined only while this node's server still runs.
 		if failed, lines, err := cfg.Failed(ctx); err != nil || failed {
 			if err != nil {
@@ -105,6 +117,33 @@ func (s *Step) workerGate(env *engine.Env, svc engine.ServiceStep) func(ctx cont
 		}
 		return res, nil
 	}
+}
+
+// sameLaunch checks that the head's server runs this node's command line under profile,
+// from the head's /get_server_info (multinode.Differences). A head whose server info
+// cannot be read is logged and not judged (a server that is not SGLang, a proxy).
+func sameLaunch(ctx context.Context, env *engine.Env, svc engine.ServiceStep, head, profile string, timeout time.Duration) error {
+	sa, ok := svc.(serverArgs)
+	if !ok {
+		return nil
+	}
+	args, err := sa.ServerArgs(env, profile)
+	if err != nil {
+		return fmt.Errorf("rendering this node's command line: %w", err)
+	}
+	if timeout <= 0 || timeout > 10*time.Second {
+		timeout = 10 * time.Second
+	}
+	info, err := multinode.ServerInfo(ctx, &http.Client{Timeout: timeout}, head)
+	if err != nil {
+		env.Log.Warn("the head's arguments cannot be read; not compared with this node's", "head", gate.RedactURL(head), "err", redactErr(err))
+		return nil
+	}
+	if d := multinode.Differences(info, args); len(d) > 0 {
+		return fmt.Errorf("the head at %s runs other arguments than this node's server (%s): every rank of a group runs one command line; "+
+			"the head has not applied this change yet, or its own switch failed and it restored what served before", gate.RedactURL(head), strings.Join(d, "; "))
+	}
+	return nil
 }
 
 // probeRendezvous says what a TCP connection to the rendezvous finds (within 3 s), which

@@ -142,3 +142,49 @@ func TestProbeRendezvous(t *testing.T) {
 		t.Errorf("closed: %s", got)
 	}
 }
+
+// launchWorker is a worker's service step that says its command line.
+type launchWorker struct {
+	*groupWorker
+	args []string
+}
+
+func (l *launchWorker) ServerArgs(*engine.Env, string) ([]string, error) { return l.args, nil }
+
+// TestWorkerJoinsOnlyItsOwnLaunch: a worker whose head serves but runs other arguments
+// (the head did not switch, or restored what served before) fails its gate naming the
+// difference, and its switch restores what served before: a group switches whole or not
+// at all on this node. With the head's own arguments (its rank aside) it passes.
+func TestWorkerJoinsOnlyItsOwnLaunch(t *testing.T) {
+	headArgs := []string{"--model-path", "/m", "--nnodes", "2", "--node-rank", "0", "--attention-backend", "triton"}
+	head := httptest.NewServer(fakesglang.New(fakesglang.Options{Model: "qwen", ServerArgs: fakesglang.ServerArgsOf(headArgs)}))
+	defer head.Close()
+	hu, _ := neturl.Parse(head.URL)
+	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.2", hu.Port()))
+	if err != nil {
+		t.Skipf("cannot listen on 127.0.0.2: %v", err)
+	}
+	own := &httptest.Server{Listener: ln, Config: &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})}}
+	own.Start()
+	defer own.Close()
+
+	svc := &launchWorker{groupWorker: &groupWorker{fakeService: newFakeService(t, []string{""}, map[string]fakesglang.Mode{"": fakesglang.ModeGood})},
+		args: []string{"--model-path", "/m", "--nnodes", "2", "--node-rank", "1", "--attention-backend", "flashinfer"}}
+	env, _ := newEnv(t, map[string]engine.Step{"svc": svc})
+	env.Nodes = headNodes(t, head.URL, 20*time.Second)
+	s, err := New("smoke", testSpec(own.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.Run(context.Background(), env)
+	if !errors.Is(err, exitcode.ErrGate) || !strings.Contains(err.Error(), "runs other arguments than this node's server (--attention-backend: the head runs triton, this node flashinfer)") {
+		t.Fatalf("worker of a head that runs other arguments: %v", err)
+	}
+	if len(svc.won) != 0 || svc.restored != 1 {
+		t.Errorf("won %v, restored %d: want the candidate dropped and what served restored", svc.won, svc.restored)
+	}
+	svc.args[len(svc.args)-1] = "triton"
+	if err := s.Run(context.Background(), env); err != nil {
+		t.Fatalf("worker with the head's arguments: %v", err)
+	}
+}
