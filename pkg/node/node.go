@@ -104,12 +104,13 @@ func NextProfile(ctx context.Context, svc engine.BoundService, tried []string, c
 
 // UseProfile switches svc to profile, whichever it is among its candidates, through the
 // switch transaction gated with cfg, as NextProfile does: a worker of a group follows the
-// profile its head runs.
+// profile its head runs, judged as the smoke step judges a worker (smokestep.WorkerGate).
 func UseProfile(ctx context.Context, svc engine.BoundService, profile string, cfg gate.Config) error {
 	if !slices.Contains(svc.Step.Candidates(svc.Env), profile) {
 		return fmt.Errorf("profile %s is not a candidate of this node's service (candidates: %v)", profile, svc.Step.Candidates(svc.Env))
 	}
-	_, _, err := smokestep.RunSwitch(ctx, svc.Env, svc.Step, []string{profile}, smokestep.SwitchGate{Config: cfg})
+	_, _, err := smokestep.RunSwitch(ctx, svc.Env, svc.Step, []string{profile},
+		smokestep.SwitchGate{Config: cfg, Run: smokestep.WorkerGate(svc.Env, svc.Step)})
 	return err
 }
 

@@ -64,6 +64,22 @@ func HeadURL(url string, n *recipe.NodesConfig) (string, error) {
 // node's schedulers are up in the group). A failure is an error naming the rendezvous and
 // the likely cause; the switch then restores what served before.
 func (s *Step) workerGate(env *engine.Env, svc engine.ServiceStep) func(ctx context.Context, cfg gate.Config, profile string) (*gate.Result, error) {
+	return workerGateWith(env, svc, func(ctx context.Context, cfg gate.Config, profile string) (*gate.Result, error) {
+		return s.gate(ctx, env, cfg, profile)
+	})
+}
+
+// WorkerGate is the gate of a switch on a worker node outside the smoke step (the
+// daemon's ladder: a worker following its head's profile), as the smoke step judges a
+// worker: through the head, with its own server's part of the join and the check that
+// the head runs its command line. nil when env's node is no worker (the plain gate).
+func WorkerGate(env *engine.Env, svc engine.ServiceStep) func(ctx context.Context, cfg gate.Config, profile string) (*gate.Result, error) {
+	return workerGateWith(env, svc, func(ctx context.Context, cfg gate.Config, _ string) (*gate.Result, error) {
+		return gate.Run(ctx, cfg)
+	})
+}
+
+func workerGateWith(env *engine.Env, svc engine.ServiceStep, run func(ctx context.Context, cfg gate.Config, profile string) (*gate.Result, error)) func(ctx context.Context, cfg gate.Config, profile string) (*gate.Result, error) {
 	n := env.Nodes
 	if n == nil || n.IsHead() {
 		return nil
@@ -83,7 +99,7 @@ func (s *Step) workerGate(env *engine.Env, svc engine.ServiceStep) func(ctx cont
 			cfg.ReadyTimeout = n.JoinTimeout
 		}
 		env.Log.Info("waiting for the group", "rank", n.Rank, "nodes", n.Count, "rendezvous", n.Head(), "head", head)
-		res, err := s.gate(ctx, env, cfg, profile)
+		res, err := run(ctx, cfg, profile)
 		if err != nil {
 			return nil, err
 		}
@@ -117,6 +133,35 @@ func (s *Step) workerGate(env *engine.Env, svc engine.ServiceStep) func(ctx cont
 		}
 		return res, nil
 	}
+}
+
+// headCandidate returns the one profile of candidates a worker runs: the head's, read from
+// its /get_server_info (multinode.ProfileOf) when the head serves now, else the first
+// (the group's first candidate, which a head coming up with it tries first too).
+func headCandidate(ctx context.Context, env *engine.Env, url string, candidates []string) []string {
+	first := candidates[:1]
+	if len(candidates) < 2 || env.Nodes == nil {
+		return first
+	}
+	head, err := HeadURL(url, env.Nodes)
+	if err != nil {
+		return first
+	}
+	info, err := multinode.ServerInfo(ctx, &http.Client{Timeout: 5 * time.Second}, head)
+	if err != nil {
+		return first
+	}
+	args := map[string][]string{}
+	for _, c := range candidates {
+		args[c] = env.Profiles[c].Args
+	}
+	if p := multinode.ProfileOf(info, candidates, args); p != "" {
+		if p != first[0] {
+			env.Log.Info("the head runs another profile than the first candidate; this worker runs the head's", "profile", p, "first", first[0])
+		}
+		return []string{p}
+	}
+	return first
 }
 
 // sameLaunch checks that the head's server runs this node's command line under profile,

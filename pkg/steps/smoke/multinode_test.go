@@ -3,6 +3,7 @@ package smoke
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -186,5 +187,35 @@ func TestWorkerJoinsOnlyItsOwnLaunch(t *testing.T) {
 	svc.args[len(svc.args)-1] = "triton"
 	if err := s.Run(context.Background(), env); err != nil {
 		t.Fatalf("worker with the head's arguments: %v", err)
+	}
+}
+
+// TestWorkerRunsTheHeadsProfile: a worker applied while its head serves runs the profile
+// the head runs (read from its /get_server_info), not its own first candidate.
+func TestWorkerRunsTheHeadsProfile(t *testing.T) {
+	head := httptest.NewServer(fakesglang.New(fakesglang.Options{Model: "qwen",
+		ServerArgs: fakesglang.ServerArgsOf([]string{"--model-path", "/m", "--attention-backend", "flashinfer"})}))
+	defer head.Close()
+	hu, _ := neturl.Parse(head.URL)
+	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.2", hu.Port()))
+	if err != nil {
+		t.Skipf("cannot listen on 127.0.0.2: %v", err)
+	}
+	own := &httptest.Server{Listener: ln, Config: &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})}}
+	own.Start()
+	defer own.Close()
+	svc := &groupWorker{fakeService: newFakeService(t, []string{"a", "b"}, map[string]fakesglang.Mode{"a": fakesglang.ModeGood, "b": fakesglang.ModeGood})}
+	env, _ := newEnv(t, map[string]engine.Step{"svc": svc})
+	env.Nodes = headNodes(t, head.URL, 20*time.Second)
+	env.Profiles = map[string]recipe.Profile{"a": {Args: []string{"--attention-backend", "triton"}}, "b": {Args: []string{"--attention-backend", "flashinfer"}}}
+	s, err := New("smoke", testSpec(own.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Run(context.Background(), env); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(svc.won) != "[b]" {
+		t.Errorf("won %v, want [b]: the head's profile", svc.won)
 	}
 }

@@ -214,10 +214,11 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	run := func(ctx context.Context, cfg gate.Config, profile string) (*gate.Result, error) {
 		return s.gate(ctx, env, cfg, profile)
 	}
-	// A worker of a multi-node group runs the group's first candidate (the head chooses
-	// no other) and is judged through the head.
+	// A worker of a multi-node group runs the profile its head runs when the head serves
+	// and says so, else the group's first candidate (the head chooses no other), and is
+	// judged through the head.
 	if w := s.workerGate(env, svc); w != nil {
-		run, candidates = w, candidates[:1]
+		run, candidates = w, headCandidate(ctx, env, cfg.URL, candidates)
 	}
 	res, results, err := RunSwitch(ctx, env, svc, candidates, SwitchGate{Config: cfg,
 		Drain: env.Drain, Undrain: env.Undrain, Run: run})
