@@ -159,7 +159,9 @@ func (d *Daemon) followHead(ctx context.Context) bool {
 	head, err := g.HeadProfile(ctx)
 	if err != nil || head == "" {
 		if err != nil {
-			d.o.Log.Warn("group: reading the head's profile", "err", err)
+			// The head's API answers only while the group serves: not worth a warning at
+			// every check.
+			d.o.Log.Debug("group: reading the head's profile", "err", err)
 		}
 		return false
 	}

@@ -181,7 +181,7 @@ func TestTwoNodes(t *testing.T) {
 		}
 		cmd := exec.Command("ip", append([]string{"netns", "exec", ns, sglprov, "daemon", "-f", recipe,
 			"--state-dir", filepath.Join(dir, stateDir), "--interval", "1s", "--failures-before-restart", "1",
-			"--canary-timeout", "20s", "--metrics-addr", "", "--textfile", metrics}, sets(rank)...)...)
+			"--canary-timeout", "60s", "--metrics-addr", "", "--textfile", metrics}, sets(rank)...)...)
 		cmd.Env, cmd.Stdout, cmd.Stderr = env, out, out
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
