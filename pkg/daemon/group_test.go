@@ -214,3 +214,29 @@ func TestGroupWorkerFollowsTheHeadsProfile(t *testing.T) {
 		}
 	}
 }
+
+// While the head waits for its workers it says it does not serve: a canary that failed on
+// its answers (the server still answers /health) leaves /healthz 503 during the wait, not
+// 200 until the restart.
+func TestGroupHeadUnhealthyWhileItWaits(t *testing.T) {
+	n := &node{driver: "580.95.05", canaryOK: true}
+	o := n.options()
+	o.FailuresBeforeRestart = 1
+	var d *Daemon
+	var during Health
+	o.Group = &Group{Rank: 0, Count: 2, Poll: time.Millisecond, RejoinTimeout: time.Millisecond,
+		Rendezvous: func(context.Context) (multinode.Rendezvous, error) {
+			if d != nil && n.restarts == 0 {
+				during = d.Health()
+			}
+			return multinode.Rendezvous{Listening: true}, nil
+		}}
+	d = New(o)
+	ctx := context.Background()
+	d.apply(ctx, "start")
+	n.canaryOK = false
+	d.Check(ctx)
+	if during != Degraded || n.restarts != 1 {
+		t.Errorf("health %q while the head waited for its workers, %d restarts; want degraded, 1", during, n.restarts)
+	}
+}

@@ -14,12 +14,15 @@ import (
 // a rung that cannot apply here is skipped (result "skipped") and the next is tried at once.
 //
 //  1. restart: the service restarts with the profile it runs (at most MaxRestarts times in
-//     one climb, each judged by the canaries that follow it);
+//     one climb, each judged by the canaries that follow it); in a group of nodes (Group)
+//     a worker restarts at once and the head after its workers have started again;
 //  2. regate: the whole gate, every case of the recipe's smoke step, against the server as
 //     it runs (a canary case that fails alone is not the node failing);
 //  3. next_profile: the recipe's next candidate profile is installed and gated, then the one
-//     after it, until one passes or none is left;
-//  4. previous_generation: the node's previous generation is reinstalled and gated;
+//     after it, until one passes or none is left (skipped on a group's worker, which
+//     follows its head's profile instead);
+//  4. previous_generation: the node's previous generation is reinstalled and gated
+//     (skipped on a group's worker);
 //  5. give_up: the node is unhealthy (the drain hook runs); the canary goes on, and a pass
 //     recovers it by itself; the ladder is climbed again after 2, 4, 8 ... 64 failed checks
 //     (a restart picks up a cause fixed on disk), the node staying unhealthy meanwhile.
@@ -172,7 +175,12 @@ func (d *Daemon) climb(ctx context.Context, reason string) {
 			if g := d.o.Group; g != nil && !g.IsHead() {
 				d.o.Log.Warn("remediation: restarting this worker's server: the head says the group does not serve; its new server waits at the rendezvous for the head", "rung", rung, "rank", g.Rank)
 			} else if g != nil {
-				d.status("remediation: waiting for the workers to start again")
+				// Not serving while it waits (the wait may take minutes): /healthz says so.
+				if d.l.giveUps > 0 {
+					d.setHealth(Unhealthy, d.l.why+" (waiting for the group's workers to start again)")
+				} else {
+					d.setHealth(Degraded, reason+" (waiting for the group's workers to start again)")
+				}
 				found := d.awaitWorkers(ctx)
 				if ctx.Err() != nil {
 					return
