@@ -110,7 +110,7 @@ func UseProfile(ctx context.Context, svc engine.BoundService, profile string, cf
 		return fmt.Errorf("profile %s is not a candidate of this node's service (candidates: %v)", profile, svc.Step.Candidates(svc.Env))
 	}
 	_, _, err := smokestep.RunSwitch(ctx, svc.Env, svc.Step, []string{profile},
-		smokestep.SwitchGate{Config: cfg, Run: smokestep.WorkerGate(svc.Env, svc.Step)})
+		smokestep.SwitchGate{Config: cfg, RunServer: smokestep.WorkerGate(svc.Env, svc.Step)})
 	return err
 }
 

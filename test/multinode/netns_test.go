@@ -47,7 +47,7 @@ steps:
       model_path: /models/qwen
       host: 0.0.0.0
       port: "{{ .vars.port }}"
-      args: [--fake-join-timeout, 60s]
+      args: [--fake-join-timeout, 60s, --attention-backend, triton]
   - name: smoke
     needs: [sglang-service]
     smoke:
@@ -173,6 +173,7 @@ func TestTwoNodes(t *testing.T) {
 
 	// Each node runs a daemon, so that its server outlives one apply (the exec manager's
 	// server is the child of the sglprov that started it).
+	var daemons []*exec.Cmd
 	daemon := func(ns, rank, stateDir string) (metrics, logPath string) {
 		metrics, logPath = filepath.Join(dir, stateDir+".prom"), filepath.Join(dir, stateDir+".log")
 		out, err := os.Create(logPath)
@@ -201,6 +202,7 @@ func TestTwoNodes(t *testing.T) {
 				t.Logf("rank %s daemon:\n%s", rank, b)
 			}
 		})
+		daemons = append(daemons, cmd)
 		return metrics, logPath
 	}
 	waitMetric := func(path, want string, within time.Duration) bool {
@@ -287,8 +289,42 @@ func TestTwoNodes(t *testing.T) {
 	for _, m := range []string{headMetrics, workerMetrics} {
 		if !waitMetric(m, healthy, 30*time.Second) {
 			b, _ := os.ReadFile(m)
-			t.Errorf("%s: not healthy again:\n%s", m, b)
+			t.Fatalf("%s: not healthy again:\n%s", m, b)
 		}
+	}
+
+	// Day two: a change whose server answers badly on the head (another attention
+	// backend), applied head first, then the worker (SIGHUP after the recipe file
+	// changed), as the group's order says. The head's switch fails its gate and restores
+	// what served; the worker's candidate then finds the head running other arguments and
+	// restores too, the head's ladder re-forming the group each time a rank restarted: the
+	// group runs the old command line on both nodes, and both serve.
+	changed := strings.Replace(strings.Replace(recipeText, "FAKE", fake, 1), "--attention-backend, triton]",
+		"--attention-backend, flashinfer, --fake-broken-if, attention-backend=flashinfer]", 1)
+	if err := os.WriteFile(recipe, []byte(changed), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const restored = "the switch failed; what served before serves again and passed the gate"
+	for i, l := range []string{headLog, workerLog} {
+		if err := daemons[i].Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		if !waitMetric(l, restored, 90*time.Second) {
+			t.Fatalf("%s: the switch was not undone on this node", l)
+		}
+	}
+	if b, _ := os.ReadFile(workerLog); !bytes.Contains(b, []byte("runs other arguments than this node's server (--attention-backend: the head runs triton, this node flashinfer)")) {
+		t.Errorf("the worker's candidate was not refused for the head's other arguments:\n%s", b)
+	}
+	for _, m := range []string{headMetrics, workerMetrics} {
+		if !waitMetric(m, `sglprov_switch_pending_failed{recipe="two-nodes"} 1`, 10*time.Second) || !waitMetric(m, healthy, 30*time.Second) {
+			b, _ := os.ReadFile(m)
+			t.Errorf("%s: not serving what it served before with the change pending:\n%s", m, b)
+		}
+	}
+	workerServer, _ := os.ReadFile(filepath.Join(dir, "b", "logs", "sglang-group.service.log"))
+	if last := strings.LastIndex(string(workerServer), "fake-sglang: rank 1 joined the group"); last < 0 {
+		t.Errorf("the worker's server never joined:\n%s", workerServer)
 	}
 }
 

@@ -18,13 +18,8 @@ import (
 	"github.com/sglprov/sglprov/pkg/multinode"
 	"github.com/sglprov/sglprov/pkg/recipe"
 	gate "github.com/sglprov/sglprov/pkg/smoke"
+	"github.com/sglprov/sglprov/pkg/switchover"
 )
-
-// serverArgs is a service step that says the command line (after the command) its server
-// runs under profile: a worker checks that the head runs the same.
-type serverArgs interface {
-	ServerArgs(env *engine.Env, profile string) ([]string, error)
-}
 
 // groupRoute is a service step that names the route this node reaches its group's head
 // by, for messages.
@@ -63,7 +58,7 @@ func HeadURL(url string, n *recipe.NodesConfig) (string, error) {
 // node's server still runs and its own /health answers (SGLang opens it only once the
 // node's schedulers are up in the group). A failure is an error naming the rendezvous and
 // the likely cause; the switch then restores what served before.
-func (s *Step) workerGate(env *engine.Env, svc engine.ServiceStep) func(ctx context.Context, cfg gate.Config, profile string) (*gate.Result, error) {
+func (s *Step) workerGate(env *engine.Env, svc engine.ServiceStep) func(ctx context.Context, cfg gate.Config, srv switchover.Server) (*gate.Result, error) {
 	return workerGateWith(env, svc, func(ctx context.Context, cfg gate.Config, profile string) (*gate.Result, error) {
 		return s.gate(ctx, env, cfg, profile)
 	})
@@ -73,13 +68,13 @@ func (s *Step) workerGate(env *engine.Env, svc engine.ServiceStep) func(ctx cont
 // daemon's ladder: a worker following its head's profile), as the smoke step judges a
 // worker: through the head, with its own server's part of the join and the check that
 // the head runs its command line. nil when env's node is no worker (the plain gate).
-func WorkerGate(env *engine.Env, svc engine.ServiceStep) func(ctx context.Context, cfg gate.Config, profile string) (*gate.Result, error) {
+func WorkerGate(env *engine.Env, svc engine.ServiceStep) func(ctx context.Context, cfg gate.Config, srv switchover.Server) (*gate.Result, error) {
 	return workerGateWith(env, svc, func(ctx context.Context, cfg gate.Config, _ string) (*gate.Result, error) {
 		return gate.Run(ctx, cfg)
 	})
 }
 
-func workerGateWith(env *engine.Env, svc engine.ServiceStep, run func(ctx context.Context, cfg gate.Config, profile string) (*gate.Result, error)) func(ctx context.Context, cfg gate.Config, profile string) (*gate.Result, error) {
+func workerGateWith(env *engine.Env, svc engine.ServiceStep, run func(ctx context.Context, cfg gate.Config, profile string) (*gate.Result, error)) func(ctx context.Context, cfg gate.Config, srv switchover.Server) (*gate.Result, error) {
 	n := env.Nodes
 	if n == nil || n.IsHead() {
 		return nil
@@ -88,7 +83,8 @@ func workerGateWith(env *engine.Env, svc engine.ServiceStep, run func(ctx contex
 	if g, ok := svc.(groupRoute); ok {
 		route = g.GroupRoute(env)
 	}
-	return func(ctx context.Context, cfg gate.Config, profile string) (*gate.Result, error) {
+	return func(ctx context.Context, cfg gate.Config, srv switchover.Server) (*gate.Result, error) {
+		profile := srv.Profile
 		own := cfg.URL
 		head, err := HeadURL(cfg.URL, n)
 		if err != nil {
@@ -114,7 +110,7 @@ func workerGateWith(env *engine.Env, svc engine.ServiceStep, run func(ctx contex
 		// One group runs one command line: a head that runs other arguments (it has not
 		// switched to this change, or its switch failed and it restored what served
 		// before) is not this candidate's group, and the switch restores this node too.
-		if err := sameLaunch(ctx, env, svc, head, profile, cfg.RequestTimeout); err != nil {
+		if err := sameLaunch(ctx, env, head, srv.Args, cfg.RequestTimeout); err != nil {
 			return nil, fmt.Errorf("%w: node rank %d: %w", exitcode.ErrGate, n.Rank, err)
 		}
 		// The head serving says the group joined only while this node's server still runs.
@@ -164,17 +160,13 @@ func headCandidate(ctx context.Context, env *engine.Env, url string, candidates 
 	return first
 }
 
-// sameLaunch checks that the head's server runs this node's command line under profile,
-// from the head's /get_server_info (multinode.Differences). A head whose server info
-// cannot be read is logged and not judged (a server that is not SGLang, a proxy).
-func sameLaunch(ctx context.Context, env *engine.Env, svc engine.ServiceStep, head, profile string, timeout time.Duration) error {
-	sa, ok := svc.(serverArgs)
-	if !ok {
+// sameLaunch checks that the head's server runs args, this node's server's arguments (its
+// unit's ExecStart=), from the head's /get_server_info (multinode.Differences). A head
+// whose server info cannot be read is logged and not judged (a server that is not SGLang,
+// a proxy).
+func sameLaunch(ctx context.Context, env *engine.Env, head string, args []string, timeout time.Duration) error {
+	if len(args) == 0 {
 		return nil
-	}
-	args, err := sa.ServerArgs(env, profile)
-	if err != nil {
-		return fmt.Errorf("rendering this node's command line: %w", err)
 	}
 	if timeout <= 0 || timeout > 10*time.Second {
 		timeout = 10 * time.Second

@@ -144,21 +144,19 @@ func TestProbeRendezvous(t *testing.T) {
 	}
 }
 
-// launchWorker is a worker's service step that says its command line.
-type launchWorker struct {
-	*groupWorker
-	args []string
-}
-
-func (l *launchWorker) ServerArgs(*engine.Env, string) ([]string, error) { return l.args, nil }
-
 // TestWorkerJoinsOnlyItsOwnLaunch: a worker whose head serves but runs other arguments
-// (the head did not switch, or restored what served before) fails its gate naming the
-// difference, and its switch restores what served before: a group switches whole or not
-// at all on this node. With the head's own arguments (its rank aside) it passes.
+// than the worker's unit (the head did not switch, or restored what served before) fails
+// its gate naming the difference, and its switch restores what served before: a group
+// switches whole or not at all on this node. With the head's own arguments (its rank
+// aside) it passes. The arguments judged are the unit's own (its ExecStart=), so a
+// restored unit is judged by what it runs, not by the recipe.
 func TestWorkerJoinsOnlyItsOwnLaunch(t *testing.T) {
-	headArgs := []string{"--model-path", "/m", "--nnodes", "2", "--node-rank", "0", "--attention-backend", "triton"}
-	head := httptest.NewServer(fakesglang.New(fakesglang.Options{Model: "qwen", ServerArgs: fakesglang.ServerArgsOf(headArgs)}))
+	// The fake service's units run "--model-path default --served-model-name qwen --profile".
+	var headArgs atomic.Pointer[[]string]
+	headArgs.Store(&[]string{"--model-path", "/other", "--served-model-name", "qwen", "--profile", "--node-rank", "0"})
+	head := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fakesglang.New(fakesglang.Options{Model: "qwen", ModelPath: "default", ServerArgs: fakesglang.ServerArgsOf(*headArgs.Load())}).ServeHTTP(w, r)
+	}))
 	defer head.Close()
 	hu, _ := neturl.Parse(head.URL)
 	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.2", hu.Port()))
@@ -169,8 +167,7 @@ func TestWorkerJoinsOnlyItsOwnLaunch(t *testing.T) {
 	own.Start()
 	defer own.Close()
 
-	svc := &launchWorker{groupWorker: &groupWorker{fakeService: newFakeService(t, []string{""}, map[string]fakesglang.Mode{"": fakesglang.ModeGood})},
-		args: []string{"--model-path", "/m", "--nnodes", "2", "--node-rank", "1", "--attention-backend", "flashinfer"}}
+	svc := &groupWorker{fakeService: newFakeService(t, []string{""}, map[string]fakesglang.Mode{"": fakesglang.ModeGood})}
 	env, _ := newEnv(t, map[string]engine.Step{"svc": svc})
 	env.Nodes = headNodes(t, head.URL, 20*time.Second)
 	s, err := New("smoke", testSpec(own.URL))
@@ -178,13 +175,13 @@ func TestWorkerJoinsOnlyItsOwnLaunch(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = s.Run(context.Background(), env)
-	if !errors.Is(err, exitcode.ErrGate) || !strings.Contains(err.Error(), "runs other arguments than this node's server (--attention-backend: the head runs triton, this node flashinfer)") {
+	if !errors.Is(err, exitcode.ErrGate) || !strings.Contains(err.Error(), "runs other arguments than this node's server (--model-path: the head runs /other, this node default)") {
 		t.Fatalf("worker of a head that runs other arguments: %v", err)
 	}
 	if len(svc.won) != 0 || svc.restored != 1 {
 		t.Errorf("won %v, restored %d: want the candidate dropped and what served restored", svc.won, svc.restored)
 	}
-	svc.args[len(svc.args)-1] = "triton"
+	headArgs.Store(&[]string{"--model-path", "default", "--served-model-name", "qwen", "--profile", "--node-rank", "0"})
 	if err := s.Run(context.Background(), env); err != nil {
 		t.Fatalf("worker with the head's arguments: %v", err)
 	}
@@ -194,7 +191,7 @@ func TestWorkerJoinsOnlyItsOwnLaunch(t *testing.T) {
 // the head runs (read from its /get_server_info), not its own first candidate.
 func TestWorkerRunsTheHeadsProfile(t *testing.T) {
 	head := httptest.NewServer(fakesglang.New(fakesglang.Options{Model: "qwen",
-		ServerArgs: fakesglang.ServerArgsOf([]string{"--model-path", "/m", "--attention-backend", "flashinfer"})}))
+		ServerArgs: fakesglang.ServerArgsOf([]string{"--model-path", "default", "--served-model-name", "qwen", "--profile", "b", "--attention-backend", "flashinfer"})}))
 	defer head.Close()
 	hu, _ := neturl.Parse(head.URL)
 	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.2", hu.Port()))

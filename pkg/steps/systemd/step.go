@@ -304,17 +304,6 @@ func displayPath(env *engine.Env, path string) string {
 // ServiceName returns the unit's name.
 func (s *Step) ServiceName() string { return s.spec.Unit }
 
-// ServerArgs returns the server's command line after the command under profile: the
-// step's and the profile's arguments with those the step adds (--model-path, --host,
-// --port, the group's flags, --tp). A worker of a group checks that its head runs the same.
-func (s *Step) ServerArgs(env *engine.Env, profile string) ([]string, error) {
-	d, err := s.data(env, profile)
-	if err != nil {
-		return nil, err
-	}
-	return d.Args, nil
-}
-
 // ServedModel returns the name the unit serves its model under (--served-model-name, else
 // the model path, as SGLang defaults it) and the model path, for the active profile: the
 // gate checks that the server it judges says the same.
