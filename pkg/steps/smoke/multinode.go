@@ -54,10 +54,11 @@ func HeadURL(url string, n *recipe.NodesConfig) (string, error) {
 // workerGate returns the gate of a worker node of a multi-node group (nil when env's node
 // is no worker): the switch starts this node's server, and the gate asks the head, since a
 // worker's own health server answers 200 whatever the group does. It passes when the
-// head's server passes the recipe's gate (bounded by the group's join timeout), this
-// node's server still runs and its own /health answers (SGLang opens it only once the
-// node's schedulers are up in the group). A failure is an error naming the rendezvous and
-// the likely cause; the switch then restores what served before.
+// head's server passes the recipe's gate (bounded by the group's join timeout) and runs
+// the arguments of the unit judged (sameLaunch), this node's server still runs and its
+// own /health answers (SGLang opens it only once the node's schedulers are up in the
+// group). A failure is an error naming the rendezvous and the likely cause; the switch
+// then restores what served before.
 func (s *Step) workerGate(env *engine.Env, svc engine.ServiceStep) func(ctx context.Context, cfg gate.Config, srv switchover.Server) (*gate.Result, error) {
 	return workerGateWith(env, svc, func(ctx context.Context, cfg gate.Config, profile string) (*gate.Result, error) {
 		return s.gate(ctx, env, cfg, profile)
