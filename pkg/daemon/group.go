@@ -37,9 +37,9 @@ type Group struct {
 	// Poll is how often the head reads the rendezvous while it waits (default 1 s).
 	Poll time.Duration
 	// HeadProfile returns the profile the head's server runs, as the worker reads it from
-	// the head ("" when it cannot tell); nil: the worker has no way to follow the head,
-	// and its next-profile rung is skipped (a rank that changes profile alone breaks the
-	// group: every rank must run the same arguments).
+	// the head ("" when it cannot tell); nil: the worker does not follow the head. A
+	// worker's next-profile rung is skipped either way: a rank that changes profile alone
+	// breaks the group (every rank must run the same arguments).
 	HeadProfile func(ctx context.Context) (string, error)
 }
 
@@ -47,10 +47,11 @@ type Group struct {
 func (g *Group) IsHead() bool { return g == nil || g.Rank == 0 }
 
 func (o *Options) groupDefaults() {
-	g := o.Group
-	if g == nil {
+	if o.Group == nil {
 		return
 	}
+	g := *o.Group // the caller's stays as given
+	o.Group = &g
 	if g.RejoinTimeout <= 0 {
 		g.RejoinTimeout = max(o.CanaryTimeout, time.Duration(o.FailuresBeforeRestart+2)*o.Interval)
 	}
