@@ -102,6 +102,18 @@ func NextProfile(ctx context.Context, svc engine.BoundService, tried []string, c
 	return profile, err
 }
 
+// UseProfile switches svc to profile, whichever it is among its candidates, through the
+// switch transaction gated with cfg, as NextProfile does: a worker of a group follows the
+// profile its head runs, judged as the smoke step judges a worker (smokestep.WorkerGate).
+func UseProfile(ctx context.Context, svc engine.BoundService, profile string, cfg gate.Config) error {
+	if !slices.Contains(svc.Step.Candidates(svc.Env), profile) {
+		return fmt.Errorf("profile %s is not a candidate of this node's service (candidates: %v)", profile, svc.Step.Candidates(svc.Env))
+	}
+	_, _, err := smokestep.RunSwitch(ctx, svc.Env, svc.Step, []string{profile},
+		smokestep.SwitchGate{Config: cfg, RunServer: smokestep.WorkerGate(svc.Env, svc.Step)})
+	return err
+}
+
 // Previous is the generation to go back to from store: the last one before the serving
 // one that passed its gate. ErrNoPrevious (wrapped, naming the serving one) when none.
 func Previous(store *generation.Store) (string, error) {
