@@ -175,6 +175,13 @@ func openGenerations(opts Options, facts map[string]any) (*genState, map[string]
 	if !r.UsesGenerations() {
 		return nil, facts, nil
 	}
+	if opts.InPlace {
+		dir, ok := r.InPlaceGenerationDir()
+		if !ok {
+			return nil, nil, fmt.Errorf("%w: recipe %s has no folder that holds all its generation roots under their own names: its paths as written cannot be rendered", exitcode.ErrUsage, r.Name)
+		}
+		return &genState{info: GenerationInfo{Dir: dir}}, withGeneration(facts, dir), nil
+	}
 	key, steps, parts, err := generationKey(context.Background(), opts, facts)
 	if err != nil {
 		return nil, nil, err
