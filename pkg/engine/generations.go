@@ -40,6 +40,10 @@ type GenerationInfo struct {
 	Key, Dir string
 	// Serving is the generation that last passed ("" when none has).
 	Serving string
+	// InPlaceServes is set when no generation serves because a roll back put back the tree
+	// a migration to generations moved aside from the roots (the generations record's
+	// in_place).
+	InPlaceServes bool
 }
 
 // GenerationReport is what a run says about generations.
@@ -72,6 +76,12 @@ type genState struct {
 // generation roots pointing into the serving generation (pkg/generation's Store).
 type rootStore interface {
 	SetRoots(nodeDir string, roots []generation.Root)
+}
+
+// inPlaceStore is implemented by a Generations that records whether the trees moved aside
+// from the roots serve again (pkg/generation's Store).
+type inPlaceStore interface {
+	InPlaceServing() *generation.InPlace
 }
 
 // keyPartsStore is implemented by a Generations that keeps the named digests of each
@@ -202,6 +212,9 @@ func openGenerations(opts Options, facts map[string]any) (*genState, map[string]
 			return nil, nil, err
 		}
 		g.info.Serving = g.store.Serving()
+		if ip, ok := g.store.(inPlaceStore); ok && g.info.Serving == "" {
+			g.info.InPlaceServes = ip.InPlaceServing() != nil
+		}
 		if rs, ok := g.store.(rootStore); ok && len(r.GenerationRoots()) > 0 {
 			roots := make([]generation.Root, 0, len(r.GenerationRoots()))
 			for _, root := range r.GenerationRoots() {

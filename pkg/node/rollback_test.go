@@ -313,9 +313,20 @@ func TestRollBackToInPlaceTree(t *testing.T) {
 		t.Errorf("node_info names a generation while the in-place tree serves")
 	}
 
+	// Plan says so.
+	e, err := p.n.Engine(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := e.Plan(context.Background())
+	e.Close()
+	if err != nil || !strings.Contains(plan.Generation, "the in-place tree moved aside serves") {
+		t.Errorf("plan's generation: %q (%v), want the in-place tree named", plan.Generation, err)
+	}
+
 	// The next apply: the recipe's generation is kept (nothing is built again) and goes
 	// through the gate; while it fails, the in-place tree is restored and keeps serving.
-	if err := p.apply(); err == nil || !strings.Contains(err.Error(), "failed the gate") {
+	if err := p.apply(); err == nil || !strings.Contains(err.Error(), "the last-known-good unit of the in-place tree was restored and passed") {
 		t.Fatalf("apply with the generation still broken: %v, want a failed gate", err)
 	}
 	p.wantLink(t, p.aside())
