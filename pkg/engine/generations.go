@@ -373,6 +373,8 @@ func (e *Engine) endGeneration(ok bool) *GenerationReport {
 		switch {
 		case g.info.Serving == g.info.Key:
 			gr.Note = fmt.Sprintf("generation %s serves", generation.Short(g.info.Key))
+		case g.info.Serving == "" && g.info.InPlaceServes:
+			gr.Note = fmt.Sprintf("generation %s has not passed; the in-place tree moved aside serves", generation.Short(g.info.Key))
 		case g.info.Serving == "":
 			gr.Note = fmt.Sprintf("generation %s has not passed; no generation has passed yet", generation.Short(g.info.Key))
 		default:
@@ -387,6 +389,8 @@ func (e *Engine) endGeneration(ok bool) *GenerationReport {
 	gr.Note = fmt.Sprintf("generation %s serves", generation.Short(g.info.Key))
 	if g.info.Serving != "" && g.info.Serving != g.info.Key {
 		gr.Note += fmt.Sprintf(" (was %s)", generation.Short(g.info.Serving))
+	} else if g.info.Serving == "" && g.info.InPlaceServes {
+		gr.Note += " (was the in-place tree moved aside)"
 	}
 	if pruned != nil {
 		gr.Note += "; " + pruned.Describe(logval.Format)

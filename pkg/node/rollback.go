@@ -51,20 +51,20 @@ func (g *Rollback) target() (*target, error) {
 	if err == nil {
 		return &target{store: store, prev: prev}, nil
 	}
-	links, lerr := InPlaceLinks(g.Recipe.Root, r, store)
+	links, lerr := inPlaceLinks(g.Recipe.Root, r, store)
 	if lerr != nil {
 		return nil, fmt.Errorf("%w: recipe %s keeps %w, and no in-place tree to go back to: %w", daemon.ErrNotAvailable, r.Name, err, lerr)
 	}
 	return &target{store: store, links: links}, nil
 }
 
-// InPlaceLinks returns the links that point recipe r's roots (under the host root) back at
+// inPlaceLinks returns the links that point recipe r's roots (under the host root) back at
 // the trees a migration to generations moved aside from them: each root's link is to
 // become ROOT.sglprov-inplace (the node's path of the newest one still there). An error
 // says why there are none: nothing was moved aside, no generation serves (the trees serve
 // already, or nothing passed), a root has no tree moved aside from it, or the roots have
 // no common folder to render the recipe's paths as written.
-func InPlaceLinks(root string, r *recipe.Recipe, store *generation.Store) ([]generation.Link, error) {
+func inPlaceLinks(root string, r *recipe.Recipe, store *generation.Store) ([]generation.Link, error) {
 	if len(store.MovedAside()) == 0 {
 		return nil, errors.New("no tree built in place was moved aside from its roots")
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/sglprov/sglprov/pkg/daemon"
+	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/generation"
 	"github.com/sglprov/sglprov/pkg/node"
 	"github.com/sglprov/sglprov/pkg/recipe"
@@ -192,7 +193,7 @@ type inPlaceNode struct {
 	src, gens, state string
 	record           string
 	gen1             string
-	apply            func(set ...string) error
+	apply            func(set ...string) (*engine.Report, error)
 }
 
 func newInPlaceNode(t *testing.T) *inPlaceNode {
@@ -219,25 +220,25 @@ func newInPlaceNode(t *testing.T) *inPlaceNode {
 	t.Cleanup(func() { p.n.Held.Set(nil) })
 	p.rb = &node.Rollback{Recipe: p.n}
 	// An apply as the apply command runs one: its engine closed at the end.
-	p.apply = func(set ...string) error {
+	p.apply = func(set ...string) (*engine.Report, error) {
 		sets = set
 		rep, e, err := p.n.Apply(context.Background())
 		if e != nil {
 			e.Close()
 		}
 		if err != nil {
-			return fmt.Errorf("apply %v: %w\n%s", set, err, rep.Failures(20))
+			return rep, fmt.Errorf("apply %v: %w\n%s", set, err, rep.Failures(20))
 		}
-		return nil
+		return rep, nil
 	}
-	if err := p.apply(); err != nil {
+	if _, err := p.apply(); err != nil {
 		t.Fatal(err)
 	}
 	if fi, err := os.Lstat(p.src); err != nil || !fi.IsDir() {
 		t.Fatalf("in place: %s is %v, %v; want a folder", p.src, fi, err)
 	}
 	writeRecipe(t, dir, text(fmt.Sprintf("generations: {dir: %s, keep: 2, roots: [%s]}", gens, p.src)))
-	if err := p.apply(); err != nil {
+	if _, err := p.apply(); err != nil {
 		t.Fatal(err)
 	}
 	p.gen1 = p.open(t).Serving()
@@ -326,8 +327,12 @@ func TestRollBackToInPlaceTree(t *testing.T) {
 
 	// The next apply: the recipe's generation is kept (nothing is built again) and goes
 	// through the gate; while it fails, the in-place tree is restored and keeps serving.
-	if err := p.apply(); err == nil || !strings.Contains(err.Error(), "the last-known-good unit of the in-place tree was restored and passed") {
+	rep, err := p.apply()
+	if err == nil || !strings.Contains(err.Error(), "the last-known-good unit of the in-place tree was restored and passed") {
 		t.Fatalf("apply with the generation still broken: %v, want a failed gate", err)
+	}
+	if rep == nil || rep.Generation == nil || !strings.Contains(rep.Generation.Note, "the in-place tree moved aside serves") {
+		t.Errorf("the failed apply's generation note: %+v", rep)
 	}
 	p.wantLink(t, p.aside())
 	if s := p.open(t); s.Serving() != "" || s.InPlaceServing() == nil {
@@ -340,8 +345,12 @@ func TestRollBackToInPlaceTree(t *testing.T) {
 	if err := os.Remove(filepath.Join(p.gens, "ip", p.gen1, "sglang", "broken")); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.apply(); err != nil {
+	rep, err = p.apply()
+	if err != nil {
 		t.Fatal(err)
+	}
+	if rep.Generation == nil || !strings.Contains(rep.Generation.Note, "(was the in-place tree moved aside)") {
+		t.Errorf("the apply's generation note: %+v", rep.Generation)
 	}
 	if s := p.open(t); s.Serving() != p.gen1 || s.InPlaceServing() != nil {
 		t.Errorf("after the apply: serving %q, in place %+v; want %s", s.Serving(), s.InPlaceServing(), p.gen1)
