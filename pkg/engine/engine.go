@@ -77,6 +77,11 @@ type Options struct {
 	// one the recipe's inputs decide (a roll back to an earlier generation: its folder and
 	// its kept step records).
 	GenerationKey string
+	// InPlace makes the engine work in the recipe's roots as they stand, as an in-place
+	// run did ({{ .generation.dir }} is the roots' folder, recipe.InPlaceGenerationDir):
+	// a roll back to the tree a migration to generations moved aside. No generation is
+	// recorded as built or passed.
+	InPlace bool
 }
 
 // Engine plans and applies one recipe.

@@ -308,6 +308,8 @@ func restoredSentence(env *engine.Env, res *switchover.Result) string {
 	what := "the last-known-good unit"
 	if g := env.Generation; g != nil && g.Serving != "" && g.Serving != g.Key {
 		what = fmt.Sprintf("the last-known-good unit of generation %s", generation.Short(g.Serving))
+	} else if g != nil && g.InPlaceServes {
+		what = "the last-known-good unit of the in-place tree"
 	}
 	if res.Replaced {
 		var units []string
