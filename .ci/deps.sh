@@ -1,6 +1,14 @@
 #!/usr/bin/env bash
-# Installs the Debian packages the tests, the demo and the end-to-end test need.
+# Installs the Debian packages the tests, the demo and the end-to-end test need, and builds
+# the OCI registry the fleet cache's tests prefer.
 set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+# The fleet cache's tests run a real OCI registry (test/ociregistry): distribution 3 at the
+# release tools/registry/go.mod pins, built with this Go into bin/registry (Go's build cache
+# makes a second run a no-op). Debian's docker-registry below is the fallback where that is
+# missing; its Go 1.19 build hashes what a push sends several times slower.
+(cd "$root/tools/registry" && GOTOOLCHAIN=local go build -o "$root/bin/registry" github.com/distribution/distribution/v3/cmd/registry) ||
+  { echo "building distribution 3 from tools/registry failed (it needs the Go module proxy)" >&2; exit 1; }
 need=()
 command -v git >/dev/null || need+=(git)
 command -v cmake >/dev/null || need+=(cmake)
@@ -16,7 +24,8 @@ command -v fish >/dev/null || need+=(fish)
 command -v groff >/dev/null || need+=(groff-base)
 # The textfile and alert-rule tests check sglprov's metrics with Prometheus's promtool.
 command -v promtool >/dev/null || need+=(prometheus)
-# The fleet cache's tests run a real OCI registry (distribution 2.8).
+# Debian's registry (distribution 2.8), the fallback, and the second registry
+# test/ociregistry's tests check.
 command -v docker-registry >/dev/null || need+=(docker-registry)
 # The two-node test makes network namespaces and a veth pair with iproute2's ip.
 command -v ip >/dev/null || need+=(iproute2)

@@ -16,9 +16,9 @@
 #      sha256sum of the files (warm and cold page cache) and sglprov with VerifyFile
 #   4  as case 2, but no sizes given: sglprov learns each size from the first answer and
 #      then fans out (aria2c never takes sizes; its row is the same command as in case 2)
-#   5  the fleet cache: the same 4 files from a real OCI registry (Debian's docker-registry,
-#      distribution 2.8, filesystem storage) and from nginx, side by side: sglprov's fetch
-#      from nginx, then bench/cmd/cachebench pull (pkg/cache: lookup, then pkg/fetch through
+#   5  the fleet cache: the same 4 files from a real OCI registry (distribution 3 built by
+#      make deps, or Debian's docker-registry; filesystem storage) and from nginx, side by
+#      side: sglprov's fetch from nginx, then bench/cmd/cachebench pull (pkg/cache: lookup, then pkg/fetch through
 #      the registry's client, as a download step on a cache hit); the push is a row too
 #   6  a build step's time on a fleet cache hit against the build's own: a generated C
 #      project (BENCH_BUILD_UNITS files, make -j) built by `sglprov apply` on node A, which
@@ -143,11 +143,13 @@ curl -sSf -o /dev/null -r 0-0 "$URL/f1.bin" || { log "nginx does not answer"; ex
 
 # --- registry --------------------------------------------------------------------------
 # A real registry on a free loopback port, storage in $WORK/registry (started only for the
-# cases that use it).
+# cases that use it): the checkout's bin/registry (make deps) where it is built, Debian's
+# docker-registry otherwise.
 REG=
 start_registry() {
 	[ -n "$REG" ] && return 0
-	"$WORK/bin/oci-registry" --dir "$WORK/registry" --port-file "$WORK/registry.addr" 2>"$WORK/logs/registry.err" &
+	log "registry: $(cd "$ROOT" && "$WORK/bin/oci-registry" --which)"
+	(cd "$ROOT" && exec "$WORK/bin/oci-registry" --dir "$WORK/registry" --port-file "$WORK/registry.addr" 2>"$WORK/logs/registry.err") &
 	REG_PID=$!
 	for _ in $(seq 200); do [ -s "$WORK/registry.addr" ] && break; sleep 0.1; done
 	[ -s "$WORK/registry.addr" ] || { log "the registry did not start:"; cat "$WORK/logs/registry.err" >&2; exit 1; }

@@ -9,6 +9,8 @@ import (
 	"regexp"
 	"strconv"
 	"testing"
+
+	"github.com/sglprov/sglprov/test/ociregistry"
 )
 
 func TestDemo(t *testing.T) {
@@ -74,8 +76,8 @@ func TestDemo(t *testing.T) {
 			t.Errorf("demo output lacks %q", want)
 		}
 	}
-	// The fleet cache's part, where the registry is installed.
-	if _, err := exec.LookPath("docker-registry"); err == nil {
+	// The fleet cache's part, where a registry is installed.
+	if _, err := ociregistry.Find(); err == nil {
 		for _, want := range []string{
 			`(?s)node B: .*sgl-kernel +build +run +new; from cache sha256:`,
 			`sgl-kernel +ok \(from cache\) .*artifact sha256:[0-9a-f]{64}`,

@@ -129,22 +129,23 @@ echo "daemon stopped on SIGTERM, exit $rc"
 [ "$rc" = 0 ]
 
 # --- fleet cache ---------------------------------------------------------------------------
-# A fleet of two nodes and a local OCI registry (Debian's docker-registry). Node A starts
-# from nothing (a fresh state, no kernel build, no weights), with the hub throttled to 2 MiB/s
-# a connection as the real hub throttles, makes everything and pushes it (push: true). Node B
+# A fleet of two nodes and a local OCI registry (distribution 3 from make deps, or Debian's
+# docker-registry). Node A starts from nothing (a fresh state, no kernel build, no weights),
+# with the hub throttled to 2 MiB/s a connection as the real hub throttles, makes everything
+# and pushes it (push: true). Node B
 # starts from nothing too, with the hub stopped, and takes the kernel build and every weight
 # file from the registry.
 say "a fleet: node A builds, downloads and publishes to a local OCI registry; node B takes it all from there"
-if ! command -v docker-registry >/dev/null; then
-  echo "docker-registry is not installed (apt-get install docker-registry, or make deps as root): skipped"
+go build -o "$ROOT/bin/oci-registry" ./test/ociregistry/cmd/oci-registry
+if ! REG_WHICH=$("$ROOT/bin/oci-registry" --which 2>/dev/null); then
+  echo "no OCI registry is installed (make deps, or apt-get install docker-registry): skipped"
 else
-  go build -o "$ROOT/bin/oci-registry" ./test/ociregistry/cmd/oci-registry
   "$ROOT/bin/oci-registry" --dir "$ROOT/registry" --port-file "$ROOT/registry.addr" 2>"$ROOT/registry.log" &
   REG_PID=$!
   trap 'kill "$REG_PID" 2>/dev/null || true; cleanup' EXIT
   for _ in $(seq 200); do [ -s "$ROOT/registry.addr" ] && break; sleep 0.1; done
   REG=$(cat "$ROOT/registry.addr")
-  echo "registry (distribution $(docker-registry --version | awk '{print $3}')) at $REG"
+  echo "registry (${REG_WHICH##*(} at $REG"
   kill "$HUB_PID" 2>/dev/null || true; wait "$HUB_PID" 2>/dev/null || true
   rm -f "$ROOT/hub.url"
   "$ROOT/bin/fake-hub" --dir "$ROOT/hub-model" --repo nvidia/Qwen3.5-397B-A17B-NVFP4 --rate $((2 << 20)) \

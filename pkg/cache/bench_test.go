@@ -15,7 +15,7 @@ import (
 )
 
 // BenchmarkPushVsPull pushes 4 files of SGLPROV_BENCH_PUSH_MB MiB (default 128) to the
-// real registry (Debian's docker-registry on loopback) as one artifact, then pulls the
+// real registry (ociregistry.Find's, on loopback) as one artifact, then pulls the
 // artifact into an empty folder, each iteration into a repository of its own (so every
 // blob is sent again). It reports each side's MB/s and push/pull, the ratio
 // docs/benchmarks.md gives, and each side's CPU seconds per iteration split between this

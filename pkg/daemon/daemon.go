@@ -20,6 +20,7 @@ import (
 	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/logval"
+	"github.com/sglprov/sglprov/pkg/multinode"
 	"github.com/sglprov/sglprov/pkg/switchover"
 )
 
@@ -76,6 +77,9 @@ type Options struct {
 	// node's health and its reason; nil when the recipe has none. It is called once per
 	// transition between serving correct answers and not, and must bound its own time.
 	Hook func(ctx context.Context, hook string, h Health, reason string) error
+	// Group is this node's place in a group of nodes that serve one model together (nil:
+	// a single node).
+	Group *Group
 	// Log is the daemon's logger.
 	Log *log.Logger
 }
@@ -99,6 +103,7 @@ func (o *Options) defaults() {
 	if o.Log == nil {
 		o.Log = log.New(nil)
 	}
+	o.groupDefaults()
 }
 
 // Health is what the daemon says of the node.
@@ -150,6 +155,11 @@ type Daemon struct {
 	// pending is the change whose switch failed while the node serves what it served
 	// before (nil: none); it is tried again only when the inputs differ from its own.
 	pending *pendingChange
+	// unfollowed is the head's profile this worker failed to switch to ("": none).
+	unfollowed, unfollowedWhy string
+	// whole is, on a group's head, its rendezvous when the group last served (nil: not
+	// seen).
+	whole *multinode.Rendezvous
 }
 
 // pendingChange is a change of the recipe whose switch failed the gate; the unit that
@@ -457,6 +467,7 @@ func (d *Daemon) apply(ctx context.Context, why string) {
 		d.l, d.fresh = ladder{}, false
 		d.setHealth(Healthy, "")
 		d.m.setReady()
+		d.noteWhole(ctx)
 	}
 }
 

@@ -14,12 +14,15 @@ import (
 // a rung that cannot apply here is skipped (result "skipped") and the next is tried at once.
 //
 //  1. restart: the service restarts with the profile it runs (at most MaxRestarts times in
-//     one climb, each judged by the canaries that follow it);
+//     one climb, each judged by the canaries that follow it); in a group of nodes (Group)
+//     a worker restarts at once and the head after its workers have started again;
 //  2. regate: the whole gate, every case of the recipe's smoke step, against the server as
 //     it runs (a canary case that fails alone is not the node failing);
 //  3. next_profile: the recipe's next candidate profile is installed and gated, then the one
-//     after it, until one passes or none is left;
-//  4. previous_generation: the node's previous generation is reinstalled and gated;
+//     after it, until one passes or none is left (skipped on a group's worker, which
+//     follows its head's profile instead);
+//  4. previous_generation: the node's previous generation is reinstalled and gated
+//     (skipped on a group's worker);
 //  5. give_up: the node is unhealthy (the drain hook runs); the canary goes on, and a pass
 //     recovers it by itself; the ladder is climbed again after 2, 4, 8 ... 64 failed checks
 //     (a restart picks up a cause fixed on disk), the node staying unhealthy meanwhile.
@@ -34,6 +37,9 @@ const (
 	RungNextProfile        = "next_profile"
 	RungPreviousGeneration = "previous_generation"
 	RungGiveUp             = "give_up"
+	// RungFollowHead is a worker's switch to the profile its group's head runs (not a
+	// rung of the climb: it is taken whenever the head's profile differs).
+	RungFollowHead = "follow_head"
 )
 
 var rungs = []string{RungRestart, RungRegate, RungNextProfile, RungPreviousGeneration, RungGiveUp}
@@ -111,6 +117,10 @@ func (d *Daemon) canary(ctx context.Context) {
 	}
 	d.m.observeCanary(lat, err)
 	if err == nil {
+		if d.followHead(ctx) {
+			return
+		}
+		d.noteWhole(ctx)
 		d.fresh = false
 		if d.failures > 0 || d.Health() != Healthy {
 			d.o.Log.Info("canary passes again", "seconds", logval.Seconds(lat))
@@ -162,6 +172,21 @@ func (d *Daemon) climb(ctx context.Context, reason string) {
 			d.restarts++
 			d.failures = 0
 			d.m.incRestarts()
+			if g := d.o.Group; g != nil && !g.IsHead() {
+				d.o.Log.Warn("remediation: restarting this worker's server: the head says the group does not serve; its new server waits at the rendezvous for the head", "rung", rung, "rank", g.Rank)
+			} else if g != nil {
+				// Not serving while it waits (the wait may take minutes): /healthz says so.
+				if d.l.giveUps > 0 {
+					d.setHealth(Unhealthy, d.l.why+" (waiting for the group's workers to start again)")
+				} else {
+					d.setHealth(Degraded, reason+" (waiting for the group's workers to start again)")
+				}
+				found := d.awaitWorkers(ctx)
+				if ctx.Err() != nil {
+					return
+				}
+				d.o.Log.Warn("remediation: restarting the head's server", "rung", rung, "workers", found)
+			}
 			d.o.Log.Warn("remediation: restarting the service", "rung", rung, "restart", d.l.restarts, "of", d.o.MaxRestarts)
 			err := d.o.RestartService(ctx)
 			if ctx.Err() != nil {
@@ -193,12 +218,18 @@ func (d *Daemon) climb(ctx context.Context, reason string) {
 			if ctx.Err() != nil {
 				return
 			}
-			if d.rungDone(rung, err, "the whole gate passes; the canary case's failure was not the node's") {
+			if d.rungDone(ctx, rung, err, "the whole gate passes; the canary case's failure was not the node's") {
 				return
 			}
 			reason = "the whole gate failed: " + err.Error()
 			d.l.rung++
 		case RungNextProfile:
+			if g := d.o.Group; g != nil && !g.IsHead() {
+				// Every rank runs the same arguments: a worker never picks a profile of
+				// its own; it follows the head (followHead, at every canary).
+				d.skip(rung, "a worker runs the head's profile; it follows the head, never picks one alone")
+				continue
+			}
 			if d.o.Remedies == nil {
 				d.skip(rung, "no service profiles to try")
 				continue
@@ -219,12 +250,16 @@ func (d *Daemon) climb(ctx context.Context, reason string) {
 				continue
 			}
 			d.l.tried = append(d.l.tried, p)
-			if d.rungDone(rung, err, "profile "+p+" passes the gate") {
+			if d.rungDone(ctx, rung, err, "profile "+p+" passes the gate") {
 				return
 			}
 			reason = fmt.Sprintf("profile %s failed the gate: %v", p, err)
 			// the rung stays: the candidate after p next
 		case RungPreviousGeneration:
+			if gr := d.o.Group; gr != nil && !gr.IsHead() {
+				d.skip(rung, "a worker does not roll back alone: its generation must be the head's")
+				continue
+			}
 			g := d.o.Generations
 			if g == nil {
 				g = NoGenerations{}
@@ -238,7 +273,7 @@ func (d *Daemon) climb(ctx context.Context, reason string) {
 				d.skip(rung, err.Error())
 				continue
 			}
-			if d.rungDone(rung, err, "the previous generation passes the gate") {
+			if d.rungDone(ctx, rung, err, "the previous generation passes the gate") {
 				return
 			}
 			reason = "the previous generation failed the gate: " + err.Error()
@@ -268,7 +303,7 @@ func (d *Daemon) skip(rung, why string) {
 
 // rungDone counts a rung that judged itself; it reports whether it passed (the node is
 // then healthy again).
-func (d *Daemon) rungDone(rung string, err error, passed string) bool {
+func (d *Daemon) rungDone(ctx context.Context, rung string, err error, passed string) bool {
 	if err != nil {
 		d.o.Log.Warn("remediation: rung failed", "rung", rung, "err", err)
 		d.m.rung(rung, "failed")
@@ -276,6 +311,7 @@ func (d *Daemon) rungDone(rung string, err error, passed string) bool {
 	}
 	d.m.rung(rung, "ok")
 	d.o.Log.Info("remediation: the node serves correct answers again", "rung", rung, "how", passed)
+	d.noteWhole(ctx)
 	d.fresh = false
 	d.recovered()
 	return true

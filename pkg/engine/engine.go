@@ -78,6 +78,11 @@ type Options struct {
 	// one the recipe's inputs decide (a roll back to an earlier generation: its folder and
 	// its kept step records).
 	GenerationKey string
+	// InPlace makes the engine work in the recipe's roots as they stand, as an in-place
+	// run did ({{ .generation.dir }} is the roots' folder, recipe.InPlaceGenerationDir):
+	// a roll back to the tree a migration to generations moved aside. No generation is
+	// recorded as built or passed.
+	InPlace bool
 	// NewManager makes the service manager a service step installs and starts its unit
 	// with (nil: service.New); see Env.ServiceManager.
 	NewManager func(ctx context.Context, opts service.Options) (service.Manager, error)

@@ -387,7 +387,16 @@ func TestInterruptRecordsAndConverges(t *testing.T) {
 	dir := t.TempDir()
 	text := strings.Replace(diamond, "fake: {sleep: 60ms}", "fake: {sleep: 10s}", 1)
 	ctx, cancel := context.WithCancel(context.Background())
-	time.AfterFunc(150*time.Millisecond, cancel)
+	// Interrupted once build is done and recorded, while weights still sleeps: waiting on
+	// the record, not on a time, keeps a loaded machine from cutting build short too.
+	go func() {
+		defer cancel()
+		for deadline := time.Now().Add(9 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+			if st, err := engine.LoadState(dir); err == nil && st.Steps["build"] != nil && st.Steps["build"].Result == engine.ResultOK {
+				return
+			}
+		}
+	}()
 	rep, err := newEngine(t, w, load(t, w, text), dir, nil).Apply(ctx)
 	if err == nil {
 		t.Fatal("interrupted apply returned no error")

@@ -40,6 +40,10 @@ type GenerationInfo struct {
 	Key, Dir string
 	// Serving is the generation that last passed ("" when none has).
 	Serving string
+	// InPlaceServes is set when no generation serves because a roll back put back the tree
+	// a migration to generations moved aside from the roots (the generations record's
+	// in_place).
+	InPlaceServes bool
 }
 
 // GenerationReport is what a run says about generations.
@@ -72,6 +76,12 @@ type genState struct {
 // generation roots pointing into the serving generation (pkg/generation's Store).
 type rootStore interface {
 	SetRoots(nodeDir string, roots []generation.Root)
+}
+
+// inPlaceStore is implemented by a Generations that records whether the trees moved aside
+// from the roots serve again (pkg/generation's Store).
+type inPlaceStore interface {
+	InPlaceServing() *generation.InPlace
 }
 
 // keyPartsStore is implemented by a Generations that keeps the named digests of each
@@ -175,6 +185,13 @@ func openGenerations(opts Options, facts map[string]any) (*genState, map[string]
 	if !r.UsesGenerations() {
 		return nil, facts, nil
 	}
+	if opts.InPlace {
+		dir, ok := r.InPlaceGenerationDir()
+		if !ok {
+			return nil, nil, fmt.Errorf("%w: recipe %s has no folder that holds all its generation roots under their own names: its paths as written cannot be rendered", exitcode.ErrUsage, r.Name)
+		}
+		return &genState{info: GenerationInfo{Dir: dir}}, withGeneration(facts, dir), nil
+	}
 	key, steps, parts, err := generationKey(context.Background(), opts, facts)
 	if err != nil {
 		return nil, nil, err
@@ -195,6 +212,9 @@ func openGenerations(opts Options, facts map[string]any) (*genState, map[string]
 			return nil, nil, err
 		}
 		g.info.Serving = g.store.Serving()
+		if ip, ok := g.store.(inPlaceStore); ok && g.info.Serving == "" {
+			g.info.InPlaceServes = ip.InPlaceServing() != nil
+		}
 		if rs, ok := g.store.(rootStore); ok && len(r.GenerationRoots()) > 0 {
 			roots := make([]generation.Root, 0, len(r.GenerationRoots()))
 			for _, root := range r.GenerationRoots() {
@@ -353,6 +373,8 @@ func (e *Engine) endGeneration(ok bool) *GenerationReport {
 		switch {
 		case g.info.Serving == g.info.Key:
 			gr.Note = fmt.Sprintf("generation %s serves", generation.Short(g.info.Key))
+		case g.info.Serving == "" && g.info.InPlaceServes:
+			gr.Note = fmt.Sprintf("generation %s has not passed; the in-place tree moved aside serves", generation.Short(g.info.Key))
 		case g.info.Serving == "":
 			gr.Note = fmt.Sprintf("generation %s has not passed; no generation has passed yet", generation.Short(g.info.Key))
 		default:
@@ -367,6 +389,8 @@ func (e *Engine) endGeneration(ok bool) *GenerationReport {
 	gr.Note = fmt.Sprintf("generation %s serves", generation.Short(g.info.Key))
 	if g.info.Serving != "" && g.info.Serving != g.info.Key {
 		gr.Note += fmt.Sprintf(" (was %s)", generation.Short(g.info.Serving))
+	} else if g.info.Serving == "" && g.info.InPlaceServes {
+		gr.Note += " (was the in-place tree moved aside)"
 	}
 	if pruned != nil {
 		gr.Note += "; " + pruned.Describe(logval.Format)

@@ -188,6 +188,8 @@ func (e *Engine) planGeneration() string {
 		return ""
 	case g.info.Serving == g.info.Key:
 		return fmt.Sprintf("%s (serving), in %s", g.info.Key, g.info.Dir)
+	case g.info.Serving == "" && g.info.InPlaceServes:
+		return fmt.Sprintf("%s (the in-place tree moved aside serves, after a roll back), in %s", g.info.Key, g.info.Dir)
 	case g.info.Serving == "":
 		return fmt.Sprintf("%s (new; none serves yet), in %s", g.info.Key, g.info.Dir)
 	}

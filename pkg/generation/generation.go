@@ -83,6 +83,17 @@ type Record struct {
 	// Links are the links sglprov wrote at the roots, each with the target it last
 	// wrote: a remove deletes a link only while it still points there.
 	Links []Link `json:"links,omitempty"`
+	// InPlace, when set, says that the trees moved aside serve again (a roll back from the
+	// first generation, which nothing earlier precedes): no generation serves (Current is
+	// empty) and the roots' links point at the moved-aside folders.
+	InPlace *InPlace `json:"in_place,omitempty"`
+}
+
+// InPlace says since when the moved-aside trees serve again.
+type InPlace struct {
+	// Since is when they passed the gate again; From the generation that served before.
+	Since time.Time `json:"since"`
+	From  string    `json:"from,omitempty"`
 }
 
 // Link is a link sglprov wrote at a root.
@@ -182,6 +193,11 @@ func parseRecord(b []byte) (*Record, error) {
 	if rec.Current != "" {
 		if err := CheckKey(rec.Current); err != nil {
 			return nil, fmt.Errorf("current: %w", err)
+		}
+	}
+	if rec.InPlace != nil && rec.InPlace.From != "" {
+		if err := CheckKey(rec.InPlace.From); err != nil {
+			return nil, fmt.Errorf("in_place.from: %w", err)
 		}
 	}
 	for i, l := range rec.Links {
@@ -351,6 +367,7 @@ func (s *Store) Passed(key string, steps map[string]json.RawMessage) (*Pruned, e
 	}
 	g.Passed, g.Steps = s.now().UTC(), steps
 	s.rec.Current = key
+	s.rec.InPlace = nil
 	if err := s.save(); err != nil {
 		return nil, err
 	}
@@ -413,6 +430,116 @@ func (s *Store) linkRoot(key string, root Root) error {
 	}
 	s.rec.Links[i].Target = target
 	return s.save()
+}
+
+// InPlaceServing returns since when, and from which generation, the moved-aside trees
+// serve again (nil: they do not; see Record.InPlace).
+func (s *Store) InPlaceServing() *InPlace { return s.rec.InPlace }
+
+// Aside returns the folder last moved aside from the root whose link is at link (a host
+// path), when it is still there as a folder.
+func (s *Store) Aside(link string) (MovedAside, bool) {
+	for i := len(s.rec.MovedAside) - 1; i >= 0; i-- {
+		m := s.rec.MovedAside[i]
+		if m.Root != link {
+			continue
+		}
+		fi, err := os.Lstat(m.Path)
+		if err != nil || !fi.IsDir() {
+			return MovedAside{}, false
+		}
+		return m, true
+	}
+	return MovedAside{}, false
+}
+
+// Relink points each link at its Target (a new link renamed over the old one), under the
+// generations folder's lock, and records the targets written. Each link must be the one
+// sglprov wrote (a link whose target is the one recorded in Links): anything else there is
+// left alone and is an error. On an error the links already changed are put back. It
+// returns the links as they were, to undo it with.
+func (s *Store) Relink(links []Link) ([]Link, error) {
+	if err := os.MkdirAll(s.dir, 0o755); err != nil {
+		return nil, fmt.Errorf("creating %s: %w", s.dir, err)
+	}
+	l, err := s.lock()
+	if err != nil {
+		return nil, err
+	}
+	defer l.Release()
+	var prev []Link
+	for _, want := range links {
+		i := slices.IndexFunc(s.rec.Links, func(x Link) bool { return x.Path == want.Path })
+		got, rerr := os.Readlink(want.Path)
+		switch {
+		case i < 0:
+			err = fmt.Errorf("%s is no link sglprov recorded writing: it is left as it is", want.Path)
+		case rerr != nil:
+			err = fmt.Errorf("reading the link %s (sglprov wrote it to point at %s): %w", want.Path, s.rec.Links[i].Target, rerr)
+		case got != s.rec.Links[i].Target:
+			err = fmt.Errorf("the link %s points at %s, not at %s where sglprov pointed it: it is left as it is", want.Path, got, s.rec.Links[i].Target)
+		default:
+			err = s.relink(want.Path, want.Target)
+		}
+		if err != nil {
+			for j := len(prev) - 1; j >= 0; j-- {
+				_ = s.relink(prev[j].Path, prev[j].Target)
+			}
+			return nil, errors.Join(err, s.save())
+		}
+		prev = append(prev, Link{Path: want.Path, Target: got})
+	}
+	return prev, s.save()
+}
+
+// relink renames a new link to target over the link at p and records it.
+func (s *Store) relink(p, target string) error {
+	parent := filepath.Dir(p)
+	tmp := filepath.Join(parent, fmt.Sprintf(".%s.sglprov-link.%d", filepath.Base(p), os.Getpid()))
+	_ = os.Remove(tmp)
+	if err := os.Symlink(target, tmp); err != nil {
+		return fmt.Errorf("linking %s to %s: %w", p, target, err)
+	}
+	if err := os.Rename(tmp, p); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("linking %s to %s: %w", p, target, err)
+	}
+	if err := atomicfile.SyncDir(parent); err != nil {
+		return err
+	}
+	for i := range s.rec.Links {
+		if s.rec.Links[i].Path == p {
+			s.rec.Links[i].Target = target
+		}
+	}
+	return nil
+}
+
+// InPlaceServes records that the moved-aside trees serve again (their roots' links point
+// at them and their unit passed the gate): no generation serves, the "current" link is
+// removed (it names the generation that serves), and every generation is kept as before.
+// A generation that passes later serves again as usual.
+func (s *Store) InPlaceServes() error {
+	if err := os.MkdirAll(s.dir, 0o755); err != nil {
+		return fmt.Errorf("creating %s: %w", s.dir, err)
+	}
+	l, err := s.lock()
+	if err != nil {
+		return err
+	}
+	defer l.Release()
+	s.rec.InPlace = &InPlace{Since: s.now().UTC(), From: s.rec.Current}
+	s.rec.Current = ""
+	if err := s.save(); err != nil {
+		return err
+	}
+	cur := filepath.Join(s.dir, CurrentLink)
+	if fi, err := os.Lstat(cur); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
+		if err := os.Remove(cur); err != nil {
+			return fmt.Errorf("removing the link to the generation that served: %w", err)
+		}
+	}
+	return nil
 }
 
 // removeLinks deletes the links at the roots that still point where sglprov last

@@ -1,6 +1,7 @@
 package generation
 
 import (
+	"encoding/json"
 	"errors"
 	"io/fs"
 	"os"
@@ -337,4 +338,121 @@ func TestRemoveAllKeepsWhatItCouldNotRemove(t *testing.T) {
 	if _, err := os.Stat(again.Path(g2)); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("%s is still there: %v", g2, err)
 	}
+}
+
+// Going back to the trees a migration moved aside: Relink points each root's link at its
+// tree (all or none: a link someone else changed is refused and the ones already changed
+// are put back), InPlaceServes records that no generation serves (the current link goes,
+// the generation stays kept and is where a roll back goes next), and a generation that
+// passes again links the roots to it; the trees stay byte-identical throughout.
+func TestRelinkToInPlaceTreesAndBack(t *testing.T) {
+	root := t.TempDir()
+	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	s := openAt(t, root, 2, &clock)
+	src, venv := filepath.Join(root, "opt", "sglang"), filepath.Join(root, "opt", "venv")
+	for _, d := range []string{src, venv} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "in-place"), []byte(d+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.SetRoots("/node/gens/r", []Root{{Link: src, Sub: "sglang"}, {Link: venv, Sub: "venv"}})
+	fill(t, s, g1, 10)
+	steps := map[string]json.RawMessage{"build": json.RawMessage(`{}`)}
+	if _, err := s.Passed(g1, steps); err != nil {
+		t.Fatal(err)
+	}
+	kept := func() {
+		t.Helper()
+		for _, d := range []string{src, venv} {
+			if b, err := os.ReadFile(filepath.Join(d+".sglprov-inplace", "in-place")); err != nil || string(b) != d+"\n" {
+				t.Errorf("the tree moved aside from %s: %q, %v", d, b, err)
+			}
+		}
+	}
+	kept()
+	if s.Previous() != "" {
+		t.Fatalf("previous = %q with one generation", s.Previous())
+	}
+	a, ok := s.Aside(src)
+	if !ok || a.Path != src+".sglprov-inplace" {
+		t.Fatalf("Aside(%s) = %+v, %v", src, a, ok)
+	}
+	want := []Link{{Path: src, Target: "/opt/sglang.sglprov-inplace"}, {Path: venv, Target: "/opt/venv.sglprov-inplace"}}
+
+	// Someone pointed the second link elsewhere: nothing is changed.
+	if err := os.Remove(venv); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/elsewhere", venv); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Relink(want); err == nil || !strings.Contains(err.Error(), "left as it is") {
+		t.Fatalf("Relink over a changed link: %v", err)
+	}
+	if got, _ := os.Readlink(src); got != "/node/gens/r/"+g1+"/sglang" {
+		t.Errorf("after a refused relink %s links to %q", src, got)
+	}
+	if got, _ := os.Readlink(venv); got != "/elsewhere" {
+		t.Errorf("the changed link was touched: %q", got)
+	}
+	if err := os.Remove(venv); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/node/gens/r/"+g1+"/venv", venv); err != nil {
+		t.Fatal(err)
+	}
+
+	undo, err := s.Relink(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range want {
+		if got, _ := os.Readlink(l.Path); got != l.Target {
+			t.Errorf("%s links to %q, want %s", l.Path, got, l.Target)
+		}
+	}
+	// A failed gate: undo puts them back.
+	if _, err := s.Relink(undo); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.Readlink(venv); got != "/node/gens/r/"+g1+"/venv" {
+		t.Errorf("after the undo %s links to %q", venv, got)
+	}
+	if _, err := s.Relink(want); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.InPlaceServes(); err != nil {
+		t.Fatal(err)
+	}
+	s = openAt(t, root, 2, &clock)
+	s.SetRoots("/node/gens/r", []Root{{Link: src, Sub: "sglang"}, {Link: venv, Sub: "venv"}})
+	if s.Serving() != "" || s.InPlaceServing() == nil || s.InPlaceServing().From != g1 {
+		t.Errorf("read back: serving %q, in place %+v", s.Serving(), s.InPlaceServing())
+	}
+	if _, err := os.Lstat(filepath.Join(s.Dir(), CurrentLink)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the current link is there while the in-place trees serve: %v", err)
+	}
+	if s.Previous() != g1 {
+		t.Errorf("previous = %q while the in-place trees serve, want %s", s.Previous(), g1)
+	}
+	if p, err := s.Prune(false); err != nil || len(p.Freed) != 0 {
+		t.Errorf("prune while the in-place trees serve: %+v, %v", p, err)
+	}
+	kept()
+
+	// The generation passes again: the links go to it, the record forgets the in-place
+	// serving and keeps the trees moved aside as they were.
+	if _, err := s.Passed(g1, steps); err != nil {
+		t.Fatal(err)
+	}
+	if s.InPlaceServing() != nil || s.Serving() != g1 || len(s.MovedAside()) != 2 {
+		t.Errorf("after a pass: in place %+v, serving %q, moved aside %+v", s.InPlaceServing(), s.Serving(), s.MovedAside())
+	}
+	if got, _ := os.Readlink(src); got != "/node/gens/r/"+g1+"/sglang" {
+		t.Errorf("after a pass %s links to %q", src, got)
+	}
+	kept()
 }

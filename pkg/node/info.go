@@ -53,6 +53,9 @@ func (n *Recipe) Info(ctx context.Context, r *recipe.Recipe) daemon.NodeInfo {
 	if k := ServingGeneration(n.Root, n.StateDir, r); k != "" {
 		// The generations record is the truth after the daemon rolled back.
 		info.Generation = k
+	} else if ServesInPlace(n.Root, n.StateDir, r) {
+		// No generation serves: the tree a migration moved aside was put back.
+		info.Generation = ""
 	}
 	return info
 }

@@ -102,6 +102,18 @@ func NextProfile(ctx context.Context, svc engine.BoundService, tried []string, c
 	return profile, err
 }
 
+// UseProfile switches svc to profile, whichever it is among its candidates, through the
+// switch transaction gated with cfg, as NextProfile does: a worker of a group follows the
+// profile its head runs, judged as the smoke step judges a worker (smokestep.WorkerGate).
+func UseProfile(ctx context.Context, svc engine.BoundService, profile string, cfg gate.Config) error {
+	if !slices.Contains(svc.Step.Candidates(svc.Env), profile) {
+		return fmt.Errorf("profile %s is not a candidate of this node's service (candidates: %v)", profile, svc.Step.Candidates(svc.Env))
+	}
+	_, _, err := smokestep.RunSwitch(ctx, svc.Env, svc.Step, []string{profile},
+		smokestep.SwitchGate{Config: cfg, RunServer: smokestep.WorkerGate(svc.Env, svc.Step)})
+	return err
+}
+
 // Previous is the generation to go back to from store: the last one before the serving
 // one that passed its gate. ErrNoPrevious (wrapped, naming the serving one) when none.
 func Previous(store *generation.Store) (string, error) {
@@ -132,4 +144,39 @@ func RollBack(ctx context.Context, e *engine.Engine, cfg gate.Config) error {
 		return fmt.Errorf("recording the generation as serving: %w", err)
 	}
 	return nil
+}
+
+// RollBackInPlace puts back the unit of the tree a migration to generations moved aside: e
+// is made with engine.Options.InPlace (the recipe's paths as written) and the roots' links
+// already point at the moved-aside trees (store.Relink, which returned undo). Its service's
+// unit, with the profile it runs, goes through the switch transaction gated with cfg; on a
+// pass store records that the in-place tree serves (no generation does). On a fail the unit
+// that served is restored and gated again, and the links are put back with undo.
+func RollBackInPlace(ctx context.Context, e *engine.Engine, store *generation.Store, cfg gate.Config, undo []generation.Link) error {
+	svc, ok := e.Service()
+	if !ok {
+		return relinkBack(store, undo, ErrNoService)
+	}
+	res, _, err := smokestep.RunSwitch(ctx, svc.Env, svc.Step, []string{RestartProfile(svc)}, smokestep.SwitchGate{Config: cfg})
+	if res == nil || res.Winner == nil {
+		return relinkBack(store, undo, err)
+	}
+	// The in-place unit was promoted: the links stay where it reads, whatever else failed.
+	if rerr := store.InPlaceServes(); rerr != nil {
+		err = errors.Join(err, fmt.Errorf("recording the in-place tree as serving: %w", rerr))
+	}
+	return err
+}
+
+// relinkBack puts the roots' links back as they were (nothing when links is nil) after a
+// roll back to the in-place tree that did not pass, and returns err with what went wrong
+// doing so.
+func relinkBack(store *generation.Store, links []generation.Link, err error) error {
+	if links == nil {
+		return err
+	}
+	if _, rerr := store.Relink(links); rerr != nil {
+		return errors.Join(err, fmt.Errorf("pointing the roots back at the generation that served: %w", rerr))
+	}
+	return err
 }

@@ -2,7 +2,9 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/sglprov/sglprov/pkg/daemon"
 	"github.com/sglprov/sglprov/pkg/engine"
@@ -14,32 +16,81 @@ import (
 // keeps generations: the newest other generation that passed and is still on disk is put
 // back (its unit, rendered into its folder with its kept records), restarted and gated;
 // on a pass it is recorded as serving (current link, generations record, state), on a fail
-// the unit that served before comes back and the ladder goes on to give up.
+// the unit that served before comes back and the ladder goes on to give up. When no other
+// generation passed and the serving one is the first, migrated from a tree built in place
+// (moved aside from the recipe's roots), that tree is put back instead (RollBackInPlace).
 type Rollback struct {
 	Recipe *Recipe
 }
 
 var _ daemon.Generations = (*Rollback)(nil)
 
-// previous returns the generation to go back to, or an ErrNotAvailable error saying why
-// there is none.
-func (g *Rollback) previous() (string, error) {
+// target is where a roll back goes: an earlier generation (prev), or the trees moved
+// aside from the roots (links points the roots back at them).
+type target struct {
+	store *generation.Store
+	prev  string
+	links []generation.Link
+}
+
+// target returns where to roll back to, or an ErrNotAvailable error saying why there is
+// nowhere.
+func (g *Rollback) target() (*target, error) {
 	r, err := g.Recipe.Load()
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	if !r.UsesGenerations() {
-		return "", fmt.Errorf("%w: recipe %s keeps no generations to roll back to", daemon.ErrNotAvailable, r.Name)
+		return nil, fmt.Errorf("%w: recipe %s keeps no generations to roll back to", daemon.ErrNotAvailable, r.Name)
 	}
 	store, err := OpenGenerations(g.Recipe.Root, g.Recipe.StateDir, r)
 	if err != nil {
-		return "", fmt.Errorf("opening the generations of %s: %w", r.Name, err)
+		return nil, fmt.Errorf("opening the generations of %s: %w", r.Name, err)
 	}
 	prev, err := Previous(store)
-	if err != nil {
-		return "", fmt.Errorf("%w: recipe %s keeps %w", daemon.ErrNotAvailable, r.Name, err)
+	if err == nil {
+		return &target{store: store, prev: prev}, nil
 	}
-	return prev, nil
+	links, lerr := inPlaceLinks(g.Recipe.Root, r, store)
+	if lerr != nil {
+		return nil, fmt.Errorf("%w: recipe %s keeps %w, and no in-place tree to go back to: %w", daemon.ErrNotAvailable, r.Name, err, lerr)
+	}
+	return &target{store: store, links: links}, nil
+}
+
+// inPlaceLinks returns the links that point recipe r's roots (under the host root) back at
+// the trees a migration to generations moved aside from them: each root's link is to
+// become ROOT.sglprov-inplace (the node's path of the newest one still there). An error
+// says why there are none: nothing was moved aside, no generation serves (the trees serve
+// already, or nothing passed), a root has no tree moved aside from it, or the roots have
+// no common folder to render the recipe's paths as written.
+func inPlaceLinks(root string, r *recipe.Recipe, store *generation.Store) ([]generation.Link, error) {
+	if len(store.MovedAside()) == 0 {
+		return nil, errors.New("no tree built in place was moved aside from its roots")
+	}
+	if store.Serving() == "" {
+		if store.InPlaceServing() != nil {
+			return nil, errors.New("the in-place tree serves already")
+		}
+		return nil, errors.New("no generation serves")
+	}
+	if _, ok := r.InPlaceGenerationDir(); !ok {
+		return nil, errors.New("its roots lie in different folders: its paths as written cannot be rendered")
+	}
+	var links []generation.Link
+	for _, rt := range r.GenerationRoots() {
+		link := engine.HostPath(root, rt.Path)
+		a, ok := store.Aside(link)
+		if !ok {
+			return nil, fmt.Errorf("no tree moved aside from %s is still there", rt.Path)
+		}
+		suffix, found := strings.CutPrefix(a.Path, link)
+		if !found || strings.Contains(suffix, "/") {
+			return nil, fmt.Errorf("the tree moved aside from %s is recorded at %s, not beside it", rt.Path, a.Path)
+		}
+		links = append(links, generation.Link{Path: link, Target: rt.Path + suffix})
+	}
+	return links, nil
 }
 
 // ServingGeneration returns the generation that serves recipe r according to its
@@ -53,6 +104,16 @@ func ServingGeneration(root, stateDir string, r *recipe.Recipe) string {
 		return ""
 	}
 	return store.Serving()
+}
+
+// ServesInPlace reports whether the generations record of recipe r says that the tree a
+// migration to generations moved aside serves again (a roll back put it back).
+func ServesInPlace(root, stateDir string, r *recipe.Recipe) bool {
+	if !r.UsesGenerations() {
+		return false
+	}
+	store, err := OpenGenerations(root, stateDir, r)
+	return err == nil && store.InPlaceServing() != nil
 }
 
 // OpenGenerations opens the generations store of recipe r: its folder on the host (under
@@ -70,9 +131,17 @@ func (g *Rollback) RollBack(ctx context.Context) error {
 		return err
 	}
 	defer release()
-	prev, err := g.previous()
+	to, err := g.target()
 	if err != nil {
 		return err
+	}
+	var undo []generation.Link
+	if to.links != nil {
+		// The roots point at the trees moved aside before anything stops: the unit that
+		// serves runs from its generation's own folder, not through the links.
+		if undo, err = to.store.Relink(to.links); err != nil {
+			return fmt.Errorf("pointing the roots back at the in-place tree: %w", err)
+		}
 	}
 	held := n.Held
 	if held == nil {
@@ -83,25 +152,35 @@ func (g *Rollback) RollBack(ctx context.Context) error {
 	// The engine of the last apply goes (with the exec manager it stops the server that
 	// answers wrong): the port is the previous generation's now.
 	held.Set(nil)
-	e, err := n.Engine(ctx, func(o *engine.Options) { o.GenerationKey = prev })
+	what := "generation " + generation.Short(to.prev)
+	mod := func(o *engine.Options) { o.GenerationKey = to.prev }
+	if to.links != nil {
+		what = "the in-place tree"
+		mod = func(o *engine.Options) { o.InPlace = true }
+	}
+	e, err := n.Engine(ctx, mod)
 	if err != nil {
-		return fmt.Errorf("making the engine of generation %s: %w", generation.Short(prev), err)
+		return relinkBack(to.store, undo, fmt.Errorf("making the engine of %s: %w", what, err))
 	}
 	if _, ok := e.Service(); !ok {
 		e.Close()
-		return fmt.Errorf("%w: the recipe has no service step to roll back", daemon.ErrNotAvailable)
+		return relinkBack(to.store, undo, fmt.Errorf("%w: the recipe has no service step to roll back", daemon.ErrNotAvailable))
 	}
 	cfg, err := n.Gate(ctx, 0)
 	if err != nil {
 		e.Close()
-		return err
+		return relinkBack(to.store, undo, err)
 	}
-	// The switch transaction: generation prev's unit is staged for this boot and gated
-	// against its own server; on a pass it is promoted and recorded as serving, on a fail
-	// the unit that served (the one a reboot starts) is restarted and gated again with its
-	// own names.
-	if err = RollBack(ctx, e, cfg); err != nil {
-		err = fmt.Errorf("generation %s: %w", generation.Short(prev), err)
+	// The switch transaction: the previous unit is staged for this boot and gated against
+	// its own server; on a pass it is promoted and recorded as serving, on a fail the unit
+	// that served (the one a reboot starts) is restarted and gated again with its own
+	// names.
+	if to.links != nil {
+		if err = RollBackInPlace(ctx, e, to.store, cfg, undo); err != nil {
+			err = fmt.Errorf("%s: %w", what, err)
+		}
+	} else if err = RollBack(ctx, e, cfg); err != nil {
+		err = fmt.Errorf("%s: %w", what, err)
 	}
 	// The engine stays: with the exec manager, what serves now is its child.
 	held.Set(e)

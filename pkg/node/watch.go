@@ -67,7 +67,13 @@ func (n *Recipe) Watch(ctx context.Context, rec *recipe.Recipe, w Watch) error {
 			return err
 		}
 	}
+	rem := &Remedies{Recipe: n, Timeout: w.CanaryTimeout}
+	group, err := n.daemonGroup(rec, rem)
+	if err != nil {
+		return err
+	}
 	opts := daemon.Options{
+		Group: group,
 		Apply: func(ctx context.Context) (*engine.Report, error) {
 			held.Set(nil)
 			rep, e, err := n.Apply(ctx)
@@ -76,7 +82,7 @@ func (n *Recipe) Watch(ctx context.Context, rec *recipe.Recipe, w Watch) error {
 		},
 		Canary:                n.Canary(w.CanaryTimeout, w.Log, w.Stderr, w.Terminal),
 		CanaryTimeout:         w.CanaryTimeout,
-		Remedies:              &Remedies{Recipe: n, Timeout: w.CanaryTimeout},
+		Remedies:              rem,
 		Generations:           &Rollback{Recipe: n},
 		RestartService:        n.Restart,
 		Notify:                notify,

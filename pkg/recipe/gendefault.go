@@ -249,16 +249,29 @@ func rewriteRoots(s string, roots []GenerationRoot) string {
 // (smoke, detect, a test) sees. Roots in different folders, or a Sub that is not the root's
 // own name, have no such folder; a template that needs it then fails as without facts.
 func (r *Recipe) inPlaceGeneration(d Data) {
-	if _, ok := d["generation"]; ok || len(r.Generations.roots) == 0 {
+	if _, ok := d["generation"]; ok {
 		return
+	}
+	if dir, ok := r.InPlaceGenerationDir(); ok {
+		d["generation"] = map[string]any{"dir": dir}
+	}
+}
+
+// InPlaceGenerationDir returns the folder that, as {{ .generation.dir }}, makes each
+// default root's paths the root itself (/opt for /opt/sglang): the recipe's paths as
+// written. ok is false when the recipe has no default roots, or they lie in different
+// folders, or one's folder in a generation is not its own name.
+func (r *Recipe) InPlaceGenerationDir() (dir string, ok bool) {
+	if len(r.Generations.roots) == 0 {
+		return "", false
 	}
 	parent := path.Dir(r.Generations.roots[0].Path)
 	for _, root := range r.Generations.roots {
 		if path.Dir(root.Path) != parent || path.Base(root.Path) != root.Sub {
-			return
+			return "", false
 		}
 	}
-	d["generation"] = map[string]any{"dir": parent}
+	return parent, true
 }
 
 // writesPath reports whether a var or a step's text names root's path as rewriteRoots

@@ -474,7 +474,8 @@ func TestValidateKinds(t *testing.T) {
 // TestKindsTableAndJSON: the table shows kind, answers judged and the latency spread;
 // report.json carries the same per case.
 func TestKindsTableAndJSON(t *testing.T) {
-	_, _, cfg := fakeServer(t, fakesglang.Options{Mode: fakesglang.ModeCrowded})
+	// Each answer takes long enough that the load case's 64 overlap even on a loaded machine.
+	_, _, cfg := fakeServer(t, fakesglang.Options{Mode: fakesglang.ModeCrowded, Latency: 300 * time.Millisecond})
 	cfg.Cases = []Case{caseNamed(t, "load"), caseNamed(t, "sweep")}
 	cfg.Cases[1].Accuracy.Limit = 20
 	res, err := Run(context.Background(), cfg)

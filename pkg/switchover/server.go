@@ -32,6 +32,9 @@ type Server struct {
 	// Listens is set when the unit names --host or --port: Host and Port are then where a
 	// gate reaches it, rather than the recipe's gate URL.
 	Listens bool `json:"-"`
+	// Args are the server's arguments after the command, as its ExecStart= says: a worker
+	// of a multi-node group checks that its head runs the same.
+	Args []string `json:"-"`
 }
 
 // Label names the server in messages: its profile, else its unit.
@@ -54,6 +57,7 @@ func Identify(unit string, content []byte) (Server, error) {
 	if len(args) > 0 {
 		args = args[1:]
 	}
+	srv.Args = args
 	srv.ModelPath, _ = FlagValue(args, "--model-path", "--model")
 	srv.ServedModel = srv.ModelPath
 	if v, ok := FlagValue(args, "--served-model-name"); ok && v != "" {

@@ -148,3 +148,67 @@ func TestInPlaceNodeMigratesToGenerations(t *testing.T) {
 		}
 	})
 }
+
+// TestDaemonRollsBackToInPlaceTree: a node provisioned in place, then migrated to its first
+// generation (a pin that breaks later), climbs the daemon's ladder when that generation
+// answers garbage: with no earlier generation, previous_generation points /opt/app back at
+// the tree moved aside and puts its unit (the recipe's paths as written) through the
+// switch; it passes, serves from the moved-aside tree, is what /etc starts after a reboot,
+// and the record says the in-place tree serves.
+func TestDaemonRollsBackToInPlaceTree(t *testing.T) {
+	requireE2E(t)
+	bins := buildBinaries(t)
+	g := newGenHost(t, bins)
+	g.WriteFile(recipePath, []byte(strings.Replace(inPlaceRecipe, "%s", "generations: off", 1)), 0o644)
+	if a := g.applyPin("v1"); a.code != 0 {
+		t.Fatalf("apply v1 in place: exit %d\n%s\n%s", a.code, a.out, g.journal())
+	}
+	g.WriteFile(recipePath, []byte(strings.Replace(inPlaceRecipe, "%s", "", 1)), 0o644)
+	if a := g.applyPin("v6-late"); a.code != 0 {
+		t.Fatalf("apply v6-late with generations: exit %d\n%s\n%s", a.code, a.out, g.journal())
+	}
+	gen := g.current()
+	if pin := g.catIn("/opt/app.sglprov-inplace/PIN"); pin != "v1\n" {
+		t.Fatalf("the in-place tree was not moved aside: PIN %q", pin)
+	}
+	g.MustRun("systemd-run", "--unit", daemonUnit, "--setenv=SGLPROV_GPU_FIXTURE=/etc/sglprov/gpu.json",
+		"/usr/local/bin/sglprov", "daemon", "-f", recipePath, "--state-dir", stateDir,
+		"--set", "pin=v6-late", "--set", "sha="+g.sums["v6-late"],
+		"--interval", "1s", "--failures-before-restart", "1", "--canary-timeout", "60s",
+		"--metrics-addr", "127.0.0.1:9477", "--textfile", textfilePath)
+	d := &daemonHost{g.host}
+	d.waitMetric(`sglprov_node_health\{recipe="e2e-gen",state="healthy"\} 1`, 2*time.Minute)
+
+	g.WriteFile("/etc/sglprov/bad-gen", []byte("broken\n"), 0o644)
+	d.waitMetric(`sglprov_remediation_total\{recipe="e2e-gen",result="ok",rung="previous_generation"\} 1`, 4*time.Minute)
+	d.waitMetric(`sglprov_node_health\{recipe="e2e-gen",state="healthy"\} 1`, time.Minute)
+	if target, err := os.Readlink(filepath.Join(g.Root, "/opt/app")); err != nil || target != "/opt/app.sglprov-inplace" {
+		t.Errorf("after the roll back /opt/app links to %q (%v), want /opt/app.sglprov-inplace", target, err)
+	}
+	const asideExe = "/opt/app.sglprov-inplace/bin/fake-sglang"
+	if got := g.servingExe(); got != asideExe {
+		t.Errorf("after the roll back the server runs %q, want %q", got, asideExe)
+	}
+	if _, err := os.Lstat(filepath.Join(g.Root, genDir, "current")); err == nil {
+		t.Errorf("the current link is still there while the in-place tree serves")
+	}
+	rec := string(g.ReadFile(filepath.Join(stateDir, "generations", "e2e-gen.json")))
+	if !strings.Contains(rec, `"in_place"`) || !strings.Contains(rec, `"from": "`+gen+`"`) {
+		t.Errorf("the generations record does not say the in-place tree serves:\n%s", rec)
+	}
+	unit := string(g.ReadFile("/etc/systemd/system/" + unitName))
+	if !strings.Contains(unit, "/opt/app/bin/server") || strings.Contains(unit, genDir) {
+		t.Errorf("the unit in /etc does not name the paths as written:\n%s", unit)
+	}
+	g.gate("after the roll back to the in-place tree")
+	if pin := g.catIn("/opt/app.sglprov-inplace/PIN"); pin != "v1\n" {
+		t.Errorf("the in-place tree changed: PIN %q", pin)
+	}
+	g.MustRun("systemctl", "stop", daemonUnit)
+	g.Reboot()
+	g.waitActive(60 * time.Second)
+	if got := g.servingExe(); got != asideExe {
+		t.Errorf("after a reboot the server runs %q, want %q", got, asideExe)
+	}
+	g.gate("after a reboot")
+}

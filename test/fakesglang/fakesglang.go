@@ -163,6 +163,9 @@ type Options struct {
 	// sentences, nothing repeated) to this many bytes: a valid answer of any size, for
 	// measuring what large answers cost the client.
 	AnswerBytes int
+	// ServerArgs is what /get_server_info reports: the launch line's flags by SGLang's
+	// field names (ServerArgsOf); nil: it answers 404.
+	ServerArgs map[string]any
 	// Log, when set, receives one line per request.
 	Log io.Writer
 	// Now is the clock (default time.Now).
@@ -331,6 +334,12 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 			"model_path": s.opts.ModelPath, "tokenizer_path": s.opts.ModelPath,
 			"is_generation": true, "preferred_sampling_params": nil, "weight_version": "default",
 		})
+	case "/get_server_info":
+		if s.opts.ServerArgs == nil {
+			writeError(w, http.StatusNotFound, "Not Found")
+			return
+		}
+		writeJSON(w, http.StatusOK, s.opts.ServerArgs)
 	case "/v1/chat/completions":
 		if r.Method != http.MethodPost {
 			writeError(w, http.StatusMethodNotAllowed, "Method Not Allowed")

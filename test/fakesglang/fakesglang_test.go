@@ -282,6 +282,18 @@ func TestModelsAndModelInfoAsSGLang(t *testing.T) {
 	if code, _ := get(s, "/get_model_info"); code != 404 {
 		t.Errorf("/get_model_info with NoModelInfo: %d", code)
 	}
+	if code, _ := get(s, "/get_server_info"); code != 404 {
+		t.Errorf("/get_server_info without server args: %d", code)
+	}
+	// /get_server_info: the launch line's flags by SGLang's field names, the fake's own
+	// left out.
+	s = New(Options{ServerArgs: ServerArgsOf([]string{"--model-path", "/m", "--tp", "16", "--attention-backend", "triton",
+		"--enable-metrics", "--fake-mode", "bang"})})
+	code, si := get(s, "/get_server_info")
+	wantSI := map[string]any{"model_path": "/m", "tp": float64(16), "attention_backend": "triton", "enable_metrics": true, "version": "fake"}
+	if code != 200 || fmt.Sprint(si) != fmt.Sprint(wantSI) {
+		t.Errorf("/get_server_info: %d %v, want %v", code, si, wantSI)
+	}
 }
 
 func TestThinkingOff(t *testing.T) {

@@ -47,6 +47,30 @@ func ParseArgs(args []string) Args {
 	return out
 }
 
+// ServerArgsOf is what /get_server_info reports for a launch line: SGLang's
+// dataclasses.asdict(server_args) merged with its scheduler info, here each flag the line
+// gives (the fake's own --fake-* ones left out) under its field name (--attention-backend:
+// attention_backend), a flag without a value as true, numbers as numbers, and "version".
+func ServerArgsOf(args []string) map[string]any {
+	out := map[string]any{"version": "fake"}
+	for name, vals := range ParseArgs(args) {
+		if strings.HasPrefix(name, "fake-") || len(vals) == 0 {
+			continue
+		}
+		key := strings.ReplaceAll(name, "-", "_")
+		v := vals[len(vals)-1]
+		switch n, err := strconv.ParseInt(v, 10, 64); {
+		case v == "":
+			out[key] = true
+		case err == nil:
+			out[key] = n
+		default:
+			out[key] = v
+		}
+	}
+	return out
+}
+
 // Get returns the last value of a flag, or def.
 func (a Args) Get(name, def string) string {
 	if v := a[name]; len(v) > 0 {
@@ -275,7 +299,7 @@ func Main(ctx context.Context, args []string, stderr io.Writer, getenv func(stri
 			InlineThink: cfg.InlineThink, CrowdedAbove: cfg.CrowdedAbove, Latency: cfg.Latency,
 			LongAbove: cfg.LongAbove, MixedSpread: cfg.MixedSpread,
 			BrokenWhile: cfg.BrokenWhile, BrokenMode: cfg.BrokenMode,
-			AnswerBytes: cfg.AnswerBytes})),
+			AnswerBytes: cfg.AnswerBytes, ServerArgs: ServerArgsOf(args)})),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	why := ""

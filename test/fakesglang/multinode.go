@@ -66,9 +66,10 @@ type member struct {
 	conn net.Conn     // a worker's connection to the head
 	done chan error   // a worker: the head went away
 
-	mu     sync.Mutex
-	joined map[int]net.Conn
-	lost   string // the head: why the group broke ("" while whole)
+	mu       sync.Mutex
+	joined   map[int]net.Conn
+	knocking []net.Conn // the head: ranks that came while the group was broken
+	lost     string     // the head: why the group broke ("" while whole)
 }
 
 // startGroup joins the group the command line describes (nil, nil without one): the head
@@ -133,12 +134,25 @@ func (m *member) accept(log io.Writer, all chan struct{}) {
 		r, aerr := strconv.Atoi(strings.TrimPrefix(strings.TrimSpace(line), "rank "))
 		m.mu.Lock()
 		_, dup := m.joined[r]
-		bad := err != nil || aerr != nil || r < 1 || r >= m.g.Nodes || dup || m.lost != ""
-		if !bad {
+		bad := err != nil || aerr != nil || r < 1 || r >= m.g.Nodes
+		broken := !bad && m.lost != ""
+		bad = bad || dup
+		switch {
+		case broken:
+			m.knocking = append(m.knocking, c)
+		case !bad:
 			m.joined[r] = c
 		}
 		n := len(m.joined)
 		m.mu.Unlock()
+		if broken {
+			// As torch's TCPStore on a head whose group broke: the store still takes the
+			// connection, and the rank waits on it for a group that only a restart of the
+			// head makes; the connection ends when the head's server does.
+			_ = c.SetDeadline(time.Time{})
+			fmt.Fprintf(log, "fake-sglang: rank %d knocks from %s at a broken group: it waits until the head restarts\n", r, c.RemoteAddr())
+			continue
+		}
 		if bad {
 			fmt.Fprintf(c, "no\n")
 			c.Close()
@@ -177,7 +191,13 @@ func (m *member) join(ctx context.Context, log io.Writer) error {
 	for {
 		c, err := d.DialContext(ctx, "tcp", m.g.Addr)
 		if err == nil {
+			// The answer comes when the head takes the rank in, which a broken head does
+			// only once it has restarted (its old server then drops the connection, and
+			// the rank dials again), within the meeting's bound.
 			_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+			if dl, ok := ctx.Deadline(); ok {
+				_ = c.SetReadDeadline(dl)
+			}
 			fmt.Fprintf(c, "rank %d\n", m.g.Rank)
 			line, rerr := bufio.NewReader(io.LimitReader(c, 64)).ReadString('\n')
 			if rerr == nil && strings.TrimSpace(line) == "ok" {
@@ -282,6 +302,11 @@ func (m *member) Close() {
 		m.conn.Close()
 	}
 	for _, c := range m.snapshot() {
+		c.Close()
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, c := range m.knocking {
 		c.Close()
 	}
 }

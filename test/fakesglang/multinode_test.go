@@ -141,3 +141,51 @@ func TestGroupWorkerFails(t *testing.T) {
 		t.Error("the worker outlived its head")
 	}
 }
+
+// TestGroupRestartInOrder: once a worker is gone, a new worker that comes knocks at the
+// broken head, which holds its connection without taking it in (as torch's TCPStore on a
+// head whose group broke); when the head restarts, the waiting worker dials the new head
+// and the group serves again.
+func TestGroupRestartInOrder(t *testing.T) {
+	addr := freeAddr(t)
+	headPort, stopHead, headDone, headLog := node(t, "0", addr, nil)
+	workerPort, stopWorker, workerDone, _ := node(t, "1", addr, nil)
+	if waitPort(t, headPort, 10*time.Second) == "" || waitPort(t, workerPort, 10*time.Second) == "" {
+		t.Fatalf("the group did not form:\n%s", headLog())
+	}
+	stopWorker()
+	<-workerDone
+	waitLog := func(log func() string, want string) bool {
+		for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+			if strings.Contains(log(), want) {
+				return true
+			}
+		}
+		return false
+	}
+	if !waitLog(headLog, "rank 1 left the group") {
+		t.Fatalf("head log:\n%s", headLog())
+	}
+	workerPort, _, workerDone, workerLog := node(t, "1", addr, nil)
+	if !waitLog(headLog, "rank 1 knocks from") {
+		t.Fatalf("the new worker did not knock at the broken head:\n%s", headLog())
+	}
+	if strings.Contains(workerLog(), "joined the group") {
+		t.Fatalf("a broken head took the worker in:\n%s", workerLog())
+	}
+	stopHead()
+	<-headDone
+	headPort, _, _, headLog = node(t, "0", addr, nil)
+	hp := waitPort(t, headPort, 15*time.Second)
+	if hp == "" || waitPort(t, workerPort, 15*time.Second) == "" {
+		t.Fatalf("the group did not form again; head:\n%s\nworker:\n%s", headLog(), workerLog())
+	}
+	if c := status(t, hp, "/v1/chat/completions"); c != 200 {
+		t.Errorf("head chat after the group restarted: %d", c)
+	}
+	select {
+	case code := <-workerDone:
+		t.Errorf("the worker exited %d:\n%s", code, workerLog())
+	default:
+	}
+}

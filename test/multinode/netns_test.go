@@ -47,7 +47,7 @@ steps:
       model_path: /models/qwen
       host: 0.0.0.0
       port: "{{ .vars.port }}"
-      args: [--fake-join-timeout, 60s]
+      args: [--fake-join-timeout, 60s, --attention-backend, triton]
   - name: smoke
     needs: [sglang-service]
     smoke:
@@ -129,7 +129,8 @@ func build(t *testing.T, dir string) (sglprov, fake string) {
 // worker's by asking the head. A worker told to use an interface that does
 // not reach the head is refused naming it (exit 4); a worker given a rendezvous port
 // nobody listens on fails naming the rendezvous and the likely causes; killing the
-// worker's server fails both nodes' canaries until the group is back.
+// worker's server fails both nodes' canaries, and the group comes back through the
+// ladders in order: the worker's server first, then the head's.
 func TestTwoNodes(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: it makes network namespaces and a veth pair")
@@ -172,6 +173,7 @@ func TestTwoNodes(t *testing.T) {
 
 	// Each node runs a daemon, so that its server outlives one apply (the exec manager's
 	// server is the child of the sglprov that started it).
+	var daemons []*exec.Cmd
 	daemon := func(ns, rank, stateDir string) (metrics, logPath string) {
 		metrics, logPath = filepath.Join(dir, stateDir+".prom"), filepath.Join(dir, stateDir+".log")
 		out, err := os.Create(logPath)
@@ -180,7 +182,7 @@ func TestTwoNodes(t *testing.T) {
 		}
 		cmd := exec.Command("ip", append([]string{"netns", "exec", ns, sglprov, "daemon", "-f", recipe,
 			"--state-dir", filepath.Join(dir, stateDir), "--interval", "1s", "--failures-before-restart", "1",
-			"--canary-timeout", "20s", "--metrics-addr", "", "--textfile", metrics}, sets(rank)...)...)
+			"--canary-timeout", "60s", "--metrics-addr", "", "--textfile", metrics}, sets(rank)...)...)
 		cmd.Env, cmd.Stdout, cmd.Stderr = env, out, out
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -200,6 +202,7 @@ func TestTwoNodes(t *testing.T) {
 				t.Logf("rank %s daemon:\n%s", rank, b)
 			}
 		})
+		daemons = append(daemons, cmd)
 		return metrics, logPath
 	}
 	waitMetric := func(path, want string, within time.Duration) bool {
@@ -218,6 +221,9 @@ func TestTwoNodes(t *testing.T) {
 			b, _ := os.ReadFile(m)
 			t.Fatalf("%s: the gate did not pass or the node is not healthy:\n%s", m, b)
 		}
+	}
+	if b, _ := os.ReadFile(workerLog); bytes.Contains(b, []byte("the head's arguments cannot be read")) {
+		t.Errorf("the worker did not compare its command line with the head's:\n%s", b)
 	}
 	logs, _ := os.ReadFile(filepath.Join(dir, "b", "logs", "sglang-group.service.log"))
 	if !strings.Contains(string(logs), "rank 1 joined the group at "+head+":29500") {
@@ -251,9 +257,10 @@ func TestTwoNodes(t *testing.T) {
 	}
 
 	// The worker's server dies: the head's group is broken for good, so both nodes' canaries
-	// fail (the head's own, the worker's asked at the head). Each node's ladder restarts its
-	// own server (in no group order: the ladder knows no group), the worker's joins the
-	// restarted head, and both canaries pass again.
+	// fail (the head's own, the worker's asked at the head). The group restarts in order:
+	// the worker's ladder restarts its server, which knocks at the head's rendezvous; the
+	// head's ladder waits until its kernel shows that new connection, then restarts the
+	// head, whose new server takes the worker in; both canaries pass again.
 	pid := serverPID(t, nsB)
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -264,15 +271,60 @@ func TestTwoNodes(t *testing.T) {
 		}
 	}
 	for _, l := range []string{headLog, workerLog} {
-		if !waitMetric(l, "canary passes again", 3*time.Minute) {
+		if !waitMetric(l, "canary passes again", 90*time.Second) {
 			t.Errorf("%s: the group did not come back", l)
 		}
+	}
+	if !waitMetric(workerLog, "restarting this worker's server: the head says the group does not serve", time.Second) {
+		t.Errorf("the worker's ladder did not restart its server")
+	}
+	if !waitMetric(headLog, "group: every worker started again and waits at the rendezvous; restarting the head", time.Second) {
+		t.Errorf("the head did not restart after its worker started again")
+	}
+	headServer, _ := os.ReadFile(filepath.Join(dir, "a", "logs", "sglang-group.service.log"))
+	knock := strings.Index(string(headServer), "rank 1 knocks from "+strings.TrimSuffix(head, ".1")+".2")
+	if knock < 0 || !strings.Contains(string(headServer)[knock:], "rank 1 joined from") {
+		t.Errorf("the restarted worker did not knock at the broken head and then join the restarted one:\n%s", headServer)
 	}
 	for _, m := range []string{headMetrics, workerMetrics} {
 		if !waitMetric(m, healthy, 30*time.Second) {
 			b, _ := os.ReadFile(m)
-			t.Errorf("%s: not healthy again:\n%s", m, b)
+			t.Fatalf("%s: not healthy again:\n%s", m, b)
 		}
+	}
+
+	// Day two: a change whose server answers badly on the head (another attention
+	// backend), applied head first, then the worker (SIGHUP after the recipe file
+	// changed), as the group's order says. The head's switch fails its gate and restores
+	// what served; the worker's candidate then finds the head running other arguments and
+	// restores too, the head's ladder re-forming the group each time a rank restarted: the
+	// group runs the old command line on both nodes, and both serve.
+	changed := strings.Replace(strings.Replace(recipeText, "FAKE", fake, 1), "--attention-backend, triton]",
+		"--attention-backend, flashinfer, --fake-broken-if, attention-backend=flashinfer]", 1)
+	if err := os.WriteFile(recipe, []byte(changed), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const restored = "the switch failed; what served before serves again and passed the gate"
+	for i, l := range []string{headLog, workerLog} {
+		if err := daemons[i].Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		if !waitMetric(l, restored, 90*time.Second) {
+			t.Fatalf("%s: the switch was not undone on this node", l)
+		}
+	}
+	if b, _ := os.ReadFile(workerLog); !bytes.Contains(b, []byte("runs other arguments than this node's server (--attention-backend: the head runs triton, this node flashinfer)")) {
+		t.Errorf("the worker's candidate was not refused for the head's other arguments:\n%s", b)
+	}
+	for _, m := range []string{headMetrics, workerMetrics} {
+		if !waitMetric(m, `sglprov_switch_pending_failed{recipe="two-nodes"} 1`, 10*time.Second) || !waitMetric(m, healthy, 30*time.Second) {
+			b, _ := os.ReadFile(m)
+			t.Errorf("%s: not serving what it served before with the change pending:\n%s", m, b)
+		}
+	}
+	workerServer, _ := os.ReadFile(filepath.Join(dir, "b", "logs", "sglang-group.service.log"))
+	if last := strings.LastIndex(string(workerServer), "fake-sglang: rank 1 joined the group"); last < 0 {
+		t.Errorf("the worker's server never joined:\n%s", workerServer)
 	}
 }
 

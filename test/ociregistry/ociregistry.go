@@ -1,6 +1,8 @@
-// Package ociregistry starts a real OCI registry for tests: Debian's docker-registry
-// (distribution 2.8), on a free loopback port, with a generated config and its storage in
-// a temporary folder. .ci/deps.sh installs the package.
+// Package ociregistry starts a real OCI registry for tests, on a free loopback port, with a
+// generated config and its storage in a temporary folder. It runs distribution 3 where
+// `make deps` has built it (bin/registry of the checkout, from the module tools/registry
+// pins), and Debian's docker-registry (distribution 2.8) otherwise; SGLPROV_OCI_REGISTRY
+// names another executable. Find says which.
 package ociregistry
 
 import (
@@ -14,15 +16,154 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
 
-// Binary is the registry's executable name, looked up on PATH.
+// Binary is Debian's registry executable, looked up on PATH when the checkout has no
+// bin/registry.
 const Binary = "docker-registry"
 
-// ErrMissing reports that the registry's executable is not installed.
-var ErrMissing = errors.New(Binary + " is not installed (Debian: apt-get install docker-registry, or `make deps` as root)")
+// Built is where `make deps` (.ci/deps.sh) builds distribution 3 from tools/registry,
+// relative to the checkout's root.
+const Built = "bin/registry"
+
+// EnvExecutable names the registry executable to run instead (a path, or a name looked up
+// on PATH, such as docker-registry to measure Debian's beside the built one).
+const EnvExecutable = "SGLPROV_OCI_REGISTRY"
+
+// ErrMissing reports that no registry executable is installed.
+var ErrMissing = errors.New("no OCI registry is installed (`make deps` builds distribution 3 into " + Built +
+	"; Debian: apt-get install " + Binary + ")")
+
+// Executable is a registry executable and the distribution release it is.
+type Executable struct {
+	// Path is the executable's path.
+	Path string
+	// Version is the release its --version names: "3.0.0", "2.8.2".
+	Version string
+}
+
+// Major returns the version's major number (2 or 3), 0 when it is not known.
+func (e Executable) Major() int {
+	n, _ := strconv.Atoi(strings.SplitN(e.Version, ".", 2)[0])
+	return n
+}
+
+// String names the executable and its release, for logs.
+func (e Executable) String() string {
+	return fmt.Sprintf("%s (distribution %s)", e.Path, e.Version)
+}
+
+// ParseVersion returns the release a registry's --version line names, without a leading
+// "v" or a "+" suffix: "registry github.com/distribution/distribution/v3 v3.0.0+unknown"
+// and "docker-registry github.com/docker/distribution 2.8.2+ds1" give 3.0.0 and 2.8.2.
+func ParseVersion(line string) (string, error) {
+	f := strings.Fields(line)
+	if len(f) < 3 || !strings.Contains(f[1], "distribution") {
+		return "", fmt.Errorf("reading the registry's version: %q is not distribution's", strings.TrimSpace(line))
+	}
+	v := strings.TrimPrefix(f[2], "v")
+	v, _, _ = strings.Cut(v, "+")
+	if _, err := strconv.Atoi(strings.SplitN(v, ".", 2)[0]); err != nil {
+		return "", fmt.Errorf("reading the registry's version: %q", f[2])
+	}
+	return v, nil
+}
+
+var versions sync.Map // path -> string, each executable asked once a process
+
+// Describe runs path --version and returns the executable with its release.
+func Describe(path string) (Executable, error) {
+	if v, ok := versions.Load(path); ok {
+		return Executable{Path: path, Version: v.(string)}, nil
+	}
+	out, err := exec.Command(path, "--version").Output()
+	if err != nil {
+		return Executable{}, fmt.Errorf("asking %s its version: %w", path, err)
+	}
+	v, err := ParseVersion(string(out))
+	if err != nil {
+		return Executable{}, fmt.Errorf("asking %s its version: %w", path, err)
+	}
+	versions.Store(path, v)
+	return Executable{Path: path, Version: v}, nil
+}
+
+// Candidates returns the registries installed, the preferred first: the checkout's
+// bin/registry (the checkout that holds the working directory), then docker-registry on
+// PATH. With SGLPROV_OCI_REGISTRY set, it returns that executable alone.
+func Candidates() ([]Executable, error) {
+	var paths []string
+	if env := os.Getenv(EnvExecutable); env != "" {
+		p, err := exec.LookPath(env)
+		if err != nil {
+			return nil, fmt.Errorf("finding %s=%s: %w", EnvExecutable, env, err)
+		}
+		paths = append(paths, p)
+	} else {
+		if root, ok := checkoutRoot(); ok {
+			p := filepath.Join(root, Built)
+			if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
+				paths = append(paths, p)
+			}
+		}
+		if p, err := exec.LookPath(Binary); err == nil {
+			paths = append(paths, p)
+		}
+	}
+	var found []Executable
+	for _, p := range paths {
+		e, err := Describe(p)
+		if err != nil {
+			return nil, err
+		}
+		found = append(found, e)
+	}
+	return found, nil
+}
+
+// Find returns the registry Start runs: the first of Candidates, ErrMissing without any.
+func Find() (Executable, error) {
+	c, err := Candidates()
+	if err != nil {
+		return Executable{}, err
+	}
+	if len(c) == 0 {
+		return Executable{}, ErrMissing
+	}
+	return c[0], nil
+}
+
+// checkoutRoot returns the folder, at or above the working directory, whose go.mod is
+// sglprov's.
+func checkoutRoot() (string, bool) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", false
+	}
+	for {
+		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && modulePath(string(b)) == "github.com/sglprov/sglprov" {
+			return dir, true
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", false
+		}
+		dir = parent
+	}
+}
+
+func modulePath(gomod string) string {
+	for _, l := range strings.Split(gomod, "\n") {
+		if f := strings.Fields(l); len(f) == 2 && f[0] == "module" {
+			return strings.Trim(f[1], `"`)
+		}
+	}
+	return ""
+}
 
 // Registry is a running registry.
 type Registry struct {
@@ -30,6 +171,8 @@ type Registry struct {
 	Addr string
 	// Dir holds the config, the storage and the log.
 	Dir string
+	// Executable is the registry that runs.
+	Executable Executable
 
 	cmd  *exec.Cmd
 	done chan struct{}
@@ -48,6 +191,8 @@ type Options struct {
 	// redirect storage middleware), as a registry that keeps its blobs in object storage
 	// redirects to a signed URL. Serve Dir/storage there.
 	RedirectTo string
+	// Executable, when set, is the registry to run instead of Find's.
+	Executable *Executable
 }
 
 // TokenAuth configures distribution's token auth.
@@ -94,9 +239,14 @@ func Start(dir string) (*Registry, error) {
 
 // StartWith is Start with options.
 func StartWith(dir string, opt Options) (*Registry, error) {
-	bin, err := exec.LookPath(Binary)
-	if err != nil {
-		return nil, ErrMissing
+	var bin Executable
+	if opt.Executable != nil {
+		bin = *opt.Executable
+	} else {
+		var err error
+		if bin, err = Find(); err != nil {
+			return nil, err
+		}
 	}
 	port, err := freePort()
 	if err != nil {
@@ -125,13 +275,16 @@ func StartWith(dir string, opt Options) (*Registry, error) {
 		return nil, err
 	}
 	defer logf.Close()
-	cmd := exec.Command(bin, "serve", cfg)
+	cmd := exec.Command(bin.Path, "serve", cfg)
 	cmd.Stdout, cmd.Stderr = logf, logf
+	// distribution 3 traces every request with OpenTelemetry and, by default, exports the
+	// spans over OTLP to localhost:4318; nothing collects them here.
+	cmd.Env = append(os.Environ(), "OTEL_TRACES_EXPORTER=none")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting %s: %w", Binary, err)
+		return nil, fmt.Errorf("starting %s: %w", bin, err)
 	}
-	r := &Registry{Addr: addr, Dir: dir, cmd: cmd, done: make(chan struct{})}
+	r := &Registry{Addr: addr, Dir: dir, Executable: bin, cmd: cmd, done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); close(r.done) }()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -147,10 +300,10 @@ func StartWith(dir string, opt Options) (*Registry, error) {
 		select {
 		case <-r.done:
 			b, _ := os.ReadFile(filepath.Join(dir, "registry.log"))
-			return nil, fmt.Errorf("%s exited before it answered: %s", Binary, strings.TrimSpace(string(b)))
+			return nil, fmt.Errorf("%s exited before it answered: %s", bin, strings.TrimSpace(string(b)))
 		case <-ctx.Done():
 			r.Stop()
-			return nil, fmt.Errorf("%s did not answer on %s within 20s", Binary, addr)
+			return nil, fmt.Errorf("%s did not answer on %s within 20s", bin, addr)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}

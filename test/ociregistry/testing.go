@@ -24,6 +24,7 @@ func StartWithT(t testing.TB, opt Options) *Registry {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("registry %s at %s", r.Executable, r.Addr)
 	t.Cleanup(r.Stop)
 	return r
 }

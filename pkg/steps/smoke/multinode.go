@@ -18,6 +18,7 @@ import (
 	"github.com/sglprov/sglprov/pkg/multinode"
 	"github.com/sglprov/sglprov/pkg/recipe"
 	gate "github.com/sglprov/sglprov/pkg/smoke"
+	"github.com/sglprov/sglprov/pkg/switchover"
 )
 
 // groupRoute is a service step that names the route this node reaches its group's head
@@ -53,11 +54,28 @@ func HeadURL(url string, n *recipe.NodesConfig) (string, error) {
 // workerGate returns the gate of a worker node of a multi-node group (nil when env's node
 // is no worker): the switch starts this node's server, and the gate asks the head, since a
 // worker's own health server answers 200 whatever the group does. It passes when the
-// head's server passes the recipe's gate (bounded by the group's join timeout), this
-// node's server still runs and its own /health answers (SGLang opens it only once the
-// node's schedulers are up in the group). A failure is an error naming the rendezvous and
-// the likely cause; the switch then restores what served before.
-func (s *Step) workerGate(env *engine.Env, svc engine.ServiceStep) func(ctx context.Context, cfg gate.Config, profile string) (*gate.Result, error) {
+// head's server passes the recipe's gate (bounded by the group's join timeout) and runs
+// the arguments of the unit judged (sameLaunch), this node's server still runs and its
+// own /health answers (SGLang opens it only once the node's schedulers are up in the
+// group). A failure is an error naming the rendezvous and the likely cause; the switch
+// then restores what served before.
+func (s *Step) workerGate(env *engine.Env, svc engine.ServiceStep) func(ctx context.Context, cfg gate.Config, srv switchover.Server) (*gate.Result, error) {
+	return workerGateWith(env, svc, func(ctx context.Context, cfg gate.Config, profile string) (*gate.Result, error) {
+		return s.gate(ctx, env, cfg, profile)
+	})
+}
+
+// WorkerGate is the gate of a switch on a worker node outside the smoke step (the
+// daemon's ladder: a worker following its head's profile), as the smoke step judges a
+// worker: through the head, with its own server's part of the join and the check that
+// the head runs its command line. nil when env's node is no worker (the plain gate).
+func WorkerGate(env *engine.Env, svc engine.ServiceStep) func(ctx context.Context, cfg gate.Config, srv switchover.Server) (*gate.Result, error) {
+	return workerGateWith(env, svc, func(ctx context.Context, cfg gate.Config, _ string) (*gate.Result, error) {
+		return gate.Run(ctx, cfg)
+	})
+}
+
+func workerGateWith(env *engine.Env, svc engine.ServiceStep, run func(ctx context.Context, cfg gate.Config, profile string) (*gate.Result, error)) func(ctx context.Context, cfg gate.Config, srv switchover.Server) (*gate.Result, error) {
 	n := env.Nodes
 	if n == nil || n.IsHead() {
 		return nil
@@ -66,7 +84,8 @@ func (s *Step) workerGate(env *engine.Env, svc engine.ServiceStep) func(ctx cont
 	if g, ok := svc.(groupRoute); ok {
 		route = g.GroupRoute(env)
 	}
-	return func(ctx context.Context, cfg gate.Config, profile string) (*gate.Result, error) {
+	return func(ctx context.Context, cfg gate.Config, srv switchover.Server) (*gate.Result, error) {
+		profile := srv.Profile
 		own := cfg.URL
 		head, err := HeadURL(cfg.URL, n)
 		if err != nil {
@@ -77,7 +96,7 @@ func (s *Step) workerGate(env *engine.Env, svc engine.ServiceStep) func(ctx cont
 			cfg.ReadyTimeout = n.JoinTimeout
 		}
 		env.Log.Info("waiting for the group", "rank", n.Rank, "nodes", n.Count, "rendezvous", n.Head(), "head", head)
-		res, err := s.gate(ctx, env, cfg, profile)
+		res, err := run(ctx, cfg, profile)
 		if err != nil {
 			return nil, err
 		}
@@ -88,6 +107,12 @@ func (s *Step) workerGate(env *engine.Env, svc engine.ServiceStep) func(ctx cont
 				"the rendezvous port %d (and the %d above it) closed or blocked by a firewall on the head, or the wrong interface (see plan's group lines)",
 				exitcode.ErrGate, n.Rank, n.Count, gate.RedactURL(head), res.Summary(), n.Head(), route, probeRendezvous(ctx, n.Head()),
 				n.HeadPort, multinode.HeadPortSpan)
+		}
+		// One group runs one command line: a head that runs other arguments (it has not
+		// switched to this change, or its switch failed and it restored what served
+		// before) is not this candidate's group, and the switch restores this node too.
+		if err := sameLaunch(ctx, env, head, srv.Args, cfg.RequestTimeout); err != nil {
+			return nil, fmt.Errorf("%w: node rank %d: %w", exitcode.ErrGate, n.Rank, err)
 		}
 		// The head serving says the group joined only while this node's server still runs.
 		if failed, lines, err := cfg.Failed(ctx); err != nil || failed {
@@ -105,6 +130,58 @@ func (s *Step) workerGate(env *engine.Env, svc engine.ServiceStep) func(ctx cont
 		}
 		return res, nil
 	}
+}
+
+// headCandidate returns the one profile of candidates a worker runs: the head's, read from
+// its /get_server_info (multinode.ProfileOf) when the head serves now, else the first
+// (the group's first candidate, which a head coming up with it tries first too).
+func headCandidate(ctx context.Context, env *engine.Env, url string, candidates []string) []string {
+	first := candidates[:1]
+	if len(candidates) < 2 || env.Nodes == nil {
+		return first
+	}
+	head, err := HeadURL(url, env.Nodes)
+	if err != nil {
+		return first
+	}
+	info, err := multinode.ServerInfo(ctx, &http.Client{Timeout: 5 * time.Second}, head)
+	if err != nil {
+		return first
+	}
+	args := map[string][]string{}
+	for _, c := range candidates {
+		args[c] = env.Profiles[c].Args
+	}
+	if p := multinode.ProfileOf(info, candidates, args); p != "" {
+		if p != first[0] {
+			env.Log.Info("the head runs another profile than the first candidate; this worker runs the head's", "profile", p, "first", first[0])
+		}
+		return []string{p}
+	}
+	return first
+}
+
+// sameLaunch checks that the head's server runs args, this node's server's arguments (its
+// unit's ExecStart=), from the head's /get_server_info (multinode.Differences). A head
+// whose server info cannot be read is logged and not judged (a server that is not SGLang,
+// a proxy).
+func sameLaunch(ctx context.Context, env *engine.Env, head string, args []string, timeout time.Duration) error {
+	if len(args) == 0 {
+		return nil
+	}
+	if timeout <= 0 || timeout > 10*time.Second {
+		timeout = 10 * time.Second
+	}
+	info, err := multinode.ServerInfo(ctx, &http.Client{Timeout: timeout}, head)
+	if err != nil {
+		env.Log.Warn("the head's arguments cannot be read; not compared with this node's", "head", gate.RedactURL(head), "err", redactErr(err))
+		return nil
+	}
+	if d := multinode.Differences(info, args); len(d) > 0 {
+		return fmt.Errorf("the head at %s runs other arguments than this node's server (%s): every rank of a group runs one command line; "+
+			"the head has not applied this change yet, or its own switch failed and it restored what served before", gate.RedactURL(head), strings.Join(d, "; "))
+	}
+	return nil
 }
 
 // probeRendezvous says what a TCP connection to the rendezvous finds (within 3 s), which

@@ -3,6 +3,7 @@ package smoke
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -140,5 +141,78 @@ func TestProbeRendezvous(t *testing.T) {
 	ln.Close()
 	if got := probeRendezvous(context.Background(), addr); !strings.Contains(got, "nothing listens at the rendezvous "+addr) {
 		t.Errorf("closed: %s", got)
+	}
+}
+
+// TestWorkerJoinsOnlyItsOwnLaunch: a worker whose head serves but runs other arguments
+// than the worker's unit (the head did not switch, or restored what served before) fails
+// its gate naming the difference, and its switch restores what served before: a group
+// switches whole or not at all on this node. With the head's own arguments (its rank
+// aside) it passes. The arguments judged are the unit's own (its ExecStart=), so a
+// restored unit is judged by what it runs, not by the recipe.
+func TestWorkerJoinsOnlyItsOwnLaunch(t *testing.T) {
+	// The fake service's units run "--model-path default --served-model-name qwen --profile".
+	var headArgs atomic.Pointer[[]string]
+	headArgs.Store(&[]string{"--model-path", "/other", "--served-model-name", "qwen", "--profile", "--node-rank", "0"})
+	head := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fakesglang.New(fakesglang.Options{Model: "qwen", ModelPath: "default", ServerArgs: fakesglang.ServerArgsOf(*headArgs.Load())}).ServeHTTP(w, r)
+	}))
+	defer head.Close()
+	hu, _ := neturl.Parse(head.URL)
+	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.2", hu.Port()))
+	if err != nil {
+		t.Skipf("cannot listen on 127.0.0.2: %v", err)
+	}
+	own := &httptest.Server{Listener: ln, Config: &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})}}
+	own.Start()
+	defer own.Close()
+
+	svc := &groupWorker{fakeService: newFakeService(t, []string{""}, map[string]fakesglang.Mode{"": fakesglang.ModeGood})}
+	env, _ := newEnv(t, map[string]engine.Step{"svc": svc})
+	env.Nodes = headNodes(t, head.URL, 20*time.Second)
+	s, err := New("smoke", testSpec(own.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.Run(context.Background(), env)
+	if !errors.Is(err, exitcode.ErrGate) || !strings.Contains(err.Error(), "runs other arguments than this node's server (--model-path: the head runs /other, this node default)") {
+		t.Fatalf("worker of a head that runs other arguments: %v", err)
+	}
+	if len(svc.won) != 0 || svc.restored != 1 {
+		t.Errorf("won %v, restored %d: want the candidate dropped and what served restored", svc.won, svc.restored)
+	}
+	headArgs.Store(&[]string{"--model-path", "default", "--served-model-name", "qwen", "--profile", "--node-rank", "0"})
+	if err := s.Run(context.Background(), env); err != nil {
+		t.Fatalf("worker with the head's arguments: %v", err)
+	}
+}
+
+// TestWorkerRunsTheHeadsProfile: a worker applied while its head serves runs the profile
+// the head runs (read from its /get_server_info), not its own first candidate.
+func TestWorkerRunsTheHeadsProfile(t *testing.T) {
+	head := httptest.NewServer(fakesglang.New(fakesglang.Options{Model: "qwen",
+		ServerArgs: fakesglang.ServerArgsOf([]string{"--model-path", "default", "--served-model-name", "qwen", "--profile", "b", "--attention-backend", "flashinfer"})}))
+	defer head.Close()
+	hu, _ := neturl.Parse(head.URL)
+	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.2", hu.Port()))
+	if err != nil {
+		t.Skipf("cannot listen on 127.0.0.2: %v", err)
+	}
+	own := &httptest.Server{Listener: ln, Config: &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})}}
+	own.Start()
+	defer own.Close()
+	svc := &groupWorker{fakeService: newFakeService(t, []string{"a", "b"}, map[string]fakesglang.Mode{"a": fakesglang.ModeGood, "b": fakesglang.ModeGood})}
+	env, _ := newEnv(t, map[string]engine.Step{"svc": svc})
+	env.Nodes = headNodes(t, head.URL, 20*time.Second)
+	env.Profiles = map[string]recipe.Profile{"a": {Args: []string{"--attention-backend", "triton"}}, "b": {Args: []string{"--attention-backend", "flashinfer"}}}
+	s, err := New("smoke", testSpec(own.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Run(context.Background(), env); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(svc.won) != "[b]" {
+		t.Errorf("won %v, want [b]: the head's profile", svc.won)
 	}
 }

@@ -222,13 +222,15 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	run := func(ctx context.Context, cfg gate.Config, profile string) (*gate.Result, error) {
 		return s.gate(ctx, env, cfg, profile)
 	}
-	// A worker of a multi-node group runs the group's first candidate (the head chooses
-	// no other) and is judged through the head.
-	if w := s.workerGate(env, svc); w != nil {
-		run, candidates = w, candidates[:1]
+	// A worker of a multi-node group runs the profile its head runs when the head serves
+	// and says so, else the group's first candidate (the head chooses no other), and is
+	// judged through the head.
+	worker := s.workerGate(env, svc)
+	if worker != nil {
+		candidates = headCandidate(ctx, env, cfg.URL, candidates)
 	}
 	res, results, err := RunSwitch(ctx, env, svc, candidates, SwitchGate{Config: cfg,
-		Drain: env.Drain, Undrain: env.Undrain, Run: run})
+		Drain: env.Drain, Undrain: env.Undrain, Run: run, RunServer: worker})
 	if res == nil {
 		return err
 	}
@@ -306,6 +308,8 @@ func restoredSentence(env *engine.Env, res *switchover.Result) string {
 	what := "the last-known-good unit"
 	if g := env.Generation; g != nil && g.Serving != "" && g.Serving != g.Key {
 		what = fmt.Sprintf("the last-known-good unit of generation %s", generation.Short(g.Serving))
+	} else if g != nil && g.InPlaceServes {
+		what = "the last-known-good unit of the in-place tree"
 	}
 	if res.Replaced {
 		var units []string
@@ -335,6 +339,9 @@ type SwitchGate struct {
 	// Run runs one gate (nil: gate.Run); profile names the candidate ("" for what is
 	// restored or a service without profiles).
 	Run func(ctx context.Context, cfg gate.Config, profile string) (*gate.Result, error)
+	// RunServer, when set, runs each gate in place of Run, given the server judged (its
+	// unit's own arguments): a worker of a multi-node group (WorkerGate).
+	RunServer func(ctx context.Context, cfg gate.Config, srv switchover.Server) (*gate.Result, error)
 	// Drain and Undrain are the recipe's hooks (nil: none).
 	Drain, Undrain switchover.Hook
 }
@@ -369,7 +376,13 @@ func RunSwitch(ctx context.Context, env *engine.Env, svc engine.ServiceStep, pro
 		if unit := srv.Unit; unit != svc.ServiceName() {
 			cfg.Failed = func(ctx context.Context) (bool, string, error) { return sw.Manager.Failed(ctx, unit) }
 		}
-		res, err := run(ctx, cfg, srv.Profile)
+		var res *gate.Result
+		var err error
+		if g.RunServer != nil {
+			res, err = g.RunServer(ctx, cfg, srv)
+		} else {
+			res, err = run(ctx, cfg, srv.Profile)
+		}
 		if err != nil {
 			return switchover.Verdict{}, err
 		}
