@@ -32,8 +32,10 @@ type Factory struct {
 	NewEngine func(engine.Options) (*engine.Engine, error)
 	// NewCache makes the fleet cache client (cache.New when nil).
 	NewCache func(cache.Config, cache.Options) (*cache.Registry, error)
-	// NewManager makes the service manager of kind that remove stops units with
-	// (service.New when nil).
+	// NewManager makes the service managers: the one a service step installs and starts
+	// its unit with (every engine the factory builds hands it to its steps: apply, plan,
+	// the daemon's rungs, roll back) and those remove and gc stop units with (service.New
+	// when nil).
 	NewManager func(ctx context.Context, opts service.Options) (service.Manager, error)
 	// AcquireLock takes the state dir's lock (engine.AcquireLock when nil);
 	// AcquireSharedLock takes it shared, as readers do (engine.AcquireSharedLock when nil).
@@ -141,8 +143,12 @@ func (f *Factory) loadRecipe(path string, sets []string, insecure bool) (*recipe
 	return r, nil
 }
 
-// Engine builds an engine.
+// Engine builds an engine whose service steps make their managers through the factory
+// (unless opts names its own constructor).
 func (f *Factory) Engine(opts engine.Options) (*engine.Engine, error) {
+	if opts.NewManager == nil {
+		opts.NewManager = f.Manager
+	}
 	if f == nil || f.NewEngine == nil {
 		return engine.New(opts)
 	}

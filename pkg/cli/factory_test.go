@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/recipe"
+	"github.com/sglprov/sglprov/pkg/service"
 	"github.com/sglprov/sglprov/pkg/steps"
 )
 
@@ -150,5 +152,57 @@ steps:
 	}
 	if loads.Load()-before != 2 {
 		t.Errorf("fresh factory parsed the recipe %d times in 2 uses, want 2", loads.Load()-before)
+	}
+}
+
+// TestFactoryManagerIsTheServiceStepsManager: the service manager is one seam. The
+// factory's constructor makes the manager the service step installs its unit with (apply)
+// and the one remove stops it with; no step makes its own.
+func TestFactoryManagerIsTheServiceStepsManager(t *testing.T) {
+	dir := t.TempDir()
+	root := filepath.Join(dir, "root")
+	path := writeRecipe(t, dir, `apiVersion: sglprov/v1
+name: managed
+steps:
+  - name: service
+    systemd:
+      unit: sglang-managed.service
+      needs_commands: []
+      command: [/usr/bin/python3, -m, sglang.launch_server]
+      model_path: /models/m
+`)
+	var calls []service.Options
+	var mu sync.Mutex
+	f := &Factory{NewManager: func(ctx context.Context, o service.Options) (service.Manager, error) {
+		mu.Lock()
+		calls = append(calls, o)
+		mu.Unlock()
+		return service.New(ctx, o)
+	}}
+	run := func(args ...string) {
+		t.Helper()
+		var stderr strings.Builder
+		args = append([]string{"sglprov"}, append(args, "-f", path, "--root", root, "--state-dir", filepath.Join(dir, "st"))...)
+		if code := Main(args, IO{Stdin: strings.NewReader(""), Stdout: io.Discard, Stderr: &stderr, Getenv: func(string) string { return "" }, Factory: f}); code != 0 {
+			t.Fatalf("%v: exit %d; stderr:\n%s", args[1], code, stderr.String())
+		}
+	}
+	run("apply")
+	mu.Lock()
+	applied := len(calls)
+	mu.Unlock()
+	if applied == 0 || calls[0].Root != root {
+		t.Fatalf("apply made its service manager without the factory: calls %+v", calls)
+	}
+	unit := filepath.Join(root, "etc", "systemd", "system", "sglang-managed.service")
+	if _, err := os.Stat(unit); err != nil {
+		t.Fatalf("apply installed no unit: %v", err)
+	}
+	run("remove")
+	if len(calls) == applied {
+		t.Errorf("remove made its service manager without the factory")
+	}
+	if _, err := os.Stat(unit); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("remove left the unit: %v", err)
 	}
 }

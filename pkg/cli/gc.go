@@ -17,7 +17,8 @@ func runGC(ctx context.Context, stdio IO, args []string) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	return engine.GC(ctx, engine.GCOptions{StateDir: o.stateDirPath(), Root: o.root, DryRun: o.dryRun, Out: stdio.Stdout})
+	return engine.GC(ctx, engine.GCOptions{StateDir: o.stateDirPath(), Root: o.root, DryRun: o.dryRun, Out: stdio.Stdout,
+		NewManager: managers(stdio, o.root, o.stateDirPath())})
 }
 
 // gcOptions are gc's flags.

@@ -10,17 +10,13 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"charm.land/log/v2"
 	"github.com/charmbracelet/x/term"
 
-	sglprov "github.com/sglprov/sglprov"
 	"github.com/sglprov/sglprov/pkg/buildinfo"
-	"github.com/sglprov/sglprov/pkg/cache"
 	"github.com/sglprov/sglprov/pkg/console"
-	"github.com/sglprov/sglprov/pkg/daemon"
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/gpu"
@@ -368,39 +364,13 @@ func (c *recipeFlags) buildEngine(ctx context.Context, stdio IO, r *recipe.Recip
 	if err != nil {
 		return builtEngine{}, err
 	}
-	dir, err := filepath.Abs(filepath.Dir(c.recipe))
+	opts, err := c.node(stdio, nil, nil).Options(ctx, r, facts, newLogger(stdio.Stderr))
 	if err != nil {
-		return builtEngine{}, fmt.Errorf("locating recipe: %w", err)
-	}
-	opts := engine.Options{
-		Recipe:              r,
-		RecipeDir:           dir,
-		Registry:            stdio.Factory.Registry(),
-		Facts:               facts,
-		Root:                c.root,
-		StateDir:            c.stateDirPath(),
-		ClaimsDir:           node.ClaimsDir(stdio.Getenv, c.root),
-		NewLogger:           withRecipe(stdio, newLogger, r.Name),
-		Console:             console.New(stdio.Stderr), // shared by the steps' logs and progress bars
-		IsTerminal:          isTerminal(stdio.Stderr),
-		Builtin:             sglprov.Assets,
-		InsecurePermissions: c.insecure,
-	}
-	if facts == nil && (c.root == "" || c.root == "/") {
-		opts.NodeGPUs = nodeGPUs(ctx, stdio)
-	}
-	if opts.Cache, err = newCache(stdio.Factory, r, facts, c.stateDirPath(), newLogger(stdio.Stderr)); err != nil {
 		return builtEngine{}, err
 	}
-	if r.OnUnhealthy != nil || r.OnHealthy != nil {
-		// A switch of the service drains the node before a candidate answers on the
-		// served port, and undrains it when what serves at the end passed.
-		hook := c.node(stdio, nil, nil).Hook(newLogger(stdio.Stderr).With("recipe", r.Name))
-		opts.Drain = func(ctx context.Context) error {
-			return hook(ctx, daemon.HookUnhealthy, daemon.Degraded, "switching "+r.Name+": a candidate is about to answer on the served port")
-		}
-		opts.Undrain = func(ctx context.Context) error { return hook(ctx, daemon.HookHealthy, daemon.Healthy, "") }
-	}
+	opts.NewLogger = withRecipe(stdio, newLogger, r.Name)
+	opts.Console = console.New(stdio.Stderr) // shared by the steps' logs and progress bars
+	opts.IsTerminal = isTerminal(stdio.Stderr)
 	if mod != nil {
 		mod(&opts)
 	}
@@ -440,10 +410,4 @@ func runVersion(ctx context.Context, stdio IO, args []string) error {
 	}
 	_, err := io.WriteString(stdio.Stdout, info.String())
 	return err
-}
-
-// newCache returns the fleet cache the recipe's cache block names, through the factory
-// (node.Cache).
-func newCache(f *Factory, r *recipe.Recipe, facts *gpu.Facts, stateDir string, logger *log.Logger) (cache.Cache, error) {
-	return node.Cache(r, facts, stateDir, logger, f.Cache)
 }

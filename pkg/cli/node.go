@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"io"
-	"path/filepath"
 	"time"
 
 	"charm.land/log/v2"
@@ -25,7 +24,8 @@ func (c *recipeFlags) node(stdio IO, hold *node.Hold, held *node.Held) *node.Rec
 	}
 	quiet := stdio
 	quiet.Stderr = io.Discard
-	return &node.Recipe{
+	var n *node.Recipe
+	n = &node.Recipe{
 		File:     c.recipe,
 		Sets:     c.sets,
 		Root:     c.root,
@@ -37,13 +37,12 @@ func (c *recipeFlags) node(stdio IO, hold *node.Hold, held *node.Held) *node.Rec
 			return e, err
 		},
 		Steps: func(r *recipe.Recipe, facts *gpu.Facts) (*engine.Engine, error) {
-			dir, err := filepath.Abs(filepath.Dir(c.recipe))
+			opts, err := n.StepOptions(r, facts)
 			if err != nil {
 				return nil, err
 			}
-			return stdio.Factory.Engine(engine.Options{Recipe: r, RecipeDir: dir, Registry: stdio.Factory.Registry(), Facts: facts,
-				Root: c.root, StateDir: c.stateDirPath(), Builtin: sglprov.Assets,
-				NewLogger: func(io.Writer) *log.Logger { return log.New(io.Discard) }})
+			opts.NewLogger = func(io.Writer) *log.Logger { return log.New(io.Discard) }
+			return stdio.Factory.Engine(opts)
 		},
 		Apply: func(ctx context.Context) (*engine.Report, *engine.Engine, error) {
 			return applyKeep(ctx, stdio, c, hold, nil)
@@ -51,8 +50,14 @@ func (c *recipeFlags) node(stdio IO, hold *node.Hold, held *node.Held) *node.Rec
 		Gate: func(ctx context.Context, ready time.Duration) (gate.Config, error) {
 			return smokeConfig(ctx, stdio, smokeOptions{recipe: c.recipe, sets: c.sets, insecure: c.insecure, readyTimeout: ready})
 		},
-		Holds:   hold,
-		Acquire: stdio.Factory.Lock,
-		Held:    held,
+		Holds:    hold,
+		Acquire:  stdio.Factory.Lock,
+		Held:     held,
+		Registry: stdio.Factory.Registry(),
+		Builtin:  sglprov.Assets,
+		Insecure: c.insecure,
+		Getenv:   stdio.Getenv,
+		NewCache: stdio.Factory.Cache,
 	}
+	return n
 }

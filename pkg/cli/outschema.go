@@ -5,11 +5,12 @@ import (
 
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/jsonschema"
+	"github.com/sglprov/sglprov/pkg/node"
 )
 
 // Output schemas: `sglprov schema report` and `sglprov schema status` print the JSON
 // Schemas of report.json and of `status --json`, made by reflection from the types that
-// are encoded (engine.Report, statusJSON), so that the schema follows the code: a field
+// are encoded (engine.Report, node.Status), so that the schema follows the code: a field
 // added there is in the schema, and docs/report.schema.json and docs/status.schema.json
 // are checked against this output by a test.
 
@@ -19,7 +20,7 @@ var outputSchemas = map[string]struct {
 	t         reflect.Type
 }{
 	"report": {"https://sglprov.dev/schemas/report.schema.json", "sglprov run report (STATE_DIR/runs/<time>/report.json)", reflect.TypeFor[engine.Report]()},
-	"status": {"https://sglprov.dev/schemas/status.schema.json", "sglprov status --json", reflect.TypeFor[statusJSON]()},
+	"status": {"https://sglprov.dev/schemas/status.schema.json", "sglprov status --json", reflect.TypeFor[node.Status]()},
 }
 
 // outputSchema returns the JSON Schema (draft-07) of the JSON encoding of t, with the
@@ -38,5 +39,5 @@ var fieldDocs = map[string]string{
 	"StepReport.Result": `"ok", "failed", "skipped", "blocked", "interrupted" or "not selected"`,
 	"StepReport.Details": "what the step kind records: the gate's verdict per case and profile, " +
 		"a download's bytes, the profile a service installed",
-	"statusJSON.ExitCode": "status's own exit code: the last run's (1 when none is recorded)",
+	"Status.ExitCode": "status's own exit code: the last run's (1 when none is recorded)",
 }

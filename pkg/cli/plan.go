@@ -9,7 +9,6 @@ import (
 	"text/tabwriter"
 
 	"github.com/sglprov/sglprov/pkg/engine"
-	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/node"
 )
 
@@ -45,23 +44,13 @@ func planBody(ctx context.Context, stdio IO, o *planOptions) error {
 	c, asJSON := &o.recipeFlags, o.json
 	// Shared with other readers; an apply that holds the lock is named, and the steps it
 	// runs now are shown as running, not as interrupted.
-	running := 0
-	lock, err := stdio.Factory.SharedLock(c.stateDirPath())
-	switch {
-	case errors.Is(err, exitcode.ErrLocked):
-		running = engine.LockHolder(c.stateDirPath())
-		if running == 0 {
-			running = -1
-		}
-		if engine.LockNote(c.stateDirPath()) == engine.NoteDaemon {
-			// A daemon between its applies: the state is at rest.
-			if !asJSON {
-				fmt.Fprintf(stdio.Stdout, "the sglprov daemon, pid %d, watches this node\n", running)
-			}
-			running = 0
-		}
-	case err != nil:
+	lock, running, daemonPid, err := node.ReadShared(c.stateDirPath(), stdio.Factory.SharedLock)
+	if err != nil {
 		return err
+	}
+	if daemonPid > 0 && running == 0 && !asJSON {
+		// A daemon between its applies: the state is at rest.
+		fmt.Fprintf(stdio.Stdout, "the sglprov daemon, pid %d, watches this node\n", daemonPid)
 	}
 	defer lock.Release()
 	// A host that falls short still gets its plan: the table and the rendered unit show

@@ -33,7 +33,8 @@ type removeOptions struct {
 	weights, dryRun bool
 }
 
-// managers makes the service managers that remove stops units with, through the factory.
+// managers makes the service managers that remove and gc stop units with, through the
+// factory.
 func managers(stdio IO, root, stateDir string) func(ctx context.Context, kind string) (service.Manager, error) {
 	return func(ctx context.Context, kind string) (service.Manager, error) {
 		return stdio.Factory.Manager(ctx, service.Options{Kind: kind, Root: root, StateDir: stateDir})

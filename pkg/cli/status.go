@@ -16,40 +16,6 @@ import (
 	"github.com/sglprov/sglprov/pkg/node"
 )
 
-// statusJSON is what `status --json` prints.
-type statusJSON struct {
-	StateDir string `json:"state_dir"`
-	// Message says that no run was recorded (then State and Report are absent).
-	Message string         `json:"message,omitempty"`
-	State   *engine.State  `json:"state,omitempty"`
-	Report  *engine.Report `json:"last_run,omitempty"`
-	// ExitCode is the last run's exit code, which is also status's own.
-	ExitCode int `json:"exit_code"`
-	// Profile is the profile the service runs and whether it passed the gate.
-	Profile *node.Profile `json:"profile,omitempty"`
-	// ApplyRunning is the pid of an apply running now (-1 when its pid is unknown).
-	ApplyRunning int `json:"apply_running_pid,omitempty"`
-	// Interrupted lists the steps that the state records as running while no apply runs:
-	// the last run ended before it finished them (then ExitCode is 1).
-	Interrupted []string `json:"interrupted_steps,omitempty"`
-	// Daemon is the pid of the sglprov daemon that watches the node (holds its lock).
-	Daemon int `json:"daemon_pid,omitempty"`
-	// Recipes is each recipe's last run, the newest first, when the state dir holds
-	// several (the fields above are the first's).
-	Recipes []recipeRunJSON `json:"recipes,omitempty"`
-}
-
-// recipeRunJSON is one recipe's last run in `status --json` of a state dir with several.
-type recipeRunJSON struct {
-	Recipe string `json:"recipe"`
-	// ExitCode is the recipe's last run's exit code (1 when it was killed).
-	ExitCode int            `json:"exit_code"`
-	Report   *engine.Report `json:"last_run,omitempty"`
-	// Interrupted lists the steps the recipe's last run was running when it ended.
-	Interrupted []string      `json:"interrupted_steps,omitempty"`
-	Profile     *node.Profile `json:"profile,omitempty"`
-}
-
 // statusOptions are status's flags.
 type statusOptions struct {
 	recipeFlags
@@ -77,69 +43,35 @@ func runStatus(ctx context.Context, stdio IO, args []string) error {
 		}
 		only = r.Name
 	}
-	running, daemonPid := node.ApplyRunning(dir, stdio.Factory.SharedLock)
-	runs, err := engine.LastRuns(dir, only, running != 0)
+	rd, err := node.ReadStatus(dir, only, stdio.Factory.SharedLock)
 	if err != nil {
 		return err
 	}
-	var first engine.RecipeRun
-	if len(runs) > 0 {
-		first = runs[0]
-	} else {
-		first = engine.RecipeRun{State: &engine.State{Version: engine.StateVersion, Steps: map[string]*engine.StepRecord{}}}
-	}
-	rep, st, killed := first.Report, first.State, first.Killed
-	none := len(st.Steps) == 0 && rep == nil
-	code := engine.LastRunsExitCode(runs)
-	// No run recorded is not a success: a script that runs status after starting the
-	// daemon (cloud-init's runcmd) must not read "nothing ran" as "the node serves".
-	noRun := none && running == 0
-	if none && running != 0 {
-		code = 0
-	}
-	prof := node.ProfileOf(rep, st)
 	if asJSON {
-		out := statusJSON{StateDir: dir, Report: rep, ExitCode: code, Profile: prof, ApplyRunning: running, Interrupted: killed, Daemon: daemonPid}
-		if noRun {
-			out.Message = "no run recorded in " + dir
-			if only != "" {
-				out.Message = "no run of recipe " + only + " recorded in " + dir
-			}
-		} else {
-			out.State = st
-		}
-		if len(runs) > 1 {
-			for _, rr := range runs {
-				out.Recipes = append(out.Recipes, recipeRunJSON{Recipe: rr.Recipe, ExitCode: rr.ExitCode, Report: rr.Report,
-					Interrupted: rr.Killed, Profile: node.ProfileOf(rr.Report, rr.State)})
-			}
-		}
 		enc := json.NewEncoder(stdio.Stdout)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(out); err != nil {
+		if err := enc.Encode(rd.Status()); err != nil {
 			return fmt.Errorf("writing the status: %w", err)
 		}
-		return exitAs(code)
+		return exitAs(rd.ExitCode)
 	}
-	if daemonPid > 0 {
-		fmt.Fprintf(stdio.Stdout, "the sglprov daemon, pid %d, watches this node\n", daemonPid)
+	running, code := rd.Running, rd.ExitCode
+	if rd.Daemon > 0 {
+		fmt.Fprintf(stdio.Stdout, "the sglprov daemon, pid %d, watches this node\n", rd.Daemon)
 	}
 	switch {
 	case running > 0:
 		fmt.Fprintf(stdio.Stdout, "an apply is running, pid %d: each step as recorded so far\n", running)
 	case running < 0:
 		fmt.Fprintln(stdio.Stdout, "an apply is running: each step as recorded so far")
-	case none && only != "":
+	case rd.None && only != "":
 		fmt.Fprintf(stdio.Stdout, "no run of recipe %s recorded in %s (exit 1: sglprov apply -f RECIPE records one)\n", only, dir)
 		return exitAs(code)
-	case none:
+	case rd.None:
 		fmt.Fprintf(stdio.Stdout, "no run recorded in %s (exit 1: sglprov apply -f RECIPE records one)\n", dir)
 		return exitAs(code)
 	}
-	if len(runs) == 0 {
-		runs = []engine.RecipeRun{first}
-	}
-	for i, rr := range runs {
+	for i, rr := range rd.Runs {
 		if i > 0 {
 			fmt.Fprintln(stdio.Stdout)
 		}

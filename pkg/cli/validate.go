@@ -3,11 +3,8 @@ package cli
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"strings"
 
-	sglprov "github.com/sglprov/sglprov"
-	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/steps/download"
 )
@@ -44,9 +41,12 @@ func runValidate(ctx context.Context, stdio IO, args []string) error {
 			facts, standIn = gpu.StandIn(r.Requires), strings.TrimSuffix(firstLine(err.Error()), ".")
 		}
 	}
-	dir, _ := filepath.Abs(filepath.Dir(c.recipe))
-	e, err := stdio.Factory.Engine(engine.Options{Recipe: r, RecipeDir: dir, Registry: stdio.Factory.Registry(), Facts: facts,
-		Root: c.root, StateDir: c.stateDirPath(), Builtin: sglprov.Assets, InsecurePermissions: c.insecure, IgnoreState: true})
+	opts, err := c.node(stdio, nil, nil).StepOptions(r, facts)
+	if err != nil {
+		return err
+	}
+	opts.InsecurePermissions, opts.IgnoreState = c.insecure, true
+	e, err := stdio.Factory.Engine(opts)
 	if err != nil {
 		return err
 	}

@@ -46,7 +46,7 @@ func (n *node) options() Options {
 			n.applies = append(n.applies, n.driver)
 			return &engine.Report{Started: time.Now(), Steps: []*engine.StepReport{
 				{Name: "build", Kind: "build", Result: engine.ResultSkipped},
-				{Name: "smoke", Kind: "smoke", Result: engine.ResultOK, Duration: 2 * time.Second},
+				{Name: "smoke", Kind: "smoke", Gate: true, Result: engine.ResultOK, Duration: 2 * time.Second},
 			}}, nil
 		},
 		Detect: func(ctx context.Context) (*gpu.Facts, error) {
@@ -466,7 +466,7 @@ func TestSkippedGateIsNotAPass(t *testing.T) {
 	m := NewMetrics()
 	m.ObserveApply("r", &engine.Report{Started: time.Unix(1700000000, 0), Steps: []*engine.StepReport{
 		{Name: "unit", Kind: "systemd", Result: engine.ResultSkipped, Reason: "unchanged"},
-		{Name: "smoke", Kind: "smoke", Result: engine.ResultSkipped, Reason: "offline (--root): no server was started"},
+		{Name: "smoke", Kind: "smoke", Gate: true, Result: engine.ResultSkipped, Reason: "offline (--root): no server was started"},
 	}}, nil)
 	path := filepath.Join(t.TempDir(), "m.prom")
 	if err := m.WriteTextfile(path); err != nil {

@@ -48,7 +48,7 @@ func TestApplyMetricsLabelsNotUTF8(t *testing.T) {
 	m.SetNodeInfo(NodeInfo{Recipe: "qwen\xff", Model: "/models/q\xfe", ServedName: "qwen\xff3.5", Unit: "sglang.service"})
 	rep := &engine.Report{Started: time.Now(), Steps: []*engine.StepReport{
 		{Name: "weights\xff", Kind: "download", Result: engine.ResultOK},
-		{Name: "smoke", Kind: "smoke", Result: engine.ResultFailed},
+		{Name: "smoke", Kind: "smoke", Gate: true, Result: engine.ResultFailed},
 	}}
 	m.ObserveApply("qwen\xff", rep, errors.New("step smoke failed"))
 	m.SetNodeInfo(NodeInfo{Recipe: "qwen\xff", ServedName: "qwen\xff3.6"}) // replaces the first

@@ -325,9 +325,9 @@ func (m *Metrics) ObserveApply(recipe string, rep *engine.Report, err error) {
 	for _, s := range rep.Steps {
 		m.stepDuration.WithLabelValues(recipe, s.Name).Set(s.Duration.Seconds())
 		// A skipped gate did not run (it runs on every apply unless it cannot): not ok.
-		ok := s.Result == engine.ResultOK || s.Result == engine.ResultSkipped && s.Kind != "smoke"
+		ok := s.Result == engine.ResultOK || s.Result == engine.ResultSkipped && !s.Gate
 		m.stepResult.WithLabelValues(recipe, s.Name).Set(b2f(ok))
-		if s.Kind == "smoke" && s.Result != engine.ResultNotSelected {
+		if s.Gate && s.Result != engine.ResultNotSelected {
 			gateRan = true
 			// The gate runs on every apply: skipped means it did not run at all
 			// (offline), which is not a pass.

@@ -55,6 +55,10 @@ type StepReport struct {
 	// artifact it published.
 	FromCache string `json:"from_cache,omitempty"`
 	Pushed    string `json:"pushed,omitempty"`
+	// Gate is set in a run's own report when the step is a gate (Gate: the smoke step),
+	// so that what reads the report in process (the daemon's metrics) need not know the
+	// kind's name; it is not written to report.json.
+	Gate bool `json:"-"`
 
 	err error
 }
@@ -106,7 +110,7 @@ func (e *Engine) Apply(ctx context.Context) (*Report, error) {
 	sem := make(chan struct{}, e.opts.Concurrency)
 	var wg sync.WaitGroup
 	for _, n := range e.nodes {
-		n.res = &StepReport{Name: n.step.Name, Kind: n.step.Kind}
+		n.res = &StepReport{Name: n.step.Name, Kind: n.step.Kind, Gate: isGate(n.impl)}
 		wg.Add(1)
 		go func(n *node) {
 			defer wg.Done()

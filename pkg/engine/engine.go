@@ -19,6 +19,7 @@ import (
 	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/recipe"
+	"github.com/sglprov/sglprov/pkg/service"
 )
 
 // Options configure an Engine.
@@ -82,6 +83,9 @@ type Options struct {
 	// a roll back to the tree a migration to generations moved aside. No generation is
 	// recorded as built or passed.
 	InPlace bool
+	// NewManager makes the service manager a service step installs and starts its unit
+	// with (nil: service.New); see Env.ServiceManager.
+	NewManager func(ctx context.Context, opts service.Options) (service.Manager, error)
 }
 
 // Engine plans and applies one recipe.
@@ -227,6 +231,7 @@ func (e *Engine) env(n *node, logw io.Writer, logPath string) *Env {
 		Undrain:             e.opts.Undrain,
 		Nodes:               e.group,
 		PythonLock:          e.pythonLock(),
+		NewManager:          e.opts.NewManager,
 		store:               e.store,
 		promoted:            e.promoted,
 	}

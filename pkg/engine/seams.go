@@ -122,3 +122,21 @@ func (e *Engine) GiveCommands(required recipe.CommandRequirements, look hostcmd.
 		}
 	}
 }
+
+// SourcePin is one source step's URL and the commit it pins.
+type SourcePin struct {
+	// Step is the step's name; URL its source URL; Commit the commit it pins ("": none).
+	Step, URL, Commit string
+}
+
+// SourcePins returns the pins of the engine's source steps (SourcePinner), in file order.
+func (e *Engine) SourcePins() []SourcePin {
+	var out []SourcePin
+	for _, n := range e.nodes {
+		if p, ok := n.impl.(SourcePinner); ok {
+			u, c := p.SourcePin()
+			out = append(out, SourcePin{Step: n.step.Name, URL: u, Commit: c})
+		}
+	}
+	return out
+}

@@ -82,3 +82,13 @@ type CommandInstaller interface {
 type CommandChecker interface {
 	CheckCommands(required recipe.CommandRequirements, look hostcmd.Looker)
 }
+
+// SourcePinner is implemented by a step that fetches a source tree pinned to a commit (the
+// source kind), so that what reports on the node (node_info's SGLang commit) asks it
+// rather than reading the recipe by kind name.
+type SourcePinner interface {
+	Step
+	// SourcePin returns the source's URL as the recipe gives it and the commit it pins
+	// ("" when it names none).
+	SourcePin() (url, commit string)
+}

@@ -18,6 +18,7 @@ import (
 	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/hostpath"
 	"github.com/sglprov/sglprov/pkg/recipe"
+	"github.com/sglprov/sglprov/pkg/service"
 )
 
 // Step is one unit of work of a recipe. The engine skips a step only when its fingerprint
@@ -95,6 +96,12 @@ type Publisher interface {
 // when the gate passed.
 type Gate interface {
 	Gates() bool
+}
+
+// isGate reports whether s gates the service steps it needs.
+func isGate(s Step) bool {
+	g, ok := s.(Gate)
+	return ok && g.Gates()
 }
 
 // AlwaysRunner is implemented by steps that run on every apply, whatever their
@@ -286,10 +293,25 @@ type Env struct {
 	// PythonLock is the recipe's python.lock, resolved against its folder ("" when it has
 	// none): the Python (pip install) steps install exactly that lock.
 	PythonLock string
+	// NewManager makes the service manager (nil: service.New): the engine's
+	// Options.NewManager, so that a run, the daemon's rungs and a roll back make their
+	// managers through one constructor, which tests replace. Steps ask ServiceManager.
+	NewManager func(ctx context.Context, opts service.Options) (service.Manager, error)
 
 	store *Store
 	// promoted records the run's generation as serving (Promoted; nil: nothing to record).
 	promoted func() error
+}
+
+// ServiceManager makes the service manager of kind (service.KindSystemd, the default when
+// empty, or service.KindExec) for this env's host: offline under --root, the exec
+// manager's files under the state dir; through NewManager when set.
+func (e *Env) ServiceManager(ctx context.Context, kind string) (service.Manager, error) {
+	opts := service.Options{Kind: kind, Root: e.Root, Offline: e.Offline, StateDir: e.StateDir}
+	if e.NewManager != nil {
+		return e.NewManager(ctx, opts)
+	}
+	return service.New(ctx, opts)
 }
 
 // Promoted records that a switch just promoted a unit rendered from this env: the unit in

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"net/url"
 	"strings"
 
 	"github.com/sglprov/sglprov/pkg/daemon"
@@ -42,7 +41,7 @@ func (n *Recipe) Info(ctx context.Context, r *recipe.Recipe) daemon.NodeInfo {
 		}
 	}
 	if info.SGLangCommit == "" {
-		info.SGLangCommit = SGLangCommit(r, facts)
+		info.SGLangCommit = SGLangCommit(e)
 	}
 	if info.ServedName == "" {
 		// SGLang serves the model under its path unless told otherwise.
@@ -61,35 +60,13 @@ func (n *Recipe) Info(ctx context.Context, r *recipe.Recipe) daemon.NodeInfo {
 	return info
 }
 
-// SGLangCommit is the commit of the recipe's first source step whose URL names sglang
-// ("" when none pins one).
-func SGLangCommit(r *recipe.Recipe, facts *gpu.Facts) string {
-	var fd map[string]any
-	if facts != nil {
-		fd = facts.TemplateData()
-	}
-	data, err := r.NewData(fd)
-	if err != nil {
-		return ""
-	}
-	for _, s := range r.Steps {
-		if s.Kind != "source" {
-			continue
+// SGLangCommit is the commit of e's first source step whose URL names sglang ("" when
+// none pins one).
+func SGLangCommit(e *engine.Engine) string {
+	for _, p := range e.SourcePins() {
+		if strings.Contains(strings.ToLower(p.URL), "sglang") {
+			return p.Commit
 		}
-		var spec struct {
-			URL string `yaml:"url"`
-			Ref string `yaml:"ref"`
-		}
-		if s.Render(data, &spec) != nil || !strings.Contains(strings.ToLower(spec.URL), "sglang") {
-			continue
-		}
-		if spec.Ref != "" {
-			return spec.Ref
-		}
-		if u, err := url.Parse(strings.TrimPrefix(spec.URL, "git::")); err == nil {
-			return u.Query().Get("ref")
-		}
-		return ""
 	}
 	return ""
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/sglprov/sglprov/pkg/engine"
@@ -45,5 +46,35 @@ steps:
 	info := n.Info(context.Background(), r)
 	if info.Unit != "sglang-info.service" || info.Profile != "fast" || info.Model != "/models/qwen" || info.ServedName != "qwen-fast" {
 		t.Errorf("node info = %+v; want unit sglang-info.service, profile fast, model /models/qwen, served name qwen-fast", info)
+	}
+}
+
+// TestNodeInfoSGLangCommit: node_info's SGLang commit is the one the first source step
+// whose URL names sglang pins, asked of the built steps (engine.SourcePinner): its ref, or
+// the URL's ?ref=; another project's source is not it.
+func TestNodeInfoSGLangCommit(t *testing.T) {
+	const commit = "0123456789abcdef0123456789abcdef01234567"
+	for name, src := range map[string]string{
+		"ref":     `{url: "git::https://github.com/sgl-project/sglang", ref: "` + commit + `", dest: /opt/s}`,
+		"url ref": `{url: "git::https://github.com/sgl-project/sglang?ref=` + commit + `", dest: /opt/s}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir, state := t.TempDir(), t.TempDir()
+			path := filepath.Join(dir, "r.yaml")
+			text := "apiVersion: sglprov/v1\nname: src\nsteps:\n" +
+				"  - name: other\n    source: {url: \"git::https://github.com/flashinfer-ai/flashinfer?ref=" + strings.Repeat("f", 40) + "\", dest: /opt/f}\n" +
+				"  - name: sglang\n    source: " + src + "\n"
+			if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			n := realRecipe(t, path, state, new([]string))
+			r, err := n.Load()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := n.Info(context.Background(), r).SGLangCommit; got != commit {
+				t.Errorf("SGLang commit %q, want %s", got, commit)
+			}
+		})
 	}
 }

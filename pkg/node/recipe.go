@@ -2,9 +2,16 @@ package node
 
 import (
 	"context"
+	"fmt"
+	"io/fs"
+	"path/filepath"
 	"sync"
 	"time"
 
+	"charm.land/log/v2"
+
+	"github.com/sglprov/sglprov/pkg/cache"
+	"github.com/sglprov/sglprov/pkg/daemon"
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/recipe"
@@ -46,6 +53,68 @@ type Recipe struct {
 	Acquire func(dir string) (*engine.Lock, error)
 	// Held is the engine of the last apply, kept open (nil: none is kept).
 	Held *Held
+
+	// Registry lists the step kinds; Builtin holds the files shipped in the binary;
+	// Insecure accepts recipe files that other users own or can write (Options).
+	Registry engine.Registry
+	Builtin  fs.FS
+	Insecure bool
+	// Getenv reads the environment (the GPU claims' folder; nil: none is set).
+	Getenv func(string) string
+	// NewCache makes the fleet cache client (nil: cache.New).
+	NewCache func(cache.Config, cache.Options) (*cache.Registry, error)
+}
+
+// StepOptions are the engine options that build r's steps with facts (nil when it uses
+// none): its folder, the step kinds, the host root, the state dir, the shipped files.
+func (n *Recipe) StepOptions(r *recipe.Recipe, facts *gpu.Facts) (engine.Options, error) {
+	dir, err := filepath.Abs(filepath.Dir(n.File))
+	if err != nil {
+		return engine.Options{}, fmt.Errorf("locating recipe: %w", err)
+	}
+	return engine.Options{Recipe: r, RecipeDir: dir, Registry: n.Registry, Facts: facts, Root: n.Root, StateDir: n.StateDir,
+		Builtin: n.Builtin}, nil
+}
+
+// Options are the engine options of an apply (or plan) of r with facts, beyond how it
+// logs and shows progress: StepOptions, the recipe's permissions, the node-wide GPU claims
+// (with every GPU of the host for a recipe that loads no facts: its server sees them all),
+// the fleet cache of its cache block, and, when the recipe has hooks, the drain around a
+// switch of its service. logger logs the cache and the hooks.
+func (n *Recipe) Options(ctx context.Context, r *recipe.Recipe, facts *gpu.Facts, logger *log.Logger) (engine.Options, error) {
+	opts, err := n.StepOptions(r, facts)
+	if err != nil {
+		return opts, err
+	}
+	getenv := n.Getenv
+	if getenv == nil {
+		getenv = func(string) string { return "" }
+	}
+	opts.ClaimsDir = ClaimsDir(getenv, n.Root)
+	opts.InsecurePermissions = n.Insecure
+	if facts == nil && (n.Root == "" || n.Root == "/") {
+		// A host where the GPUs cannot be read (no NVML) has none to claim.
+		if f, err := n.Facts(ctx); err == nil && f != nil {
+			opts.NodeGPUs = f.IDs()
+		}
+	}
+	newCache := n.NewCache
+	if newCache == nil {
+		newCache = cache.New
+	}
+	if opts.Cache, err = Cache(r, facts, n.StateDir, logger, newCache); err != nil {
+		return opts, err
+	}
+	if r.OnUnhealthy != nil || r.OnHealthy != nil {
+		// A switch of the service drains the node before a candidate answers on the
+		// served port, and undrains it when what serves at the end passed.
+		hook := n.Hook(logger.With("recipe", r.Name))
+		opts.Drain = func(ctx context.Context) error {
+			return hook(ctx, daemon.HookUnhealthy, daemon.Degraded, "switching "+r.Name+": a candidate is about to answer on the served port")
+		}
+		opts.Undrain = func(ctx context.Context) error { return hook(ctx, daemon.HookHealthy, daemon.Healthy, "") }
+	}
+	return opts, nil
 }
 
 // Held is the engine of the daemon's last apply, kept open: with the exec manager, what

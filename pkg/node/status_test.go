@@ -70,3 +70,69 @@ func TestProfileWrite(t *testing.T) {
 		}
 	}
 }
+
+// TestReadStatus: with no run recorded, status's reading is one empty run, exit 1, and a
+// message that names the state dir (and the recipe asked for); while an apply holds the
+// lock it is exit 0 and the state, not the message.
+func TestReadStatus(t *testing.T) {
+	dir := t.TempDir()
+	rd, err := node.ReadStatus(dir, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := rd.Status()
+	if !rd.None || len(rd.Runs) != 1 || rd.ExitCode != 1 || s.ExitCode != 1 || s.Message != "no run recorded in "+dir || s.State != nil {
+		t.Errorf("no run: %+v, status %+v", rd, s)
+	}
+	if rd, err = node.ReadStatus(dir, "a", nil); err != nil || rd.Status().Message != "no run of recipe a recorded in "+dir {
+		t.Errorf("no run of a: %+v, %v", rd, err)
+	}
+	lock, err := engine.AcquireLock(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Release()
+	rd, err = node.ReadStatus(dir, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := rd.Status(); rd.ExitCode != 0 || s.ApplyRunning != os.Getpid() || s.Message != "" || s.State == nil {
+		t.Errorf("apply running: %+v, status %+v", rd, s)
+	}
+}
+
+// TestReadShared: a reader takes a free state dir's lock shared and holds it; one an apply
+// holds is not taken and names the apply; one the daemon holds between its applies names
+// the daemon alone, and while it applies both.
+func TestReadShared(t *testing.T) {
+	dir := t.TempDir()
+	held, err := engine.AcquireLock(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held.Release()
+	lock, running, d, err := node.ReadShared(dir, nil)
+	if err != nil || lock == nil || running != 0 || d != 0 {
+		t.Fatalf("free: %v, %d, %d, %v", lock, running, d, err)
+	}
+	lock.Release()
+	if held, err = engine.AcquireLock(dir); err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release()
+	pid := os.Getpid()
+	for _, tc := range []struct {
+		note            string
+		running, daemon int
+	}{{"", pid, 0}, {engine.NoteDaemon, 0, pid}, {engine.NoteDaemonApplying, pid, pid}} {
+		if tc.note != "" {
+			if err := held.SetNote(tc.note); err != nil {
+				t.Fatal(err)
+			}
+		}
+		lock, running, d, err := node.ReadShared(dir, nil)
+		if err != nil || lock != nil || running != tc.running || d != tc.daemon {
+			t.Errorf("note %q: %v, %d, %d, %v; want no lock, %d, %d", tc.note, lock, running, d, err, tc.running, tc.daemon)
+		}
+	}
+}

@@ -48,10 +48,18 @@ type Manager interface {
 	Close() error
 }
 
+// RestartCounter is implemented by a manager that counts how many times it started a
+// service again after its process ended (the exec supervisor).
+type RestartCounter interface {
+	// Restarts returns the count for unit since it was last started.
+	Restarts(unit string) int
+}
+
 var (
-	_ Manager = (*Systemd)(nil)
-	_ Manager = (*Offline)(nil)
-	_ Manager = (*Exec)(nil)
+	_ RestartCounter = (*Exec)(nil)
+	_ Manager        = (*Systemd)(nil)
+	_ Manager        = (*Offline)(nil)
+	_ Manager        = (*Exec)(nil)
 )
 
 // Options selects and configures a manager.

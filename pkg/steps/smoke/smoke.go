@@ -248,10 +248,10 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 		}
 		tried = append(tried, pr)
 	}
-	env.Detail("profiles", tried)
+	env.Detail(DetailProfiles, tried)
 	if err == nil {
 		if res.WinnerProfile != "" {
-			env.Detail("profile", res.WinnerProfile)
+			env.Detail(DetailProfile, res.WinnerProfile)
 		}
 		return nil
 	}

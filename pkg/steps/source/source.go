@@ -73,6 +73,20 @@ func New(name string, spec Spec) (*Step, error) {
 	return &Step{name: name, spec: spec}, nil
 }
 
+var _ engine.SourcePinner = (*Step)(nil)
+
+// SourcePin returns the source's URL and the commit it pins: ref, else the URL's ?ref=
+// ("" when neither names one).
+func (s *Step) SourcePin() (string, string) {
+	if s.spec.Ref != "" {
+		return s.spec.URL, s.spec.Ref
+	}
+	if u, err := url.Parse(strings.TrimPrefix(s.spec.URL, "git::")); err == nil {
+		return s.spec.URL, u.Query().Get("ref")
+	}
+	return s.spec.URL, ""
+}
+
 // Check refuses, without the network, what plan and apply refuse in the url and ref: a git
 // ref that is not a full commit, an archive without its sha256 (validate).
 func (s *Step) Check(*engine.Env) error {

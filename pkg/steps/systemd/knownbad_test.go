@@ -40,7 +40,7 @@ func TestKnownBadInstalledRefusesBeforeStart(t *testing.T) {
 	spec := qwenSpec()
 	spec.Command = []string{filepath.Join(dir, "venv/bin/python"), "-m", "sglang.launch_server"}
 	s := newStep(t, spec)
-	fm := withFake(t, s)
+	fm := withFake(t, env)
 	err := s.KnownBad(env)
 	if err == nil || !errors.Is(err, exitcode.ErrHost) || exitcode.Of(err) != exitcode.ExitHost {
 		t.Fatalf("KnownBad: %v (exit %d)", err, exitcode.Of(err))
@@ -86,7 +86,7 @@ func TestRestoreIsNotRefusedForTheCandidatesPackages(t *testing.T) {
 	spec.Command = []string{filepath.Join(dir, "venv/bin/python"), "-m", "sglang.launch_server"}
 	s := newStep(t, spec)
 	sm := &stagingManager{fakeManager: &fakeManager{dir: t.TempDir()}, runDir: t.TempDir(), inUse: map[string]bool{}}
-	s.newManager = func(context.Context, service.Options) (service.Manager, error) { return sm, nil }
+	env.NewManager = func(context.Context, service.Options) (service.Manager, error) { return sm, nil }
 	if _, err := switchTo(t, s, env, []string{"sm120-fp4-cudnn"}, []string{"sm120-fp4-cudnn"}, nil); err != nil {
 		t.Fatal(err)
 	}

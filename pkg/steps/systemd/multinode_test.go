@@ -103,7 +103,7 @@ func TestGroupPreflight(t *testing.T) {
 	s := newStep(t, qwenSpec())
 	s.groupFacts = routeVia("eth1", "eth0")
 	fm := &fakeManager{dir: t.TempDir()}
-	s.newManager = func(context.Context, service.Options) (service.Manager, error) { return fm, nil }
+	env.NewManager = func(context.Context, service.Options) (service.Manager, error) { return fm, nil }
 	err := s.Run(context.Background(), env)
 	if !errors.Is(err, exitcode.ErrHost) || !strings.Contains(err.Error(), "node rank 1 cannot join the group (rendezvous 10.77.0.1:20000): nodes.interface eth0 does not reach the head 10.77.0.1: the kernel routes it through eth1") {
 		t.Fatalf("wrong interface: %v", err)
@@ -121,7 +121,6 @@ func TestGroupPreflight(t *testing.T) {
 	h := newStep(t, spec)
 	h.groupFacts = routeVia("eth1")
 	fm.kind = service.KindSystemd
-	h.newManager = s.newManager
 	h.lookupPort = func(p int) ([]portowner.Listener, error) {
 		if p == 20004 {
 			return []portowner.Listener{{PID: 42, Command: "python3", Unit: "other.service", Addr: netip.MustParseAddrPort("0.0.0.0:20004")}}, nil

@@ -66,7 +66,7 @@ func TestNeedsRefuseBeforeInstall(t *testing.T) {
 	writeTool(t, filepath.Join(dir, "venv/bin"), "python")
 	writeTool(t, filepath.Join(dir, "cuda/bin"), "nvcc")
 	s := newStep(t, toolkitSpec(dir))
-	fm := withFake(t, s)
+	fm := withFake(t, env)
 
 	err := s.Run(ctx, env)
 	if err == nil {
@@ -122,7 +122,7 @@ func TestNeedsUnderTheUnitsOwnPath(t *testing.T) {
 	spec := toolkitSpec(dir)
 	spec.Env["PATH"] = filepath.Join(dir, "cuda/bin") + ":/usr/bin:/bin"
 	s := newStep(t, spec)
-	fm := withFake(t, s)
+	fm := withFake(t, env)
 	err := s.Run(ctx, env)
 	if err == nil || !strings.Contains(err.Error(), "runs ninja,") || exitcode.Of(err) != exitcode.ExitHost {
 		t.Fatalf("Run with a PATH that lacks the venv = %v, want the ninja refusal (exit 4)", err)

@@ -33,7 +33,7 @@ func TestPortHeldByForeignProcessRefused(t *testing.T) {
 			spec := qwenSpec()
 			spec.Port = strconv.Itoa(port)
 			s := newStep(t, spec)
-			fm := withFake(t, s)
+			fm := withFake(t, env)
 			fm.kind = kind
 			err := s.Run(context.Background(), env)
 			var held *PortHeldError
@@ -80,7 +80,7 @@ func TestPortOwnUnitOrOtherAddress(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			env := testEnv(t, "rtx-pro-6000-x8.json")
 			s := newStep(t, qwenSpec())
-			fm := withFake(t, s)
+			fm := withFake(t, env)
 			fm.kind = tt.kind
 			var asked []int
 			s.lookupPort = func(port int) ([]portowner.Listener, error) {
@@ -130,7 +130,7 @@ func TestPortHeldByUserUnitOfTheSameName(t *testing.T) {
 	}
 	env := testEnv(t, "rtx-pro-6000-x8.json")
 	s := newStep(t, qwenSpec())
-	fm := withFake(t, s)
+	fm := withFake(t, env)
 	fm.kind = service.KindSystemd
 	s.lookupPort = func(port int) ([]portowner.Listener, error) { return portowner.LookupIn(proc, port) }
 	err := s.Run(context.Background(), env)

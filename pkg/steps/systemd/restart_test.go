@@ -34,7 +34,7 @@ func TestRestartRungRestartsTheServingUnit(t *testing.T) {
 				sm = &stagingManager{fakeManager: fm, runDir: t.TempDir(), inUse: map[string]bool{}}
 				m = sm
 			}
-			s.newManager = func(context.Context, service.Options) (service.Manager, error) { return m, nil }
+			env.NewManager = func(context.Context, service.Options) (service.Manager, error) { return m, nil }
 			if _, err := switchTo(t, s, env, []string{"sm120-fp4-cudnn"}, []string{"sm120-fp4-cudnn"}, nil); err != nil {
 				t.Fatal(err)
 			}
@@ -47,7 +47,6 @@ func TestRestartRungRestartsTheServingUnit(t *testing.T) {
 			spec := qwenSpec()
 			spec.Args = append(spec.Args, "--mem-fraction-static", "0.85")
 			edited := newStep(t, spec)
-			edited.newManager = s.newManager
 			if _, err := switchTo(t, edited, env, []string{"sm120-fp4-cudnn"}, nil, nil); err == nil {
 				t.Fatal("a failed gate passed the switch")
 			}

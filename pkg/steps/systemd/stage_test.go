@@ -124,7 +124,7 @@ func TestStagedUnitKeptOnlyWhenTheGatePasses(t *testing.T) {
 	spec := qwenSpec()
 	s := newStep(t, spec)
 	sm := &stagingManager{fakeManager: &fakeManager{dir: t.TempDir()}, runDir: t.TempDir(), inUse: map[string]bool{}}
-	s.newManager = func(context.Context, service.Options) (service.Manager, error) { return sm, nil }
+	env.NewManager = func(context.Context, service.Options) (service.Manager, error) { return sm, nil }
 
 	if err := s.Run(ctx, env); err != nil {
 		t.Fatal(err)
@@ -217,7 +217,7 @@ func TestSwitchStaging(t *testing.T) {
 			spec.Stage = tc.stage
 			s := newStep(t, spec)
 			fm := &fakeManager{dir: t.TempDir()}
-			s.newManager = func(context.Context, service.Options) (service.Manager, error) { return fm, nil }
+			env.NewManager = func(context.Context, service.Options) (service.Manager, error) { return fm, nil }
 			if tc.drain {
 				env.Drain = drain
 			}
@@ -247,7 +247,7 @@ func TestServingReadsTheInstalledUnit(t *testing.T) {
 	env := testEnv(t, "rtx-pro-6000-x8.json")
 	s := newStep(t, qwenSpec())
 	fm := &fakeManager{dir: t.TempDir()}
-	s.newManager = func(context.Context, service.Options) (service.Manager, error) { return fm, nil }
+	env.NewManager = func(context.Context, service.Options) (service.Manager, error) { return fm, nil }
 	srv, err := s.Serving(ctx, env)
 	if err != nil || srv.Port != DefaultPort || srv.ModelPath == "" {
 		t.Fatalf("Serving before an install: %+v, %v; want the rendered unit's port %d", srv, err, DefaultPort)

@@ -27,7 +27,8 @@ import (
 
 // Step installs and starts the SGLang server unit. It implements engine.ServiceStep.
 //
-// The step owns a service manager, made on first use from the Env (under --root: offline).
+// The step owns a service manager, made on first use by the Env (Env.ServiceManager: the
+// engine's one constructor; under --root: offline).
 // With the exec manager the server is a child of this process: the runner must call Close
 // when the run (or the daemon) ends, which stops it.
 type Step struct {
@@ -35,8 +36,6 @@ type Step struct {
 	spec Spec
 	port int
 
-	// newManager makes the service manager (service.New; tests replace it).
-	newManager func(context.Context, service.Options) (service.Manager, error)
 	// peerFacts gives the host's GPU peer-path facts for the NCCL environment
 	// (hostPeerFacts; tests replace it).
 	peerFacts func(*engine.Env) nccl.Source
@@ -61,7 +60,7 @@ func New(name string, spec Spec) (*Step, error) {
 	if err != nil {
 		return nil, fmt.Errorf("systemd: %w: %w", exitcode.ErrUsage, err)
 	}
-	return &Step{name: name, spec: spec, port: port, newManager: service.New, peerFacts: hostPeerFacts,
+	return &Step{name: name, spec: spec, port: port, peerFacts: hostPeerFacts,
 		lookupPort: portowner.Lookup, groupFacts: hostGroupFacts}, nil
 }
 
@@ -92,7 +91,7 @@ func (s *Step) save(env *engine.Env, r record) error {
 // died since this step last started it, when the manager counts them (the exec
 // supervisor).
 func (s *Step) ServerRestarts() (int, bool) {
-	c, ok := s.mgr.(interface{ Restarts(unit string) int })
+	c, ok := s.mgr.(service.RestartCounter)
 	if !ok {
 		return 0, false
 	}
@@ -106,7 +105,7 @@ func (s *Step) manager(ctx context.Context, env *engine.Env) (service.Manager, e
 	if s.mgr != nil {
 		return s.mgr, nil
 	}
-	m, err := s.newManager(ctx, service.Options{Kind: s.spec.Manager, Root: env.Root, Offline: env.Offline, StateDir: env.StateDir})
+	m, err := env.ServiceManager(ctx, s.spec.Manager)
 	if err != nil {
 		return nil, err
 	}

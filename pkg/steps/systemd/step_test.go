@@ -176,10 +176,10 @@ func (f *fakeManager) Failed(context.Context, string) (bool, string, error) {
 }
 func (f *fakeManager) Close() error { return nil }
 
-func withFake(t *testing.T, s *Step) *fakeManager {
+func withFake(t *testing.T, env *engine.Env) *fakeManager {
 	t.Helper()
 	fm := &fakeManager{dir: t.TempDir()}
-	s.newManager = func(context.Context, service.Options) (service.Manager, error) { return fm, nil }
+	env.NewManager = func(context.Context, service.Options) (service.Manager, error) { return fm, nil }
 	return fm
 }
 
@@ -344,7 +344,7 @@ func TestRunRestartsOnlyOnChange(t *testing.T) {
 	env := testEnv(t, "rtx-pro-6000-x8.json")
 	ctx := context.Background()
 	s := newStep(t, qwenSpec())
-	fm := withFake(t, s)
+	fm := withFake(t, env)
 
 	ok, reason, err := s.Intact(ctx, env)
 	if err != nil || ok || !strings.Contains(reason, "sglang-qwen.service (missing)") {
@@ -398,7 +398,6 @@ func TestRunRestartsOnlyOnChange(t *testing.T) {
 	spec := qwenSpec()
 	spec.Args = append(spec.Args, "--mem-fraction-static", "0.85")
 	s2 := newStep(t, spec)
-	s2.newManager = s.newManager
 	ok, reason, err = s2.Intact(ctx, env)
 	if err != nil || ok || reason != "outputs changed: "+fm.UnitPath("sglang-qwen.service") {
 		t.Errorf("Intact with changed args = %v %q %v", ok, reason, err)
@@ -419,7 +418,7 @@ func TestProfileFallbackAndLastKnownGood(t *testing.T) {
 	env := testEnv(t, "rtx-pro-6000-x8.json")
 	ctx := context.Background()
 	s := newStep(t, qwenSpec())
-	fm := withFake(t, s)
+	fm := withFake(t, env)
 	unitPath := fm.UnitPath("sglang-qwen.service")
 	lkgPath := service.LastKnownGoodPath(env.StateDir, "sglang-qwen.service")
 
@@ -487,7 +486,7 @@ func TestRestartFailureAndFailed(t *testing.T) {
 	if failed, _, err := s.Failed(ctx); failed || err != nil {
 		t.Errorf("Failed before anything = %v %v", failed, err)
 	}
-	fm := withFake(t, s)
+	fm := withFake(t, env)
 	if err := s.Run(ctx, env); err != nil {
 		t.Fatal(err)
 	}
