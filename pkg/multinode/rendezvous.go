@@ -10,8 +10,9 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
+
+	"github.com/sglprov/sglprov/pkg/procnet"
 )
 
 // Rendezvous is what the head's kernel says of the group's rendezvous port
@@ -88,7 +89,7 @@ func parseSockets(r io.Reader, port uint16, rv *Rendezvous, local map[netip.Addr
 		if len(f) < 4 || (f[3] != tcpEstablished && f[3] != tcpListen) {
 			continue
 		}
-		la, err := parseHexAddrPort(f[1])
+		la, err := procnet.ParseAddrPort(f[1])
 		if err != nil {
 			return fmt.Errorf("local address %q: %w", f[1], err)
 		}
@@ -99,7 +100,7 @@ func parseSockets(r io.Reader, port uint16, rv *Rendezvous, local map[netip.Addr
 			rv.Listening = true
 			continue
 		}
-		ra, err := parseHexAddrPort(f[2])
+		ra, err := procnet.ParseAddrPort(f[2])
 		if err != nil {
 			return fmt.Errorf("remote address %q: %w", f[2], err)
 		}
@@ -107,30 +108,6 @@ func parseSockets(r io.Reader, port uint16, rv *Rendezvous, local map[netip.Addr
 		local[la.Addr().Unmap()] = true
 	}
 	return sc.Err()
-}
-
-func parseHexAddrPort(s string) (netip.AddrPort, error) {
-	h, p, ok := strings.Cut(s, ":")
-	if !ok {
-		return netip.AddrPort{}, errors.New("not HEX:PORT")
-	}
-	port, err := strconv.ParseUint(p, 16, 16)
-	if err != nil {
-		return netip.AddrPort{}, err
-	}
-	if len(h) != 8 && len(h) != 32 {
-		return netip.AddrPort{}, fmt.Errorf("address of %d hex digits", len(h))
-	}
-	b := make([]byte, 0, 16)
-	for i := 0; i < len(h); i += 8 {
-		w, err := strconv.ParseUint(h[i:i+8], 16, 32)
-		if err != nil {
-			return netip.AddrPort{}, err
-		}
-		b = append(b, byte(w), byte(w>>8), byte(w>>16), byte(w>>24))
-	}
-	a, _ := netip.AddrFromSlice(b)
-	return netip.AddrPortFrom(a, uint16(port)), nil
 }
 
 // Rejoined says whether the workers of a broken group have all started again, judged by the

@@ -17,6 +17,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/sglprov/sglprov/pkg/procnet"
 )
 
 // Listener is a socket listening on the port and one process that holds it.
@@ -168,7 +170,7 @@ func listening(r io.Reader, port uint16) ([]socket, error) {
 		if uint16(p) != port {
 			continue
 		}
-		ip, err := parseHexAddr(hostHex)
+		ip, err := procnet.ParseAddr(hostHex)
 		if err != nil {
 			return nil, fmt.Errorf("local address %q: %w", f[1], err)
 		}
@@ -179,22 +181,6 @@ func listening(r io.Reader, port uint16) ([]socket, error) {
 		out = append(out, socket{addr: netip.AddrPortFrom(ip, port), inode: ino})
 	}
 	return out, sc.Err()
-}
-
-func parseHexAddr(h string) (netip.Addr, error) {
-	if len(h) != 8 && len(h) != 32 {
-		return netip.Addr{}, fmt.Errorf("address of %d hex digits", len(h))
-	}
-	b := make([]byte, 0, 16)
-	for i := 0; i < len(h); i += 8 {
-		w, err := strconv.ParseUint(h[i:i+8], 16, 32)
-		if err != nil {
-			return netip.Addr{}, err
-		}
-		b = append(b, byte(w), byte(w>>8), byte(w>>16), byte(w>>24))
-	}
-	a, _ := netip.AddrFromSlice(b)
-	return a, nil
 }
 
 // holders maps each socket inode to the processes that have it open, from the links in
