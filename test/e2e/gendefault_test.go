@@ -62,7 +62,8 @@ steps:
 // shipped shape (generations: off) gets the same recipe with generations by default. A
 // new pin whose build fails leaves the in-place tree serving through a restart and a
 // reboot; a good pin builds the first generation, moves the in-place tree aside (kept) and
-// puts the link at /opt/app; a driver upgrade then rebuilds nothing.
+// puts the link at /opt/app; a driver upgrade then rebuilds nothing; a new pin whose gate
+// fails exits 3 with the first generation serving again, and no wrong answer on the port.
 func TestInPlaceNodeMigratesToGenerations(t *testing.T) {
 	requireE2E(t)
 	bins := buildBinaries(t)
@@ -146,6 +147,33 @@ func TestInPlaceNodeMigratesToGenerations(t *testing.T) {
 		if got, want := g.servingExe(), filepath.Join(genDir, gen1, "app/bin/fake-sglang"); got != want {
 			t.Errorf("the server runs %q, want %q", got, want)
 		}
+	})
+
+	t.Run("new pin whose gate fails: the first generation serves again, exit 3", func(t *testing.T) {
+		if gen1 == "" {
+			t.Skip("needs the first generation")
+		}
+		poll := startPoller(t, g.PID, 30000, nil)
+		a := g.applyPin("v2-bad")
+		seen := poll.finish()
+		t.Logf("failed switch v1 -> v2-bad (shipped shape): poller saw %d right, %d wrong, %d without an answer", seen.Right, seen.Wrong, seen.Down)
+		if a.code != 3 {
+			t.Fatalf("apply v2-bad: exit %d, want 3\n%s", a.code, a.out)
+		}
+		if !strings.Contains(a.out, "of generation "+gen1[:12]+" was restored and passed the gate again") {
+			t.Errorf("apply v2-bad does not say that generation 1 was restored and passed:\n%s", a.out)
+		}
+		if seen.Wrong != 0 {
+			t.Errorf("the served port gave %d wrong answers (first %.80q) during the failed switch, want none", seen.Wrong, seen.FirstWrong)
+		}
+		target, err := os.Readlink(filepath.Join(g.Root, "/opt/app"))
+		if want := filepath.Join(genDir, gen1, "app"); err != nil || target != want {
+			t.Errorf("/opt/app links to %q (%v) after the failed gate, want %s", target, err, want)
+		}
+		if got, want := g.servingExe(), filepath.Join(genDir, gen1, "app/bin/fake-sglang"); got != want {
+			t.Errorf("after the failed gate the server runs %q, want %q", got, want)
+		}
+		g.gate("after the failed gate")
 	})
 }
 
