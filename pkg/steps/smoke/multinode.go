@@ -97,12 +97,29 @@ func workerGateWith(env *engine.Env, svc engine.ServiceStep, run func(ctx contex
 			cfg.ReadyTimeout = n.JoinTimeout
 		}
 		env.Log.Info("waiting for the group", "rank", n.Rank, "nodes", n.Count, "rendezvous", n.Head(), "head", head)
+		start := time.Now()
 		res, err := run(ctx, cfg, profile)
 		if err != nil {
 			return nil, err
 		}
 		env.Detail("group", map[string]any{"rank": n.Rank, "nodes": n.Count, "rendezvous": n.Head(), "head": head, "served": res.Pass})
 		if !res.Pass {
+			// A head that serves other arguments is not this server's group.
+			if err := sameLaunch(ctx, env, head, srv.Args, cfg.RequestTimeout); err != nil {
+				return nil, fmt.Errorf("%w: node rank %d: %w", exitcode.ErrGate, n.Rank, err)
+			}
+			// The head's own gate judges the group's launch: while the head runs this
+			// launch its switch decides, and this node follows it. It fails once the head
+			// leaves it (restores what served before), so that this node's restored server
+			// meets the head's at the rendezvous, rather than break the group under the
+			// head's gate.
+			wait := cfg.ReadyTimeout
+			if wait <= 0 {
+				wait = gate.DefaultReadyTimeout
+			}
+			if left := headLeaves(ctx, env, head, srv.Args, start.Add(wait)); left != "" {
+				return nil, fmt.Errorf("%w: node rank %d: the group failed the gate (%s) and %s", exitcode.ErrGate, n.Rank, res.Summary(), left)
+			}
 			return nil, fmt.Errorf("%w: node rank %d of %d: the group does not serve: the head's server at %s did not pass the gate (%s); "+
 				"this node's server joins at the rendezvous %s through %s; %s. Likely causes: the head not started or failing its own gate, "+
 				"the rendezvous port %d (and the %d above it) closed or blocked by a firewall on the head, or the wrong interface (see plan's group lines)",
@@ -317,4 +334,40 @@ func rendezvousAccepts(ctx context.Context, addr string) bool {
 	}
 	c.Close()
 	return true
+}
+
+// headLeaves waits, until deadline, for the head's server to leave the launch args (this
+// node's server's arguments) while its group failed the gate: its API refusing
+// connections (its server starts again) or naming other arguments. It returns what it
+// saw, or "" at once when the head does not serve args now, at the deadline, or when ctx
+// ends.
+func headLeaves(ctx context.Context, env *engine.Env, head string, args []string, deadline time.Time) string {
+	if len(args) == 0 {
+		return ""
+	}
+	client := &http.Client{Timeout: 5 * time.Second}
+	first := true
+	for time.Now().Before(deadline) {
+		info, err := multinode.ServerInfo(ctx, client, head)
+		serves := err == nil && len(multinode.Differences(info, args)) == 0
+		switch {
+		case first && !serves:
+			// The head does not serve this launch now: nothing to wait for.
+			return ""
+		case err == nil && !serves:
+			return "the head now runs other arguments (" + strings.Join(multinode.Differences(info, args), "; ") + "): its switch failed and it restored what served before"
+		case errors.Is(err, syscall.ECONNREFUSED):
+			return "the head's server started again (its switch failed and restores what served before, or it tries another profile)"
+		}
+		if first {
+			env.Log.Info("group: the group failed the gate while the head runs this launch; waiting for the head's switch to decide (this node follows the head)", "head", gate.RedactURL(head))
+			first = false
+		}
+		select {
+		case <-ctx.Done():
+			return ""
+		case <-time.After(min(time.Second, time.Until(deadline)+time.Millisecond)):
+		}
+	}
+	return ""
 }
