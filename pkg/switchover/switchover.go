@@ -17,8 +17,7 @@
 //     before, a candidate is staged on a side port first (--port of a free port added to
 //     its ExecStart=), so that it never answers on the served port before it passed;
 //     once it passed there, the unit as rendered is staged, restarted on the served port
-//     and gated again;
-//     A switch with Await first waits until the candidate may start (a worker of a
+//     and gated again. A switch with Await first waits until the candidate may start (a worker of a
 //     multi-node group: until its head runs the candidate's command line); a candidate
 //     refused there fails with nothing changed;
 //  4. on the first pass, promotes it: the staged unit becomes the persistent one and is
