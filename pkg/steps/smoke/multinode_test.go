@@ -315,3 +315,56 @@ func TestWorkerWaitsForTheHeadsLaunch(t *testing.T) {
 		t.Errorf("head starting again: started %v, %v: want the candidate started to join it", svc.activated, err)
 	}
 }
+
+// TestWorkerFollowsTheHeadsVerdict: when the group fails the gate while the head runs the
+// worker's launch (a bad change both apply), the worker does not restore at once, which
+// would break the group under the head's own gate: it waits until the head leaves the
+// launch (its server starts again to restore), then fails and restores.
+func TestWorkerFollowsTheHeadsVerdict(t *testing.T) {
+	args := []string{"--model-path", "default", "--served-model-name", "qwen", "--profile", "p", "--node-rank", "0"}
+	var svc *groupWorker
+	var infos atomic.Int32
+	restoredBeforeHeadLeft := make(chan int, 1)
+	var head *httptest.Server
+	head = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/get_server_info" && infos.Add(1) == 3 {
+			// The head's switch fails and restarts its server: its API refuses from now.
+			svc.mu.Lock()
+			restoredBeforeHeadLeft <- svc.restored
+			svc.mu.Unlock()
+			go func() {
+				head.Listener.Close()
+				head.CloseClientConnections()
+			}()
+		}
+		fakesglang.New(fakesglang.Options{Mode: fakesglang.ModeBang, Model: "qwen", ModelPath: "default", ServerArgs: fakesglang.ServerArgsOf(args)}).ServeHTTP(w, r)
+	}))
+	defer head.Close()
+	hu, _ := neturl.Parse(head.URL)
+	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.2", hu.Port()))
+	if err != nil {
+		t.Skipf("cannot listen on 127.0.0.2: %v", err)
+	}
+	own := &httptest.Server{Listener: ln, Config: &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})}}
+	own.Start()
+	defer own.Close()
+	svc = &groupWorker{fakeService: newFakeService(t, []string{"p"}, map[string]fakesglang.Mode{"p": fakesglang.ModeGood})}
+	env, _ := newEnv(t, map[string]engine.Step{"svc": svc})
+	env.Nodes = headNodes(t, head.URL, 8*time.Second)
+	s, err := New("smoke", testSpec(own.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.Run(context.Background(), env)
+	if !errors.Is(err, exitcode.ErrGate) || !strings.Contains(err.Error(), "the head's server started again (its switch failed and restores what served before") {
+		t.Fatalf("group failing the gate, then the head restarting: %v", err)
+	}
+	select {
+	case n := <-restoredBeforeHeadLeft:
+		if n != 0 {
+			t.Errorf("the worker restored %d times before the head left the launch; want it to wait for the head", n)
+		}
+	default:
+		t.Fatal("the worker did not watch the head after the group failed the gate")
+	}
+}
