@@ -264,7 +264,9 @@ func ownHealth(ctx context.Context, base string, timeout time.Duration) error {
 // arguments (multinode.Differences finds none; the head switched first), or the head's
 // server starts again (its API refuses connections while its rendezvous accepts them: it
 // waits there for its ranks, as a head that switches at the same time does), so that the
-// candidate joins the head's new server rather than break it later; the candidate's gate
+// candidate joins the head's new server rather than break it later, or the head's group
+// does not serve (its API answers 5xx: a rank is gone, nothing serves to break, and the
+// head's ladder restarts the group once this node's server starts again); the candidate's gate
 // then checks the head's command line once the group serves, and restores this node when
 // it is another. The wait is bounded by the gate's ready timeout and logged every 15 s;
 // a head that serves other arguments all along fails the candidate, this node's server
@@ -287,6 +289,7 @@ func awaitHead(env *engine.Env, poll time.Duration) func(ctx context.Context, cf
 		start := time.Now()
 		deadline, nextLog := start.Add(timeout), start
 		last := ""
+		var status *multinode.StatusError
 		for {
 			info, err := multinode.ServerInfo(ctx, client, head)
 			switch {
@@ -300,6 +303,13 @@ func awaitHead(env *engine.Env, poll time.Duration) func(ctx context.Context, cf
 			case errors.Is(err, syscall.ECONNREFUSED) && rendezvousAccepts(ctx, n.Head()):
 				env.Log.Info("group: the head's server starts again and waits at the rendezvous; this node's candidate joins it, and its gate checks the head's launch once the group serves",
 					"rank", n.Rank, "rendezvous", n.Head())
+				return nil
+			case errors.As(err, &status) && status.Code >= 500:
+				// Its group does not serve (a rank is gone): nothing serves to break, and
+				// only a restart of the group mends it, which the head's ladder does once
+				// this node's server starts again.
+				env.Log.Info("group: the head's group does not serve; this node's candidate starts and joins it when the head's ladder restarts the group, and its gate checks the head's launch once the group serves",
+					"rank", n.Rank, "head", gate.RedactURL(head), "status", status.Code)
 				return nil
 			default:
 				last = "its API does not answer (" + redactErr(err) + ")"

@@ -222,8 +222,8 @@ func TestWorkerRunsTheHeadsProfile(t *testing.T) {
 // fails the worker's apply naming the head and the order to apply in, with the worker's
 // server left as it was (not restarted, nothing restored); a head that switches while the
 // worker waits lets the candidate start after it, and the worker passes; a head whose
-// server starts again (its API refuses, its rendezvous accepts) lets the candidate start
-// and join it.
+// server starts again (its API refuses, its rendezvous accepts), or whose group does not
+// serve (its API answers 500), lets the candidate start and join it.
 func TestWorkerWaitsForTheHeadsLaunch(t *testing.T) {
 	// The fake service's units run "--model-path default --served-model-name qwen --profile P".
 	oldArgs := []string{"--model-path", "default", "--served-model-name", "qwen", "--profile", "old", "--node-rank", "0"}
@@ -313,6 +313,25 @@ func TestWorkerWaitsForTheHeadsLaunch(t *testing.T) {
 	err = s2.Run(context.Background(), env)
 	if err == nil || strings.Contains(err.Error(), "does not run this launch") || len(svc.activated) == 0 || svc.activated[0] != "new" {
 		t.Errorf("head starting again: started %v, %v: want the candidate started to join it", svc.activated, err)
+	}
+
+	// The head's group does not serve (a rank is gone: its API answers 500): nothing
+	// serves to break, the candidate starts.
+	broken := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "NCCL error: remote process exited", http.StatusInternalServerError)
+	}))
+	defer broken.Close()
+	svc, env = newWorker()
+	env.Nodes = headNodes(t, broken.URL, time.Second)
+	bu, _ := neturl.Parse(broken.URL)
+	spec.URL = "http://127.0.0.2:" + bu.Port()
+	s3, err := New("smoke", spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s3.Run(context.Background(), env)
+	if err == nil || strings.Contains(err.Error(), "does not run this launch") || len(svc.activated) == 0 || svc.activated[0] != "new" {
+		t.Errorf("head whose group does not serve: started %v, %v: want the candidate started", svc.activated, err)
 	}
 }
 
