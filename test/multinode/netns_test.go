@@ -131,7 +131,10 @@ func build(t *testing.T, dir string) (sglprov, fake string) {
 // not reach the head is refused naming it (exit 4); a worker given a rendezvous port
 // nobody listens on fails naming the rendezvous and the likely causes; killing the
 // worker's server fails both nodes' canaries, and the group comes back through the
-// ladders in order: the worker's server first, then the head's.
+// ladders in order: the worker's server first, then the head's. Day two: a bad change
+// applied head first, then the worker, and a bad then a good change applied on both nodes
+// at the same moment (the "same time" subtest), end with both nodes serving one command
+// line: the old one after a bad change, the new one after a good one.
 func TestTwoNodes(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: it makes network namespaces and a veth pair")
