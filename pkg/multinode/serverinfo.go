@@ -27,13 +27,24 @@ func ServerInfo(ctx context.Context, client *http.Client, url string) (map[strin
 		return nil, fmt.Errorf("reading the head's /get_server_info: %w", err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("the head's /get_server_info answered HTTP %d", resp.StatusCode)
+		return nil, &StatusError{Code: resp.StatusCode}
 	}
 	var info map[string]any
 	if err := json.Unmarshal(body, &info); err != nil {
 		return nil, fmt.Errorf("reading the head's /get_server_info: %w", err)
 	}
 	return info, nil
+}
+
+// StatusError is a /get_server_info that answered another HTTP status than 200: the head's
+// server runs, and says it does not serve (a broken group answers 500).
+type StatusError struct {
+	Code int
+}
+
+// Error names the status.
+func (e *StatusError) Error() string {
+	return fmt.Sprintf("the head's /get_server_info answered HTTP %d", e.Code)
 }
 
 // ProfileOf returns the one candidate profile whose arguments the head's server runs with,

@@ -17,7 +17,9 @@
 //     before, a candidate is staged on a side port first (--port of a free port added to
 //     its ExecStart=), so that it never answers on the served port before it passed;
 //     once it passed there, the unit as rendered is staged, restarted on the served port
-//     and gated again;
+//     and gated again. A switch with Await first waits until the candidate may start (a worker of a
+//     multi-node group: until its head runs the candidate's command line); a candidate
+//     refused there fails with nothing changed;
 //  4. on the first pass, promotes it: the staged unit becomes the persistent one and is
 //     enabled, and only then are the replaced units' enablement links removed. Promote is
 //     the only point that moves the unit a reboot starts;
@@ -98,6 +100,12 @@ type Switch struct {
 	// the last good unit is restarted it is called with the zero Candidate (no Content):
 	// only what concerns the port then, since that unit's own content passed already.
 	Before func(ctx context.Context, c Candidate) error
+	// Await, when set, is waited on before a candidate that changes what runs is started,
+	// when something served before (a worker of a multi-node group waits until its head
+	// runs the candidate's command line): an error is the candidate's failure, and nothing
+	// was stopped, staged or drained for it (what serves keeps serving). A first install
+	// and a candidate that is what runs already do not wait.
+	Await func(ctx context.Context, srv Server) error
 	// Drain and Undrain are the recipe's hooks (nil: none). Drain runs before the first
 	// change to what serves; Undrain at the end when what serves passed the gate.
 	Drain, Undrain Hook
@@ -482,6 +490,11 @@ func (t *txn) try(ctx context.Context, c Candidate) (bool, error) {
 	a.Server = srv
 	if s.Before != nil {
 		if err := s.Before(ctx, c); err != nil {
+			return fail(err)
+		}
+	}
+	if s.Await != nil && len(t.res.Previous) > 0 && (c.Restart || !t.u.inEffect(s.Unit, c.Content)) {
+		if err := s.Await(ctx, srv); err != nil {
 			return fail(err)
 		}
 	}

@@ -365,3 +365,62 @@ func TestSwitchUnchangedCandidateRestartsNothing(t *testing.T) {
 		t.Error("an unchanged switch drained the node")
 	}
 }
+
+// A switch that must wait before a candidate starts (Await: a worker of a multi-node group
+// waiting for its head) and is refused changes nothing: no drain, no stop, no stage, what
+// ran keeps running and nothing is restored. Once Await lets it, the candidate starts,
+// and Await is asked with the candidate's own server. A candidate that is what runs, and
+// a first install, do not wait.
+func TestSwitchAwaitRefusedChangesNothing(t *testing.T) {
+	n := newNode(t)
+	old, cand := unit("m", "old", 30000, false), unit("m", "new", 30000, false)
+	n.install(unitA, old)
+	before := len(n.m.Events)
+	drained := false
+	var asked []switchover.Server
+	refuse := errors.New("the head 10.0.0.1 does not run this launch")
+	sw := switchover.Switch{Manager: n.m, StateDir: t.TempDir(), Unit: unitA, Gate: n.gate,
+		Candidates: []switchover.Candidate{{Content: cand}},
+		Drain:      func(context.Context) error { drained = true; return nil },
+		Await: func(_ context.Context, s switchover.Server) error {
+			asked = append(asked, s)
+			return refuse
+		}}
+	res, err := sw.Run(context.Background())
+	var fe *switchover.FailedError
+	if !errors.As(err, &fe) || !strings.Contains(err.Error(), refuse.Error()) || !strings.Contains(err.Error(), "was left as it was (no candidate started)") {
+		t.Fatalf("refused wait: %v", err)
+	}
+	if res.Restored || drained || len(asked) != 1 || asked[0].ServedModel != "new" {
+		t.Errorf("restored %v, drained %v, asked %+v: want nothing restored or drained, the candidate's server asked once", res.Restored, drained, asked)
+	}
+	for _, e := range n.m.Events[before:] {
+		t.Errorf("a refused wait did %q", e)
+	}
+	if !bytes.Equal(n.m.Running(unitA), old) || n.m.Staged(unitA) {
+		t.Errorf("running %q, staged %v: want the old unit untouched", n.m.Running(unitA), n.m.Staged(unitA))
+	}
+
+	// Allowed: the candidate starts after the wait and is promoted.
+	var order []string
+	n.m.OnEvent = func(e string) { order = append(order, e) }
+	sw.Await = func(context.Context, switchover.Server) error { order = append(order, "await"); return nil }
+	if _, err := sw.Run(context.Background()); err != nil {
+		t.Fatalf("allowed wait: %v", err)
+	}
+	if len(order) == 0 || order[0] != "await" || !bytes.Equal(n.m.Running(unitA), cand) {
+		t.Errorf("events %v, running %q: want the wait first, then the candidate serving", order, n.m.Running(unitA))
+	}
+
+	// What runs already, and a first install, do not wait.
+	sw.Await = func(context.Context, switchover.Server) error { return refuse }
+	if _, err := sw.Run(context.Background()); err != nil {
+		t.Errorf("the candidate that runs already waited: %v", err)
+	}
+	first := newNode(t)
+	sw = switchover.Switch{Manager: first.m, StateDir: t.TempDir(), Unit: unitA, Gate: first.gate,
+		Candidates: []switchover.Candidate{{Content: cand}}, Await: sw.Await}
+	if _, err := sw.Run(context.Background()); err != nil {
+		t.Errorf("a first install waited: %v", err)
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -130,7 +131,10 @@ func build(t *testing.T, dir string) (sglprov, fake string) {
 // not reach the head is refused naming it (exit 4); a worker given a rendezvous port
 // nobody listens on fails naming the rendezvous and the likely causes; killing the
 // worker's server fails both nodes' canaries, and the group comes back through the
-// ladders in order: the worker's server first, then the head's.
+// ladders in order: the worker's server first, then the head's. Day two: a bad change
+// applied head first, then the worker, and a bad then a good change applied on both nodes
+// at the same moment (the "same time" subtest), end with both nodes serving one command
+// line: the old one after a bad change, the new one after a good one.
 func TestTwoNodes(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: it makes network namespaces and a veth pair")
@@ -326,6 +330,81 @@ func TestTwoNodes(t *testing.T) {
 	if last := strings.LastIndex(string(workerServer), "fake-sglang: rank 1 joined the group"); last < 0 {
 		t.Errorf("the worker's server never joined:\n%s", workerServer)
 	}
+
+	// Day two on both nodes at the same time (a fleet rollout applies one recipe
+	// everywhere at once): the worker's switch waits until the head runs the change (its
+	// server starts again at the rendezvous, or serves the change) before its server
+	// restarts, so that the head's candidate and the worker's meet. A bad change fails the
+	// head's gate, which restores; the worker's candidate then finds the head running the
+	// old launch (or failing) and restores too: both serve the old launch. A good change
+	// ends with both serving it.
+	t.Run("same time", func(t *testing.T) {
+		sameTime := func(change, ends string) {
+			t.Helper()
+			offsets := []int{len(readFile(headLog)), len(readFile(workerLog))}
+			text := strings.Replace(strings.Replace(recipeText, "FAKE", fake, 1), "--attention-backend, triton]", change, 1)
+			if err := os.WriteFile(recipe, []byte(text), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			var wg sync.WaitGroup
+			found := make([]bool, 2)
+			for i, l := range []string{headLog, workerLog} {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					if err := daemons[i].Process.Signal(syscall.SIGHUP); err != nil {
+						return
+					}
+					found[i] = waitLogAfter(l, offsets[i], ends, 150*time.Second)
+				}()
+			}
+			wg.Wait()
+			for i, l := range []string{headLog, workerLog} {
+				if !found[i] {
+					t.Fatalf("%s: no %q after the change %s:\n%s", l, ends, change, readFile(l)[offsets[i]:])
+				}
+			}
+		}
+		serving := func(want string) {
+			t.Helper()
+			for _, m := range []string{headMetrics, workerMetrics} {
+				if !waitMetric(m, healthy, 60*time.Second) {
+					b, _ := os.ReadFile(m)
+					t.Errorf("%s: not healthy:\n%s", m, b)
+				}
+			}
+			for _, ns := range []string{nsA, nsB} {
+				cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", serverPID(t, ns)))
+				if got := strings.ReplaceAll(string(cmdline), "\x00", " "); !strings.Contains(got, want) {
+					t.Errorf("%s serves %q, want %q", ns, got, want)
+				}
+			}
+		}
+		sameTime("--attention-backend, fa3, --fake-broken-if, attention-backend=fa3]", restored)
+		serving("--attention-backend triton ")
+		sameTime("--attention-backend, torch_native]", "apply done")
+		serving("--attention-backend torch_native ")
+		if b := readFile(workerLog); !strings.Contains(b, "group: the head's server starts again and waits at the rendezvous") &&
+			!strings.Contains(b, "group: the head runs this node's launch") {
+			t.Errorf("the worker did not wait for the head before its server restarted:\n%s", b)
+		}
+	})
+}
+
+// readFile returns path's text ("" when it cannot be read).
+func readFile(path string) string {
+	b, _ := os.ReadFile(path)
+	return string(b)
+}
+
+// waitLogAfter waits until path holds want after its first offset bytes.
+func waitLogAfter(path string, offset int, want string, within time.Duration) bool {
+	for end := time.Now().Add(within); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+		if b := readFile(path); len(b) > offset && strings.Contains(b[offset:], want) {
+			return true
+		}
+	}
+	return false
 }
 
 // serverPID returns the pid of the fake server running in namespace ns.

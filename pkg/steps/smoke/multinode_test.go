@@ -216,3 +216,174 @@ func TestWorkerRunsTheHeadsProfile(t *testing.T) {
 		t.Errorf("won %v, want [b]: the head's profile", svc.won)
 	}
 }
+
+// TestWorkerWaitsForTheHeadsLaunch: a worker's switch starts its candidate only once the
+// head runs the candidate's command line. A head that serves other arguments all along
+// fails the worker's apply naming the head and the order to apply in, with the worker's
+// server left as it was (not restarted, nothing restored); a head that switches while the
+// worker waits lets the candidate start after it, and the worker passes; a head whose
+// server starts again (its API refuses, its rendezvous accepts), or whose group does not
+// serve (its API answers 500), lets the candidate start and join it.
+func TestWorkerWaitsForTheHeadsLaunch(t *testing.T) {
+	// The fake service's units run "--model-path default --served-model-name qwen --profile P".
+	oldArgs := []string{"--model-path", "default", "--served-model-name", "qwen", "--profile", "old", "--node-rank", "0"}
+	newArgs := []string{"--model-path", "default", "--served-model-name", "qwen", "--profile", "new", "--node-rank", "0"}
+	var headArgs atomic.Pointer[[]string]
+	headArgs.Store(&oldArgs)
+	var asked atomic.Int32
+	var switchAt atomic.Int32 // the head switches at this /get_server_info (0: never)
+	var startedBeforeHead atomic.Int32
+	var svc *groupWorker
+	head := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/get_server_info" {
+			if n := asked.Add(1); n == switchAt.Load() {
+				svc.mu.Lock()
+				startedBeforeHead.Store(int32(len(svc.activated)))
+				svc.mu.Unlock()
+				headArgs.Store(&newArgs)
+			}
+		}
+		fakesglang.New(fakesglang.Options{Model: "qwen", ModelPath: "default", ServerArgs: fakesglang.ServerArgsOf(*headArgs.Load())}).ServeHTTP(w, r)
+	}))
+	defer head.Close()
+	hu, _ := neturl.Parse(head.URL)
+	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.2", hu.Port()))
+	if err != nil {
+		t.Skipf("cannot listen on 127.0.0.2: %v", err)
+	}
+	own := &httptest.Server{Listener: ln, Config: &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})}}
+	own.Start()
+	defer own.Close()
+
+	newWorker := func() (*groupWorker, *engine.Env) {
+		w := &groupWorker{fakeService: newFakeService(t, []string{"new"}, map[string]fakesglang.Mode{"new": fakesglang.ModeGood, "old": fakesglang.ModeGood})}
+		w.setActive("old") // what serves before the switch
+		env, _ := newEnv(t, map[string]engine.Step{"svc": w})
+		env.Nodes = headNodes(t, head.URL, 20*time.Second)
+		return w, env
+	}
+	spec := testSpec(own.URL)
+	spec.ReadyTimeout = "3s"
+	s, err := New("smoke", spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The head never runs the change.
+	svc, env := newWorker()
+	err = s.Run(context.Background(), env)
+	if !errors.Is(err, exitcode.ErrGate) || !strings.Contains(err.Error(), "the head 127.0.0.1 does not run this launch: apply the change on the head (rank 0) first or at the same time") ||
+		!strings.Contains(err.Error(), "--profile: the head runs old, this node new") {
+		t.Fatalf("head that never switches: %v", err)
+	}
+	if len(svc.activated) != 0 || svc.restored != 0 || len(svc.won) != 0 || svc.Active(nil) != "old" {
+		t.Errorf("started %v, restored %d, won %v, active %q: want the worker's server left as it was", svc.activated, svc.restored, svc.won, svc.Active(nil))
+	}
+
+	// The head switches while the worker waits: the candidate starts after it.
+	svc, env = newWorker()
+	switchAt.Store(asked.Load() + 2)
+	if err := s.Run(context.Background(), env); err != nil {
+		t.Fatalf("head that switches meanwhile: %v", err)
+	}
+	if startedBeforeHead.Load() != 0 || fmt.Sprint(svc.won) != "[new]" {
+		t.Errorf("%d starts before the head switched, won %v: want the candidate started after the head ran it, and kept", startedBeforeHead.Load(), svc.won)
+	}
+
+	// The head's server starts again: nothing answers on its API, its rendezvous accepts.
+	rdv, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdv.Close()
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadURL := "http://" + dead.Addr().String()
+	dead.Close()
+	svc, env = newWorker()
+	env.Nodes = headNodes(t, deadURL, time.Second)
+	env.Nodes.HeadPort = rdv.Addr().(*net.TCPAddr).Port
+	spec.URL = "http://127.0.0.2:" + strings.TrimPrefix(deadURL, "http://127.0.0.1:")
+	s2, err := New("smoke", spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s2.Run(context.Background(), env)
+	if err == nil || strings.Contains(err.Error(), "does not run this launch") || len(svc.activated) == 0 || svc.activated[0] != "new" {
+		t.Errorf("head starting again: started %v, %v: want the candidate started to join it", svc.activated, err)
+	}
+
+	// The head's group does not serve (a rank is gone: its API answers 500): nothing
+	// serves to break, the candidate starts.
+	broken := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "NCCL error: remote process exited", http.StatusInternalServerError)
+	}))
+	defer broken.Close()
+	svc, env = newWorker()
+	env.Nodes = headNodes(t, broken.URL, time.Second)
+	bu, _ := neturl.Parse(broken.URL)
+	spec.URL = "http://127.0.0.2:" + bu.Port()
+	s3, err := New("smoke", spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s3.Run(context.Background(), env)
+	if err == nil || strings.Contains(err.Error(), "does not run this launch") || len(svc.activated) == 0 || svc.activated[0] != "new" {
+		t.Errorf("head whose group does not serve: started %v, %v: want the candidate started", svc.activated, err)
+	}
+}
+
+// TestWorkerFollowsTheHeadsVerdict: when the group fails the gate while the head runs the
+// worker's launch (a bad change both apply), the worker does not restore at once, which
+// would break the group under the head's own gate: it waits until the head leaves the
+// launch (its server starts again to restore), then fails and restores.
+func TestWorkerFollowsTheHeadsVerdict(t *testing.T) {
+	args := []string{"--model-path", "default", "--served-model-name", "qwen", "--profile", "p", "--node-rank", "0"}
+	var svc *groupWorker
+	var infos atomic.Int32
+	restoredBeforeHeadLeft := make(chan int, 1)
+	var head *httptest.Server
+	head = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/get_server_info" && infos.Add(1) == 3 {
+			// The head's switch fails and restarts its server: its API refuses from now.
+			svc.mu.Lock()
+			restoredBeforeHeadLeft <- svc.restored
+			svc.mu.Unlock()
+			go func() {
+				head.Listener.Close()
+				head.CloseClientConnections()
+			}()
+		}
+		fakesglang.New(fakesglang.Options{Mode: fakesglang.ModeBang, Model: "qwen", ModelPath: "default", ServerArgs: fakesglang.ServerArgsOf(args)}).ServeHTTP(w, r)
+	}))
+	defer head.Close()
+	hu, _ := neturl.Parse(head.URL)
+	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.2", hu.Port()))
+	if err != nil {
+		t.Skipf("cannot listen on 127.0.0.2: %v", err)
+	}
+	own := &httptest.Server{Listener: ln, Config: &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})}}
+	own.Start()
+	defer own.Close()
+	svc = &groupWorker{fakeService: newFakeService(t, []string{"p"}, map[string]fakesglang.Mode{"p": fakesglang.ModeGood})}
+	env, _ := newEnv(t, map[string]engine.Step{"svc": svc})
+	env.Nodes = headNodes(t, head.URL, 8*time.Second)
+	s, err := New("smoke", testSpec(own.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.Run(context.Background(), env)
+	if !errors.Is(err, exitcode.ErrGate) || !strings.Contains(err.Error(), "the head's server started again (its switch failed and restores what served before") {
+		t.Fatalf("group failing the gate, then the head restarting: %v", err)
+	}
+	select {
+	case n := <-restoredBeforeHeadLeft:
+		if n != 0 {
+			t.Errorf("the worker restored %d times before the head left the launch; want it to wait for the head", n)
+		}
+	default:
+		t.Fatal("the worker did not watch the head after the group failed the gate")
+	}
+}

@@ -230,7 +230,7 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 		candidates = headCandidate(ctx, env, cfg.URL, candidates)
 	}
 	res, results, err := RunSwitch(ctx, env, svc, candidates, SwitchGate{Config: cfg,
-		Drain: env.Drain, Undrain: env.Undrain, Run: run, RunServer: worker})
+		Drain: env.Drain, Undrain: env.Undrain, Run: run, RunServer: worker, Await: awaitHead(env, time.Second)})
 	if res == nil {
 		return err
 	}
@@ -342,6 +342,10 @@ type SwitchGate struct {
 	// RunServer, when set, runs each gate in place of Run, given the server judged (its
 	// unit's own arguments): a worker of a multi-node group (WorkerGate).
 	RunServer func(ctx context.Context, cfg gate.Config, srv switchover.Server) (*gate.Result, error)
+	// Await, when set, is the switch's wait before a candidate that changes what runs
+	// starts (switchover.Switch.Await), given the recipe's gate at the candidate's port: a
+	// worker of a multi-node group waits until its head runs the candidate (awaitHead).
+	Await func(ctx context.Context, cfg gate.Config, srv switchover.Server) error
 	// Drain and Undrain are the recipe's hooks (nil: none).
 	Drain, Undrain switchover.Hook
 }
@@ -390,6 +394,13 @@ func RunSwitch(ctx context.Context, env *engine.Env, svc engine.ServiceStep, pro
 		return switchover.Verdict{Pass: res.Pass, Summary: res.Summary()}, nil
 	}
 	sw.Drain, sw.Undrain = g.Drain, g.Undrain
+	if g.Await != nil {
+		sw.Await = func(ctx context.Context, srv switchover.Server) error {
+			cfg := g.Config
+			cfg.URL = ServerURL(cfg.URL, srv)
+			return g.Await(ctx, cfg, srv)
+		}
+	}
 	res, err := sw.Run(ctx)
 	if res != nil {
 		if rerr := svc.Switched(ctx, env, res); rerr != nil && err == nil {
