@@ -255,10 +255,7 @@ func (s *Store) BeginWith(key string, parts map[string]string) error {
 	if err := CheckKey(key); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(s.dir, 0o755); err != nil {
-		return fmt.Errorf("creating %s: %w", s.dir, err)
-	}
-	l, err := s.lock()
+	l, err := s.makeAndLock()
 	if err != nil {
 		return err
 	}
@@ -349,10 +346,7 @@ func (s *Store) Passed(key string, steps map[string]json.RawMessage) (*Pruned, e
 	if err := CheckKey(key); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(s.dir, 0o755); err != nil {
-		return nil, fmt.Errorf("creating %s: %w", s.dir, err)
-	}
-	l, err := s.lock()
+	l, err := s.makeAndLock()
 	if err != nil {
 		return nil, err
 	}
@@ -459,10 +453,7 @@ func (s *Store) Aside(link string) (MovedAside, bool) {
 // left alone and is an error. On an error the links already changed are put back. It
 // returns the links as they were, to undo it with.
 func (s *Store) Relink(links []Link) ([]Link, error) {
-	if err := os.MkdirAll(s.dir, 0o755); err != nil {
-		return nil, fmt.Errorf("creating %s: %w", s.dir, err)
-	}
-	l, err := s.lock()
+	l, err := s.makeAndLock()
 	if err != nil {
 		return nil, err
 	}
@@ -520,10 +511,7 @@ func (s *Store) relink(p, target string) error {
 // removed (it names the generation that serves), and every generation is kept as before.
 // A generation that passes later serves again as usual.
 func (s *Store) InPlaceServes() error {
-	if err := os.MkdirAll(s.dir, 0o755); err != nil {
-		return fmt.Errorf("creating %s: %w", s.dir, err)
-	}
-	l, err := s.lock()
+	l, err := s.makeAndLock()
 	if err != nil {
 		return err
 	}
@@ -774,6 +762,14 @@ func (s *Store) RemoveAll(dryRun bool) (*Pruned, error) {
 // generations there is an error that wraps exitcode.ErrLocked.
 func (s *Store) lock() (*treelock.Lock, error) {
 	return treelock.Acquire(context.Background(), s.dir, LockDir, "changing the generations in")
+}
+
+// makeAndLock creates the generations folder when it is not there and takes its lock.
+func (s *Store) makeAndLock() (*treelock.Lock, error) {
+	if err := os.MkdirAll(s.dir, 0o755); err != nil {
+		return nil, fmt.Errorf("creating %s: %w", s.dir, err)
+	}
+	return s.lock()
 }
 
 // userFile is the file in LockDir that says this store's record lists generations here.
