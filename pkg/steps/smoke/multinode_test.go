@@ -51,20 +51,14 @@ func TestWorkerAsksTheHead(t *testing.T) {
 	var ownHits, ownHealth atomic.Int32
 	var ownStatus atomic.Int32
 	ownStatus.Store(http.StatusOK)
-	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.2", hu.Port()))
-	if err != nil {
-		t.Skipf("cannot listen on 127.0.0.2: %v", err)
-	}
-	own := &httptest.Server{Listener: ln, Config: &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	own := ownServer(t, head.URL, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/health" {
 			ownHealth.Add(1)
 			w.WriteHeader(int(ownStatus.Load()))
 			return
 		}
 		ownHits.Add(1)
-	})}}
-	own.Start()
-	defer own.Close()
+	}))
 
 	svc := &groupWorker{fakeService: newFakeService(t, []string{""}, map[string]fakesglang.Mode{"": fakesglang.ModeGood})}
 	env, _ := newEnv(t, map[string]engine.Step{"svc": svc})
@@ -158,14 +152,7 @@ func TestWorkerJoinsOnlyItsOwnLaunch(t *testing.T) {
 		fakesglang.New(fakesglang.Options{Model: "qwen", ModelPath: "default", ServerArgs: fakesglang.ServerArgsOf(*headArgs.Load())}).ServeHTTP(w, r)
 	}))
 	defer head.Close()
-	hu, _ := neturl.Parse(head.URL)
-	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.2", hu.Port()))
-	if err != nil {
-		t.Skipf("cannot listen on 127.0.0.2: %v", err)
-	}
-	own := &httptest.Server{Listener: ln, Config: &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})}}
-	own.Start()
-	defer own.Close()
+	own := ownServer(t, head.URL, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 
 	svc := &groupWorker{fakeService: newFakeService(t, []string{""}, map[string]fakesglang.Mode{"": fakesglang.ModeGood})}
 	env, _ := newEnv(t, map[string]engine.Step{"svc": svc})
@@ -193,14 +180,7 @@ func TestWorkerRunsTheHeadsProfile(t *testing.T) {
 	head := httptest.NewServer(fakesglang.New(fakesglang.Options{Model: "qwen",
 		ServerArgs: fakesglang.ServerArgsOf([]string{"--model-path", "default", "--served-model-name", "qwen", "--profile", "b", "--attention-backend", "flashinfer"})}))
 	defer head.Close()
-	hu, _ := neturl.Parse(head.URL)
-	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.2", hu.Port()))
-	if err != nil {
-		t.Skipf("cannot listen on 127.0.0.2: %v", err)
-	}
-	own := &httptest.Server{Listener: ln, Config: &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})}}
-	own.Start()
-	defer own.Close()
+	own := ownServer(t, head.URL, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	svc := &groupWorker{fakeService: newFakeService(t, []string{"a", "b"}, map[string]fakesglang.Mode{"a": fakesglang.ModeGood, "b": fakesglang.ModeGood})}
 	env, _ := newEnv(t, map[string]engine.Step{"svc": svc})
 	env.Nodes = headNodes(t, head.URL, 20*time.Second)
@@ -246,14 +226,7 @@ func TestWorkerWaitsForTheHeadsLaunch(t *testing.T) {
 		fakesglang.New(fakesglang.Options{Model: "qwen", ModelPath: "default", ServerArgs: fakesglang.ServerArgsOf(*headArgs.Load())}).ServeHTTP(w, r)
 	}))
 	defer head.Close()
-	hu, _ := neturl.Parse(head.URL)
-	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.2", hu.Port()))
-	if err != nil {
-		t.Skipf("cannot listen on 127.0.0.2: %v", err)
-	}
-	own := &httptest.Server{Listener: ln, Config: &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})}}
-	own.Start()
-	defer own.Close()
+	own := ownServer(t, head.URL, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 
 	newWorker := func() (*groupWorker, *engine.Env) {
 		w := &groupWorker{fakeService: newFakeService(t, []string{"new"}, map[string]fakesglang.Mode{"new": fakesglang.ModeGood, "old": fakesglang.ModeGood})}
@@ -359,14 +332,7 @@ func TestWorkerFollowsTheHeadsVerdict(t *testing.T) {
 		fakesglang.New(fakesglang.Options{Mode: fakesglang.ModeBang, Model: "qwen", ModelPath: "default", ServerArgs: fakesglang.ServerArgsOf(args)}).ServeHTTP(w, r)
 	}))
 	defer head.Close()
-	hu, _ := neturl.Parse(head.URL)
-	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.2", hu.Port()))
-	if err != nil {
-		t.Skipf("cannot listen on 127.0.0.2: %v", err)
-	}
-	own := &httptest.Server{Listener: ln, Config: &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})}}
-	own.Start()
-	defer own.Close()
+	own := ownServer(t, head.URL, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	svc = &groupWorker{fakeService: newFakeService(t, []string{"p"}, map[string]fakesglang.Mode{"p": fakesglang.ModeGood})}
 	env, _ := newEnv(t, map[string]engine.Step{"svc": svc})
 	env.Nodes = headNodes(t, head.URL, 8*time.Second)
@@ -386,4 +352,23 @@ func TestWorkerFollowsTheHeadsVerdict(t *testing.T) {
 	default:
 		t.Fatal("the worker did not watch the head after the group failed the gate")
 	}
+}
+
+// ownServer starts a worker's own server (SGLang's dummy health server of a rank >= 1) on
+// the head's port at another address of this host, 127.0.0.2, closed when the test ends;
+// the test skips where that address cannot be listened on.
+func ownServer(t *testing.T, headURL string, h http.Handler) *httptest.Server {
+	t.Helper()
+	hu, err := neturl.Parse(headURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.2", hu.Port()))
+	if err != nil {
+		t.Skipf("cannot listen on 127.0.0.2: %v", err)
+	}
+	own := &httptest.Server{Listener: ln, Config: &http.Server{Handler: h}}
+	own.Start()
+	t.Cleanup(own.Close)
+	return own
 }
