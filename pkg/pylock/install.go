@@ -63,12 +63,27 @@ type InstallOptions struct {
 }
 
 // Install installs exactly the packages of l into the environment of python: pip install
-// --require-hashes --no-deps -r of l's requirements. A wheel that is not the lock's is
-// refused: by VerifyWheels (both digests named) for a wheel folder, by pip's hash check
-// (which names both too) for the index.
+// --require-hashes --no-deps -r of l's requirements, written from l's checked fields only
+// (Validate). A wheel that is not the lock's is refused: by VerifyWheels (both digests
+// named) for a wheel folder, by pip's hash check (which names both too) for the index.
+// After pip, the environment is compared with the lock (Verify): a distribution whose
+// version, archive or files differ from the lock's, or one the lock does not name that
+// the install added or changed, fails the install, naming both.
 func Install(ctx context.Context, python string, l *Lock, opt InstallOptions) error {
+	reqs, err := l.Requirements(opt.ByURL && opt.WheelDir == "")
+	if err != nil {
+		return err
+	}
 	if len(l.Packages) == 0 {
 		return nil
+	}
+	site, err := SitePackages(ctx, python)
+	if err != nil {
+		return err
+	}
+	before, err := TakeSnapshot(site)
+	if err != nil {
+		return fmt.Errorf("reading the environment before the locked install: %w", err)
 	}
 	args := []string{"-m", "pip", "install", "--require-hashes", "--no-deps", "--disable-pip-version-check"}
 	if opt.WheelDir != "" {
@@ -88,7 +103,7 @@ func Install(ctx context.Context, python string, l *Lock, opt InstallOptions) er
 		return fmt.Errorf("writing the lock's requirements: %w", err)
 	}
 	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(l.Requirements(opt.ByURL && opt.WheelDir == "")); err != nil {
+	if _, err := tmp.Write(reqs); err != nil {
 		tmp.Close()
 		return fmt.Errorf("writing the lock's requirements: %w", err)
 	}
@@ -107,7 +122,7 @@ func Install(ctx context.Context, python string, l *Lock, opt InstallOptions) er
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("installing the locked environment (%s -m pip install --require-hashes --no-deps): %w\n%s", python, err, tail.String())
 	}
-	return nil
+	return Verify(ctx, site, l, before)
 }
 
 // tailWriter keeps the last max bytes written to it.

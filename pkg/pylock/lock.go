@@ -13,13 +13,12 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/url"
-	"os"
-	"path"
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/sglprov/sglprov/pkg/safefile"
 )
 
 // Version is the lock format's version.
@@ -75,8 +74,6 @@ func Normalize(name string) string {
 
 var (
 	hexRE     = regexp.MustCompile(`^[0-9a-f]{64}$`)
-	wheelRE   = regexp.MustCompile(`^[A-Za-z0-9_.+!-]+\.whl$`)
-	versionRE = regexp.MustCompile(`^[A-Za-z0-9_.+!-]+$`)
 )
 
 // Encode is the lock as written: indented JSON, packages sorted by name, a final newline.
@@ -104,11 +101,14 @@ func (l *Lock) Digest() (string, error) {
 	return "sha256:" + hex.EncodeToString(s[:]), nil
 }
 
-// Parse reads a lock and checks every entry: a name, a version, a wheel file name and a
-// sha256 each, and no project twice. what names the lock in errors (its file).
+// Parse reads a lock and checks it whole (Validate): one JSON document, no key twice, no
+// unknown key, and every entry's fields. what names the lock in errors (its file).
 func Parse(b []byte, what string) (*Lock, error) {
 	if len(b) > maxLock {
 		return nil, fmt.Errorf("the lock %s is %d bytes, more than %d", what, len(b), maxLock)
+	}
+	if err := checkJSON(b); err != nil {
+		return nil, fmt.Errorf("reading the lock %s: %w (write it with `sglprov lock -f RECIPE`)", what, err)
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
@@ -116,29 +116,14 @@ func Parse(b []byte, what string) (*Lock, error) {
 	if err := dec.Decode(&l); err != nil {
 		return nil, fmt.Errorf("reading the lock %s: %w (write it with `sglprov lock -f RECIPE`)", what, err)
 	}
-	if l.Version != Version {
-		return nil, fmt.Errorf("the lock %s has version %d; this sglprov reads version %d (write it again with `sglprov lock -f RECIPE`)", what, l.Version, Version)
-	}
-	seen := map[string]bool{}
-	for i, p := range l.Packages {
-		switch {
-		case p.Name == "" || Normalize(p.Name) != p.Name:
-			return nil, fmt.Errorf("the lock %s: package %d has name %q, want a normalized project name", what, i, p.Name)
-		case !versionRE.MatchString(p.Version):
-			return nil, fmt.Errorf("the lock %s: %s has version %q", what, p.Name, p.Version)
-		case !wheelRE.MatchString(p.Wheel) || strings.Contains(p.Wheel, "..") || path.Base(p.Wheel) != p.Wheel:
-			return nil, fmt.Errorf("the lock %s: %s has wheel %q, want a wheel file name", what, p.Name, p.Wheel)
-		case !hexRE.MatchString(p.SHA256):
-			return nil, fmt.Errorf("the lock %s: %s has sha256 %q, want 64 lower-case hex digits", what, p.Name, p.SHA256)
-		case seen[p.Name]:
-			return nil, fmt.Errorf("the lock %s names %s twice", what, p.Name)
-		}
-		seen[p.Name] = true
+	if err := l.Validate(what); err != nil {
+		return nil, fmt.Errorf("%w (fix the entry, or write the lock again with `sglprov lock -f RECIPE`)", err)
 	}
 	return &l, nil
 }
 
-// Read reads and parses the lock file at p.
+// Read reads and parses the lock file at p: a regular file of at most 64 MiB, opened
+// without waiting (a FIFO is refused at once, never read).
 func Read(p string) (*Lock, error) {
 	b, err := readBounded(p, maxLock)
 	if err != nil {
@@ -150,8 +135,12 @@ func Read(p string) (*Lock, error) {
 // Requirements is the lock as a pip requirements file for --require-hashes --no-deps:
 // one "name==version --hash=sha256:HEX" line per package.
 // With byURL, a package whose URL the lock records is "name @ URL --hash=sha256:HEX"
-// instead: pip fetches that very file, from no index.
-func (l *Lock) Requirements(byURL bool) []byte {
+// instead: pip fetches that very file, from no index. Each line is written from fields
+// Validate accepts only; a lock it refuses writes nothing.
+func (l *Lock) Requirements(byURL bool) ([]byte, error) {
+	if err := l.Validate("to install"); err != nil {
+		return nil, err
+	}
 	var b bytes.Buffer
 	b.WriteString("# Written by sglprov from a Python lock; install with --require-hashes --no-deps.\n")
 	ps := slices.Clone(l.Packages)
@@ -163,7 +152,7 @@ func (l *Lock) Requirements(byURL bool) []byte {
 		}
 		fmt.Fprintf(&b, "%s==%s --hash=sha256:%s\n", p.Name, p.Version, p.SHA256)
 	}
-	return b.Bytes()
+	return b.Bytes(), nil
 }
 
 // cleanURL drops credentials, query and fragment from a download URL.
@@ -176,19 +165,8 @@ func cleanURL(s string) string {
 	return u.String()
 }
 
-// readBounded reads the file at p, refusing one larger than limit.
+// readBounded reads the regular file at p, refusing one larger than limit and anything
+// that is not a regular file without waiting on it (a FIFO).
 func readBounded(p string, limit int64) ([]byte, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var b bytes.Buffer
-	if _, err := b.ReadFrom(io.LimitReader(f, limit+1)); err != nil {
-		return nil, fmt.Errorf("%s: %w", p, err)
-	}
-	if int64(b.Len()) > limit {
-		return nil, fmt.Errorf("%s is larger than %d bytes", p, limit)
-	}
-	return b.Bytes(), nil
+	return safefile.ReadRegular(p, limit)
 }

@@ -10,6 +10,7 @@ import (
 	"io"
 	"io/fs"
 	"net/textproto"
+	"net/url"
 	"os"
 	"os/exec"
 	"path"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/atomicfile"
+	"github.com/sglprov/sglprov/pkg/safefile"
 )
 
 // maxMetadataHeader bounds the header of a METADATA file read (the description after it
@@ -70,7 +72,12 @@ type nameVersion struct{ name, version string }
 // names a distribution and its version; the wheel it came from, and that wheel's sha256,
 // come from its direct_url.json (an install from a URL or a file) or from pip's reports
 // (the files of reports, in the order the installs ran: a later report's entry for the
-// same name and version wins). A distribution no record gives a wheel digest for is Local.
+// same name and version wins). A distribution no record gives a wheel digest for is Local,
+// and so is one installed without a wheel (an *.egg-info). What Scan cannot lock it
+// refuses rather than leave out: a dist-info that is a symbolic link or no folder, a
+// METADATA whose Name is no project name or whose Version is no PEP 440 version, a wheel
+// record whose file name, version or URL disagree with the distribution (the lock is
+// checked whole, as Parse checks it, before it is returned).
 func Scan(sitePackages string, reports []string) (*Lock, error) {
 	byNV := map[nameVersion]directURL{}
 	for _, rp := range reports {
@@ -89,63 +96,139 @@ func Scan(sitePackages string, reports []string) (*Lock, error) {
 			byNV[nameVersion{Normalize(in.Metadata.Name), in.Metadata.Version}] = in.DownloadInfo
 		}
 	}
-	ents, err := os.ReadDir(sitePackages)
+	dists, err := distributions(sitePackages)
 	if err != nil {
-		return nil, fmt.Errorf("reading the environment: %w", err)
+		return nil, err
 	}
 	l := &Lock{Version: Version}
-	seen := map[string]string{}
-	for _, e := range ents {
-		if !e.IsDir() || !strings.HasSuffix(e.Name(), ".dist-info") {
+	for _, d := range dists {
+		if d.egg {
+			l.Local = append(l.Local, Local{Name: d.name, Version: d.version, Source: "unrecorded"})
 			continue
 		}
-		di := filepath.Join(sitePackages, e.Name())
-		name, version, err := readMetadata(filepath.Join(di, "METADATA"))
-		if err != nil {
-			return nil, fmt.Errorf("reading %s: %w", e.Name(), err)
-		}
-		n := Normalize(name)
-		if prev, ok := seen[n]; ok {
-			return nil, fmt.Errorf("the environment holds %s twice (%s and %s): a broken install; reinstall it", n, prev, e.Name())
-		}
-		seen[n] = e.Name()
+		di := filepath.Join(sitePackages, d.dir)
 		var du directURL
-		if b, err := readBounded(filepath.Join(di, "direct_url.json"), maxDirectURL); err == nil {
+		b, err := readBounded(filepath.Join(di, "direct_url.json"), maxDirectURL)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+		case err != nil:
+			return nil, fmt.Errorf("reading %s/direct_url.json: %w", d.dir, err)
+		default:
 			if err := json.Unmarshal(b, &du); err != nil {
-				return nil, fmt.Errorf("reading %s/direct_url.json: %w", e.Name(), err)
+				return nil, fmt.Errorf("reading %s/direct_url.json: %w", d.dir, err)
 			}
 		}
 		if du.DirInfo != nil && du.DirInfo.Editable {
-			l.Local = append(l.Local, Local{Name: n, Version: version, Source: "editable", URL: cleanURL(du.URL)})
+			l.Local = append(l.Local, Local{Name: d.name, Version: d.version, Source: "editable", URL: cleanURL(du.URL)})
 			continue
 		}
 		if du.sha256() == "" {
-			du = byNV[nameVersion{n, version}]
+			du = byNV[nameVersion{d.name, d.version}]
 		}
-		sum, wheel := du.sha256(), path.Base(cleanURL(du.URL))
-		if !hexRE.MatchString(sum) || !wheelRE.MatchString(wheel) {
-			l.Local = append(l.Local, Local{Name: n, Version: version, Source: "unrecorded"})
+		sum, u := du.sha256(), cleanURL(du.URL)
+		wheel := ""
+		if pu, err := url.Parse(u); err == nil {
+			wheel = path.Base(pu.Path)
+		}
+		if !hexRE.MatchString(sum) || !strings.HasSuffix(wheel, ".whl") {
+			l.Local = append(l.Local, Local{Name: d.name, Version: d.version, Source: "unrecorded"})
 			continue
 		}
-		l.Packages = append(l.Packages, Package{Name: n, Version: version, Wheel: wheel, SHA256: sum, URL: cleanURL(du.URL)})
+		p := Package{Name: d.name, Version: d.version, Wheel: wheel, SHA256: sum, URL: u}
+		if err := p.check(); err != nil {
+			return nil, fmt.Errorf("cannot lock %s (%s): %w; reinstall it from a wheel whose name, version and URL agree", d.dir, sitePackages, err)
+		}
+		l.Packages = append(l.Packages, p)
+	}
+	if err := l.Validate("of " + sitePackages); err != nil {
+		return nil, err
 	}
 	return l, nil
 }
 
-// readMetadata reads Name and Version from the header of a METADATA file.
+// dist is one distribution of an environment, as Python's importlib.metadata finds it.
+type dist struct {
+	dir     string // its *.dist-info (or *.egg-info) in site-packages
+	name    string // normalized
+	version string
+	egg     bool // installed without a wheel (*.egg-info)
+}
+
+// maxDistEntries bounds the entries of a site-packages folder read.
+const maxDistEntries = 1 << 20
+
+// distributions lists the distributions of the environment whose site-packages is site:
+// each *.dist-info folder's METADATA (and each *.egg-info's PKG-INFO), every read bounded
+// and none waiting on a FIFO. What Python would find but cannot be read as a distribution
+// of this folder is refused, naming it: a dist-info that is a symbolic link (importlib
+// follows it, so the package is installed, but what it points to is not this
+// environment's), or that is no folder, a Name that is no PEP 508 project name, a Version
+// that is no PEP 440 version, a project twice.
+func distributions(site string) ([]dist, error) {
+	f, err := os.Open(site)
+	if err != nil {
+		return nil, fmt.Errorf("reading the environment: %w", err)
+	}
+	ents, err := f.ReadDir(maxDistEntries + 1)
+	f.Close()
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("reading the environment %s: %w", site, err)
+	}
+	if len(ents) > maxDistEntries {
+		return nil, fmt.Errorf("the environment %s holds more than %d entries", site, maxDistEntries)
+	}
+	var out []dist
+	seen := map[string]string{}
+	for _, e := range ents {
+		n := e.Name()
+		egg := strings.HasSuffix(n, ".egg-info")
+		if !egg && !strings.HasSuffix(n, ".dist-info") {
+			continue
+		}
+		p := filepath.Join(site, n)
+		meta := filepath.Join(p, "METADATA")
+		switch t := e.Type(); {
+		case t&fs.ModeSymlink != 0:
+			return nil, fmt.Errorf("%s is a symbolic link: Python follows it and finds the package installed, but what it points to is not this environment's, and sglprov cannot lock it; replace the link with the folder (or reinstall the package with pip)", p)
+		case egg && t.IsDir():
+			meta = filepath.Join(p, "PKG-INFO")
+		case egg && t.IsRegular():
+			meta = p
+		case !t.IsDir():
+			return nil, fmt.Errorf("%s is not a folder: a broken install; reinstall the package with pip or remove it", p)
+		}
+		name, version, err := readMetadata(meta)
+		if err != nil {
+			return nil, fmt.Errorf("reading %s: %w; reinstall the package with pip, or remove it", p, err)
+		}
+		norm := Normalize(name)
+		if prev, ok := seen[norm]; ok {
+			return nil, fmt.Errorf("the environment %s holds %s twice (%s and %s): a broken install; reinstall it", site, norm, prev, n)
+		}
+		seen[norm] = n
+		out = append(out, dist{dir: n, name: norm, version: version, egg: egg})
+	}
+	return out, nil
+}
+
+// readMetadata reads Name and Version from the header of a METADATA file (at most its first
+// MiB, not waiting on a FIFO), refusing a Name that is no PEP 508 project name and a
+// Version that is no PEP 440 version.
 func readMetadata(p string) (name, version string, err error) {
-	f, err := os.Open(p)
+	b, err := safefile.ReadPrefix(p, maxMetadataHeader)
 	if err != nil {
 		return "", "", err
 	}
-	defer f.Close()
-	h, err := textproto.NewReader(bufio.NewReader(io.LimitReader(f, maxMetadataHeader))).ReadMIMEHeader()
+	h, err := textproto.NewReader(bufio.NewReader(bytes.NewReader(b))).ReadMIMEHeader()
 	if err != nil && !errors.Is(err, io.EOF) {
 		return "", "", fmt.Errorf("reading its header: %w", err)
 	}
 	name, version = strings.TrimSpace(h.Get("Name")), strings.TrimSpace(h.Get("Version"))
-	if name == "" || !versionRE.MatchString(version) {
-		return "", "", fmt.Errorf("no Name and Version in its header (%q, %q)", name, version)
+	if !ValidName(name) {
+		return "", "", fmt.Errorf("its Name %q is no project name (PEP 508: ASCII letters, digits, and \".\", \"-\", \"_\" inside)", name)
+	}
+	if _, ok := CanonicalVersion(version); !ok {
+		return "", "", fmt.Errorf("%s's Version %q is no PEP 440 version", name, version)
 	}
 	return name, version, nil
 }
