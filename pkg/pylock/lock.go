@@ -73,7 +73,7 @@ func Normalize(name string) string {
 }
 
 var (
-	hexRE     = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	hexRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
 )
 
 // Encode is the lock as written: indented JSON, packages sorted by name, a final newline.
