@@ -9,7 +9,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/sglprov/sglprov/pkg/pylock"
 	"github.com/sglprov/sglprov/test/ociregistry"
@@ -261,5 +263,115 @@ func TestLockedRecipeThroughTheFleetCache(t *testing.T) {
 	}
 	if got, err := exec.Command(python, "-c", "import beta; print(beta.V, beta.MARK)").CombinedOutput(); err != nil || strings.TrimSpace(string(got)) != "1.0 b1" {
 		t.Errorf("beta %q (%v), want the locked 1.0", got, err)
+	}
+}
+
+// TestLockFileFIFORefusedAtOnce: a recipe whose python.lock is a FIFO is refused by
+// validate and plan at once (exit 2, the FIFO named), never waited on: no writer ever
+// opens it, and the process ends without needing a signal.
+func TestLockFileFIFORefusedAtOnce(t *testing.T) {
+	dir := t.TempDir()
+	if err := syscall.Mkfifo(filepath.Join(dir, "py.lock.json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	recipe := writeRecipe(t, dir, pyRecipe("/usr/bin/python3", "http://127.0.0.1:9/simple/", "py.lock.json"))
+	for _, cmdName := range []string{"validate", "plan"} {
+		cmd := exec.Command(os.Args[0], cmdName, "-f", recipe, "--state-dir", filepath.Join(dir, "st"))
+		cmd.Env = []string{mainEnv + "=1", "PATH=/usr/bin:/bin"}
+		var out strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-done:
+				t.Errorf("%s waited on the FIFO until SIGTERM\n%s", cmdName, out.String())
+			case <-time.After(5 * time.Second):
+				cmd.Process.Kill()
+				<-done
+				t.Errorf("%s waited on the FIFO and outlived SIGTERM by 5 s\n%s", cmdName, out.String())
+			}
+			continue
+		}
+		if code := cmd.ProcessState.ExitCode(); code != 2 || !strings.Contains(out.String(), "FIFO") || !strings.Contains(out.String(), "py.lock.json") {
+			t.Errorf("%s with a FIFO as python.lock: exit %d; want 2 and the FIFO named\n%s", cmdName, code, out.String())
+		}
+	}
+}
+
+// TestLockRefusesWhatItCannotLock: after a real pip install from the index, `sglprov
+// lock` refuses an environment where beta's dist-info is a symbolic link (Python still
+// finds beta installed through it) and one holding a distribution whose METADATA names
+// the project "a -r /etc/passwd", naming each; it writes no lock that leaves beta out or
+// carries the forged name.
+func TestLockRefusesWhatItCannotLock(t *testing.T) {
+	py := pyindex.NeedPip(t)
+	ix := pyindex.Start(t)
+	alphaFile, alpha := pyindex.BuildWheel(t, "alpha", "1.0", "a1", "beta>=1.0")
+	betaFile, beta := pyindex.BuildWheel(t, "beta", "1.0", "b1")
+	ix.Publish("alpha", alphaFile, alpha)
+	ix.Publish("beta", betaFile, beta)
+	a := t.TempDir()
+	python, site := pyindex.Venv(t, py, filepath.Join(a, "venv"))
+	recipe := writeRecipe(t, a, pyRecipe(python, ix.URL(), ""))
+	st := filepath.Join(a, "st")
+	if code, out, errs := run(t, nil, "apply", "-f", recipe, "--state-dir", st); code != 0 {
+		t.Fatalf("apply: %d\n%s\n%s", code, out, errs)
+	}
+	lockFile := filepath.Join(a, "pyt.lock.json")
+
+	// beta's dist-info moved out and linked back.
+	di := filepath.Join(site, "beta-1.0.dist-info")
+	moved := filepath.Join(a, "beta-1.0.dist-info")
+	if err := os.Rename(di, moved); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(moved, di); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(python, "-c", "import importlib.metadata as m; print(m.version('beta'))").CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "1.0" {
+		t.Fatalf("Python does not see beta through the link: %v %s", err, out)
+	}
+	code, out, errs := run(t, nil, "lock", "-f", recipe, "--state-dir", st)
+	if code == 0 || !strings.Contains(errs, di) || !strings.Contains(errs, "symbolic link") {
+		t.Errorf("lock with beta's dist-info a link: %d; want a refusal naming %s\n%s\n%s", code, di, out, errs)
+	}
+	if _, err := os.Stat(lockFile); err == nil {
+		b, _ := os.ReadFile(lockFile)
+		t.Errorf("a lock was written without beta:\n%s", b)
+	}
+	os.Remove(di)
+	if err := os.Rename(moved, di); err != nil {
+		t.Fatal(err)
+	}
+
+	// A forged distribution whose name carries a pip option.
+	forged := filepath.Join(site, "a-1.dist-info")
+	if err := os.MkdirAll(forged, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(forged, "METADATA"), []byte("Metadata-Version: 2.1\nName: a -r /etc/passwd\nVersion: 1\n\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs = run(t, nil, "lock", "-f", recipe, "--state-dir", st)
+	if code == 0 || !strings.Contains(errs, forged) || !strings.Contains(errs, `"a -r /etc/passwd" is no project name`) {
+		t.Errorf("lock with a forged name: %d; want a refusal naming %s\n%s\n%s", code, forged, out, errs)
+	}
+	if _, err := os.Stat(lockFile); err == nil {
+		b, _ := os.ReadFile(lockFile)
+		t.Errorf("a lock was written with the forged name:\n%s", b)
+	}
+	// Removed, the environment locks whole.
+	if err := os.RemoveAll(forged); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errs := run(t, nil, "lock", "-f", recipe, "--state-dir", st); code != 0 || !strings.Contains(out, "2 packages from wheels") {
+		t.Errorf("lock of the repaired environment: %d\n%s\n%s", code, out, errs)
 	}
 }
