@@ -375,3 +375,47 @@ func TestLockRefusesWhatItCannotLock(t *testing.T) {
 		t.Errorf("lock of the repaired environment: %d\n%s\n%s", code, out, errs)
 	}
 }
+
+// TestLockedApplyRefusesWhatTheLockDoesNotSay: a locked recipe whose lock smuggles a
+// second requirement into a url (evil @ URL after a newline) is refused before pip runs
+// (exit 2, the url named) and evil is never installed; one whose alpha 1.0 entry is
+// consistent but whose wheel, as the index serves it, is alpha 2.0 fails its step (exit 1)
+// naming both versions: the environment after the install is compared with the lock.
+func TestLockedApplyRefusesWhatTheLockDoesNotSay(t *testing.T) {
+	py := pyindex.NeedPip(t)
+	ix := pyindex.Start(t)
+	a1File, _ := pyindex.BuildWheel(t, "alpha", "1.0", "a1")
+	_, a2 := pyindex.BuildWheel(t, "alpha", "2.0", "a2")
+	evilFile, evil := pyindex.BuildWheel(t, "evil", "6.6.6", "evil")
+	ix.Publish("alpha", a1File, a2) // 2.0's bytes under 1.0's name
+	ix.Publish("evil", evilFile, evil)
+	files := ix.Srv.URL + "/files/"
+	h2, he := pyindex.SHA256(a2), pyindex.SHA256(evil)
+	for _, c := range []struct {
+		name, url string
+		code      int
+		want      []string
+	}{
+		{"smuggled", files + a1File + " --hash=sha256:" + h2 + "\nevil @ " + files + evilFile + " --hash=sha256:" + he + "\n#", 2, []string{"python.lock", "a lock's url is one URL"}},
+		{"2.0 as 1.0", files + a1File, 1, []string{"the lock names alpha 1.0", "holds alpha 2.0"}},
+	} {
+		d := t.TempDir()
+		b, _ := json.Marshal(map[string]any{"version": 1, "packages": []map[string]string{{"name": "alpha", "version": "1.0", "wheel": a1File, "sha256": h2, "url": c.url}}})
+		if err := os.WriteFile(filepath.Join(d, "py.lock.json"), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		python, _ := pyindex.Venv(t, py, filepath.Join(d, "venv"))
+		code, out, errs := run(t, nil, "apply", "-f", writeRecipe(t, d, pyRecipe(python, ix.URL(), "py.lock.json")), "--state-dir", filepath.Join(d, "st"))
+		if code != c.code {
+			t.Errorf("%s: apply exit %d, want %d\n%s\n%s", c.name, code, c.code, out, errs)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(out+errs, w) {
+				t.Errorf("%s: the output does not say %q\n%s\n%s", c.name, w, out, errs)
+			}
+		}
+		if exec.Command(python, "-c", "import evil").Run() == nil {
+			t.Errorf("%s: evil is installed", c.name)
+		}
+	}
+}
