@@ -16,6 +16,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/atomicfile"
@@ -165,7 +166,7 @@ const maxDistEntries = 1 << 20
 // environment's), or that is no folder, a Name that is no PEP 508 project name, a Version
 // that is no PEP 440 version, a project twice.
 func distributions(site string) ([]dist, error) {
-	f, err := os.Open(site)
+	f, err := os.OpenFile(site, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, fmt.Errorf("reading the environment: %w", err)
 	}
