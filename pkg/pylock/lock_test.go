@@ -112,7 +112,7 @@ func TestParseRefusesInjectedFields(t *testing.T) {
 		"junk after":           {lock() + " x", `text follows the JSON document`},
 		"key twice":            {`{"version":1,"packages":[{"name":"alpha","name":"evil","version":"1.0","wheel":"alpha-1.0-py3-none-any.whl","sha256":"` + sum + `"}]}`, `"name" is given twice`},
 		"key in another case":  {`{"version":1,"packages":[{"Name":"alpha","version":"1.0","wheel":"alpha-1.0-py3-none-any.whl","sha256":"` + sum + `"}]}`, `"Name" is not in lower case`},
-		"local with a newline": {`{"version":1,"packages":[],"local":[{"name":"x","version":"1","source":"editable","url":"file:///a\nb"}]}`, `holds a character`},
+		"local with a newline": {`{"version":1,"packages":[],"local":[{"name":"x","version":"1","source":"editable","url":"file:///a\nb"}]}`, `holds a space or control character`},
 	} {
 		_, err := Parse([]byte(c.body), "x.lock.json")
 		if err == nil || !strings.Contains(err.Error(), "x.lock.json") || !strings.Contains(err.Error(), c.want) {

@@ -197,7 +197,8 @@ func (p Package) check() error {
 }
 
 // check checks one local entry: a normalized name, a PEP 440 version, a known source, and
-// a URL without space or control characters.
+// a URL without space or control characters (a local entry's URL is for review: it is
+// never given to pip).
 func (x Local) check() error {
 	if !normalRE.MatchString(x.Name) {
 		return fmt.Errorf("the local name %q is not a normalized project name", x.Name)
@@ -208,8 +209,8 @@ func (x Local) check() error {
 	if x.Source != "editable" && x.Source != "unrecorded" {
 		return fmt.Errorf("local %s: the source %q is neither editable nor unrecorded", x.Name, x.Source)
 	}
-	if x.URL != "" && !urlRE.MatchString(x.URL) {
-		return fmt.Errorf("local %s: the url %q holds a character a URL does not", x.Name, x.URL)
+	if strings.ContainsFunc(x.URL, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+		return fmt.Errorf("local %s: the url %q holds a space or control character", x.Name, x.URL)
 	}
 	return nil
 }
