@@ -282,8 +282,12 @@ func (l *Lock) Unrecorded() []string {
 	return out
 }
 
-// Write writes l to path (replaced whole, 0644).
+// Write writes l to path (replaced whole, 0644), refusing a lock that Validate refuses:
+// what sglprov writes, it reads back.
 func Write(path string, l *Lock) error {
+	if err := l.Validate(path); err != nil {
+		return fmt.Errorf("not writing the lock: %w", err)
+	}
 	b, err := l.Encode()
 	if err != nil {
 		return err
