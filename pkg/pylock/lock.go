@@ -4,7 +4,9 @@
 // reports pip wrote while it installed (pip install --report, which sglprov asks for with
 // PIP_REPORT), never by resolving again. A lock is written as reviewable JSON next to the
 // recipe; installing it is pip install --require-hashes --no-deps -r of its requirements,
-// from a folder of wheels (taken from the fleet cache) or from the package index.
+// from a folder of wheels (taken from the fleet cache) or from the package index. A lock is
+// data: every field is checked before a requirements line is written from it (Validate),
+// and after pip the environment is compared with the lock (Verify).
 package pylock
 
 import (
