@@ -26,8 +26,10 @@ import (
 // Version is the lock format's version.
 const Version = 1
 
-// maxLock bounds a lock file or a pip report read from disk.
-const maxLock = 64 << 20
+// MaxLock bounds a lock file or a pip report read from disk.
+const MaxLock = 64 << 20
+
+const maxLock = MaxLock
 
 // Lock is a locked Python environment.
 type Lock struct {

@@ -252,14 +252,31 @@ func modTime(p string) time.Time {
 	return fi.ModTime()
 }
 
-// readLock reads the recipe's python.lock; a lock that is missing or malformed is bad
-// input (ErrUsage), with the fix.
+// readLock reads the recipe's python.lock as the recipe's other files are read: owned by
+// root or the invoking user and writable by no one else (unless --insecure-permissions),
+// a regular file of at most pylock.MaxLock bytes, never waited on (a FIFO is refused at
+// once), then parsed and checked whole (pylock.Parse). A lock that is missing, untrusted
+// or malformed is bad input (ErrUsage), with the fix.
 func readLock(env *engine.Env) (*pylock.Lock, error) {
-	l, err := pylock.Read(env.PythonLock)
+	l, err := parseLockFile(env)
 	if err != nil {
 		return nil, fmt.Errorf("python.lock: %w (write it with `sglprov lock -f RECIPE` on a node whose Python steps ran against the index, or drop python.lock from the recipe): %w", err, exitcode.ErrUsage)
 	}
 	return l, nil
+}
+
+// parseLockFile reads and parses the lock file of env (see readLock).
+func parseLockFile(env *engine.Env) (*pylock.Lock, error) {
+	if !env.InsecurePermissions {
+		if err := engine.CheckPermissions(env.PythonLock); err != nil {
+			return nil, err
+		}
+	}
+	b, err := engine.ReadTrusted(env.PythonLock, pylock.MaxLock)
+	if err != nil {
+		return nil, err
+	}
+	return pylock.Parse(b, env.PythonLock)
 }
 
 // Check refuses, for a Python step of a recipe with python.lock, a lock that is missing or

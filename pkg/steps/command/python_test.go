@@ -7,10 +7,13 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/exitcode"
+	"github.com/sglprov/sglprov/pkg/pylock"
 )
 
 // TestLockedStepRefusesABadLock: a Python step of a recipe whose python.lock is missing or
@@ -50,5 +53,54 @@ func TestLockedArgs(t *testing.T) {
 	}
 	if want := []string{"/opt/sglang/python", "/opt/other"}; !slices.Equal(editable, want) {
 		t.Errorf("editable %q, want %q", editable, want)
+	}
+}
+
+// TestLockedStepReadsTheLockAsARecipeFile: python.lock is read as the recipe's other files
+// are: one that others can write is refused (exit 2, the fix named) unless
+// --insecure-permissions, one larger than the bound is refused, and a FIFO is refused at
+// once, never waited on.
+func TestLockedStepReadsTheLockAsARecipeFile(t *testing.T) {
+	dir := t.TempDir()
+	env := engine.NewTestEnv(dir, nil)
+	pip, _ := Kind().New("deps", &Spec{Argv: []string{"/venv/bin/python", "-m", "pip", "install", "alpha"}})
+	check := func() error { return pip.(engine.Checker).Check(env) }
+
+	env.PythonLock = filepath.Join(dir, "open.lock.json")
+	os.WriteFile(env.PythonLock, []byte(`{"version":1,"packages":[]}`), 0o644)
+	if err := check(); err != nil {
+		t.Fatalf("a good lock: %v", err)
+	}
+	os.Chmod(env.PythonLock, 0o666)
+	if err := check(); !errors.Is(err, exitcode.ErrUsage) || !strings.Contains(err.Error(), "writable by group or others") {
+		t.Errorf("a lock others can write: %v; want it refused with the fix", err)
+	}
+	env.InsecurePermissions = true
+	if err := check(); err != nil {
+		t.Errorf("a lock others can write, --insecure-permissions: %v", err)
+	}
+
+	env.PythonLock = filepath.Join(dir, "big.lock.json")
+	os.WriteFile(env.PythonLock, []byte(`{"version":1,"packages":[]}`), 0o644)
+	if err := os.Truncate(env.PythonLock, pylock.MaxLock+1); err != nil { // sparse, over the bound: refused by its size, unread
+		t.Fatal(err)
+	}
+	if err := check(); !errors.Is(err, exitcode.ErrUsage) || !strings.Contains(err.Error(), "more than the limit") {
+		t.Errorf("a lock over the bound: %v; want it refused", err)
+	}
+
+	env.PythonLock = filepath.Join(dir, "fifo.lock.json")
+	if err := syscall.Mkfifo(env.PythonLock, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- check() }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, exitcode.ErrUsage) || !strings.Contains(err.Error(), "FIFO") {
+			t.Errorf("a FIFO lock: %v; want it refused as a FIFO", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("reading a FIFO as the lock waits for a writer")
 	}
 }
