@@ -240,8 +240,18 @@ func TestScanRefusesWhatItCannotLock(t *testing.T) {
 			t.Errorf("%s: the scan waits", name)
 		}
 	}
-	// A wheel URL with an escaped "+" (PyTorch's index) is locked under its file's name.
+	// A distribution installed without a wheel (an egg-info, a folder or a file) is listed
+	// as local, not left out.
 	site := t.TempDir()
+	egg := filepath.Join(site, "old-1.0-py3.11.egg-info")
+	os.MkdirAll(egg, 0o755)
+	os.WriteFile(filepath.Join(egg, "PKG-INFO"), []byte("Metadata-Version: 1.0\nName: Old\nVersion: 1.0\n"), 0o644)
+	os.WriteFile(filepath.Join(site, "flat-2.0.egg-info"), []byte("Metadata-Version: 1.0\nName: flat\nVersion: 2.0\n"), 0o644)
+	if l, err := Scan(site, nil); err != nil || len(l.Local) != 2 || l.Local[0].Name != "flat" || l.Local[1].Name != "old" || l.Local[1].Source != "unrecorded" {
+		t.Errorf("scanning egg-infos: %+v, %v; want flat and old listed as unrecorded", l, err)
+	}
+	// A wheel URL with an escaped "+" (PyTorch's index) is locked under its file's name.
+	site = t.TempDir()
 	di := writeDist(t, site, "torch-2.5.1+cu124.dist-info", "torch", "2.5.1+cu124")
 	os.WriteFile(filepath.Join(di, "direct_url.json"), []byte(`{"url":"https://download.pytorch.org/whl/cu124/torch-2.5.1%2Bcu124-cp312-cp312-linux_x86_64.whl","archive_info":{"hashes":{"sha256":"`+sum+`"}}}`), 0o644)
 	l, err := Scan(site, nil)
