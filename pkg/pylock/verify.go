@@ -69,7 +69,7 @@ func Verify(ctx context.Context, site string, l *Lock, before Snapshot) error {
 			return err
 		}
 		if err := checkRecord(ctx, site, d); err != nil {
-			return fmt.Errorf("the lock names %s %s: %w", p.Name, p.Version, err)
+			return fmt.Errorf("the lock names %s %s: %w; a file changed after the install stays changed, since pip finds the version installed: remove the distribution (python -m pip uninstall %s) and apply again", p.Name, p.Version, err, p.Name)
 		}
 	}
 	if before == nil {
