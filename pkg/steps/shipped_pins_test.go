@@ -261,3 +261,29 @@ func TestRelease0521FusionCheckRuns(t *testing.T) {
 		}
 	}
 }
+
+// TestReleaseRecipesInstallFlashInferJITCache: the SM120 recipes install FlashInfer's
+// JIT cache from FlashInfer's CUDA 13 index at the installed FlashInfer's own version, after
+// SGLang's install and before the service, so that the first start does not compile
+// FlashInfer's SM120 kernels inside the gate's ready_timeout.
+func TestReleaseRecipesInstallFlashInferJITCache(t *testing.T) {
+	for file, after := range map[string]string{"qwen3.5-397b-a17b-nvfp4-sm120-sglang-0.5.20.yaml": "sglang-python",
+		"qwen3.5-397b-a17b-nvfp4-sm120-sglang-0.5.21.yaml": "sglang-python", "qwen3.5-397b-a17b-nvfp4-sm120.yaml": "flashinfer"} {
+		r := loadShipped(t, file)
+		st := r.Step("flashinfer-jit-cache")
+		if st == nil || !slices.Contains(st.Needs, after) || !slices.Contains(r.Step("sglang-service").Needs, "flashinfer-jit-cache") {
+			t.Errorf("%s: no flashinfer-jit-cache step between the SGLang install and the service", file)
+			continue
+		}
+		var spec command.Spec
+		if err := st.Render(templateData(t, r, rtxFacts(t)), &spec); err != nil {
+			t.Fatal(err)
+		}
+		code := strings.Join(spec.Argv, " ")
+		for _, want := range []string{"'flashinfer-jit-cache==' + m.version('flashinfer-python')", "https://flashinfer.ai/whl/cu130", "--no-deps"} {
+			if !strings.Contains(code, want) {
+				t.Errorf("%s: jit cache step lacks %q: %v", file, want, spec.Argv)
+			}
+		}
+	}
+}
