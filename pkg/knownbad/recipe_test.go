@@ -36,7 +36,7 @@ func checkRecipe(t *testing.T, path string, sets ...string) error {
 // refused the same way.
 func TestCheckRecipe(t *testing.T) {
 	sm120 := filepath.Join("..", "..", "recipes", "qwen3.5-397b-a17b-nvfp4-sm120.yaml")
-	for _, f := range []string{"qwen3.5-397b-a17b-nvfp4-sm120.yaml", "qwen3.5-397b-a17b-nvfp4-sm120-sglang-0.5.20.yaml",
+	for _, f := range []string{"qwen3.5-397b-a17b-nvfp4-sm120.yaml", "qwen3.5-397b-a17b-nvfp4-sm120-sglang-0.5.20.yaml", "qwen3.5-397b-a17b-nvfp4-sm120-2node.yaml",
 		"qwen3.5-397b-a17b-nvfp4-sm120-sglang-0.5.21.yaml"} {
 		if err := checkRecipe(t, filepath.Join("..", "..", "recipes", f)); err != nil {
 			t.Errorf("%s as shipped: %v", f, err)
