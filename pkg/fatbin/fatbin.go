@@ -396,7 +396,7 @@ func readSASS(p *io.SectionReader, flags, full uint64, arch int) (Entry, error) 
 
 // toolArch returns the target in a cubin's .note.nv.tkinfo, if it has one.
 func toolArch(img io.ReaderAt, size int64) (int, string, bool) {
-	f, err := elf.NewFile(io.NewSectionReader(img, 0, size))
+	f, err := elf.NewFile(io.NewSectionReader(evCurrentReader{img}, 0, size))
 	if err != nil {
 		return 0, "", false
 	}
@@ -414,6 +414,24 @@ func toolArch(img io.ReaderAt, size int64) (int, string, bool) {
 	}
 	n, err := strconv.Atoi(string(m[1]))
 	return n, string(m[2]), err == nil
+}
+
+// evCurrentReader reads a cubin with its e_version (ELF64 header bytes 20-23) read as
+// EV_CURRENT: some toolkits write their own number there (129 from CUDA 12.9), which
+// debug/elf refuses and the CUDA loader ignores.
+type evCurrentReader struct{ r io.ReaderAt }
+
+func (e evCurrentReader) ReadAt(p []byte, off int64) (int, error) {
+	n, err := e.r.ReadAt(p, off)
+	for i := int64(20); i < 24; i++ {
+		if j := i - off; j >= 0 && j < int64(n) {
+			p[j] = 0
+			if i == 20 {
+				p[j] = 1
+			}
+		}
+	}
+	return n, err
 }
 
 // Fits reports whether one entry carries code a GPU of architecture number gpu (120 for

@@ -179,6 +179,13 @@ func setFlags(e rawEntry, abi byte, flags uint32) rawEntry {
 	return rawEntry{e.hdr, p}
 }
 
+// setVersion sets a cubin's e_version.
+func setVersion(e rawEntry, v uint32) rawEntry {
+	p := append([]byte{}, e.payload...)
+	binary.LittleEndian.PutUint32(p[20:], v)
+	return rawEntry{e.hdr, p}
+}
+
 // containerOf builds one fat binary container of entries.
 func containerOf(es ...rawEntry) []byte {
 	var body bytes.Buffer
@@ -212,6 +219,8 @@ func TestVariants(t *testing.T) {
 	}{
 		{"sm_120a cubin", []rawEntry{cubin120a}, "sm_120a", map[string]bool{"12.0": true, "12.1": false}},
 		{"sm_120a cubin, zstd", []rawEntry{compressed(t, cubin120a)}, "sm_120a", map[string]bool{"12.0": true, "12.1": false}},
+		// A toolkit's own number in e_version (CUDA 12.9 writes 129), which debug/elf alone refuses.
+		{"sm_120a cubin, e_version 129", []rawEntry{setVersion(cubin120a, 129)}, "sm_120a", map[string]bool{"12.0": true, "12.1": false}},
 		{"sm_120f cubin", []rawEntry{edit(t, cubin120a, "-arch sm_120a", "-arch sm_120f")}, "sm_120f", map[string]bool{"12.0": true, "12.1": true, "9.0": false}},
 		{"sm_120 cubin", []rawEntry{edit(t, cubin120a, "-arch sm_120a", "-arch sm_120 ")}, "sm_120", map[string]bool{"12.0": true, "12.1": true}},
 		// Without the note, CUDA 12.8+'s e_flags (ELF ABI 8): SM in bits 8-15, 0x8 = "a".
