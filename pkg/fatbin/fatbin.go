@@ -202,9 +202,11 @@ func nextMagic(r io.ReaderAt, pos, size int64) (int64, error) {
 	return -1, nil
 }
 
-// Entry header flags (the u64 at offset 40) that say how the payload is compressed.
+// Entry header flags (the u64 at offset 40) that say how the payload is compressed: zstd
+// (what nvcc 13.0 writes, testdata/fatbin), or NVIDIA's own LZ77 variant of older toolkits
+// (0x1000, 0x2000), which is not decompressed here: such an entry is read from its header.
 const (
-	flagCompressedLZ4  = 0x2000
+	flagCompressedLZ4  = 0x1000 | 0x2000
 	flagCompressedZstd = 0x8000
 )
 
@@ -259,9 +261,9 @@ func readEntries(r io.ReaderAt, pos, end int64, limit int) ([]Entry, error) {
 	return out, nil
 }
 
-// payloadReader returns a reader of an entry's code, decompressed; LZ4-compressed payloads
-// (nvcc before CUDA 12.x's zstd) are not decompressed: nil, and the caller falls back to
-// the entry header.
+// payloadReader returns a reader of an entry's code, decompressed; a payload in NVIDIA's
+// older LZ77 variant is not decompressed: nil, and the caller reads the entry header alone
+// (its architecture; a plain variant assumed, as nothing else can be read).
 func payloadReader(p *io.SectionReader, flags uint64) (io.Reader, func(), error) {
 	switch {
 	case flags&flagCompressedZstd != 0:
@@ -338,7 +340,7 @@ func readSASS(p *io.SectionReader, flags, full uint64, arch int) (Entry, error) 
 	defer done()
 	if rd == nil {
 		if arch == 0 {
-			return e, errors.New("SASS for architecture 0 in an LZ4-compressed entry")
+			return e, errors.New("SASS for architecture 0 in an LZ77-compressed entry")
 		}
 		return e, nil
 	}

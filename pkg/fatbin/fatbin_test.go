@@ -393,3 +393,24 @@ func TestReadContainers(t *testing.T) {
 		}
 	}
 }
+
+// TestReadOlderCompression: an entry compressed with NVIDIA's older LZ77 variant (flag
+// 0x2000 or 0x1000) is read from its header (architecture, plain), not decompressed; one of
+// architecture 0 is an error.
+func TestReadOlderCompression(t *testing.T) {
+	for _, flag := range []uint64{0x2000, 0x1000} {
+		c := container([3]int{2, 90, 40}, [3]int{1, 90, 24})
+		for _, off := range []int{16, 16 + 64 + 40} {
+			binary.LittleEndian.PutUint64(c[off+40:], 0x11|flag)
+		}
+		es, err := Read(bytes.NewReader(c), int64(len(c)), MaxEntries)
+		if err != nil || Summary(es) != "sm_90, compute_90" {
+			t.Errorf("flag %#x: %v %v", flag, es, err)
+		}
+		zero := container([3]int{2, 0, 40})
+		binary.LittleEndian.PutUint64(zero[16+40:], 0x11|flag)
+		if _, err := Read(bytes.NewReader(zero), int64(len(zero)), MaxEntries); err == nil || !strings.Contains(err.Error(), "architecture 0") {
+			t.Errorf("flag %#x, architecture 0: %v", flag, err)
+		}
+	}
+}
