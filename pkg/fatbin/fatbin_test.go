@@ -92,7 +92,7 @@ func TestReadFIFO(t *testing.T) {
 type rawEntry struct{ hdr, payload []byte }
 
 // fixtureEntries returns the entries of a fixture library's .nv_fatbin, as nvcc wrote them.
-func fixtureEntries(t *testing.T, name string) []rawEntry {
+func fixtureEntries(t testing.TB, name string) []rawEntry {
 	t.Helper()
 	f, err := elf.Open(fixture(name))
 	if err != nil {
@@ -122,7 +122,7 @@ func fixtureEntries(t *testing.T, name string) []rawEntry {
 }
 
 // plain returns an entry's payload uncompressed (and the entry marked so).
-func plain(t *testing.T, e rawEntry) rawEntry {
+func plain(t testing.TB, e rawEntry) rawEntry {
 	t.Helper()
 	flags := binary.LittleEndian.Uint64(e.hdr[40:])
 	if flags&flagCompressedZstd == 0 {
@@ -151,7 +151,7 @@ func withPayload(e rawEntry, p []byte) rawEntry {
 
 // compressed zstd-compresses an entry's payload as nvcc does (flag 0x8000, the compressed
 // size at 16, the full size at 56).
-func compressed(t *testing.T, e rawEntry) rawEntry {
+func compressed(t testing.TB, e rawEntry) rawEntry {
 	t.Helper()
 	enc, _ := zstd.NewWriter(nil)
 	c := enc.EncodeAll(e.payload, nil)
@@ -163,7 +163,7 @@ func compressed(t *testing.T, e rawEntry) rawEntry {
 }
 
 // edit returns an entry whose payload has old replaced by new (same length kept by caller).
-func edit(t *testing.T, e rawEntry, old, new string) rawEntry {
+func edit(t testing.TB, e rawEntry, old, new string) rawEntry {
 	t.Helper()
 	if !bytes.Contains(e.payload, []byte(old)) {
 		t.Fatalf("payload lacks %q", old)
@@ -411,6 +411,24 @@ func TestReadOlderCompression(t *testing.T) {
 		binary.LittleEndian.PutUint64(zero[16+40:], 0x11|flag)
 		if _, err := Read(bytes.NewReader(zero), int64(len(zero)), MaxEntries); err == nil || !strings.Contains(err.Error(), "architecture 0") {
 			t.Errorf("flag %#x, architecture 0: %v", flag, err)
+		}
+	}
+}
+
+// BenchmarkReadCompressedCubins: 3,000 entries (about libtorch_cuda's count), each nvcc's
+// sm_120a cubin zstd-compressed, read with their notes.
+func BenchmarkReadCompressedCubins(b *testing.B) {
+	e := compressed(b, fixtureEntries(b, "sm120a.so")[1])
+	var es []rawEntry
+	for range 3000 {
+		es = append(es, e)
+	}
+	data := containerOf(es...)
+	b.ResetTimer()
+	for b.Loop() {
+		got, err := Read(bytes.NewReader(data), int64(len(data)), MaxEntries)
+		if err != nil || len(got) != 3000 || got[0].Variant != VariantArch {
+			b.Fatal(err)
 		}
 	}
 }
