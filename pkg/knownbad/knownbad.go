@@ -82,9 +82,9 @@ func Table() []Row {
 				"NVFP4 MoE answers garbage (\"!!!!!!\")",
 			Fix:     "nvidia-cutlass-dsl 4.5.1 or later",
 			Sources: []string{"https://github.com/NVIDIA/cutlass/issues/3227"},
-			Quotes: []string{"cutlass#3227 (\"nvidia-cutlass-dsl 4.5.0: nvvm.mma.block_scale lowering produces PTX rejected " +
-				"by ptxas (sm_120/120f/121a)\"), 2026-05-19: \"4.5.0 + --moe-backend cutlass -> garbage output (the original " +
-				"!!!!!!! / Unicode noise signature)\", \"4.5.1 + --moe-backend cutlass -> coherent output\", \"the fix covers " +
+			Quotes: []string{"cutlass#3227 (\"`nvidia-cutlass-dsl` 4.5.0: `nvvm.mma.block_scale` lowering produces PTX rejected " +
+				"by ptxas (sm_120/120f/121a)\"), 2026-05-19: \"4.5.0 + `--moe-backend cutlass` → garbage output (the original " +
+				"`!!!!!!!` / Unicode noise signature)\", \"4.5.1 + `--moe-backend cutlass` → coherent output\", \"the fix covers " +
 				"both ArchTags\" (sm_120a and sm_121a)"},
 			Checked: "cutlass#3227 read: 4.5.0 garbage, 4.5.1 coherent, on sm_120a and sm_121a (under vLLM; the DSL is the same package SGLang's FlashInfer kernels use)",
 		},
