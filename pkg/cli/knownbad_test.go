@@ -10,15 +10,15 @@ import (
 )
 
 // TestValidateRefusesKnownBad: validate checks the recipe's pins against the known-bad
-// table (the rows themselves: knownbad's TestCheckRecipe): the shipped SM120 recipe
-// validates, and with a known-bad cuDNN set into its pins it is refused (exit 2), naming
-// the row and its fix.
+// table (the rows themselves: knownbad's TestCheckRecipe): the shipped v0.5.21 recipe
+// validates, and with a FlashInfer older than flashinfer#3192 set into its pins beside its
+// cuDNN FP4 GEMM profile it is refused (exit 2), naming the row and its fix.
 func TestValidateRefusesKnownBad(t *testing.T) {
-	sm120 := filepath.Join(repoRoot(t), "recipes", "qwen3.5-397b-a17b-nvfp4-sm120.yaml")
+	sm120 := filepath.Join(repoRoot(t), "recipes", "qwen3.5-397b-a17b-nvfp4-sm120-sglang-0.5.21.yaml")
 	if code, _, stderr := run(t, nil, "validate", "-f", sm120); code != 0 {
 		t.Fatalf("as shipped: exit %d: %s", code, stderr)
 	}
-	code, _, stderr := run(t, nil, "validate", "-f", sm120, "--set", "cudnn_version=9.21.0.48")
+	code, _, stderr := run(t, nil, "validate", "-f", sm120, "--set", "flashinfer_version=0.6.8")
 	if code != exitcode.ExitUsage || !strings.Contains(stderr, "[cudnn-fp4-gemm-nan]") || !strings.Contains(stderr, "fix: ") {
 		t.Errorf("exit %d, want %d naming cudnn-fp4-gemm-nan: %s", code, exitcode.ExitUsage, stderr)
 	}

@@ -2,26 +2,33 @@ package fatbin
 
 import (
 	"bytes"
+	"compress/zlib"
+	"debug/elf"
 	"encoding/binary"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
 )
 
 func fixture(name string) string { return filepath.Join("..", "..", "testdata", "fatbin", name) }
 
 // TestReadFixtures: the entries of libraries nvcc built match what cuobjdump lists for
-// them (testdata/fatbin/README.md), and which GPUs can run each follows.
+// them (testdata/fatbin/README.md), the arch-specific sm_120a included, and which GPUs
+// can run each follows: sm_120a SASS runs on 12.0 and not on 12.1.
 func TestReadFixtures(t *testing.T) {
 	for _, tc := range []struct {
 		file, summary string
 		n             int
 		runs          map[string]bool
 	}{
-		{"sm90.so", "sm_90, compute_90", 3, map[string]bool{"9.0": true, "12.0": true, "8.9": false, "10.0": true}},
-		{"sm120a.so", "sm_120", 2, map[string]bool{"12.0": true, "12.1": true, "9.0": false, "10.0": false}},
+		{"sm90.so", "sm_90, compute_90", 3, map[string]bool{"9.0": true, "12.0": true, "12.1": true, "8.9": false, "10.0": true}},
+		{"sm120a.so", "sm_120a", 2, map[string]bool{"12.0": true, "12.1": false, "9.0": false, "10.0": false}},
 		{"ptx120.so", "compute_120", 1, map[string]bool{"12.0": true, "12.1": true, "9.0": false}},
 	} {
 		es, err := ReadFile(fixture(tc.file))
@@ -58,9 +65,281 @@ func TestReadErrors(t *testing.T) {
 	if _, err := Runs(nil, "12"); err == nil {
 		t.Error("compute capability 12 accepted")
 	}
+	if _, err := Runs([]Entry{{Kind: KindSASS}}, "12.0"); err == nil {
+		t.Error("an entry of architecture 0 judged")
+	}
 }
 
-// container builds a fat binary container of entries (kind, arch, payload bytes).
+// TestReadFIFO: a FIFO named like a library is refused at once, never opened blocking.
+func TestReadFIFO(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "ops.so")
+	if err := syscall.Mkfifo(p, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := ReadFile(p); done <- err }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrNotRegular) || !strings.Contains(err.Error(), p) {
+			t.Errorf("FIFO: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("reading a FIFO blocked")
+	}
+}
+
+// rawEntry is one entry of a fixture's fat binary: its header and payload bytes.
+type rawEntry struct{ hdr, payload []byte }
+
+// fixtureEntries returns the entries of a fixture library's .nv_fatbin, as nvcc wrote them.
+func fixtureEntries(t testing.TB, name string) []rawEntry {
+	t.Helper()
+	f, err := elf.Open(fixture(name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b, err := f.Section(".nv_fatbin").Data()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []rawEntry
+	for pos := 0; pos+16 <= len(b); {
+		if binary.LittleEndian.Uint32(b[pos:]) != Magic {
+			pos += 8
+			continue
+		}
+		end := pos + 16 + int(binary.LittleEndian.Uint64(b[pos+8:]))
+		for p := pos + 16; p+64 <= end; {
+			hs := int(binary.LittleEndian.Uint32(b[p+4:]))
+			n := int(binary.LittleEndian.Uint64(b[p+8:]))
+			out = append(out, rawEntry{append([]byte{}, b[p:p+hs]...), append([]byte{}, b[p+hs:p+hs+n]...)})
+			p += hs + n
+		}
+		pos = end
+	}
+	return out
+}
+
+// plain returns an entry's payload uncompressed (and the entry marked so).
+func plain(t testing.TB, e rawEntry) rawEntry {
+	t.Helper()
+	flags := binary.LittleEndian.Uint64(e.hdr[40:])
+	if flags&flagCompressedZstd == 0 {
+		return e
+	}
+	n := binary.LittleEndian.Uint32(e.hdr[16:])
+	d, _ := zstd.NewReader(nil)
+	defer d.Close()
+	out, err := d.DecodeAll(e.payload[:n], nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := append([]byte{}, e.hdr...)
+	binary.LittleEndian.PutUint64(h[40:], flags&^flagCompressedZstd)
+	binary.LittleEndian.PutUint32(h[16:], 0)
+	return withPayload(rawEntry{h, nil}, out)
+}
+
+// withPayload sets an entry's payload, padded to 8 bytes as nvcc pads it.
+func withPayload(e rawEntry, p []byte) rawEntry {
+	h := append([]byte{}, e.hdr...)
+	padded := append(append([]byte{}, p...), make([]byte, (8-len(p)%8)%8)...)
+	binary.LittleEndian.PutUint64(h[8:], uint64(len(padded)))
+	return rawEntry{h, padded}
+}
+
+// compressed zstd-compresses an entry's payload as nvcc does (flag 0x8000, the compressed
+// size at 16, the full size at 56).
+func compressed(t testing.TB, e rawEntry) rawEntry {
+	t.Helper()
+	enc, _ := zstd.NewWriter(nil)
+	c := enc.EncodeAll(e.payload, nil)
+	out := withPayload(e, c)
+	binary.LittleEndian.PutUint64(out.hdr[40:], binary.LittleEndian.Uint64(e.hdr[40:])|flagCompressedZstd)
+	binary.LittleEndian.PutUint32(out.hdr[16:], uint32(len(c)))
+	binary.LittleEndian.PutUint64(out.hdr[56:], uint64(len(e.payload)))
+	return out
+}
+
+// edit returns an entry whose payload has old replaced by new (same length kept by caller).
+func edit(t testing.TB, e rawEntry, old, new string) rawEntry {
+	t.Helper()
+	if !bytes.Contains(e.payload, []byte(old)) {
+		t.Fatalf("payload lacks %q", old)
+	}
+	return withPayload(e, bytes.Replace(e.payload, []byte(old), []byte(new), -1))
+}
+
+// setFlags sets a cubin's EI_ABIVERSION and e_flags.
+func setFlags(e rawEntry, abi byte, flags uint32) rawEntry {
+	p := append([]byte{}, e.payload...)
+	p[8] = abi
+	binary.LittleEndian.PutUint32(p[48:], flags)
+	return rawEntry{e.hdr, p}
+}
+
+// setVersion sets a cubin's e_version.
+func setVersion(e rawEntry, v uint32) rawEntry {
+	p := append([]byte{}, e.payload...)
+	binary.LittleEndian.PutUint32(p[20:], v)
+	return rawEntry{e.hdr, p}
+}
+
+// containerOf builds one fat binary container of entries.
+func containerOf(es ...rawEntry) []byte {
+	var body bytes.Buffer
+	for _, e := range es {
+		body.Write(e.hdr)
+		body.Write(e.payload)
+	}
+	hdr := make([]byte, 16)
+	binary.LittleEndian.PutUint32(hdr[0:], Magic)
+	binary.LittleEndian.PutUint16(hdr[4:], 1)
+	binary.LittleEndian.PutUint16(hdr[6:], 16)
+	binary.LittleEndian.PutUint64(hdr[8:], uint64(body.Len()))
+	return append(hdr, body.Bytes()...)
+}
+
+// TestVariants: the arch-specific and family-specific forms of SASS and PTX, read from
+// nvcc's own cubins and PTX (testdata/fatbin) as ptxas and nvcc mark them, plain and
+// zstd-compressed, with the verdicts for Hopper (9.0), the RTX PRO 6000 (12.0) and the
+// GB10 (12.1).
+func TestVariants(t *testing.T) {
+	sm90 := fixtureEntries(t, "sm90.so")        // SASS sm_90 (no note), PTX compute_90 (zstd), SASS sm_90
+	sm120a := fixtureEntries(t, "sm120a.so")    // SASS sm_120a, twice
+	ptx120 := fixtureEntries(t, "ptx120.so")[0] // PTX compute_120 (zstd)
+	cubin90, ptx90, cubin120a := sm90[2], plain(t, sm90[1]), sm120a[1]
+	noNote := func(e rawEntry) rawEntry { return edit(t, e, ".note.nv.tkinfo", ".note.nv.tkinfX") }
+	for _, tc := range []struct {
+		name    string
+		entries []rawEntry
+		summary string
+		runs    map[string]bool
+	}{
+		{"sm_120a cubin", []rawEntry{cubin120a}, "sm_120a", map[string]bool{"12.0": true, "12.1": false}},
+		{"sm_120a cubin, zstd", []rawEntry{compressed(t, cubin120a)}, "sm_120a", map[string]bool{"12.0": true, "12.1": false}},
+		// A toolkit's own number in e_version (CUDA 12.9 writes 129), which debug/elf alone refuses.
+		{"sm_120a cubin, e_version 129", []rawEntry{setVersion(cubin120a, 129)}, "sm_120a", map[string]bool{"12.0": true, "12.1": false}},
+		{"sm_120f cubin", []rawEntry{edit(t, cubin120a, "-arch sm_120a", "-arch sm_120f")}, "sm_120f", map[string]bool{"12.0": true, "12.1": true, "9.0": false}},
+		{"sm_120 cubin", []rawEntry{edit(t, cubin120a, "-arch sm_120a", "-arch sm_120 ")}, "sm_120", map[string]bool{"12.0": true, "12.1": true}},
+		// Without the note, CUDA 12.8+'s e_flags (ELF ABI 8): SM in bits 8-15, 0x8 = "a".
+		{"sm_120a by e_flags", []rawEntry{setFlags(noNote(cubin120a), 8, 0x06007808)}, "sm_120a", map[string]bool{"12.0": true, "12.1": false}},
+		// Without the note and without that bit a cubin reads as plain sm_120: the flags ptxas
+		// 13.0 wrote into the sm_120a fixture (0x06007802), so for such a cubin the note is
+		// what tells sm_120a apart.
+		{"no note, no accelerator bit", []rawEntry{setFlags(noNote(cubin120a), 8, 0x06007802)}, "sm_120", map[string]bool{"12.0": true, "12.1": true}},
+		// The ABI before it (7): SM in the low byte, 0x800 = "a".
+		{"sm_90a by old e_flags", []rawEntry{setFlags(noNote(cubin90), 7, 0x0500_0d5a)}, "sm_90a", map[string]bool{"9.0": true, "12.0": false}},
+		{"sm_90 by old e_flags", []rawEntry{setFlags(noNote(cubin90), 7, 0x0500_055a)}, "sm_90", map[string]bool{"9.0": true, "12.0": false}},
+		// sm_90a + compute_90a: neither runs on 12.0 (the driver cannot JIT compute_90a for it).
+		{"sm_90a + compute_90a", []rawEntry{
+			edit(t, cubin90, "-arch sm_90 ", "-arch sm_90a"),
+			compressed(t, edit(t, ptx90, ".target sm_90\n", ".target sm_90a")),
+		}, "sm_90a, compute_90a", map[string]bool{"9.0": true, "12.0": false, "12.1": false}},
+		{"sm_90 + compute_90", []rawEntry{cubin90, sm90[1]}, "sm_90, compute_90", map[string]bool{"9.0": true, "12.0": true, "12.1": true}},
+		{"compute_120a", []rawEntry{compressed(t, edit(t, plain(t, ptx120), ".target sm_120\n", ".target sm_120a"))}, "compute_120a", map[string]bool{"12.0": true, "12.1": false}},
+		{"compute_120f", []rawEntry{edit(t, plain(t, ptx120), ".target sm_120\n", ".target sm_120f")}, "compute_120f", map[string]bool{"12.0": true, "12.1": true, "9.0": false}},
+		{"compute_120", []rawEntry{ptx120}, "compute_120", map[string]bool{"12.0": true, "12.1": true, "9.0": false}},
+	} {
+		data := containerOf(tc.entries...)
+		es, err := Read(bytes.NewReader(data), int64(len(data)), MaxEntries)
+		if err != nil {
+			t.Errorf("%s: %v", tc.name, err)
+			continue
+		}
+		if Summary(es) != tc.summary {
+			t.Errorf("%s: %q, want %q", tc.name, Summary(es), tc.summary)
+		}
+		for cc, want := range tc.runs {
+			if got, err := Runs(es, cc); err != nil || got != want {
+				t.Errorf("%s on %s: %v %v, want %v", tc.name, cc, got, err, want)
+			}
+		}
+	}
+	// Architecture 0 (a cubin whose e_flags name none, PTX without a target and a header
+	// of 0) is a clear error, never a verdict.
+	zeroPTX := edit(t, plain(t, ptx120), ".target sm_120\n", ".targex sm_120\n")
+	binary.LittleEndian.PutUint32(zeroPTX.hdr[28:], 0)
+	for name, e := range map[string]rawEntry{
+		"cubin":    setFlags(cubin120a, 8, 0x06000002),
+		"PTX":      zeroPTX,
+		"mismatch": setFlags(cubin120a, 8, 0x06005a02),
+	} {
+		data := containerOf(e)
+		if _, err := Read(bytes.NewReader(data), int64(len(data)), MaxEntries); err == nil {
+			t.Errorf("%s of architecture 0 or a mismatch: read", name)
+		}
+	}
+	garbage := withPayload(cubin120a, []byte("not a cubin at all, longer than sixty-four bytes of text, surely."))
+	if data := containerOf(garbage); true {
+		if _, err := Read(bytes.NewReader(data), int64(len(data)), MaxEntries); err == nil || !strings.Contains(err.Error(), "not a 64-bit CUDA ELF cubin") {
+			t.Errorf("garbage cubin: %v", err)
+		}
+	}
+}
+
+// TestReadCompressedSection: a library whose .nv_fatbin section is an ELF compressed
+// section (SHF_COMPRESSED, zlib) is read through the decompressor, not panicked on.
+func TestReadCompressedSection(t *testing.T) {
+	b, err := os.ReadFile(fixture("sm120a.so"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := elf.NewFile(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec := f.Section(".nv_fatbin")
+	data, err := sec.Data()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var z bytes.Buffer
+	chdr := make([]byte, 24) // Elf64_Chdr: type, reserved, size, alignment
+	binary.LittleEndian.PutUint32(chdr[0:], uint32(elf.COMPRESS_ZLIB))
+	binary.LittleEndian.PutUint64(chdr[8:], uint64(len(data)))
+	binary.LittleEndian.PutUint64(chdr[16:], 8)
+	z.Write(chdr)
+	w := zlib.NewWriter(&z)
+	w.Write(data)
+	w.Close()
+	if z.Len() > len(data) {
+		t.Fatalf("compressed %d > %d", z.Len(), len(data))
+	}
+	copy(b[sec.Offset:], z.Bytes())
+	// Find the section header of .nv_fatbin and set SHF_COMPRESSED and the new size; as
+	// a loaded (SHF_ALLOC) section, which the ELF rules forbid, it is a clear error; as a
+	// section of an object (not loaded) it is read.
+	shoff := binary.LittleEndian.Uint64(b[0x28:])
+	shentsize := uint64(binary.LittleEndian.Uint16(b[0x3a:]))
+	var h []byte
+	for i := range f.Sections {
+		if f.Sections[i] == sec {
+			h = b[shoff+uint64(i)*shentsize:]
+		}
+	}
+	binary.LittleEndian.PutUint64(h[8:], binary.LittleEndian.Uint64(h[8:])|uint64(elf.SHF_COMPRESSED))
+	binary.LittleEndian.PutUint64(h[32:], uint64(z.Len()))
+	p := filepath.Join(t.TempDir(), "ops.so")
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadFile(p); err == nil || !strings.Contains(err.Error(), "compressed section .nv_fatbin") {
+		t.Errorf("compressed loaded section: %v", err)
+	}
+	binary.LittleEndian.PutUint64(h[8:], binary.LittleEndian.Uint64(h[8:])&^uint64(elf.SHF_ALLOC))
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	es, err := ReadFile(p)
+	if err != nil || Summary(es) != "sm_120a" || len(es) != 2 {
+		t.Fatalf("compressed section: %v %v", es, err)
+	}
+}
+
+// container builds a fat binary container of entries (kind, arch, payload bytes) whose
+// payloads are zeros: the layout alone.
 func container(entries ...[3]int) []byte {
 	var body bytes.Buffer
 	for _, e := range entries {
@@ -84,11 +363,13 @@ func container(entries ...[3]int) []byte {
 // TestReadContainers: several containers with padding between them are all read; a
 // container or entry that claims more bytes than there are is an error, not a panic.
 func TestReadContainers(t *testing.T) {
-	a := container([3]int{2, 90, 40}, [3]int{1, 90, 24})
-	b := container([3]int{2, 120, 8})
+	cubin := fixtureEntries(t, "sm90.so")[2]
+	ptx := fixtureEntries(t, "sm90.so")[1]
+	a := containerOf(cubin, ptx)
+	b := containerOf(fixtureEntries(t, "sm120a.so")[0])
 	data := append(append(append([]byte{}, a...), make([]byte, 8)...), b...)
 	es, err := Read(bytes.NewReader(data), int64(len(data)), MaxEntries)
-	if err != nil || Summary(es) != "sm_90, sm_120, compute_90" || len(es) != 3 {
+	if err != nil || Summary(es) != "sm_90, sm_120a, compute_90" || len(es) != 3 {
 		t.Fatalf("%v %v", es, err)
 	}
 	bad := container([3]int{2, 90, 40})
@@ -102,5 +383,52 @@ func TestReadContainers(t *testing.T) {
 	}
 	if _, err := Read(bytes.NewReader(a), int64(len(a)), 1); err == nil {
 		t.Error("entry limit not enforced")
+	}
+	// A corrupt zstd payload is an error naming the decompression.
+	broken := compressed(t, cubin)
+	copy(broken.payload[8:], "corrupt!")
+	if d := containerOf(broken); true {
+		if _, err := Read(bytes.NewReader(d), int64(len(d)), MaxEntries); err == nil {
+			t.Error("corrupt compressed cubin read")
+		}
+	}
+}
+
+// TestReadOlderCompression: an entry compressed with NVIDIA's older LZ77 variant (flag
+// 0x2000 or 0x1000) is read from its header (architecture, plain), not decompressed; one of
+// architecture 0 is an error.
+func TestReadOlderCompression(t *testing.T) {
+	for _, flag := range []uint64{0x2000, 0x1000} {
+		c := container([3]int{2, 90, 40}, [3]int{1, 90, 24})
+		for _, off := range []int{16, 16 + 64 + 40} {
+			binary.LittleEndian.PutUint64(c[off+40:], 0x11|flag)
+		}
+		es, err := Read(bytes.NewReader(c), int64(len(c)), MaxEntries)
+		if err != nil || Summary(es) != "sm_90, compute_90" {
+			t.Errorf("flag %#x: %v %v", flag, es, err)
+		}
+		zero := container([3]int{2, 0, 40})
+		binary.LittleEndian.PutUint64(zero[16+40:], 0x11|flag)
+		if _, err := Read(bytes.NewReader(zero), int64(len(zero)), MaxEntries); err == nil || !strings.Contains(err.Error(), "architecture 0") {
+			t.Errorf("flag %#x, architecture 0: %v", flag, err)
+		}
+	}
+}
+
+// BenchmarkReadCompressedCubins: 3,000 entries (about libtorch_cuda's count), each nvcc's
+// sm_120a cubin zstd-compressed, read with their notes.
+func BenchmarkReadCompressedCubins(b *testing.B) {
+	e := compressed(b, fixtureEntries(b, "sm120a.so")[1])
+	var es []rawEntry
+	for range 3000 {
+		es = append(es, e)
+	}
+	data := containerOf(es...)
+	b.ResetTimer()
+	for b.Loop() {
+		got, err := Read(bytes.NewReader(data), int64(len(data)), MaxEntries)
+		if err != nil || len(got) != 3000 || got[0].Variant != VariantArch {
+			b.Fatal(err)
+		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 )
 
 // maxMetadataHead is how much of a METADATA file is read: its headers come first.
@@ -46,15 +47,27 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// Installed reads the name and version of every distribution in the site-packages
-// folders dirs from its *.dist-info/METADATA headers (no Python runs), by normalized name.
-// A distribution of names only (Names()) is read when only is set.
-func Installed(dirs []string, only bool) (map[string]string, error) {
+// Dist is one installed distribution, as Python's importlib.metadata finds it.
+type Dist struct {
+	// Name and Version are the METADATA (or PKG-INFO) headers'; Name as written there.
+	Name, Version string
+	// Path is the .dist-info or .egg-info it was read from.
+	Path string
+}
+
+// InstalledDists reads every distribution in the site-packages folders dirs, in the order
+// importlib.metadata searches them (folder by folder, names sorted): *.dist-info folders
+// (METADATA), *.egg-info folders (PKG-INFO) and *.egg-info files (the file itself), a
+// symbolic link to either followed. The name is the metadata's Name header, not the
+// folder's; with only set, distributions the table does not name are left out. A project
+// installed twice is listed twice (Duplicates). Metadata files are opened without blocking
+// and read only when regular (a FIFO is an error naming it), each read bounded.
+func InstalledDists(dirs []string, only bool) ([]Dist, error) {
 	want := map[string]bool{}
 	for _, n := range Names() {
 		want[n] = true
 	}
-	out := map[string]string{}
+	var out []Dist
 	for _, dir := range dirs {
 		entries, err := os.ReadDir(dir)
 		if err != nil {
@@ -64,37 +77,101 @@ func Installed(dirs []string, only bool) (map[string]string, error) {
 			return nil, fmt.Errorf("reading %s: %d entries, more than a site-packages folder holds", dir, len(entries))
 		}
 		for _, e := range entries {
-			if !e.IsDir() || !strings.HasSuffix(e.Name(), ".dist-info") {
+			name := e.Name()
+			if !strings.HasSuffix(name, ".dist-info") && !strings.HasSuffix(name, ".egg-info") {
 				continue
 			}
-			// The folder's name is NAME-VERSION.dist-info; METADATA says the same, and is
-			// what pip itself reads.
-			base := strings.TrimSuffix(e.Name(), ".dist-info")
-			if i := strings.LastIndexByte(base, '-'); only && i > 0 && !want[Normalize(base[:i])] {
+			p := filepath.Join(dir, name)
+			fi, err := os.Stat(p) // follows a link, as Python's path walk does
+			if err != nil {
+				continue // a dangling link: nothing Python could read either
+			}
+			meta := p
+			switch {
+			case fi.IsDir() && strings.HasSuffix(name, ".dist-info"):
+				meta = filepath.Join(p, "METADATA")
+			case fi.IsDir():
+				meta = filepath.Join(p, "PKG-INFO")
+			case !strings.HasSuffix(name, ".egg-info"):
 				continue
 			}
-			name, version, err := readMetadata(filepath.Join(dir, e.Name(), "METADATA"))
+			n, v, err := readMetadata(meta)
 			if errors.Is(err, fs.ErrNotExist) {
 				continue
 			}
 			if err != nil {
 				return nil, err
 			}
-			if name != "" && version != "" {
-				out[Normalize(name)] = version
+			if n == "" || v == "" || (only && !want[Normalize(n)]) {
+				continue
 			}
+			out = append(out, Dist{Name: n, Version: v, Path: p})
 		}
 	}
 	return out, nil
 }
 
-// readMetadata reads the Name and Version headers of a METADATA file.
+// Installed is InstalledDists by normalized name: the version importlib.metadata.version
+// returns, the first found.
+func Installed(dirs []string, only bool) (map[string]string, error) {
+	ds, err := InstalledDists(dirs, only)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, d := range ds {
+		if _, ok := out[Normalize(d.Name)]; !ok {
+			out[Normalize(d.Name)] = d.Version
+		}
+	}
+	return out, nil
+}
+
+// Duplicates returns the projects ds holds more than once, by normalized name: an
+// environment where what importlib.metadata reports depends on listing order.
+func Duplicates(ds []Dist) map[string][]Dist {
+	by := map[string][]Dist{}
+	for _, d := range ds {
+		by[Normalize(d.Name)] = append(by[Normalize(d.Name)], d)
+	}
+	for n, l := range by {
+		if len(l) < 2 {
+			delete(by, n)
+		}
+	}
+	return by
+}
+
+// FactsOf returns the package facts of ds: every version of each project, so that a bad
+// one among duplicates is found.
+func FactsOf(ds []Dist) (first map[string]string, also map[string][]string) {
+	first, also = map[string]string{}, map[string][]string{}
+	for _, d := range ds {
+		n := Normalize(d.Name)
+		if _, ok := first[n]; !ok {
+			first[n] = d.Version
+		} else {
+			also[n] = append(also[n], d.Version)
+		}
+	}
+	return first, also
+}
+
+// readMetadata reads the Name and Version headers of a METADATA or PKG-INFO file, opened
+// without blocking and read only when it is a regular file.
 func readMetadata(path string) (name, version string, err error) {
-	f, err := os.Open(path)
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return "", "", fmt.Errorf("reading %s: %w", path, err)
 	}
 	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return "", "", fmt.Errorf("reading %s: %w", path, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return "", "", fmt.Errorf("reading %s: not a regular file (%s); a package's metadata is a file", path, fi.Mode().Type())
+	}
 	sc := bufio.NewScanner(io.LimitReader(f, maxMetadataHead))
 	sc.Buffer(make([]byte, 0, 4096), maxMetadataHead)
 	for sc.Scan() {
@@ -108,9 +185,13 @@ func readMetadata(path string) (name, version string, err error) {
 		}
 		switch strings.ToLower(strings.TrimSpace(k)) {
 		case "name":
-			name = strings.TrimSpace(v)
+			if name == "" {
+				name = strings.TrimSpace(v)
+			}
 		case "version":
-			version = strings.TrimSpace(v)
+			if version == "" {
+				version = strings.TrimSpace(v)
+			}
 		}
 		if name != "" && version != "" {
 			break

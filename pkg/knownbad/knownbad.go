@@ -11,7 +11,7 @@ import (
 )
 
 // TableVersion is the table's version: raised whenever a row is added, changed or removed.
-const TableVersion = "2026-12.1"
+const TableVersion = "2026-12.2"
 
 // Package is a condition on one installed or pinned package.
 type Package struct {
@@ -45,26 +45,34 @@ type Row struct {
 	Fix    string `json:"fix"`
 	// Sources are the upstream issues, pull requests or releases the row rests on.
 	Sources []string `json:"sources"`
+	// Quotes are what the sources say, quoted, that the row rests on.
+	Quotes []string `json:"quotes"`
 	// Checked says how far the row's facts were verified, and what was not.
 	Checked string `json:"checked"`
 }
 
 // Table returns the known-bad combinations.
 func Table() []Row {
-	cudnn := []string{"nvidia-cudnn-cu12", "nvidia-cudnn-cu13"}
 	return []Row{
 		{
-			ID: "cudnn-fp4-gemm-nan",
-			Packages: []Package{{Names: cudnn, Range: ">=9.21"},
-				{Names: []string{"flashinfer-python"}, Range: "<0.6.11"}},
+			ID:                     "cudnn-fp4-gemm-nan",
+			Packages:               []Package{{Names: []string{"flashinfer-python"}, Range: "<0.6.9"}},
 			ComputeCapabilityMajor: 12,
-			Flags:                  []Flag{{Name: "--quantization", ValuePrefix: "modelopt_fp4"}},
-			Reason: "FlashInfer's cuDNN FP4 GEMM returns sparse NaN/Inf at some shapes under SGLang prefill " +
-				"(a cuDNN graph cached for one bucket run with another's tactic)",
-			Fix:     "FlashInfer 0.6.11 or later (flashinfer-python, flashinfer-cubin and flashinfer-jit-cache together), or cuDNN below 9.21",
+			Flags: []Flag{{Name: "--quantization", ValuePrefix: "modelopt_fp4"},
+				{Name: "--fp4-gemm-backend", ValuePrefix: "flashinfer_cudnn"}},
+			Reason: "FlashInfer's cuDNN FP4 GEMM returns sparse NaN/Inf at some shapes under SGLang prefill: FlashInfer " +
+				"keyed its cuDNN graph cache and its autotuner's tactics on different size buckets, so a tactic tuned " +
+				"for one graph ran on another (a FlashInfer bug, whatever the cuDNN version)",
+			Fix:     "--fp4-gemm-backend flashinfer_cutlass, or a FlashInfer release with flashinfer#3192 (merged 2026-04-27, after 0.6.8.post1)",
 			Sources: []string{"https://github.com/flashinfer-ai/flashinfer/pull/3192"},
-			Checked: "flashinfer#3192 read (merged 2026-04-27: rare NaN/Inf of mm_fp4 backend=cudnn under sglang prefill, " +
-				"SM120); not verified here: that cuDNN 9.21 is where it starts and that 0.6.11 is the first release with the fix",
+			Quotes: []string{"flashinfer#3192 (\"fix cudnn sm120 nan\", merged 2026-04-27): \"flashinfer.mm_fp4(..., backend=\\\"cudnn\\\") " +
+				"produced sparse NaN/Inf (typically a few values out of millions) at specific shapes (e.g. M=2001, K=2688, " +
+				"N=10304) under sglang prefill workloads\"; \"a tactic that was profiled on graph A could be silently " +
+				"applied to graph B at runtime\""},
+			Checked: "flashinfer#3192 read. The range ends where the sources show the fix absent: v0.6.8 was tagged " +
+				"2026-04-15 and flashinfer#3123 (\"bump version to 0.6.9\", 2026-04-20) lists \"API changes since " +
+				"v0.6.8.post1\", both before the merge; whether 0.6.9 or 0.6.10 carries it was not verified. The " +
+				"SM12x condition is the PR's title; other architectures not verified",
 		},
 		{
 			ID:                     "cutlass-dsl-4.5.0-sm12x",
@@ -74,30 +82,29 @@ func Table() []Row {
 				"NVFP4 MoE answers garbage (\"!!!!!!\")",
 			Fix:     "nvidia-cutlass-dsl 4.5.1 or later",
 			Sources: []string{"https://github.com/NVIDIA/cutlass/issues/3227"},
-			Checked: "cutlass#3227 read: 4.5.0 garbage, 4.5.1 coherent, on sm_120a and sm_121a",
+			Quotes: []string{"cutlass#3227 (\"`nvidia-cutlass-dsl` 4.5.0: `nvvm.mma.block_scale` lowering produces PTX rejected " +
+				"by ptxas (sm_120/120f/121a)\"), 2026-05-19: \"4.5.0 + `--moe-backend cutlass` → garbage output (the original " +
+				"`!!!!!!!` / Unicode noise signature)\", \"4.5.1 + `--moe-backend cutlass` → coherent output\", \"the fix covers " +
+				"both ArchTags\" (sm_120a and sm_121a)"},
+			Checked: "cutlass#3227 read: 4.5.0 garbage, 4.5.1 coherent, on sm_120a and sm_121a (under vLLM; the DSL is the same package SGLang's FlashInfer kernels use)",
 		},
 		{
-			ID:                     "flashinfer-0.6.18rc-sm12x-moe",
-			Packages:               []Package{{Names: []string{"flashinfer-python"}, Range: ">=0.6.18rc4,<=0.6.18rc7"}},
+			ID:                     "trtllm-mla-attention-sm12x",
 			ComputeCapabilityMajor: 12,
-			Reason:                 "FlashInfer release candidates 0.6.18rc4 to rc7 break the SM12x fused MoE",
-			Fix:                    "a FlashInfer release (0.6.17, or 0.6.18 once released), not a release candidate",
-			Sources:                []string{"https://github.com/flashinfer-ai/flashinfer/releases"},
-			Checked: "not verified here: no issue for it was found in the stored FlashInfer issues " +
-				"(the nearest, flashinfer#4486, is an NVFP4 MoE NaN on SM100/SM103 from 0.6.16rc5 on)",
-		},
-		{
-			ID:                     "fp4-kv-cache-sm12x",
-			ComputeCapabilityMajor: 12,
-			Flags:                  []Flag{{Name: "--kv-cache-dtype", ValuePrefix: "fp4"}},
-			Reason: "an FP4 KV cache crashes on sm_120: the TensorRT-LLM-gen FP4 attention kernels it needs are " +
-				"built for sm_100/sm_103 only",
-			Fix: "--kv-cache-dtype fp8_e4m3 (or auto)",
-			Sources: []string{"https://github.com/vllm-project/vllm/issues/43562",
+			Flags:                  []Flag{{Name: "--attention-backend", ValuePrefix: "trtllm_mla"}},
+			Reason: "the trtllm_mla attention backend runs FlashInfer's TensorRT-LLM-gen FMHA, whose runner accepts " +
+				"sm_100 and sm_103 only: \"Unsupported architecture\" on SM12x",
+			Fix: "another --attention-backend (triton, flashinfer) on SM12x",
+			Sources: []string{"https://github.com/flashinfer-ai/flashinfer/issues/3263",
 				"https://github.com/sgl-project/sglang/issues/40558"},
-			Checked: "read: vllm#43562 (--kv-cache-dtype nvfp4 crashes at the first request on an RTX PRO 6000) and " +
-				"sglang#40558 (TllmGenFmhaRunner: unsupported architecture on sm_120); not verified here for SGLang's " +
-				"fp4_e2m1 itself, and sglang#21601 adds an nvfp4 KV cache for SM120 with other backends (not covered by this row)",
+			Quotes: []string{"flashinfer#3263 (\"TllmGenFmhaRunner rejects SM120 in TRTLLM DeepSeek ragged prefill path\"): " +
+				"\"FLASHINFER_CHECK(mSM == kSM_100 || mSM == kSM_103, \\\"Unsupported architecture\\\")\", reproduced " +
+				"\"through SGLang 0.5.10's TRTLLM MLA prefill path on RTX PRO 6000\"",
+				"sglang#40558 (2026-09-21, sm_120): \"Error in function 'TllmGenFmhaRunner' at " +
+					".../flashinfer/trtllm/fmha/fmhaRunner.cuh:37: Unsupported architecture\", with \"Using FP8 KV cache\""},
+			Checked: "both read. sglang#40558 is an FP8 KV cache on the trtllm path of a DSA model (its backends chosen by " +
+				"SGLang, so no flag of this row need be on its line); the check stands at a September 2026 FlashInfer. " +
+				"Not covered: trtllm DSA backends picked automatically (sglang#40286, SM121), which no launch line shows",
 		},
 	}
 }
@@ -106,6 +113,9 @@ func Table() []Row {
 type Facts struct {
 	// Packages are distribution versions by name (any spelling; see Normalize).
 	Packages map[string]string
+	// Also are further versions of a name installed more than once (Duplicates); each is
+	// judged too.
+	Also map[string][]string
 	// ComputeCapabilities are the GPUs' ("12.0"); none: any architecture matches.
 	ComputeCapabilities []string
 	// LaunchLines are the server's possible launch lines (base arguments with each
@@ -123,9 +133,12 @@ type Match struct {
 // Check returns the rows that hold for f, in table order. A package row holds only when
 // every package it names is known in a bad version.
 func Check(f Facts) ([]Match, error) {
-	pkgs := map[string]string{}
+	pkgs := map[string][]string{}
 	for n, v := range f.Packages {
-		pkgs[Normalize(n)] = v
+		pkgs[Normalize(n)] = append(pkgs[Normalize(n)], v)
+	}
+	for n, vs := range f.Also {
+		pkgs[Normalize(n)] = append(pkgs[Normalize(n)], vs...)
 	}
 	var out []Match
 	for _, row := range Table() {
@@ -140,7 +153,7 @@ func Check(f Facts) ([]Match, error) {
 	return out, nil
 }
 
-func holds(row Row, pkgs map[string]string, f Facts) ([]string, bool, error) {
+func holds(row Row, pkgs map[string][]string, f Facts) ([]string, bool, error) {
 	var what []string
 	for _, p := range row.Packages {
 		r, err := ParseRange(p.Range)
@@ -149,18 +162,15 @@ func holds(row Row, pkgs map[string]string, f Facts) ([]string, bool, error) {
 		}
 		found := false
 		for _, n := range p.Names {
-			v, ok := pkgs[Normalize(n)]
-			if !ok {
-				continue
-			}
-			pv, err := ParseVersion(v)
-			if err != nil {
-				continue // a version the table cannot read is not judged
-			}
-			if r.Contains(pv) {
-				found = true
-				what = append(what, Normalize(n)+" "+v)
-				break
+			for _, v := range pkgs[Normalize(n)] {
+				pv, err := ParseVersion(v)
+				if err != nil {
+					continue // a version the table cannot read is not judged
+				}
+				if r.Contains(pv) && !found {
+					found = true
+					what = append(what, Normalize(n)+" "+v)
+				}
 			}
 		}
 		if !found {

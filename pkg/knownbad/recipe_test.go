@@ -30,13 +30,27 @@ func checkRecipe(t *testing.T, path string, sets ...string) error {
 	return knownbad.CheckRecipe(r, facts.TemplateData(), ccs)
 }
 
-// TestCheckRecipe: the shipped SM120 recipe with each known-bad combination set into its
-// pins or launch line is refused (a usage error) naming the row and its fix; as shipped it
-// passes. A recipe pinning nvidia-cutlass-dsl 4.5.0 for SM120 is refused the same way.
+// TestCheckRecipe: the shipped SM120 recipes pass as shipped; the early one (FlashInfer
+// 0.6.8) with a cuDNN FP4 GEMM profile put back in its service's list is refused (a usage
+// error) naming the row and its fix. A recipe pinning nvidia-cutlass-dsl 4.5.0 for SM120 is
+// refused the same way.
 func TestCheckRecipe(t *testing.T) {
 	sm120 := filepath.Join("..", "..", "recipes", "qwen3.5-397b-a17b-nvfp4-sm120.yaml")
-	if err := checkRecipe(t, sm120); err != nil {
-		t.Fatalf("as shipped: %v", err)
+	for _, f := range []string{"qwen3.5-397b-a17b-nvfp4-sm120.yaml", "qwen3.5-397b-a17b-nvfp4-sm120-sglang-0.5.20.yaml", "qwen3.5-397b-a17b-nvfp4-sm120-2node.yaml",
+		"qwen3.5-397b-a17b-nvfp4-sm120-sglang-0.5.21.yaml"} {
+		if err := checkRecipe(t, filepath.Join("..", "..", "recipes", f)); err != nil {
+			t.Errorf("%s as shipped: %v", f, err)
+		}
+	}
+	b, err := os.ReadFile(sm120)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Replace(string(b), "      profiles: [sm120-fp4-cutlass]", "      profiles: [sm120-fp4-cutlass, sm120-cudnn]", 1)
+	text = strings.Replace(text, "profiles:\n", "profiles:\n  sm120-cudnn:\n    match: {compute_capability: \"12.0\", quantization: modelopt_fp4}\n    args: [--fp4-gemm-backend, flashinfer_cudnn]\n", 1)
+	cudnnGemm := filepath.Join(t.TempDir(), "cudnn.yaml")
+	if err := os.WriteFile(cudnnGemm, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
 	}
 	dsl := filepath.Join(t.TempDir(), "dsl.yaml")
 	if err := os.WriteFile(dsl, []byte(`apiVersion: sglprov/v1
@@ -55,9 +69,7 @@ steps:
 		sets []string
 		row  string
 	}{
-		{sm120, []string{"cudnn_version=9.21.0.48"}, "cudnn-fp4-gemm-nan"},
-		{sm120, []string{"flashinfer_version=0.6.18rc5"}, "flashinfer-0.6.18rc-sm12x-moe"},
-		{sm120, []string{"kv_cache_dtype=fp4_e2m1"}, "fp4-kv-cache-sm12x"},
+		{cudnnGemm, nil, "cudnn-fp4-gemm-nan"},
 		{dsl, nil, "cutlass-dsl-4.5.0-sm12x"},
 	} {
 		err := checkRecipe(t, tc.path, tc.sets...)

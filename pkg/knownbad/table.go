@@ -31,8 +31,11 @@ func WriteTable(w io.Writer, rows []Row) error {
 		return err
 	}
 	for _, r := range rows {
-		fmt.Fprintf(w, "\n%s\n  why:     %s\n  fix:     %s\n  source:  %s\n  checked: %s\n",
-			r.ID, r.Reason, r.Fix, strings.Join(r.Sources, ", "), r.Checked)
+		fmt.Fprintf(w, "\n%s\n  why:     %s\n  fix:     %s\n  source:  %s\n", r.ID, r.Reason, r.Fix, strings.Join(r.Sources, ", "))
+		for _, q := range r.Quotes {
+			fmt.Fprintf(w, "  says:    %s\n", q)
+		}
+		fmt.Fprintf(w, "  checked: %s\n", r.Checked)
 	}
 	return nil
 }

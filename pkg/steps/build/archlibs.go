@@ -13,11 +13,12 @@ import (
 )
 
 // checkArchLibs reads the GPU code of the libraries arch_libs names and refuses (exit 4)
-// an entry none of whose libraries carries SASS or PTX the host's GPUs run. An entry names
-// one library, or the variants of one library of which a loader picks one for the GPU
-// (sgl_kernel's per-architecture common_ops): one of its matches must run. Libraries
-// without GPU code (CPU helpers) are not judged; an entry that matches no library with
-// GPU code is refused too, as the check would check nothing.
+// a library that carries no SASS or PTX the host's GPUs run. Every library an entry
+// matches is judged on its own, except variants: libraries of one file name in different
+// folders (sgl_kernel's sm90/common_ops and sm100/common_ops, of which its loader picks one
+// per GPU) are one library, and one of them must run. Libraries without GPU code (CPU
+// helpers) are not judged; an entry that matches no library with GPU code is refused too,
+// as the check would check nothing.
 func (s *Step) checkArchLibs(env *engine.Env) error {
 	if len(s.spec.ArchLibs) == 0 {
 		return nil
@@ -48,41 +49,57 @@ func (s *Step) checkArchLibs(env *engine.Env) error {
 			return fmt.Errorf("%w: arch_libs %q: %w", exitcode.ErrUsage, g, err)
 		}
 		sort.Strings(matches)
-		var libs []string
-		runs := map[string]bool{}
-		for _, lib := range matches {
-			entries, err := fatbin.ReadFile(lib)
+		// Per file name: what each variant carries, and whether any runs on each GPU.
+		type lib struct {
+			carries []string
+			runs    map[string]bool
+		}
+		libs := map[string]*lib{}
+		var names []string
+		for _, path := range matches {
+			entries, err := fatbin.ReadFile(path)
 			if err != nil {
-				return fmt.Errorf("%w: checking the architectures of %s: %w", exitcode.ErrHost, lib, err)
+				return fmt.Errorf("%w: checking the architectures of %s: %w", exitcode.ErrHost, path, err)
 			}
 			if len(entries) == 0 {
 				continue
 			}
-			libs = append(libs, fmt.Sprintf("%s carries %s", lib, fatbin.Summary(entries)))
-			checked = append(checked, filepath.Base(lib)+": "+fatbin.Summary(entries))
+			name := filepath.Base(path)
+			l := libs[name]
+			if l == nil {
+				l = &lib{runs: map[string]bool{}}
+				libs[name] = l
+				names = append(names, name)
+			}
+			l.carries = append(l.carries, fmt.Sprintf("%s carries %s", path, fatbin.Summary(entries)))
+			checked = append(checked, filepath.Base(filepath.Dir(path))+"/"+name+": "+fatbin.Summary(entries))
 			for _, cc := range ccs {
 				ok, err := fatbin.Runs(entries, cc)
 				if err != nil {
-					return fmt.Errorf("checking %s: %w", lib, err)
+					return fmt.Errorf("%w: checking the architectures of %s: %w", exitcode.ErrHost, path, err)
 				}
-				runs[cc] = runs[cc] || ok
+				l.runs[cc] = l.runs[cc] || ok
 			}
 		}
-		if len(libs) == 0 {
+		if len(names) == 0 {
 			problems = append(problems, fmt.Sprintf("arch_libs %q matches no library with GPU code", g))
 			continue
 		}
-		for _, cc := range ccs {
-			if !runs[cc] {
-				arch, _ := fatbin.ArchOf(cc)
-				problems = append(problems, fmt.Sprintf("%s, and the GPUs (compute capability %s) need sm_%d or PTX of compute_%d or older",
-					strings.Join(libs, "; "), cc, arch, arch))
+		sort.Strings(names)
+		for _, name := range names {
+			l := libs[name]
+			for _, cc := range ccs {
+				if !l.runs[cc] {
+					arch, _ := fatbin.ArchOf(cc)
+					problems = append(problems, fmt.Sprintf("%s, and the GPUs (compute capability %s) need SASS for sm_%d (plain, a or f; or plain or f of an older minor of major %d) or PTX of compute_%d or older (not arch-specific)",
+						strings.Join(l.carries, "; "), cc, arch, arch/10, arch))
+				}
 			}
 		}
 	}
 	env.Detail("arch_libs", checked)
 	if len(problems) > 0 {
-		return fmt.Errorf("%w: step %s: the installed kernels do not run on this host's GPUs: %s; build them for this host (TORCH_CUDA_ARCH_LIST from its GPUs, the step's default) or install a wheel built for it",
+		return fmt.Errorf("%w: step %s: the installed kernels do not run on this host's GPUs: %s; build them for this host (TORCH_CUDA_ARCH_LIST from its GPUs, the step's default) or install a wheel built for it, or name in arch_libs only the libraries the server loads on this GPU",
 			exitcode.ErrHost, s.name, strings.Join(problems, "; "))
 	}
 	return nil
@@ -91,9 +108,18 @@ func (s *Step) checkArchLibs(env *engine.Env) error {
 // maxLibs bounds how many libraries one arch_libs folder entry may name.
 const maxLibs = 10000
 
-// libMatches returns the files pattern matches; with folder set, every shared library
-// (name ending in .so or holding ".so.") under the folders it matches.
+// libMatches returns the files pattern matches. With folder set, every shared library
+// (name ending in .so or holding ".so.") under the folders it matches; a pattern
+// "DIR/**/NAME" names every file whose name matches NAME under the folders DIR matches.
+// Only regular files are taken from folders (a FIFO there is never opened).
 func libMatches(pattern string, folder bool) ([]string, error) {
+	nameGlob := ""
+	if dir, name, ok := strings.Cut(pattern, string(filepath.Separator)+"**"+string(filepath.Separator)); ok {
+		pattern, nameGlob, folder = dir, name, true
+		if strings.ContainsRune(name, filepath.Separator) {
+			return nil, fmt.Errorf("%q after **/ must be a file name pattern", name)
+		}
+	}
 	matches, err := filepath.Glob(pattern)
 	if err != nil || !folder {
 		return matches, err
@@ -105,7 +131,11 @@ func libMatches(pattern string, folder bool) ([]string, error) {
 				return err
 			}
 			name := d.Name()
-			if d.Type().IsRegular() && (strings.HasSuffix(name, ".so") || strings.Contains(name, ".so.")) {
+			want := strings.HasSuffix(name, ".so") || strings.Contains(name, ".so.")
+			if nameGlob != "" {
+				want, _ = filepath.Match(nameGlob, name)
+			}
+			if d.Type().IsRegular() && want {
 				if len(out) >= maxLibs {
 					return fmt.Errorf("more than %d libraries under %s", maxLibs, m)
 				}

@@ -73,11 +73,13 @@ type Spec struct {
 	Jobs int `yaml:"jobs" json:"jobs,omitempty"`
 	// ArchLibs are paths or globs (relative to Dir, or absolute) of the CUDA extension
 	// libraries the build makes or installs; one ending in "/" names every .so under a
-	// folder (the venv's site-packages/sgl_kernel/). After a run, each entry must match
-	// a library with SASS or PTX that the host's GPUs run (read from the .nv_fatbin
-	// headers; of variants a loader picks from, one is enough); one that does not fails
-	// the step (exit 4), naming the libraries, the architectures they have and the one
-	// needed, before any server loads them.
+	// folder, and "DIR/**/NAME" every file named like NAME under it (the venv's
+	// site-packages/sgl_kernel/**/common_ops*.so). After a run, every library must carry
+	// SASS or PTX that the host's GPUs run (read from its cubins and PTX, arch-specific
+	// sm_XYa and family sm_XYf told apart; libraries of one name in different folders are
+	// variants a loader picks from, and one is enough); one that does not fails the step
+	// (exit 4), naming the libraries, the architectures they have and the one needed,
+	// before any server loads them.
 	ArchLibs []string `yaml:"arch_libs" json:"arch_libs,omitempty"`
 }
 

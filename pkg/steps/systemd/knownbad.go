@@ -3,6 +3,7 @@ package systemd
 import (
 	"fmt"
 	"path/filepath"
+	"strings"
 
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/exitcode"
@@ -37,11 +38,20 @@ func (s *Step) checkKnownBad(env *engine.Env, profile string) error {
 	if err != nil || len(dirs) == 0 {
 		return err
 	}
-	pkgs, err := knownbad.Installed(dirs, true)
+	dists, err := knownbad.InstalledDists(dirs, true)
 	if err != nil {
-		return fmt.Errorf("reading the packages of %s: %w", d.Python, err)
+		return fmt.Errorf("%w: reading the packages of %s: %w", exitcode.ErrHost, d.Python, err)
 	}
-	f := knownbad.Facts{Packages: pkgs, LaunchLines: [][]string{d.Args}}
+	for name, ds := range knownbad.Duplicates(dists) {
+		var at []string
+		for _, x := range ds {
+			at = append(at, x.Version+" at "+x.Path)
+		}
+		env.Log.Warn("a package is installed more than once; Python reports the first it finds, and every version is checked",
+			"package", name, "installed", strings.Join(at, "; "))
+	}
+	pkgs, also := knownbad.FactsOf(dists)
+	f := knownbad.Facts{Packages: pkgs, Also: also, LaunchLines: [][]string{d.Args}}
 	if env.Facts != nil {
 		for _, g := range env.Facts.GPUs {
 			f.ComputeCapabilities = append(f.ComputeCapabilities, g.ComputeCapability)

@@ -36,7 +36,7 @@ func TestKnownBadInstalledRefusesBeforeStart(t *testing.T) {
 	dir := t.TempDir()
 	writeTool(t, filepath.Join(dir, "venv/bin"), "python")
 	writeDist(t, dir, "nvidia-cutlass-dsl", "4.5.0")
-	writeDist(t, dir, "flashinfer-python", "0.6.8")
+	writeDist(t, dir, "flashinfer-python", "0.6.9")
 	spec := qwenSpec()
 	spec.Command = []string{filepath.Join(dir, "venv/bin/python"), "-m", "sglang.launch_server"}
 	s := newStep(t, spec)
@@ -80,7 +80,7 @@ func TestRestoreIsNotRefusedForTheCandidatesPackages(t *testing.T) {
 	env.Gated = true
 	dir := t.TempDir()
 	writeTool(t, filepath.Join(dir, "venv/bin"), "python")
-	writeDist(t, dir, "flashinfer-python", "0.6.8")
+	writeDist(t, dir, "flashinfer-python", "0.6.9")
 	writeDist(t, dir, "nvidia-cutlass-dsl", "4.5.1")
 	spec := qwenSpec()
 	spec.Command = []string{filepath.Join(dir, "venv/bin/python"), "-m", "sglang.launch_server"}
