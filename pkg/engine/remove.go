@@ -91,13 +91,26 @@ func removeUnit(ctx context.Context, ms *managers, dir, recipe string, o Owned, 
 	if err != nil {
 		return false, err
 	}
-	exists, ours, err := service.RenderedFor(m.UnitPath(o.Path), recipe)
-	if err != nil {
-		return false, err
-	}
-	if exists && !ours {
-		fmt.Fprintf(out, "  keep: unit %s: %s is not one sglprov rendered for recipe %s; left as it is\n", o.Path, m.UnitPath(o.Path), recipe)
+	// The check validate, plan and apply make before writing the unit: a file there that
+	// sglprov did not render for the recipe is left as it is. A name the system's own unit
+	// holds is no reason to keep sglprov's file that shadows it (deleting it gives the name
+	// back), but with no file of sglprov's there the unit systemd knows by that name is the
+	// system's: it is neither stopped nor disabled.
+	_, vendor := service.UnitFiles(service.Options{Kind: m.Kind(), Root: ms.root, Offline: m.Kind() == service.KindOffline, StateDir: dir}, o.Path)
+	path := m.UnitPath(o.Path)
+	exists, err := service.CheckUnitName(path, vendor, o.Path, recipe)
+	switch {
+	case errors.Is(err, service.ErrNotRendered):
+		fmt.Fprintf(out, "  keep: unit %s: %s is not one sglprov rendered for recipe %s; left as it is\n", o.Path, path, recipe)
 		return true, nil
+	case errors.Is(err, service.ErrVendorUnit) && !exists:
+		fmt.Fprintf(out, "  keep: unit %s: no file of sglprov's is left at %s, and the unit of that name is the system's; left as it is\n", o.Path, path)
+		if err := os.Remove(service.LastKnownGoodPath(dir, o.Path)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return false, fmt.Errorf("removing the last-known-good copy of %s: %w", o.Path, err)
+		}
+		return true, nil
+	case err != nil && !errors.Is(err, service.ErrVendorUnit):
+		return false, err
 	}
 	if keepRunning && !exists {
 		// Nothing of it is left but maybe its last-known-good copy: no manager call.
