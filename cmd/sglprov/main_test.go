@@ -125,7 +125,7 @@ func TestScripts(t *testing.T) {
 			},
 			// foreign build ROOT RECORD [REL...] writes under ROOT the files sglprov never
 			// wrote (internal/foreign: etc/passwd, a user's home, another recipe's
-			// generation) and the files REL, and their digests to RECORD; foreign check
+			// generation, an admin's unit, a unit of the system) and the files REL, and their digests to RECORD; foreign check
 			// RECORD fails unless every one is byte-identical.
 			"foreign": func(ts *testscript.TestScript, neg bool, args []string) {
 				switch {
