@@ -512,7 +512,7 @@ func GC(ctx context.Context, opts GCOptions) error {
 	for _, name := range names {
 		for _, o := range states.Recipes[name].Owns {
 			if err := o.Check(opts.Root); err != nil {
-				errs = append(errs, fmt.Errorf("recipe %s: %w", name, err))
+				errs = append(errs, fmt.Errorf("recipe %s in %s: %w", name, StatePath(dir), err))
 				continue
 			}
 			switch o.Kind {
@@ -549,7 +549,7 @@ func GC(ctx context.Context, opts GCOptions) error {
 			err = fmt.Errorf("%w: the orphan record %s %q: names no recipe that left it; delete it from %s", exitcode.ErrUsage, o.Kind, o.Path, StatePath(dir))
 		}
 		if err != nil {
-			errs = append(errs, err)
+			errs = append(errs, fmt.Errorf("an orphan in %s: %w", StatePath(dir), err))
 			left = append(left, o)
 			continue
 		}
@@ -679,10 +679,10 @@ func generationsOf(st *State) string {
 }
 
 // recordedFolder reports whether the folder at o.Path is the one its record was written for
-// (its device and inode, when recorded).
+// (its device and inode; a record without them names no folder sglprov wrote into).
 func recordedFolder(o Owned) bool {
 	if o.Ino == 0 {
-		return true
+		return false // no list of sglprov's: nothing there is its to free
 	}
 	dev, ino := ownership.Identify(o.Path)
 	return dev == o.Dev && ino == o.Ino

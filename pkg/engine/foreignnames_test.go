@@ -3,6 +3,7 @@ package engine_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/sglprov/sglprov/internal/foreign"
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/service"
 )
 
@@ -112,5 +114,32 @@ func TestRemoveAndGCWithUnitNamesNotSglprovs(t *testing.T) {
 				n.intact(name)
 			})
 		}
+	}
+}
+
+// A weights record edited by hand (its path changed to another folder, its device and
+// inode taken out) is refused when remove and gc read it: exit 2, naming the state file and
+// the fix; the folder it now names keeps every file.
+func TestWeightsRecordWithoutIdentityIsRefused(t *testing.T) {
+	for _, gc := range []bool{false, true} {
+		n := newNode(t, true)
+		w := n.weights("data/models/tiny", "model.safetensors")
+		// The user's home has a file of the listed name.
+		w.Path, w.Dev, w.Ino = n.path("home/u"), 0, 0
+		w.Files = []string{"notes.txt"}
+		var out string
+		var err error
+		if gc {
+			n.save(nil, w)
+			out, err = n.gc()
+		} else {
+			n.save(map[string][]engine.Owned{"a": {w}})
+			out, err = n.remove("a", true)
+		}
+		if !errors.Is(err, exitcode.ErrUsage) || !strings.Contains(err.Error(), "not the device and inode of its folder") ||
+			!strings.Contains(err.Error(), filepath.Join(n.state, "state.json")) || !strings.Contains(err.Error(), "delete it from the state file") {
+			t.Errorf("gc=%v: a record without identity: %v\n%s", gc, err, out)
+		}
+		n.intact("a record without identity")
 	}
 }
