@@ -33,6 +33,8 @@ type RemoveOptions struct {
 	// NewManager returns the service manager of kind (service.KindSystemd or KindExec);
 	// nil is service.New.
 	NewManager func(ctx context.Context, kind string) (service.Manager, error)
+	// Node leads to the node's other state dirs, whose recipes' folders are kept.
+	Node NodeScope
 }
 
 // GCOptions says where GC frees what no recipe needs.
@@ -42,6 +44,8 @@ type GCOptions struct {
 	Out            io.Writer
 	// NewManager returns the service manager of kind, for orphaned units; nil is service.New.
 	NewManager func(ctx context.Context, kind string) (service.Manager, error)
+	// Node leads to the node's other state dirs, whose recipes' folders are kept.
+	Node NodeScope
 }
 
 // managers opens each service manager once, for the units of a remove or gc.
@@ -214,6 +218,8 @@ func Remove(ctx context.Context, opts RemoveOptions) error {
 		return strings.Join(others, ", ")
 	}
 
+	// What the recipes of the node's other state dirs use stays too.
+	node := loadNodeUsers(opts.Node, dir)
 	ms := &managers{dir: dir, root: opts.Root, newFn: opts.NewManager}
 	defer ms.close()
 
@@ -239,8 +245,14 @@ func Remove(ctx context.Context, opts RemoveOptions) error {
 		if o.Kind == OwnedGPU {
 			continue
 		}
+		keep := ""
 		if by := usedBy(o); by != "" {
-			r := removal{what: describeOwned(o), keep: "also used by recipe " + by, owned: &o, orphan: o.Kind == OwnedWeights && o.Recipe == ""}
+			keep = "also used by recipe " + by
+		} else if o.Kind != OwnedUnit {
+			keep = node.keep(o)
+		}
+		if keep != "" {
+			r := removal{what: describeOwned(o), keep: keep, owned: &o, orphan: o.Kind == OwnedWeights && o.Recipe == ""}
 			switch o.Kind {
 			case OwnedUnit:
 				units = append(units, r)
@@ -593,8 +605,17 @@ func GC(ctx context.Context, opts GCOptions) error {
 		}
 	}
 	// What removed recipes left, unless a recipe uses the folder again.
+	var node *nodeUsers
 	for _, o := range orphans {
 		if usesAny(inUse, o) {
+			left = append(left, o)
+			continue
+		}
+		if node == nil {
+			node = loadNodeUsers(opts.Node, dir)
+		}
+		if keep := node.keep(o); keep != "" {
+			fmt.Fprintf(opts.Out, "  keep: weights %s: %s\n", o.Path, keep)
 			left = append(left, o)
 			continue
 		}
