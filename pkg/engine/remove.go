@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/fetch"
@@ -380,6 +381,11 @@ func Remove(ctx context.Context, opts RemoveOptions) error {
 	delete(states.Recipes, opts.Recipe)
 	// What the recipe left is gone with it (or was another's too, and stays that one's).
 	states.Orphans = slices.DeleteFunc(states.Orphans, func(x Owned) bool { return x.Recipe == opts.Recipe })
+	// status says the recipe was removed, not how its last run went.
+	if states.Removed == nil {
+		states.Removed = map[string]time.Time{}
+	}
+	states.Removed[opts.Recipe] = time.Now().UTC()
 	if err := SaveStates(dir, states); err != nil {
 		return err
 	}
