@@ -143,3 +143,41 @@ func TestWeightsRecordWithoutIdentityIsRefused(t *testing.T) {
 		n.intact("a record without identity")
 	}
 }
+
+// gc reaches the part files through the checked weights folder's handle: a part-file
+// folder replaced by a link to a victim's folder holding files of the part files' names is
+// never entered, and the victim's files stay byte-identical; a part file of its own in
+// place is freed.
+func TestGCPartFilesNeverThroughALink(t *testing.T) {
+	n := newNode(t, false)
+	w := n.weights("data/models/tiny", "model.safetensors")
+	w.Parts = []string{".sglprov/parts/model.safetensors.part"}
+	victim := n.path("home/u/parts")
+	os.MkdirAll(victim, 0o755)
+	for _, f := range []string{"model.safetensors.part", "model.safetensors.part.json"} {
+		os.WriteFile(filepath.Join(victim, f), []byte("a user's "+f), 0o644)
+	}
+	os.MkdirAll(n.path("data/models/tiny/.sglprov"), 0o755)
+	if err := os.Symlink(victim, n.path("data/models/tiny/.sglprov/parts")); err != nil {
+		t.Fatal(err)
+	}
+	n.save(map[string][]engine.Owned{"a": {w}})
+	if out, err := n.gc(); err != nil {
+		t.Fatalf("gc: %v\n%s", err, out)
+	}
+	for _, f := range []string{"model.safetensors.part", "model.safetensors.part.json"} {
+		if b, err := os.ReadFile(filepath.Join(victim, f)); err != nil || string(b) != "a user's "+f {
+			t.Errorf("%s behind the link: %q %v", f, b, err)
+		}
+	}
+	// The folder itself, with a part file of its own: freed.
+	os.Remove(n.path("data/models/tiny/.sglprov/parts"))
+	part := n.path("data/models/tiny/.sglprov/parts/model.safetensors.part")
+	os.MkdirAll(filepath.Dir(part), 0o755)
+	os.WriteFile(part, []byte("partial"), 0o644)
+	out, err := n.gc()
+	if err != nil || exists(part) || !strings.Contains(out, "part files in") {
+		t.Errorf("gc of its own part file: %v, still there %v\n%s", err, exists(part), out)
+	}
+	n.intact("part files behind a link")
+}

@@ -7,11 +7,14 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/fetch"
@@ -302,7 +305,7 @@ func Remove(ctx context.Context, opts RemoveOptions) error {
 			weights = append(weights, removal{what: "delete weights " + o.Path, bytes: all.Usage(), freed: true, owned: &o,
 				do: func(context.Context) error {
 					if recordedFolder(all) {
-						_, inUse, err := freeParts(all.Path, all.Parts, false)
+						_, inUse, err := freeParts(all, all.Parts, false)
 						if err != nil {
 							return err
 						}
@@ -599,7 +602,7 @@ func GC(ctx context.Context, opts GCOptions) error {
 		if !recordedFolder(weightsFolders[f]) {
 			continue
 		}
-		n, inUse, err := freeParts(f, partsOf[f], opts.DryRun)
+		n, inUse, err := freeParts(weightsFolders[f], partsOf[f], opts.DryRun)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("removing part files in %s: %w", f, err))
 		}
@@ -715,45 +718,62 @@ func recordedFolder(o Owned) bool {
 	return dev == o.Dev && ino == o.Ino
 }
 
-// freeParts frees the part files parts (relative to the weights folder dir) with their
-// resume records (fetch.FreePart), then the part-file folders left empty. A part a running
-// download holds is left (inUse, its host path); one reached through a link, or that is not
-// a part file inside a part-file folder (fetch.WorkDir), is not touched. It returns the
-// bytes freed (with dryRun: that would be).
-func freeParts(dir string, parts []string, dryRun bool) (freed int64, inUse []string, err error) {
-	realDir, rerr := filepath.EvalSymlinks(dir)
-	if rerr != nil {
-		return 0, nil, nil // gone: nothing to free
+// freeParts frees the part files parts (relative to the weights folder of o) with their
+// resume records (fetch.FreePartAt), then the part-file folders left empty. The folder is
+// opened once and checked to be the one o records (device and inode), and everything below
+// it is reached through that handle, one folder at a time without following a link: a part
+// that lies behind a link, or that is not a part file inside a part-file folder
+// (fetch.WorkDir), is not touched. A part a running download holds is left (inUse, its host
+// path). It returns the bytes freed (with dryRun: that would be).
+func freeParts(o Owned, parts []string, dryRun bool) (freed int64, inUse []string, err error) {
+	dirfd, ok, err := ownership.OpenFolder(o.Path, o.Dev, o.Ino)
+	if err != nil {
+		return 0, nil, fmt.Errorf("opening %s: %w", o.Path, err)
 	}
+	if !ok {
+		return 0, nil, nil // gone, or not the folder sglprov downloaded into
+	}
+	defer unix.Close(dirfd)
 	var errs []error
 	parts = slices.Clone(parts)
 	slices.Sort(parts)
 	for _, rel := range slices.Compact(parts) { // several records may name one part
-		if !strings.HasSuffix(rel, ".part") || !slices.Contains(strings.Split(rel, "/"), fetch.WorkDir) {
+		if !strings.HasSuffix(rel, ".part") || !slices.Contains(strings.Split(rel, "/"), fetch.WorkDir) || !localRel(rel) {
 			continue
 		}
-		p := filepath.Join(dir, filepath.FromSlash(rel))
-		if r, err := filepath.EvalSymlinks(filepath.Dir(p)); err != nil || r != filepath.Join(realDir, filepath.Dir(filepath.FromSlash(rel))) {
+		host := filepath.Join(o.Path, filepath.FromSlash(rel))
+		sub, ok, err := ownership.OpenUnder(dirfd, path.Dir(rel))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("opening the folder of %s: %w", host, err))
+			continue
+		}
+		if !ok {
 			continue // not there, or a folder on the way is a link
 		}
-		n, held, err := fetch.FreePart(p, dryRun)
+		n, held, err := fetch.FreePartAt(sub, path.Base(rel), host, dryRun)
+		unix.Close(sub)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		if held {
-			inUse = append(inUse, p)
+			inUse = append(inUse, host)
 			continue
 		}
 		freed += n
 		if !dryRun {
 			// The part-file folders left empty, up to the one named fetch.WorkDir.
-			for d := filepath.Dir(p); ownership.Within(dir, d) && d != dir; d = filepath.Dir(d) {
-				if os.Remove(d) != nil || filepath.Base(d) == fetch.WorkDir {
+			for d := path.Dir(rel); d != "."; d = path.Dir(d) {
+				if !ownership.RemoveEmptyUnder(dirfd, d) || path.Base(d) == fetch.WorkDir {
 					break
 				}
 			}
 		}
 	}
 	return freed, inUse, errors.Join(errs...)
+}
+
+// localRel reports whether rel is a clean relative '/'-separated path inside its folder.
+func localRel(rel string) bool {
+	return rel != "" && path.Clean(rel) == rel && !path.IsAbs(rel) && rel != ".." && !strings.HasPrefix(rel, "../")
 }
