@@ -42,12 +42,13 @@ func TestApplyRegistersTheStateDirFirst(t *testing.T) {
 // be read keeps the folder too, saying why; a registered state dir that is gone names
 // nothing, and the weights go.
 func TestRemoveKeepsWhatOtherStateDirsUse(t *testing.T) {
-	type other struct{ viaClaim, corrupt, gone bool }
+	type other struct{ viaClaim, corrupt, gone, junk bool }
 	for name, tc := range map[string]other{
-		"registered": {},
-		"claimed":    {viaClaim: true},
-		"unreadable": {corrupt: true},
-		"gone":       {gone: true},
+		"registered":       {},
+		"claimed":          {viaClaim: true},
+		"unreadable":       {corrupt: true},
+		"gone":             {gone: true},
+		"registry of junk": {junk: true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			n := newNode(t, false)
@@ -73,6 +74,11 @@ func TestRemoveKeepsWhatOtherStateDirsUse(t *testing.T) {
 			if tc.gone {
 				os.RemoveAll(otherDir)
 			}
+			if tc.junk {
+				for i := 0; i < 8200; i++ {
+					os.WriteFile(filepath.Join(reg, fmt.Sprintf("junk-%05d", i)), nil, 0o644)
+				}
+			}
 			var out bytes.Buffer
 			err := engine.Remove(context.Background(), engine.RemoveOptions{StateDir: n.state, Recipe: "a", Weights: true, Out: &out,
 				Node: engine.NodeScope{StateDirs: reg, ClaimsDir: claims}})
@@ -84,6 +90,10 @@ func TestRemoveKeepsWhatOtherStateDirsUse(t *testing.T) {
 			case tc.gone:
 				if exists(file) {
 					t.Errorf("the weights stayed for a state dir that is gone:\n%s", out.String())
+				}
+			case tc.junk:
+				if !exists(file) || !strings.Contains(out.String(), "what other state dirs on the node use cannot be read") || !strings.Contains(out.String(), "junk-") {
+					t.Errorf("beside a registry of junk: kept=%v\n%s", exists(file), out.String())
 				}
 			case tc.corrupt:
 				if !exists(file) || !strings.Contains(out.String(), "the records of state dir "+otherDir+" cannot be read") {
