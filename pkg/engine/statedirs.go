@@ -28,10 +28,13 @@ import (
 // nothing.
 const NodeStateDirsDir = "/var/lib/sglprov/state-dirs"
 
-// maxStateDirs bounds the entries of the registry; maxStateDirBytes each entry.
+// maxStateDirs bounds the entries of the registry; maxStateDirBytes each entry;
+// maxOtherStateBytes the records read of another state dir (larger ones keep what they
+// might name).
 const (
-	maxStateDirs     = 8192
-	maxStateDirBytes = 16 << 10
+	maxStateDirs       = 8192
+	maxStateDirBytes   = 16 << 10
+	maxOtherStateBytes = 64 << 20
 )
 
 // stateDirNameRE matches the names sglprov writes in the registry.
@@ -181,8 +184,13 @@ func loadNodeUsers(scope NodeScope, self string) *nodeUsers {
 		if d == self || u.states[d] != nil || u.unreadable[d] != nil {
 			continue
 		}
-		if _, err := os.Lstat(StatePath(d)); errors.Is(err, fs.ErrNotExist) {
+		fi, err := os.Lstat(StatePath(d))
+		if errors.Is(err, fs.ErrNotExist) {
 			continue // gone, or never written: it names nothing
+		}
+		if err == nil && fi.Size() > maxOtherStateBytes {
+			u.unreadable[d] = fmt.Errorf("%s holds %d bytes, more than the %d read of another state dir", StatePath(d), fi.Size(), maxOtherStateBytes)
+			continue
 		}
 		f, err := LoadStates(d)
 		if err != nil {
