@@ -125,7 +125,7 @@ func TestScripts(t *testing.T) {
 			},
 			// foreign build ROOT RECORD [REL...] writes under ROOT the files sglprov never
 			// wrote (internal/foreign: etc/passwd, a user's home, another recipe's
-			// generation) and the files REL, and their digests to RECORD; foreign check
+			// generation, an admin's unit, a unit of the system) and the files REL, and their digests to RECORD; foreign check
 			// RECORD fails unless every one is byte-identical.
 			"foreign": func(ts *testscript.TestScript, neg bool, args []string) {
 				switch {
@@ -242,7 +242,7 @@ func lookPath(ts *testscript.TestScript, name string) string {
 // environ returns the script's environment for a child process.
 func environ(ts *testscript.TestScript) []string {
 	var out []string
-	for _, k := range []string{"PATH", "HOME", "TMPDIR", "WORK", "TESTDATA", "REPO", "SGLPROV_GPU_FIXTURE", "SGLPROV_GPU_CLAIMS_DIR",
+	for _, k := range []string{"PATH", "HOME", "TMPDIR", "WORK", "TESTDATA", "REPO", "SGLPROV_GPU_FIXTURE", "SGLPROV_GPU_CLAIMS_DIR", "SGLPROV_STATE_DIRS_DIR",
 		"GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL", "HF_TOKEN", "HF_ENDPOINT", "CUDA_HOME", "GOTRACEBACK", "REGISTRY", "DOCKER_CONFIG"} {
 		if v := ts.Getenv(k); v != "" {
 			out = append(out, k+"="+v)

@@ -1,7 +1,8 @@
 // Package foreign builds, for tests of what sglprov deletes, a tree of files sglprov never
 // wrote: a password file in etc/, a user's file in home/u/, another recipe's generation,
-// and any file a test names (one a user dropped inside a weights dest). It records each
-// file's sha256, so that a test can say afterwards that every one is byte-identical.
+// an admin's unit and a unit of the system's packages, and any file a test names (one a
+// user dropped inside a weights dest). It records each file's sha256, so that a test can
+// say afterwards that every one is byte-identical.
 package foreign
 
 import (
@@ -21,7 +22,18 @@ var Files = []string{
 	"home/u/.ssh/authorized_keys",
 	// A generation of a recipe the tests do not remove.
 	"opt/sglprov/generations/other/0123456789abcdef/bin/server",
+	// An admin's unit, and a unit of the system's packages, at names a recipe may give its
+	// unit (AdminUnit, VendorUnit).
+	"etc/systemd/system/" + AdminUnit,
+	"lib/systemd/system/" + VendorUnit,
 }
+
+// AdminUnit is the name of the unit an admin wrote in etc/systemd/system, and VendorUnit
+// that of the unit the system's packages installed in lib/systemd/system.
+const (
+	AdminUnit  = "backup.service"
+	VendorUnit = "ssh.service"
+)
 
 // OtherGenerations is the generations folder (relative) of the recipe whose generation
 // Files holds, and OtherKey that generation's key.

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/node"
 )
 
 // runGC frees what no recipe on the node needs: generations beyond the kept ones, the part
@@ -18,7 +19,7 @@ func runGC(ctx context.Context, stdio IO, args []string) error {
 		return err
 	}
 	return engine.GC(ctx, engine.GCOptions{StateDir: o.stateDirPath(), Root: o.root, DryRun: o.dryRun, Out: stdio.Stdout,
-		NewManager: managers(stdio, o.root, o.stateDirPath())})
+		NewManager: managers(stdio, o.root, o.stateDirPath()), Node: node.Scope(stdio.Getenv, o.root)})
 }
 
 // gcOptions are gc's flags.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -77,6 +78,18 @@ func TestReportsAndStatusValidate(t *testing.T) {
 			code, out, _ := run(t, env, "status", "--json", "--state-dir", state)
 			if code != want {
 				t.Errorf("status: exit %d, want %d", code, want)
+			}
+			validateJSON(t, schemas["status"], []byte(out))
+			if name != "ok" {
+				return
+			}
+			// The status of the recipe once removed: it says so, exit 1.
+			if code, _, stderr := run(t, env, "remove", "-f", r, "--state-dir", state); code != 0 {
+				t.Fatalf("remove: exit %d: %s", code, stderr)
+			}
+			code, out, _ = run(t, env, "status", "--json", "--state-dir", state)
+			if code != 1 || !strings.Contains(out, `"removed": "`) {
+				t.Errorf("status of a removed recipe: exit %d\n%s", code, out)
 			}
 			validateJSON(t, schemas["status"], []byte(out))
 		})

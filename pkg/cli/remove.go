@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/node"
 	"github.com/sglprov/sglprov/pkg/service"
 )
 
@@ -24,7 +25,8 @@ func runRemove(ctx context.Context, stdio IO, args []string) error {
 		return err
 	}
 	return engine.Remove(ctx, engine.RemoveOptions{StateDir: o.stateDirPath(), Root: o.root, Recipe: r.Name,
-		Weights: o.weights, DryRun: o.dryRun, Out: stdio.Stdout, NewManager: managers(stdio, o.root, o.stateDirPath())})
+		Weights: o.weights, DryRun: o.dryRun, Out: stdio.Stdout, NewManager: managers(stdio, o.root, o.stateDirPath()),
+		Node: node.Scope(stdio.Getenv, o.root)})
 }
 
 // removeOptions are remove's flags.

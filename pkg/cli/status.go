@@ -86,6 +86,14 @@ func runStatus(ctx context.Context, stdio IO, args []string) error {
 // else each step as recorded (a run going on or killed).
 func writeRecipeRun(out io.Writer, rr engine.RecipeRun, running int) error {
 	rep, st, killed := rr.Report, rr.State, rr.Killed
+	if !rr.Removed.IsZero() {
+		fmt.Fprintf(out, "recipe %s was removed at %s (sglprov remove): nothing of it is on the node; sglprov apply -f RECIPE puts it back\n",
+			rr.Recipe, rr.Removed.Format(time.RFC3339))
+		if rep != nil {
+			fmt.Fprintf(out, "its last run before: %s at %s, exit %d\n", rep.Result, rep.Started.Format(time.RFC3339), rep.ExitCode)
+		}
+		return nil
+	}
 	switch {
 	case !st.Updated.IsZero():
 		fmt.Fprintf(out, "recipe %s, state updated %s\n", st.Recipe, st.Updated.Format(time.RFC3339))

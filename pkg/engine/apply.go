@@ -86,6 +86,12 @@ func (e *Engine) Apply(ctx context.Context) (*Report, error) {
 		return nil, err
 	}
 	defer e.releasePending()
+	if !e.opts.IgnoreState {
+		// Before any record is written: remove and gc in other state dirs see this one.
+		if err := RegisterStateDir(e.opts.StateDirsDir, e.opts.StateDir); err != nil {
+			e.log.Warn("the state dir cannot be registered node-wide: remove and gc from other state dirs will not see what this one's recipes use", "err", err)
+		}
+	}
 	start := e.opts.Now()
 	rep := &Report{Recipe: e.opts.Recipe.Name, RecipeFile: e.opts.Recipe.File, Started: start.UTC(), FactsChanged: e.FactsChanged(), Facts: e.factsMap()}
 	runDir, err := e.newRunDir(start)

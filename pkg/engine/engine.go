@@ -44,6 +44,10 @@ type Options struct {
 	// where GPUConflicts finds the claims of recipes applied from other state dirs; ""
 	// compares only the recipes of StateDir.
 	ClaimsDir string
+	// StateDirsDir is the node-wide registry of state dirs (NodeStateDirsDir, under Root),
+	// where a run registers StateDir before it writes anything, so that remove and gc in
+	// another state dir see what this one's recipes use; "" keeps none.
+	StateDirsDir string
 	// Only limits a run to these steps; Force runs these steps even when intact.
 	Only, Force []string
 	// Verify asks steps to re-check their outputs fully.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/exitcode"
+	"github.com/sglprov/sglprov/pkg/ownership"
 	"github.com/sglprov/sglprov/pkg/recipe"
 )
 
@@ -88,7 +89,9 @@ func (f *fakeStep) GenerationKey(context.Context, *engine.Env) (map[string]strin
 
 func (f *fakeStep) Owns(*engine.Env) []engine.Owned {
 	if f.spec.Weights != "" {
-		return []engine.Owned{{Kind: engine.OwnedWeights, Path: f.spec.Weights, Files: []string{"model.bin"}, Listed: true}}
+		// As the download step does: the folder's identity with the list.
+		dev, ino := ownership.Identify(f.spec.Weights)
+		return []engine.Owned{{Kind: engine.OwnedWeights, Path: f.spec.Weights, Files: []string{"model.bin"}, Listed: true, Dev: dev, Ino: ino}}
 	}
 	if f.spec.Unit == "" {
 		return nil

@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -138,11 +140,57 @@ func (e *Engine) GPUConflicts() error {
 // under the root), and holds only those claims.
 const NodeClaimsDir = "/var/lib/sglprov/gpu-claims"
 
-// maxClaims bounds the claims read from ClaimsDir, maxClaimBytes each claim.
+// maxClaims bounds the entries of ClaimsDir (claims, pending claims, anything else): a
+// folder that holds more is refused, never read in part; maxClaimBytes bounds each claim.
 const (
-	maxClaims     = 4096
+	maxClaims     = 8192
 	maxClaimBytes = 64 << 10
 )
+
+// claimNameRE matches the names sglprov writes in ClaimsDir: claims, pending claims, and
+// the lock.
+var claimNameRE = regexp.MustCompile(`^([0-9a-f]{32}\.json(\.pending)?|\.lock)$`)
+
+// readClaimsDir returns the names of the entries of the claims folder dir, all of them:
+// a folder of more than maxClaims entries is refused (exitcode.ErrHost), naming some of
+// what sglprov did not write there and the fix, rather than read in part, where a real
+// claim past the bound would go unseen. A folder that is not there holds none.
+func readClaimsDir(dir string) ([]string, error) {
+	f, err := os.Open(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the node's GPU claims: %w", err)
+	}
+	defer f.Close()
+	var names, junk []string
+	nJunk := 0
+	for {
+		batch, err := f.Readdirnames(1024)
+		for _, n := range batch {
+			if !claimNameRE.MatchString(n) {
+				nJunk++
+				if len(junk) < 5 {
+					junk = append(junk, n)
+				}
+			}
+		}
+		names = append(names, batch...)
+		if len(names) > maxClaims {
+			return nil, fmt.Errorf("%w: the node's GPU claims folder %s holds more than %d entries, %d or more of them not claims sglprov wrote (such as %s): the claims cannot all be read, so no GPU conflict could be ruled out; remove what sglprov did not write there (it writes only HEX.json, HEX.json.pending and .lock)",
+				exitcode.ErrHost, dir, maxClaims, nJunk, strings.Join(junk, ", "))
+		}
+		if errors.Is(err, io.EOF) || err == nil && len(batch) == 0 {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading the node's GPU claims in %s: %w", dir, err)
+		}
+	}
+	sort.Strings(names)
+	return names, nil
+}
 
 // nodeClaim is one claim file of ClaimsDir: the record of the GPUs is the claiming state
 // dir's own (its recipe's Owns), which GPUConflicts reads; the claim says where to look.
@@ -301,24 +349,18 @@ func (e *Engine) otherStateDirClaims(mine []string, replacing bool) ([]string, e
 	if e.opts.ClaimsDir == "" {
 		return nil, nil
 	}
-	entries, err := os.ReadDir(e.opts.ClaimsDir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
+	entries, err := readClaimsDir(e.opts.ClaimsDir)
 	if err != nil {
-		return nil, fmt.Errorf("reading the node's GPU claims: %w", err)
-	}
-	if len(entries) > maxClaims {
-		entries = entries[:maxClaims]
+		return nil, err
 	}
 	self := absStateDir(e.opts.StateDir)
 	var out []string
-	for _, ent := range entries {
-		pending := strings.HasSuffix(ent.Name(), ".json"+pendingSuffix)
-		if !strings.HasSuffix(ent.Name(), ".json") && !pending {
+	for _, name := range entries {
+		pending := strings.HasSuffix(name, ".json"+pendingSuffix)
+		if !strings.HasSuffix(name, ".json") && !pending {
 			continue
 		}
-		p := filepath.Join(e.opts.ClaimsDir, ent.Name())
+		p := filepath.Join(e.opts.ClaimsDir, name)
 		b, err := safefile.ReadRegular(p, maxClaimBytes)
 		if err != nil {
 			continue

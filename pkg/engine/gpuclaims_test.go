@@ -274,3 +274,40 @@ func TestGPUClaimsConcurrentClaimers(t *testing.T) {
 		t.Errorf("the run that claimed the GPU: %v", err)
 	}
 }
+
+// The claims folder is read in full: a real claim behind 5,000 entries sglprov did not
+// write (sorted before it) is still seen, and the second recipe refused; a folder of more
+// entries than the bound is refused (exit 4), naming some of the junk, never read in part.
+func TestGPUClaimsReadInFull(t *testing.T) {
+	w := newWorld()
+	host := &gpu.Facts{GPUs: []gpu.Device{{Index: 0, UUID: "GPU-0"}}}
+	claims := t.TempDir()
+	run := func(dir, name string) error {
+		e := newEngine(t, w, load(t, w, fmt.Sprintf(serverRecipe, name, "", name)), dir, func(o *engine.Options) {
+			o.Facts = host
+			o.ClaimsDir = claims
+		})
+		_, err := e.Apply(context.Background())
+		return err
+	}
+	junk := func(from, to int) {
+		for i := from; i < to; i++ {
+			if err := os.WriteFile(filepath.Join(claims, fmt.Sprintf("00000000-junk-%05d", i)), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	dirA, dirB := t.TempDir(), t.TempDir()
+	if err := run(dirA, "model-a"); err != nil {
+		t.Fatal(err)
+	}
+	junk(0, 5000)
+	if err := run(dirB, "model-b"); !errors.Is(err, exitcode.ErrHost) || !strings.Contains(err.Error(), "recipe model-a, applied with state dir "+dirA) {
+		t.Fatalf("a claim behind 5,000 junk entries: %v, want exit 4 naming model-a", err)
+	}
+	junk(5000, 9000)
+	err := run(dirB, "model-b")
+	if !errors.Is(err, exitcode.ErrHost) || !strings.Contains(err.Error(), "holds more than 8192 entries") || !strings.Contains(err.Error(), "00000000-junk-") {
+		t.Fatalf("9,000 junk entries: %v, want exit 4 naming the junk", err)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"time"
 
@@ -60,6 +61,10 @@ type RecipeRun struct {
 	// Last is when the last run ended or its records were last written (a killed or
 	// running one): the order of the recipes' runs.
 	Last time.Time
+	// Removed is when sglprov remove took the recipe off the node, after its last run
+	// (zero when it is on the node); its exit code is then exitcode.ExitFailed: nothing of
+	// it serves.
+	Removed time.Time
 }
 
 // LastRuns returns each recipe's last run in stateDir, the newest first: only the
@@ -110,6 +115,9 @@ func LastRuns(stateDir, only string, applyRunning bool) ([]RecipeRun, error) {
 		if rr.State.Updated.After(rr.Last) {
 			rr.Last = rr.State.Updated
 		}
+		if t, ok := f.Removed[name]; ok && f.Recipes[name] == nil && !t.Before(rr.Last) && !applyRunning {
+			rr.Removed, rr.Last, rr.ExitCode = t, t, exitcode.ExitFailed
+		}
 		out = append(out, rr)
 	}
 	sort.Slice(out, func(i, j int) bool {
@@ -122,12 +130,17 @@ func LastRuns(stateDir, only string, applyRunning bool) ([]RecipeRun, error) {
 }
 
 // LastRunsExitCode returns the exit code of a state dir holding these recipes' last runs: the
-// newest failed one's, 0 when every one passed (exitcode.ExitFailed when there are none).
+// newest failed one's, 0 when every one passed (exitcode.ExitFailed when there are none, or
+// when each was removed since; a removed recipe beside others leaves the code to them).
 func LastRunsExitCode(runs []RecipeRun) int {
 	if len(runs) == 0 {
 		return exitcode.ExitFailed
 	}
-	for _, r := range runs {
+	on := slices.DeleteFunc(slices.Clone(runs), func(r RecipeRun) bool { return !r.Removed.IsZero() })
+	if len(on) == 0 {
+		return exitcode.ExitFailed
+	}
+	for _, r := range on {
 		if r.ExitCode != exitcode.ExitOK {
 			return r.ExitCode
 		}

@@ -7,10 +7,14 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/fetch"
@@ -33,6 +37,8 @@ type RemoveOptions struct {
 	// NewManager returns the service manager of kind (service.KindSystemd or KindExec);
 	// nil is service.New.
 	NewManager func(ctx context.Context, kind string) (service.Manager, error)
+	// Node leads to the node's other state dirs, whose recipes' folders are kept.
+	Node NodeScope
 }
 
 // GCOptions says where GC frees what no recipe needs.
@@ -42,6 +48,8 @@ type GCOptions struct {
 	Out            io.Writer
 	// NewManager returns the service manager of kind, for orphaned units; nil is service.New.
 	NewManager func(ctx context.Context, kind string) (service.Manager, error)
+	// Node leads to the node's other state dirs, whose recipes' folders are kept.
+	Node NodeScope
 }
 
 // managers opens each service manager once, for the units of a remove or gc.
@@ -91,13 +99,26 @@ func removeUnit(ctx context.Context, ms *managers, dir, recipe string, o Owned, 
 	if err != nil {
 		return false, err
 	}
-	exists, ours, err := service.RenderedFor(m.UnitPath(o.Path), recipe)
-	if err != nil {
-		return false, err
-	}
-	if exists && !ours {
-		fmt.Fprintf(out, "  keep: unit %s: %s is not one sglprov rendered for recipe %s; left as it is\n", o.Path, m.UnitPath(o.Path), recipe)
+	// The check validate, plan and apply make before writing the unit: a file there that
+	// sglprov did not render for the recipe is left as it is. A name the system's own unit
+	// holds is no reason to keep sglprov's file that shadows it (deleting it gives the name
+	// back), but with no file of sglprov's there the unit systemd knows by that name is the
+	// system's: it is neither stopped nor disabled.
+	_, vendor := service.UnitFiles(service.Options{Kind: m.Kind(), Root: ms.root, Offline: m.Kind() == service.KindOffline, StateDir: dir}, o.Path)
+	path := m.UnitPath(o.Path)
+	exists, err := service.CheckUnitName(path, vendor, o.Path, recipe)
+	switch {
+	case errors.Is(err, service.ErrNotRendered):
+		fmt.Fprintf(out, "  keep: unit %s: %s is not one sglprov rendered for recipe %s; left as it is\n", o.Path, path, recipe)
 		return true, nil
+	case errors.Is(err, service.ErrVendorUnit) && !exists:
+		fmt.Fprintf(out, "  keep: unit %s: no file of sglprov's is left at %s, and the unit of that name is the system's; left as it is\n", o.Path, path)
+		if err := os.Remove(service.LastKnownGoodPath(dir, o.Path)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return false, fmt.Errorf("removing the last-known-good copy of %s: %w", o.Path, err)
+		}
+		return true, nil
+	case err != nil && !errors.Is(err, service.ErrVendorUnit):
+		return false, err
 	}
 	if keepRunning && !exists {
 		// Nothing of it is left but maybe its last-known-good copy: no manager call.
@@ -201,6 +222,8 @@ func Remove(ctx context.Context, opts RemoveOptions) error {
 		return strings.Join(others, ", ")
 	}
 
+	// What the recipes of the node's other state dirs use stays too.
+	node := loadNodeUsers(opts.Node, dir)
 	ms := &managers{dir: dir, root: opts.Root, newFn: opts.NewManager}
 	defer ms.close()
 
@@ -226,8 +249,14 @@ func Remove(ctx context.Context, opts RemoveOptions) error {
 		if o.Kind == OwnedGPU {
 			continue
 		}
+		keep := ""
 		if by := usedBy(o); by != "" {
-			r := removal{what: describeOwned(o), keep: "also used by recipe " + by, owned: &o, orphan: o.Kind == OwnedWeights && o.Recipe == ""}
+			keep = "also used by recipe " + by
+		} else if o.Kind != OwnedUnit {
+			keep = node.keep(o)
+		}
+		if keep != "" {
+			r := removal{what: describeOwned(o), keep: keep, owned: &o, orphan: o.Kind == OwnedWeights && o.Recipe == ""}
 			switch o.Kind {
 			case OwnedUnit:
 				units = append(units, r)
@@ -276,7 +305,7 @@ func Remove(ctx context.Context, opts RemoveOptions) error {
 			weights = append(weights, removal{what: "delete weights " + o.Path, bytes: all.Usage(), freed: true, owned: &o,
 				do: func(context.Context) error {
 					if recordedFolder(all) {
-						_, inUse, err := freeParts(all.Path, all.Parts, false)
+						_, inUse, err := freeParts(all, all.Parts, false)
 						if err != nil {
 							return err
 						}
@@ -355,6 +384,11 @@ func Remove(ctx context.Context, opts RemoveOptions) error {
 	delete(states.Recipes, opts.Recipe)
 	// What the recipe left is gone with it (or was another's too, and stays that one's).
 	states.Orphans = slices.DeleteFunc(states.Orphans, func(x Owned) bool { return x.Recipe == opts.Recipe })
+	// status says the recipe was removed, not how its last run went.
+	if states.Removed == nil {
+		states.Removed = map[string]time.Time{}
+	}
+	states.Removed[opts.Recipe] = time.Now().UTC()
 	if err := SaveStates(dir, states); err != nil {
 		return err
 	}
@@ -499,7 +533,7 @@ func GC(ctx context.Context, opts GCOptions) error {
 	for _, name := range names {
 		for _, o := range states.Recipes[name].Owns {
 			if err := o.Check(opts.Root); err != nil {
-				errs = append(errs, fmt.Errorf("recipe %s: %w", name, err))
+				errs = append(errs, fmt.Errorf("recipe %s in %s: %w", name, StatePath(dir), err))
 				continue
 			}
 			switch o.Kind {
@@ -536,7 +570,7 @@ func GC(ctx context.Context, opts GCOptions) error {
 			err = fmt.Errorf("%w: the orphan record %s %q: names no recipe that left it; delete it from %s", exitcode.ErrUsage, o.Kind, o.Path, StatePath(dir))
 		}
 		if err != nil {
-			errs = append(errs, err)
+			errs = append(errs, fmt.Errorf("an orphan in %s: %w", StatePath(dir), err))
 			left = append(left, o)
 			continue
 		}
@@ -568,7 +602,7 @@ func GC(ctx context.Context, opts GCOptions) error {
 		if !recordedFolder(weightsFolders[f]) {
 			continue
 		}
-		n, inUse, err := freeParts(f, partsOf[f], opts.DryRun)
+		n, inUse, err := freeParts(weightsFolders[f], partsOf[f], opts.DryRun)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("removing part files in %s: %w", f, err))
 		}
@@ -580,8 +614,17 @@ func GC(ctx context.Context, opts GCOptions) error {
 		}
 	}
 	// What removed recipes left, unless a recipe uses the folder again.
+	var node *nodeUsers
 	for _, o := range orphans {
 		if usesAny(inUse, o) {
+			left = append(left, o)
+			continue
+		}
+		if node == nil {
+			node = loadNodeUsers(opts.Node, dir)
+		}
+		if keep := node.keep(o); keep != "" {
+			fmt.Fprintf(opts.Out, "  keep: weights %s: %s\n", o.Path, keep)
 			left = append(left, o)
 			continue
 		}
@@ -666,54 +709,71 @@ func generationsOf(st *State) string {
 }
 
 // recordedFolder reports whether the folder at o.Path is the one its record was written for
-// (its device and inode, when recorded).
+// (its device and inode; a record without them names no folder sglprov wrote into).
 func recordedFolder(o Owned) bool {
 	if o.Ino == 0 {
-		return true
+		return false // no list of sglprov's: nothing there is its to free
 	}
 	dev, ino := ownership.Identify(o.Path)
 	return dev == o.Dev && ino == o.Ino
 }
 
-// freeParts frees the part files parts (relative to the weights folder dir) with their
-// resume records (fetch.FreePart), then the part-file folders left empty. A part a running
-// download holds is left (inUse, its host path); one reached through a link, or that is not
-// a part file inside a part-file folder (fetch.WorkDir), is not touched. It returns the
-// bytes freed (with dryRun: that would be).
-func freeParts(dir string, parts []string, dryRun bool) (freed int64, inUse []string, err error) {
-	realDir, rerr := filepath.EvalSymlinks(dir)
-	if rerr != nil {
-		return 0, nil, nil // gone: nothing to free
+// freeParts frees the part files parts (relative to the weights folder of o) with their
+// resume records (fetch.FreePartAt), then the part-file folders left empty. The folder is
+// opened once and checked to be the one o records (device and inode), and everything below
+// it is reached through that handle, one folder at a time without following a link: a part
+// that lies behind a link, or that is not a part file inside a part-file folder
+// (fetch.WorkDir), is not touched. A part a running download holds is left (inUse, its host
+// path). It returns the bytes freed (with dryRun: that would be).
+func freeParts(o Owned, parts []string, dryRun bool) (freed int64, inUse []string, err error) {
+	dirfd, ok, err := ownership.OpenFolder(o.Path, o.Dev, o.Ino)
+	if err != nil {
+		return 0, nil, fmt.Errorf("opening %s: %w", o.Path, err)
 	}
+	if !ok {
+		return 0, nil, nil // gone, or not the folder sglprov downloaded into
+	}
+	defer unix.Close(dirfd)
 	var errs []error
 	parts = slices.Clone(parts)
 	slices.Sort(parts)
 	for _, rel := range slices.Compact(parts) { // several records may name one part
-		if !strings.HasSuffix(rel, ".part") || !slices.Contains(strings.Split(rel, "/"), fetch.WorkDir) {
+		if !strings.HasSuffix(rel, ".part") || !slices.Contains(strings.Split(rel, "/"), fetch.WorkDir) || !localRel(rel) {
 			continue
 		}
-		p := filepath.Join(dir, filepath.FromSlash(rel))
-		if r, err := filepath.EvalSymlinks(filepath.Dir(p)); err != nil || r != filepath.Join(realDir, filepath.Dir(filepath.FromSlash(rel))) {
+		host := filepath.Join(o.Path, filepath.FromSlash(rel))
+		sub, ok, err := ownership.OpenUnder(dirfd, path.Dir(rel))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("opening the folder of %s: %w", host, err))
+			continue
+		}
+		if !ok {
 			continue // not there, or a folder on the way is a link
 		}
-		n, held, err := fetch.FreePart(p, dryRun)
+		n, held, err := fetch.FreePartAt(sub, path.Base(rel), host, dryRun)
+		unix.Close(sub)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		if held {
-			inUse = append(inUse, p)
+			inUse = append(inUse, host)
 			continue
 		}
 		freed += n
 		if !dryRun {
 			// The part-file folders left empty, up to the one named fetch.WorkDir.
-			for d := filepath.Dir(p); ownership.Within(dir, d) && d != dir; d = filepath.Dir(d) {
-				if os.Remove(d) != nil || filepath.Base(d) == fetch.WorkDir {
+			for d := path.Dir(rel); d != "."; d = path.Dir(d) {
+				if !ownership.RemoveEmptyUnder(dirfd, d) || path.Base(d) == fetch.WorkDir {
 					break
 				}
 			}
 		}
 	}
 	return freed, inUse, errors.Join(errs...)
+}
+
+// localRel reports whether rel is a clean relative '/'-separated path inside its folder.
+func localRel(rel string) bool {
+	return rel != "" && path.Clean(rel) == rel && !path.IsAbs(rel) && rel != ".." && !strings.HasPrefix(rel, "../")
 }

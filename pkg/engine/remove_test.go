@@ -227,7 +227,7 @@ func TestRemoveAndGCLeaveForeignFiles(t *testing.T) {
 			if err := os.Symlink(n.path("data/models/a"), n.path("data/models/b")); err != nil {
 				t.Fatal(err)
 			}
-			b := engine.Owned{Kind: engine.OwnedWeights, Path: n.path("data/models/b"), Files: []string{"model.safetensors"}, Listed: true}
+			b := engine.Owned{Kind: engine.OwnedWeights, Path: n.path("data/models/b"), Files: []string{"model.safetensors"}, Listed: true, Dev: a.Dev, Ino: a.Ino}
 			n.save(map[string][]engine.Owned{"a": {a}, "b": {b}})
 			out, err := n.remove("a", true)
 			if err != nil || !strings.Contains(out, "also used by recipe b") {

@@ -40,6 +40,9 @@ type StateFile struct {
 	// Orphans are what removed recipes left on the node (weights kept by a remove without
 	// --weights): gc frees those no recipe owns.
 	Orphans []Owned `json:"orphans,omitempty"`
+	// Removed says when each recipe sglprov remove took off the node was removed; an apply
+	// of the recipe takes it out again.
+	Removed map[string]time.Time `json:"removed,omitempty"`
 }
 
 // Owned is something on the node a recipe installed and a remove takes away (see
@@ -228,6 +231,7 @@ func (s *State) Save(dir string) error {
 	s.Version = StateVersion
 	f.Version = StateVersion
 	f.Recipes[s.Recipe] = s
+	delete(f.Removed, s.Recipe)
 	// Orphans stay when a recipe uses their folder again: they list what sglprov wrote
 	// there, which gc frees once no recipe uses the folder (or remove --weights with it).
 	for _, o := range s.orphaned {

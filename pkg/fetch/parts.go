@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/sglprov/sglprov/pkg/atomicfile"
 )
 
@@ -241,6 +243,41 @@ func FreePart(p string, dryRun bool) (freed int64, inUse bool, err error) {
 			}
 		}
 		freed += fi.Size()
+	}
+	return freed, false, nil
+}
+
+// FreePartAt is FreePart for the part file name in the open folder dirfd: the part file and
+// its resume records are opened, checked and removed relative to that handle (never by
+// path, never through a link), so a link swapped in at a folder on the way after the
+// caller checked it is never reached. display names the part file in errors.
+func FreePartAt(dirfd int, name, display string, dryRun bool) (freed int64, inUse bool, err error) {
+	if !strings.HasSuffix(name, partSuffix) || strings.Contains(name, "/") {
+		return 0, false, fmt.Errorf("%s is not a part file", display)
+	}
+	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err == nil {
+		defer unix.Close(fd)
+		if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+			if errors.Is(err, unix.EWOULDBLOCK) {
+				return 0, true, nil
+			}
+			return 0, false, fmt.Errorf("locking %s: %w", display, err)
+		}
+	} else if !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.ELOOP) {
+		return 0, false, fmt.Errorf("opening %s: %w", display, err)
+	}
+	for _, x := range []string{name, name + ".json", name + ".json.tmp"} {
+		var st unix.Stat_t
+		if err := unix.Fstatat(dirfd, x, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+			continue
+		}
+		if !dryRun {
+			if err := unix.Unlinkat(dirfd, x, 0); err != nil && !errors.Is(err, unix.ENOENT) {
+				return freed, false, fmt.Errorf("removing %s: %w", filepath.Join(filepath.Dir(display), x), err)
+			}
+		}
+		freed += st.Size
 	}
 	return freed, false, nil
 }

@@ -91,6 +91,7 @@ func (n *Recipe) Options(ctx context.Context, r *recipe.Recipe, facts *gpu.Facts
 		getenv = func(string) string { return "" }
 	}
 	opts.ClaimsDir = ClaimsDir(getenv, n.Root)
+	opts.StateDirsDir = StateDirsDir(getenv, n.Root)
 	opts.InsecurePermissions = n.Insecure
 	if facts == nil && (n.Root == "" || n.Root == "/") {
 		// A host where the GPUs cannot be read (no NVML) has none to claim.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/exitcode"
@@ -15,8 +16,11 @@ import (
 // Status is what `status --json` prints: the state dir's last runs.
 type Status struct {
 	StateDir string `json:"state_dir"`
-	// Message says that no run was recorded (then State and Report are absent).
-	Message string         `json:"message,omitempty"`
+	// Message says that no run was recorded (then State and Report are absent), or that
+	// the recipe was removed.
+	Message string `json:"message,omitempty"`
+	// Removed is when sglprov remove took the recipe off the node, after its last run.
+	Removed *time.Time     `json:"removed,omitempty"`
 	State   *engine.State  `json:"state,omitempty"`
 	Report  *engine.Report `json:"last_run,omitempty"`
 	// ExitCode is the last run's exit code, which is also status's own.
@@ -44,6 +48,8 @@ type RecipeStatus struct {
 	// Interrupted lists the steps the recipe's last run was running when it ended.
 	Interrupted []string `json:"interrupted_steps,omitempty"`
 	Profile     *Profile `json:"profile,omitempty"`
+	// Removed is when sglprov remove took the recipe off the node, after its last run.
+	Removed *time.Time `json:"removed,omitempty"`
 }
 
 // Reading is the state dir's last runs as status reads them.
@@ -98,10 +104,20 @@ func (rd *Reading) Status() Status {
 	} else {
 		out.State = first.State
 	}
+	if !first.Removed.IsZero() {
+		t := first.Removed
+		out.Removed, out.Profile = &t, nil
+		out.Message = "recipe " + first.Recipe + " was removed at " + t.Format(time.RFC3339) + " (sglprov remove): nothing of it is on the node"
+	}
 	if len(rd.Runs) > 1 {
 		for _, rr := range rd.Runs {
-			out.Recipes = append(out.Recipes, RecipeStatus{Recipe: rr.Recipe, ExitCode: rr.ExitCode, Report: rr.Report,
-				Interrupted: rr.Killed, Profile: ProfileOf(rr.Report, rr.State)})
+			rs := RecipeStatus{Recipe: rr.Recipe, ExitCode: rr.ExitCode, Report: rr.Report,
+				Interrupted: rr.Killed, Profile: ProfileOf(rr.Report, rr.State)}
+			if !rr.Removed.IsZero() {
+				t := rr.Removed
+				rs.Removed, rs.Profile = &t, nil
+			}
+			out.Recipes = append(out.Recipes, rs)
 		}
 	}
 	return out

@@ -21,6 +21,8 @@ import (
 	"strings"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/recipe"
 )
@@ -118,7 +120,8 @@ func CheckDest(root, what, p string) error {
 
 // Check refuses a record that sglprov would not have written: an unknown kind, a unit name
 // with a path in it, a folder that is relative, not clean, outside root or a system folder,
-// a listed file or folder that leaves its folder. The error names the record and wraps
+// a listed file or folder that leaves its folder, a list of files without the device and
+// inode of their folder (sglprov records them with every list). The error names the record and wraps
 // exitcode.ErrUsage; nothing a refused record names is deleted.
 func (o Owned) Check(root string) error {
 	bad := func(format string, args ...any) error {
@@ -163,6 +166,9 @@ func (o Owned) Check(root string) error {
 		if !localPath(p) || p == "." {
 			return bad("the part file %q leaves the folder", p)
 		}
+	}
+	if o.Kind == KindWeights && o.Listed && o.Ino == 0 {
+		return bad("it lists files but not the device and inode of its folder, which sglprov records with every list")
 	}
 	return nil
 }
@@ -285,11 +291,13 @@ type Removed struct {
 
 // Remove deletes what a weights record lists: each file (a regular file or a link; never
 // through a link or a folder that is a link), then each folder sglprov made, deepest first,
-// when it is empty. trees name folders directly in Path that are sglprov's by name (the
-// downloads' part files): each is deleted whole when it is a folder, not a link. The record
-// must pass Check. A folder at Path other than the one sglprov wrote into (Dev, Ino) is
-// refused: nothing is deleted. Files already gone are no error.
-func (o Owned) Remove(root string, trees ...string) (*Removed, error) {
+// when it is empty. The record must pass Check. The folder is opened once, without
+// following a link, and checked by that handle to be the one sglprov wrote into (Dev, Ino):
+// another folder, or a link, at Path is refused and nothing is deleted. Everything after
+// the check is deleted relative to that handle (openat, unlinkat), never by path again, so
+// a folder or link swapped in at Path meanwhile is never reached. Files already gone are no
+// error.
+func (o Owned) Remove(root string) (*Removed, error) {
 	if err := o.Check(root); err != nil {
 		return nil, err
 	}
@@ -297,38 +305,32 @@ func (o Owned) Remove(root string, trees ...string) (*Removed, error) {
 		return nil, ErrUnlisted
 	}
 	res := &Removed{}
-	fi, err := os.Stat(o.Path)
-	if errors.Is(err, fs.ErrNotExist) {
+	dirfd, err := unix.Open(o.Path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	switch {
+	case errors.Is(err, unix.ENOENT):
 		return res, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("checking %s: %w", o.Path, err)
-	}
-	if !fi.IsDir() {
+	case errors.Is(err, unix.ELOOP), errors.Is(err, unix.ENOTDIR) && isLink(o.Path):
+		return nil, fmt.Errorf("%s is not the folder sglprov wrote into (a link is in its place); nothing in it is deleted: delete what you no longer need yourself", o.Path)
+	case errors.Is(err, unix.ENOTDIR):
 		return nil, fmt.Errorf("%s is no longer a folder; nothing in it is deleted", o.Path)
-	}
-	if o.Ino != 0 {
-		if dev, ino := Identify(o.Path); dev != o.Dev || ino != o.Ino {
-			return nil, fmt.Errorf("%s is not the folder sglprov wrote into (another folder, or a link to one, is in its place); nothing in it is deleted: delete what you no longer need yourself", o.Path)
-		}
-	}
-	dir, err := os.Open(o.Path)
-	if err != nil {
+	case err != nil:
 		return nil, fmt.Errorf("opening %s: %w", o.Path, err)
 	}
-	defer dir.Close()
-	var errs []error
-	for _, t := range trees {
-		p := filepath.Join(o.Path, t)
-		if li, err := os.Lstat(p); err == nil && li.IsDir() && localPath(t) && !strings.Contains(t, "/") {
-			if err := os.RemoveAll(p); err != nil {
-				errs = append(errs, fmt.Errorf("removing %s: %w", p, err))
-			}
-		}
+	defer unix.Close(dirfd)
+	var st unix.Stat_t
+	if err := unix.Fstat(dirfd, &st); err != nil {
+		return nil, fmt.Errorf("checking %s: %w", o.Path, err)
 	}
+	if uint64(st.Dev) != o.Dev || st.Ino != o.Ino {
+		return nil, fmt.Errorf("%s is not the folder sglprov wrote into (another folder is in its place); nothing in it is deleted: delete what you no longer need yourself", o.Path)
+	}
+	if afterCheck != nil {
+		afterCheck()
+	}
+	var errs []error
 	seen := map[[2]uint64]bool{}
 	for _, f := range o.Files {
-		n, err := unlinkUnder(int(dir.Fd()), f, false, seen)
+		n, err := unlinkUnder(dirfd, f, false, seen)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("removing %s: %w", filepath.Join(o.Path, filepath.FromSlash(f)), err))
 			continue
@@ -344,7 +346,7 @@ func (o Owned) Remove(root string, trees ...string) (*Removed, error) {
 		if d == "." {
 			continue
 		}
-		if _, err := unlinkUnder(int(dir.Fd()), d, true, nil); err != nil {
+		if _, err := unlinkUnder(dirfd, d, true, nil); err != nil {
 			if errors.Is(err, syscall.ENOTEMPTY) || errors.Is(err, syscall.EEXIST) {
 				res.Kept = append(res.Kept, d)
 				continue
@@ -353,18 +355,52 @@ func (o Owned) Remove(root string, trees ...string) (*Removed, error) {
 		}
 	}
 	if slices.Contains(o.Dirs, ".") {
-		// Path itself, when sglprov made it and it is empty now; never through a link.
-		if li, err := os.Lstat(o.Path); err == nil && li.IsDir() {
-			if err := syscall.Rmdir(o.Path); err != nil && !errors.Is(err, syscall.ENOENT) {
-				if errors.Is(err, syscall.ENOTEMPTY) || errors.Is(err, syscall.EEXIST) {
-					res.Kept = append(res.Kept, ".")
-				} else {
-					errs = append(errs, fmt.Errorf("removing the folder %s: %w", o.Path, err))
-				}
-			}
+		// Path itself, when sglprov made it and it is empty now: through its parent's
+		// handle, and only while the entry there is still the folder checked above.
+		kept, err := removeSelf(o.Path, st)
+		if kept {
+			res.Kept = append(res.Kept, ".")
+		}
+		if err != nil {
+			errs = append(errs, err)
 		}
 	}
 	return res, errors.Join(errs...)
+}
+
+// isLink reports whether p is a symbolic link.
+func isLink(p string) bool {
+	fi, err := os.Lstat(p)
+	return err == nil && fi.Mode()&fs.ModeSymlink != 0
+}
+
+// afterCheck, when set (by tests), runs between the identity check of Remove and the first
+// deletion: where a folder or link swapped in at the record's path would be reached by a
+// deletion by path.
+var afterCheck func()
+
+// removeSelf removes the empty folder at p, whose identity is st, through its parent's
+// handle: only when the entry there is that folder (not a link, not another folder). It
+// reports whether the folder stays because it is not empty.
+func removeSelf(p string, st unix.Stat_t) (kept bool, err error) {
+	parent, err := unix.Open(filepath.Dir(p), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return false, fmt.Errorf("opening the folder above %s: %w", p, err)
+	}
+	defer unix.Close(parent)
+	name := filepath.Base(p)
+	var now unix.Stat_t
+	if err := unix.Fstatat(parent, name, &now, unix.AT_SYMLINK_NOFOLLOW); err != nil || now.Dev != st.Dev || now.Ino != st.Ino {
+		return false, nil // gone, or another is in its place: not sglprov's to remove
+	}
+	err = unix.Unlinkat(parent, name, unix.AT_REMOVEDIR)
+	switch {
+	case err == nil, errors.Is(err, unix.ENOENT):
+		return false, nil
+	case errors.Is(err, unix.ENOTEMPTY), errors.Is(err, unix.EEXIST):
+		return true, nil
+	}
+	return false, fmt.Errorf("removing the folder %s: %w", p, err)
 }
 
 func depth(rel string) int {

@@ -39,7 +39,7 @@ func TestSystemFolder(t *testing.T) {
 
 func TestCheckRefusesRecordsSglprovDoesNotWrite(t *testing.T) {
 	root := t.TempDir()
-	good := Owned{Kind: KindWeights, Path: filepath.Join(root, "data/m"), Files: []string{"a.safetensors", "sub/b.json"}, Dirs: []string{".", "sub"}, Listed: true}
+	good := Owned{Kind: KindWeights, Path: filepath.Join(root, "data/m"), Files: []string{"a.safetensors", "sub/b.json"}, Dirs: []string{".", "sub"}, Listed: true, Dev: 1, Ino: 2}
 	if err := good.Check(root); err != nil {
 		t.Errorf("a good record: %v", err)
 	}

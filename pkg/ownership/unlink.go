@@ -2,6 +2,7 @@ package ownership
 
 import (
 	"errors"
+	"path"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -66,4 +67,63 @@ func unlinkUnder(dirfd int, rel string, dir bool, seen map[[2]uint64]bool) (int6
 		return 0, err
 	}
 	return n, nil
+}
+
+// OpenFolder opens the folder at p without following a link in its last element and
+// returns its handle when it is the folder dev and ino identify (a record's): ok is false
+// when nothing is there, or a link or another folder is in its place. The caller closes fd.
+func OpenFolder(p string, dev, ino uint64) (fd int, ok bool, err error) {
+	fd, err = unix.Open(p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
+		return -1, false, nil
+	}
+	if err != nil {
+		return -1, false, err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return -1, false, err
+	}
+	if uint64(st.Dev) != dev || st.Ino != ino || ino == 0 {
+		unix.Close(fd)
+		return -1, false, nil
+	}
+	return fd, true, nil
+}
+
+// OpenUnder opens the folder rel ('/'-separated, clean, inside; "." is dirfd itself, opened
+// again) below the open folder dirfd, each step without following a link: ok is false when
+// a folder on the way is gone, a link or not a folder. The caller closes fd.
+func OpenUnder(dirfd int, rel string) (fd int, ok bool, err error) {
+	fd, err = unix.Openat(dirfd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, false, err
+	}
+	if rel == "." {
+		return fd, true, nil
+	}
+	for _, c := range strings.Split(rel, "/") {
+		next, err := unix.Openat(fd, c, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+		unix.Close(fd)
+		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
+			return -1, false, nil
+		}
+		if err != nil {
+			return -1, false, err
+		}
+		fd = next
+	}
+	return fd, true, nil
+}
+
+// RemoveEmptyUnder removes the empty folder rel below the open folder dirfd (through its
+// parent's handle, never through a link); it reports whether it did.
+func RemoveEmptyUnder(dirfd int, rel string) bool {
+	parent, ok, err := OpenUnder(dirfd, path.Dir(rel))
+	if err != nil || !ok {
+		return false
+	}
+	defer unix.Close(parent)
+	return unix.Unlinkat(parent, path.Base(rel), unix.AT_REMOVEDIR) == nil
 }

@@ -73,25 +73,6 @@ func UnitsOfRecipe(dir, recipe string) ([]string, error) {
 	return out, nil
 }
 
-// RenderedFor reports whether the unit file at path is one sglprov rendered for the recipe
-// named recipe (its first line is Render's header naming it); exists is false when there is
-// no file there. A unit of the same name that is not sglprov's, or another recipe's, is
-// not this recipe's to stop or delete.
-func RenderedFor(path, recipe string) (exists, ours bool, err error) {
-	f, err := os.Open(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return false, false, nil
-	}
-	if err != nil {
-		return false, false, fmt.Errorf("reading unit %s: %w", path, err)
-	}
-	defer f.Close()
-	head := make([]byte, headerWindow)
-	n, _ := io.ReadFull(f, head)
-	first, _, _ := strings.Cut(string(head[:n]), "\n")
-	return true, strings.HasPrefix(first, "# Managed by sglprov. Recipe: "+recipe+". Profile: "), nil
-}
-
 // Remover is a Manager that can take a unit off the node: stop it, disable it and delete
 // its files.
 type Remover interface {

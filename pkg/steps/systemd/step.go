@@ -125,10 +125,33 @@ func (s *Step) Close() error {
 	return m.Close()
 }
 
-// ReadFiles reads the unit template (validate).
+// ReadFiles reads the unit template and checks the unit's name on the node (checkUnit),
+// for validate and plan.
 func (s *Step) ReadFiles(env *engine.Env) error {
 	_, _, _, err := s.template(env)
-	return engine.AtField("template", err)
+	if err != nil {
+		return engine.AtField("template", err)
+	}
+	return engine.AtField("unit", s.checkUnit(env, nil))
+}
+
+// checkUnit refuses a unit name whose file sglprov must not write (service.CheckUnitName):
+// a unit file there that sglprov did not render for this recipe (an admin's, a package's,
+// another recipe's), or a name that a unit of the system holds, which the unit would
+// shadow. Validate, plan and apply all check it before anything is written.
+// With m (apply: the manager that writes it) the unit's path is m's; without (validate and
+// plan make no manager) it is where the recipe's manager keeps it.
+func (s *Step) checkUnit(env *engine.Env, m service.Manager) error {
+	kind := s.spec.Manager
+	if m != nil {
+		kind = m.Kind()
+	}
+	path, vendor := service.UnitFiles(service.Options{Kind: kind, Root: env.Root, Offline: env.Offline, StateDir: env.StateDir}, s.spec.Unit)
+	if m != nil {
+		path = m.UnitPath(s.spec.Unit)
+	}
+	_, err := service.CheckUnitName(path, vendor, s.spec.Unit, env.RecipeName)
+	return err
 }
 
 // template returns the unit template, its name and its digest.
@@ -448,6 +471,9 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	}
 	m, err := s.manager(ctx, env)
 	if err != nil {
+		return err
+	}
+	if err := s.checkUnit(env, m); err != nil {
 		return err
 	}
 	if env.Gated && m.Kind() != service.KindOffline {
