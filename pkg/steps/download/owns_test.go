@@ -13,7 +13,6 @@ import (
 	"github.com/sglprov/sglprov/internal/foreign"
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/exitcode"
-	"github.com/sglprov/sglprov/pkg/fetch"
 	"github.com/sglprov/sglprov/test/fakehub"
 )
 
@@ -50,7 +49,7 @@ func TestOwnsListsOnlyWhatItWrote(t *testing.T) {
 	if slices.Contains(o.Dirs, ".") {
 		t.Errorf("the dest was there before the run, yet it is listed as made: %v", o.Dirs)
 	}
-	if _, err := o.Remove("", fetch.WorkDir); err != nil {
+	if _, err := o.Remove(""); err != nil {
 		t.Fatal(err)
 	}
 	if changed := tree.Changed(); len(changed) > 0 {
@@ -81,7 +80,7 @@ func TestOwnsHFCacheMadeDest(t *testing.T) {
 	if len(owns) != 1 || !slices.Contains(owns[0].Dirs, ".") {
 		t.Fatalf("Owns = %+v, want the dest listed as made", owns)
 	}
-	if _, err := owns[0].Remove("", fetch.WorkDir); err != nil {
+	if _, err := owns[0].Remove(""); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Lstat(fx.dest); err == nil {
