@@ -330,6 +330,19 @@ func TestFailedGenerationsFreedBeforeBuild(t *testing.T) {
 	if !strings.Contains(msg, "sglprov gc") || !strings.Contains(msg, "is full") {
 		t.Errorf("the full disk's error %q does not name sglprov gc", msg)
 	}
+	// It names what gc would really free: gc --dry-run's generations, the half-built one
+	// among them.
+	var dry strings.Builder
+	if err := engine.GC(context.Background(), engine.GCOptions{StateDir: dir, DryRun: true, Out: &dry}); err != nil {
+		t.Fatal(err)
+	}
+	g4 := rep.Generation.Building
+	if !strings.Contains(dry.String(), "would free "+generation.Short(g4)) {
+		t.Fatalf("gc --dry-run does not free the half-built generation %s:\n%s", g4, dry.String())
+	}
+	if !strings.Contains(msg, "sglprov gc` would free") || !strings.Contains(msg, "(1 of them: "+generation.Short(g4)) {
+		t.Errorf("the full disk's error %q does not say that gc would free the one generation gc --dry-run lists:\n%s", msg, dry.String())
+	}
 }
 
 // promoteRecipe is genRecipe with a gate whose switch promotes the service's unit and a

@@ -109,6 +109,12 @@ type Switch struct {
 	// Drain and Undrain are the recipe's hooks (nil: none). Drain runs before the first
 	// change to what serves; Undrain at the end when what serves passed the gate.
 	Drain, Undrain Hook
+	// Promoted, when set, is called the moment the winner's unit became the persistent one,
+	// before anything else (the replaced units' disabling, the cleanups, the undrain hook):
+	// the caller records what serves now (the generation the unit runs), so that a kill at
+	// any later moment leaves that record true. Its error is the switch's, once the replaced
+	// units are disabled; the winner stays promoted.
+	Promoted func(ctx context.Context, winner Server) error
 	// Stage is where a candidate is gated before it serves (StageAuto: on a side port
 	// unless there is a drain hook). A first install, with nothing serving before, is
 	// gated on the served port whatever it says.
@@ -661,6 +667,12 @@ func (t *txn) promote(ctx context.Context, c Candidate) error {
 	t.promoted = true
 	w := t.res.Tried[len(t.res.Tried)-1].Server
 	t.res.Winner, t.res.WinnerProfile = &w, c.Profile
+	var recErr error
+	if s.Promoted != nil {
+		if err := s.Promoted(ctx, w); err != nil {
+			recErr = fmt.Errorf("recording what serves after promoting %s: %w", s.Unit, err)
+		}
+	}
 	if d, ok := s.Manager.(Disabler); ok {
 		for _, u := range s.Replaces {
 			if err := d.Disable(ctx, u); err != nil {
@@ -670,5 +682,5 @@ func (t *txn) promote(ctx context.Context, c Candidate) error {
 		}
 	}
 	t.logInfo("switch: promoted", "unit", s.Unit, "profile", c.Profile)
-	return nil
+	return recErr
 }
