@@ -238,6 +238,12 @@ func (e *Engine) runNode(ctx context.Context, n *node, sem chan struct{}, runDir
 		return
 	}
 	res.Reason = dec.Reason
+	if dec.Run && e.gen.readOnly(n.step.Name) {
+		err := e.gen.writeRefusal(n.step.Name, dec.Reason)
+		res.Result, res.err, res.Error = ResultFailed, err, exitcode.Message(err)
+		e.log.Error("step refused", "step", n.step.Name, "err", err)
+		return
+	}
 	if !dec.Run {
 		res.Result = ResultSkipped
 		e.log.Info("skipped", "step", n.step.Name, "reason", dec.Reason)

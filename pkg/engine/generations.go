@@ -68,6 +68,9 @@ type genState struct {
 	// from the serving generation's (when it recorded its own), for plan's reasons.
 	parts   map[string]string
 	changed []string
+	// served is set when the run's generation has served (it passed, or the installed unit
+	// runs it): no generation step writes into it.
+	served bool
 	// repaired says how the record was repaired to name the generation the installed unit
 	// runs ("" when it named it already).
 	repaired string
@@ -152,6 +155,29 @@ func (g *genState) observe(opts Options, st *State) {
 	if g.info.Serving != "" {
 		g.info.InPlaceServes = false
 	}
+}
+
+// servedStore is implemented by a Generations that knows which generations have served
+// (pkg/generation's Store).
+type servedStore interface {
+	Served(key string) bool
+}
+
+// readOnly reports whether step is a generation step and the run's generation has served:
+// nothing writes into it again.
+func (g *genState) readOnly(step string) bool {
+	return g != nil && g.served && slices.Contains(g.steps, step)
+}
+
+// ErrServedGeneration is the error of a generation step refused because it would write
+// into a generation that has served.
+var ErrServedGeneration = errors.New("the generation has served and is read-only")
+
+// writeRefusal is the error of step, which would run (for reason) in the run's generation,
+// which has served.
+func (g *genState) writeRefusal(step, reason string) error {
+	return fmt.Errorf("step %s would write into generation %s (%s), which has served: %w; its server reads that folder, so it is used as it is or not at all. An input outside the generation's key changed: change an input of the key (the pin, a patch, a var the step uses) to build a new generation beside it",
+		step, generation.Short(g.info.Key), reason, ErrServedGeneration)
 }
 
 // keyPartsStore is implemented by a Generations that keeps the named digests of each
@@ -308,6 +334,9 @@ func (g *genState) adoptRecords(st *State) {
 	if g == nil || g.store == nil {
 		return
 	}
+	if ss, ok := g.store.(servedStore); ok {
+		g.served = ss.Served(g.info.Key)
+	}
 	kept := g.store.Steps(g.info.Key)
 	want := digest(g.info.Dir)
 	for _, name := range g.steps {
@@ -315,7 +344,10 @@ func (g *genState) adoptRecords(st *State) {
 		if !ok {
 			continue
 		}
-		if cur := st.Steps[name]; cur != nil && cur.Parts[recipe.GenerationDirRef] == want {
+		// A record of this generation's folder that is not a success (a later build of
+		// another generation failed in this step and left its record) is replaced too:
+		// the kept record is how the generation stood when it passed.
+		if cur := st.Steps[name]; cur != nil && cur.Parts[recipe.GenerationDirRef] == want && cur.Result == ResultOK {
 			continue
 		}
 		var rec StepRecord

@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -103,6 +104,16 @@ func TestGenerations(t *testing.T) {
 		t.Errorf("after a failed build: %+v, current %s; want %s serving", rep.Generation, currentLink(t, gens), g1)
 	}
 
+	// Back to the serving pin after the failed build: the serving generation is reused as
+	// it is; nothing is built into it.
+	rep, err = genApply(t, w, gens, dir, false, "pin=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Generation.Serving != g1 || contains(w.ran, "src") || contains(w.ran, "kernel") {
+		t.Errorf("back to the serving pin after a failed build: serving %s (want %s), ran %v (want no build)", rep.Generation.Serving, g1, w.ran)
+	}
+
 	// A third good pin: keep 2 keeps it and pin 1 (the last two that passed); pin 2 goes.
 	rep, err = genApply(t, w, gens, dir, false, "pin=4")
 	if err != nil {
@@ -116,6 +127,42 @@ func TestGenerations(t *testing.T) {
 	}
 	if !strings.Contains(rep.Generation.Note, "freed") {
 		t.Errorf("note %q does not say what was freed", rep.Generation.Note)
+	}
+}
+
+// A step that would write into a generation that has served (its outputs changed there,
+// an input outside the key) is refused: the run fails naming the generation and the way
+// out, nothing runs in its folder, and the generation keeps serving.
+func TestServedGenerationIsReadOnly(t *testing.T) {
+	w := newWorld()
+	dir, gens := t.TempDir(), t.TempDir()
+	rep, err := genApply(t, w, gens, dir, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g1 := rep.Generation.Serving
+	w.broken["kernel"] = true
+	rep, err = genApply(t, w, gens, dir, false)
+	if err == nil {
+		t.Fatal("a rebuild into the serving generation passed")
+	}
+	if !errors.Is(err, engine.ErrServedGeneration) && !strings.Contains(err.Error(), "has served") {
+		t.Errorf("error %v does not say that the generation has served", err)
+	}
+	if contains(w.ran, "kernel") || contains(w.ran, "service") {
+		t.Errorf("ran %v, want nothing run into the served generation", w.ran)
+	}
+	var msg string
+	for _, s := range rep.Steps {
+		if s.Name == "kernel" {
+			msg = s.Error
+		}
+	}
+	if !strings.Contains(msg, "would write into generation "+generation.Short(g1)) || !strings.Contains(msg, "outputs changed") {
+		t.Errorf("the step's error %q does not name the generation and why it would run", msg)
+	}
+	if rep.Generation.Serving != g1 || currentLink(t, gens) != g1 {
+		t.Errorf("after the refusal: %+v, current %s; want %s serving", rep.Generation, currentLink(t, gens), g1)
 	}
 }
 
