@@ -163,6 +163,7 @@ alive() {
 }
 while alive; do sleep 0.5; done
 [ -e "$staged" ] || exit 0
+echo "the process $pid that staged $unit ended without keeping it: dropping $staged and restarting the unit that passed"
 rm -f "$staged"
 systemctl daemon-reload
 if [ -e "$persistent" ]; then exec systemctl restart "$unit"; fi
@@ -199,7 +200,9 @@ func (s *Systemd) watch(ctx context.Context, unit string) error {
 	_ = s.conn.ResetFailedUnitContext(ctx, name)
 	props := []sddbus.Property{
 		sddbus.PropDescription("sglprov: drop the staged " + unit + " if the process that staged it ends without keeping it"),
-		sddbus.PropExecStart([]string{"/bin/sh", "-c", unstageScript, "sglprov-unstage",
+		// systemd substitutes $VAR in a command's arguments when it execs it ("$$" is a
+		// "$"): the script's own are escaped.
+		sddbus.PropExecStart([]string{"/bin/sh", "-c", strings.ReplaceAll(unstageScript, "$", "$$"), "sglprov-unstage",
 			strconv.Itoa(os.Getpid()), start, unit, s.runtimePath(unit), s.UnitPath(unit)}, false),
 	}
 	ch := make(chan string, 1)
