@@ -160,6 +160,7 @@ func (e *Engine) Apply(ctx context.Context) (*Report, error) {
 		if err := e.recordNodeClaim(); err != nil {
 			e.log.Warn("the GPUs this recipe serves on are not recorded node-wide: runs from other state dirs will not see them", "err", err)
 		}
+		e.payUndrain(ctx)
 	}
 	rep.Generation = e.endGeneration(first == nil)
 	if rep.Generation != nil {

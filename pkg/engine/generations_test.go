@@ -467,3 +467,41 @@ func TestPromotedGenerationServesAfterLaterFailure(t *testing.T) {
 		})
 	}
 }
+
+// A node left drained by a switch that did not end (the record that it is owed an
+// undrain) is undrained by the next run whose gate passes, and not by one that fails.
+func TestOwedUndrainPaidByTheNextRunThatPasses(t *testing.T) {
+	w := newWorld()
+	dir, gens := t.TempDir(), t.TempDir()
+	if _, err := genApply(t, w, gens, dir, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := engine.MarkUndrainOwed(dir, "gen", "switching gen"); err != nil {
+		t.Fatal(err)
+	}
+	undrained := 0
+	withHooks := func(o *engine.Options) {
+		o.Undrain = func(context.Context) error { undrained++; return nil }
+		o.Drain = func(context.Context) error { return nil }
+	}
+	// A build that fails: what serves was not gated in this run; the node stays drained.
+	if _, err := newEngine(t, w, load(t, w, fmt.Sprintf(genRecipe, gens, true), "pin=9"), dir, withHooks).Apply(context.Background()); err == nil {
+		t.Fatal("a failing build passed")
+	}
+	if undrained != 0 || !engine.UndrainOwed(dir, "gen") {
+		t.Fatalf("after a failed run: undrained %d times, owed %v; want 0, still owed", undrained, engine.UndrainOwed(dir, "gen"))
+	}
+	if _, err := newEngine(t, w, load(t, w, fmt.Sprintf(genRecipe, gens, false)), dir, withHooks).Apply(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if undrained != 1 || engine.UndrainOwed(dir, "gen") {
+		t.Errorf("after a run that passed: undrained %d times, owed %v; want 1, not owed", undrained, engine.UndrainOwed(dir, "gen"))
+	}
+	// Nothing owed: nothing run.
+	if _, err := newEngine(t, w, load(t, w, fmt.Sprintf(genRecipe, gens, false)), dir, withHooks).Apply(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if undrained != 1 {
+		t.Errorf("a run with nothing owed undrained (%d times)", undrained)
+	}
+}
