@@ -306,6 +306,10 @@ func (t *txn) run(ctx context.Context) (res *Result, err error) {
 	}
 	t.res.Previous = prev
 	t.res.Replaced = t.modelSwitch()
+	if p := progressOf(ctx); p != nil {
+		p(s.Unit, t.servedAddr())
+		defer p(s.Unit, "")
+	}
 	defer func() {
 		cctx := ctx
 		if ctx.Err() != nil {
