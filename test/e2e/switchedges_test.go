@@ -1,10 +1,13 @@
 package e2e
 
 import (
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sglprov/sglprov/pkg/engine"
 )
 
 // startApply starts `sglprov apply` of pin in the background inside the container (its
@@ -78,6 +81,209 @@ func TestKilledSideGateThenRestartServesWhatEtcHolds(t *testing.T) {
 	// The next apply of v1 finds generation 1 serving and changes nothing.
 	if a := g.applyPin("v1"); a.code != 0 {
 		t.Fatalf("apply v1 after the kill: exit %d\n%s", a.code, a.out)
+	}
+	if got := g.servingExe(); got != exe1 {
+		t.Errorf("at the end the server runs %q, want %q", got, exe1)
+	}
+}
+
+// slowUndrainFlag makes hookedGenRecipe's undrain hook hang (a router that takes its time
+// to put the node back), so that a test can kill sglprov in it.
+const slowUndrainFlag = "/etc/sglprov/slow-undrain"
+
+// hookedGenRecipe is genRecipe with drain hooks (drainedFile marks the node out of the
+// router) and the given staging of its systemd step; the undrain hook hangs while
+// slowUndrainFlag exists, after saying so in /tmp/undraining.
+func hookedGenRecipe(stage string) string {
+	r := strings.Replace(genRecipe, "      manager: systemd\n", "      manager: systemd\n      stage: "+stage+"\n", 1)
+	return r + `
+on_unhealthy: {argv: [/bin/sh, -c, "touch ` + drainedFile + `"]}
+on_healthy: {argv: [/bin/sh, -c, "if [ -e ` + slowUndrainFlag + ` ]; then touch /tmp/undraining; sleep 120; fi; rm -f ` + drainedFile + `"], timeout: 5m}
+`
+}
+
+// drainedInside reports whether the node is out of the router, as the container sees it.
+func (g *genHost) drainedInside() bool {
+	_, code := g.Run(10*time.Second, "test", "-e", drainedFile)
+	return code == 0
+}
+
+// TestKillAfterPromoteKeepsTheServingGeneration: a good switch (side port, drain hooks)
+// killed with SIGKILL in its undrain hook, after the promotion, then a reboot: the record
+// names the generation /etc runs; `gc --dry-run` would not free it; the next apply, of a
+// pin whose gate fails, frees nothing that serves, restores it, and it passes again (exit
+// 3), serving at the end with no wrong answer.
+func TestKillAfterPromoteKeepsTheServingGeneration(t *testing.T) {
+	requireE2E(t)
+	bins := buildBinaries(t)
+	g := newGenHost(t, bins)
+	g.WriteFile(recipePath, []byte(hookedGenRecipe("port")), 0o644)
+	if a := g.applyPin("v1"); a.code != 0 {
+		t.Fatalf("apply v1: exit %d\n%s\n%s", a.code, a.out, g.journal())
+	}
+	gen1 := g.current()
+
+	g.WriteFile(slowUndrainFlag, []byte("1\n"), 0o644)
+	g.startApply("v4")
+	g.waitFor("the v4 switch in its undrain hook", 2*time.Minute, func() bool { return g.catIn("/tmp/undraining") != "" })
+	g.killApply()
+	unit := string(g.ReadFile(unitPath))
+	gen4 := genOf(unit)
+	if gen4 == "" || gen4 == gen1 {
+		t.Fatalf("the unit in /etc after the promotion runs %q (generation 1 is %s):\n%s", gen4, gen1, unit)
+	}
+	exe4 := filepath.Join(genDir, gen4, "app/bin/fake-sglang")
+	if got := g.current(); got != gen4 {
+		t.Errorf("after a kill in the undrain hook current -> %s, want the promoted %s", got, gen4)
+	}
+	g.MustRun("rm", "-f", slowUndrainFlag)
+	g.Reboot()
+	g.waitActive(60 * time.Second)
+	if got := g.servingExe(); got != exe4 {
+		t.Fatalf("after the reboot the server runs %q, want %q", got, exe4)
+	}
+	out, code := g.Run(time.Minute, "sglprov", "gc", "--dry-run", "--state-dir", stateDir)
+	for _, line := range strings.Split(out, "\n") {
+		if _, freed, ok := strings.Cut(line, "would free "); ok && strings.Contains(line, "generations of") && strings.Contains(freed, gen4[:12]) {
+			t.Errorf("gc --dry-run would free the generation that serves: %s", line)
+		}
+	}
+	if code != 0 {
+		t.Errorf("gc --dry-run: exit %d\n%s", code, out)
+	}
+	t.Logf("gc --dry-run after the reboot:\n%s", out)
+
+	poll := startPoller(t, g.PID, 30000, drainedIn(g.Root))
+	a := g.applyPin("v2-bad")
+	seen := poll.finish()
+	t.Logf("bad pin after the kill: exit %d; poller saw %d right, %d wrong, %d without an answer, %d skipped while drained", a.code, seen.Right, seen.Wrong, seen.Down, seen.Drained)
+	if a.code != 3 {
+		t.Fatalf("apply v2-bad: exit %d, want 3\n%s\n%s", a.code, a.out, g.journal())
+	}
+	if !strings.Contains(a.out, "of generation "+gen4[:12]+" was restored and passed the gate again") {
+		t.Errorf("apply v2-bad does not say that generation %s serves again:\n%s", gen4[:12], a.out)
+	}
+	if seen.Wrong != 0 {
+		t.Errorf("the served port gave %d wrong answers (first %.80q), want none", seen.Wrong, seen.FirstWrong)
+	}
+	if _, err := os.Stat(filepath.Join(g.Root, genDir, gen4, "app/bin/server")); err != nil {
+		t.Errorf("the serving generation's folder: %v", err)
+	}
+	if got := g.servingExe(); got != exe4 {
+		t.Errorf("at the end the server runs %q, want %q", got, exe4)
+	}
+	if act, _ := g.Run(10*time.Second, "systemctl", "is-active", unitName); strings.TrimSpace(act) != "active" {
+		t.Errorf("at the end %s is %s", unitName, act)
+	}
+	if g.drainedInside() {
+		t.Errorf("at the end the node is still drained")
+	}
+	g.gate("at the end")
+}
+
+// genOf returns the generation of genDir a unit's text names ("" when none).
+func genOf(unit string) string {
+	_, rest, ok := strings.Cut(unit, genDir+"/")
+	if !ok || len(rest) < 16 {
+		return ""
+	}
+	return rest[:16]
+}
+
+// TestBackToTheServingPinBuildsNothing: after a new pin whose build fails, going back to
+// the pin that serves reuses its generation as it is: nothing is built or written into it,
+// nothing restarts, exit 0.
+func TestBackToTheServingPinBuildsNothing(t *testing.T) {
+	requireE2E(t)
+	bins := buildBinaries(t)
+	g := newGenHost(t, bins)
+	if a := g.applyPin("v1"); a.code != 0 {
+		t.Fatalf("apply v1: exit %d\n%s\n%s", a.code, a.out, g.journal())
+	}
+	gen1 := g.current()
+	exe1 := filepath.Join(genDir, gen1, "app/bin/fake-sglang")
+	launcher := filepath.Join(g.Root, genDir, gen1, "app/bin/server")
+	before, err := os.Stat(launcher)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := g.applyPin("v3-fail"); a.code != 1 {
+		t.Fatalf("apply v3-fail: exit %d, want 1\n%s", a.code, a.out)
+	}
+	pid := g.Show(unitName, "MainPID")["MainPID"]
+	poll := startPoller(t, g.PID, 30000, nil)
+	a := g.applyPin("v1")
+	seen := poll.finish()
+	t.Logf("back to v1: exit %d; poller saw %d right, %d wrong, %d without an answer", a.code, seen.Right, seen.Wrong, seen.Down)
+	if a.code != 0 {
+		t.Fatalf("apply v1 again: exit %d\n%s", a.code, a.out)
+	}
+	rep := g.lastReport()
+	for _, name := range []string{"app-src", "app-build"} {
+		if s := step(t, rep, name); s.Result != engine.ResultSkipped {
+			t.Errorf("back to the serving pin: %s %s (%s), want skipped", name, s.Result, s.Reason)
+		}
+	}
+	if strings.Contains(a.out, "dir="+genDir+"/"+gen1) && strings.Contains(a.out, "building") {
+		t.Errorf("apply v1 builds in the serving generation:\n%s", a.out)
+	}
+	after, err := os.Stat(launcher)
+	if err != nil || !after.ModTime().Equal(before.ModTime()) {
+		t.Errorf("the serving generation's launcher was rewritten (%v -> %v, %v)", before.ModTime(), after.ModTime(), err)
+	}
+	if now := g.Show(unitName, "MainPID")["MainPID"]; now != pid {
+		t.Errorf("going back to the serving pin restarted the server (%s -> %s)", pid, now)
+	}
+	if seen.Wrong != 0 || seen.Down != 0 {
+		t.Errorf("the served port gave %d wrong answers and %d failures, want none", seen.Wrong, seen.Down)
+	}
+	if got := g.servingExe(); got != exe1 {
+		t.Errorf("at the end the server runs %q, want %q", got, exe1)
+	}
+}
+
+// TestKilledDrainedSwitchIsUndrainedByTheNextRun: a switch that drained the node is killed
+// (SIGKILL) while its candidate is gated, and the node rebooted: the node stays drained
+// until the next sglprov run, whose gate passes, undrains it (exit 0), with no wrong answer
+// to a router that honours the drain.
+func TestKilledDrainedSwitchIsUndrainedByTheNextRun(t *testing.T) {
+	requireE2E(t)
+	bins := buildBinaries(t)
+	g := newGenHost(t, bins)
+	g.WriteFile(recipePath, []byte(hookedGenRecipe("served")), 0o644)
+	if a := g.applyPin("v1"); a.code != 0 {
+		t.Fatalf("apply v1: exit %d\n%s\n%s", a.code, a.out, g.journal())
+	}
+	gen1 := g.current()
+	exe1 := filepath.Join(genDir, gen1, "app/bin/fake-sglang")
+	poll := startPoller(t, g.PID, 30000, drainedIn(g.Root))
+	g.startApply("v5-slow")
+	g.waitFor("the v5 switch drained the node and gates its candidate", 90*time.Second, func() bool {
+		return g.drainedInside() && strings.Contains(g.catIn("/tmp/apply.log"), "smoke gate")
+	})
+	g.killApply()
+	g.Reboot()
+	g.waitActive(60 * time.Second)
+	if got := g.servingExe(); got != exe1 {
+		t.Errorf("after the reboot the server runs %q, want %q", got, exe1)
+	}
+	if !g.drainedInside() {
+		t.Fatalf("the node is not drained after the killed switch: nothing to undrain")
+	}
+	if out := g.catIn(stateDir + "/undrain-owed/e2e-gen"); out == "" {
+		t.Errorf("no record that the node is owed an undrain")
+	}
+	a := g.applyPin("v1")
+	seen := poll.finish()
+	t.Logf("killed drained switch, reboot, apply v1: exit %d; poller saw %d right, %d wrong, %d without an answer, %d skipped while drained", a.code, seen.Right, seen.Wrong, seen.Down, seen.Drained)
+	if a.code != 0 {
+		t.Fatalf("apply v1: exit %d\n%s", a.code, a.out)
+	}
+	if g.drainedInside() {
+		t.Errorf("the next run whose gate passed left the node drained:\n%s", a.out)
+	}
+	if seen.Wrong != 0 {
+		t.Errorf("the served port gave %d wrong answers (first %.80q), want none", seen.Wrong, seen.FirstWrong)
 	}
 	if got := g.servingExe(); got != exe1 {
 		t.Errorf("at the end the server runs %q, want %q", got, exe1)
