@@ -98,7 +98,7 @@ func hookedGenRecipe(stage string) string {
 	r := strings.Replace(genRecipe, "      manager: systemd\n", "      manager: systemd\n      stage: "+stage+"\n", 1)
 	return r + `
 on_unhealthy: {argv: [/bin/sh, -c, "touch ` + drainedFile + `"]}
-on_healthy: {argv: [/bin/sh, -c, "if [ -e ` + slowUndrainFlag + ` ]; then touch /tmp/undraining; sleep 120; fi; rm -f ` + drainedFile + `"], timeout: 5m}
+on_healthy: {argv: [/bin/sh, -c, "if [ -e ` + slowUndrainFlag + ` ]; then echo undraining >/tmp/undraining; sleep 120; fi; rm -f ` + drainedFile + `"], timeout: 5m}
 `
 }
 
