@@ -1,6 +1,10 @@
 package e2e
 
 import (
+	"context"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -288,4 +292,123 @@ func TestKilledDrainedSwitchIsUndrainedByTheNextRun(t *testing.T) {
 	if got := g.servingExe(); got != exe1 {
 		t.Errorf("at the end the server runs %q, want %q", got, exe1)
 	}
+}
+
+// healthSample is one look at the node during a daemon's switch: whether the served port
+// refused a connection just before and just after, and what /healthz answered between.
+type healthSample struct {
+	refusedBefore, refusedAfter bool
+	code                        int
+	body                        string
+}
+
+// TestHealthzFollowsTheServedPortDuringADaemonSwitch: the daemon switches to a new pin
+// (staged on a side port, no drain hook: the served port refuses meanwhile). While the
+// served port refuses, /healthz and /readyz answer 503 saying so and the metrics say a
+// switch is in progress; never 200 while the port refuses; at the end the new generation
+// serves, /healthz is 200, and the poller saw no wrong answer.
+func TestHealthzFollowsTheServedPortDuringADaemonSwitch(t *testing.T) {
+	requireE2E(t)
+	bins := buildBinaries(t)
+	g := newGenHost(t, bins)
+	g.WriteFile(recipePath, pinnedRecipe(g, "v1"), 0o644)
+	if a := g.apply(); a.code != 0 {
+		t.Fatalf("apply v1: exit %d\n%s\n%s", a.code, a.out, g.journal())
+	}
+	gen1 := g.current()
+	g.MustRun("systemd-run", "--unit", daemonUnit, "--setenv=SGLPROV_GPU_FIXTURE=/etc/sglprov/gpu.json",
+		"/usr/local/bin/sglprov", "daemon", "-f", recipePath, "--state-dir", stateDir,
+		"--interval", "1s", "--failures-before-restart", "1", "--canary-timeout", "60s",
+		"--metrics-addr", "127.0.0.1:9477", "--textfile", textfilePath)
+	d := &daemonHost{g.host}
+	d.waitMetric(`sglprov_node_health\{recipe="e2e-gen",state="healthy"\} 1`, 2*time.Minute)
+
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true,
+		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) { return dialIn(ctx, g.PID, addr) }}}
+	get := func(path string) (int, string) {
+		resp, err := client.Get("http://127.0.0.1:9477" + path)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		return resp.StatusCode, string(b)
+	}
+	refused := func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		c, err := dialIn(ctx, g.PID, "127.0.0.1:30000")
+		if err != nil {
+			return true
+		}
+		_ = c.Close()
+		return false
+	}
+	var samples []healthSample
+	var readyz503, inProgress int
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			s := healthSample{refusedBefore: refused()}
+			s.code, s.body = get("/healthz")
+			s.refusedAfter = refused()
+			if s.code == 503 && strings.Contains(s.body, "refuses connections") {
+				if code, _ := get("/readyz"); code == 503 {
+					readyz503++
+				}
+				if _, m := get("/metrics"); strings.Contains(m, `sglprov_switch_in_progress{recipe="e2e-gen"} 1`) {
+					inProgress++
+				}
+			}
+			samples = append(samples, s)
+		}
+	}()
+	poll := startPoller(t, g.PID, 30000, nil)
+	g.WriteFile(recipePath, pinnedRecipe(g, "v4"), 0o644)
+	g.MustRun("systemctl", "kill", "-s", "HUP", daemonUnit)
+	deadline := time.Now().Add(2 * time.Minute)
+	for g.current() == gen1 && time.Now().Before(deadline) {
+		time.Sleep(250 * time.Millisecond)
+	}
+	time.Sleep(2 * time.Second)
+	close(stop)
+	<-done
+	seen := poll.finish()
+	if g.current() == gen1 {
+		t.Fatalf("the daemon never switched to v4")
+	}
+	var ok200, switching503, lies int
+	for _, s := range samples {
+		switch {
+		case s.code == 200 && s.refusedBefore && s.refusedAfter:
+			lies++
+			t.Errorf("/healthz answered 200 %q while the served port refused connections", s.body)
+		case s.code == 200:
+			ok200++
+		case s.code == 503 && strings.Contains(s.body, "node_health=switching"):
+			switching503++
+		}
+	}
+	t.Logf("daemon switch v1 -> v4: %d looks at /healthz: %d 200, %d 503 (switching, the port refusing), %d 200 while the port refused; /readyz 503 %d times, switch_in_progress 1 %d times; poller saw %d right, %d wrong, %d without an answer",
+		len(samples), ok200, switching503, lies, readyz503, inProgress, seen.Right, seen.Wrong, seen.Down)
+	if switching503 == 0 || readyz503 == 0 || inProgress == 0 {
+		t.Errorf("while the served port refused, /healthz said so %d times, /readyz %d times, the metrics %d times; want each at least once", switching503, readyz503, inProgress)
+	}
+	if seen.Wrong != 0 {
+		t.Errorf("the served port gave %d wrong answers (first %.80q), want none", seen.Wrong, seen.FirstWrong)
+	}
+	gen4 := g.current()
+	if got, want := g.servingExe(), filepath.Join(genDir, gen4, "app/bin/fake-sglang"); got != want {
+		t.Errorf("at the end the server runs %q, want %q", got, want)
+	}
+	if code, body := get("/healthz"); code != 200 || strings.Contains(body, "switch") {
+		t.Errorf("/healthz after the switch: %d %q, want 200", code, body)
+	}
+	g.gate("after the daemon's switch")
 }
