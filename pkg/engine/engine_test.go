@@ -93,7 +93,7 @@ func (f *fakeStep) Owns(*engine.Env) []engine.Owned {
 	if f.spec.Unit == "" {
 		return nil
 	}
-	return []engine.Owned{{Kind: engine.OwnedUnit, Path: f.spec.Unit}}
+	return []engine.Owned{{Kind: engine.OwnedUnit, Path: f.spec.Unit, Manager: f.spec.Manager}}
 }
 
 // AppliesReplaces says whether the step stops the replaced recipes' units: a unit under

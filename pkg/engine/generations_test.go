@@ -505,3 +505,52 @@ func TestOwedUndrainPaidByTheNextRunThatPasses(t *testing.T) {
 		t.Errorf("a run with nothing owed undrained (%d times)", undrained)
 	}
 }
+
+// The generation the installed unit runs serves, whatever the record says (a switch
+// killed after its promotion, before the record): the next build's freeing keeps it and
+// records it as serving, saying so, and gc would not free it.
+func TestInstalledUnitsGenerationIsNeverFreed(t *testing.T) {
+	w := newWorld()
+	dir, gens := t.TempDir(), t.TempDir()
+	text := func(fail bool) string {
+		r := fmt.Sprintf(genRecipe, gens, fail)
+		return strings.Replace(r, `fake: {input: "{{ .vars.src }}/bin/python"}`, `fake: {input: "{{ .vars.src }}/bin/python", unit: sglang.service, manager: exec}`, 1)
+	}
+	rep, err := newEngine(t, w, load(t, w, text(false)), dir, nil).Apply(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	g1 := rep.Generation.Serving
+	rep, _ = newEngine(t, w, load(t, w, text(true), "pin=2"), dir, nil).Apply(context.Background())
+	g2 := rep.Generation.Building
+	// The unit that serves runs generation 2; the record still names generation 1.
+	unit := fmt.Sprintf("[Service]\nExecStart=%s/gen/%s/src/bin/python -m sglang.launch_server\n", gens, g2)
+	if err := os.MkdirAll(filepath.Join(dir, "units"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "units", "sglang.service.last-known-good"), []byte(unit), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var dry strings.Builder
+	if err := engine.GC(context.Background(), engine.GCOptions{StateDir: dir, DryRun: true, Out: &dry}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(dry.String(), "would free "+generation.Short(g2)) || !strings.Contains(dry.String(), "installed unit runs generation "+generation.Short(g2)) {
+		t.Errorf("gc --dry-run would free the generation the unit runs, or does not say it serves:\n%s", dry.String())
+	}
+	rep, err = newEngine(t, w, load(t, w, text(true), "pin=3"), dir, nil).Apply(context.Background())
+	if err == nil {
+		t.Fatal("a failing build passed")
+	}
+	for _, key := range []string{g1, g2} {
+		if _, err := os.Stat(filepath.Join(gens, "gen", key)); err != nil {
+			t.Errorf("generation %s was freed: %v", generation.Short(key), err)
+		}
+	}
+	if !strings.Contains(rep.Generation.Note, "recorded "+generation.Short(g2)+" as serving") || rep.Generation.Serving != g2 {
+		t.Errorf("the run's note %q (serving %s) does not say that generation 2 serves", rep.Generation.Note, rep.Generation.Serving)
+	}
+	if currentLink(t, gens) != g2 {
+		t.Errorf("current -> %s, want %s", currentLink(t, gens), g2)
+	}
+}
