@@ -12,6 +12,7 @@ import (
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/generation"
 	"github.com/sglprov/sglprov/pkg/gpu"
+	"github.com/sglprov/sglprov/pkg/recipe"
 )
 
 // genRecipe builds src and kernel into the generation; weights and service stay outside.
@@ -479,26 +480,33 @@ func TestOwedUndrainPaidByTheNextRunThatPasses(t *testing.T) {
 	if err := engine.MarkUndrainOwed(dir, "gen", "switching gen"); err != nil {
 		t.Fatal(err)
 	}
+	gated := func(fail bool, sets ...string) *recipe.Recipe {
+		r := fmt.Sprintf(genRecipe, gens, fail) + `  - name: smoke
+    needs: [service]
+    fake: {gate: true}
+`
+		return load(t, w, r, sets...)
+	}
 	undrained := 0
 	withHooks := func(o *engine.Options) {
 		o.Undrain = func(context.Context) error { undrained++; return nil }
 		o.Drain = func(context.Context) error { return nil }
 	}
 	// A build that fails: what serves was not gated in this run; the node stays drained.
-	if _, err := newEngine(t, w, load(t, w, fmt.Sprintf(genRecipe, gens, true), "pin=9"), dir, withHooks).Apply(context.Background()); err == nil {
+	if _, err := newEngine(t, w, gated(true, "pin=9"), dir, withHooks).Apply(context.Background()); err == nil {
 		t.Fatal("a failing build passed")
 	}
 	if undrained != 0 || !engine.UndrainOwed(dir, "gen") {
 		t.Fatalf("after a failed run: undrained %d times, owed %v; want 0, still owed", undrained, engine.UndrainOwed(dir, "gen"))
 	}
-	if _, err := newEngine(t, w, load(t, w, fmt.Sprintf(genRecipe, gens, false)), dir, withHooks).Apply(context.Background()); err != nil {
+	if _, err := newEngine(t, w, gated(false), dir, withHooks).Apply(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if undrained != 1 || engine.UndrainOwed(dir, "gen") {
 		t.Errorf("after a run that passed: undrained %d times, owed %v; want 1, not owed", undrained, engine.UndrainOwed(dir, "gen"))
 	}
 	// Nothing owed: nothing run.
-	if _, err := newEngine(t, w, load(t, w, fmt.Sprintf(genRecipe, gens, false)), dir, withHooks).Apply(context.Background()); err != nil {
+	if _, err := newEngine(t, w, gated(false), dir, withHooks).Apply(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if undrained != 1 {

@@ -57,7 +57,13 @@ func UndrainOwed(stateDir, recipe string) bool {
 // serves passed this run's gate.
 func (e *Engine) payUndrain(ctx context.Context) {
 	name := e.opts.Recipe.Name
-	if e.opts.Undrain == nil || e.opts.IgnoreState || e.opts.Root != "" && e.opts.Root != "/" || !UndrainOwed(e.opts.StateDir, name) {
+	gated := false
+	for _, n := range e.nodes {
+		if n.res != nil && n.res.Gate && n.res.Result == ResultOK {
+			gated = true
+		}
+	}
+	if !gated || e.opts.Undrain == nil || e.opts.IgnoreState || e.opts.Root != "" && e.opts.Root != "/" || !UndrainOwed(e.opts.StateDir, name) {
 		return
 	}
 	e.log.Warn("the node is still drained (a switch that drained it did not end: killed, or its undrain hook failed); running the undrain hook, since what serves passed the gate")
