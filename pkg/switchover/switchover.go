@@ -21,8 +21,9 @@
 //     multi-node group: until its head runs the candidate's command line); a candidate
 //     refused there fails with nothing changed;
 //  4. on the first pass, promotes it: the staged unit becomes the persistent one and is
-//     enabled, and only then are the replaced units' enablement links removed. Promote is
-//     the only point that moves the unit a reboot starts;
+//     enabled, Promoted is told at once (the caller records what serves now, before any
+//     hook or cleanup), and only then are the replaced units' enablement links removed.
+//     Promote is the only point that moves the unit a reboot starts;
 //  5. on no pass, undoes steps 3 and 2 in reverse (multistep's cleanup order): the staged
 //     unit is dropped, the persistent unit (the last one that passed) is restarted or, on a
 //     first install, the candidate stopped; the replaced units are started again; then
@@ -31,7 +32,8 @@
 //
 // Whatever the exit (a pass, a fail, a kill -9 at any moment, a reboot), the unit enabled
 // in /etc/systemd/system is the last one that passed: a candidate lives only under /run
-// until it passes.
+// until it passes, and (service.Systemd) no longer than the process that staged it. A
+// context made WithProgress is told when a switch starts and ends.
 //
 // The package imports no engine and no command layer: its callers hand it the manager,
 // the rendered units, the gate and the hooks.
