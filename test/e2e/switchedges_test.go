@@ -89,6 +89,28 @@ func TestKilledSideGateThenRestartServesWhatEtcHolds(t *testing.T) {
 	if got := g.servingExe(); got != exe1 {
 		t.Errorf("at the end the server runs %q, want %q", got, exe1)
 	}
+
+	// Killed in the gate on the served port, after its side gate passed: the candidate
+	// that passed only there does not come back with a restart.
+	poll = startPoller(t, g.PID, 30000, nil)
+	g.startApply("v8-slow-served")
+	g.waitFor("the v8 candidate gated on the served port", 90*time.Second, func() bool {
+		return strings.Contains(g.catIn("/tmp/apply.log"), "candidate passed on the side port, started on the served port")
+	})
+	g.killApply()
+	g.waitFor("the staged unit dropped after the kill", 30*time.Second, func() bool { return g.catIn(staged) == "" })
+	g.waitFor("generation 1 serving again after the kill", 30*time.Second, func() bool { return g.servingExe() == exe1 })
+	g.MustRun("systemctl", "restart", unitName)
+	g.waitActive(30 * time.Second)
+	if got := g.servingExe(); got != exe1 {
+		t.Errorf("after a kill in the served-port gate and systemctl restart the server runs %q, want %q", got, exe1)
+	}
+	g.gate("after a kill in the served-port gate and systemctl restart")
+	seen = poll.finish()
+	t.Logf("killed served-port gate, then systemctl restart: poller saw %d right, %d wrong, %d without an answer", seen.Right, seen.Wrong, seen.Down)
+	if seen.Wrong != 0 {
+		t.Errorf("the served port gave %d wrong answers (first %.80q), want none", seen.Wrong, seen.FirstWrong)
+	}
 }
 
 // slowUndrainFlag makes hookedGenRecipe's undrain hook hang (a router that takes its time
