@@ -185,6 +185,9 @@ func (d *Daemon) Health() Health {
 // Run applies the recipe, reports READY, then checks at every interval until ctx ends.
 // It returns nil when ctx is cancelled.
 func (d *Daemon) Run(ctx context.Context) error {
+	// Every switch the daemon runs (its applies, its rungs) says when it starts and ends:
+	// the metrics say a switch is in progress, and /healthz answers from the served port.
+	ctx = switchover.WithProgress(ctx, d.m.setSwitching)
 	// The watchdog is fed from the start: the first apply can take hours (kernel builds,
 	// downloads) and is not a hang.
 	if d.o.WatchdogInterval > 0 {

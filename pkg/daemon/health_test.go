@@ -5,13 +5,19 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/switchover"
+	"github.com/sglprov/sglprov/pkg/switchover/fakeunits"
 )
 
 // get asks a real endpoint of the metrics listener.
@@ -174,5 +180,122 @@ func TestRunHook(t *testing.T) {
 	}
 	if _, err := RunHook(context.Background(), []string{"sh", "-c", "exit 3"}, nil, time.Second); err == nil || !strings.Contains(err.Error(), "exit status 3") {
 		t.Errorf("a failing hook: %v", err)
+	}
+}
+
+// During a switch the daemon runs, /healthz and /readyz follow the served port: 503 with
+// the reason while it refuses connections, 200 (the switch noted) while it answers; the
+// metrics say a switch is in progress, and nothing of it is left once it ended.
+func TestHealthzDuringASwitchFollowsTheServedPort(t *testing.T) {
+	// A port nothing listens on, then a listener on it.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	_ = ln.Close()
+
+	n := &node{driver: "580.95.05", canaryOK: true}
+	o := n.options()
+	o.Metrics = NewMetrics()
+	addr, stop, err := o.Metrics.Serve("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	base := "http://" + addr.String()
+	type seen struct {
+		code    int
+		body    string
+		ready   int
+		metrics string
+	}
+	var during []seen
+	look := func() {
+		code, body := get(t, base+"/healthz")
+		ready, _ := get(t, base+"/readyz")
+		_, metrics := get(t, base+"/metrics")
+		during = append(during, seen{code, body, ready, metrics})
+	}
+	reapply := make(chan string, 1)
+	o.Reapply = reapply
+	plain := o.Apply
+	applies := 0
+	done := make(chan struct{})
+	o.Apply = func(ctx context.Context) (*engine.Report, error) {
+		applies++
+		if applies == 1 {
+			return plain(ctx)
+		}
+		defer close(done)
+		m := fakeunits.New(t.TempDir())
+		unit := fmt.Appendf(nil, "[Service]\nExecStart=/usr/bin/fake-sglang --model-path /m --port %d\n", port)
+		if _, err := m.Install(ctx, "sglang.service", unit); err != nil {
+			return nil, err
+		}
+		if err := m.Commit(ctx, "sglang.service"); err != nil {
+			return nil, err
+		}
+		cand := append(slices.Clone(unit), "# v2\n"...)
+		sw := switchover.Switch{Manager: m, StateDir: t.TempDir(), Unit: "sglang.service", Stage: switchover.StageServed,
+			Candidates: []switchover.Candidate{{Content: cand}},
+			Gate: func(ctx context.Context, s switchover.Server) (switchover.Verdict, error) {
+				look() // the served port refuses
+				l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+				if err != nil {
+					return switchover.Verdict{}, err
+				}
+				look() // it answers
+				_ = l.Close()
+				return switchover.Verdict{Pass: true, Summary: "passed"}, nil
+			}}
+		if _, err := sw.Run(ctx); err != nil {
+			return nil, err
+		}
+		return plain(ctx)
+	}
+	o.Interval = time.Hour
+	d := New(o)
+	ctx, cancel := context.WithCancel(context.Background())
+	ended := make(chan error, 1)
+	go func() { ended <- d.Run(ctx) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if code, _ := get(t, base+"/healthz"); code == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the daemon never turned healthy")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	reapply <- "the recipe changed"
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the switch never ran")
+	}
+	code, body := get(t, base+"/healthz")
+	_, metrics := get(t, base+"/metrics")
+	cancel()
+	<-ended
+	if len(during) != 2 {
+		t.Fatalf("looked %d times during the switch, want 2", len(during))
+	}
+	refused, answering := during[0], during[1]
+	if refused.code != 503 || !strings.Contains(refused.body, "node_health=switching") || !strings.Contains(refused.body, fmt.Sprintf("127.0.0.1:%d refuses connections", port)) {
+		t.Errorf("/healthz while the served port refuses: %d %q; want 503 naming the switch and the port", refused.code, refused.body)
+	}
+	if refused.ready != 503 {
+		t.Errorf("/readyz while the served port refuses: %d, want 503", refused.ready)
+	}
+	if !strings.Contains(refused.metrics, `sglprov_switch_in_progress{recipe="r"} 1`) {
+		t.Errorf("the metrics during the switch do not say it is in progress")
+	}
+	if answering.code != 200 || !strings.Contains(answering.body, "switch in progress") || answering.ready != 200 {
+		t.Errorf("/healthz while the served port answers: %d %q (readyz %d); want 200 noting the switch", answering.code, answering.body, answering.ready)
+	}
+	if code != 200 || strings.Contains(body, "switch") || !strings.Contains(metrics, `sglprov_switch_in_progress{recipe="r"} 0`) {
+		t.Errorf("after the switch: /healthz %d %q, switch_in_progress 0 in the metrics: %v", code, body, strings.Contains(metrics, `sglprov_switch_in_progress{recipe="r"} 0`))
 	}
 }

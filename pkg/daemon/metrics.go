@@ -58,6 +58,7 @@ type Metrics struct {
 	ready          gaugeVec
 	reboot         gaugeVec
 	switchFailed   gaugeVec
+	switching      gaugeVec
 	up             prometheus.Gauge
 
 	names []string // every family's name, for Names
@@ -76,6 +77,10 @@ type recipeState struct {
 	// pending is set while a change is pending because its switch failed (the node
 	// serves what it served before): why.
 	pending string
+	// switching is, while a switch of the recipe's service runs, the address of its
+	// served port ("host:port"); "" otherwise. /healthz and /readyz answer from that port
+	// meanwhile.
+	switching, switchUnit string
 }
 
 // Labels of sglprov_node_info, in order.
@@ -145,6 +150,7 @@ func newMetrics(daemon bool) *Metrics {
 	m.ready = gv("ready", "1 once the first gate of the daemon passed (what /readyz answers).")
 	m.reboot = gv("reboot_required", "1 when NVML reports a driver/library mismatch.")
 	m.switchFailed = gv("switch_pending_failed", "1 while a change of the recipe is pending because its switch failed the gate and what served before serves again; it is tried again when the recipe or the facts change.")
+	m.switching = gv("switch_in_progress", "1 while a switch of the recipe's service runs (a candidate is staged and gated; what served before may be stopped): /healthz answers 503 meanwhile while the served port refuses connections.")
 	m.gpu = newGPUCollector()
 	m.reg.MustRegister(m.gpu)
 	m.names = append(m.names, fitness.CounterNames()...)
@@ -466,6 +472,62 @@ func (r *recipeMetrics) setSwitchFailed(why string) {
 	}
 }
 
+// setSwitching records that a switch of unit runs, its clients reaching it at served, or
+// that it ended (served "").
+func (r *recipeMetrics) setSwitching(unit, served string) {
+	if r == nil {
+		return
+	}
+	r.m.mu.Lock()
+	st := r.m.state(r.recipe)
+	st.switching, st.switchUnit = served, unit
+	r.m.mu.Unlock()
+	if r.m.switching.GaugeVec != nil {
+		r.m.switching.WithLabelValues(r.recipe).Set(b2f(served != ""))
+	}
+}
+
+// probeTimeout bounds how long /healthz waits for the served port during a switch.
+const probeTimeout = 500 * time.Millisecond
+
+// refusing returns, for each recipe whose switch runs now, why its served port does not
+// accept a connection ("" when it does): the port is dialled with each request, so
+// /healthz follows what a client of the node finds.
+func (m *Metrics) refusing() map[*recipeState]string {
+	m.mu.Lock()
+	addrs := map[*recipeState]string{}
+	for _, s := range m.states {
+		if s.switching != "" {
+			addrs[s] = s.switching
+		}
+	}
+	m.mu.Unlock()
+	out := map[*recipeState]string{}
+	for s, addr := range addrs {
+		c, err := net.DialTimeout("tcp", addr, probeTimeout)
+		if err != nil {
+			out[s] = err.Error()
+			continue
+		}
+		_ = c.Close()
+		out[s] = ""
+	}
+	return out
+}
+
+// switchingLine judges a recipe whose switch runs (ok false when it does not): 503 while
+// its served port refuses connections, else what its health says with the switch noted.
+func switchingLine(s *recipeState, refused map[*recipeState]string, what string) (served bool, line string, ok bool) {
+	why, switching := refused[s]
+	if !switching {
+		return false, "", false
+	}
+	if why != "" {
+		return false, fmt.Sprintf("%s: a switch of %s is in progress and its served port %s refuses connections (%s)", what, s.switchUnit, s.switching, oneLine(why, "refused")), true
+	}
+	return true, "", true
+}
+
 func (r *recipeMetrics) setRebootRequired(b bool) {
 	if r != nil {
 		r.m.reboot.WithLabelValues(r.recipe).Set(b2f(b))
@@ -498,25 +560,37 @@ func (m *Metrics) stopped() {
 // correct answers (health "healthy"), 503 otherwise, the body naming each recipe's health
 // and, for one that is not healthy, why ("node_health=degraded: canary failed: ...").
 func (m *Metrics) healthz(w http.ResponseWriter, _ *http.Request) {
+	refused := m.refusing()
 	m.answer(w, func(s *recipeState) (bool, string) {
+		if ok, line, switching := switchingLine(s, refused, "node_health=switching"); switching && !ok {
+			return false, line
+		}
+		note := ""
+		if _, switching := refused[s]; switching {
+			note = "; switch in progress (" + s.switchUnit + ")"
+		}
 		h := s.health
 		if h == "" {
-			return false, "node_health=starting: the first apply has not finished"
+			return false, "node_health=starting: the first apply has not finished" + note
 		}
 		if h == Healthy {
 			if s.pending != "" {
-				return true, "node_health=healthy; change pending: " + oneLine(s.pending, "its switch failed")
+				return true, "node_health=healthy; change pending: " + oneLine(s.pending, "its switch failed") + note
 			}
-			return true, "node_health=healthy"
+			return true, "node_health=healthy" + note
 		}
-		return false, fmt.Sprintf("node_health=%s: %s", h, oneLine(s.reason, h.Words()))
+		return false, fmt.Sprintf("node_health=%s: %s%s", h, oneLine(s.reason, h.Words()), note)
 	})
 }
 
 // readyz answers 200 once the first gate of every recipe passed (an apply succeeded),
 // and stays so; 503 before.
 func (m *Metrics) readyz(w http.ResponseWriter, _ *http.Request) {
+	refused := m.refusing()
 	m.answer(w, func(s *recipeState) (bool, string) {
+		if ok, line, switching := switchingLine(s, refused, "not ready"); switching && !ok {
+			return false, line
+		}
 		if s.ready {
 			return true, "ready"
 		}

@@ -166,6 +166,7 @@ func (e *Engine) Apply(ctx context.Context) (*Report, error) {
 		if err := e.recordNodeClaim(); err != nil {
 			e.log.Warn("the GPUs this recipe serves on are not recorded node-wide: runs from other state dirs will not see them", "err", err)
 		}
+		e.payUndrain(ctx)
 	}
 	rep.Generation = e.endGeneration(first == nil)
 	if rep.Generation != nil {
@@ -244,6 +245,12 @@ func (e *Engine) runNode(ctx context.Context, n *node, sem chan struct{}, runDir
 		return
 	}
 	res.Reason = dec.Reason
+	if dec.Run && e.gen.readOnly(n.step.Name) {
+		err := e.gen.writeRefusal(n.step.Name, dec.Reason)
+		res.Result, res.err, res.Error = ResultFailed, err, exitcode.Message(err)
+		e.log.Error("step refused", "step", n.step.Name, "err", err)
+		return
+	}
 	if !dec.Run {
 		res.Result = ResultSkipped
 		e.log.Info("skipped", "step", n.step.Name, "reason", dec.Reason)

@@ -151,6 +151,7 @@ func New(opts Options) (*Engine, error) {
 	if e.gen, facts, err = openGenerations(opts, facts); err != nil {
 		return nil, err
 	}
+	e.gen.observe(opts, st)
 	e.gen.adoptRecords(st)
 	data := map[string]json.RawMessage{}
 	for name, rec := range st.Steps {

@@ -45,7 +45,12 @@ type fakeSpec struct {
 	// Promotes makes the step report, as the smoke step's switch does once it promoted a
 	// unit (smoke.RunSwitch), that the unit of this run's generation now serves.
 	Promotes bool `yaml:"promotes"`
+	// Gate makes the step a gate (engine.Gate), as the smoke step is.
+	Gate bool `yaml:"gate"`
 }
+
+// Gates implements engine.Gate.
+func (f *fakeStep) Gates() bool { return f.spec.Gate }
 
 // world is what the fake steps share in one test.
 type world struct {
@@ -96,7 +101,7 @@ func (f *fakeStep) Owns(*engine.Env) []engine.Owned {
 	if f.spec.Unit == "" {
 		return nil
 	}
-	return []engine.Owned{{Kind: engine.OwnedUnit, Path: f.spec.Unit}}
+	return []engine.Owned{{Kind: engine.OwnedUnit, Path: f.spec.Unit, Manager: f.spec.Manager}}
 }
 
 // AppliesReplaces says whether the step stops the replaced recipes' units: a unit under

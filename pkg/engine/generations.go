@@ -18,6 +18,7 @@ import (
 	"github.com/sglprov/sglprov/pkg/generation"
 	"github.com/sglprov/sglprov/pkg/logval"
 	"github.com/sglprov/sglprov/pkg/recipe"
+	"github.com/sglprov/sglprov/pkg/service"
 )
 
 // Generations is what the engine asks of a recipe's generations (pkg/generation's Store):
@@ -67,6 +68,12 @@ type genState struct {
 	// from the serving generation's (when it recorded its own), for plan's reasons.
 	parts   map[string]string
 	changed []string
+	// served is set when the run's generation has served (it passed, or the installed unit
+	// runs it): no generation step writes into it.
+	served bool
+	// repaired says how the record was repaired to name the generation the installed unit
+	// runs ("" when it named it already).
+	repaired string
 	// promoted is set once a switch in this run promoted a unit of this generation: it
 	// was recorded as passed then (Engine.promoted). Guarded by the engine's mu.
 	promoted bool
@@ -82,6 +89,95 @@ type rootStore interface {
 // from the roots serve again (pkg/generation's Store).
 type inPlaceStore interface {
 	InPlaceServing() *generation.InPlace
+}
+
+// observerStore is implemented by a Generations that takes the generation the installed
+// unit runs as the serving one, whatever its record says, and can record it (pkg/generation's
+// Store).
+type observerStore interface {
+	Observe(unitFiles ...string) string
+	Repair() (string, error)
+}
+
+// ServingUnitFiles returns the files of the units owns lists that a restart or a reboot
+// starts: /etc/systemd/system/UNIT under root for systemd, the last-known-good copy under
+// stateDir for the exec manager. Which generation serves is read from them.
+func ServingUnitFiles(root, stateDir string, owns []Owned) []string {
+	var out []string
+	for _, o := range owns {
+		if o.Kind != OwnedUnit || o.Path == "" || strings.ContainsRune(o.Path, '/') {
+			continue
+		}
+		if o.Manager == service.KindExec {
+			out = append(out, service.LastKnownGoodPath(stateDir, o.Path))
+			continue
+		}
+		out = append(out, path.Join(HostPath(root, service.SystemUnitDir), o.Path))
+	}
+	return out
+}
+
+// servingFromUnit takes the generation the recipe's installed unit runs (owns' units) as the
+// serving one of store, and records it when the record names another (with dryRun it
+// only says so). It returns what it repaired or would repair ("" when nothing).
+func servingFromUnit(store *generation.Store, root, stateDir string, owns []Owned, dryRun bool) (string, error) {
+	store.Observe(ServingUnitFiles(root, stateDir, owns)...)
+	recorded, runs, ok := store.Mismatch()
+	if !ok {
+		return "", nil
+	}
+	if dryRun {
+		was := "no generation"
+		if recorded != "" {
+			was = "generation " + generation.Short(recorded)
+		}
+		return fmt.Sprintf("the record names %s as serving while the installed unit runs generation %s: it is kept, and gc records it as serving", was, generation.Short(runs)), nil
+	}
+	msg, err := store.Repair()
+	if err != nil {
+		return "", fmt.Errorf("recording generation %s, which the installed unit runs, as serving: %w", generation.Short(runs), err)
+	}
+	return msg, nil
+}
+
+// observe takes the generation the recipe's installed unit runs as the serving one (see
+// generation.Store.Observe): every prune and roll back of this run keeps it.
+func (g *genState) observe(opts Options, st *State) {
+	if g == nil || g.store == nil {
+		return
+	}
+	ob, ok := g.store.(observerStore)
+	if !ok {
+		return
+	}
+	ob.Observe(ServingUnitFiles(opts.Root, opts.StateDir, st.Owns)...)
+	g.info.Serving = g.store.Serving()
+	if g.info.Serving != "" {
+		g.info.InPlaceServes = false
+	}
+}
+
+// servedStore is implemented by a Generations that knows which generations have served
+// (pkg/generation's Store).
+type servedStore interface {
+	Served(key string) bool
+}
+
+// readOnly reports whether step is a generation step and the run's generation has served:
+// nothing writes into it again.
+func (g *genState) readOnly(step string) bool {
+	return g != nil && g.served && slices.Contains(g.steps, step)
+}
+
+// ErrServedGeneration is the error of a generation step refused because it would write
+// into a generation that has served.
+var ErrServedGeneration = errors.New("the generation has served and is read-only")
+
+// writeRefusal is the error of step, which would run (for reason) in the run's generation,
+// which has served.
+func (g *genState) writeRefusal(step, reason string) error {
+	return fmt.Errorf("step %s would write into generation %s (%s), which has served: %w; its server reads that folder, so it is used as it is or not at all. An input outside the generation's key changed: change an input of the key (the pin, a patch, a var the step uses) to build a new generation beside it",
+		step, generation.Short(g.info.Key), reason, ErrServedGeneration)
 }
 
 // keyPartsStore is implemented by a Generations that keeps the named digests of each
@@ -238,6 +334,9 @@ func (g *genState) adoptRecords(st *State) {
 	if g == nil || g.store == nil {
 		return
 	}
+	if ss, ok := g.store.(servedStore); ok {
+		g.served = ss.Served(g.info.Key)
+	}
 	kept := g.store.Steps(g.info.Key)
 	want := digest(g.info.Dir)
 	for _, name := range g.steps {
@@ -245,7 +344,10 @@ func (g *genState) adoptRecords(st *State) {
 		if !ok {
 			continue
 		}
-		if cur := st.Steps[name]; cur != nil && cur.Parts[recipe.GenerationDirRef] == want {
+		// A record of this generation's folder that is not a success (a later build of
+		// another generation failed in this step and left its record) is replaced too:
+		// the kept record is how the generation stood when it passed.
+		if cur := st.Steps[name]; cur != nil && cur.Parts[recipe.GenerationDirRef] == want && cur.Result == ResultOK {
 			continue
 		}
 		var rec StepRecord
@@ -269,6 +371,18 @@ func (e *Engine) beginGeneration() error {
 	}
 	if err != nil {
 		return err
+	}
+	// A record that names another generation than the installed unit runs (a switch
+	// killed after its promotion) is repaired before anything is freed.
+	if ob, ok := g.store.(observerStore); ok {
+		msg, err := ob.Repair()
+		switch {
+		case err != nil:
+			e.log.Warn("recording the generation the installed unit runs", "err", err)
+		case msg != "":
+			e.log.Warn("generation: " + msg)
+			g.repaired = msg
+		}
 	}
 	if g.info.Serving != g.info.Key {
 		e.log.Info("generation", "building", generation.Short(g.info.Key), "serving", shortOr(g.info.Serving, "none"), "dir", g.info.Dir)
@@ -294,6 +408,12 @@ type pruner interface {
 	PruneKeeping(building string, dryRun bool) (*generation.Pruned, error)
 }
 
+// gcPruner is implemented by a Generations that prunes as `sglprov gc` does
+// (pkg/generation's Store).
+type gcPruner interface {
+	Prune(dryRun bool) (*generation.Pruned, error)
+}
+
 // noSpaceHint adds to the error of a generation step that ran out of disk space (ENOSPC,
 // or "No space left on device" in its error or the tail of its log) what `sglprov gc`
 // would free in the recipe's generations.
@@ -303,10 +423,16 @@ func (e *Engine) noSpaceHint(step string, runErr error, logPath string) error {
 		return runErr
 	}
 	hint := "`sglprov gc` frees the generations beyond the kept ones (`sglprov gc --dry-run` lists them)"
-	if pr, ok := g.store.(pruner); ok {
-		if p, err := pr.PruneKeeping(g.info.Key, true); err == nil && p != nil {
-			if p.Bytes > 0 {
-				hint = fmt.Sprintf("`sglprov gc` would free %s of generations (%d of them; `sglprov gc --dry-run` lists them and the part files it frees)", logval.Format(p.Bytes), len(p.Freed))
+	// What gc would free is what its own prune frees (gc --dry-run): the generation this
+	// run half built is among it, since gc keeps no generation being built.
+	if pr, ok := g.store.(gcPruner); ok {
+		if p, err := pr.Prune(true); err == nil && p != nil {
+			if len(p.Freed) > 0 {
+				freed := make([]string, 0, len(p.Freed))
+				for _, f := range p.Freed {
+					freed = append(freed, generation.Short(f.Key))
+				}
+				hint = fmt.Sprintf("`sglprov gc` would free %s of generations (%d of them: %s; `sglprov gc --dry-run` lists them and the part files it frees)", logval.Format(p.Bytes), len(p.Freed), strings.Join(freed, ", "))
 			} else {
 				hint = fmt.Sprintf("`sglprov gc` would free no generation (%s are kept: lower generations.keep to free more; gc also frees weights' part files and orphans, see `sglprov gc --dry-run`)", strings.Join(shortKeys(p.Kept), ", "))
 			}
@@ -357,6 +483,11 @@ func (e *Engine) endGeneration(ok bool) *GenerationReport {
 		return nil
 	}
 	gr := &GenerationReport{Building: g.info.Key, Serving: g.info.Serving}
+	defer func() {
+		if g.repaired != "" {
+			gr.Note += "; " + g.repaired
+		}
+	}()
 	if ok && e.opts.Root != "" && e.opts.Root != "/" {
 		// Under --root nothing was started and no gate ran: the generation is recorded as
 		// built, never as passed, so "current" does not flip and it is no roll-back target.

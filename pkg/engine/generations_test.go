@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/generation"
 	"github.com/sglprov/sglprov/pkg/gpu"
+	"github.com/sglprov/sglprov/pkg/recipe"
 )
 
 // genRecipe builds src and kernel into the generation; weights and service stay outside.
@@ -103,6 +105,16 @@ func TestGenerations(t *testing.T) {
 		t.Errorf("after a failed build: %+v, current %s; want %s serving", rep.Generation, currentLink(t, gens), g1)
 	}
 
+	// Back to the serving pin after the failed build: the serving generation is reused as
+	// it is; nothing is built into it.
+	rep, err = genApply(t, w, gens, dir, false, "pin=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Generation.Serving != g1 || contains(w.ran, "src") || contains(w.ran, "kernel") {
+		t.Errorf("back to the serving pin after a failed build: serving %s (want %s), ran %v (want no build)", rep.Generation.Serving, g1, w.ran)
+	}
+
 	// A third good pin: keep 2 keeps it and pin 1 (the last two that passed); pin 2 goes.
 	rep, err = genApply(t, w, gens, dir, false, "pin=4")
 	if err != nil {
@@ -116,6 +128,42 @@ func TestGenerations(t *testing.T) {
 	}
 	if !strings.Contains(rep.Generation.Note, "freed") {
 		t.Errorf("note %q does not say what was freed", rep.Generation.Note)
+	}
+}
+
+// A step that would write into a generation that has served (its outputs changed there,
+// an input outside the key) is refused: the run fails naming the generation and the way
+// out, nothing runs in its folder, and the generation keeps serving.
+func TestServedGenerationIsReadOnly(t *testing.T) {
+	w := newWorld()
+	dir, gens := t.TempDir(), t.TempDir()
+	rep, err := genApply(t, w, gens, dir, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g1 := rep.Generation.Serving
+	w.broken["kernel"] = true
+	rep, err = genApply(t, w, gens, dir, false)
+	if err == nil {
+		t.Fatal("a rebuild into the serving generation passed")
+	}
+	if !errors.Is(err, engine.ErrServedGeneration) && !strings.Contains(err.Error(), "has served") {
+		t.Errorf("error %v does not say that the generation has served", err)
+	}
+	if contains(w.ran, "kernel") || contains(w.ran, "service") {
+		t.Errorf("ran %v, want nothing run into the served generation", w.ran)
+	}
+	var msg string
+	for _, s := range rep.Steps {
+		if s.Name == "kernel" {
+			msg = s.Error
+		}
+	}
+	if !strings.Contains(msg, "would write into generation "+generation.Short(g1)) || !strings.Contains(msg, "outputs changed") {
+		t.Errorf("the step's error %q does not name the generation and why it would run", msg)
+	}
+	if rep.Generation.Serving != g1 || currentLink(t, gens) != g1 {
+		t.Errorf("after the refusal: %+v, current %s; want %s serving", rep.Generation, currentLink(t, gens), g1)
 	}
 }
 
@@ -330,6 +378,19 @@ func TestFailedGenerationsFreedBeforeBuild(t *testing.T) {
 	if !strings.Contains(msg, "sglprov gc") || !strings.Contains(msg, "is full") {
 		t.Errorf("the full disk's error %q does not name sglprov gc", msg)
 	}
+	// It names what gc would really free: gc --dry-run's generations, the half-built one
+	// among them.
+	var dry strings.Builder
+	if err := engine.GC(context.Background(), engine.GCOptions{StateDir: dir, DryRun: true, Out: &dry}); err != nil {
+		t.Fatal(err)
+	}
+	g4 := rep.Generation.Building
+	if !strings.Contains(dry.String(), "would free "+generation.Short(g4)) {
+		t.Fatalf("gc --dry-run does not free the half-built generation %s:\n%s", g4, dry.String())
+	}
+	if !strings.Contains(msg, "sglprov gc` would free") || !strings.Contains(msg, "(1 of them: "+generation.Short(g4)) {
+		t.Errorf("the full disk's error %q does not say that gc would free the one generation gc --dry-run lists:\n%s", msg, dry.String())
+	}
 }
 
 // promoteRecipe is genRecipe with a gate whose switch promotes the service's unit and a
@@ -405,5 +466,99 @@ func TestPromotedGenerationServesAfterLaterFailure(t *testing.T) {
 				t.Errorf("the next build removed the promoted generation %s: %v", g2, err)
 			}
 		})
+	}
+}
+
+// A node left drained by a switch that did not end (the record that it is owed an
+// undrain) is undrained by the next run whose gate passes, and not by one that fails.
+func TestOwedUndrainPaidByTheNextRunThatPasses(t *testing.T) {
+	w := newWorld()
+	dir, gens := t.TempDir(), t.TempDir()
+	if _, err := genApply(t, w, gens, dir, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := engine.MarkUndrainOwed(dir, "gen", "switching gen"); err != nil {
+		t.Fatal(err)
+	}
+	gated := func(fail bool, sets ...string) *recipe.Recipe {
+		r := fmt.Sprintf(genRecipe, gens, fail) + `  - name: smoke
+    needs: [service]
+    fake: {gate: true}
+`
+		return load(t, w, r, sets...)
+	}
+	undrained := 0
+	withHooks := func(o *engine.Options) {
+		o.Undrain = func(context.Context) error { undrained++; return nil }
+		o.Drain = func(context.Context) error { return nil }
+	}
+	// A build that fails: what serves was not gated in this run; the node stays drained.
+	if _, err := newEngine(t, w, gated(true, "pin=9"), dir, withHooks).Apply(context.Background()); err == nil {
+		t.Fatal("a failing build passed")
+	}
+	if undrained != 0 || !engine.UndrainOwed(dir, "gen") {
+		t.Fatalf("after a failed run: undrained %d times, owed %v; want 0, still owed", undrained, engine.UndrainOwed(dir, "gen"))
+	}
+	if _, err := newEngine(t, w, gated(false), dir, withHooks).Apply(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if undrained != 1 || engine.UndrainOwed(dir, "gen") {
+		t.Errorf("after a run that passed: undrained %d times, owed %v; want 1, not owed", undrained, engine.UndrainOwed(dir, "gen"))
+	}
+	// Nothing owed: nothing run.
+	if _, err := newEngine(t, w, gated(false), dir, withHooks).Apply(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if undrained != 1 {
+		t.Errorf("a run with nothing owed undrained (%d times)", undrained)
+	}
+}
+
+// The generation the installed unit runs serves, whatever the record says (a switch
+// killed after its promotion, before the record): the next build's freeing keeps it and
+// records it as serving, saying so, and gc would not free it.
+func TestInstalledUnitsGenerationIsNeverFreed(t *testing.T) {
+	w := newWorld()
+	dir, gens := t.TempDir(), t.TempDir()
+	text := func(fail bool) string {
+		r := fmt.Sprintf(genRecipe, gens, fail)
+		return strings.Replace(r, `fake: {input: "{{ .vars.src }}/bin/python"}`, `fake: {input: "{{ .vars.src }}/bin/python", unit: sglang.service, manager: exec}`, 1)
+	}
+	rep, err := newEngine(t, w, load(t, w, text(false)), dir, nil).Apply(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	g1 := rep.Generation.Serving
+	rep, _ = newEngine(t, w, load(t, w, text(true), "pin=2"), dir, nil).Apply(context.Background())
+	g2 := rep.Generation.Building
+	// The unit that serves runs generation 2; the record still names generation 1.
+	unit := fmt.Sprintf("[Service]\nExecStart=%s/gen/%s/src/bin/python -m sglang.launch_server\n", gens, g2)
+	if err := os.MkdirAll(filepath.Join(dir, "units"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "units", "sglang.service.last-known-good"), []byte(unit), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var dry strings.Builder
+	if err := engine.GC(context.Background(), engine.GCOptions{StateDir: dir, DryRun: true, Out: &dry}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(dry.String(), "would free "+generation.Short(g2)) || !strings.Contains(dry.String(), "installed unit runs generation "+generation.Short(g2)) {
+		t.Errorf("gc --dry-run would free the generation the unit runs, or does not say it serves:\n%s", dry.String())
+	}
+	rep, err = newEngine(t, w, load(t, w, text(true), "pin=3"), dir, nil).Apply(context.Background())
+	if err == nil {
+		t.Fatal("a failing build passed")
+	}
+	for _, key := range []string{g1, g2} {
+		if _, err := os.Stat(filepath.Join(gens, "gen", key)); err != nil {
+			t.Errorf("generation %s was freed: %v", generation.Short(key), err)
+		}
+	}
+	if !strings.Contains(rep.Generation.Note, "recorded "+generation.Short(g2)+" as serving") || rep.Generation.Serving != g2 {
+		t.Errorf("the run's note %q (serving %s) does not say that generation 2 serves", rep.Generation.Note, rep.Generation.Serving)
+	}
+	if currentLink(t, gens) != g2 {
+		t.Errorf("current -> %s, want %s", currentLink(t, gens), g2)
 	}
 }

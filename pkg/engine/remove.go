@@ -550,6 +550,11 @@ func GC(ctx context.Context, opts GCOptions) error {
 					errs = append(errs, err)
 					continue
 				}
+				if msg, err := servingFromUnit(store, opts.Root, dir, states.Recipes[name].Owns, opts.DryRun); err != nil {
+					errs = append(errs, err)
+				} else if msg != "" {
+					fmt.Fprintf(opts.Out, "  generations of %s: %s\n", name, msg)
+				}
 				p, err := store.Prune(opts.DryRun)
 				if err != nil {
 					errs = append(errs, err)

@@ -133,6 +133,9 @@ type Store struct {
 	// the links flipped when a generation passes.
 	nodeDir string
 	roots   []Root
+	// runs is the generation the installed unit runs (Observe), when it differs from the
+	// record's: it serves, whatever the record says.
+	runs string
 }
 
 // SetRoots names the links flipped to each generation that passes: each root's link gets
@@ -222,8 +225,120 @@ func (s *Store) Dir() string { return s.dir }
 // Path returns the host path of the generation with key.
 func (s *Store) Path(key string) string { return filepath.Join(s.dir, key) }
 
-// Serving returns the key of the last generation that passed ("" when none has).
-func (s *Store) Serving() string { return s.rec.Current }
+// Serving returns the key of the generation that serves: the one the installed unit runs
+// (Observe), else the last one that passed ("" when none has).
+func (s *Store) Serving() string {
+	if s.runs != "" {
+		return s.runs
+	}
+	return s.rec.Current
+}
+
+// Recorded returns the key the record names as serving (Record.Current), whatever the
+// installed unit runs.
+func (s *Store) Recorded() string { return s.rec.Current }
+
+// Served reports whether the generation with key has served: it passed the gate, or the
+// installed unit runs it. Nothing writes into such a generation again.
+func (s *Store) Served(key string) bool {
+	if key == "" {
+		return false
+	}
+	if key == s.Serving() || key == s.rec.Current {
+		return true
+	}
+	g := s.find(key)
+	return g != nil && !g.Passed.IsZero()
+}
+
+// maxUnit bounds a unit file Observe reads.
+const maxUnit = 1 << 20
+
+// KeyIn returns the generation of the folder dir (a recipe's generations folder) that the
+// unit text names ("" when it names none): the first path in it of the form
+// .../NAME/KEY/... or .../NAME/KEY, NAME the folder's own name, KEY 16 hex digits.
+func KeyIn(unit []byte, dir string) string {
+	re := regexp.MustCompile(`/` + regexp.QuoteMeta(filepath.Base(dir)) + `/([0-9a-f]{16})(?:[/\s"']|$)`)
+	if m := re.FindSubmatch(unit); m != nil {
+		return string(m[1])
+	}
+	return ""
+}
+
+// Observe reads the units that serve the recipe now (the files a reboot or a restart
+// starts: /etc/systemd/system/UNIT) and takes the generation they run as the serving one,
+// whatever the record says: a switch killed between its promotion and the record, or a
+// record written by hand, never makes a prune free the folder a server runs from. It
+// returns the key the units run ("" when they name no generation of this folder that is on
+// disk, or cannot be read); Mismatch says whether it differs from the record and Repair
+// records it.
+func (s *Store) Observe(unitFiles ...string) string {
+	s.runs = ""
+	for _, p := range unitFiles {
+		b, err := safefile.ReadNoFollow(p)
+		if err != nil || len(b) > maxUnit {
+			continue
+		}
+		key := KeyIn(b, s.dir)
+		if key == "" {
+			continue
+		}
+		if fi, err := os.Stat(s.Path(key)); err != nil || !fi.IsDir() {
+			continue
+		}
+		if key != s.rec.Current {
+			s.runs = key
+		}
+		return key
+	}
+	return ""
+}
+
+// Mismatch returns, when the installed unit runs another generation than the record names
+// (see Observe), the key the record names ("" for none) and the one that runs; ok is false
+// when they agree.
+func (s *Store) Mismatch() (recorded, runs string, ok bool) {
+	if s.runs == "" {
+		return "", "", false
+	}
+	return s.rec.Current, s.runs, true
+}
+
+// Repair records the generation the installed unit runs (Observe) as the serving one when
+// the record names another: it is marked as passed (it was promoted; its step records stay
+// as they were) and "current" and the roots' links flip to it. Nothing is deleted. It
+// returns what it repaired, in one sentence ("" when nothing was to repair).
+func (s *Store) Repair() (string, error) {
+	recorded, runs, ok := s.Mismatch()
+	if !ok {
+		return "", nil
+	}
+	l, err := s.makeAndLock()
+	if err != nil {
+		return "", err
+	}
+	defer l.Release()
+	was := "no generation"
+	if recorded != "" {
+		was = "generation " + Short(recorded)
+	}
+	msg := fmt.Sprintf("the generations record named %s as serving while the installed unit runs generation %s: recorded %s as serving", was, Short(runs), Short(runs))
+	g := s.find(runs)
+	if g == nil {
+		g = &Generation{Key: runs, Created: s.now().UTC()}
+		s.rec.Generations = append(s.rec.Generations, g)
+	}
+	if g.Passed.IsZero() {
+		g.Passed = s.now().UTC()
+	}
+	s.rec.Current = runs
+	s.rec.InPlace = nil
+	if err := s.save(); err != nil {
+		return "", err
+	}
+	s.runs = ""
+	return msg, errors.Join(s.link(runs), s.linkRoots(runs))
+}
 
 // Generations returns the generations in the record, oldest first.
 func (s *Store) Generations() []Generation {
@@ -297,7 +412,7 @@ func (s *Store) Steps(key string) map[string]json.RawMessage {
 func (s *Store) Previous() string {
 	var best *Generation
 	for _, g := range s.rec.Generations {
-		if g.Key == s.rec.Current || g.Passed.IsZero() || len(g.Steps) == 0 {
+		if g.Key == s.Serving() || g.Passed.IsZero() || len(g.Steps) == 0 {
 			continue
 		}
 		if fi, err := os.Stat(s.Path(g.Key)); err != nil || !fi.IsDir() {
@@ -361,6 +476,7 @@ func (s *Store) Passed(key string, steps map[string]json.RawMessage) (*Pruned, e
 	}
 	g.Passed, g.Steps = s.now().UTC(), steps
 	s.rec.Current = key
+	s.runs = ""
 	s.rec.InPlace = nil
 	if err := s.save(); err != nil {
 		return nil, err
@@ -517,7 +633,7 @@ func (s *Store) InPlaceServes() error {
 	}
 	defer l.Release()
 	s.rec.InPlace = &InPlace{Since: s.now().UTC(), From: s.rec.Current}
-	s.rec.Current = ""
+	s.rec.Current, s.runs = "", ""
 	if err := s.save(); err != nil {
 		return err
 	}
@@ -595,14 +711,19 @@ func (s *Store) keptKeys(building string) []string {
 	}
 	sort.SliceStable(passed, func(i, j int) bool { return passed[i].Passed.After(passed[j].Passed) })
 	var kept []string
-	if s.rec.Current != "" {
+	if cur := s.Serving(); cur != "" {
+		kept = append(kept, cur)
+	}
+	// The generation the record names stays too while the installed unit runs another
+	// (Observe): the mismatch is repaired, never acted on by deletion.
+	if s.runs != "" && s.rec.Current != "" {
 		kept = append(kept, s.rec.Current)
 	}
 	for _, g := range passed {
 		if len(kept) >= s.keep {
 			break
 		}
-		if g.Key != s.rec.Current {
+		if !contains(kept, g.Key) {
 			kept = append(kept, g.Key)
 		}
 	}

@@ -456,3 +456,81 @@ func TestRelinkToInPlaceTreesAndBack(t *testing.T) {
 	}
 	kept()
 }
+
+// A switch killed after its promotion leaves the unit in /etc running a generation the
+// record does not name as serving: the generation the unit runs serves, no prune frees it
+// (nor the one the record names), and Repair records it as serving, deleting nothing.
+func TestInstalledUnitsGenerationServesWhateverTheRecordSays(t *testing.T) {
+	root := t.TempDir()
+	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	s := openAt(t, root, 1, &clock)
+	if err := s.Begin(g1); err != nil {
+		t.Fatal(err)
+	}
+	fill(t, s, g1, 1000)
+	if _, err := s.Passed(g1, nil); err != nil {
+		t.Fatal(err)
+	}
+	// g2 was promoted, and the run was killed before it recorded it.
+	if err := s.Begin(g2); err != nil {
+		t.Fatal(err)
+	}
+	fill(t, s, g2, 2000)
+	unitFile := filepath.Join(root, "etc", "sglang.service")
+	if err := os.MkdirAll(filepath.Dir(unitFile), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	unit := "[Service]\nExecStart=/opt/sglprov/generations/r/" + g2 + "/app/bin/server --port 30000\n"
+	if err := os.WriteFile(unitFile, []byte(unit), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s = openAt(t, root, 1, &clock)
+	if got := s.Observe(filepath.Join(root, "etc", "missing.service"), unitFile); got != g2 {
+		t.Fatalf("Observe = %q, want %s", got, g2)
+	}
+	if s.Serving() != g2 || s.Recorded() != g1 || !s.Served(g2) {
+		t.Errorf("serving %q, recorded %q, served(g2) %v; want g2 serving, g1 recorded", s.Serving(), s.Recorded(), s.Served(g2))
+	}
+	// A build of a third generation, and gc: neither g2 nor g1 goes.
+	_ = s.Begin(g3)
+	fill(t, s, g3, 3000)
+	for _, p := range []func() (*Pruned, error){
+		func() (*Pruned, error) { return s.PruneKeeping(g3, false) },
+		func() (*Pruned, error) { return s.Prune(false) },
+	} {
+		if _, err := p(); err != nil {
+			t.Fatal(err)
+		}
+		for _, key := range []string{g1, g2} {
+			if _, err := os.Stat(s.Path(key)); err != nil {
+				t.Fatalf("a prune freed generation %s while the unit runs g2 and the record names g1: %v", key, err)
+			}
+		}
+	}
+	if _, err := os.Stat(s.Path(g3)); err == nil {
+		t.Errorf("gc kept the never-passed g3")
+	}
+	msg, err := s.Repair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(msg, "named generation "+Short(g1)) || !strings.Contains(msg, "runs generation "+Short(g2)) {
+		t.Errorf("Repair says %q; want it to name both generations", msg)
+	}
+	again := openAt(t, root, 1, &clock)
+	if again.Serving() != g2 || again.Recorded() != g2 {
+		t.Errorf("after the repair the record names %q serving, want g2", again.Recorded())
+	}
+	if got, _ := os.Readlink(filepath.Join(s.Dir(), CurrentLink)); got != g2 {
+		t.Errorf("after the repair current -> %q, want g2", got)
+	}
+	if msg, err := again.Repair(); msg != "" || err != nil {
+		t.Errorf("a second Repair = %q, %v; want nothing to repair", msg, err)
+	}
+	// A unit naming another recipe's folder or no generation changes nothing.
+	for _, u := range []string{"ExecStart=/opt/sglprov/generations/other/" + g3 + "/bin/server\n", "ExecStart=/opt/sglang/bin/server\n"} {
+		if got := KeyIn([]byte(u), s.Dir()); got != "" {
+			t.Errorf("KeyIn(%q) = %q, want none", u, got)
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"charm.land/log/v2"
 
 	"github.com/sglprov/sglprov/pkg/daemon"
+	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/gpu"
 )
 
@@ -45,10 +46,22 @@ func (n *Recipe) Hook(logger *log.Logger) func(ctx context.Context, hook string,
 			return fmt.Errorf("rendering the %s hook: %w", hook, err)
 		}
 		logger.Info("running the hook", "hook", hook, "node_health", string(h), "reason", reason, "argv", argv)
+		if hook == daemon.HookUnhealthy && r.OnHealthy != nil {
+			// Before the drain: a kill between it and the undrain leaves the record, and
+			// the next run whose gate passes undrains (engine.UndrainOwed).
+			if err := engine.MarkUndrainOwed(n.StateDir, r.Name, reason); err != nil {
+				logger.Warn("running the hook", "hook", hook, "err", err)
+			}
+		}
 		env := HookEnv(hook, h, reason, n.Info(ctx, r), facts)
 		out, err := daemon.RunHook(ctx, argv, env, hk.Timeout)
 		if out != "" {
 			logger.Info("hook output", "hook", hook, "output", out)
+		}
+		if err == nil && hook == daemon.HookHealthy {
+			if cerr := engine.ClearUndrainOwed(n.StateDir, r.Name); cerr != nil {
+				logger.Warn("running the hook", "hook", hook, "err", cerr)
+			}
 		}
 		return err
 	}

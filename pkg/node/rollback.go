@@ -117,10 +117,18 @@ func ServesInPlace(root, stateDir string, r *recipe.Recipe) bool {
 }
 
 // OpenGenerations opens the generations store of recipe r: its folder on the host (under
-// root) and its record in the state dir.
+// root) and its record in the state dir. The generation the recipe's installed unit runs
+// is the serving one, whatever the record says (generation.Store.Observe).
 func OpenGenerations(root, stateDir string, r *recipe.Recipe) (*generation.Store, error) {
-	return generation.Open(engine.HostPath(root, r.GenerationsDir()),
+	store, err := generation.Open(engine.HostPath(root, r.GenerationsDir()),
 		engine.GenerationsRecordPath(stateDir, r.Name), r.KeepGenerations())
+	if err != nil {
+		return nil, err
+	}
+	if st, err := engine.LoadRecipeState(stateDir, r.Name); err == nil {
+		store.Observe(engine.ServingUnitFiles(root, stateDir, st.Owns)...)
+	}
+	return store, nil
 }
 
 // RollBack implements daemon.Generations.

@@ -8,6 +8,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+
+	sddbus "github.com/coreos/go-systemd/v22/dbus"
 
 	"github.com/sglprov/sglprov/pkg/atomicfile"
 )
@@ -80,10 +85,14 @@ func (s *Systemd) Stage(ctx context.Context, unit string, content []byte) (bool,
 		if err := os.Remove(s.runtimePath(unit)); err != nil {
 			return false, fmt.Errorf("removing the staged unit %q: %w", unit, err)
 		}
+		s.unwatch(ctx, unit)
 		return true, s.reloadIfNeeded(ctx, unit, true)
 	}
 	if err := os.MkdirAll(s.RuntimeDir, 0o755); err != nil {
 		return false, fmt.Errorf("creating %s: %w", s.RuntimeDir, err)
+	}
+	if err := s.watch(ctx, unit); err != nil {
+		return false, err
 	}
 	wrote, err := atomicfile.WriteIfChanged(s.runtimePath(unit), content, 0o644)
 	if err != nil {
@@ -108,6 +117,7 @@ func (s *Systemd) Commit(ctx context.Context, unit string) error {
 		if err := os.Remove(s.runtimePath(unit)); err != nil {
 			return fmt.Errorf("removing the staged unit %q: %w", unit, err)
 		}
+		s.unwatch(ctx, unit)
 		if err := s.conn.ReloadContext(ctx); err != nil {
 			return fmt.Errorf("reloading systemd: %w", err)
 		}
@@ -127,10 +137,128 @@ func (s *Systemd) Discard(ctx context.Context, unit string) (bool, error) {
 	case err != nil:
 		return false, fmt.Errorf("removing the staged unit %q: %w", unit, err)
 	}
+	s.unwatch(ctx, unit)
 	if err := s.conn.ReloadContext(ctx); err != nil {
 		return true, fmt.Errorf("reloading systemd: %w", err)
 	}
 	return true, nil
+}
+
+// transientStarter is a Conn that can start a transient unit (systemd's D-Bus API).
+type transientStarter interface {
+	StartTransientUnitContext(ctx context.Context, name, mode string, properties []sddbus.Property, ch chan<- string) (int, error)
+}
+
+// unstageScript is the watcher a staged unit gets: it waits until the process that staged
+// the unit ends (its PID no longer names a live process that started when it did), and if
+// the staged file is still there (no promote or discard dropped it: the process was
+// killed), it removes it, reloads systemd and restarts the unit from /etc/systemd/system
+// (the last one that passed), or stops it when there is none there (a first install).
+const unstageScript = `pid=$1 start=$2 unit=$3 staged=$4 persistent=$5
+alive() {
+	s=$(cat /proc/$pid/stat 2>/dev/null) || return 1
+	set -- ${s##*) }
+	case "$1" in Z|X) return 1;; esac
+	[ "${20}" = "$start" ]
+}
+while alive; do sleep 0.5; done
+[ -e "$staged" ] || exit 0
+echo "the process $pid that staged $unit ended without keeping it: dropping $staged and restarting the unit that passed"
+rm -f "$staged"
+systemctl daemon-reload
+if [ -e "$persistent" ]; then exec systemctl restart "$unit"; fi
+exec systemctl stop "$unit"
+`
+
+// WatcherUnit is the transient unit that drops unit's staged file once the process that
+// staged it ends without promoting or discarding it (a kill -9).
+func WatcherUnit(unit string) string {
+	return "sglprov-unstage-" + strings.TrimSuffix(unit, ".service") + ".service"
+}
+
+// watch starts, once per process and unit, the transient watcher of unit's staged file
+// (WatcherUnit): a staged unit never stays the one in effect past the process that staged
+// it, so that a `systemctl restart` after a killed switch restarts the unit in /etc, not a
+// candidate that has not passed. A Conn that cannot start transient units (a test's) has
+// none.
+func (s *Systemd) watch(ctx context.Context, unit string) error {
+	ts, ok := s.conn.(transientStarter)
+	if !ok {
+		return nil
+	}
+	watchers.mu.Lock()
+	defer watchers.mu.Unlock()
+	if watchers.units[unit] {
+		return nil
+	}
+	start, err := selfStartTime()
+	if err != nil {
+		return fmt.Errorf("staging unit %q: %w", unit, err)
+	}
+	name := WatcherUnit(unit)
+	// A watcher that failed before is still loaded under its name.
+	_ = s.conn.ResetFailedUnitContext(ctx, name)
+	props := []sddbus.Property{
+		sddbus.PropDescription("sglprov: drop the staged " + unit + " if the process that staged it ends without keeping it"),
+		// systemd substitutes $VAR in a command's arguments when it execs it ("$$" is a
+		// "$"): the script's own are escaped.
+		sddbus.PropExecStart([]string{"/bin/sh", "-c", strings.ReplaceAll(unstageScript, "$", "$$"), "sglprov-unstage",
+			strconv.Itoa(os.Getpid()), start, unit, s.runtimePath(unit), s.UnitPath(unit)}, false),
+	}
+	ch := make(chan string, 1)
+	if _, err := ts.StartTransientUnitContext(ctx, name, "replace", props, ch); err != nil {
+		if strings.Contains(err.Error(), "already") {
+			// Another process's watcher guards the unit (another state dir staged it):
+			// it drops the file when that process ends.
+			return nil
+		}
+		return fmt.Errorf("staging unit %q: starting %s, which drops it should this process end without keeping it: %w", unit, name, err)
+	}
+	select {
+	case <-ch:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	watchers.units[unit] = true
+	return nil
+}
+
+// watchers are the units whose staged file this process's watcher guards (WatcherUnit):
+// one per process and unit, whichever manager staged it.
+var watchers = struct {
+	mu    sync.Mutex
+	units map[string]bool
+}{units: map[string]bool{}}
+
+// unwatch stops this process's watcher of unit's staged file (the file is gone: promoted
+// or discarded).
+func (s *Systemd) unwatch(ctx context.Context, unit string) {
+	watchers.mu.Lock()
+	defer watchers.mu.Unlock()
+	if !watchers.units[unit] {
+		return
+	}
+	delete(watchers.units, unit)
+	_, _ = s.conn.StopUnitContext(ctx, WatcherUnit(unit), "replace", nil)
+}
+
+// selfStartTime returns this process's start time as /proc/self/stat gives it (field 22),
+// which tells it from a later process that reuses its PID.
+func selfStartTime() (string, error) {
+	b, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		return "", fmt.Errorf("reading this process's start time: %w", err)
+	}
+	s := string(b)
+	i := strings.LastIndex(s, ") ")
+	if i < 0 {
+		return "", errors.New("reading this process's start time: /proc/self/stat has no command field")
+	}
+	f := strings.Fields(s[i+2:])
+	if len(f) < 20 {
+		return "", errors.New("reading this process's start time: /proc/self/stat is short")
+	}
+	return f[19], nil
 }
 
 // Disable stops unit and removes its enablement links (a model switch takes its place);

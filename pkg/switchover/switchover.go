@@ -21,8 +21,9 @@
 //     multi-node group: until its head runs the candidate's command line); a candidate
 //     refused there fails with nothing changed;
 //  4. on the first pass, promotes it: the staged unit becomes the persistent one and is
-//     enabled, and only then are the replaced units' enablement links removed. Promote is
-//     the only point that moves the unit a reboot starts;
+//     enabled, Promoted is told at once (the caller records what serves now, before any
+//     hook or cleanup), and only then are the replaced units' enablement links removed.
+//     Promote is the only point that moves the unit a reboot starts;
 //  5. on no pass, undoes steps 3 and 2 in reverse (multistep's cleanup order): the staged
 //     unit is dropped, the persistent unit (the last one that passed) is restarted or, on a
 //     first install, the candidate stopped; the replaced units are started again; then
@@ -31,7 +32,8 @@
 //
 // Whatever the exit (a pass, a fail, a kill -9 at any moment, a reboot), the unit enabled
 // in /etc/systemd/system is the last one that passed: a candidate lives only under /run
-// until it passes.
+// until it passes, and (service.Systemd) no longer than the process that staged it. A
+// context made WithProgress is told when a switch starts and ends.
 //
 // The package imports no engine and no command layer: its callers hand it the manager,
 // the rendered units, the gate and the hooks.
@@ -109,6 +111,12 @@ type Switch struct {
 	// Drain and Undrain are the recipe's hooks (nil: none). Drain runs before the first
 	// change to what serves; Undrain at the end when what serves passed the gate.
 	Drain, Undrain Hook
+	// Promoted, when set, is called the moment the winner's unit became the persistent one,
+	// before anything else (the replaced units' disabling, the cleanups, the undrain hook):
+	// the caller records what serves now (the generation the unit runs), so that a kill at
+	// any later moment leaves that record true. Its error is the switch's, once the replaced
+	// units are disabled; the winner stays promoted.
+	Promoted func(ctx context.Context, winner Server) error
 	// Stage is where a candidate is gated before it serves (StageAuto: on a side port
 	// unless there is a drain hook). A first install, with nothing serving before, is
 	// gated on the served port whatever it says.
@@ -300,6 +308,10 @@ func (t *txn) run(ctx context.Context) (res *Result, err error) {
 	}
 	t.res.Previous = prev
 	t.res.Replaced = t.modelSwitch()
+	if p := progressOf(ctx); p != nil {
+		p(s.Unit, t.servedAddr())
+		defer p(s.Unit, "")
+	}
 	defer func() {
 		cctx := ctx
 		if ctx.Err() != nil {
@@ -661,6 +673,12 @@ func (t *txn) promote(ctx context.Context, c Candidate) error {
 	t.promoted = true
 	w := t.res.Tried[len(t.res.Tried)-1].Server
 	t.res.Winner, t.res.WinnerProfile = &w, c.Profile
+	var recErr error
+	if s.Promoted != nil {
+		if err := s.Promoted(ctx, w); err != nil {
+			recErr = fmt.Errorf("recording what serves after promoting %s: %w", s.Unit, err)
+		}
+	}
 	if d, ok := s.Manager.(Disabler); ok {
 		for _, u := range s.Replaces {
 			if err := d.Disable(ctx, u); err != nil {
@@ -670,5 +688,5 @@ func (t *txn) promote(ctx context.Context, c Candidate) error {
 		}
 	}
 	t.logInfo("switch: promoted", "unit", s.Unit, "profile", c.Profile)
-	return nil
+	return recErr
 }

@@ -105,6 +105,14 @@ func TestSwitchPromotesTheFirstCandidateThatPasses(t *testing.T) {
 		Candidates: []switchover.Candidate{{Profile: "bad", Content: bad}, {Profile: "good", Content: good}},
 		Drain:      func(context.Context) error { hooks = append(hooks, "drain"); return nil },
 		Undrain:    func(context.Context) error { hooks = append(hooks, "undrain"); return nil },
+		Promoted: func(_ context.Context, w switchover.Server) error {
+			// What serves is recorded once /etc holds the winner, before the undrain hook.
+			if !bytes.Equal(n.persistent(unitA), good) {
+				t.Errorf("Promoted called while the persistent unit is %q", n.persistent(unitA))
+			}
+			hooks = append(hooks, "promoted "+w.Profile)
+			return nil
+		},
 	}
 	res, err := sw.Run(context.Background())
 	if err != nil {
@@ -126,6 +134,9 @@ func TestSwitchPromotesTheFirstCandidateThatPasses(t *testing.T) {
 	}
 	if u, c := slices.Index(hooks, "undrain"), slices.Index(hooks, "commit "+unitA); u < c {
 		t.Errorf("events %v: want undrain after the commit", hooks)
+	}
+	if p, c, u := slices.Index(hooks, "promoted good"), slices.Index(hooks, "commit "+unitA), slices.Index(hooks, "undrain"); p < c || p > u {
+		t.Errorf("events %v: want the promotion recorded after the commit and before the undrain", hooks)
 	}
 	lkg, ok, _ := service.LoadLastKnownGood(sw.StateDir, unitA)
 	if !ok || !bytes.Equal(lkg, good) {

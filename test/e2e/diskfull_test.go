@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -46,6 +47,16 @@ func TestDiskFullDuringANewGeneration(t *testing.T) {
 		t.Errorf("after the failed build the server runs %q, want %q", got, exe1)
 	}
 	g.gate("after the disk filled up")
+	// The message names what gc would really free: gc --dry-run's generations, the
+	// half-built one among them.
+	dry, code := g.Run(time.Minute, "sglprov", "gc", "--dry-run", "--state-dir", stateDir)
+	t.Logf("gc --dry-run after v7-full: exit %d\n%s", code, dry)
+	m := regexp.MustCompile(`sglprov gc\x60 would free (\S+ \S+) of generations \((\d+) of them: ([0-9a-f, ]+);`).FindStringSubmatch(a.out)
+	if m == nil {
+		t.Errorf("apply v7-full does not say what gc would free:\n%s", a.out)
+	} else if want := "would free " + m[3] + " (" + m[1] + ")"; !strings.Contains(dry, want) {
+		t.Errorf("apply v7-full says gc would free %s of %s generations (%s); gc --dry-run says otherwise (want %q):\n%s", m[1], m[2], m[3], want, dry)
+	}
 	if df, _ := g.Run(10*time.Second, "df", "-h", "/opt/sglprov/generations"); df != "" {
 		t.Logf("after v7-full:\n%s", df)
 	}

@@ -78,6 +78,24 @@ EOF
 chmod +x bin/server
 `
 
+// slowServedBuild is goodBuild whose launcher, on the served port (30000, its last
+// --port), makes the server not ready for 80 s: a candidate that passes on a side port
+// and then waits in its gate on the served port.
+const slowServedBuild = `set -e
+mkdir -p bin
+cp /usr/local/bin/fake-sglang bin/fake-sglang
+cat > bin/server <<'EOF'
+#!/bin/sh
+d=$(dirname "$0")
+port=30000 prev=
+for a in "$@"; do [ "$prev" = --port ] && port=$a; prev=$a; done
+slow=
+[ "$port" = 30000 ] && slow=--fake-ready-after=80s
+exec "$d/fake-sglang" "$@" $(cat "$d/../flags") $slow
+EOF
+chmod +x bin/server
+`
+
 // badBuild fails midway, as an sgl-kernel build that runs out of memory does.
 const badBuild = `mkdir -p bin
 echo "half a build" > bin/partial
@@ -95,13 +113,14 @@ dd if=/dev/zero of=bin/objects bs=1M
 
 // pins are the source archives the test offers: what each one's build and flags are.
 var pins = map[string][2]string{
-	"v1":      {goodBuild, "--fake-broken-if=fp4-gemm-backend=flashinfer_cudnn"},
-	"v2-bad":  {goodBuild, "--fake-broken-if=fp4-gemm-backend=flashinfer_cudnn --fake-broken-if=fp4-gemm-backend=flashinfer_cutlass"},
-	"v3-fail": {badBuild, ""},
-	"v4":      {goodBuild, "--fake-broken-if=fp4-gemm-backend=flashinfer_cudnn --fake-latency=1ms"},
-	"v5-slow": {goodBuild, "--fake-broken-if=fp4-gemm-backend=flashinfer_cudnn --fake-ready-after=80s"},
-	"v7-full": {fillBuild, ""},
-	"v6-late": {goodBuild, "--fake-broken-if=fp4-gemm-backend=flashinfer_cudnn --fake-broken-while=/etc/sglprov/bad-gen"},
+	"v1":             {goodBuild, "--fake-broken-if=fp4-gemm-backend=flashinfer_cudnn"},
+	"v2-bad":         {goodBuild, "--fake-broken-if=fp4-gemm-backend=flashinfer_cudnn --fake-broken-if=fp4-gemm-backend=flashinfer_cutlass"},
+	"v3-fail":        {badBuild, ""},
+	"v4":             {goodBuild, "--fake-broken-if=fp4-gemm-backend=flashinfer_cudnn --fake-latency=1ms"},
+	"v5-slow":        {goodBuild, "--fake-broken-if=fp4-gemm-backend=flashinfer_cudnn --fake-ready-after=80s"},
+	"v7-full":        {fillBuild, ""},
+	"v8-slow-served": {slowServedBuild, "--fake-broken-if=fp4-gemm-backend=flashinfer_cudnn"},
+	"v6-late":        {goodBuild, "--fake-broken-if=fp4-gemm-backend=flashinfer_cudnn --fake-broken-while=/etc/sglprov/bad-gen"},
 }
 
 // pinArchive returns a .tar.gz of one pin's tree and its sha256.
@@ -378,8 +397,14 @@ func TestGenerations(t *testing.T) {
 			time.Sleep(200 * time.Millisecond)
 		}
 		g.MustRun("sh", "-c", "kill -9 $(cat /tmp/apply.pid)")
-		if got := g.servingExe(); got == exe4 || got == "" {
-			t.Errorf("while the killed switch's unit is staged the server runs %q, want the v5 generation", got)
+		// The staged unit does not outlive the process that staged it: /etc's unit serves
+		// again without a reboot.
+		deadline = time.Now().Add(30 * time.Second)
+		for g.servingExe() != exe4 && time.Now().Before(deadline) {
+			time.Sleep(200 * time.Millisecond)
+		}
+		if got := g.servingExe(); got != exe4 {
+			t.Errorf("after the kill the server runs %q, want the last generation that passed: %q", got, exe4)
 		}
 		g.Reboot()
 		g.waitActive(60 * time.Second)

@@ -401,17 +401,14 @@ func RunSwitch(ctx context.Context, env *engine.Env, svc engine.ServiceStep, pro
 			return g.Await(ctx, cfg, srv)
 		}
 	}
+	// The promoted unit runs from env's generation: it is recorded as serving the moment
+	// the unit in /etc changes, before the undrain hook or any cleanup, so that no prune
+	// removes it whatever happens next (a kill -9 in the undrain hook, a failed later step).
+	sw.Promoted = func(context.Context, switchover.Server) error { return env.Promoted() }
 	res, err := sw.Run(ctx)
 	if res != nil {
 		if rerr := svc.Switched(ctx, env, res); rerr != nil && err == nil {
 			err = fmt.Errorf("recording the switch of %s: %w", svc.ServiceName(), rerr)
-		}
-		// The promoted unit runs from env's generation: it is recorded as serving now, so
-		// that no prune removes it whatever the rest of the run does.
-		if res.Winner != nil {
-			if perr := env.Promoted(); perr != nil && err == nil {
-				err = fmt.Errorf("recording the switch of %s: %w", svc.ServiceName(), perr)
-			}
 		}
 	}
 	return res, results, err
