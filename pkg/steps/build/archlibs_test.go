@@ -84,6 +84,51 @@ func TestArchLibsRefuseAnotherArch(t *testing.T) {
 	}
 }
 
+// TestArchLibsFixtures: the verdict of arch_libs for each library nvcc 13.0 built
+// (testdata/fatbin) on Hopper (9.0), the RTX PRO 6000 (12.0) and the GB10 (12.1): passed,
+// or refused with exit 4 naming what the library carries and the GPUs' compute capability.
+func TestArchLibsFixtures(t *testing.T) {
+	fakeTools(t)
+	fixtures, err := filepath.Abs(filepath.Join("..", "..", "..", "testdata", "fatbin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		lib, carries string
+		runs         map[string]bool
+	}{
+		{"sm90.so", "sm_90, compute_90", map[string]bool{"9.0": true, "12.0": true, "12.1": true}},
+		{"sm90a.so", "sm_90a, compute_90a", map[string]bool{"9.0": true, "12.0": false, "12.1": false}},
+		{"sm120.so", "sm_120", map[string]bool{"9.0": false, "12.0": true, "12.1": true}},
+		{"sm120a.so", "sm_120a", map[string]bool{"9.0": false, "12.0": true, "12.1": false}},
+		{"sm120a-compressed.so", "sm_120a", map[string]bool{"9.0": false, "12.0": true, "12.1": false}},
+		{"sm120f.so", "sm_120f", map[string]bool{"9.0": false, "12.0": true, "12.1": true}},
+		{"sm121a.so", "sm_121a", map[string]bool{"9.0": false, "12.0": false, "12.1": true}},
+		{"ptx120.so", "compute_120", map[string]bool{"9.0": false, "12.0": true, "12.1": true}},
+		{"ptx120a.so", "compute_120a", map[string]bool{"9.0": false, "12.0": true, "12.1": false}},
+		{"ptx120f.so", "compute_120f", map[string]bool{"9.0": false, "12.0": true, "12.1": true}},
+	} {
+		src := t.TempDir()
+		writeScript(t, filepath.Join(src, "install.sh"), "mkdir -p site/kernel && cp "+filepath.Join(fixtures, tc.lib)+" site/kernel/common_ops.so\n")
+		s := newStep(t, Spec{Dir: src, Argv: []string{"./install.sh"}, ArchLibs: []string{"site/kernel/*.so"}})
+		for _, cc := range []string{"9.0", "12.0", "12.1"} {
+			env, _, _ := testEnv(t)
+			env.Facts = facts(cc, "580.95.05")
+			err := s.Run(context.Background(), env)
+			if tc.runs[cc] {
+				if err != nil {
+					t.Errorf("%s on %s: %v", tc.lib, cc, err)
+				}
+				continue
+			}
+			if err == nil || exitcode.Of(err) != exitcode.ExitHost ||
+				!strings.Contains(err.Error(), "common_ops.so carries "+tc.carries+", and the GPUs (compute capability "+cc+")") {
+				t.Errorf("%s on %s: %v (exit %d), want exit 4 naming %q", tc.lib, cc, err, exitcode.Of(err), tc.carries)
+			}
+		}
+	}
+}
+
 // TestArchLibsJudgeEachLibrary: in a folder entry every library is judged on its own (a
 // common_ops of sm_120a beside a flash_ops of sm_90 only fails on 12.0, naming flash_ops);
 // libraries of one name in different folders are variants of which one must run; an entry
