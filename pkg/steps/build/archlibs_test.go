@@ -30,6 +30,8 @@ func TestArchLibsRefuseAnotherArch(t *testing.T) {
 		{"sm120a.so", "12.0", ""},
 		{"sm120a.so", "9.0", "carries sm_120a, and the GPUs (compute capability 9.0) need SASS for sm_90"},
 		{"sm120a.so", "12.1", "carries sm_120a, and the GPUs (compute capability 12.1) need SASS for sm_121"},
+		// compute_100f would not run on 12.1: the hint names the family PTX of major 12 alone.
+		{"ptx120a.so", "12.1", "or PTX of compute_121 or older (plain, or f of major 12)"},
 		{"sm90.so", "9.0", ""},
 		{"sm90.so", "12.0", ""},
 		{"ptx120.so", "9.0", "carries compute_120"},
