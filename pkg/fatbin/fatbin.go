@@ -262,6 +262,11 @@ func readEntries(r io.ReaderAt, pos, end int64, limit int) ([]Entry, error) {
 		if flags&(flagCompressedZstd|flagCompressedLZ4) != 0 && packed > 0 && packed <= payload {
 			code = packed
 		}
+		if kind != 1 && kind != 2 && kind != 0x10 {
+			// Neither PTX nor a cubin: skipped.
+			pos += hsize + int64(payload)
+			continue
+		}
 		var e Entry
 		variant, err := headerVariant(flags)
 		if err != nil {
@@ -272,9 +277,6 @@ func readEntries(r io.ReaderAt, pos, end int64, limit int) ([]Entry, error) {
 			e, err = readPTX(io.NewSectionReader(r, pos+hsize, int64(code)), flags, arch, variant)
 		case 2, 0x10:
 			e, err = readSASS(io.NewSectionReader(r, pos+hsize, int64(code)), flags, full, arch, variant)
-		default:
-			pos += hsize + int64(payload)
-			continue
 		}
 		if err != nil {
 			return out, fmt.Errorf("entry at %#x: %w", pos, err)

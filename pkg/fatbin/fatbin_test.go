@@ -315,6 +315,14 @@ func TestVariants(t *testing.T) {
 			t.Errorf("both variant flags: %v", err)
 		}
 	}
+	// An entry of another kind is skipped, whatever its flags; the cubin after it is read.
+	other := setEntryFlags(cubin120a, 0x11|flagVariantArch|flagVariantFamily)
+	binary.LittleEndian.PutUint16(other.hdr[0:], 0x40)
+	if data := containerOf(other, cubin120a); true {
+		if es, err := Read(bytes.NewReader(data), int64(len(data)), MaxEntries); err != nil || len(es) != 1 || Summary(es) != "sm_120a" {
+			t.Errorf("another kind of entry: %v %v", es, err)
+		}
+	}
 	// Architecture 0 (a cubin whose e_flags name none, PTX without a target and a header
 	// of 0) is a clear error, never a verdict.
 	zeroPTX := edit(t, plain(t, ptx120), ".target sm_120\n", ".targex sm_120\n")
