@@ -210,12 +210,33 @@ const (
 	flagCompressedZstd = 0x8000
 )
 
+// Entry header flags that mark the variant, as nvcc 13.0 writes them for SASS and PTX alike
+// (testdata/fatbin): 0x100000 for sm_XYa / compute_XYa, 0x200000 for sm_XYf / compute_XYf,
+// neither for plain code.
+const (
+	flagVariantArch   = 0x100000
+	flagVariantFamily = 0x200000
+)
+
+// headerVariant returns the variant an entry header's flags mark.
+func headerVariant(flags uint64) (string, error) {
+	switch flags & (flagVariantArch | flagVariantFamily) {
+	case flagVariantArch:
+		return VariantArch, nil
+	case flagVariantFamily:
+		return VariantFamily, nil
+	case 0:
+		return VariantPlain, nil
+	}
+	return "", fmt.Errorf("entry flags %#x mark the code both arch-specific and family-specific", flags)
+}
+
 // readEntries reads the entries from pos to end. An entry header is at least 64 bytes:
 // kind (u16: 1 PTX, 2 or 0x10 ELF), a version (u16), the header's size (u32), the
 // payload's size (u64), at offset 28 the architecture (u32), at 40 flags (u64: 0x8000
-// zstd-compressed payload, 0x2000 LZ4), at 16 a compressed payload's size without its
-// padding (u32), at 56 the uncompressed size (u64); the payload
-// follows the header and the next entry the payload.
+// zstd-compressed payload, 0x2000 LZ4; 0x100000 arch-specific, 0x200000 family-specific
+// code), at 16 a compressed payload's size without its padding (u32), at 56 the
+// uncompressed size (u64); the payload follows the header and the next entry the payload.
 func readEntries(r io.ReaderAt, pos, end int64, limit int) ([]Entry, error) {
 	var out []Entry
 	var h [64]byte
@@ -241,16 +262,21 @@ func readEntries(r io.ReaderAt, pos, end int64, limit int) ([]Entry, error) {
 		if flags&(flagCompressedZstd|flagCompressedLZ4) != 0 && packed > 0 && packed <= payload {
 			code = packed
 		}
-		var e Entry
-		var err error
-		switch kind {
-		case 1:
-			e, err = readPTX(io.NewSectionReader(r, pos+hsize, int64(code)), flags, arch)
-		case 2, 0x10:
-			e, err = readSASS(io.NewSectionReader(r, pos+hsize, int64(code)), flags, full, arch)
-		default:
+		if kind != 1 && kind != 2 && kind != 0x10 {
+			// Neither PTX nor a cubin: skipped.
 			pos += hsize + int64(payload)
 			continue
+		}
+		var e Entry
+		variant, err := headerVariant(flags)
+		if err != nil {
+			return out, fmt.Errorf("entry at %#x: %w", pos, err)
+		}
+		switch kind {
+		case 1:
+			e, err = readPTX(io.NewSectionReader(r, pos+hsize, int64(code)), flags, arch, variant)
+		case 2, 0x10:
+			e, err = readSASS(io.NewSectionReader(r, pos+hsize, int64(code)), flags, full, arch, variant)
 		}
 		if err != nil {
 			return out, fmt.Errorf("entry at %#x: %w", pos, err)
@@ -263,7 +289,7 @@ func readEntries(r io.ReaderAt, pos, end int64, limit int) ([]Entry, error) {
 
 // payloadReader returns a reader of an entry's code, decompressed; a payload in NVIDIA's
 // older LZ77 variant is not decompressed: nil, and the caller reads the entry header alone
-// (its architecture; a plain variant assumed, as nothing else can be read).
+// (its architecture, and the variant its flags mark).
 func payloadReader(p *io.SectionReader, flags uint64) (io.Reader, func(), error) {
 	switch {
 	case flags&flagCompressedZstd != 0:
@@ -281,10 +307,10 @@ func payloadReader(p *io.SectionReader, flags uint64) (io.Reader, func(), error)
 // targetRE finds a PTX module's target directive: `.target sm_120a`.
 var targetRE = regexp.MustCompile(`(?m)^\s*\.target\s+sm_([0-9]+)([af]?)\b`)
 
-// readPTX reads a PTX entry's architecture from its `.target` line (the header's number
-// when the payload cannot be decompressed).
-func readPTX(p *io.SectionReader, flags uint64, arch int) (Entry, error) {
-	e := Entry{Kind: KindPTX, Arch: arch}
+// readPTX reads a PTX entry's architecture and variant from its `.target` line (the
+// header's number and variant, hdrVariant, when the payload cannot be decompressed).
+func readPTX(p *io.SectionReader, flags uint64, arch int, hdrVariant string) (Entry, error) {
+	e := Entry{Kind: KindPTX, Arch: arch, Variant: hdrVariant}
 	rd, done, err := payloadReader(p, flags)
 	if err != nil {
 		return e, err
@@ -329,10 +355,11 @@ var toolArchRE = regexp.MustCompile(`-arch[ =]sm_([0-9]+)([af]?)\b`)
 
 // readSASS reads a cubin's architecture and variant. The architecture is e_flags'; the
 // variant is the target ptxas recorded in the cubin's .note.nv.tkinfo when it has one
-// (ptxas 13.0 sets neither accelerator bit in an sm_120a cubin: testdata/fatbin), else
-// e_flags' accelerator bit.
-func readSASS(p *io.SectionReader, flags, full uint64, arch int) (Entry, error) {
-	e := Entry{Kind: KindSASS, Arch: arch}
+// (ptxas 13.0 sets no variant bit in e_flags, for sm_90a, sm_120a, sm_120f or sm_121a:
+// testdata/fatbin), else the one the entry header marks (hdrVariant), else e_flags'
+// accelerator bit. An entry whose payload cannot be decompressed is read from its header.
+func readSASS(p *io.SectionReader, flags, full uint64, arch int, hdrVariant string) (Entry, error) {
+	e := Entry{Kind: KindSASS, Arch: arch, Variant: hdrVariant}
 	rd, done, err := payloadReader(p, flags)
 	if err != nil {
 		return e, err
@@ -384,7 +411,7 @@ func readSASS(p *io.SectionReader, flags, full uint64, arch int) (Entry, error) 
 		return e, fmt.Errorf("cubin for sm_%d (e_flags %#x) in an entry for %d", sm, ef, arch)
 	}
 	e.Arch = sm
-	if accel {
+	if accel && e.Variant == VariantPlain {
 		e.Variant = VariantArch
 	}
 	if n, v, ok := toolArch(img, size); ok {

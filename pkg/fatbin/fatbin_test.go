@@ -18,30 +18,87 @@ import (
 
 func fixture(name string) string { return filepath.Join("..", "..", "testdata", "fatbin", name) }
 
-// TestReadFixtures: the entries of libraries nvcc built match what cuobjdump lists for
-// them (testdata/fatbin/README.md), the arch-specific sm_120a included, and which GPUs
-// can run each follows: sm_120a SASS runs on 12.0 and not on 12.1.
+// TestReadFixtures: the entries of libraries nvcc 13.0 built (testdata/fatbin/README.md)
+// are read in file order as ptxas and nvcc made them, SASS and PTX, plain, arch-specific
+// (a), family-specific (f) and zstd-compressed, and which GPUs run each follows: Hopper
+// (9.0), the RTX PRO 6000 (12.0), the GB10 (12.1), and 8.9, 10.0 and 13.0 beside them.
 func TestReadFixtures(t *testing.T) {
 	for _, tc := range []struct {
-		file, summary string
-		n             int
-		runs          map[string]bool
+		file    string
+		entries string // in file order
+		summary string
+		runs    map[string]bool
 	}{
-		{"sm90.so", "sm_90, compute_90", 3, map[string]bool{"9.0": true, "12.0": true, "12.1": true, "8.9": false, "10.0": true}},
-		{"sm120a.so", "sm_120a", 2, map[string]bool{"12.0": true, "12.1": false, "9.0": false, "10.0": false}},
-		{"ptx120.so", "compute_120", 1, map[string]bool{"12.0": true, "12.1": true, "9.0": false}},
+		{"sm90.so", "sm_90 compute_90 sm_90", "sm_90, compute_90",
+			map[string]bool{"8.9": false, "9.0": true, "10.0": true, "12.0": true, "12.1": true}},
+		// compute_90a is not compiled by the driver for any other architecture.
+		{"sm90a.so", "sm_90a compute_90a sm_90a", "sm_90a, compute_90a",
+			map[string]bool{"8.9": false, "9.0": true, "10.0": false, "12.0": false, "12.1": false}},
+		{"sm120.so", "sm_120 sm_120", "sm_120",
+			map[string]bool{"9.0": false, "10.0": false, "12.0": true, "12.1": true, "13.0": false}},
+		{"sm120a.so", "sm_120a sm_120a", "sm_120a",
+			map[string]bool{"9.0": false, "10.0": false, "12.0": true, "12.1": false}},
+		{"sm120a-compressed.so", "sm_120a sm_120a", "sm_120a",
+			map[string]bool{"9.0": false, "12.0": true, "12.1": false}},
+		{"sm120f.so", "sm_120f sm_120f", "sm_120f",
+			map[string]bool{"9.0": false, "10.0": false, "12.0": true, "12.1": true, "13.0": false}},
+		{"sm121a.so", "sm_121a sm_121a", "sm_121a",
+			map[string]bool{"9.0": false, "12.0": false, "12.1": true}},
+		{"ptx120.so", "compute_120", "compute_120",
+			map[string]bool{"9.0": false, "12.0": true, "12.1": true, "13.0": true}},
+		{"ptx120a.so", "compute_120a", "compute_120a",
+			map[string]bool{"9.0": false, "12.0": true, "12.1": false, "13.0": false}},
+		{"ptx120f.so", "compute_120f", "compute_120f",
+			map[string]bool{"9.0": false, "12.0": true, "12.1": true, "13.0": false}},
 	} {
 		es, err := ReadFile(fixture(tc.file))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(es) != tc.n || Summary(es) != tc.summary {
-			t.Errorf("%s: %d entries %q, want %d %q", tc.file, len(es), Summary(es), tc.n, tc.summary)
+		var got []string
+		for _, e := range es {
+			got = append(got, e.String())
+		}
+		if strings.Join(got, " ") != tc.entries || Summary(es) != tc.summary {
+			t.Errorf("%s: entries %q (%q), want %q (%q)", tc.file, got, Summary(es), tc.entries, tc.summary)
 		}
 		for cc, want := range tc.runs {
 			if got, err := Runs(es, cc); err != nil || got != want {
 				t.Errorf("%s on %s: %v %v, want %v", tc.file, cc, got, err, want)
 			}
+		}
+	}
+}
+
+// TestFixtureLayout: what the readings above rest on, in nvcc's own bytes. The cubins of
+// sm_120, sm_120a and sm_120f carry the same e_flags (no accelerator or family bit), so the
+// target ptxas recorded in each and the entry header's flags are what tell them apart; the
+// compressed library's cubins are zstd payloads.
+func TestFixtureLayout(t *testing.T) {
+	eflags := func(name string) []uint32 {
+		var out []uint32
+		for _, e := range fixtureEntries(t, name) {
+			out = append(out, binary.LittleEndian.Uint32(e.payload[48:]))
+		}
+		return out
+	}
+	want := []uint32{0x05007802, 0x06007802}
+	for _, name := range []string{"sm120.so", "sm120a.so", "sm120f.so"} {
+		if got := eflags(name); len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
+			t.Errorf("%s: e_flags %#x, want %#x", name, got, want)
+		}
+	}
+	for name, bit := range map[string]uint64{"sm120.so": 0, "sm120a.so": flagVariantArch, "sm120f.so": flagVariantFamily,
+		"ptx120a.so": flagVariantArch, "ptx120f.so": flagVariantFamily, "sm90a.so": flagVariantArch} {
+		for _, e := range fixtureEntries(t, name) {
+			if f := binary.LittleEndian.Uint64(e.hdr[40:]); f&(flagVariantArch|flagVariantFamily) != bit {
+				t.Errorf("%s: entry flags %#x, want variant bits %#x", name, f, bit)
+			}
+		}
+	}
+	for _, e := range fixtureEntries(t, "sm120a-compressed.so") {
+		if f := binary.LittleEndian.Uint64(e.hdr[40:]); f&flagCompressedZstd == 0 || !bytes.HasPrefix(e.payload, []byte{0x28, 0xb5, 0x2f, 0xfd}) {
+			t.Errorf("sm120a-compressed.so: entry flags %#x, payload % x...: not zstd", f, e.payload[:4])
 		}
 	}
 }
@@ -149,19 +206,6 @@ func withPayload(e rawEntry, p []byte) rawEntry {
 	return rawEntry{h, padded}
 }
 
-// compressed zstd-compresses an entry's payload as nvcc does (flag 0x8000, the compressed
-// size at 16, the full size at 56).
-func compressed(t testing.TB, e rawEntry) rawEntry {
-	t.Helper()
-	enc, _ := zstd.NewWriter(nil)
-	c := enc.EncodeAll(e.payload, nil)
-	out := withPayload(e, c)
-	binary.LittleEndian.PutUint64(out.hdr[40:], binary.LittleEndian.Uint64(e.hdr[40:])|flagCompressedZstd)
-	binary.LittleEndian.PutUint32(out.hdr[16:], uint32(len(c)))
-	binary.LittleEndian.PutUint64(out.hdr[56:], uint64(len(e.payload)))
-	return out
-}
-
 // edit returns an entry whose payload has old replaced by new (same length kept by caller).
 func edit(t testing.TB, e rawEntry, old, new string) rawEntry {
 	t.Helper()
@@ -201,46 +245,53 @@ func containerOf(es ...rawEntry) []byte {
 	return append(hdr, body.Bytes()...)
 }
 
-// TestVariants: the arch-specific and family-specific forms of SASS and PTX, read from
-// nvcc's own cubins and PTX (testdata/fatbin) as ptxas and nvcc mark them, plain and
-// zstd-compressed, with the verdicts for Hopper (9.0), the RTX PRO 6000 (12.0) and the
-// GB10 (12.1).
+// setEntryFlags sets an entry header's flags.
+func setEntryFlags(e rawEntry, flags uint64) rawEntry {
+	h := append([]byte{}, e.hdr...)
+	binary.LittleEndian.PutUint64(h[40:], flags)
+	return rawEntry{h, e.payload}
+}
+
+// TestVariants: what no library in testdata/fatbin shows, derived from nvcc's entries
+// there with bytes changed as other toolkits or tools would write them (the real libraries'
+// readings are TestReadFixtures'): each source of a variant alone (the cubin's note, the
+// entry header's flags, e_flags' accelerator bit in both ELF layouts, the PTX .target line),
+// a toolkit's own e_version, and a cubin without any, which reads as plain.
 func TestVariants(t *testing.T) {
-	sm90 := fixtureEntries(t, "sm90.so")        // SASS sm_90 (no note), PTX compute_90 (zstd), SASS sm_90
+	sm90 := fixtureEntries(t, "sm90.so")        // SASS sm_90, PTX compute_90 (zstd), SASS sm_90
 	sm120a := fixtureEntries(t, "sm120a.so")    // SASS sm_120a, twice
+	sm120f := fixtureEntries(t, "sm120f.so")[1] // SASS sm_120f
 	ptx120 := fixtureEntries(t, "ptx120.so")[0] // PTX compute_120 (zstd)
-	cubin90, ptx90, cubin120a := sm90[2], plain(t, sm90[1]), sm120a[1]
+	ptx120a := fixtureEntries(t, "ptx120a.so")[0]
+	cubin90, cubin120a := sm90[2], sm120a[1]
 	noNote := func(e rawEntry) rawEntry { return edit(t, e, ".note.nv.tkinfo", ".note.nv.tkinfX") }
+	plainHdr := func(e rawEntry) rawEntry {
+		return setEntryFlags(e, binary.LittleEndian.Uint64(e.hdr[40:])&^(flagVariantArch|flagVariantFamily))
+	}
 	for _, tc := range []struct {
 		name    string
 		entries []rawEntry
 		summary string
 		runs    map[string]bool
 	}{
-		{"sm_120a cubin", []rawEntry{cubin120a}, "sm_120a", map[string]bool{"12.0": true, "12.1": false}},
-		{"sm_120a cubin, zstd", []rawEntry{compressed(t, cubin120a)}, "sm_120a", map[string]bool{"12.0": true, "12.1": false}},
 		// A toolkit's own number in e_version (CUDA 12.9 writes 129), which debug/elf alone refuses.
 		{"sm_120a cubin, e_version 129", []rawEntry{setVersion(cubin120a, 129)}, "sm_120a", map[string]bool{"12.0": true, "12.1": false}},
-		{"sm_120f cubin", []rawEntry{edit(t, cubin120a, "-arch sm_120a", "-arch sm_120f")}, "sm_120f", map[string]bool{"12.0": true, "12.1": true, "9.0": false}},
-		{"sm_120 cubin", []rawEntry{edit(t, cubin120a, "-arch sm_120a", "-arch sm_120 ")}, "sm_120", map[string]bool{"12.0": true, "12.1": true}},
-		// Without the note, CUDA 12.8+'s e_flags (ELF ABI 8): SM in bits 8-15, 0x8 = "a".
-		{"sm_120a by e_flags", []rawEntry{setFlags(noNote(cubin120a), 8, 0x06007808)}, "sm_120a", map[string]bool{"12.0": true, "12.1": false}},
-		// Without the note and without that bit a cubin reads as plain sm_120: the flags ptxas
-		// 13.0 wrote into the sm_120a fixture (0x06007802), so for such a cubin the note is
-		// what tells sm_120a apart.
-		{"no note, no accelerator bit", []rawEntry{setFlags(noNote(cubin120a), 8, 0x06007802)}, "sm_120", map[string]bool{"12.0": true, "12.1": true}},
+		// The note alone: entry headers without variant flags.
+		{"sm_120a by the note", []rawEntry{plainHdr(cubin120a)}, "sm_120a", map[string]bool{"12.0": true, "12.1": false}},
+		{"sm_120f by the note", []rawEntry{plainHdr(sm120f)}, "sm_120f", map[string]bool{"12.0": true, "12.1": true, "9.0": false}},
+		// The entry header alone: cubins without a note.
+		{"sm_120a by the entry header", []rawEntry{noNote(cubin120a)}, "sm_120a", map[string]bool{"12.0": true, "12.1": false}},
+		{"sm_120f by the entry header", []rawEntry{noNote(sm120f)}, "sm_120f", map[string]bool{"12.0": true, "12.1": true}},
+		// e_flags alone, CUDA 12.8+'s layout (ELF ABI 8): SM in bits 8-15, 0x8 = "a".
+		{"sm_120a by e_flags", []rawEntry{setFlags(plainHdr(noNote(cubin120a)), 8, 0x06007808)}, "sm_120a", map[string]bool{"12.0": true, "12.1": false}},
+		// None of them: the flags ptxas 13.0 wrote into every sm_120 cubin (0x06007802) read as
+		// plain sm_120.
+		{"no note, no header flag, no accelerator bit", []rawEntry{setFlags(plainHdr(noNote(cubin120a)), 8, 0x06007802)}, "sm_120", map[string]bool{"12.0": true, "12.1": true}},
 		// The ABI before it (7): SM in the low byte, 0x800 = "a".
 		{"sm_90a by old e_flags", []rawEntry{setFlags(noNote(cubin90), 7, 0x0500_0d5a)}, "sm_90a", map[string]bool{"9.0": true, "12.0": false}},
 		{"sm_90 by old e_flags", []rawEntry{setFlags(noNote(cubin90), 7, 0x0500_055a)}, "sm_90", map[string]bool{"9.0": true, "12.0": false}},
-		// sm_90a + compute_90a: neither runs on 12.0 (the driver cannot JIT compute_90a for it).
-		{"sm_90a + compute_90a", []rawEntry{
-			edit(t, cubin90, "-arch sm_90 ", "-arch sm_90a"),
-			compressed(t, edit(t, ptx90, ".target sm_90\n", ".target sm_90a")),
-		}, "sm_90a, compute_90a", map[string]bool{"9.0": true, "12.0": false, "12.1": false}},
-		{"sm_90 + compute_90", []rawEntry{cubin90, sm90[1]}, "sm_90, compute_90", map[string]bool{"9.0": true, "12.0": true, "12.1": true}},
-		{"compute_120a", []rawEntry{compressed(t, edit(t, plain(t, ptx120), ".target sm_120\n", ".target sm_120a"))}, "compute_120a", map[string]bool{"12.0": true, "12.1": false}},
-		{"compute_120f", []rawEntry{edit(t, plain(t, ptx120), ".target sm_120\n", ".target sm_120f")}, "compute_120f", map[string]bool{"12.0": true, "12.1": true, "9.0": false}},
-		{"compute_120", []rawEntry{ptx120}, "compute_120", map[string]bool{"12.0": true, "12.1": true, "9.0": false}},
+		// The PTX .target line alone.
+		{"compute_120a by .target", []rawEntry{plainHdr(ptx120a)}, "compute_120a", map[string]bool{"12.0": true, "12.1": false}},
 	} {
 		data := containerOf(tc.entries...)
 		es, err := Read(bytes.NewReader(data), int64(len(data)), MaxEntries)
@@ -255,6 +306,21 @@ func TestVariants(t *testing.T) {
 			if got, err := Runs(es, cc); err != nil || got != want {
 				t.Errorf("%s on %s: %v %v, want %v", tc.name, cc, got, err, want)
 			}
+		}
+	}
+	// An entry header that marks both variants is a clear error.
+	both := setEntryFlags(cubin120a, 0x11|flagVariantArch|flagVariantFamily)
+	if data := containerOf(both); true {
+		if _, err := Read(bytes.NewReader(data), int64(len(data)), MaxEntries); err == nil || !strings.Contains(err.Error(), "both arch-specific and family-specific") {
+			t.Errorf("both variant flags: %v", err)
+		}
+	}
+	// An entry of another kind is skipped, whatever its flags; the cubin after it is read.
+	other := setEntryFlags(cubin120a, 0x11|flagVariantArch|flagVariantFamily)
+	binary.LittleEndian.PutUint16(other.hdr[0:], 0x40)
+	if data := containerOf(other, cubin120a); true {
+		if es, err := Read(bytes.NewReader(data), int64(len(data)), MaxEntries); err != nil || len(es) != 1 || Summary(es) != "sm_120a" {
+			t.Errorf("another kind of entry: %v %v", es, err)
 		}
 	}
 	// Architecture 0 (a cubin whose e_flags name none, PTX without a target and a header
@@ -384,19 +450,20 @@ func TestReadContainers(t *testing.T) {
 	if _, err := Read(bytes.NewReader(a), int64(len(a)), 1); err == nil {
 		t.Error("entry limit not enforced")
 	}
-	// A corrupt zstd payload is an error naming the decompression.
-	broken := compressed(t, cubin)
+	// A corrupt zstd payload (nvcc's compressed cubin with bytes overwritten) is an error
+	// naming the decompression.
+	broken := fixtureEntries(t, "sm120a-compressed.so")[1]
 	copy(broken.payload[8:], "corrupt!")
 	if d := containerOf(broken); true {
-		if _, err := Read(bytes.NewReader(d), int64(len(d)), MaxEntries); err == nil {
-			t.Error("corrupt compressed cubin read")
+		if _, err := Read(bytes.NewReader(d), int64(len(d)), MaxEntries); err == nil || !strings.Contains(err.Error(), "decompressing") {
+			t.Errorf("corrupt compressed cubin: %v", err)
 		}
 	}
 }
 
 // TestReadOlderCompression: an entry compressed with NVIDIA's older LZ77 variant (flag
-// 0x2000 or 0x1000) is read from its header (architecture, plain), not decompressed; one of
-// architecture 0 is an error.
+// 0x2000 or 0x1000) is read from its header (architecture, and the variant its flags mark),
+// not decompressed; one of architecture 0 is an error.
 func TestReadOlderCompression(t *testing.T) {
 	for _, flag := range []uint64{0x2000, 0x1000} {
 		c := container([3]int{2, 90, 40}, [3]int{1, 90, 24})
@@ -407,6 +474,19 @@ func TestReadOlderCompression(t *testing.T) {
 		if err != nil || Summary(es) != "sm_90, compute_90" {
 			t.Errorf("flag %#x: %v %v", flag, es, err)
 		}
+		for _, off := range []int{16, 16 + 64 + 40} {
+			binary.LittleEndian.PutUint64(c[off+40:], 0x11|flag|flagVariantArch)
+		}
+		if es, err := Read(bytes.NewReader(c), int64(len(c)), MaxEntries); err != nil || Summary(es) != "sm_90a, compute_90a" {
+			t.Errorf("flag %#x, arch-specific: %v %v", flag, es, err)
+		}
+		f := container([3]int{2, 120, 40}, [3]int{1, 120, 24})
+		for _, off := range []int{16, 16 + 64 + 40} {
+			binary.LittleEndian.PutUint64(f[off+40:], 0x11|flag|flagVariantFamily)
+		}
+		if es, err := Read(bytes.NewReader(f), int64(len(f)), MaxEntries); err != nil || Summary(es) != "sm_120f, compute_120f" {
+			t.Errorf("flag %#x, family-specific: %v %v", flag, es, err)
+		}
 		zero := container([3]int{2, 0, 40})
 		binary.LittleEndian.PutUint64(zero[16+40:], 0x11|flag)
 		if _, err := Read(bytes.NewReader(zero), int64(len(zero)), MaxEntries); err == nil || !strings.Contains(err.Error(), "architecture 0") {
@@ -416,9 +496,9 @@ func TestReadOlderCompression(t *testing.T) {
 }
 
 // BenchmarkReadCompressedCubins: 3,000 entries (about libtorch_cuda's count), each nvcc's
-// sm_120a cubin zstd-compressed, read with their notes.
+// zstd-compressed sm_120a cubin (testdata/fatbin/sm120a-compressed.so), read with their notes.
 func BenchmarkReadCompressedCubins(b *testing.B) {
-	e := compressed(b, fixtureEntries(b, "sm120a.so")[1])
+	e := fixtureEntries(b, "sm120a-compressed.so")[1]
 	var es []rawEntry
 	for range 3000 {
 		es = append(es, e)

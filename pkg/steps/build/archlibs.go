@@ -91,8 +91,8 @@ func (s *Step) checkArchLibs(env *engine.Env) error {
 			for _, cc := range ccs {
 				if !l.runs[cc] {
 					arch, _ := fatbin.ArchOf(cc)
-					problems = append(problems, fmt.Sprintf("%s, and the GPUs (compute capability %s) need SASS for sm_%d (plain, a or f; or plain or f of an older minor of major %d) or PTX of compute_%d or older (not arch-specific)",
-						strings.Join(l.carries, "; "), cc, arch, arch/10, arch))
+					problems = append(problems, fmt.Sprintf("%s, and the GPUs (compute capability %s) need SASS for sm_%d (plain, a or f; or plain or f of an older minor of major %d) or PTX of compute_%d or older (plain, or f of major %d)",
+						strings.Join(l.carries, "; "), cc, arch, arch/10, arch, arch/10))
 				}
 			}
 		}

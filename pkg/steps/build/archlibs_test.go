@@ -30,6 +30,8 @@ func TestArchLibsRefuseAnotherArch(t *testing.T) {
 		{"sm120a.so", "12.0", ""},
 		{"sm120a.so", "9.0", "carries sm_120a, and the GPUs (compute capability 9.0) need SASS for sm_90"},
 		{"sm120a.so", "12.1", "carries sm_120a, and the GPUs (compute capability 12.1) need SASS for sm_121"},
+		// compute_100f would not run on 12.1: the hint names the family PTX of major 12 alone.
+		{"ptx120a.so", "12.1", "or PTX of compute_121 or older (plain, or f of major 12)"},
 		{"sm90.so", "9.0", ""},
 		{"sm90.so", "12.0", ""},
 		{"ptx120.so", "9.0", "carries compute_120"},
@@ -81,6 +83,51 @@ func TestArchLibsRefuseAnotherArch(t *testing.T) {
 	}
 	if err := s.Run(context.Background(), env); err == nil || !strings.Contains(err.Error(), "matches no library with GPU code") {
 		t.Errorf("no GPU code: %v", err)
+	}
+}
+
+// TestArchLibsFixtures: the verdict of arch_libs for each library nvcc 13.0 built
+// (testdata/fatbin) on Hopper (9.0), the RTX PRO 6000 (12.0) and the GB10 (12.1): passed,
+// or refused with exit 4 naming what the library carries and the GPUs' compute capability.
+func TestArchLibsFixtures(t *testing.T) {
+	fakeTools(t)
+	fixtures, err := filepath.Abs(filepath.Join("..", "..", "..", "testdata", "fatbin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		lib, carries string
+		runs         map[string]bool
+	}{
+		{"sm90.so", "sm_90, compute_90", map[string]bool{"9.0": true, "12.0": true, "12.1": true}},
+		{"sm90a.so", "sm_90a, compute_90a", map[string]bool{"9.0": true, "12.0": false, "12.1": false}},
+		{"sm120.so", "sm_120", map[string]bool{"9.0": false, "12.0": true, "12.1": true}},
+		{"sm120a.so", "sm_120a", map[string]bool{"9.0": false, "12.0": true, "12.1": false}},
+		{"sm120a-compressed.so", "sm_120a", map[string]bool{"9.0": false, "12.0": true, "12.1": false}},
+		{"sm120f.so", "sm_120f", map[string]bool{"9.0": false, "12.0": true, "12.1": true}},
+		{"sm121a.so", "sm_121a", map[string]bool{"9.0": false, "12.0": false, "12.1": true}},
+		{"ptx120.so", "compute_120", map[string]bool{"9.0": false, "12.0": true, "12.1": true}},
+		{"ptx120a.so", "compute_120a", map[string]bool{"9.0": false, "12.0": true, "12.1": false}},
+		{"ptx120f.so", "compute_120f", map[string]bool{"9.0": false, "12.0": true, "12.1": true}},
+	} {
+		src := t.TempDir()
+		writeScript(t, filepath.Join(src, "install.sh"), "mkdir -p site/kernel && cp "+filepath.Join(fixtures, tc.lib)+" site/kernel/common_ops.so\n")
+		s := newStep(t, Spec{Dir: src, Argv: []string{"./install.sh"}, ArchLibs: []string{"site/kernel/*.so"}})
+		for _, cc := range []string{"9.0", "12.0", "12.1"} {
+			env, _, _ := testEnv(t)
+			env.Facts = facts(cc, "580.95.05")
+			err := s.Run(context.Background(), env)
+			if tc.runs[cc] {
+				if err != nil {
+					t.Errorf("%s on %s: %v", tc.lib, cc, err)
+				}
+				continue
+			}
+			if err == nil || exitcode.Of(err) != exitcode.ExitHost ||
+				!strings.Contains(err.Error(), "common_ops.so carries "+tc.carries+", and the GPUs (compute capability "+cc+")") {
+				t.Errorf("%s on %s: %v (exit %d), want exit 4 naming %q", tc.lib, cc, err, exitcode.Of(err), tc.carries)
+			}
+		}
 	}
 }
 
