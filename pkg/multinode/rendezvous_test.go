@@ -119,14 +119,16 @@ func TestProfileOf(t *testing.T) {
 		cands []string
 		want  string
 	}{
-		{map[string]any{"attention_backend": "triton", "fp4_gemm_backend": "flashinfer_cutlass", "tp_size": 16.0}, []string{"cudnn", "cutlass"}, "cutlass"},
-		{map[string]any{"attention_backend": "triton", "fp4_gemm_backend": "flashinfer_cudnn", "enable_metrics": true}, []string{"cutlass", "cudnn"}, "cudnn"},
+		{map[string]any{"attention_backend": "triton", "fp4_gemm_runner_backend": "flashinfer_cutlass", "tp_size": 16.0}, []string{"cudnn", "cutlass"}, "cutlass"},
+		{map[string]any{"attention_backend": "triton", "fp4_gemm_runner_backend": "flashinfer_cudnn", "enable_metrics": true}, []string{"cutlass", "cudnn"}, "cudnn"},
 		// a flag without a value needs the field true
-		{map[string]any{"attention_backend": "triton", "fp4_gemm_backend": "flashinfer_cudnn", "enable_metrics": false}, []string{"cutlass", "cudnn"}, ""},
+		{map[string]any{"attention_backend": "triton", "fp4_gemm_runner_backend": "flashinfer_cudnn", "enable_metrics": false}, []string{"cutlass", "cudnn"}, ""},
 		// two candidates that the head's arguments cannot tell apart
-		{map[string]any{"attention_backend": "triton", "fp4_gemm_backend": "flashinfer_cudnn", "enable_metrics": true}, []string{"cudnn", "twin"}, ""},
-		// an alias is no field: tp_size 16 does not say --tp 16
-		{map[string]any{"tp_size": 16.0}, []string{"tp"}, ""},
+		{map[string]any{"attention_backend": "triton", "fp4_gemm_runner_backend": "flashinfer_cudnn", "enable_metrics": true}, []string{"cudnn", "twin"}, ""},
+		// an alias is read as its field: tp_size 16 says --tp 16
+		{map[string]any{"tp_size": 16.0}, []string{"tp"}, "tp"},
+		// the flag's own name is no field of SGLang's: fp4_gemm_backend says nothing
+		{map[string]any{"attention_backend": "triton", "fp4_gemm_backend": "flashinfer_cutlass"}, []string{"cudnn", "cutlass"}, ""},
 	} {
 		if got := ProfileOf(c.info, c.cands, args); got != c.want {
 			t.Errorf("ProfileOf(%v, %v) = %q, want %q", c.info, c.cands, got, c.want)
@@ -134,7 +136,7 @@ func TestProfileOf(t *testing.T) {
 	}
 }
 
-// The fake's head answers /get_server_info from its launch line; the worker reads the
+// The fake's head answers /server_info from its launch line; the worker reads the
 // profile it runs from it.
 func TestServerInfoFromTheFake(t *testing.T) {
 	srv := httptest.NewServer(fakesglang.New(fakesglang.Options{ServerArgs: fakesglang.ServerArgsOf(
