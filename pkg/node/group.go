@@ -14,7 +14,7 @@ import (
 
 // daemonGroup is the daemon's view of the recipe's multi-node group (nil for a single
 // node): the head reads its rendezvous port to restart after its workers, a worker reads
-// the head's profile from the head's /get_server_info to follow it.
+// the head's profile from the head's /server_info to follow it.
 func (n *Recipe) daemonGroup(rec *recipe.Recipe, rem *Remedies) (*daemon.Group, error) {
 	if rec.Nodes == nil {
 		return nil, nil
