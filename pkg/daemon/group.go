@@ -47,6 +47,11 @@ type Group struct {
 	// (multinode.Differences), none when the group runs one launch line; an error when
 	// the head cannot say (its group does not serve). nil: the worker does not compare.
 	HeadLaunch func(ctx context.Context) ([]string, error)
+	// Settle is how long a worker sees the head run another launch line before it follows
+	// it (default RejoinTimeout): a head whose switch is still being judged may restore
+	// what served before, and a worker that restarts meanwhile breaks the group under
+	// the head's gate.
+	Settle time.Duration
 }
 
 // IsHead reports whether this node is the group's head (rank 0).
@@ -63,6 +68,9 @@ func (o *Options) groupDefaults() {
 	}
 	if g.Poll <= 0 {
 		g.Poll = time.Second
+	}
+	if g.Settle <= 0 {
+		g.Settle = g.RejoinTimeout
 	}
 }
 
@@ -153,7 +161,8 @@ type Follower interface {
 // followLaunch is a worker's check that the group runs one launch line (after a canary
 // that passed, and before its restart rung): a head that runs other arguments than this
 // worker's unit (a change applied on the head only; this worker's server brought back
-// with the old line) is followed by applying the recipe again, as its file now says
+// with the old line) for Settle (the node degraded meanwhile) is followed by applying
+// the recipe again, as its file now says
 // (which reuses or builds the generation of the head's launch; the switch waits for the
 // head to run it). When this worker's recipe gives another launch still, the group is
 // broken: the node is unhealthy with the reason, and the same head launch is not tried
@@ -169,7 +178,7 @@ func (d *Daemon) followLaunch(ctx context.Context) bool {
 		return false
 	}
 	if len(diff) == 0 {
-		d.unmatched, d.unmatchedWhy = "", ""
+		d.unmatched, d.unmatchedWhy, d.unsettled = "", "", ""
 		return false
 	}
 	key := strings.Join(diff, "; ")
@@ -177,6 +186,19 @@ func (d *Daemon) followLaunch(ctx context.Context) bool {
 		d.setHealth(Unhealthy, d.unmatchedWhy)
 		return true
 	}
+	if key != d.unsettled {
+		d.unsettled, d.unsettledSince = key, time.Now()
+	}
+	if wait := g.Settle - time.Since(d.unsettledSince); wait > 0 {
+		why := "the group runs two launch lines: the head runs other arguments than this worker (" + key + "); following the head once its launch has held for " + g.Settle.String()
+		if d.Health() != Degraded || d.reason != why {
+			d.o.Log.Warn("group: the head runs another launch line than this worker; following it once it holds", "differences", key,
+				"settle_seconds", logval.Seconds(g.Settle))
+		}
+		d.setHealth(Degraded, why)
+		return true
+	}
+	d.unsettled = ""
 	d.unmatched = key
 	d.o.Log.Warn("group: the head runs another launch line than this worker; applying the recipe again to follow it", "differences", key)
 	d.status("following the head's launch")

@@ -280,7 +280,7 @@ func TestGroupWorkerFollowsTheHeadsLaunch(t *testing.T) {
 		{name: "the worker's recipe gives another launch", canaryOK: true, recipe: "triton", health: Unhealthy, applies: 2, worker: "triton",
 			reason: "the group runs two launch lines: the head runs other arguments than this worker (--attention-backend: the head runs flashinfer, this node triton)",
 			rung:   `result="failed",rung="follow_head"} 1`},
-		{name: "the restart rung follows the head instead of restarting", canaryOK: false, recipe: "flashinfer", health: Healthy,
+		{name: "the restart rung follows the head instead of restarting", canaryOK: false, recipe: "flashinfer", health: Degraded, reason: "canary failed",
 			applies: 2, worker: "flashinfer", rung: `result="ok",rung="follow_head"} 1`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -295,7 +295,7 @@ func TestGroupWorkerFollowsTheHeadsLaunch(t *testing.T) {
 				return apply(ctx)
 			}
 			o.Metrics = NewMetrics()
-			o.Group = &Group{Rank: 1, Count: 2, HeadLaunch: l.differences}
+			o.Group = &Group{Rank: 1, Count: 2, HeadLaunch: l.differences, Settle: 50 * time.Millisecond}
 			d := New(o)
 			ctx := context.Background()
 			d.apply(ctx, "start")
@@ -304,7 +304,16 @@ func TestGroupWorkerFollowsTheHeadsLaunch(t *testing.T) {
 			l.mu.Lock()
 			l.head, l.recipe = "flashinfer", c.recipe
 			l.mu.Unlock()
+			// The first sight of the head's other line: degraded, nothing applied while the
+			// head's switch may still be judged.
 			for i := 0; i < 2; i++ { // past FailuresBeforeRestart when the canary fails
+				d.Check(ctx)
+			}
+			if len(n.applies) != 1 || n.restarts != 0 || d.Health() != Degraded {
+				t.Fatalf("before the head's line held: %d applies, %d restarts, health %s (%s)", len(n.applies), n.restarts, d.Health(), d.reason)
+			}
+			time.Sleep(60 * time.Millisecond)
+			for i := 0; i < 2; i++ {
 				d.Check(ctx)
 			}
 			if len(n.applies) != c.applies || n.restarts != c.restarts || l.worker != c.worker || d.Health() != c.health || !strings.Contains(d.reason, c.reason) {
