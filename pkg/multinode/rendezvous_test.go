@@ -2,8 +2,10 @@ package multinode
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"os"
@@ -152,8 +154,21 @@ func TestServerInfoFromTheFake(t *testing.T) {
 	}
 	srv404 := httptest.NewServer(fakesglang.New(fakesglang.Options{}))
 	defer srv404.Close()
-	if _, err := ServerInfo(context.Background(), srv404.Client(), srv404.URL); err == nil || !strings.Contains(err.Error(), "HTTP 404") {
-		t.Errorf("err %v, want HTTP 404", err)
+	if _, err := ServerInfo(context.Background(), srv404.Client(), srv404.URL); err == nil || !strings.Contains(err.Error(), "the head's /get_server_info answered HTTP 404") {
+		t.Errorf("err %v, want HTTP 404 from the old name too", err)
+	}
+	// A head whose group does not serve answers 500: that is its answer, the old name is
+	// not asked.
+	var asked []string
+	srv500 := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		asked = append(asked, r.URL.Path)
+		http.Error(w, "NCCL error", http.StatusInternalServerError)
+	}))
+	defer srv500.Close()
+	_, err = ServerInfo(context.Background(), srv500.Client(), srv500.URL)
+	var st *StatusError
+	if !errors.As(err, &st) || st.Code != 500 || fmt.Sprint(asked) != "[/server_info]" {
+		t.Errorf("err %v, asked %v: want HTTP 500 from /server_info alone", err, asked)
 	}
 }
 
