@@ -157,6 +157,13 @@ type Daemon struct {
 	pending *pendingChange
 	// unfollowed is the head's profile this worker failed to switch to ("": none).
 	unfollowed, unfollowedWhy string
+	// unmatched is the head's launch (its differences from this worker's) that this
+	// worker's apply could not follow ("": none), and why the group is broken.
+	unmatched, unmatchedWhy string
+	// unsettled is the head's other launch line this worker has seen since unsettledSince
+	// and waits on (Group.Settle) before it follows.
+	unsettled      string
+	unsettledSince time.Time
 	// whole is, on a group's head, its rendezvous when the group last served (nil: not
 	// seen).
 	whole *multinode.Rendezvous

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/logval"
@@ -41,6 +42,16 @@ type Group struct {
 	// worker's next-profile rung is skipped either way: a rank that changes profile alone
 	// breaks the group (every rank must run the same arguments).
 	HeadProfile func(ctx context.Context) (string, error)
+	// HeadLaunch compares this worker's launch line (the arguments of the unit it runs)
+	// with what the head's server reports it runs: the flags it runs otherwise
+	// (multinode.Differences), none when the group runs one launch line; an error when
+	// the head cannot say (its group does not serve). nil: the worker does not compare.
+	HeadLaunch func(ctx context.Context) ([]string, error)
+	// Settle is how long a worker sees the head run another launch line before it follows
+	// it (default RejoinTimeout): a head whose switch is still being judged may restore
+	// what served before, and a worker that restarts meanwhile breaks the group under
+	// the head's gate.
+	Settle time.Duration
 }
 
 // IsHead reports whether this node is the group's head (rank 0).
@@ -57,6 +68,9 @@ func (o *Options) groupDefaults() {
 	}
 	if g.Poll <= 0 {
 		g.Poll = time.Second
+	}
+	if g.Settle <= 0 {
+		g.Settle = g.RejoinTimeout
 	}
 }
 
@@ -142,6 +156,73 @@ func (d *Daemon) awaitWorkers(ctx context.Context) string {
 // worker's gate asks the head), restoring what served when it fails.
 type Follower interface {
 	UseProfile(ctx context.Context, profile string) error
+}
+
+// followLaunch is a worker's check that the group runs one launch line (after a canary
+// that passed, and before its restart rung): a head that runs other arguments than this
+// worker's unit (a change applied on the head only; this worker's server brought back
+// with the old line) for Settle (the node degraded meanwhile) is followed by applying
+// the recipe again, as its file now says
+// (which reuses or builds the generation of the head's launch; the switch waits for the
+// head to run it). When this worker's recipe gives another launch still, the group is
+// broken: the node is unhealthy with the reason, and the same head launch is not tried
+// again until it changes. It reports whether it acted.
+func (d *Daemon) followLaunch(ctx context.Context) bool {
+	g := d.o.Group
+	if g == nil || g.IsHead() || g.HeadLaunch == nil {
+		return false
+	}
+	diff, err := g.HeadLaunch(ctx)
+	if err != nil {
+		d.o.Log.Debug("group: comparing this worker's launch with the head's", "err", err)
+		return false
+	}
+	if len(diff) == 0 {
+		d.unmatched, d.unmatchedWhy, d.unsettled = "", "", ""
+		return false
+	}
+	key := strings.Join(diff, "; ")
+	if key == d.unmatched {
+		d.setHealth(Unhealthy, d.unmatchedWhy)
+		return true
+	}
+	if key != d.unsettled {
+		d.unsettled, d.unsettledSince = key, time.Now()
+	}
+	if wait := g.Settle - time.Since(d.unsettledSince); wait > 0 {
+		why := "the group runs two launch lines: the head runs other arguments than this worker (" + key + "); following the head once its launch has held for " + g.Settle.String()
+		if d.Health() != Degraded || d.reason != why {
+			d.o.Log.Warn("group: the head runs another launch line than this worker; following it once it holds", "differences", key,
+				"settle_seconds", logval.Seconds(g.Settle))
+		}
+		d.setHealth(Degraded, why)
+		return true
+	}
+	d.unsettled = ""
+	d.unmatched = key
+	d.o.Log.Warn("group: the head runs another launch line than this worker; applying the recipe again to follow it", "differences", key)
+	d.status("following the head's launch")
+	d.apply(ctx, "the head runs another launch line ("+key+")")
+	if ctx.Err() != nil {
+		return true
+	}
+	after, err := g.HeadLaunch(ctx)
+	if err == nil && len(after) == 0 {
+		d.unmatched, d.unmatchedWhy = "", ""
+		d.m.rung(RungFollowHead, "ok")
+		d.o.Log.Info("group: this worker runs the head's launch line")
+		return true
+	}
+	if err == nil {
+		key = strings.Join(after, "; ")
+		d.unmatched = key
+	}
+	d.unmatchedWhy = "the group runs two launch lines: the head runs other arguments than this worker (" + key +
+		"), and this worker's recipe gives its own: apply one recipe on every node (the head's change here, or this worker's on the head)"
+	d.m.rung(RungFollowHead, "failed")
+	d.o.Log.Error("group: this worker cannot follow the head's launch line; the group is broken", "differences", key)
+	d.setHealth(Unhealthy, d.unmatchedWhy)
+	return true
 }
 
 // followHead is a worker's check, after a canary that passed, that it runs the profile its

@@ -13,6 +13,7 @@ import (
 
 	"charm.land/log/v2"
 
+	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/multinode"
 )
 
@@ -238,5 +239,96 @@ func TestGroupHeadUnhealthyWhileItWaits(t *testing.T) {
 	d.Check(ctx)
 	if during != Degraded || n.restarts != 1 {
 		t.Errorf("health %q while the head waited for its workers, %d restarts; want degraded, 1", during, n.restarts)
+	}
+}
+
+// launches stands in for a group's two launch lines: what the head's server runs, what
+// this worker's unit runs, and what this worker's recipe gives (an apply installs it).
+type launches struct {
+	mu                   sync.Mutex
+	head, worker, recipe string
+}
+
+func (l *launches) differences(context.Context) ([]string, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.head == l.worker {
+		return nil, nil
+	}
+	return []string{"--attention-backend: the head runs " + l.head + ", this node " + l.worker}, nil
+}
+
+// A worker whose head runs another launch line (a change applied on the head only, the
+// worker's server brought back with the old line) does not stay healthy on it: after a
+// canary that passes, and instead of its restart rung, it applies its recipe again to
+// follow the head; a recipe that gives the head's launch ends with one launch line, one
+// that gives another leaves the node unhealthy naming the two lines, not applied again
+// at every check.
+func TestGroupWorkerFollowsTheHeadsLaunch(t *testing.T) {
+	for _, c := range []struct {
+		name         string
+		canaryOK     bool
+		recipe       string
+		health       Health
+		applies      int
+		restarts     int
+		reason, rung string
+		worker       string
+	}{
+		{name: "the worker's recipe has the head's change", canaryOK: true, recipe: "flashinfer", health: Healthy,
+			applies: 2, worker: "flashinfer", rung: `result="ok",rung="follow_head"} 1`},
+		{name: "the worker's recipe gives another launch", canaryOK: true, recipe: "triton", health: Unhealthy, applies: 2, worker: "triton",
+			reason: "the group runs two launch lines: the head runs other arguments than this worker (--attention-backend: the head runs flashinfer, this node triton)",
+			rung:   `result="failed",rung="follow_head"} 1`},
+		{name: "the restart rung follows the head instead of restarting", canaryOK: false, recipe: "flashinfer", health: Degraded, reason: "canary failed",
+			applies: 2, worker: "flashinfer", rung: `result="ok",rung="follow_head"} 1`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			n := &node{driver: "580.95.05", canaryOK: c.canaryOK}
+			l := &launches{head: "triton", worker: "triton", recipe: "triton"}
+			o := n.options()
+			apply := o.Apply
+			o.Apply = func(ctx context.Context) (*engine.Report, error) {
+				l.mu.Lock()
+				l.worker = l.recipe
+				l.mu.Unlock()
+				return apply(ctx)
+			}
+			o.Metrics = NewMetrics()
+			o.Group = &Group{Rank: 1, Count: 2, HeadLaunch: l.differences, Settle: 50 * time.Millisecond}
+			d := New(o)
+			ctx := context.Background()
+			d.apply(ctx, "start")
+			// The head's change: its server runs flashinfer; this worker's server came back
+			// with its own line; its recipe file now says c.recipe.
+			l.mu.Lock()
+			l.head, l.recipe = "flashinfer", c.recipe
+			l.mu.Unlock()
+			// The first sight of the head's other line: degraded, nothing applied while the
+			// head's switch may still be judged.
+			for i := 0; i < 2; i++ { // past FailuresBeforeRestart when the canary fails
+				d.Check(ctx)
+			}
+			if len(n.applies) != 1 || n.restarts != 0 || d.Health() != Degraded {
+				t.Fatalf("before the head's line held: %d applies, %d restarts, health %s (%s)", len(n.applies), n.restarts, d.Health(), d.reason)
+			}
+			time.Sleep(60 * time.Millisecond)
+			for i := 0; i < 2; i++ {
+				d.Check(ctx)
+			}
+			if len(n.applies) != c.applies || n.restarts != c.restarts || l.worker != c.worker || d.Health() != c.health || !strings.Contains(d.reason, c.reason) {
+				t.Fatalf("applies %d, restarts %d, worker runs %s, health %s (%s); want %d, %d, %s, %s (%s)",
+					len(n.applies), n.restarts, l.worker, d.Health(), d.reason, c.applies, c.restarts, c.worker, c.health, c.reason)
+			}
+			if tf := textfile(t, o.Metrics); !strings.Contains(tf, c.rung) {
+				t.Errorf("metrics lack %s:\n%s", c.rung, tf)
+			}
+			// The same head launch is not followed again at every check.
+			d.Check(ctx)
+			d.Check(ctx)
+			if len(n.applies) != c.applies || (c.canaryOK && d.Health() != c.health) {
+				t.Errorf("after more checks: %d applies, health %s", len(n.applies), d.Health())
+			}
+		})
 	}
 }

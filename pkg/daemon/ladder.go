@@ -117,7 +117,7 @@ func (d *Daemon) canary(ctx context.Context) {
 	}
 	d.m.observeCanary(lat, err)
 	if err == nil {
-		if d.followHead(ctx) {
+		if d.followHead(ctx) || d.followLaunch(ctx) {
 			return
 		}
 		d.noteWhole(ctx)
@@ -167,6 +167,11 @@ func (d *Daemon) climb(ctx context.Context, reason string) {
 			if d.l.restarts >= d.o.MaxRestarts {
 				d.l.rung++
 				continue
+			}
+			// A worker whose head serves another launch line: a restart would bring it
+			// back with its own line into the head's group; it follows the head instead.
+			if d.followLaunch(ctx) {
+				return
 			}
 			d.l.restarts++
 			d.restarts++

@@ -34,25 +34,69 @@ type Group struct {
 	HeadPort int
 	// Interface is the interface the recipe says must reach the head ("": the route's).
 	Interface string
+	// DPAttention is set when the launch line has --enable-dp-attention: SGLang then also
+	// opens DPAttentionPorts ports above the rendezvous port on the head.
+	DPAttention bool
 }
 
 // Head returns the rendezvous address, HOST:PORT.
 func (g Group) Head() string { return net.JoinHostPort(g.HeadHost, strconv.Itoa(g.HeadPort)) }
 
-// HeadPortSpan is how many ports above the rendezvous port SGLang also opens on the head:
-// PortArgs.init_new in python/sglang/srt/server_args.py puts its ZMQ sockets at
-// dist_init_port+1 onwards (tokenizer, detokenizer, rpc, metrics, scheduler input; and for
-// nnodes > 1 the broadcast pair at +5 and +6).
-const HeadPortSpan = 6
+// DPAttentionPorts is how many ports above the rendezvous port SGLang's head opens for the
+// group with DP attention: PortArgs.init_new in python/sglang/srt/server_args.py
+// (sgl-project/sglang stored version 001067fffe33) takes port_base = dist_init_port + 1
+// and binds the tokenizer (port_base), detokenizer (+1), rpc (+2), metrics (+3), the
+// scheduler input (+4) and the load collector (+5) over TCP only when enable_dp_attention
+// is set; otherwise those sockets are ipc:// files and the head listens, for the group, on
+// the rendezvous port alone (torch.distributed's TCPStore at --dist-init-addr).
+const DPAttentionPorts = 6
 
-// HeadPorts returns the TCP ports the head listens on for the group: the rendezvous port
-// and the HeadPortSpan above it.
+// PortSpan is how many ports above the rendezvous port the head needs (0 without DP
+// attention).
+func (g Group) PortSpan() int {
+	if g.DPAttention {
+		return DPAttentionPorts
+	}
+	return 0
+}
+
+// HeadPorts returns the fixed TCP ports the head listens on for the group: the rendezvous
+// port and, with DP attention, the DPAttentionPorts above it. NCCL's and Gloo's own ports
+// are ephemeral (see EphemeralPorts) and are not among them.
 func (g Group) HeadPorts() []int {
 	out := []int{g.HeadPort}
-	for i := 1; i <= HeadPortSpan; i++ {
+	for i := 1; i <= g.PortSpan(); i++ {
 		out = append(out, g.HeadPort+i)
 	}
 	return out
+}
+
+// HeadPortsText names the head's fixed ports for messages: "port 20000 (the rendezvous)"
+// or "ports 20000-20006 (the rendezvous and DP attention's six above it)".
+func (g Group) HeadPortsText() string {
+	if g.PortSpan() == 0 {
+		return fmt.Sprintf("port %d (the rendezvous)", g.HeadPort)
+	}
+	return fmt.Sprintf("ports %d-%d (the rendezvous and the %d above it that DP attention opens)", g.HeadPort, g.HeadPort+g.PortSpan(), g.PortSpan())
+}
+
+// EphemeralPorts says which ports NCCL and Gloo (torch.distributed's CPU groups) use
+// between the nodes: neither has a fixed port nor a setting for one. Each rank listens on
+// a port the kernel picks from net.ipv4.ip_local_port_range (NCCL's bootstrap and socket
+// transport connect to each other's, NVIDIA/nccl#388; Gloo's pairs likewise), so that
+// range must be open between the nodes in both directions, or the range narrowed (sysctl
+// net.ipv4.ip_local_port_range) to one the firewall opens. procRoot is the proc mount (""
+// for /proc); the read is bounded.
+func EphemeralPorts(procRoot string) string {
+	if procRoot == "" {
+		procRoot = "/proc"
+	}
+	v, err := readSmall(filepath.Join(procRoot, "sys", "net", "ipv4", "ip_local_port_range"))
+	lo, hi, ok := strings.Cut(strings.Join(strings.Fields(v), " "), " ")
+	if err != nil || !ok {
+		return "NCCL and Gloo listen on ephemeral ports (net.ipv4.ip_local_port_range) on every node: that range must be open between the nodes both ways"
+	}
+	return fmt.Sprintf("NCCL and Gloo listen on ephemeral ports on every node (net.ipv4.ip_local_port_range, %s-%s on this node; neither has a port setting): that range must be open between the nodes both ways, or narrowed with that sysctl to one the firewall opens", lo, hi)
 }
 
 // Link is what sysfs says about a network interface.
@@ -436,12 +480,12 @@ func Derive(f Facts, set map[string]string) Decision {
 	}
 	for _, p := range f.Ports {
 		if p.Holder != "" {
-			d.Problems = append(d.Problems, fmt.Sprintf("port %d, which the head needs for the group (rendezvous %d and the %d above it), is held by %s",
-				p.Port, g.HeadPort, HeadPortSpan, p.Holder))
+			d.Problems = append(d.Problems, fmt.Sprintf("port %d, which the head needs for the group (%s), is held by %s",
+				p.Port, g.HeadPortsText(), p.Holder))
 		}
 	}
 	if g.Rank == 0 && len(f.Ports) > 0 {
-		d.Reasons = append(d.Reasons, fmt.Sprintf("head ports %d-%d checked", g.HeadPort, g.HeadPort+HeadPortSpan))
+		d.Reasons = append(d.Reasons, fmt.Sprintf("head %s checked", g.HeadPortsText()))
 	}
 	return d
 }

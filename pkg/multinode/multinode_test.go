@@ -79,9 +79,18 @@ func TestDerive(t *testing.T) {
 			rdma: map[string]string{"mlx5_0/1": "1: DOWN|Ethernet"}, set: map[string]string{"NCCL_IB_DISABLE": "1"},
 			env:    map[string]string{"NCCL_SOCKET_IFNAME": "eth1", "GLOO_SOCKET_IFNAME": "eth1"},
 			reason: "RDMA device(s) mlx5_0 have no active port"},
-		{name: "head port held", g: Group{Count: 2, Rank: 0, HeadHost: "10.77.0.1", HeadPort: 20000}, links: map[string]string{"eth1": "up 1500"},
+		{name: "head port held", g: Group{Count: 2, Rank: 0, HeadHost: "10.77.0.1", HeadPort: 20000, DPAttention: true}, links: map[string]string{"eth1": "up 1500"},
 			held:    map[int]string{20003: "pid 42 (python3)"},
-			problem: "port 20003, which the head needs for the group (rendezvous 20000 and the 6 above it), is held by pid 42 (python3)"},
+			problem: "port 20003, which the head needs for the group (ports 20000-20006 (the rendezvous and the 6 above it that DP attention opens)), is held by pid 42 (python3)"},
+		{name: "rendezvous held", g: Group{Count: 2, Rank: 0, HeadHost: "10.77.0.1", HeadPort: 20000}, links: map[string]string{"eth1": "up 1500"},
+			held:    map[int]string{20000: "pid 42 (python3)"},
+			problem: "port 20000, which the head needs for the group (port 20000 (the rendezvous)), is held by pid 42 (python3)"},
+		// without DP attention SGLang's head uses ipc:// sockets above the rendezvous: a
+		// process on rendezvous+3 is no problem
+		{name: "port above the rendezvous held without DP attention", g: Group{Count: 2, Rank: 0, HeadHost: "10.77.0.1", HeadPort: 20000},
+			links: map[string]string{"eth1": "up 1500"}, held: map[int]string{20003: "pid 42 (python3)"},
+			env:    map[string]string{"NCCL_SOCKET_IFNAME": "eth1", "GLOO_SOCKET_IFNAME": "eth1"},
+			reason: "head port 20000 (the rendezvous) checked"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -142,5 +151,30 @@ func TestIfnameMatches(t *testing.T) {
 		if got := ifnameMatches(c.v, c.iface); got != c.want {
 			t.Errorf("ifnameMatches(%q, %q) = %v", c.v, c.iface, got)
 		}
+	}
+}
+
+// TestEphemeralPorts: the hint names the kernel's range NCCL and Gloo take their ports
+// from, read from proc; an unreadable range still says what must be open.
+func TestEphemeralPorts(t *testing.T) {
+	root := t.TempDir()
+	p := filepath.Join(root, "sys", "net", "ipv4", "ip_local_port_range")
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte("32768\t60999\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := EphemeralPorts(root); !strings.Contains(got, "32768-60999 on this node") || !strings.Contains(got, "open between the nodes both ways") {
+		t.Errorf("hint: %s", got)
+	}
+	if got := EphemeralPorts(t.TempDir()); !strings.Contains(got, "net.ipv4.ip_local_port_range") {
+		t.Errorf("hint without the file: %s", got)
+	}
+	if g := (Group{HeadPort: 20000}); len(g.HeadPorts()) != 1 {
+		t.Errorf("ports without DP attention: %v", g.HeadPorts())
+	}
+	if g := (Group{HeadPort: 20000, DPAttention: true}); len(g.HeadPorts()) != 7 || g.HeadPorts()[6] != 20006 {
+		t.Errorf("ports with DP attention: %v", g.HeadPorts())
 	}
 }

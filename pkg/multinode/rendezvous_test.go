@@ -2,8 +2,10 @@ package multinode
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"os"
@@ -119,14 +121,16 @@ func TestProfileOf(t *testing.T) {
 		cands []string
 		want  string
 	}{
-		{map[string]any{"attention_backend": "triton", "fp4_gemm_backend": "flashinfer_cutlass", "tp_size": 16.0}, []string{"cudnn", "cutlass"}, "cutlass"},
-		{map[string]any{"attention_backend": "triton", "fp4_gemm_backend": "flashinfer_cudnn", "enable_metrics": true}, []string{"cutlass", "cudnn"}, "cudnn"},
+		{map[string]any{"attention_backend": "triton", "fp4_gemm_runner_backend": "flashinfer_cutlass", "tp_size": 16.0}, []string{"cudnn", "cutlass"}, "cutlass"},
+		{map[string]any{"attention_backend": "triton", "fp4_gemm_runner_backend": "flashinfer_cudnn", "enable_metrics": true}, []string{"cutlass", "cudnn"}, "cudnn"},
 		// a flag without a value needs the field true
-		{map[string]any{"attention_backend": "triton", "fp4_gemm_backend": "flashinfer_cudnn", "enable_metrics": false}, []string{"cutlass", "cudnn"}, ""},
+		{map[string]any{"attention_backend": "triton", "fp4_gemm_runner_backend": "flashinfer_cudnn", "enable_metrics": false}, []string{"cutlass", "cudnn"}, ""},
 		// two candidates that the head's arguments cannot tell apart
-		{map[string]any{"attention_backend": "triton", "fp4_gemm_backend": "flashinfer_cudnn", "enable_metrics": true}, []string{"cudnn", "twin"}, ""},
-		// an alias is no field: tp_size 16 does not say --tp 16
-		{map[string]any{"tp_size": 16.0}, []string{"tp"}, ""},
+		{map[string]any{"attention_backend": "triton", "fp4_gemm_runner_backend": "flashinfer_cudnn", "enable_metrics": true}, []string{"cudnn", "twin"}, ""},
+		// an alias is read as its field: tp_size 16 says --tp 16
+		{map[string]any{"tp_size": 16.0}, []string{"tp"}, "tp"},
+		// the flag's own name is no field of SGLang's: fp4_gemm_backend says nothing
+		{map[string]any{"attention_backend": "triton", "fp4_gemm_backend": "flashinfer_cutlass"}, []string{"cudnn", "cutlass"}, ""},
 	} {
 		if got := ProfileOf(c.info, c.cands, args); got != c.want {
 			t.Errorf("ProfileOf(%v, %v) = %q, want %q", c.info, c.cands, got, c.want)
@@ -134,7 +138,7 @@ func TestProfileOf(t *testing.T) {
 	}
 }
 
-// The fake's head answers /get_server_info from its launch line; the worker reads the
+// The fake's head answers /server_info from its launch line; the worker reads the
 // profile it runs from it.
 func TestServerInfoFromTheFake(t *testing.T) {
 	srv := httptest.NewServer(fakesglang.New(fakesglang.Options{ServerArgs: fakesglang.ServerArgsOf(
@@ -150,8 +154,21 @@ func TestServerInfoFromTheFake(t *testing.T) {
 	}
 	srv404 := httptest.NewServer(fakesglang.New(fakesglang.Options{}))
 	defer srv404.Close()
-	if _, err := ServerInfo(context.Background(), srv404.Client(), srv404.URL); err == nil || !strings.Contains(err.Error(), "HTTP 404") {
-		t.Errorf("err %v, want HTTP 404", err)
+	if _, err := ServerInfo(context.Background(), srv404.Client(), srv404.URL); err == nil || !strings.Contains(err.Error(), "the head's /get_server_info answered HTTP 404") {
+		t.Errorf("err %v, want HTTP 404 from the old name too", err)
+	}
+	// A head whose group does not serve answers 500: that is its answer, the old name is
+	// not asked.
+	var asked []string
+	srv500 := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		asked = append(asked, r.URL.Path)
+		http.Error(w, "NCCL error", http.StatusInternalServerError)
+	}))
+	defer srv500.Close()
+	_, err = ServerInfo(context.Background(), srv500.Client(), srv500.URL)
+	var st *StatusError
+	if !errors.As(err, &st) || st.Code != 500 || fmt.Sprint(asked) != "[/server_info]" {
+		t.Errorf("err %v, asked %v: want HTTP 500 from /server_info alone", err, asked)
 	}
 }
 

@@ -14,7 +14,8 @@ import (
 
 // daemonGroup is the daemon's view of the recipe's multi-node group (nil for a single
 // node): the head reads its rendezvous port to restart after its workers, a worker reads
-// the head's profile from the head's /get_server_info to follow it.
+// the head's profile from the head's /server_info to follow it, and compares its own
+// unit's launch line with the head's.
 func (n *Recipe) daemonGroup(rec *recipe.Recipe, rem *Remedies) (*daemon.Group, error) {
 	if rec.Nodes == nil {
 		return nil, nil
@@ -56,6 +57,30 @@ func (n *Recipe) daemonGroup(rec *recipe.Recipe, rem *Remedies) (*daemon.Group, 
 			return nil
 		})
 		return profile, err
+	}
+	g.HeadLaunch = func(ctx context.Context) ([]string, error) {
+		cfg, err := n.Gate(ctx, 0)
+		if err != nil {
+			return nil, err
+		}
+		info, err := multinode.ServerInfo(ctx, client, cfg.URL)
+		if err != nil {
+			return nil, err
+		}
+		var diff []string
+		err = rem.withService(ctx, func(svc engine.BoundService) error {
+			sr, ok := svc.Step.(engine.ServerReader)
+			if !ok {
+				return fmt.Errorf("the service step %s cannot say what it runs", svc.Step.ServiceName())
+			}
+			srv, err := sr.Serving(ctx, svc.Env)
+			if err != nil {
+				return fmt.Errorf("reading what %s runs: %w", svc.Step.ServiceName(), err)
+			}
+			diff = multinode.Differences(info, srv.Args)
+			return nil
+		})
+		return diff, err
 	}
 	return g, nil
 }

@@ -50,6 +50,7 @@ var fieldDocs = map[string]string{
 	"github.com/sglprov/sglprov/pkg/recipe.Nodes.Head":                        "Head is rank 0's address and rendezvous port, \"10.0.0.1:20000\" (\"[fd00::1]:20000\"): SGLang's --dist-init-addr.",
 	"github.com/sglprov/sglprov/pkg/recipe.Nodes.Interface":                   "Interface is the network interface that must reach the head (default: the one the kernel routes the head's address through).",
 	"github.com/sglprov/sglprov/pkg/recipe.Nodes.JoinTimeout":                 "JoinTimeout bounds how long a worker waits for the group to serve (default 20m).",
+	"github.com/sglprov/sglprov/pkg/recipe.Nodes.OneHost":                     "OneHost is \"true\" when every node of the group runs on one host (containers or network namespaces sharing its GPUs): only then may head be a loopback address.",
 	"github.com/sglprov/sglprov/pkg/recipe.Nodes.PP":                          "TP and PP are the tensor and pipeline parallel sizes over all the nodes' GPUs (default: tp = count × the GPUs of this host, pp = 1).",
 	"github.com/sglprov/sglprov/pkg/recipe.Nodes.Rank":                        "Rank is this node's rank, 0 (the head, which serves the API) to count-1.",
 	"github.com/sglprov/sglprov/pkg/recipe.Nodes.TP":                          "TP and PP are the tensor and pipeline parallel sizes over all the nodes' GPUs (default: tp = count × the GPUs of this host, pp = 1).",

@@ -35,6 +35,9 @@ type Nodes struct {
 	Interface string `yaml:"interface" json:"interface,omitempty"`
 	// JoinTimeout bounds how long a worker waits for the group to serve (default 20m).
 	JoinTimeout string `yaml:"join_timeout" json:"join_timeout,omitempty"`
+	// OneHost is "true" when every node of the group runs on one host (containers or
+	// network namespaces sharing its GPUs): only then may head be a loopback address.
+	OneHost string `yaml:"one_host" json:"one_host,omitempty"`
 
 	nodes map[string]*yaml.Node
 	pos   Pos
@@ -55,6 +58,8 @@ type NodesConfig struct {
 	Interface string
 	// JoinTimeout bounds a worker's wait for the group.
 	JoinTimeout time.Duration
+	// OneHost is set when the recipe says every node runs on one host.
+	OneHost bool
 }
 
 // DefaultJoinTimeout is how long a worker waits for the group to serve by default.
@@ -70,7 +75,7 @@ func (c NodesConfig) IsHead() bool { return c.Rank == 0 }
 
 var ifnameRE = regexp.MustCompile(`^[A-Za-z0-9_.:@-]{1,15}$`)
 
-var nodesFields = []string{"count", "rank", "head", "tp", "pp", "gpus_per_node", "interface", "join_timeout"}
+var nodesFields = []string{"count", "rank", "head", "tp", "pp", "gpus_per_node", "interface", "join_timeout", "one_host"}
 
 // parseNodes reads the nodes block; values without templates are checked at once.
 func (p *parser) parseNodes(n *yaml.Node, r *Recipe) {
@@ -127,6 +132,8 @@ func (nd *Nodes) field(name string) string {
 		return nd.Interface
 	case "join_timeout":
 		return nd.JoinTimeout
+	case "one_host":
+		return nd.OneHost
 	}
 	return ""
 }
@@ -218,16 +225,28 @@ func (nd *Nodes) resolve(d Data) (NodesConfig, []nodesProblem) {
 			bad("rank", "nodes.rank %d is out of range: a group of %d nodes has ranks 0 to %d", rank, count, count-1)
 		}
 	}
+	switch v := strings.ToLower(val("one_host")); v {
+	case "", "false":
+	case "true":
+		c.OneHost = true
+	default:
+		bad("one_host", "nodes.one_host %q is not true or false", val("one_host"))
+	}
 	if head := val("head"); head != "" {
 		host, port, err := net.SplitHostPort(head)
 		pn, perr := strconv.Atoi(port)
+		ip := net.ParseIP(strings.TrimSuffix(strings.SplitN(host, "%", 2)[0], "."))
 		switch {
 		case err != nil:
 			bad("head", "nodes.head %q is not HOST:PORT (rank 0's address and rendezvous port, e.g. 10.0.0.1:20000; [fd00::1]:20000 for IPv6)", head)
 		case host == "" || strings.ContainsAny(host, " /"):
 			bad("head", "nodes.head %q has no host: give rank 0's address, e.g. 10.0.0.1:20000", head)
-		case perr != nil || pn < 1 || pn > 65535-6:
-			bad("head", "nodes.head %q: port %q is not a TCP port up to %d (SGLang also uses the six ports above it on the head)", head, port, 65535-6)
+		case perr != nil || pn < 1 || pn > 65535:
+			bad("head", "nodes.head %q: port %q is not a TCP port (1 to 65535)", head, port)
+		case ip != nil && ip.IsUnspecified():
+			bad("head", "nodes.head %q: %s means any address, which is where a server listens, not where a worker can reach it (a worker would dial itself): give rank 0's address on the network the nodes share, e.g. 10.0.0.1:%d", head, host, pn)
+		case !c.OneHost && (ip != nil && ip.IsLoopback() || strings.EqualFold(strings.TrimSuffix(host, "."), "localhost")):
+			bad("head", "nodes.head %q is a loopback address: a worker on another host would reach itself, not rank 0; give rank 0's address on the network the nodes share, or set nodes.one_host: true when every node runs on this one host", head)
 		default:
 			c.HeadHost, c.HeadPort = host, pn
 		}

@@ -53,6 +53,19 @@ steps:
 		{name: "facts are not for the nodes block", block: "nodes:\n  count: \"{{ .gpu.count }}\"\n  rank: 0\n  head: a:1\n",
 			problem: "the nodes block sees .vars only"},
 		{name: "unknown key", block: block + "  ranks: 2\n", problem: `unknown field "ranks"`},
+		// a head a worker cannot reach from another host
+		{name: "unspecified head", block: block, sets: []string{"node_rank=1", "head_addr=0.0.0.0"},
+			problem: `t.yaml:12:9: nodes.head "0.0.0.0:20000": 0.0.0.0 means any address, which is where a server listens, not where a worker can reach it`},
+		{name: "unspecified ipv6 head", block: block, sets: []string{"head_addr=[::]"},
+			problem: `nodes.head "[::]:20000": :: means any address`},
+		{name: "loopback head", block: block, sets: []string{"node_rank=1", "head_addr=127.0.0.1"},
+			problem: `t.yaml:12:9: nodes.head "127.0.0.1:20000" is a loopback address: a worker on another host would reach itself, not rank 0; give rank 0's address on the network the nodes share, or set nodes.one_host: true`},
+		{name: "localhost head", block: block, sets: []string{"head_addr=localhost"}, problem: `nodes.head "localhost:20000" is a loopback address`},
+		{name: "ipv6 loopback head", block: block, sets: []string{"head_addr=[::1]"}, problem: `nodes.head "[::1]:20000" is a loopback address`},
+		{name: "loopback head of a group said to be on one host", block: block + "  one_host: true\n", sets: []string{"node_rank=1", "head_addr=127.0.0.1"},
+			want: recipe.NodesConfig{Count: 2, Rank: 1, HeadHost: "127.0.0.1", HeadPort: 20000, JoinTimeout: recipe.DefaultJoinTimeout, OneHost: true}},
+		{name: "one_host not a bool", block: block + "  one_host: maybe\n", sets: []string{"head_addr=10.0.0.1"}, problem: `nodes.one_host "maybe" is not true or false`},
+		{name: "unspecified head even on one host", block: block + "  one_host: true\n", sets: []string{"head_addr=0.0.0.0"}, problem: `0.0.0.0 means any address`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -163,8 +163,9 @@ type Options struct {
 	// sentences, nothing repeated) to this many bytes: a valid answer of any size, for
 	// measuring what large answers cost the client.
 	AnswerBytes int
-	// ServerArgs is what /get_server_info reports: the launch line's flags by SGLang's
-	// field names (ServerArgsOf); nil: it answers 404.
+	// ServerArgs is what /server_info (and its deprecated alias /get_server_info)
+	// reports: the launch line's flags by SGLang's ServerArgs field names (ServerArgsOf);
+	// nil: it answers 404.
 	ServerArgs map[string]any
 	// Log, when set, receives one line per request.
 	Log io.Writer
@@ -334,7 +335,8 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 			"model_path": s.opts.ModelPath, "tokenizer_path": s.opts.ModelPath,
 			"is_generation": true, "preferred_sampling_params": nil, "weight_version": "default",
 		})
-	case "/get_server_info":
+	case "/server_info", "/get_server_info":
+		// /get_server_info is SGLang's deprecated alias of /server_info.
 		if s.opts.ServerArgs == nil {
 			writeError(w, http.StatusNotFound, "Not Found")
 			return

@@ -285,14 +285,27 @@ func TestModelsAndModelInfoAsSGLang(t *testing.T) {
 	if code, _ := get(s, "/get_server_info"); code != 404 {
 		t.Errorf("/get_server_info without server args: %d", code)
 	}
-	// /get_server_info: the launch line's flags by SGLang's field names, the fake's own
-	// left out.
+	// /server_info (and its deprecated alias /get_server_info): the launch line's flags
+	// by SGLang's ServerArgs field names, in Python's JSON forms, the fake's own left out.
 	s = New(Options{ServerArgs: ServerArgsOf([]string{"--model-path", "/m", "--tp", "16", "--attention-backend", "triton",
+		"--fp4-gemm-backend", "flashinfer_cudnn", "--mem-fraction-static", "1", "--cuda-graph-bs", "1", "2", "4",
 		"--enable-metrics", "--fake-mode", "bang"})})
-	code, si := get(s, "/get_server_info")
-	wantSI := map[string]any{"model_path": "/m", "tp": float64(16), "attention_backend": "triton", "enable_metrics": true, "version": "fake"}
-	if code != 200 || fmt.Sprint(si) != fmt.Sprint(wantSI) {
-		t.Errorf("/get_server_info: %d %v, want %v", code, si, wantSI)
+	for _, path := range []string{"/server_info", "/get_server_info"} {
+		rec := httptest.NewRecorder()
+		s.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+		body := rec.Body.String()
+		for _, want := range []string{`"model_path":"/m"`, `"tp_size":16`, `"attention_backend":"triton"`,
+			`"fp4_gemm_runner_backend":"flashinfer_cudnn"`, `"mem_fraction_static":1.0`, `"cuda_graph_bs_decode":[1,2,4]`,
+			`"enable_metrics":true`, `"version":"fake"`, `"moe_runner_backend":"auto"`, `"dist_init_addr":null`} {
+			if rec.Code != 200 || !strings.Contains(body, want) {
+				t.Errorf("%s: %d, want %s in %s", path, rec.Code, want, body)
+			}
+		}
+		for _, not := range []string{`"tp":`, `"fp4_gemm_backend"`, `"fake_mode"`} {
+			if strings.Contains(body, not) {
+				t.Errorf("%s reports %s: %s", path, not, body)
+			}
+		}
 	}
 }
 

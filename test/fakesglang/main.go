@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sglprov/sglprov/pkg/sglargs"
 )
 
 // DefaultBrokenIf is the server flag that makes the fake answer like the seed's broken
@@ -47,26 +49,31 @@ func ParseArgs(args []string) Args {
 	return out
 }
 
-// ServerArgsOf is what /get_server_info reports for a launch line: SGLang's
-// dataclasses.asdict(server_args) merged with its scheduler info, here each flag the line
-// gives (the fake's own --fake-* ones left out) under its field name (--attention-backend:
-// attention_backend), a flag without a value as true, numbers as numbers, and "version".
+// ServerArgsOf is what /server_info reports for a launch line: SGLang's
+// dataclasses.asdict(server_args) merged with its scheduler info. Here: the fields of
+// the flags sglprov knows (sglargs.Table) at their declared defaults (null where SGLang
+// computes them at start), then each flag the line gives (the fake's own --fake-* ones
+// left out) under its ServerArgs field (--fp4-gemm-backend: fp4_gemm_runner_backend,
+// --tp: tp_size, a deprecated alias such as --cuda-graph-max-bs under the field of the
+// newer series, cuda_graph_max_bs_decode), in JSON's forms as Python writes them: an int
+// as a whole number, a float with its fraction (0.8, 1.0), a list as a list, a flag
+// without a value as true; and "version".
 func ServerArgsOf(args []string) map[string]any {
-	out := map[string]any{"version": "fake"}
-	for name, vals := range ParseArgs(args) {
-		if strings.HasPrefix(name, "fake-") || len(vals) == 0 {
+	out := sglargs.Defaults()
+	out["version"] = "fake"
+	for _, s := range sglargs.Parse(args) {
+		if strings.HasPrefix(s.Name, "--fake-") {
 			continue
 		}
-		key := strings.ReplaceAll(name, "-", "_")
-		v := vals[len(vals)-1]
-		switch n, err := strconv.ParseInt(v, 10, 64); {
-		case v == "":
-			out[key] = true
-		case err == nil:
-			out[key] = n
-		default:
-			out[key] = v
+		field, v, ok := s.Report()
+		if !ok {
+			continue
 		}
+		if s.Known {
+			// The field of the newest series the table knows.
+			field = s.Flag.Fields[len(s.Flag.Fields)-1]
+		}
+		out[field] = v
 	}
 	return out
 }

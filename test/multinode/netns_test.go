@@ -134,7 +134,9 @@ func build(t *testing.T, dir string) (sglprov, fake string) {
 // ladders in order: the worker's server first, then the head's. Day two: a bad change
 // applied head first, then the worker, and a bad then a good change applied on both nodes
 // at the same moment (the "same time" subtest), end with both nodes serving one command
-// line: the old one after a bad change, the new one after a good one.
+// line: the old one after a bad change, the new one after a good one; so do a change
+// applied on the head only (the worker follows the head's line) and one applied on the
+// worker only (refused: the worker restores what served).
 func TestTwoNodes(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: it makes network namespaces and a veth pair")
@@ -388,7 +390,85 @@ func TestTwoNodes(t *testing.T) {
 			!strings.Contains(b, "group: the head runs this node's launch") {
 			t.Errorf("the worker did not wait for the head before its server restarted:\n%s", b)
 		}
+
+		// A change applied on the head only (its daemon re-reads the recipe; the worker's
+		// does not): the head's switch breaks the group, the worker's ladder brings its
+		// server back with the old line into the head's new one, and the group serves on
+		// two launch lines until the worker compares its line with the head's: it applies
+		// its recipe again (whose file has the change) and follows the head. Both end on
+		// the head's line.
+		offsets := []int{len(readFile(headLog)), len(readFile(workerLog))}
+		text := strings.Replace(strings.Replace(recipeText, "FAKE", fake, 1), "--attention-backend, triton]", "--attention-backend, flashinfer]", 1)
+		if err := os.WriteFile(recipe, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := daemons[0].Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		if !waitLogAfter(headLog, offsets[0], "apply done", 150*time.Second) {
+			t.Fatalf("head only: the head did not apply its change:\n%s", readFile(headLog)[offsets[0]:])
+		}
+		if !waitLogAfter(workerLog, offsets[1], "group: this worker runs the head's launch line", 240*time.Second) {
+			t.Fatalf("head only: the worker did not follow the head's launch:\n%s", readFile(workerLog)[offsets[1]:])
+		}
+		if b := readFile(workerLog)[offsets[1]:]; !strings.Contains(b, "the head runs another launch line than this worker") {
+			t.Errorf("head only: the worker did not say why it applied again:\n%s", b)
+		}
+		serving("--attention-backend flashinfer ")
+
+		// A change applied on the worker only is refused: the worker's switch finds the head
+		// running another launch (before its candidate starts when the head serves; here
+		// the exec manager's daemon stops the worker's server as its apply begins, so the
+		// group does not serve then, the candidate joins, and its gate refuses it), what
+		// served before is restored, and both nodes end on the head's line.
+		offsets = []int{len(readFile(headLog)), len(readFile(workerLog))}
+		text = strings.Replace(strings.Replace(recipeText, "FAKE", fake, 1), "--attention-backend, triton]", "--attention-backend, torch_native]", 1)
+		if err := os.WriteFile(recipe, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := daemons[1].Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		if !waitLogAfter(workerLog, offsets[1], restored, 150*time.Second) {
+			t.Fatalf("worker only: the worker's change was not refused:\n%s", readFile(workerLog)[offsets[1]:])
+		}
+		if b := readFile(workerLog)[offsets[1]:]; !strings.Contains(b, "--attention-backend: the head runs flashinfer, this node torch_native") {
+			t.Errorf("worker only: the refusal does not name the head's other line:\n%s", b)
+		}
+		if !calm([]string{headLog, workerLog}, 5*time.Second, 120*time.Second) {
+			t.Fatalf("the group did not settle after the worker's change")
+		}
+		for _, ns := range []string{nsA, nsB} {
+			cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", serverPID(t, ns)))
+			if got := strings.ReplaceAll(string(cmdline), "\x00", " "); !strings.Contains(got, "--attention-backend flashinfer ") {
+				t.Errorf("worker only: %s serves %q, want the head's line", ns, got)
+			}
+		}
+		if !waitMetric(headMetrics, healthy, 10*time.Second) {
+			t.Errorf("worker only: the head is not healthy")
+		}
 	})
+}
+
+// calm waits, at most within, until none of the logs has grown for quiet (a daemon whose
+// canaries pass logs nothing).
+func calm(paths []string, quiet, within time.Duration) bool {
+	size := func() int {
+		n := 0
+		for _, p := range paths {
+			n += len(readFile(p))
+		}
+		return n
+	}
+	last, since := size(), time.Now()
+	for end := time.Now().Add(within); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+		if n := size(); n != last {
+			last, since = n, time.Now()
+		} else if time.Since(since) >= quiet {
+			return true
+		}
+	}
+	return false
 }
 
 // readFile returns path's text ("" when it cannot be read).

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	neturl "net/url"
 	"os"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -120,11 +121,14 @@ func workerGateWith(env *engine.Env, svc engine.ServiceStep, run func(ctx contex
 			if left := headLeaves(ctx, env, head, srv.Args, start.Add(wait)); left != "" {
 				return nil, fmt.Errorf("%w: node rank %d: the group failed the gate (%s) and %s", exitcode.ErrGate, n.Rank, res.Summary(), left)
 			}
+			g := multinode.Group{Count: n.Count, Rank: n.Rank, HeadHost: n.HeadHost, HeadPort: n.HeadPort,
+				DPAttention: slices.Contains(srv.Args, "--enable-dp-attention")}
 			return nil, fmt.Errorf("%w: node rank %d of %d: the group does not serve: the head's server at %s did not pass the gate (%s); "+
 				"this node's server joins at the rendezvous %s through %s; %s. Likely causes: the head not started or failing its own gate, "+
-				"the rendezvous port %d (and the %d above it) closed or blocked by a firewall on the head, or the wrong interface (see plan's group lines)",
+				"the head's %s closed or blocked by a firewall, the ports NCCL and Gloo connect on blocked between the nodes (%s), "+
+				"or the wrong interface (see plan's group lines)",
 				exitcode.ErrGate, n.Rank, n.Count, gate.RedactURL(head), res.Summary(), n.Head(), route, probeRendezvous(ctx, n.Head()),
-				n.HeadPort, multinode.HeadPortSpan)
+				g.HeadPortsText(), multinode.EphemeralPorts(""))
 		}
 		// One group runs one command line: a head that runs other arguments (it has not
 		// switched to this change, or its switch failed and it restored what served
@@ -151,7 +155,7 @@ func workerGateWith(env *engine.Env, svc engine.ServiceStep, run func(ctx contex
 }
 
 // headCandidate returns the one profile of candidates a worker runs: the head's, read from
-// its /get_server_info (multinode.ProfileOf) when the head serves now, else the first
+// its /server_info (multinode.ProfileOf) when the head serves now, else the first
 // (the group's first candidate, which a head coming up with it tries first too).
 func headCandidate(ctx context.Context, env *engine.Env, url string, candidates []string) []string {
 	first := candidates[:1]
@@ -180,7 +184,7 @@ func headCandidate(ctx context.Context, env *engine.Env, url string, candidates 
 }
 
 // sameLaunch checks that the head's server runs args, this node's server's arguments (its
-// unit's ExecStart=), from the head's /get_server_info (multinode.Differences). A head
+// unit's ExecStart=), from the head's /server_info (multinode.Differences). A head
 // whose server info cannot be read is logged and not judged (a server that is not SGLang,
 // a proxy).
 func sameLaunch(ctx context.Context, env *engine.Env, head string, args []string, timeout time.Duration) error {
@@ -260,7 +264,7 @@ func ownHealth(ctx context.Context, base string, timeout time.Duration) error {
 // awaitHead returns the wait of a worker's switch before its candidate starts (nil when
 // env's node is no worker): the workers of a group follow its head. Restarting this
 // node's server breaks the group the head serves, so the candidate starts only once the
-// head runs its command line: the head's /get_server_info names the candidate's
+// head runs its command line: the head's /server_info names the candidate's
 // arguments (multinode.Differences finds none; the head switched first), or the head's
 // server starts again (its API refuses connections while its rendezvous accepts them: it
 // waits there for its ranks, as a head that switches at the same time does), so that the

@@ -93,7 +93,9 @@ func TestWorkerAsksTheHead(t *testing.T) {
 	}
 	for _, want := range []string{"node rank 1 of 2: the group does not serve", "rendezvous 127.0.0.3:20000 through veth1",
 		"nothing listens at the rendezvous 127.0.0.3:20000 now (connection refused)",
-		"the rendezvous port 20000 (and the 6 above it) closed or blocked by a firewall", "the wrong interface"} {
+		"the head's port 20000 (the rendezvous) closed or blocked by a firewall",
+		"the ports NCCL and Gloo connect on blocked between the nodes (NCCL and Gloo listen on ephemeral ports on every node (net.ipv4.ip_local_port_range",
+		"the wrong interface"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error lacks %q:\n%v", want, err)
 		}
@@ -175,7 +177,7 @@ func TestWorkerJoinsOnlyItsOwnLaunch(t *testing.T) {
 }
 
 // TestWorkerRunsTheHeadsProfile: a worker applied while its head serves runs the profile
-// the head runs (read from its /get_server_info), not its own first candidate.
+// the head runs (read from its /server_info), not its own first candidate.
 func TestWorkerRunsTheHeadsProfile(t *testing.T) {
 	head := httptest.NewServer(fakesglang.New(fakesglang.Options{Model: "qwen",
 		ServerArgs: fakesglang.ServerArgsOf([]string{"--model-path", "default", "--served-model-name", "qwen", "--profile", "b", "--attention-backend", "flashinfer"})}))
@@ -211,11 +213,11 @@ func TestWorkerWaitsForTheHeadsLaunch(t *testing.T) {
 	var headArgs atomic.Pointer[[]string]
 	headArgs.Store(&oldArgs)
 	var asked atomic.Int32
-	var switchAt atomic.Int32 // the head switches at this /get_server_info (0: never)
+	var switchAt atomic.Int32 // the head switches at this /server_info (0: never)
 	var startedBeforeHead atomic.Int32
 	var svc *groupWorker
 	head := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/get_server_info" {
+		if r.URL.Path == "/server_info" {
 			if n := asked.Add(1); n == switchAt.Load() {
 				svc.mu.Lock()
 				startedBeforeHead.Store(int32(len(svc.activated)))
@@ -319,7 +321,7 @@ func TestWorkerFollowsTheHeadsVerdict(t *testing.T) {
 	restoredBeforeHeadLeft := make(chan int, 1)
 	var head *httptest.Server
 	head = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/get_server_info" && infos.Add(1) == 3 {
+		if r.URL.Path == "/server_info" && infos.Add(1) == 3 {
 			// The head's switch fails and restarts its server: its API refuses from now.
 			svc.mu.Lock()
 			restoredBeforeHeadLeft <- svc.restored

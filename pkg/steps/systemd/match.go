@@ -12,6 +12,7 @@ import (
 	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/recipe"
+	"github.com/sglprov/sglprov/pkg/sglargs"
 )
 
 // quantization returns the model's quantization: the value of --quantization in the
@@ -70,7 +71,38 @@ func (s *Step) Check(env *engine.Env) error {
 			return engine.AtField(fmt.Sprintf("profiles[%d]", i), fmt.Errorf("%w: profile %q is not defined in the recipe's profiles (profiles: %s)", exitcode.ErrUsage, name, profileNames(env.Profiles)))
 		}
 	}
+	if err := s.checkGroupPorts(env); err != nil {
+		return err
+	}
 	return engine.AtField("args", s.quantizationFault(env))
+}
+
+// checkGroupPorts refuses, for every profile the step may run, a group whose head's ports
+// take the server's API port (portClash): validate says so on any host.
+func (s *Step) checkGroupPorts(env *engine.Env) error {
+	g, ok := groupOf(env)
+	if !ok {
+		return nil
+	}
+	profiles := s.spec.Profiles
+	if len(profiles) == 0 {
+		profiles = []string{""}
+	}
+	for _, p := range profiles {
+		all := s.lineArgs(env, p)
+		port, err := s.port, error(nil)
+		if v, ok := flagValue(all, sglargs.Spellings("--port")...); ok {
+			port, err = strconv.Atoi(v)
+		}
+		if err != nil {
+			continue // the renderer says what is wrong with the port
+		}
+		g.DPAttention = hasFlag(all, "--enable-dp-attention")
+		if err := portClash(g, port); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // quantizationFault returns an error wrapping exitcode.ErrUsage when every profile the step

@@ -14,6 +14,7 @@ import (
 	"github.com/sglprov/sglprov/pkg/multinode"
 	"github.com/sglprov/sglprov/pkg/portowner"
 	"github.com/sglprov/sglprov/pkg/service"
+	"github.com/sglprov/sglprov/pkg/sglargs"
 )
 
 // groupOf returns the multi-node group of the run's recipe; ok is false for a single node.
@@ -24,6 +25,44 @@ func groupOf(env *engine.Env) (multinode.Group, bool) {
 	}
 	return multinode.Group{Count: n.Count, Rank: n.Rank, HeadHost: n.HeadHost, HeadPort: n.HeadPort,
 		Interface: n.Interface}, true
+}
+
+// group returns the multi-node group of the run's recipe as profile's launch line runs it
+// (DP attention opens more ports on the head); ok is false for a single node.
+func (s *Step) group(env *engine.Env, profile string) (multinode.Group, bool) {
+	g, ok := groupOf(env)
+	if ok {
+		g.DPAttention = hasFlag(s.lineArgs(env, profile), "--enable-dp-attention")
+	}
+	return g, ok
+}
+
+// lineArgs returns the arguments the recipe gives the server for profile: the profile's,
+// then the step's.
+func (s *Step) lineArgs(env *engine.Env, profile string) []string {
+	var out []string
+	if p, ok := env.Profiles[profile]; ok {
+		out = append(out, p.Args...)
+	}
+	return append(out, s.spec.Args...)
+}
+
+// portClash returns the error of a group whose head's ports take the server's API port:
+// the rendezvous port equal to it, or, with DP attention, one of the six above the
+// rendezvous (exit 2: the recipe's fault, on every host).
+func portClash(g multinode.Group, apiPort int) error {
+	for _, p := range g.HeadPorts() {
+		if p != apiPort {
+			continue
+		}
+		what := "the rendezvous port"
+		if p != g.HeadPort {
+			what = fmt.Sprintf("port %d, which the head's DP attention opens (%s)", p, g.HeadPortsText())
+		}
+		return fmt.Errorf("%w: nodes.head %s: %s is the server's API port (--port %d): the head's server would listen on it twice; give nodes.head another port (or the server another --port)",
+			exitcode.ErrUsage, g.Head(), what, apiPort)
+	}
+	return nil
 }
 
 // hostGroupFacts reads this node's route to the head, its link and RDMA devices from the
@@ -38,14 +77,15 @@ func hostGroupFacts(_ *engine.Env, g multinode.Group) multinode.Facts {
 // never NCCL_IB_DISABLE=1 beside an active RDMA device) from this node's facts and the
 // recipe's own environment for profile; zero for a single node.
 func (s *Step) groupDecision(env *engine.Env, profile string) multinode.Decision {
-	g, ok := groupOf(env)
+	g, ok := s.group(env, profile)
 	if !ok {
 		return multinode.Decision{}
 	}
 	return multinode.Derive(s.groupFacts(env, g), s.ownEnv(env, profile))
 }
 
-// groupFlags are the flags the nodes block sets on every node's command line.
+// groupFlags are the flags the nodes block sets on every node's command line (each in
+// every spelling sglargs.Table knows: --dist-init-addr is also --nccl-init-addr).
 var groupFlags = []string{"--nnodes", "--node-rank", "--dist-init-addr"}
 
 // groupArgs adds SGLang's multi-node flags to d: --nnodes, --node-rank, --dist-init-addr
@@ -58,14 +98,21 @@ func groupArgs(env *engine.Env, d *service.Data, all []string) error {
 		return nil
 	}
 	for _, f := range groupFlags {
-		if hasFlag(all, f) {
-			return fmt.Errorf("%w: args set %s, which the recipe's nodes block sets on each node: drop it from args", exitcode.ErrUsage, f)
+		for _, name := range sglargs.Spellings(f) {
+			if hasFlag(all, name) {
+				return fmt.Errorf("%w: args set %s, which the recipe's nodes block sets on each node: drop it from args", exitcode.ErrUsage, name)
+			}
 		}
+	}
+	g, _ := groupOf(env)
+	g.DPAttention = hasFlag(all, "--enable-dp-attention")
+	if err := portClash(g, d.Port); err != nil {
+		return err
 	}
 	d.Args = append(d.Args, "--nnodes", strconv.Itoa(n.Count), "--node-rank", strconv.Itoa(n.Rank),
 		"--dist-init-addr", n.Head())
 	pp := max(n.PP, 1)
-	if v, ok := flagValue(all, "--pp-size", "--pipeline-parallel-size"); ok {
+	if v, ok := flagValue(all, sglargs.Spellings("--pp-size")...); ok {
 		p, err := strconv.Atoi(v)
 		if err != nil || p < 1 {
 			return fmt.Errorf("%w: --pp-size %q is not a whole number above 0", exitcode.ErrUsage, v)
@@ -75,7 +122,7 @@ func groupArgs(env *engine.Env, d *service.Data, all []string) error {
 		d.Args = append(d.Args, "--pp-size", strconv.Itoa(n.PP))
 	}
 	tp := n.TP
-	if v, ok := flagValue(all, "--tp", "--tp-size", "--tensor-parallel-size"); ok {
+	if v, ok := flagValue(all, sglargs.Spellings("--tp-size")...); ok {
 		t, err := strconv.Atoi(v)
 		if err != nil || t < 1 {
 			return fmt.Errorf("%w: --tp %q is not a whole number above 0", exitcode.ErrUsage, v)
@@ -119,7 +166,7 @@ func isLoopback(host string) bool {
 // address the workers can reach. A node that cannot join is refused (exit 4; a head port
 // held by another process: exit 5) with the rendezvous and the cause named.
 func (s *Step) checkGroup(_ context.Context, env *engine.Env, m service.Manager, profile string) error {
-	g, ok := groupOf(env)
+	g, ok := s.group(env, profile)
 	if !ok || m.Kind() == service.KindOffline {
 		return nil
 	}
@@ -146,8 +193,8 @@ func (s *Step) checkGroup(_ context.Context, env *engine.Env, m service.Manager,
 		}
 		for _, l := range ls {
 			if l.Conflicts(g.HeadHost) && !own(l) {
-				return fmt.Errorf("%w: not starting %s: port %d, which the head needs for the group (rendezvous %s and the %d ports above it), is held by %s: stop it or give nodes.head another port",
-					exitcode.ErrLocked, s.spec.Unit, p, g.Head(), multinode.HeadPortSpan, l)
+				return fmt.Errorf("%w: not starting %s: port %d, which the head needs for the group (%s at %s), is held by %s: stop it or give nodes.head another port",
+					exitcode.ErrLocked, s.spec.Unit, p, g.HeadPortsText(), g.HeadHost, l)
 			}
 		}
 	}
@@ -171,7 +218,7 @@ func (s *Step) ownListener(m service.Manager) func(portowner.Listener) bool {
 // describeGroup returns plan's lines about the group: this node's rank and route to the
 // head, the NCCL and Gloo settings and why, and what would keep the node from joining.
 func (s *Step) describeGroup(env *engine.Env, profile string) []string {
-	g, ok := groupOf(env)
+	g, ok := s.group(env, profile)
 	if !ok {
 		return nil
 	}
@@ -199,15 +246,15 @@ func (s *Step) describeGroup(env *engine.Env, profile string) []string {
 			}
 		}
 		if len(held) == 0 {
-			out = append(out, fmt.Sprintf("group: the head's ports %d-%d are free now (checked again before its server starts)",
-				g.HeadPort, g.HeadPort+multinode.HeadPortSpan))
+			out = append(out, fmt.Sprintf("group: the head's %s: free now (checked again before its server starts)", g.HeadPortsText()))
 		} else {
-			out = append(out, fmt.Sprintf("group: the head needs ports %d-%d: %s (only this unit's own server may hold them)",
-				g.HeadPort, g.HeadPort+multinode.HeadPortSpan, strings.Join(held, "; ")))
+			out = append(out, fmt.Sprintf("group: the head needs %s: %s (only this unit's own server may hold them)",
+				g.HeadPortsText(), strings.Join(held, "; ")))
 		}
 	} else {
 		out = append(out, "group: this worker's apply passes once the head's server passes the gate and this node's own /health answers (SGLang opens it once the worker joined; alone it says nothing)")
 	}
+	out = append(out, "group: between the nodes open the head's "+g.HeadPortsText()+"; "+multinode.EphemeralPorts(""))
 	for _, p := range dec.Problems {
 		out = append(out, "group problem: "+p)
 	}

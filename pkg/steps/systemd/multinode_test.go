@@ -62,7 +62,8 @@ func TestGroupCommandLine(t *testing.T) {
 		}
 	}
 
-	// On the head, plan names who holds the group's ports.
+	// On the head, plan names who holds the group's ports: the rendezvous alone without
+	// DP attention (SGLang's other sockets are ipc:// files then), the six above it with.
 	env.Nodes = &recipe.NodesConfig{Count: 2, Rank: 0, HeadHost: "10.77.0.1", HeadPort: 20000}
 	s.lookupPort = func(p int) ([]portowner.Listener, error) {
 		if p == 20005 {
@@ -70,12 +71,23 @@ func TestGroupCommandLine(t *testing.T) {
 		}
 		return nil, nil
 	}
-	if plan := strings.Join(s.Describe(env), "\n"); !strings.Contains(plan, "group: the head needs ports 20000-20006: port 20005 is held by pid 7 (redis-server) listening on 0.0.0.0:20005") {
-		t.Errorf("head plan:\n%s", plan)
+	plan = strings.Join(s.Describe(env), "\n")
+	for _, want := range []string{"group: the head's port 20000 (the rendezvous): free now",
+		"group: between the nodes open the head's port 20000 (the rendezvous); NCCL and Gloo listen on ephemeral ports"} {
+		if !strings.Contains(plan, want) {
+			t.Errorf("head plan lacks %q:\n%s", want, plan)
+		}
 	}
-	s.lookupPort = func(int) ([]portowner.Listener, error) { return nil, nil }
-	if plan := strings.Join(s.Describe(env), "\n"); !strings.Contains(plan, "group: the head's ports 20000-20006 are free now") {
-		t.Errorf("head plan:\n%s", plan)
+	dpa := qwenSpec()
+	dpa.Args = append(dpa.Args, "--enable-dp-attention")
+	sd := newStep(t, dpa)
+	sd.groupFacts, sd.lookupPort = s.groupFacts, s.lookupPort
+	if plan := strings.Join(sd.Describe(env), "\n"); !strings.Contains(plan, "group: the head needs ports 20000-20006 (the rendezvous and the 6 above it that DP attention opens): port 20005 is held by pid 7 (redis-server) listening on 0.0.0.0:20005") {
+		t.Errorf("head plan with DP attention:\n%s", plan)
+	}
+	sd.lookupPort = func(int) ([]portowner.Listener, error) { return nil, nil }
+	if plan := strings.Join(sd.Describe(env), "\n"); !strings.Contains(plan, "group: the head's ports 20000-20006 (the rendezvous and the 6 above it that DP attention opens): free now") {
+		t.Errorf("head plan with DP attention:\n%s", plan)
 	}
 	env.Nodes = &recipe.NodesConfig{Count: 2, Rank: 1, HeadHost: "10.77.0.1", HeadPort: 20000}
 
@@ -86,6 +98,14 @@ func TestGroupCommandLine(t *testing.T) {
 	s2.groupFacts = s.groupFacts
 	if _, err := s2.data(env, "sm120-fp4-cutlass"); !errors.Is(err, exitcode.ErrUsage) || !strings.Contains(err.Error(), "args set --node-rank") {
 		t.Errorf("args with --node-rank: %v", err)
+	}
+	// ... in any of SGLang's spellings (--nccl-init-addr is --dist-init-addr).
+	spec = qwenSpec()
+	spec.Args = append(spec.Args, "--nccl-init-addr", "10.0.0.9:1234")
+	s2 = newStep(t, spec)
+	s2.groupFacts = s.groupFacts
+	if _, err := s2.data(env, "sm120-fp4-cutlass"); !errors.Is(err, exitcode.ErrUsage) || !strings.Contains(err.Error(), "args set --nccl-init-addr") {
+		t.Errorf("args with --nccl-init-addr: %v", err)
 	}
 	// A node with fewer GPUs than its share is refused with exit 4.
 	env.Nodes.TP = 32
@@ -122,17 +142,59 @@ func TestGroupPreflight(t *testing.T) {
 	h.groupFacts = routeVia("eth1")
 	fm.kind = service.KindSystemd
 	h.lookupPort = func(p int) ([]portowner.Listener, error) {
-		if p == 20004 {
-			return []portowner.Listener{{PID: 42, Command: "python3", Unit: "other.service", Addr: netip.MustParseAddrPort("0.0.0.0:20004")}}, nil
+		if p == 20000 {
+			return []portowner.Listener{{PID: 42, Command: "python3", Unit: "other.service", Addr: netip.MustParseAddrPort("0.0.0.0:20000")}}, nil
 		}
 		return nil, nil
 	}
 	err = h.Run(context.Background(), env)
-	if !errors.Is(err, exitcode.ErrLocked) || !strings.Contains(err.Error(), "port 20004, which the head needs for the group (rendezvous 10.77.0.1:20000") {
+	if !errors.Is(err, exitcode.ErrLocked) || !strings.Contains(err.Error(), "port 20000, which the head needs for the group (port 20000 (the rendezvous) at 10.77.0.1)") {
 		t.Fatalf("head port held: %v", err)
 	}
 	h.lookupPort = func(int) ([]portowner.Listener, error) { return nil, nil }
 	if err := h.Run(context.Background(), env); err != nil {
 		t.Fatalf("head with free ports: %v", err)
+	}
+}
+
+// TestGroupPortClash: a rendezvous port that is the server's API port, or with DP
+// attention one of the six ports above the rendezvous, is refused by validate (Check) and
+// plan (the unit's data) on any host, with exit 2.
+func TestGroupPortClash(t *testing.T) {
+	env := testEnv(t, "rtx-pro-6000-x8.json")
+	s := newStep(t, qwenSpec())
+	s.groupFacts = routeVia("eth1")
+	for _, c := range []struct {
+		name string
+		head int
+		dpa  bool
+		want string
+	}{
+		{"rendezvous is the API port", 30000, false, "nodes.head 10.77.0.1:30000: the rendezvous port is the server's API port (--port 30000)"},
+		{"DP attention port is the API port", 29997, true, "nodes.head 10.77.0.1:29997: port 30000, which the head's DP attention opens (ports 29997-30003"},
+		{"without DP attention the ports above are free", 29997, false, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			env.Nodes = &recipe.NodesConfig{Count: 2, Rank: 1, HeadHost: "10.77.0.1", HeadPort: c.head}
+			spec := qwenSpec()
+			if c.dpa {
+				spec.Args = append(spec.Args, "--enable-dp-attention")
+			}
+			st := newStep(t, spec)
+			st.groupFacts = s.groupFacts
+			checkErr := st.Check(env)
+			_, dataErr := st.data(env, "sm120-fp4-cutlass")
+			for what, err := range map[string]error{"validate": checkErr, "plan": dataErr} {
+				if c.want == "" {
+					if err != nil {
+						t.Errorf("%s: %v", what, err)
+					}
+					continue
+				}
+				if !errors.Is(err, exitcode.ErrUsage) || !strings.Contains(err.Error(), c.want) {
+					t.Errorf("%s: %v, want %q", what, err, c.want)
+				}
+			}
+		})
 	}
 }

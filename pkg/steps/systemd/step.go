@@ -21,6 +21,7 @@ import (
 	"github.com/sglprov/sglprov/pkg/nccl"
 	"github.com/sglprov/sglprov/pkg/portowner"
 	"github.com/sglprov/sglprov/pkg/service"
+	"github.com/sglprov/sglprov/pkg/sglargs"
 	"github.com/sglprov/sglprov/pkg/switchover"
 	"github.com/sglprov/sglprov/templates"
 )
@@ -256,17 +257,17 @@ func (s *Step) data(env *engine.Env, profile string) (service.Data, error) {
 	// (ninja) or the toolkit's (nvcc), which the server's run-time kernel compiles exec.
 	d.Env["PATH"] = unitPath(d.Command, d.Env)
 	all := append(append([]string(nil), d.Profile.Args...), s.spec.Args...)
-	if v, ok := flagValue(all, "--model-path", "--model"); ok {
+	if v, ok := flagValue(all, sglargs.Spellings("--model-path")...); ok {
 		d.ModelPath = v
 	} else {
 		d.Args = append(d.Args, "--model-path", d.ModelPath)
 	}
-	if v, ok := flagValue(all, "--host"); ok {
+	if v, ok := flagValue(all, sglargs.Spellings("--host")...); ok {
 		d.Host = v
 	} else {
 		d.Args = append(d.Args, "--host", d.Host)
 	}
-	if v, ok := flagValue(all, "--port"); ok {
+	if v, ok := flagValue(all, sglargs.Spellings("--port")...); ok {
 		p, err := strconv.Atoi(v)
 		if err != nil {
 			return d, fmt.Errorf("%w: --port %q is not a number", exitcode.ErrUsage, v)
@@ -278,7 +279,7 @@ func (s *Step) data(env *engine.Env, profile string) (service.Data, error) {
 	if err := groupArgs(env, &d, all); err != nil {
 		return d, err
 	}
-	if env.Nodes == nil && !hasFlag(all, "--tp", "--tp-size", "--tensor-parallel-size") && env.Facts.Count() > 0 {
+	if env.Nodes == nil && !hasFlag(all, sglargs.Spellings("--tp-size")...) && env.Facts.Count() > 0 {
 		d.Args = append(d.Args, "--tp", strconv.Itoa(env.Facts.Count()))
 	}
 	d.Args = append(d.Args, all...)
@@ -335,7 +336,7 @@ func (s *Step) ServedModel(env *engine.Env) (name, path string, err error) {
 		return "", "", err
 	}
 	name = d.ModelPath
-	if v, ok := flagValue(d.Args, "--served-model-name"); ok && v != "" {
+	if v, ok := flagValue(d.Args, sglargs.Spellings("--served-model-name")...); ok && v != "" {
 		name = v
 	}
 	return name, d.ModelPath, nil
