@@ -107,6 +107,8 @@ var Table = []Flag{
 	{Name: "--cuda-graph-max-bs", Fields: []string{"cuda_graph_max_bs", "cuda_graph_max_bs_decode"}, Kind: Int,
 		Source:     srcMain + "no cuda_graph_max_bs field; \"--cuda-graph-max-bs\" is DeprecatedAliasStoreAction dest=\"cuda_graph_max_bs_decode\"" + srcArgparse + "--cuda-graph-max-bs type=int, field cuda_graph_max_bs" + srcPins,
 		Deprecated: "a deprecated alias of --cuda-graph-max-bs-decode in the dataclass series (it sets the decode graphs' limit only)"},
+	{Name: "--cuda-graph-max-bs-decode", Fields: []string{"cuda_graph_max_bs_decode"}, Kind: Int,
+		Source: srcMain + "cuda_graph_max_bs_decode: Optional[int] (the decode graphs' largest batch; the v0.5.21 recipe's pin e00930c5 names it after sglang#38265, not read at that commit)"},
 	{Name: "--cuda-graph-bs", Fields: []string{"cuda_graph_bs", "cuda_graph_bs_decode"}, Kind: IntList,
 		Source:     srcMain + "\"--cuda-graph-bs\" type=int nargs=\"+\" is DeprecatedAliasStoreAction dest=\"cuda_graph_bs_decode\"" + srcArgparse + "--cuda-graph-bs type=int nargs=\"+\", field cuda_graph_bs" + srcPins,
 		Deprecated: "a deprecated alias of --cuda-graph-bs-decode in the dataclass series"},

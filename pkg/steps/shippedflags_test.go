@@ -23,6 +23,7 @@ var upstreamField = map[string]struct{ field, kind string }{
 	"--kv-cache-dtype":                     {"kv_cache_dtype", "str"},
 	"--mem-fraction-static":                {"mem_fraction_static", "float"},
 	"--cuda-graph-max-bs":                  {"cuda_graph_max_bs_decode", "int"},
+	"--cuda-graph-max-bs-decode":           {"cuda_graph_max_bs_decode", "int"},
 	"--max-running-requests":               {"max_running_requests", "int"},
 	"--context-length":                     {"context_length", "int"},
 	"--chunked-prefill-size":               {"chunked_prefill_size", "int"},
