@@ -175,6 +175,14 @@ func runCloudConfig(t *testing.T, repo string, cfg cloudConfig, argv string, wan
 	if err := os.WriteFile(filepath.Join(root, "shim", "logger"), []byte(shim), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// cloud-init query stands in for cloud-init's instance data: the keys the two-node
+	// #cloud-config reads, as OpenStack's server metadata gives them (rank 0, its head).
+	query := "#!/bin/sh\n[ \"$1\" = query ] || exit 2\ncase $2 in\n" +
+		"ds.meta_data.meta.sglprov_rank) echo 0;;\nds.meta_data.meta.sglprov_head) echo 10.0.0.1;;\n" +
+		"*) echo \"cloud-init query: no key $2\" >&2; exit 1;;\nesac\n"
+	if err := os.WriteFile(filepath.Join(root, "shim", "cloud-init"), []byte(query), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	// The unit reads /etc/sglprov/env as its EnvironmentFile (optional: the leading "-").
 	envFile := filepath.Join(root, "etc", "sglprov", "env")
 	systemctl := "#!/bin/sh\n[ \"$1 $2 $3\" = \"enable --now sglprov.service\" ] || { echo \"systemctl $*: not expected\" >&2; exit 1; }\n" +
@@ -192,7 +200,7 @@ func runCloudConfig(t *testing.T, repo string, cfg cloudConfig, argv string, wan
 		if strings.HasSuffix(f.Path, "recipe.yaml") {
 			// The fleet's vars, with no registry (cache_oci empty turns the cache off).
 			content = "apiVersion: sglprov/v1\nname: cloud\n" +
-				"vars: {cache_oci: \"\", cache_push: \"false\"}\n" +
+				"vars: {cache_oci: \"\", cache_push: \"false\", node_rank: \"0\", head_addr: \"\"}\n" +
 				"cache: {oci: \"{{ .vars.cache_oci }}\", push: \"{{ .vars.cache_push }}\"}\nsteps:\n" +
 				"  - name: hello\n    command: {argv: " + strings.ReplaceAll(argv, "HELLO", hello) + "}\n"
 		}
