@@ -74,6 +74,7 @@ func commands() []command {
 		{"smoke", "--url URL | -f RECIPE", "the correctness gate alone, against a running server", runSmokeCommand},
 		{"status", "", "the last run: each step, its result, time and reason; exits with that run's code", runStatus},
 		{"daemon", "-f RECIPE [-f RECIPE...]", "apply, then keep watching the node (driver changes, canary smoke, remediation, health, metrics)", runDaemon},
+		{"rollback", "-f RECIPE [--to GENERATION]", "put the previous generation that passed its gate back in service, gated (--to: another kept one)", runRollback},
 		{"remove", "-f RECIPE", "take a recipe off the node: its units, generations and records (--weights: its downloads)", runRemove},
 		{"gc", "", "free what no recipe needs: old generations, part files, weights of removed recipes", runGC},
 		{"lock", "-f RECIPE", "write the lock of the Python environment the recipe's pip steps made here (wheels and sha256s)", runLock},

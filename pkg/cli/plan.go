@@ -98,7 +98,7 @@ func planBody(ctx context.Context, stdio IO, o *planOptions) error {
 		fmt.Fprintln(stdio.Stdout, "an apply is running: this plan is the state as it stands now")
 	}
 	fmt.Fprintf(stdio.Stdout, "Plan for %s:\n", p.Recipe)
-	if p.Generation != "" {
+	if p.Generation != nil {
 		fmt.Fprintf(stdio.Stdout, "  generation: %s\n", p.Generation)
 	}
 	for _, f := range p.FactsChanged {

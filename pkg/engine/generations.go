@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"time"
 
 	"charm.land/log/v2"
 
@@ -270,7 +271,9 @@ func (e *Engine) beginGeneration() error {
 	if err != nil {
 		return err
 	}
-	if g.info.Serving != g.info.Key {
+	if g.info.Serving != g.info.Key && g.kept() {
+		e.log.Info("generation", "back_to", generation.Short(g.info.Key), "kept", "passed before: its step records are kept, nothing is built again", "serving", shortOr(g.info.Serving, "none"), "dir", g.info.Dir)
+	} else if g.info.Serving != g.info.Key {
 		e.log.Info("generation", "building", generation.Short(g.info.Key), "serving", shortOr(g.info.Serving, "none"), "dir", g.info.Dir)
 		// Before a build, the recipe's failed generations go (never the serving one, the
 		// kept ones, the one being built, nor one another state dir's record lists): a
@@ -475,8 +478,33 @@ func (g *genState) explainChanged(changed []string) []string {
 	for i, c := range changed {
 		out[i] = c
 		if c == recipe.GenerationDirRef {
-			out[i] = c + " (new generation: " + strings.Join(g.changed, ", ") + " changed)"
+			if g.kept() {
+				out[i] = c + " (back to kept generation " + generation.Short(g.info.Key) + ": " + strings.Join(g.changed, ", ") + " changed)"
+			} else {
+				out[i] = c + " (new generation: " + strings.Join(g.changed, ", ") + " changed)"
+			}
 		}
 	}
 	return out
+}
+
+// kept reports whether the run's generation is one that passed its gate before and is
+// kept with its step records (not the serving one): going back to it builds nothing.
+func (g *genState) kept() bool {
+	return g != nil && g.store != nil && g.info.Key != "" && g.info.Key != g.info.Serving && len(g.store.Steps(g.info.Key)) > 0
+}
+
+// passedAt is when the run's kept generation last passed (zero when unknown).
+func (g *genState) passedAt() time.Time {
+	type lister interface {
+		Generations() []generation.Generation
+	}
+	if l, ok := g.store.(lister); ok {
+		for _, x := range l.Generations() {
+			if x.Key == g.info.Key {
+				return x.Passed
+			}
+		}
+	}
+	return time.Time{}
 }

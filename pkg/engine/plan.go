@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/hostcmd"
@@ -175,25 +176,78 @@ type Plan struct {
 	// Commands are the recipe's required commands as the host has them (the command
 	// line fills them in).
 	Commands []hostcmd.Result `json:"commands,omitempty"`
-	// Generation says which generation apply would build into and which one serves
-	// (empty when the recipe uses none).
-	Generation string `json:"generation,omitempty"`
+	// Generation says which generation apply would build into or go back to, and which
+	// one serves (nil when the recipe uses none).
+	Generation *PlanGeneration `json:"generation,omitempty"`
 }
 
-// planGeneration is plan's line about generations.
-func (e *Engine) planGeneration() string {
-	g := e.gen
+// Plan generation states (PlanGeneration.State).
+const (
+	// GenServing: the generation serves already; apply builds no other.
+	GenServing = "serving"
+	// GenKept: a kept generation that passed its gate; apply goes back to it with its
+	// kept step records, building nothing again.
+	GenKept = "kept"
+	// GenNew: apply builds a new generation.
+	GenNew = "new"
+)
+
+// PlanGeneration is the generation a plan's apply would build into or go back to.
+type PlanGeneration struct {
+	// Key is the generation's key; Dir its folder (the node's path).
+	Key string `json:"key"`
+	Dir string `json:"dir"`
+	// State is "serving", "kept" (passed before, kept: apply goes back to it) or "new".
+	State string `json:"state"`
+	// Passed is when a kept generation last passed its gate.
+	Passed *time.Time `json:"passed,omitempty"`
+	// Serving is the generation that serves now ("" when none does); InPlaceServes is set
+	// when the tree built in place before generations serves again after a roll back.
+	Serving       string `json:"serving,omitempty"`
+	InPlaceServes bool   `json:"in_place_serves,omitempty"`
+	// Changed names the inputs of the key that differ from the serving generation's.
+	Changed []string `json:"changed,omitempty"`
+}
+
+// String is plan's line about the generation.
+func (g *PlanGeneration) String() string {
+	serves := "none serves yet"
 	switch {
-	case g == nil:
-		return ""
-	case g.info.Serving == g.info.Key:
-		return fmt.Sprintf("%s (serving), in %s", g.info.Key, g.info.Dir)
-	case g.info.Serving == "" && g.info.InPlaceServes:
-		return fmt.Sprintf("%s (the in-place tree moved aside serves, after a roll back), in %s", g.info.Key, g.info.Dir)
-	case g.info.Serving == "":
-		return fmt.Sprintf("%s (new; none serves yet), in %s", g.info.Key, g.info.Dir)
+	case g.Serving != "":
+		serves = g.Serving + " serves"
+	case g.InPlaceServes:
+		serves = "the in-place tree moved aside serves, after a roll back"
 	}
-	return fmt.Sprintf("%s (new; %s serves), in %s", g.info.Key, g.info.Serving, g.info.Dir)
+	switch g.State {
+	case GenServing:
+		return fmt.Sprintf("%s (serving), in %s", g.Key, g.Dir)
+	case GenKept:
+		passed := ""
+		if g.Passed != nil {
+			passed = " " + g.Passed.UTC().Format(time.RFC3339)
+		}
+		return fmt.Sprintf("%s (kept, passed%s: apply goes back to it, building nothing again; %s), in %s", g.Key, passed, serves, g.Dir)
+	}
+	return fmt.Sprintf("%s (new; %s), in %s", g.Key, serves, g.Dir)
+}
+
+// planGeneration is plan's generation.
+func (e *Engine) planGeneration() *PlanGeneration {
+	g := e.gen
+	if g == nil {
+		return nil
+	}
+	pg := &PlanGeneration{Key: g.info.Key, Dir: g.info.Dir, State: GenNew, Serving: g.info.Serving, InPlaceServes: g.info.InPlaceServes, Changed: g.changed}
+	switch {
+	case g.info.Serving == g.info.Key:
+		pg.State, pg.Changed = GenServing, nil
+	case g.kept():
+		pg.State = GenKept
+		if t := g.passedAt(); !t.IsZero() {
+			pg.Passed = &t
+		}
+	}
+	return pg
 }
 
 // ReadFiles reads the files the steps name (see FileReader) and returns the bad input

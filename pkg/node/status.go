@@ -33,6 +33,9 @@ type Status struct {
 	// Recipes is each recipe's last run, the newest first, when the state dir holds
 	// several (the fields above are the first's).
 	Recipes []RecipeStatus `json:"recipes,omitempty"`
+	// Generations are the first recipe's generations, newest first (absent when it keeps
+	// none): which serves, where `sglprov rollback` goes, which passed and which failed.
+	Generations []GenerationEntry `json:"generations,omitempty"`
 }
 
 // RecipeStatus is one recipe's last run in `status --json` of a state dir with several.
@@ -44,6 +47,8 @@ type RecipeStatus struct {
 	// Interrupted lists the steps the recipe's last run was running when it ended.
 	Interrupted []string `json:"interrupted_steps,omitempty"`
 	Profile     *Profile `json:"profile,omitempty"`
+	// Generations are the recipe's generations, newest first (absent when it keeps none).
+	Generations []GenerationEntry `json:"generations,omitempty"`
 }
 
 // Reading is the state dir's last runs as status reads them.
