@@ -24,6 +24,7 @@ import (
 	"github.com/sglprov/sglprov/pkg/logval"
 	"github.com/sglprov/sglprov/pkg/node"
 	"github.com/sglprov/sglprov/pkg/recipe"
+	"github.com/sglprov/sglprov/pkg/refusal"
 	"github.com/sglprov/sglprov/pkg/stopsignal"
 )
 
@@ -83,7 +84,7 @@ func commands() []command {
 		{"completion", "bash|zsh|fish", "a shell completion script", runCompletion},
 		{"man", "", "the man page, sglprov(1), in roff", runMan},
 		{"known-bad", "", "the table of known-bad package, GPU and flag combinations that validate, plan and apply refuse", runKnownBad},
-		{"schema", "[recipe|report|status]", "the JSON Schema of recipes (for editors), of report.json or of status --json", runSchema},
+		{"schema", "[recipe|report|status|plan]", "the JSON Schema of recipes (for editors), of report.json, of status --json or of plan --json", runSchema},
 	}
 }
 
@@ -221,7 +222,7 @@ type recipeFlags struct {
 // that falls short, as plan does) the ways it falls short.
 type hostVerdict struct {
 	commands []hostcmd.Result
-	short    []string
+	short    []refusal.Reason
 	// facts are the host's GPU facts the engine was built with (nil when the recipe
 	// needs none).
 	facts *gpu.Facts
@@ -300,7 +301,7 @@ func detectFacts(ctx context.Context, stdio IO) (*gpu.Facts, error) {
 
 // hostFacts detects the GPUs when the recipe needs them and checks the GPU requirements
 // (node.HostFacts).
-func hostFacts(ctx context.Context, stdio IO, r *recipe.Recipe) (*gpu.Facts, []string, error) {
+func hostFacts(ctx context.Context, stdio IO, r *recipe.Recipe) (*gpu.Facts, []refusal.Reason, error) {
 	return node.HostFacts(ctx, r, stdio.Factory.Registry(), func(ctx context.Context) (*gpu.Facts, error) { return detectFacts(ctx, stdio) })
 }
 
@@ -331,7 +332,7 @@ type builtEngine struct {
 // the commands, the host fitness checks) and the engine was built; else it closes the
 // engine and returns the exit-4 error listing every problem, or the engine's error.
 func (b builtEngine) refuseShort(stdio IO, c *recipeFlags) (*engine.Engine, error) {
-	problems := append(append([]string(nil), b.host.short...), fitnessProblems(stdio, b.host.facts, b.r, b.e, c.stateDirPath())...)
+	problems := append(append([]refusal.Reason(nil), b.host.short...), refusal.Of(refusal.HostFitness, fitnessProblems(stdio, b.host.facts, b.r, b.e, c.stateDirPath()))...)
 	if len(problems) > 0 {
 		if b.e != nil {
 			b.e.Close()
@@ -382,7 +383,7 @@ func (c *recipeFlags) buildEngine(ctx context.Context, stdio IO, r *recipe.Recip
 	// business, listed as unchecked (with what this host has), never refused here.
 	var cmdProblems []string
 	v.commands, cmdProblems = node.CheckCommands(ctx, e, r, c.root, hostcmd.PathLooker{Path: stdio.Getenv("PATH"), Getenv: stdio.Getenv})
-	v.short = append(problems, cmdProblems...)
+	v.short = append(problems, refusal.Of(refusal.Command, cmdProblems)...)
 	return builtEngine{e: e, r: r, host: v, err: engErr}, nil
 }
 

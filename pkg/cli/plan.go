@@ -9,7 +9,9 @@ import (
 	"text/tabwriter"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/node"
+	"github.com/sglprov/sglprov/pkg/refusal"
 )
 
 // planOptions are plan's flags.
@@ -65,6 +67,14 @@ func planBody(ctx context.Context, stdio IO, o *planOptions) error {
 	host, e := b.host, b.e
 	if len(host.short) == 0 || b.err != nil {
 		if e, err = b.refuseShort(stdio, c); err != nil {
+			if asJSON && engine.Refused(err) {
+				// No plan could be made, but the refusal is still the answer, as data.
+				name := ""
+				if b.r != nil {
+					name = b.r.Name
+				}
+				writePlanJSON(stdio, &engine.Plan{Recipe: name, Steps: []engine.PlannedStep{}, ApplyRunning: running}, err)
+			}
 			return err
 		}
 	}
@@ -80,14 +90,9 @@ func planBody(ctx context.Context, stdio IO, o *planOptions) error {
 	}
 	p.Commands = host.commands
 	if asJSON {
-		out := struct {
-			*engine.Plan
-			ApplyRunning int `json:"apply_running_pid,omitempty"`
-		}{p, running}
-		enc := json.NewEncoder(stdio.Stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(out); err != nil {
-			return fmt.Errorf("writing the plan: %w", err)
+		p.ApplyRunning = running
+		if err := writePlanJSON(stdio, p, planErr); err != nil {
+			return err
 		}
 		return planErr
 	}
@@ -129,6 +134,20 @@ func planBody(ctx context.Context, stdio IO, o *planOptions) error {
 	}
 	fmt.Fprintf(stdio.Stdout, "%d of %d steps would run.\n", runs, len(p.Steps))
 	return planErr
+}
+
+// writePlanJSON prints p as plan --json does, with planErr's exit code and, when it
+// refuses the host, every reason (refusal.Collect).
+func writePlanJSON(stdio IO, p *engine.Plan, planErr error) error {
+	p.ExitCode = exitcode.Of(planErr)
+	p.Refusals = refusal.Collect(planErr)
+	enc := json.NewEncoder(stdio.Stdout)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false) // ">=580", as the recipe says
+	if err := enc.Encode(p); err != nil {
+		return fmt.Errorf("writing the plan: %w", err)
+	}
+	return nil
 }
 
 func splitList(s string) []string {

@@ -15,8 +15,8 @@ import (
 	"syscall"
 
 	"github.com/sglprov/sglprov/pkg/atomicfile"
-	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/ownership"
+	"github.com/sglprov/sglprov/pkg/refusal"
 	"github.com/sglprov/sglprov/pkg/safefile"
 )
 
@@ -95,7 +95,7 @@ func (e *Engine) GPUConflicts() error {
 	}
 	mine := e.seenGPUs()
 	replacing := e.ReplacesApplied()
-	var problems []string
+	var problems []refusal.Reason
 	names := make([]string, 0, len(f.Recipes))
 	for name := range f.Recipes {
 		names = append(names, name)
@@ -117,7 +117,7 @@ func (e *Engine) GPUConflicts() error {
 			if replaced {
 				p += " (this recipe replaces it, but its service manager cannot stop that recipe's server: replaces: is not applied under the exec manager; stop it with sglprov remove -f)"
 			}
-			problems = append(problems, p)
+			problems = append(problems, refusal.Reason{Code: refusal.GPUClaim, Message: p, Fields: map[string]any{"recipe": name, "gpus": shared}})
 		}
 	}
 	others, err := e.otherStateDirClaims(mine, replacing)
@@ -128,8 +128,8 @@ func (e *Engine) GPUConflicts() error {
 	if len(problems) == 0 {
 		return nil
 	}
-	return fmt.Errorf("%w: this recipe's server would share GPUs with another recipe's: %s; give the recipes requires.gpu.devices that do not overlap, add replaces: [RECIPE] to switch the node over, or sglprov remove -f the other recipe",
-		exitcode.ErrHost, strings.Join(problems, "; "))
+	return &refusal.Error{Head: "this recipe's server would share GPUs with another recipe's", Reasons: problems,
+		Tail: "; give the recipes requires.gpu.devices that do not overlap, add replaces: [RECIPE] to switch the node over, or sglprov remove -f the other recipe"}
 }
 
 // NodeClaimsDir is the node-wide folder of GPU claims: one per state dir and recipe whose
@@ -297,7 +297,7 @@ func pendingHeld(path string) bool {
 // records (a recipe removed there, or a state dir gone, claims nothing any more); one whose
 // state cannot be read is taken as it says. A recipe this one replaces is left out when
 // replacing (its server is stopped by the switch), as in this state dir.
-func (e *Engine) otherStateDirClaims(mine []string, replacing bool) ([]string, error) {
+func (e *Engine) otherStateDirClaims(mine []string, replacing bool) ([]refusal.Reason, error) {
 	if e.opts.ClaimsDir == "" {
 		return nil, nil
 	}
@@ -312,7 +312,7 @@ func (e *Engine) otherStateDirClaims(mine []string, replacing bool) ([]string, e
 		entries = entries[:maxClaims]
 	}
 	self := absStateDir(e.opts.StateDir)
-	var out []string
+	var out []refusal.Reason
 	for _, ent := range entries {
 		pending := strings.HasSuffix(ent.Name(), ".json"+pendingSuffix)
 		if !strings.HasSuffix(ent.Name(), ".json") && !pending {
@@ -355,9 +355,10 @@ func (e *Engine) otherStateDirClaims(mine []string, replacing bool) ([]string, e
 			}
 		}
 		if len(shared) > 0 {
-			out = append(out, fmt.Sprintf("recipe %s, applied with state dir %s%s, serves on %s", c.Recipe, c.StateDir, note, strings.Join(shared, ", ")))
+			out = append(out, refusal.New(refusal.GPUClaim, map[string]any{"recipe": c.Recipe, "state_dir": c.StateDir, "gpus": shared},
+				"recipe %s, applied with state dir %s%s, serves on %s", c.Recipe, c.StateDir, note, strings.Join(shared, ", ")))
 		}
 	}
-	sort.Strings(out)
+	sort.Slice(out, func(i, j int) bool { return out[i].Message < out[j].Message })
 	return out, nil
 }

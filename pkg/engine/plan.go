@@ -13,6 +13,7 @@ import (
 	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/hostcmd"
 	"github.com/sglprov/sglprov/pkg/logval"
+	"github.com/sglprov/sglprov/pkg/refusal"
 )
 
 // Decision is whether a step runs and why.
@@ -179,6 +180,13 @@ type Plan struct {
 	// Generation says which generation apply would build into or go back to, and which
 	// one serves (nil when the recipe uses none).
 	Generation *PlanGeneration `json:"generation,omitempty"`
+	// ApplyRunning is the pid of an apply running now (-1 when its pid is unknown).
+	ApplyRunning int `json:"apply_running_pid,omitempty"`
+	// ExitCode is plan's own exit code (4 when the host falls short, 6 when it needs a
+	// reboot, 2 for bad input); Refusals are every way the host falls short, each with its
+	// code and the facts it names (exit 4).
+	ExitCode int              `json:"exit_code"`
+	Refusals []refusal.Reason `json:"refusals,omitempty"`
 }
 
 // Plan generation states (PlanGeneration.State).

@@ -17,8 +17,8 @@ import (
 	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/fetch"
 	"github.com/sglprov/sglprov/pkg/hub"
-	"github.com/sglprov/sglprov/pkg/netretry"
 	"github.com/sglprov/sglprov/pkg/logval"
+	"github.com/sglprov/sglprov/pkg/netretry"
 	"github.com/sglprov/sglprov/pkg/ownership"
 	"github.com/sglprov/sglprov/pkg/redact"
 )
