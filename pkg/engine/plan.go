@@ -356,6 +356,12 @@ func (e *Engine) Plan(ctx context.Context) (*Plan, error) {
 			if ps.Run && !env.Force {
 				looked = e.planCache(ctx, n, d.Fingerprint)
 				ps.FromCache, ps.CacheNote = looked.noted()
+				if looked != nil && ps.FromCache == "" && looked.err == nil && len(upstream) > 0 {
+					// The registry answered, but this step's key includes what its needs
+					// make: apply asks again, with the key they leave, once they ran.
+					ps.CacheNote = fmt.Sprintf("the fleet cache %s has no artifact for it yet; apply asks again once %s ran (its key includes what they make)",
+						e.opts.Cache, strings.Join(upstream, ", "))
+				}
 				switch {
 				case ps.FromCache != "":
 					ps.Reason += "; from cache " + shortDigest(ps.FromCache)
@@ -485,7 +491,7 @@ func (l *lookup) noted() (artifact, note string) {
 	case l == nil || l.err == nil && l.a == nil:
 		return "", ""
 	case l.err != nil:
-		return "", "cache: " + l.err.Error()
+		return "", "cache offline (apply asks it again): " + l.err.Error()
 	}
 	return l.a.Digest, ""
 }
