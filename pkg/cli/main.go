@@ -141,7 +141,7 @@ func Main(args []string, stdio IO) int {
 	if errors.Is(err, errHelpShown) {
 		return exitcode.ExitOK
 	}
-	code := exitcode.Of(err)
+	code := exitCodeOf(err)
 	if err != nil && interrupted() {
 		code = ExitInterrupted
 	}
@@ -152,6 +152,15 @@ func Main(args []string, stdio IO) int {
 		stdio.run.final(stdio.Stderr, c.name, "hint", hint, code)
 	}
 	return code
+}
+
+// exitCodeOf is err's exit code: the contract's (exitcode.Of), or an exitError's own.
+func exitCodeOf(err error) int {
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	return exitcode.Of(err)
 }
 
 // final writes the command's last word (its error, or a hint): a plain line on stderr, or
@@ -400,7 +409,7 @@ type versionOptions struct {
 func runVersion(ctx context.Context, stdio IO, args []string) error {
 	var o versionOptions
 	fs := newFlags("version", stdio)
-	fs.BoolVar(&o.json, "json", false, "print the build's facts as JSON")
+	fs.jsonFlags(&o.json, "print the build's facts as JSON")
 	if err := parse(fs, args); err != nil {
 		return err
 	}

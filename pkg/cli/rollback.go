@@ -21,6 +21,7 @@ func runRollback(ctx context.Context, stdio IO, args []string) error {
 	var o rollbackOptions
 	fs := newFlags("rollback", stdio)
 	o.register(fs, stdio)
+	fs.hide("root") // refused below: a roll back restarts and gates the server here
 	fs.StringVar(&o.to, "to", "", "go back to this `GENERATION` (its key or a prefix of it; `sglprov status -f RECIPE` lists them) instead of the previous one")
 	if err := parse(fs, args); err != nil {
 		return err

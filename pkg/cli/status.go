@@ -30,7 +30,7 @@ func runStatus(ctx context.Context, stdio IO, args []string) error {
 	var o statusOptions
 	fs := newFlags("status", stdio)
 	o.register(fs, stdio)
-	fs.BoolVar(&o.json, "json", false, "print the status as JSON")
+	fs.jsonFlags(&o.json, "print the status as JSON")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
