@@ -148,10 +148,17 @@ func (s *Step) hubClient(env *engine.Env, retries int) (*hub.Client, error) {
 		Endpoint: s.spec.HF.Endpoint, TokenFile: tokenFile, Getenv: s.getenv, HTTPClient: s.client,
 		Retries: retries, RetryWait: s.retryWait, RetryFor: s.apiRetryFor(env, retries),
 		Log: func(level slog.Level, msg string, keyvals ...any) {
-			if level >= slog.LevelError {
-				env.Log.Error(msg, keyvals...)
-			} else {
+			switch {
+			case level < slog.LevelError:
 				env.Log.Info(msg, keyvals...)
+			case !s.dnsSaid.CompareAndSwap(false, true):
+				// Said once for the step, whichever of its clients met it first.
+			case retries < 0:
+				// plan and the fingerprint: nothing fails for it (plan says what it could
+				// not ask), so it is a warning; apply's error comes with its retries.
+				env.Log.Warn(msg, keyvals...)
+			default:
+				env.Log.Error(msg, keyvals...)
 			}
 		},
 	})
