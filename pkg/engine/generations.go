@@ -508,3 +508,54 @@ func (g *genState) passedAt() time.Time {
 	}
 	return time.Time{}
 }
+
+// withoutGenerationOnly drops from changed, when the generation's folder changed, the vars
+// whose value changed only because it names the generation's folder (a generation root
+// var, {{ .vars.src }} rendered into each generation): their text did not change, and
+// naming them in every generation step's reason says nothing. old are the step's recorded
+// parts, lookup renders a reference now. The folder recorded is recognised among the
+// generations kept (the serving one first).
+func (g *genState) withoutGenerationOnly(changed []string, old map[string]string, lookup func(string) string) []string {
+	if g == nil || g.store == nil || !slices.Contains(changed, recipe.GenerationDirRef) {
+		return changed
+	}
+	oldDir := ""
+	for _, k := range append([]string{g.info.Serving}, g.keys()...) {
+		if k == "" {
+			continue
+		}
+		if dir := path.Join(path.Dir(g.info.Dir), k); digest(dir) == old[recipe.GenerationDirRef] {
+			oldDir = dir
+			break
+		}
+	}
+	if oldDir == "" {
+		return changed
+	}
+	out := changed[:0:0]
+	for _, c := range changed {
+		if strings.HasPrefix(c, "vars.") {
+			if v := lookup(c); strings.Contains(v, g.info.Dir) && digest(strings.ReplaceAll(v, g.info.Dir, oldDir)) == old[c] {
+				continue
+			}
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// keys returns the keys of the generations the store records (nil when it cannot list them).
+func (g *genState) keys() []string {
+	type lister interface {
+		Generations() []generation.Generation
+	}
+	l, ok := g.store.(lister)
+	if !ok {
+		return nil
+	}
+	var out []string
+	for _, x := range l.Generations() {
+		out = append(out, x.Key)
+	}
+	return out
+}

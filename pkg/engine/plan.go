@@ -62,7 +62,7 @@ func (e *Engine) decide(ctx context.Context, n *node, env *Env) (Decision, error
 		d.Run, d.Reason = true, "needs "+strings.Join(env.DepsRan, ", ")+", which ran"
 		return d, nil
 	}
-	if changed := ChangedParts(rec.Parts, parts); len(changed) > 0 {
+	if changed := e.gen.withoutGenerationOnly(ChangedParts(rec.Parts, parts), rec.Parts, e.data.Lookup); len(changed) > 0 {
 		d.Run, d.Reason = true, "fingerprint changed: "+strings.Join(e.gen.explainChanged(changed), ", ")
 		return d, nil
 	}
