@@ -71,6 +71,9 @@ type genState struct {
 	// promoted is set once a switch in this run promoted a unit of this generation: it
 	// was recorded as passed then (Engine.promoted). Guarded by the engine's mu.
 	promoted bool
+	// freedEarly is what the run freed before it built (failed generations), which the
+	// run's note says with what it freed at the end.
+	freedEarly *generation.Pruned
 }
 
 // rootStore is implemented by a Generations that keeps a link at each of the recipe's
@@ -285,6 +288,7 @@ func (e *Engine) beginGeneration() error {
 				e.log.Warn("freeing failed generations", "err", err)
 			case p != nil && len(p.Freed) > 0:
 				e.log.Info("generation", "freed", p.Describe(logval.Format))
+				g.freedEarly = p
 			}
 		}
 	}
@@ -383,6 +387,9 @@ func (e *Engine) endGeneration(ok bool) *GenerationReport {
 		default:
 			gr.Note = fmt.Sprintf("generation %s has not passed; generation %s serves", generation.Short(g.info.Key), generation.Short(g.info.Serving))
 		}
+		if f := g.freedEarly; f != nil {
+			gr.Note += fmt.Sprintf("; freed %s (%s) before building", freedKeys(f.Freed), logval.Format(f.Bytes))
+		}
 		return gr
 	}
 	// Recording it again after a promotion is harmless: the same generation serves, with
@@ -394,6 +401,10 @@ func (e *Engine) endGeneration(ok bool) *GenerationReport {
 		gr.Note += fmt.Sprintf(" (was %s)", generation.Short(g.info.Serving))
 	} else if g.info.Serving == "" && g.info.InPlaceServes {
 		gr.Note += " (was the in-place tree moved aside)"
+	}
+	if f := g.freedEarly; f != nil && pruned != nil {
+		// What the run freed before it built is freed by this run too.
+		pruned.Freed, pruned.Bytes = append(append([]generation.Freed(nil), f.Freed...), pruned.Freed...), pruned.Bytes+f.Bytes
 	}
 	if pruned != nil {
 		gr.Note += "; " + pruned.Describe(logval.Format)
@@ -558,4 +569,13 @@ func (g *genState) keys() []string {
 		out = append(out, x.Key)
 	}
 	return out
+}
+
+// freedKeys lists freed generations by short key.
+func freedKeys(freed []generation.Freed) string {
+	keys := make([]string, 0, len(freed))
+	for _, f := range freed {
+		keys = append(keys, generation.Short(f.Key))
+	}
+	return strings.Join(keys, ", ")
 }
