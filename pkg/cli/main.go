@@ -368,7 +368,15 @@ func (c *recipeFlags) buildEngine(ctx context.Context, stdio IO, r *recipe.Recip
 	}
 	facts, problems, err := hostFacts(ctx, stdio, r)
 	if err != nil {
-		return builtEngine{}, err
+		if !errors.Is(err, exitcode.ErrHost) || errors.Is(err, exitcode.ErrReboot) {
+			return builtEngine{}, err
+		}
+		// The GPUs cannot be read (no NVML): that is one problem, and the others that
+		// can still be checked (the commands, the steps' preflights) are listed with it.
+		for _, rs := range refusal.Collect(err) {
+			problems = append(problems, refusal.Reason{Code: refusal.NVML, Message: rs.Message})
+		}
+		facts = nil
 	}
 	v.facts = facts
 	newLogger, err := c.newLoggerFunc()

@@ -43,7 +43,7 @@ var fieldDocs = map[string]string{
 	"Status.ExitCode": "status's own exit code: the last run's (1 when none is recorded)",
 	"Plan.ExitCode":   "plan's own exit code: 0, 4 when the host falls short (refusals lists every reason), 6 when it needs a reboot, 2 for bad input",
 	"Reason.Code": `what kind of refusal: "gpu_count", "gpu_counts", "gpu_devices", "compute_capability", "gpu_memory", "gpu_total_memory", ` +
-		`"driver", "cuda", "requirement", "command", "host_fitness", "gpu_claim" or "host" (any other, its message only)`,
+		`"driver", "cuda", "requirement", "command", "host_fitness", "gpu_claim", "nvml" (the GPUs cannot be read) or "host" (any other, its message only)`,
 	"Reason.Fields": "the facts the reason names, by code: gpu_count {have, need}; gpu_counts {have, counts}; compute_capability " +
 		"{gpu, name, uuid, have, need}; gpu_memory {gpu, name, uuid, have_gib, need_gib}; gpu_total_memory {gpus, have_gib, need_gib}; " +
 		"driver and cuda {have, need}; requirement {field}; gpu_claim {recipe, gpus, state_dir when applied with another state dir}",

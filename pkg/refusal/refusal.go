@@ -40,6 +40,8 @@ const (
 	// GPUClaim: another recipe's server claims these GPUs (fields recipe, gpus, and
 	// state_dir when it was applied with another state dir).
 	GPUClaim = "gpu_claim"
+	// NVML: the GPUs cannot be read (NVML not loaded): the GPU requirements are unchecked.
+	NVML = "nvml"
 	// Host: any other way the host falls short (free space, a known-bad environment,
 	// NVML), its sentence only.
 	Host = "host"
