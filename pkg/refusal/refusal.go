@@ -123,7 +123,13 @@ func Collect(err error) []Reason {
 			return
 		}
 		msg := strings.TrimSpace(exitcode.Message(err))
-		msg = strings.TrimSpace(strings.Replace(msg, exitcode.ErrHost.Error()+":", "", 1))
+		// The class phrase adds nothing beside the reason's own words.
+		if m := strings.Replace(msg, exitcode.ErrHost.Error()+": ", "", 1); m != msg {
+			msg = m
+		} else {
+			msg = strings.Replace(msg, exitcode.ErrHost.Error()+":", "", 1)
+		}
+		msg = strings.TrimSpace(msg)
 		out = append(out, Reason{Code: Host, Message: msg})
 	}
 	walk(err)
