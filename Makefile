@@ -40,6 +40,7 @@ schema:
 	$(BIN) schema > docs/recipe.schema.json
 	$(BIN) schema report > docs/report.schema.json
 	$(BIN) schema status > docs/status.schema.json
+	$(BIN) schema plan > docs/plan.schema.json
 
 # man writes the man page sglprov(1), made from the same text as the help.
 man: build

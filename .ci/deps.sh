@@ -7,8 +7,11 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 # release tools/registry/go.mod pins, built with this Go into bin/registry (Go's build cache
 # makes a second run a no-op). Debian's docker-registry below is the fallback where that is
 # missing; its Go 1.19 build hashes what a push sends several times slower.
+echo "deps: building the OCI registry (distribution 3) into bin/registry: about 30 s the first time, through the Go module proxy; instant once built"
+reg_start=$(date +%s)
 (cd "$root/tools/registry" && GOTOOLCHAIN=local go build -o "$root/bin/registry" github.com/distribution/distribution/v3/cmd/registry) ||
   { echo "building distribution 3 from tools/registry failed (it needs the Go module proxy)" >&2; exit 1; }
+echo "deps: bin/registry built in $(( $(date +%s) - reg_start ))s"
 need=()
 command -v git >/dev/null || need+=(git)
 command -v cmake >/dev/null || need+=(cmake)
@@ -37,6 +40,9 @@ if [ "${#need[@]}" -gt 0 ]; then
     exit 0
   fi
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${need[@]}"
+  # A first boot's cloud-init or unattended-upgrades may hold the dpkg lock: wait for it,
+  # saying who holds it (.ci/apt-wait), as sglprov's packages step does.
+  echo "deps: installing ${need[*]}"
+  "$root/.ci/apt-wait" apt-get update -qq
+  "$root/.ci/apt-wait" apt-get install -y -qq --no-install-recommends "${need[@]}"
 fi

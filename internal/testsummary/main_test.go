@@ -99,3 +99,29 @@ func TestTotalSumsTheSuites(t *testing.T) {
 		t.Errorf("the record file is still there: %v", err)
 	}
 }
+
+// TestTotalDoesNotCountAsSkippedWhatAnotherSuiteRan: the e2e tests skip themselves in the
+// unit suite (no -e2e there) and run in the e2e suite of the same make test: the total
+// counts them once, as run, not also as skipped, and says how many it left out; a test
+// skipped everywhere stays skipped.
+func TestTotalDoesNotCountAsSkippedWhatAnotherSuiteRan(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "counts")
+	for _, rec := range []struct {
+		suite string
+		s     *summary
+	}{
+		{"unit", &summary{results: map[key]string{{"p", "TestA"}: "pass", {"e2e", "TestApply"}: "skip", {"e2e", "TestDaemon"}: "skip", {"p", "TestGPU"}: "skip"}}},
+		{"e2e", &summary{results: map[key]string{{"e2e", "TestApply"}: "pass", {"e2e", "TestApply/rerun"}: "pass", {"e2e", "TestDaemon"}: "fail"}}},
+	} {
+		if err := appendRecord(path, rec.suite, rec.s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	line, err := sumRecords(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "2 passed, 1 failed, 1 skipped (not counted as skipped: 2 tests skipped in one suite and run in another)"; line != want {
+		t.Errorf("total %q, want %q", line, want)
+	}
+}

@@ -80,6 +80,15 @@ func applyKeep(ctx context.Context, stdio IO, c *recipeFlags, hold *node.Hold, m
 		return recordRefusal(c, r, started, err), nil, err
 	}
 	rep, runErr := e.Apply(ctx)
+	if rep == nil && engine.Refused(runErr) {
+		// Refused before the first step (a GPU another recipe's server claims): a run
+		// too, recorded, so that status says so and exits with its code.
+		rep = recordRefusal(c, r, started, runErr)
+		if rep != nil {
+			fmt.Fprintf(stdio.Stdout, "\n%s: refused in %s; report: %s\n", r.Name, rep.Duration.Round(1e6), rep.Dir+string(os.PathSeparator)+"report.json")
+		}
+		return rep, e, runErr
+	}
 	if rep != nil {
 		fmt.Fprintf(stdio.Stdout, "\n%s", rep.Summary())
 		for _, h := range rep.Hints() {

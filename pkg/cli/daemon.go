@@ -18,6 +18,7 @@ func runDaemon(ctx context.Context, stdio IO, args []string) error {
 	var o daemonOptions
 	fs := newFlags("daemon", stdio)
 	o.register(fs, stdio)
+	fs.hide("root") // refused below: the daemon watches a running node
 	c, files := &o.recipeFlags, &o.files
 	// -f and --recipe repeat here: one daemon watches every recipe of the node.
 	for _, name := range []string{"f", "recipe"} {

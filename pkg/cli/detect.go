@@ -18,7 +18,7 @@ type detectOptions struct {
 func runDetect(ctx context.Context, stdio IO, args []string) error {
 	var o detectOptions
 	fs := newFlags("detect", stdio)
-	fs.BoolVar(&o.json, "json", false, "print the facts as JSON")
+	fs.jsonFlags(&o.json, "print the facts as JSON")
 	if err := parse(fs, args); err != nil {
 		return err
 	}

@@ -100,7 +100,7 @@ steps:
 		t.Fatalf("buildEngine on a short host: %v, %v", err, b.err)
 	}
 	b.e.Close()
-	if host := b.host; len(host.short) != 1 || host.short[0] != "host has 1 GPU; this recipe needs at least 8" {
+	if host := b.host; len(host.short) != 1 || host.short[0].Message != "host has 1 GPU; this recipe needs at least 8" {
 		t.Errorf("short = %q", host.short)
 	}
 	if _, _, err := c.newEngine(context.Background(), stdio, nil, nil); !errors.Is(err, exitcode.ErrHost) {

@@ -26,6 +26,19 @@ type flagSet struct {
 	common map[string]bool
 	// after runs once the flags are parsed (checks that need every flag's value).
 	after []func() error
+	// hidden names the flags that help, the man page and completion leave out: common
+	// flags this command refuses (the daemon's --root), still parsed to say why.
+	hidden map[string]bool
+}
+
+// hide leaves the flags named out of help, the man page and completion.
+func (fs *flagSet) hide(names ...string) {
+	if fs.hidden == nil {
+		fs.hidden = map[string]bool{}
+	}
+	for _, n := range names {
+		fs.hidden[n] = true
+	}
 }
 
 // newFlags returns the flag set of command name.
@@ -41,12 +54,29 @@ var errHelpShown = errors.New("help shown")
 
 // parse parses args, with a usage error (exit 2) for bad flags or stray arguments. -h and
 // --help print the command's help to stdout and return errHelpShown.
+// As GNU tools do, a one-letter flag takes its value attached (-fFILE), and a command
+// that takes -f RECIPE takes the recipe as its one argument too (sglprov plan FILE).
 func parse(fs *flagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
+	if err := fs.Parse(fs.splitShort(args)); err != nil {
 		return fs.flagError(err)
 	}
 	if fs.NArg() > 0 {
-		return usageError(fs.cmd, fmt.Sprintf("unexpected argument %q", fs.Arg(0)))
+		if f := fs.Lookup("f"); f != nil && f.Value.String() == "" && !strings.HasPrefix(fs.Arg(0), "-") {
+			// The recipe given as an argument; flags may follow it.
+			if err := f.Value.Set(fs.Arg(0)); err != nil {
+				return usageError(fs.cmd, err.Error())
+			}
+			if err := fs.Parse(fs.splitShort(fs.Args()[1:])); err != nil {
+				return fs.flagError(err)
+			}
+		}
+	}
+	if fs.NArg() > 0 {
+		msg := fmt.Sprintf("unexpected argument %q", fs.Arg(0))
+		if f := fs.Lookup("f"); f != nil && f.Value.String() != "" {
+			msg += fmt.Sprintf(" (the recipe is %s already: one recipe per command)", f.Value.String())
+		}
+		return usageError(fs.cmd, msg)
 	}
 	for _, check := range fs.after {
 		if err := check(); err != nil {
@@ -54,6 +84,80 @@ func parse(fs *flagSet, args []string) error {
 		}
 	}
 	return nil
+}
+
+// splitShort rewrites "-fFILE", a one-letter flag that takes a value with the value
+// attached, as "-f" "FILE"; a word that names a flag itself ("-json", one dash works too),
+// one with "=", and everything after "--" or a flag's value stay as they are.
+func (fs *flagSet) splitShort(args []string) []string {
+	out := make([]string, 0, len(args)+1)
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			return append(out, args[i:]...)
+		}
+		name, hasValue := strings.CutPrefix(a, "-")
+		name = strings.TrimPrefix(name, "-")
+		name, _, withEq := strings.Cut(name, "=")
+		if !hasValue || name == "" {
+			out = append(out, a)
+			continue
+		}
+		if f := fs.Lookup(name); f != nil {
+			out = append(out, a)
+			if !withEq && !isBoolFlag(f) && i+1 < len(args) {
+				// Its value, whatever it looks like.
+				i++
+				out = append(out, args[i])
+			}
+			continue
+		}
+		if !strings.HasPrefix(a, "--") && len(name) > 1 && !withEq {
+			if f := fs.Lookup(name[:1]); f != nil && !isBoolFlag(f) {
+				out = append(out, "-"+name[:1], a[2:])
+				continue
+			}
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+// isBoolFlag reports whether f takes no value.
+func isBoolFlag(f *flag.Flag) bool {
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
+}
+
+// outputFlag is --output FORMAT: "json" sets the command's --json, "text" clears it.
+type outputFlag struct{ json *bool }
+
+func (o *outputFlag) String() string {
+	if o.json != nil && *o.json {
+		return "json"
+	}
+	return "text"
+}
+
+func (o *outputFlag) Set(v string) error {
+	switch v {
+	case "json":
+		*o.json = true
+	case "text":
+		*o.json = false
+	default:
+		return fmt.Errorf("want json or text, not %q", v)
+	}
+	return nil
+}
+
+// jsonFlags adds --json and its long form --output json (-o json) to fs, both setting
+// *json.
+func (fs *flagSet) jsonFlags(json *bool, usage string) {
+	fs.BoolVar(json, "json", false, usage)
+	out := &outputFlag{json}
+	fs.Var(out, "output", "output `FORMAT`: text or json (as --json)")
+	fs.Var(out, "o", "output `FORMAT`: text or json (as --json)")
 }
 
 // flagError answers an error of fs.Parse: -h and --help print the command's help (or hand
@@ -99,9 +203,16 @@ func usageError(cmd, msg string) error {
 // flagNameInError finds the flag the standard library's error messages name ("-name").
 var flagNameInError = regexp.MustCompile(`(flag(?: provided but not defined:| needs an argument:)? )-([A-Za-z0-9][A-Za-z0-9_-]+)`)
 
-// gnuFlagNames rewrites the "-name" of a flag error to "--name", the form help shows.
+// gnuFlagNames rewrites the "-name" of a flag error to "--name", the form help shows (a
+// one-letter name stays "-f").
 func gnuFlagNames(msg string) string {
-	return flagNameInError.ReplaceAllString(msg, "$1--$2")
+	return flagNameInError.ReplaceAllStringFunc(msg, func(m string) string {
+		sub := flagNameInError.FindStringSubmatch(m)
+		if len(sub[2]) == 1 {
+			return sub[1] + "-" + sub[2]
+		}
+		return sub[1] + "--" + sub[2]
+	})
 }
 
 // flagInfo is one flag as help shows it: its names, value name, usage and default.
@@ -131,6 +242,9 @@ func (fs *flagSet) flags() []flagInfo {
 	byPtr := map[uintptr]*flagInfo{}
 	var order []*flagInfo
 	fs.VisitAll(func(f *flag.Flag) {
+		if fs.hidden[f.Name] {
+			return
+		}
 		key := storage(f.Value)
 		info := byPtr[key]
 		if info == nil || key == 0 {

@@ -25,6 +25,7 @@ var exitCodes = []struct {
 	{exitcode.ExitHost, "the host does not meet the recipe's requirements, or NVML could not be loaded, or a download cannot fit, or (plan) the hub has no such model revision"},
 	{exitcode.ExitLocked, "another sglprov run holds the lock"},
 	{exitcode.ExitReboot, "reboot required (NVIDIA driver/library version mismatch)"},
+	{ExitChanges, "plan --detailed-exitcode only: the plan has steps to run"},
 	{ExitInterrupted, "interrupted (Ctrl-C, SIGINT)"},
 }
 

@@ -21,7 +21,7 @@ type knownBadOptions struct {
 func runKnownBad(ctx context.Context, stdio IO, args []string) error {
 	var o knownBadOptions
 	fs := newFlags("known-bad", stdio)
-	fs.BoolVar(&o.json, "json", false, "print the table as JSON")
+	fs.jsonFlags(&o.json, "print the table as JSON")
 	if err := parse(fs, args); err != nil {
 		return err
 	}

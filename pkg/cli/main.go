@@ -24,6 +24,7 @@ import (
 	"github.com/sglprov/sglprov/pkg/logval"
 	"github.com/sglprov/sglprov/pkg/node"
 	"github.com/sglprov/sglprov/pkg/recipe"
+	"github.com/sglprov/sglprov/pkg/refusal"
 	"github.com/sglprov/sglprov/pkg/stopsignal"
 )
 
@@ -74,6 +75,7 @@ func commands() []command {
 		{"smoke", "--url URL | -f RECIPE", "the correctness gate alone, against a running server", runSmokeCommand},
 		{"status", "", "the last run: each step, its result, time and reason; exits with that run's code", runStatus},
 		{"daemon", "-f RECIPE [-f RECIPE...]", "apply, then keep watching the node (driver changes, canary smoke, remediation, health, metrics)", runDaemon},
+		{"rollback", "-f RECIPE [--to GENERATION]", "put the previous generation that passed its gate back in service, gated (--to: another kept one)", runRollback},
 		{"remove", "-f RECIPE", "take a recipe off the node: its units, generations and records (--weights: its downloads)", runRemove},
 		{"gc", "", "free what no recipe needs: old generations, part files, weights of removed recipes", runGC},
 		{"lock", "-f RECIPE", "write the lock of the Python environment the recipe's pip steps made here (wheels and sha256s)", runLock},
@@ -82,7 +84,7 @@ func commands() []command {
 		{"completion", "bash|zsh|fish", "a shell completion script", runCompletion},
 		{"man", "", "the man page, sglprov(1), in roff", runMan},
 		{"known-bad", "", "the table of known-bad package, GPU and flag combinations that validate, plan and apply refuse", runKnownBad},
-		{"schema", "[recipe|report|status]", "the JSON Schema of recipes (for editors), of report.json or of status --json", runSchema},
+		{"schema", "[recipe|report|status|plan]", "the JSON Schema of recipes (for editors), of report.json, of status --json or of plan --json", runSchema},
 	}
 }
 
@@ -139,7 +141,7 @@ func Main(args []string, stdio IO) int {
 	if errors.Is(err, errHelpShown) {
 		return exitcode.ExitOK
 	}
-	code := exitcode.Of(err)
+	code := exitCodeOf(err)
 	if err != nil && interrupted() {
 		code = ExitInterrupted
 	}
@@ -150,6 +152,15 @@ func Main(args []string, stdio IO) int {
 		stdio.run.final(stdio.Stderr, c.name, "hint", hint, code)
 	}
 	return code
+}
+
+// exitCodeOf is err's exit code: the contract's (exitcode.Of), or an exitError's own.
+func exitCodeOf(err error) int {
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	return exitcode.Of(err)
 }
 
 // final writes the command's last word (its error, or a hint): a plain line on stderr, or
@@ -220,7 +231,7 @@ type recipeFlags struct {
 // that falls short, as plan does) the ways it falls short.
 type hostVerdict struct {
 	commands []hostcmd.Result
-	short    []string
+	short    []refusal.Reason
 	// facts are the host's GPU facts the engine was built with (nil when the recipe
 	// needs none).
 	facts *gpu.Facts
@@ -299,7 +310,7 @@ func detectFacts(ctx context.Context, stdio IO) (*gpu.Facts, error) {
 
 // hostFacts detects the GPUs when the recipe needs them and checks the GPU requirements
 // (node.HostFacts).
-func hostFacts(ctx context.Context, stdio IO, r *recipe.Recipe) (*gpu.Facts, []string, error) {
+func hostFacts(ctx context.Context, stdio IO, r *recipe.Recipe) (*gpu.Facts, []refusal.Reason, error) {
 	return node.HostFacts(ctx, r, stdio.Factory.Registry(), func(ctx context.Context) (*gpu.Facts, error) { return detectFacts(ctx, stdio) })
 }
 
@@ -330,7 +341,7 @@ type builtEngine struct {
 // the commands, the host fitness checks) and the engine was built; else it closes the
 // engine and returns the exit-4 error listing every problem, or the engine's error.
 func (b builtEngine) refuseShort(stdio IO, c *recipeFlags) (*engine.Engine, error) {
-	problems := append(append([]string(nil), b.host.short...), fitnessProblems(stdio, b.host.facts, b.r, b.e, c.stateDirPath())...)
+	problems := append(append([]refusal.Reason(nil), b.host.short...), refusal.Of(refusal.HostFitness, fitnessProblems(stdio, b.host.facts, b.r, b.e, c.stateDirPath()))...)
 	if len(problems) > 0 {
 		if b.e != nil {
 			b.e.Close()
@@ -357,7 +368,15 @@ func (c *recipeFlags) buildEngine(ctx context.Context, stdio IO, r *recipe.Recip
 	}
 	facts, problems, err := hostFacts(ctx, stdio, r)
 	if err != nil {
-		return builtEngine{}, err
+		if !errors.Is(err, exitcode.ErrHost) || errors.Is(err, exitcode.ErrReboot) {
+			return builtEngine{}, err
+		}
+		// The GPUs cannot be read (no NVML): that is one problem, and the others that
+		// can still be checked (the commands, the steps' preflights) are listed with it.
+		for _, rs := range refusal.Collect(err) {
+			problems = append(problems, refusal.Reason{Code: refusal.NVML, Message: rs.Message})
+		}
+		facts = nil
 	}
 	v.facts = facts
 	newLogger, err := c.newLoggerFunc()
@@ -381,7 +400,7 @@ func (c *recipeFlags) buildEngine(ctx context.Context, stdio IO, r *recipe.Recip
 	// business, listed as unchecked (with what this host has), never refused here.
 	var cmdProblems []string
 	v.commands, cmdProblems = node.CheckCommands(ctx, e, r, c.root, hostcmd.PathLooker{Path: stdio.Getenv("PATH"), Getenv: stdio.Getenv})
-	v.short = append(problems, cmdProblems...)
+	v.short = append(problems, refusal.Of(refusal.Command, cmdProblems)...)
 	return builtEngine{e: e, r: r, host: v, err: engErr}, nil
 }
 
@@ -398,7 +417,7 @@ type versionOptions struct {
 func runVersion(ctx context.Context, stdio IO, args []string) error {
 	var o versionOptions
 	fs := newFlags("version", stdio)
-	fs.BoolVar(&o.json, "json", false, "print the build's facts as JSON")
+	fs.jsonFlags(&o.json, "print the build's facts as JSON")
 	if err := parse(fs, args); err != nil {
 		return err
 	}

@@ -83,10 +83,23 @@ func writeMan(w io.Writer, cmds []describedCommand, version string) error {
 	for _, e := range environment {
 		fmt.Fprintf(&b, ".TP\n.B %s\n%s\n", e.Name, roff(e.Meaning))
 	}
+	b.WriteString(".SH DAEMON\n")
+	b.WriteString(roff("sglprov daemon -f RECIPE [-f RECIPE...] is the node's one long-running process (its unit and cloud-init: docs/cloud-init.md). It applies each recipe, then every --interval reads the driver facts (a driver change re-applies what depends on it; a library mismatch is exit 6's reboot) and asks each served model the canary case. A canary that keeps failing (--failures-before-restart) climbs the remediation ladder: restart the server (--max-restarts), the whole gate, the next profile, the previous generation, then unhealthy, running the recipe's on_unhealthy and on_healthy hooks on each transition. It serves Prometheus metrics on --metrics-addr (127.0.0.1:9477) with /healthz (200 only while every recipe serves correct answers; 503 and the reason otherwise) and /readyz (200 once the first gate passed), and writes them to --textfile. It holds the state dir's lock for its whole life: an apply beside it is refused (exit 5) naming its pid; SIGHUP re-reads the recipes and applies what changed; SIGINT or SIGTERM stops it cleanly. It refuses --root (exit 2).") + "\n")
 	b.WriteString(".SH FILES\n")
-	fmt.Fprintf(&b, ".TP\n.I %s/state.json\n%s\n", roff(DefaultStateDir), roff("per step: fingerprint, result, start and duration of the last run"))
-	fmt.Fprintf(&b, ".TP\n.I %s/runs/\n%s\n", roff(DefaultStateDir), roff("one folder per run: report.json and one log per step that ran"))
-	fmt.Fprintf(&b, ".TP\n.I %s/lock\n%s\n", roff(DefaultStateDir), roff("held by the running apply; the holder's pid inside"))
+	for _, f := range []struct{ path, meaning string }{
+		{DefaultStateDir + "/state.json", "per recipe and step: fingerprint, result, start and duration of the last run (written atomically)"},
+		{DefaultStateDir + "/runs/TIME/", "one folder per run, the newest 50 kept: report.json (sglprov schema report) and one log per step that ran"},
+		{DefaultStateDir + "/lock", "held by the running apply or the daemon, the holder's pid inside; plan and status take it shared"},
+		{DefaultStateDir + "/generations/RECIPE.json", "a recipe's generations: which serves, which passed, what each was built from (sglprov status lists them; sglprov rollback goes back to one)"},
+		{DefaultStateDir + "/units/", "the units the exec manager runs, and the last one that passed (UNIT.last-known-good)"},
+		{DefaultStateDir + "/cache-uploads/", "uploads to the fleet cache not finished yet"},
+		{"/var/lib/sglprov/gpu-claims/", "the GPUs each recipe's server runs on, node-wide whatever the state dir (SGLPROV_GPU_CLAIMS_DIR moves it)"},
+		{"/opt/sglprov/generations/RECIPE/", "a recipe's generations (generations.dir), and current, the link to the one that serves"},
+		{"/etc/systemd/system/UNIT", "the units sglprov renders, each marked # Managed by sglprov, with the recipe's name"},
+		{"/etc/sglprov/env", "the environment cloud-init's runcmd and the daemon's unit read (a proxy, HF_ENDPOINT)"},
+	} {
+		fmt.Fprintf(&b, ".TP\n.I %s\n%s\n", roff(f.path), roff(f.meaning))
+	}
 	b.WriteString(".SH \"SEE ALSO\"\n.BR systemctl (1),\n.BR journalctl (1),\n.BR nvidia\\-smi (1)\n")
 	_, err := io.WriteString(w, b.String())
 	return err

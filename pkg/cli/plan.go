@@ -10,12 +10,13 @@ import (
 
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/node"
+	"github.com/sglprov/sglprov/pkg/refusal"
 )
 
 // planOptions are plan's flags.
 type planOptions struct {
 	recipeFlags
-	json                  bool
+	json, detailed        bool
 	only, force, textfile string
 }
 
@@ -23,9 +24,10 @@ func runPlan(ctx context.Context, stdio IO, args []string) error {
 	var o planOptions
 	fs := newFlags("plan", stdio)
 	o.register(fs, stdio)
-	fs.BoolVar(&o.json, "json", false, "print the plan as JSON")
+	fs.jsonFlags(&o.json, "print the plan as JSON")
 	fs.StringVar(&o.only, "only", "", "plan just these steps, `STEP[,STEP]`")
 	fs.StringVar(&o.force, "force", "", "plan these steps as forced, `STEP[,STEP]`")
+	fs.BoolVar(&o.detailed, "detailed-exitcode", false, "exit 7 when the plan has steps to run and nothing else is wrong (0: nothing to do), as terraform plan -detailed-exitcode does with its 2, which is bad usage here")
 	fs.StringVar(&o.textfile, "textfile", "", "when the plan refuses the recipe (exit 4 or 6), write the refusal as metrics to `FILE` for node_exporter's textfile collector")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -65,6 +67,14 @@ func planBody(ctx context.Context, stdio IO, o *planOptions) error {
 	host, e := b.host, b.e
 	if len(host.short) == 0 || b.err != nil {
 		if e, err = b.refuseShort(stdio, c); err != nil {
+			if asJSON && engine.Refused(err) {
+				// No plan could be made, but the refusal is still the answer, as data.
+				name := ""
+				if b.r != nil {
+					name = b.r.Name
+				}
+				writePlanJSON(stdio, &engine.Plan{Recipe: name, Steps: []engine.PlannedStep{}, ApplyRunning: running}, err, err)
+			}
 			return err
 		}
 	}
@@ -80,16 +90,12 @@ func planBody(ctx context.Context, stdio IO, o *planOptions) error {
 	}
 	p.Commands = host.commands
 	if asJSON {
-		out := struct {
-			*engine.Plan
-			ApplyRunning int `json:"apply_running_pid,omitempty"`
-		}{p, running}
-		enc := json.NewEncoder(stdio.Stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(out); err != nil {
-			return fmt.Errorf("writing the plan: %w", err)
+		p.ApplyRunning = running
+		res := changesPending(o, p, planErr)
+		if err := writePlanJSON(stdio, p, planErr, res); err != nil {
+			return err
 		}
-		return planErr
+		return res
 	}
 	switch {
 	case running > 0:
@@ -98,7 +104,7 @@ func planBody(ctx context.Context, stdio IO, o *planOptions) error {
 		fmt.Fprintln(stdio.Stdout, "an apply is running: this plan is the state as it stands now")
 	}
 	fmt.Fprintf(stdio.Stdout, "Plan for %s:\n", p.Recipe)
-	if p.Generation != "" {
+	if p.Generation != nil {
 		fmt.Fprintf(stdio.Stdout, "  generation: %s\n", p.Generation)
 	}
 	for _, f := range p.FactsChanged {
@@ -128,7 +134,49 @@ func planBody(ctx context.Context, stdio IO, o *planOptions) error {
 		}
 	}
 	fmt.Fprintf(stdio.Stdout, "%d of %d steps would run.\n", runs, len(p.Steps))
-	return planErr
+	return changesPending(o, p, planErr)
+}
+
+// ExitChanges is plan's exit code under --detailed-exitcode when steps would run.
+const ExitChanges = 7
+
+// errChanges carries ExitChanges.
+var errChanges = &exitError{code: ExitChanges, msg: "changes pending"}
+
+// exitError is an exit code with nothing more to print.
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e *exitError) Error() string { return e.msg }
+
+// changesPending is planErr, or with --detailed-exitcode and no other error, errChanges
+// when a step of p would run.
+func changesPending(o *planOptions, p *engine.Plan, planErr error) error {
+	if planErr != nil || !o.detailed {
+		return planErr
+	}
+	for _, s := range p.Steps {
+		if s.Run {
+			return reported(errChanges)
+		}
+	}
+	return nil
+}
+
+// writePlanJSON prints p as plan --json does, with the exit code of res (plan's result)
+// and, when planErr refuses the host, every reason (refusal.Collect).
+func writePlanJSON(stdio IO, p *engine.Plan, planErr, res error) error {
+	p.ExitCode = exitCodeOf(res)
+	p.Refusals = refusal.Collect(planErr)
+	enc := json.NewEncoder(stdio.Stdout)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false) // ">=580", as the recipe says
+	if err := enc.Encode(p); err != nil {
+		return fmt.Errorf("writing the plan: %w", err)
+	}
+	return nil
 }
 
 func splitList(s string) []string {

@@ -10,7 +10,7 @@ import (
 	"github.com/sglprov/sglprov/pkg/steps"
 )
 
-// runSchema is `sglprov schema [recipe|report|status]`: the JSON Schema of recipes, made
+// runSchema is `sglprov schema [recipe|report|status|plan]`: the JSON Schema of recipes, made
 // from the recipe types and the step kinds this build has, or of report.json or
 // `status --json`, made from the types they are encoded from.
 func runSchema(ctx context.Context, stdio IO, args []string) error {
@@ -23,7 +23,7 @@ func runSchema(ctx context.Context, stdio IO, args []string) error {
 		return writeSchema(stdio)
 	case 1:
 	default:
-		return usageError("schema", fmt.Sprintf("give one of recipe, report or status, not %q", strings.Join(fs.Args(), " ")))
+		return usageError("schema", fmt.Sprintf("give one of recipe, report, status or plan, not %q", strings.Join(fs.Args(), " ")))
 	}
 	name := fs.Arg(0)
 	if name == "recipe" {
@@ -31,7 +31,7 @@ func runSchema(ctx context.Context, stdio IO, args []string) error {
 	}
 	o, ok := outputSchemas[name]
 	if !ok {
-		return usageError("schema", fmt.Sprintf("unknown schema %q: want recipe, report or status", name))
+		return usageError("schema", fmt.Sprintf("unknown schema %q: want recipe, report, status or plan", name))
 	}
 	enc := json.NewEncoder(stdio.Stdout)
 	enc.SetIndent("", "  ")

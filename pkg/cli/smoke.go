@@ -38,7 +38,7 @@ func runSmokeCommand(ctx context.Context, stdio IO, args []string) error {
 	fs.StringVar(&o.step, "step", "", "with -f: the smoke step's `NAME` (default: the first smoke step)")
 	fs.Var(&o.sets, "set", "with -f: override a recipe var, `KEY=VALUE` (repeatable)")
 	fs.BoolVar(&o.insecure, "insecure-permissions", false, "with -f: accept a recipe or question file that other users own or can write")
-	fs.BoolVar(&o.json, "json", false, "print the verdict as JSON")
+	fs.jsonFlags(&o.json, "print the verdict as JSON")
 	fs.BoolVar(&o.builtin, "builtin", false, "ask the built-in cases of every kind (chat, load, tool call, thinking, accuracy sweep, long-context) in place of the recipe's or the three default ones")
 	fs.DurationVar(&o.readyTimeout, "ready-timeout", 0, "how long to wait for readiness (default 20m)")
 	fs.DurationVar(&o.requestTimeout, "request-timeout", 0, "how long each question may take (default 2m)")

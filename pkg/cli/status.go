@@ -14,6 +14,7 @@ import (
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/node"
+	"github.com/sglprov/sglprov/pkg/recipe"
 )
 
 // statusOptions are status's flags.
@@ -29,19 +30,35 @@ func runStatus(ctx context.Context, stdio IO, args []string) error {
 	var o statusOptions
 	fs := newFlags("status", stdio)
 	o.register(fs, stdio)
-	fs.BoolVar(&o.json, "json", false, "print the status as JSON")
+	fs.jsonFlags(&o.json, "print the status as JSON")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	c, asJSON := &o.recipeFlags, o.json
 	dir := c.stateDirPath()
 	only := ""
+	var r *recipe.Recipe
 	if c.recipe != "" {
-		r, err := c.loadRecipe(stdio)
-		if err != nil {
+		var err error
+		if r, err = c.loadRecipe(stdio); err != nil {
 			return err
 		}
 		only = r.Name
+	}
+	// Each recipe's generations, newest first (the folders looked at for the -f recipe).
+	gens := func(name string) []node.GenerationEntry {
+		if name == "" {
+			return nil
+		}
+		var rr *recipe.Recipe
+		if r != nil && r.Name == name {
+			rr = r
+		}
+		g, err := node.Generations(c.root, dir, name, rr)
+		if err != nil {
+			fmt.Fprintf(stdio.Stderr, "sglprov status: reading the generations of %s: %v\n", name, err)
+		}
+		return g
 	}
 	rd, err := node.ReadStatus(dir, only, stdio.Factory.SharedLock)
 	if err != nil {
@@ -50,7 +67,14 @@ func runStatus(ctx context.Context, stdio IO, args []string) error {
 	if asJSON {
 		enc := json.NewEncoder(stdio.Stdout)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(rd.Status()); err != nil {
+		st := rd.Status()
+		if len(rd.Runs) > 0 {
+			st.Generations = gens(rd.Runs[0].Recipe)
+		}
+		for i := range st.Recipes {
+			st.Recipes[i].Generations = gens(st.Recipes[i].Recipe)
+		}
+		if err := enc.Encode(st); err != nil {
 			return fmt.Errorf("writing the status: %w", err)
 		}
 		return exitAs(rd.ExitCode)
@@ -78,6 +102,7 @@ func runStatus(ctx context.Context, stdio IO, args []string) error {
 		if err := writeRecipeRun(stdio.Stdout, rr, running); err != nil {
 			return err
 		}
+		writeGenerations(stdio.Stdout, gens(rr.Recipe))
 	}
 	return exitAs(code)
 }
@@ -143,6 +168,25 @@ func writeRecipeRun(out io.Writer, rr engine.RecipeRun, running int) error {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", n, result, r.Started.Format(time.RFC3339), r.Duration.Round(time.Millisecond), r.Reason)
 	}
 	return w.Flush()
+}
+
+// writeGenerations lists a recipe's generations, newest first, and where `sglprov
+// rollback` goes (nothing when it keeps none).
+func writeGenerations(out io.Writer, gens []node.GenerationEntry) {
+	if len(gens) == 0 {
+		return
+	}
+	fmt.Fprintln(out, "\ngenerations (newest first; sglprov rollback goes to the previous one, --to GENERATION to another that passed):")
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "  GENERATION\tSTATE\tCREATED\tPASSED")
+	for _, g := range gens {
+		passed := "never"
+		if g.Passed != nil {
+			passed = g.Passed.Format(time.RFC3339)
+		}
+		fmt.Fprintf(w, "  %s\t%s\t%s\t%s\n", g.Key, g.State, g.Created.Format(time.RFC3339), passed)
+	}
+	w.Flush()
 }
 
 // exitAs returns an error that carries exit code code and prints nothing more.

@@ -634,9 +634,17 @@ func (m *Metrics) answer(w http.ResponseWriter, judge func(*recipeState) (bool, 
 	fmt.Fprintf(w, "%s%s\n", prefix, strings.Join(lines, "\n"))
 }
 
-// oneLine is s on one line, at most 512 bytes; def when s is empty.
+// oneLine is s on one line, at most 512 bytes; def when s is empty. The lines of s (a
+// refusal lists one problem a line) are joined with "; ", so that they stay apart.
 func oneLine(s, def string) string {
-	s = strings.Join(strings.Fields(s), " ")
+	var parts []string
+	for _, l := range strings.Split(s, "\n") {
+		if l = strings.Join(strings.Fields(l), " "); l != "" {
+			parts = append(parts, l)
+		}
+	}
+	s = strings.Join(parts, "; ")
+	s = strings.ReplaceAll(s, ":; ", ": ")
 	if s == "" {
 		return def
 	}

@@ -17,18 +17,22 @@ import (
 	"github.com/sglprov/sglprov/pkg/cache"
 	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/logval"
+	"github.com/sglprov/sglprov/pkg/refusal"
 	"github.com/sglprov/sglprov/pkg/safefile"
 )
 
 // Report is what one apply did; it is written to runs/<time>/report.json.
 type Report struct {
-	Recipe       string            `json:"recipe"`
-	RecipeFile   string            `json:"recipe_file"`
-	Started      time.Time         `json:"started"`
-	Duration     time.Duration     `json:"duration_ns"`
-	Result       string            `json:"result"`
-	ExitCode     int               `json:"exit_code"`
-	Error        string            `json:"error,omitempty"`
+	Recipe     string        `json:"recipe"`
+	RecipeFile string        `json:"recipe_file"`
+	Started    time.Time     `json:"started"`
+	Duration   time.Duration `json:"duration_ns"`
+	Result     string        `json:"result"`
+	ExitCode   int           `json:"exit_code"`
+	Error      string        `json:"error,omitempty"`
+	// Refusals are every way the host fell short of the recipe, with codes and facts, when
+	// the run was refused (exit 4).
+	Refusals     []refusal.Reason  `json:"refusals,omitempty"`
 	FactsChanged []string          `json:"facts_changed,omitempty"`
 	Facts        map[string]string `json:"facts,omitempty"`
 	Steps        []*StepReport     `json:"steps"`

@@ -232,3 +232,45 @@ func TestNoPushWhenTheTagCannotBeRead(t *testing.T) {
 		t.Errorf("the report does not say why nothing was pushed: %v", k.Details)
 	}
 }
+
+// TestPlanAsksTheCacheAsApplyDoes: on a fresh pulling node, a step that takes its outputs
+// from the fleet cache but whose needs run first (its key includes what they make) is not
+// shown as a plain "new": plan asked the registry and says that apply asks again once the
+// needs ran; a registry that does not answer is said to be offline.
+func TestPlanAsksTheCacheAsApplyDoes(t *testing.T) {
+	const withNeeds = `apiVersion: sglprov/v1
+name: t
+steps:
+  - name: src
+    fake: {}
+  - name: kernel
+    needs: [src]
+    cached: {input: "a"}
+`
+	plan := func(c *memCache) engine.PlannedStep {
+		t.Helper()
+		w := newWorld()
+		specs := recipe.KindSpecs{}
+		for k, v := range cachedRegistry(w) {
+			specs[k] = v.NewSpec
+		}
+		r, err := recipe.Parse("test.yaml", []byte(withNeeds), specs, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := engine.New(engine.Options{Recipe: r, Registry: cachedRegistry(w), StateDir: t.TempDir(), Cache: c})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, _ := e.Plan(context.Background())
+		return p.Steps[1]
+	}
+	k := plan(&memCache{})
+	if !k.Run || !strings.Contains(k.Reason, "the fleet cache mem has no artifact for it yet; apply asks again once src ran") {
+		t.Errorf("fresh pulling node: %+v", k)
+	}
+	k = plan(&memCache{lookupErr: errors.New("dial tcp 10.0.0.9:5000: connect: connection refused")})
+	if !strings.Contains(k.Reason, "cache offline (apply asks it again): dial tcp") {
+		t.Errorf("registry down: %+v", k)
+	}
+}

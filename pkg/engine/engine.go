@@ -236,6 +236,7 @@ func (e *Engine) env(n *node, logw io.Writer, logPath string) *Env {
 		Undrain:             e.opts.Undrain,
 		Nodes:               e.group,
 		PythonLock:          e.pythonLock(),
+		NetworkRetryFor:     e.opts.Recipe.NetworkRetryFor(),
 		NewManager:          e.opts.NewManager,
 		store:               e.store,
 		promoted:            e.promoted,

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"time"
 
 	"charm.land/log/v2"
 
@@ -77,6 +78,9 @@ type genState struct {
 	// promoted is set once a switch in this run promoted a unit of this generation: it
 	// was recorded as passed then (Engine.promoted). Guarded by the engine's mu.
 	promoted bool
+	// freedEarly is what the run freed before it built (failed generations), which the
+	// run's note says with what it freed at the end.
+	freedEarly *generation.Pruned
 }
 
 // rootStore is implemented by a Generations that keeps a link at each of the recipe's
@@ -384,7 +388,9 @@ func (e *Engine) beginGeneration() error {
 			g.repaired = msg
 		}
 	}
-	if g.info.Serving != g.info.Key {
+	if g.info.Serving != g.info.Key && g.kept() {
+		e.log.Info("generation", "back_to", generation.Short(g.info.Key), "kept", "passed before: its step records are kept, nothing is built again", "serving", shortOr(g.info.Serving, "none"), "dir", g.info.Dir)
+	} else if g.info.Serving != g.info.Key {
 		e.log.Info("generation", "building", generation.Short(g.info.Key), "serving", shortOr(g.info.Serving, "none"), "dir", g.info.Dir)
 		// Before a build, the recipe's failed generations go (never the serving one, the
 		// kept ones, the one being built, nor one another state dir's record lists): a
@@ -396,6 +402,7 @@ func (e *Engine) beginGeneration() error {
 				e.log.Warn("freeing failed generations", "err", err)
 			case p != nil && len(p.Freed) > 0:
 				e.log.Info("generation", "freed", p.Describe(logval.Format))
+				g.freedEarly = p
 			}
 		}
 	}
@@ -511,6 +518,9 @@ func (e *Engine) endGeneration(ok bool) *GenerationReport {
 		default:
 			gr.Note = fmt.Sprintf("generation %s has not passed; generation %s serves", generation.Short(g.info.Key), generation.Short(g.info.Serving))
 		}
+		if f := g.freedEarly; f != nil {
+			gr.Note += fmt.Sprintf("; freed %s (%s) before building", freedKeys(f.Freed), logval.Format(f.Bytes))
+		}
 		return gr
 	}
 	// Recording it again after a promotion is harmless: the same generation serves, with
@@ -522,6 +532,10 @@ func (e *Engine) endGeneration(ok bool) *GenerationReport {
 		gr.Note += fmt.Sprintf(" (was %s)", generation.Short(g.info.Serving))
 	} else if g.info.Serving == "" && g.info.InPlaceServes {
 		gr.Note += " (was the in-place tree moved aside)"
+	}
+	if f := g.freedEarly; f != nil && pruned != nil {
+		// What the run freed before it built is freed by this run too.
+		pruned.Freed, pruned.Bytes = append(append([]generation.Freed(nil), f.Freed...), pruned.Freed...), pruned.Bytes+f.Bytes
 	}
 	if pruned != nil {
 		gr.Note += "; " + pruned.Describe(logval.Format)
@@ -606,8 +620,93 @@ func (g *genState) explainChanged(changed []string) []string {
 	for i, c := range changed {
 		out[i] = c
 		if c == recipe.GenerationDirRef {
-			out[i] = c + " (new generation: " + strings.Join(g.changed, ", ") + " changed)"
+			if g.kept() {
+				out[i] = c + " (back to kept generation " + generation.Short(g.info.Key) + ": " + strings.Join(g.changed, ", ") + " changed)"
+			} else {
+				out[i] = c + " (new generation: " + strings.Join(g.changed, ", ") + " changed)"
+			}
 		}
 	}
 	return out
+}
+
+// kept reports whether the run's generation is one that passed its gate before and is
+// kept with its step records (not the serving one): going back to it builds nothing.
+func (g *genState) kept() bool {
+	return g != nil && g.store != nil && g.info.Key != "" && g.info.Key != g.info.Serving && len(g.store.Steps(g.info.Key)) > 0
+}
+
+// passedAt is when the run's kept generation last passed (zero when unknown).
+func (g *genState) passedAt() time.Time {
+	type lister interface {
+		Generations() []generation.Generation
+	}
+	if l, ok := g.store.(lister); ok {
+		for _, x := range l.Generations() {
+			if x.Key == g.info.Key {
+				return x.Passed
+			}
+		}
+	}
+	return time.Time{}
+}
+
+// withoutGenerationOnly drops from changed, when the generation's folder changed, the vars
+// whose value changed only because it names the generation's folder (a generation root
+// var, {{ .vars.src }} rendered into each generation): their text did not change, and
+// naming them in every generation step's reason says nothing. old are the step's recorded
+// parts, lookup renders a reference now. The folder recorded is recognised among the
+// generations kept (the serving one first).
+func (g *genState) withoutGenerationOnly(changed []string, old map[string]string, lookup func(string) string) []string {
+	if g == nil || g.store == nil || !slices.Contains(changed, recipe.GenerationDirRef) {
+		return changed
+	}
+	oldDir := ""
+	for _, k := range append([]string{g.info.Serving}, g.keys()...) {
+		if k == "" {
+			continue
+		}
+		if dir := path.Join(path.Dir(g.info.Dir), k); digest(dir) == old[recipe.GenerationDirRef] {
+			oldDir = dir
+			break
+		}
+	}
+	if oldDir == "" {
+		return changed
+	}
+	out := changed[:0:0]
+	for _, c := range changed {
+		if strings.HasPrefix(c, "vars.") {
+			if v := lookup(c); strings.Contains(v, g.info.Dir) && digest(strings.ReplaceAll(v, g.info.Dir, oldDir)) == old[c] {
+				continue
+			}
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// keys returns the keys of the generations the store records (nil when it cannot list them).
+func (g *genState) keys() []string {
+	type lister interface {
+		Generations() []generation.Generation
+	}
+	l, ok := g.store.(lister)
+	if !ok {
+		return nil
+	}
+	var out []string
+	for _, x := range l.Generations() {
+		out = append(out, x.Key)
+	}
+	return out
+}
+
+// freedKeys lists freed generations by short key.
+func freedKeys(freed []generation.Freed) string {
+	keys := make([]string, 0, len(freed))
+	for _, f := range freed {
+		keys = append(keys, generation.Short(f.Key))
+	}
+	return strings.Join(keys, ", ")
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/sglprov/sglprov/pkg/atomicfile"
 	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/ownership"
+	"github.com/sglprov/sglprov/pkg/refusal"
 	"github.com/sglprov/sglprov/pkg/safefile"
 )
 
@@ -97,7 +98,7 @@ func (e *Engine) GPUConflicts() error {
 	}
 	mine := e.seenGPUs()
 	replacing := e.ReplacesApplied()
-	var problems []string
+	var problems []refusal.Reason
 	names := make([]string, 0, len(f.Recipes))
 	for name := range f.Recipes {
 		names = append(names, name)
@@ -119,7 +120,7 @@ func (e *Engine) GPUConflicts() error {
 			if replaced {
 				p += " (this recipe replaces it, but its service manager cannot stop that recipe's server: replaces: is not applied under the exec manager; stop it with sglprov remove -f)"
 			}
-			problems = append(problems, p)
+			problems = append(problems, refusal.Reason{Code: refusal.GPUClaim, Message: p, Fields: map[string]any{"recipe": name, "gpus": shared}})
 		}
 	}
 	others, err := e.otherStateDirClaims(mine, replacing)
@@ -130,8 +131,8 @@ func (e *Engine) GPUConflicts() error {
 	if len(problems) == 0 {
 		return nil
 	}
-	return fmt.Errorf("%w: this recipe's server would share GPUs with another recipe's: %s; give the recipes requires.gpu.devices that do not overlap, add replaces: [RECIPE] to switch the node over, or sglprov remove -f the other recipe",
-		exitcode.ErrHost, strings.Join(problems, "; "))
+	return &refusal.Error{Head: "this recipe's server would share GPUs with another recipe's", Reasons: problems,
+		Tail: "; give the recipes requires.gpu.devices that do not overlap, add replaces: [RECIPE] to switch the node over, or sglprov remove -f the other recipe"}
 }
 
 // NodeClaimsDir is the node-wide folder of GPU claims: one per state dir and recipe whose
@@ -345,7 +346,7 @@ func pendingHeld(path string) bool {
 // records (a recipe removed there, or a state dir gone, claims nothing any more); one whose
 // state cannot be read is taken as it says. A recipe this one replaces is left out when
 // replacing (its server is stopped by the switch), as in this state dir.
-func (e *Engine) otherStateDirClaims(mine []string, replacing bool) ([]string, error) {
+func (e *Engine) otherStateDirClaims(mine []string, replacing bool) ([]refusal.Reason, error) {
 	if e.opts.ClaimsDir == "" {
 		return nil, nil
 	}
@@ -354,7 +355,7 @@ func (e *Engine) otherStateDirClaims(mine []string, replacing bool) ([]string, e
 		return nil, err
 	}
 	self := absStateDir(e.opts.StateDir)
-	var out []string
+	var out []refusal.Reason
 	for _, name := range entries {
 		pending := strings.HasSuffix(name, ".json"+pendingSuffix)
 		if !strings.HasSuffix(name, ".json") && !pending {
@@ -397,9 +398,10 @@ func (e *Engine) otherStateDirClaims(mine []string, replacing bool) ([]string, e
 			}
 		}
 		if len(shared) > 0 {
-			out = append(out, fmt.Sprintf("recipe %s, applied with state dir %s%s, serves on %s", c.Recipe, c.StateDir, note, strings.Join(shared, ", ")))
+			out = append(out, refusal.New(refusal.GPUClaim, map[string]any{"recipe": c.Recipe, "state_dir": c.StateDir, "gpus": shared},
+				"recipe %s, applied with state dir %s%s, serves on %s", c.Recipe, c.StateDir, note, strings.Join(shared, ", ")))
 		}
 	}
-	sort.Strings(out)
+	sort.Slice(out, func(i, j int) bool { return out[i].Message < out[j].Message })
 	return out, nil
 }

@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/hostcmd"
 	"github.com/sglprov/sglprov/pkg/logval"
+	"github.com/sglprov/sglprov/pkg/refusal"
 )
 
 // Decision is whether a step runs and why.
@@ -60,7 +62,7 @@ func (e *Engine) decide(ctx context.Context, n *node, env *Env) (Decision, error
 		d.Run, d.Reason = true, "needs "+strings.Join(env.DepsRan, ", ")+", which ran"
 		return d, nil
 	}
-	if changed := ChangedParts(rec.Parts, parts); len(changed) > 0 {
+	if changed := e.gen.withoutGenerationOnly(ChangedParts(rec.Parts, parts), rec.Parts, e.data.Lookup); len(changed) > 0 {
 		d.Run, d.Reason = true, "fingerprint changed: "+strings.Join(e.gen.explainChanged(changed), ", ")
 		return d, nil
 	}
@@ -175,25 +177,85 @@ type Plan struct {
 	// Commands are the recipe's required commands as the host has them (the command
 	// line fills them in).
 	Commands []hostcmd.Result `json:"commands,omitempty"`
-	// Generation says which generation apply would build into and which one serves
-	// (empty when the recipe uses none).
-	Generation string `json:"generation,omitempty"`
+	// Generation says which generation apply would build into or go back to, and which
+	// one serves (nil when the recipe uses none).
+	Generation *PlanGeneration `json:"generation,omitempty"`
+	// ApplyRunning is the pid of an apply running now (-1 when its pid is unknown).
+	ApplyRunning int `json:"apply_running_pid,omitempty"`
+	// ExitCode is plan's own exit code (4 when the host falls short, 6 when it needs a
+	// reboot, 2 for bad input); Refusals are every way the host falls short, each with its
+	// code and the facts it names (exit 4).
+	ExitCode int              `json:"exit_code"`
+	Refusals []refusal.Reason `json:"refusals,omitempty"`
 }
 
-// planGeneration is plan's line about generations.
-func (e *Engine) planGeneration() string {
-	g := e.gen
+// Plan generation states (PlanGeneration.State).
+const (
+	// GenServing: the generation serves already; apply builds no other.
+	GenServing = "serving"
+	// GenKept: a kept generation that passed its gate; apply goes back to it with its
+	// kept step records, building nothing again.
+	GenKept = "kept"
+	// GenNew: apply builds a new generation.
+	GenNew = "new"
+)
+
+// PlanGeneration is the generation a plan's apply would build into or go back to.
+type PlanGeneration struct {
+	// Key is the generation's key; Dir its folder (the node's path).
+	Key string `json:"key"`
+	Dir string `json:"dir"`
+	// State is "serving", "kept" (passed before, kept: apply goes back to it) or "new".
+	State string `json:"state"`
+	// Passed is when a kept generation last passed its gate.
+	Passed *time.Time `json:"passed,omitempty"`
+	// Serving is the generation that serves now ("" when none does); InPlaceServes is set
+	// when the tree built in place before generations serves again after a roll back.
+	Serving       string `json:"serving,omitempty"`
+	InPlaceServes bool   `json:"in_place_serves,omitempty"`
+	// Changed names the inputs of the key that differ from the serving generation's.
+	Changed []string `json:"changed,omitempty"`
+}
+
+// String is plan's line about the generation.
+func (g *PlanGeneration) String() string {
+	serves := "none serves yet"
 	switch {
-	case g == nil:
-		return ""
-	case g.info.Serving == g.info.Key:
-		return fmt.Sprintf("%s (serving), in %s", g.info.Key, g.info.Dir)
-	case g.info.Serving == "" && g.info.InPlaceServes:
-		return fmt.Sprintf("%s (the in-place tree moved aside serves, after a roll back), in %s", g.info.Key, g.info.Dir)
-	case g.info.Serving == "":
-		return fmt.Sprintf("%s (new; none serves yet), in %s", g.info.Key, g.info.Dir)
+	case g.Serving != "":
+		serves = g.Serving + " serves"
+	case g.InPlaceServes:
+		serves = "the in-place tree moved aside serves, after a roll back"
 	}
-	return fmt.Sprintf("%s (new; %s serves), in %s", g.info.Key, g.info.Serving, g.info.Dir)
+	switch g.State {
+	case GenServing:
+		return fmt.Sprintf("%s (serving), in %s", g.Key, g.Dir)
+	case GenKept:
+		passed := ""
+		if g.Passed != nil {
+			passed = " " + g.Passed.UTC().Format(time.RFC3339)
+		}
+		return fmt.Sprintf("%s (kept, passed%s: apply goes back to it, building nothing again; %s), in %s", g.Key, passed, serves, g.Dir)
+	}
+	return fmt.Sprintf("%s (new; %s), in %s", g.Key, serves, g.Dir)
+}
+
+// planGeneration is plan's generation.
+func (e *Engine) planGeneration() *PlanGeneration {
+	g := e.gen
+	if g == nil {
+		return nil
+	}
+	pg := &PlanGeneration{Key: g.info.Key, Dir: g.info.Dir, State: GenNew, Serving: g.info.Serving, InPlaceServes: g.info.InPlaceServes, Changed: g.changed}
+	switch {
+	case g.info.Serving == g.info.Key:
+		pg.State, pg.Changed = GenServing, nil
+	case g.kept():
+		pg.State = GenKept
+		if t := g.passedAt(); !t.IsZero() {
+			pg.Passed = &t
+		}
+	}
+	return pg
 }
 
 // ReadFiles reads the files the steps name (see FileReader) and returns the bad input
@@ -294,6 +356,12 @@ func (e *Engine) Plan(ctx context.Context) (*Plan, error) {
 			if ps.Run && !env.Force {
 				looked = e.planCache(ctx, n, d.Fingerprint)
 				ps.FromCache, ps.CacheNote = looked.noted()
+				if looked != nil && ps.FromCache == "" && looked.err == nil && len(upstream) > 0 {
+					// The registry answered, but this step's key includes what its needs
+					// make: apply asks again, with the key they leave, once they ran.
+					ps.CacheNote = fmt.Sprintf("the fleet cache %s has no artifact for it yet; apply asks again once %s ran (its key includes what they make)",
+						e.opts.Cache, strings.Join(upstream, ", "))
+				}
 				switch {
 				case ps.FromCache != "":
 					ps.Reason += "; from cache " + shortDigest(ps.FromCache)
@@ -423,7 +491,7 @@ func (l *lookup) noted() (artifact, note string) {
 	case l == nil || l.err == nil && l.a == nil:
 		return "", ""
 	case l.err != nil:
-		return "", "cache: " + l.err.Error()
+		return "", "cache offline (apply asks it again): " + l.err.Error()
 	}
 	return l.a.Digest, ""
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/exitcode"
+	"github.com/sglprov/sglprov/pkg/refusal"
 )
 
 // ResultRefused is the result of a run refused before any step ran: the host falls short
@@ -31,7 +32,7 @@ func RecordRefusal(stateDir, recipe, recipeFile string, started time.Time, err e
 	}
 	rep := &Report{
 		Recipe: recipe, RecipeFile: recipeFile, Started: started.UTC(), Duration: time.Since(started),
-		Result: ResultRefused, ExitCode: exitcode.Of(err), Error: err.Error(), Steps: []*StepReport{}, Dir: dir,
+		Result: ResultRefused, ExitCode: exitcode.Of(err), Error: err.Error(), Refusals: refusal.Collect(err), Steps: []*StepReport{}, Dir: dir,
 	}
 	if werr := writeReport(rep); werr != nil {
 		_ = os.Remove(dir)

@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"charm.land/log/v2"
 
@@ -293,6 +294,9 @@ type Env struct {
 	// PythonLock is the recipe's python.lock, resolved against its folder ("" when it has
 	// none): the Python (pip install) steps install exactly that lock.
 	PythonLock string
+	// NetworkRetryFor is the recipe's network.retry_for: how long the steps that reach the
+	// network retry a failing request (0: netretry.DefaultBudget).
+	NetworkRetryFor time.Duration
 	// NewManager makes the service manager (nil: service.New): the engine's
 	// Options.NewManager, so that a run, the daemon's rungs and a roll back make their
 	// managers through one constructor, which tests replace. Steps ask ServiceManager.

@@ -1069,6 +1069,9 @@ func (p *Pruned) Describe(format func(int64) string) string {
 		kept = append(kept, Short(k))
 	}
 	s := "kept " + strings.Join(kept, ", ")
+	if len(kept) == 0 {
+		s = "kept none"
+	}
 	if len(p.Shared) > 0 {
 		s += fmt.Sprintf("; left %d to the other state dir that lists them (%s)", len(p.Shared), p.Shared[0].Record)
 	}

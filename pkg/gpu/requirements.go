@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/sglprov/sglprov/pkg/recipe"
+	"github.com/sglprov/sglprov/pkg/refusal"
 	"github.com/sglprov/sglprov/pkg/versions"
 )
 
@@ -43,27 +44,47 @@ func countRefusal(g recipe.GPURequirements, n int) string {
 }
 
 // Check returns every way the host falls short of the recipe's requirements r, one message each, nil when it meets
-// them all. Every GPU must match; a message names the GPU, what it has and what the recipe
-// needs: `GPU 0 (NVIDIA H200) has compute capability 9.0; this recipe needs 12.0`,
-// `host has 1 GPU; this recipe needs at least 8`, `driver 550.54.15 does not satisfy >=575`.
+// them all (the sentences of CheckReasons).
 func Check(r recipe.Requirements, f *Facts) []string {
-	var problems []string
-	add := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+	if rs := CheckReasons(r, f); len(rs) > 0 {
+		return refusal.Messages(rs)
+	}
+	return nil
+}
+
+// CheckReasons returns every way the host falls short of the recipe's requirements r,
+// each with its code and the facts it names, nil when it meets them all. Every GPU must
+// match; a message names the GPU, what it has and what the recipe needs:
+// `GPU 0 (NVIDIA H200) has compute capability 9.0; this recipe needs 12.0`,
+// `host has 1 GPU; this recipe needs at least 8`, `driver 550.54.15 does not satisfy >=575`.
+func CheckReasons(r recipe.Requirements, f *Facts) []refusal.Reason {
+	var problems []refusal.Reason
+	add := func(code string, fields map[string]any, format string, args ...any) {
+		problems = append(problems, refusal.New(code, fields, format, args...))
+	}
+	gpuFields := func(d Device, kv ...any) map[string]any {
+		m := map[string]any{"gpu": d.Index, "name": d.Name, "uuid": d.UUID}
+		for i := 0; i+1 < len(kv); i += 2 {
+			m[kv[i].(string)] = kv[i+1]
+		}
+		return m
+	}
 
 	if need := minCount(r.GPU); f.Count() < need {
-		add("host has %s; this recipe needs at least %d", plural(f.Count(), "GPU"), need)
+		add(refusal.GPUCount, map[string]any{"have": f.Count(), "need": need}, "host has %s; this recipe needs at least %d", plural(f.Count(), "GPU"), need)
 	}
 	if msg := countRefusal(r.GPU, f.Count()); msg != "" {
-		add("%s", msg)
+		add(refusal.GPUCounts, map[string]any{"have": f.Count(), "counts": r.GPU.Counts}, "%s", msg)
 	}
 	if cc := strings.TrimSpace(r.GPU.ComputeCapability); cc != "" {
 		rng, err := versions.ParseRange(cc)
 		if err != nil {
-			add("requires.gpu.compute_capability: %v", err)
+			add(refusal.Requirement, map[string]any{"field": "requires.gpu.compute_capability"}, "requires.gpu.compute_capability: %v", err)
 		} else {
 			for _, d := range f.gpus() {
 				if !rng.Match(d.ComputeCapability) {
-					add("%s has compute capability %s; this recipe needs %s", d.Label(), orUnknown(d.ComputeCapability), cc)
+					add(refusal.ComputeCapability, gpuFields(d, "have", d.ComputeCapability, "need", cc),
+						"%s has compute capability %s; this recipe needs %s", d.Label(), orUnknown(d.ComputeCapability), cc)
 				}
 			}
 		}
@@ -72,9 +93,9 @@ func Check(r recipe.Requirements, f *Facts) []string {
 		for _, d := range f.gpus() {
 			switch {
 			case d.MemoryTotalBytes == 0:
-				add("%s does not report its memory; this recipe needs %s GiB", d.Label(), formatGiB(need))
+				add(refusal.GPUMemory, gpuFields(d, "have_gib", nil, "need_gib", need), "%s does not report its memory; this recipe needs %s GiB", d.Label(), formatGiB(need))
 			case d.MemoryGiB() < need:
-				add("%s has %s GiB of memory; this recipe needs %s", d.Label(), formatHave(d.MemoryGiB()), formatGiB(need))
+				add(refusal.GPUMemory, gpuFields(d, "have_gib", d.MemoryGiB(), "need_gib", need), "%s has %s GiB of memory; this recipe needs %s", d.Label(), formatHave(d.MemoryGiB()), formatGiB(need))
 			}
 		}
 	}
@@ -84,34 +105,36 @@ func Check(r recipe.Requirements, f *Facts) []string {
 			total += d.MemoryGiB()
 		}
 		if total < need {
-			add("host has %s with %s GiB of memory in all; this recipe needs %s GiB", plural(f.Count(), "GPU"),
-				formatHave(total), formatGiB(need))
+			add(refusal.GPUTotalMemory, map[string]any{"gpus": f.Count(), "have_gib": total, "need_gib": need},
+				"host has %s with %s GiB of memory in all; this recipe needs %s GiB", plural(f.Count(), "GPU"), formatHave(total), formatGiB(need))
 		}
 	}
 	driver := ""
 	if f != nil {
 		driver = f.DriverVersion
 	}
-	problems = append(problems, checkVersion("driver", driver, r.Driver)...)
-	problems = append(problems, checkVersion("CUDA", f.CUDAVersion(), r.CUDA)...)
+	problems = append(problems, checkVersion(refusal.Driver, "driver", driver, r.Driver)...)
+	problems = append(problems, checkVersion(refusal.CUDA, "CUDA", f.CUDAVersion(), r.CUDA)...)
 	return problems
 }
 
 // checkVersion checks one version against a range: `driver 550.54.15 does not satisfy >=575`.
-func checkVersion(what, have, want string) []string {
+func checkVersion(code, what, have, want string) []refusal.Reason {
 	want = strings.TrimSpace(want)
 	if want == "" {
 		return nil
 	}
 	rng, err := versions.ParseRange(want)
 	if err != nil {
-		return []string{fmt.Sprintf("requires.%s: %v", strings.ToLower(what), err)}
+		field := "requires." + strings.ToLower(what)
+		return []refusal.Reason{refusal.New(refusal.Requirement, map[string]any{"field": field}, "%s: %v", field, err)}
 	}
+	fields := map[string]any{"have": have, "need": want}
 	if have == "" {
-		return []string{fmt.Sprintf("%s version is unknown; this recipe needs %s", what, want)}
+		return []refusal.Reason{refusal.New(code, fields, "%s version is unknown; this recipe needs %s", what, want)}
 	}
 	if !rng.Match(have) {
-		return []string{fmt.Sprintf("%s %s does not satisfy %s", what, have, want)}
+		return []refusal.Reason{refusal.New(code, fields, "%s %s does not satisfy %s", what, have, want)}
 	}
 	return nil
 }

@@ -12,15 +12,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"time"
 
 	"github.com/sglprov/sglprov/pkg/httpwait"
+	"github.com/sglprov/sglprov/pkg/netretry"
 	"github.com/sglprov/sglprov/pkg/redact"
 )
-
-// maxAPIWait bounds the wait before one retry of an API request that a Retry-After or
-// RateLimit header asks for (the hub's windows are 5 minutes).
-const maxAPIWait = 5 * time.Minute
 
 // getJSON decodes the JSON answer to a GET of u into v, retrying transport errors, 5xx and
 // 429 answers, each after at least the wait a Retry-After or RateLimit header asks for;
@@ -30,51 +26,35 @@ func (c *Client) getJSON(ctx context.Context, u, repo, rev string, v any, hdr *h
 }
 
 // retry calls once until it succeeds, fails in a way not worth retrying, or the client's
-// retries (Retries, then RetryFor) are spent; the waits double up to 10s and are at least
-// what an APIError's Retry-After or RateLimit asked for. Each wait is logged (what, why,
-// how long, the budget left); a wait asked for beyond the budget fails at once, saying so.
-// The first failure to resolve the endpoint's host name is logged as an error.
+// retries (Retries, then RetryFor) are spent, under the one retry policy of the steps that
+// reach the network (pkg/netretry): growing waits, each at least what an APIError's
+// Retry-After or RateLimit asked for, each logged with what it waits for and the budget
+// left; a wait asked for beyond the budget fails at once, saying so. The first failure to
+// resolve the endpoint's host name is logged as an error.
 func (c *Client) retry(ctx context.Context, what string, once func() (retry bool, err error)) error {
-	wait := c.retryWait
-	start := time.Now()
-	for attempt := 0; ; attempt++ {
+	budget := c.retryFor
+	if budget <= 0 {
+		budget = -1
+	}
+	p := netretry.Policy{Budget: budget, Retries: c.retries, First: c.retryWait, Log: c.log}
+	return p.Do(ctx, what, func() (netretry.Verdict, error) {
 		retry, err := once()
-		if err == nil || !retry || ctx.Err() != nil {
-			return err
+		if err == nil || !retry {
+			return netretry.Verdict{}, err
 		}
 		c.noteDNS(err)
-		if attempt >= c.retries && time.Since(start) >= c.retryFor {
-			return err
-		}
-		// The budget: what is left of RetryFor, or of the retries when that is longer.
-		left := c.retryFor - time.Since(start)
-		d := wait
+		v := netretry.Classify(err)
+		v.Retry = true
 		var api *APIError
-		if errors.As(err, &api) && api.after > d {
-			if api.after > maxAPIWait || (c.retryFor > 0 && api.after > left) {
-				return fmt.Errorf("%w; its Retry-After or RateLimit asks to wait %s, more than the retry budget allows (%s left, at most %s per wait): giving up now",
-					err, api.after.Round(time.Second), max(left, 0).Round(time.Second), maxAPIWait)
+		if errors.As(err, &api) {
+			v.After = api.after
+			if v.WaitingFor == "" {
+				v.WaitingFor = fmt.Sprintf("the hub to answer without an error (HTTP %d)", api.Status)
 			}
-			d = api.after
 		}
-		budget := fmt.Sprintf("%d retries", c.retries-attempt)
-		if left > 0 {
-			budget = left.Round(time.Second).String()
-		}
-		c.log(slog.LevelInfo, "hub request failed; waiting before retrying", "what", what, "why", err.Error(), "wait", d.Round(time.Millisecond).String(), "budget_left", budget)
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return err
-		case <-t.C:
-		}
-		wait = min(2*wait, maxRetryWait)
-	}
+		return v, err
+	})
 }
-
-// maxRetryWait caps the doubling wait between retries of an API request.
-const maxRetryWait = 10 * time.Second
 
 // noteDNS logs, once per client, a failure to resolve the endpoint's host name: a
 // mistyped hf.endpoint or HF_ENDPOINT, or a host without DNS, is said at once, not after

@@ -47,7 +47,7 @@ type Options struct {
 	// Retries is how many times an API request that failed in transport or with a 5xx or
 	// 429 answer is tried again (0: 3; negative: none).
 	Retries int
-	// RetryWait is the wait before the first retry; it doubles each time, up to 10s (0: 1s).
+	// RetryWait is the wait before the first retry; it doubles each time, up to netretry.MaxWait (0: 1s).
 	RetryWait time.Duration
 	// RetryFor, when positive, keeps retrying such a request past Retries for as long as
 	// this has not passed since its first attempt (a download's no-progress budget), so that

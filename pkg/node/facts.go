@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"strings"
 
 	"charm.land/log/v2"
 	"github.com/sglprov/sglprov/pkg/cache"
@@ -13,6 +12,7 @@ import (
 	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/recipe"
+	"github.com/sglprov/sglprov/pkg/refusal"
 )
 
 // DetectFacts reads the host's GPU facts with detect and maps NVML's failures to the exit-code
@@ -47,7 +47,7 @@ const noNVML = `NVML (libnvidia-ml.so.1) could not be loaded.
 // recipe that needs the facts only for a step kind that always uses them (a build step's
 // arch list) goes on without them on a host without NVML: that step says what is missing
 // when it runs.
-func HostFacts(ctx context.Context, r *recipe.Recipe, reg engine.Registry, detect func(context.Context) (*gpu.Facts, error)) (*gpu.Facts, []string, error) {
+func HostFacts(ctx context.Context, r *recipe.Recipe, reg engine.Registry, detect func(context.Context) (*gpu.Facts, error)) (*gpu.Facts, []refusal.Reason, error) {
 	if !reg.NeedsFacts(r) {
 		return nil, nil, nil
 	}
@@ -62,15 +62,15 @@ func HostFacts(ctx context.Context, r *recipe.Recipe, reg engine.Registry, detec
 	// server's CUDA_VISIBLE_DEVICES follow.
 	sub, err := facts.Subset(r.Requires.GPU.Devices)
 	if err != nil {
-		return nil, []string{err.Error()}, nil
+		return nil, []refusal.Reason{{Code: refusal.GPUDevices, Message: err.Error(), Fields: map[string]any{"devices": r.Requires.GPU.Devices}}}, nil
 	}
-	return sub, gpu.Check(r.Requires, sub), nil
+	return sub, gpu.CheckReasons(r.Requires, sub), nil
 }
 
 // HostProblems is the exit-4 error listing every way the host falls short, each on its
-// own line.
-func HostProblems(problems []string) error {
-	return fmt.Errorf("%w:\n  %s", exitcode.ErrHost, strings.Join(problems, "\n  "))
+// own line, carrying the reasons (refusal.Collect).
+func HostProblems(problems []refusal.Reason) error {
+	return &refusal.Error{Reasons: problems}
 }
 
 // Cache returns the fleet cache the recipe's cache block names (nil when it has none);

@@ -21,6 +21,10 @@ import (
 // (moved aside from the recipe's roots), that tree is put back instead (RollBackInPlace).
 type Rollback struct {
 	Recipe *Recipe
+	// To, when set, is the generation to go back to (its key, or a prefix of it that names
+	// one generation), instead of the previous one: one that passed its gate, whose step
+	// records are kept and whose folder is still on disk (`sglprov rollback --to`).
+	To string
 }
 
 var _ daemon.Generations = (*Rollback)(nil)
@@ -46,6 +50,13 @@ func (g *Rollback) target() (*target, error) {
 	store, err := OpenGenerations(g.Recipe.Root, g.Recipe.StateDir, r)
 	if err != nil {
 		return nil, fmt.Errorf("opening the generations of %s: %w", r.Name, err)
+	}
+	if g.To != "" {
+		key, err := Kept(store, g.To)
+		if err != nil {
+			return nil, err
+		}
+		return &target{store: store, prev: key}, nil
 	}
 	prev, err := Previous(store)
 	if err == nil {

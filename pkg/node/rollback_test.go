@@ -321,7 +321,7 @@ func TestRollBackToInPlaceTree(t *testing.T) {
 	}
 	plan, err := e.Plan(context.Background())
 	e.Close()
-	if err != nil || !strings.Contains(plan.Generation, "the in-place tree moved aside serves") {
+	if err != nil || plan.Generation == nil || !strings.Contains(plan.Generation.String(), "the in-place tree moved aside serves") {
 		t.Errorf("plan's generation: %q (%v), want the in-place tree named", plan.Generation, err)
 	}
 

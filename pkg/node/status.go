@@ -37,6 +37,9 @@ type Status struct {
 	// Recipes is each recipe's last run, the newest first, when the state dir holds
 	// several (the fields above are the first's).
 	Recipes []RecipeStatus `json:"recipes,omitempty"`
+	// Generations are the first recipe's generations, newest first (absent when it keeps
+	// none): which serves, where `sglprov rollback` goes, which passed and which failed.
+	Generations []GenerationEntry `json:"generations,omitempty"`
 }
 
 // RecipeStatus is one recipe's last run in `status --json` of a state dir with several.
@@ -50,6 +53,8 @@ type RecipeStatus struct {
 	Profile     *Profile `json:"profile,omitempty"`
 	// Removed is when sglprov remove took the recipe off the node, after its last run.
 	Removed *time.Time `json:"removed,omitempty"`
+	// Generations are the recipe's generations, newest first (absent when it keeps none).
+	Generations []GenerationEntry `json:"generations,omitempty"`
 }
 
 // Reading is the state dir's last runs as status reads them.

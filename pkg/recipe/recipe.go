@@ -53,6 +53,9 @@ type Recipe struct {
 	Replaces []string
 	// Nodes is the multi-node block (nil: the service runs on this node alone).
 	Nodes *Nodes
+	// Network is the network block: the retry budget of the steps that reach the network
+	// (nil: the default).
+	Network *Network
 }
 
 // Step is one step of a recipe, with its kind body kept as YAML until it is rendered.
@@ -188,6 +191,8 @@ func (p *parser) parse(data []byte, sets []string) *Recipe {
 			replacesNode = v
 		case "nodes":
 			nodesNode = v
+		case "network":
+			p.parseNetwork(v, r)
 		}
 	}
 	for _, f := range []string{"apiVersion", "name", "steps"} {

@@ -40,6 +40,9 @@ type File struct {
 	Nodes Nodes `yaml:"nodes"`
 	// Python names the lock the Python (pip install) steps install exactly.
 	Python Python `yaml:"python"`
+	// Network is the retry budget of every step that reaches the network (hub downloads'
+	// API requests, git clones): network.retry_for, default 10m.
+	Network Network `yaml:"network"`
 }
 
 // RequiresSection is the requires section as written: what the GPUs, the driver and CUDA

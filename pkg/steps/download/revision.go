@@ -25,13 +25,14 @@ func RevisionWarning(repo, rev string) string {
 		rev, repo, repo, rev)
 }
 
-// Describe warns, for plan, when the download's revision is a branch or tag.
+// Describe warns, for plan (in the step's details), when the download's revision is a
+// branch or tag.
 func (s *Step) Describe(env *engine.Env) []string {
 	if s.spec.HF == nil {
 		return nil
 	}
 	if w := RevisionWarning(s.spec.HF.Repo, s.spec.HF.Revision); w != "" {
-		env.Log.Warn("unpinned hub revision", "repo", s.spec.HF.Repo, "revision", s.revision())
+		// Said once, in plan's details under the step, not again as a log line.
 		return []string{"warning: " + w}
 	}
 	return nil

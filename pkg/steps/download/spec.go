@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/engine"
@@ -216,6 +217,9 @@ type Step struct {
 	freeSpace func(string) (uint64, error)
 	// retryWait is the first wait between retries of hub API requests (0: the default).
 	retryWait time.Duration
+	// dnsSaid is set once a hub client of this step logged that the hub's host name does
+	// not resolve: plan's fingerprint and preflight each make a client, and one line says it.
+	dnsSaid atomic.Bool
 	// minRateWindow is the window of the fleet cache's minimum rate (0: fetch's default).
 	minRateWindow time.Duration
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/sglprov/sglprov/pkg/fetch"
 	"github.com/sglprov/sglprov/pkg/hub"
 	"github.com/sglprov/sglprov/pkg/logval"
+	"github.com/sglprov/sglprov/pkg/netretry"
 	"github.com/sglprov/sglprov/pkg/ownership"
 	"github.com/sglprov/sglprov/pkg/redact"
 )
@@ -145,12 +146,19 @@ func (s *Step) hubClient(env *engine.Env, retries int) (*hub.Client, error) {
 	}
 	c, err := hub.New(hub.Options{
 		Endpoint: s.spec.HF.Endpoint, TokenFile: tokenFile, Getenv: s.getenv, HTTPClient: s.client,
-		Retries: retries, RetryWait: s.retryWait, RetryFor: s.apiRetryFor(retries),
+		Retries: retries, RetryWait: s.retryWait, RetryFor: s.apiRetryFor(env, retries),
 		Log: func(level slog.Level, msg string, keyvals ...any) {
-			if level >= slog.LevelError {
-				env.Log.Error(msg, keyvals...)
-			} else {
+			switch {
+			case level < slog.LevelError:
 				env.Log.Info(msg, keyvals...)
+			case !s.dnsSaid.CompareAndSwap(false, true):
+				// Said once for the step, whichever of its clients met it first.
+			case retries < 0:
+				// plan and the fingerprint: nothing fails for it (plan says what it could
+				// not ask), so it is a warning; apply's error comes with its retries.
+				env.Log.Warn(msg, keyvals...)
+			default:
+				env.Log.Error(msg, keyvals...)
 			}
 		},
 	})
@@ -160,17 +168,18 @@ func (s *Step) hubClient(env *engine.Env, retries int) (*hub.Client, error) {
 	return c, nil
 }
 
-// apiRetryFor is how long a failing hub API request of apply is retried: the downloads'
-// no-progress budget (none for plan's and the fingerprint's requests, made with retries
-// -1, which must not hold plan for minutes).
-func (s *Step) apiRetryFor(retries int) time.Duration {
+// apiRetryFor is how long a failing hub API request of apply is retried: the recipe's
+// network.retry_for, the budget every step that reaches the network shares (none for
+// plan's and the fingerprint's requests, made with retries -1, which must not hold plan
+// for minutes).
+func (s *Step) apiRetryFor(env *engine.Env, retries int) time.Duration {
 	if retries < 0 {
 		return 0
 	}
-	if s.noProgress > 0 {
-		return s.noProgress
+	if env.NetworkRetryFor > 0 {
+		return env.NetworkRetryFor
 	}
-	return 10 * time.Minute
+	return netretry.DefaultBudget
 }
 
 // Intact reports whether every file the last run downloaded is still at dest, unchanged:

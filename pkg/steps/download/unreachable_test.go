@@ -20,6 +20,7 @@ func TestUnreachableHubIsNotSilent(t *testing.T) {
 	env := engine.NewTestEnv(dir, log)
 	env.StepName = "weights"
 	spec := Spec{Dest: filepath.Join(dir, "m"), HF: &HFSpec{Repo: repo, Revision: strings.Repeat("a", 40)}, NoProgressTimeout: "2s"}
+	env.NetworkRetryFor = 2 * time.Second
 	st, err := New(spec)
 	if err != nil {
 		t.Fatal(err)
@@ -54,7 +55,7 @@ func TestUnreachableHubIsNotSilent(t *testing.T) {
 	if n := strings.Count(out, "does not resolve"); n != 1 {
 		t.Errorf("the DNS failure was said %d times, want once:\n%s", n, out)
 	}
-	if n := strings.Count(out, "waiting before retrying"); n < 2 || !strings.Contains(out, "budget_left") {
+	if n := strings.Count(out, "waiting for the network"); n < 2 || !strings.Contains(out, "budget_left") {
 		t.Errorf("%d waits logged, want each wait with the budget left:\n%s", n, out)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"net/url"
 	"os"
 	"os/exec"
@@ -23,6 +24,7 @@ import (
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/gitrepo"
+	"github.com/sglprov/sglprov/pkg/netretry"
 )
 
 // Spec is the recipe body of a source step.
@@ -281,7 +283,7 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 
 	env.Log.Info("fetching source", "url", redact(s.spec.URL), "dest", s.spec.Dest)
 	if r.git {
-		err = fetchGit(ctx, r, tree)
+		err = fetchGit(ctx, env, r, tree)
 	} else {
 		tree, err = fetchArchive(ctx, r, tree)
 	}
@@ -359,9 +361,21 @@ func checkReplaceable(ctx context.Context, dest string, git bool) error {
 
 // fetchGit clones the repository into dst and checks out the commit. It runs git itself
 // (go-getter's git getter passes the URL and the ref to git before any "--", where one
-// that starts with "-" is read as an option).
-func fetchGit(ctx context.Context, r *resolved, dst string) error {
-	return gitrepo.Clone(ctx, r.src, dst, r.ref)
+// that starts with "-" is read as an option). A clone that fails in a way a retry can help
+// (a host name that does not resolve yet, a refused connection, a server error) is tried
+// again under the one network retry policy, within the recipe's network.retry_for.
+func fetchGit(ctx context.Context, env *engine.Env, r *resolved, dst string) error {
+	p := netretry.Policy{Budget: env.NetworkRetryFor, Log: func(_ slog.Level, msg string, kv ...any) { env.Log.Info(msg, kv...) }}
+	return p.Do(ctx, "git clone of "+redact(r.src), func() (netretry.Verdict, error) {
+		if err := os.RemoveAll(dst); err != nil {
+			return netretry.Verdict{}, fmt.Errorf("clearing %s for the clone: %w", dst, err)
+		}
+		err := gitrepo.Clone(ctx, r.src, dst, r.ref)
+		if err != nil {
+			err = scrub(err, r.src)
+		}
+		return netretry.ClassifyGit(err), err
+	})
 }
 
 // fetchArchive downloads the archive, checks its sha256 (go-getter's checksum parameter,

@@ -7,7 +7,7 @@ import (
 )
 
 // Describe returns the unit, the profile and the server's command line as they would be
-// installed now, for plan.
+// installed now, and how the unit differs from the one installed, for plan.
 func (s *Step) Describe(env *engine.Env) []string {
 	p, err := s.pick(env)
 	if err != nil {
@@ -17,6 +17,7 @@ func (s *Step) Describe(env *engine.Env) []string {
 	if err != nil {
 		return []string{"cannot render the unit: " + err.Error()}
 	}
+	picked := p
 	head := "unit " + s.spec.Unit + ", no backend profile"
 	if c := s.Candidates(env); p != "" || len(c) > 0 {
 		if p == "" {
@@ -33,5 +34,6 @@ func (s *Step) Describe(env *engine.Env) []string {
 			out = append(out, "NCCL: "+r)
 		}
 	}
-	return append(out, s.describeGroup(env, d.Profile.Name)...)
+	out = append(out, s.describeGroup(env, d.Profile.Name)...)
+	return append(out, s.unitDiff(env, picked)...)
 }
