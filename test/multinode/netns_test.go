@@ -136,7 +136,7 @@ func build(t *testing.T, dir string) (sglprov, fake string) {
 // at the same moment (the "same time" subtest), end with both nodes serving one command
 // line: the old one after a bad change, the new one after a good one; so do a change
 // applied on the head only (the worker follows the head's line) and one applied on the
-// worker only (refused: the worker restores what served).
+// worker only (refused before its candidate starts: the worker serves on unchanged).
 func TestTwoNodes(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: it makes network namespaces and a veth pair")
@@ -416,12 +416,14 @@ func TestTwoNodes(t *testing.T) {
 		}
 		serving("--attention-backend flashinfer ")
 
-		// A change applied on the worker only is refused: the worker's switch finds the head
-		// running another launch (before its candidate starts when the head serves; here
-		// the exec manager's daemon stops the worker's server as its apply begins, so the
-		// group does not serve then, the candidate joins, and its gate refuses it), what
-		// served before is restored, and both nodes end on the head's line.
+		// A change applied on the worker only is refused before its candidate starts: the
+		// worker's old server serves inside the group while its switch finds the head
+		// running another launch, and is left as it was. The candidate never joins the
+		// head's group and the group has no outage: the worker's server is the same
+		// process, the head's server saw no rank leave or join, and no canary failed.
 		offsets = []int{len(readFile(headLog)), len(readFile(workerLog))}
+		headServerLog := filepath.Join(dir, "a", "logs", "sglang-group.service.log")
+		headServerOffset, workerPID := len(readFile(headServerLog)), serverPID(t, nsB)
 		text = strings.Replace(strings.Replace(recipeText, "FAKE", fake, 1), "--attention-backend, triton]", "--attention-backend, torch_native]", 1)
 		if err := os.WriteFile(recipe, []byte(text), 0o644); err != nil {
 			t.Fatal(err)
@@ -429,11 +431,12 @@ func TestTwoNodes(t *testing.T) {
 		if err := daemons[1].Process.Signal(syscall.SIGHUP); err != nil {
 			t.Fatal(err)
 		}
-		if !waitLogAfter(workerLog, offsets[1], restored, 150*time.Second) {
-			t.Fatalf("worker only: the worker's change was not refused:\n%s", readFile(workerLog)[offsets[1]:])
+		if !waitLogAfter(workerLog, offsets[1], "does not run this launch: apply the change on the head (rank 0) first", 150*time.Second) {
+			t.Fatalf("worker only: the worker's change was not refused before its candidate started:\n%s", readFile(workerLog)[offsets[1]:])
 		}
-		if b := readFile(workerLog)[offsets[1]:]; !strings.Contains(b, "--attention-backend: the head runs flashinfer, this node torch_native") {
-			t.Errorf("worker only: the refusal does not name the head's other line:\n%s", b)
+		if b := readFile(workerLog)[offsets[1]:]; !strings.Contains(b, "--attention-backend: the head runs flashinfer, this node torch_native") ||
+			strings.Contains(b, "switch: candidate started") || strings.Contains(b, restored) {
+			t.Errorf("worker only: the refusal does not name the head's other line, or a candidate started:\n%s", b)
 		}
 		if !calm([]string{headLog, workerLog}, 5*time.Second, 120*time.Second) {
 			t.Fatalf("the group did not settle after the worker's change")
@@ -446,6 +449,18 @@ func TestTwoNodes(t *testing.T) {
 		}
 		if !waitMetric(headMetrics, healthy, 10*time.Second) {
 			t.Errorf("worker only: the head is not healthy")
+		}
+		if pid := serverPID(t, nsB); pid != workerPID {
+			t.Errorf("worker only: the worker's server was restarted (pid %d, was %d)", pid, workerPID)
+		}
+		if b := readFile(headServerLog)[headServerOffset:]; strings.Contains(b, "rank 1 joined") || strings.Contains(b, "rank 1 left") ||
+			strings.Contains(b, "rank 1 knocks") {
+			t.Errorf("worker only: the worker's candidate reached the head's group:\n%s", b)
+		}
+		for i, l := range []string{headLog, workerLog} {
+			if b := readFile(l)[offsets[i]:]; strings.Contains(b, "canary failed") {
+				t.Errorf("worker only: %s: the group had an outage:\n%s", l, b)
+			}
 		}
 	})
 }
