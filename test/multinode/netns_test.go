@@ -302,25 +302,28 @@ func TestTwoNodes(t *testing.T) {
 	// Day two: a change whose server answers badly on the head (another attention
 	// backend), applied head first, then the worker (SIGHUP after the recipe file
 	// changed), as the group's order says. The head's switch fails its gate and restores
-	// what served; the worker's candidate then finds the head running other arguments and
-	// restores too, the head's ladder re-forming the group each time a rank restarted: the
-	// group runs the old command line on both nodes, and both serve.
+	// what served, the head's ladder re-forming the group; the worker's switch then finds
+	// the head running other arguments and is refused before its candidate starts, its
+	// server serving on in the group: the group runs the old command line on both nodes,
+	// and both serve with the change pending.
 	changed := strings.Replace(strings.Replace(recipeText, "FAKE", fake, 1), "--attention-backend, triton]",
 		"--attention-backend, flashinfer, --fake-broken-if, attention-backend=flashinfer]", 1)
 	if err := os.WriteFile(recipe, []byte(changed), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	const restored = "the switch failed; what served before serves again and passed the gate"
+	const refused = "the switch was refused before its candidate started; what served serves on as it was"
 	for i, l := range []string{headLog, workerLog} {
 		if err := daemons[i].Process.Signal(syscall.SIGHUP); err != nil {
 			t.Fatal(err)
 		}
-		if !waitMetric(l, restored, 90*time.Second) {
-			t.Fatalf("%s: the switch was not undone on this node", l)
+		if !waitMetric(l, []string{restored, refused}[i], 90*time.Second) {
+			t.Fatalf("%s: the switch was not undone or refused on this node", l)
 		}
 	}
-	if b, _ := os.ReadFile(workerLog); !bytes.Contains(b, []byte("runs other arguments than this node's server (--attention-backend: the head runs triton, this node flashinfer)")) {
-		t.Errorf("the worker's candidate was not refused for the head's other arguments:\n%s", b)
+	if b, _ := os.ReadFile(workerLog); !bytes.Contains(b, []byte("does not run this launch: apply the change on the head (rank 0) first")) ||
+		!bytes.Contains(b, []byte("(--attention-backend: the head runs triton, this node flashinfer)")) {
+		t.Errorf("the worker's switch was not refused for the head's other arguments:\n%s", b)
 	}
 	for _, m := range []string{headMetrics, workerMetrics} {
 		if !waitMetric(m, `sglprov_switch_pending_failed{recipe="two-nodes"} 1`, 10*time.Second) || !waitMetric(m, healthy, 30*time.Second) {
@@ -431,10 +434,11 @@ func TestTwoNodes(t *testing.T) {
 		if err := daemons[1].Process.Signal(syscall.SIGHUP); err != nil {
 			t.Fatal(err)
 		}
-		if !waitLogAfter(workerLog, offsets[1], "does not run this launch: apply the change on the head (rank 0) first", 150*time.Second) {
+		if !waitLogAfter(workerLog, offsets[1], refused, 150*time.Second) {
 			t.Fatalf("worker only: the worker's change was not refused before its candidate started:\n%s", readFile(workerLog)[offsets[1]:])
 		}
-		if b := readFile(workerLog)[offsets[1]:]; !strings.Contains(b, "--attention-backend: the head runs flashinfer, this node torch_native") ||
+		if b := readFile(workerLog)[offsets[1]:]; !strings.Contains(b, "does not run this launch: apply the change on the head (rank 0) first") ||
+			!strings.Contains(b, "--attention-backend: the head runs flashinfer, this node torch_native") ||
 			strings.Contains(b, "switch: candidate started") || strings.Contains(b, restored) {
 			t.Errorf("worker only: the refusal does not name the head's other line, or a candidate started:\n%s", b)
 		}
