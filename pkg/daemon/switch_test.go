@@ -116,7 +116,9 @@ func TestWorkerSwitchRefusedBeforeItsCandidateIsPending(t *testing.T) {
 					}
 					return &engine.Report{Started: time.Now()}, nil
 				},
-				Canary:  func(context.Context, func(string), time.Duration) (time.Duration, error) { return time.Millisecond, nil },
+				Canary: func(context.Context, func(string), time.Duration) (time.Duration, error) {
+					return time.Millisecond, nil
+				},
 				Inputs:  func(context.Context) (string, error) { return "v2", nil },
 				Recipe:  "r",
 				Metrics: NewMetrics(),
