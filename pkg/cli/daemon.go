@@ -11,10 +11,16 @@ import (
 )
 
 func runDaemon(ctx context.Context, stdio IO, args []string) error {
-	if stdio.Factory != nil {
-		// The daemon watches the host: it reads the facts and the recipes again at each use.
-		stdio.Factory.Fresh = true
+	if stdio.Factory == nil {
+		stdio.Factory = &Factory{}
 	}
+	// The daemon watches the host: it reads the facts and the recipes again at each use.
+	stdio.Factory.Fresh = true
+	// Its engines share their exec managers for its whole life: a server the exec manager
+	// runs is stopped when the daemon ends, not when one apply's engine is let go.
+	managers := &node.Managers{New: stdio.Factory.NewManager}
+	stdio.Factory.NewManager = managers.Manager
+	defer managers.Close()
 	var o daemonOptions
 	fs := newFlags("daemon", stdio)
 	o.register(fs, stdio)

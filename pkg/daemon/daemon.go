@@ -462,6 +462,21 @@ func (d *Daemon) apply(ctx context.Context, why string) {
 			"why", why, "err", err)
 		d.setHealth(Healthy, "")
 		d.m.setSwitchFailed(err.Error())
+	case err != nil && d.workerUntouched(err):
+		// A worker's switch refused before its candidate started (the head runs another
+		// launch): its server serves in the group as it did. The change stays pending, not
+		// retried until its inputs change; the worker follows the head when the head's
+		// launch changes (followLaunch).
+		inputs := ""
+		if d.o.Inputs != nil {
+			inputs, _ = d.o.Inputs(ctx)
+		}
+		d.pending = &pendingChange{inputs: inputs, why: err.Error()}
+		d.applyFailures, d.retryIn = 0, 0
+		d.o.Log.Error("the switch was refused before its candidate started; what served serves on as it was; the change is pending until the recipe or the facts change",
+			"why", why, "err", err)
+		d.setHealth(Healthy, "")
+		d.m.setSwitchFailed(err.Error())
 	case err != nil:
 		d.applyFailures++
 		wait := min(1<<min(d.applyFailures-1, 30), maxRetryChecks) // 1, 2, 4 ... checks
@@ -486,6 +501,13 @@ func (d *Daemon) apply(ctx context.Context, why string) {
 func (d *Daemon) restoredServes(err error) bool {
 	var fe *switchover.FailedError
 	return errors.As(err, &fe) && fe.Serving()
+}
+
+// workerUntouched reports whether err is a switch of a group's worker that failed
+// without touching what serves (switchover.Result.Untouched).
+func (d *Daemon) workerUntouched(err error) bool {
+	var fe *switchover.FailedError
+	return d.o.Group != nil && !d.o.Group.IsHead() && errors.As(err, &fe) && fe.Result != nil && fe.Result.Untouched()
 }
 
 // unchangedSincePending reports whether a change whose switch failed is pending and the

@@ -240,22 +240,43 @@ func TestRunNotifiesAndServesMetrics(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- New(o).Run(ctx) }()
 
+	// The socket is read until the test ends, as systemd reads it: a datagram socket
+	// nobody reads fills, and the daemon's next notification would block its loop (and
+	// Run would never return).
+	var mu sync.Mutex
 	seen := map[string]bool{}
-	buf := make([]byte, 4096)
-	deadline := time.Now().Add(10 * time.Second)
-	for !(seen["READY=1"] && seen["WATCHDOG=1"] && seen["STATUS=healthy"]) && time.Now().Before(deadline) {
-		conn.SetReadDeadline(time.Now().Add(time.Second))
-		k, err := conn.Read(buf)
-		if err != nil {
-			continue
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			k, err := conn.Read(buf)
+			if err != nil {
+				return // closed at the test's end
+			}
+			mu.Lock()
+			for _, line := range strings.Split(string(buf[:k]), "\n") {
+				seen[line] = true
+			}
+			mu.Unlock()
 		}
-		for _, line := range strings.Split(string(buf[:k]), "\n") {
-			seen[line] = true
+	}()
+	has := func(want ...string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, w := range want {
+			if !seen[w] {
+				return false
+			}
 		}
+		return true
+	}
+	for deadline := time.Now().Add(10 * time.Second); !has("READY=1", "WATCHDOG=1", "STATUS=healthy") && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
 	}
 	for _, want := range []string{"STATUS=applying the recipe", "READY=1", "WATCHDOG=1", "STATUS=healthy"} {
-		if !seen[want] {
+		if !has(want) {
+			mu.Lock()
 			t.Errorf("no %q among the notifications %v", want, seen)
+			mu.Unlock()
 		}
 	}
 	// Wait for a canary round, then scrape.

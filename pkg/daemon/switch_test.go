@@ -87,3 +87,57 @@ func TestFailedSwitchWithRestoredServerStaysHealthyAndIsNotRetried(t *testing.T)
 		t.Errorf("/healthz after the change passed: %d %q", code, body)
 	}
 }
+
+// A worker's switch refused before its candidate started (the head runs another launch)
+// left its server serving in the group: the node stays healthy with the change pending,
+// not retried at every check (each retry waits for the head), until the inputs change;
+// the same refusal on one node alone (or the head) is an apply that failed, retried.
+func TestWorkerSwitchRefusedBeforeItsCandidateIsPending(t *testing.T) {
+	untouched := &switchover.Result{Previous: []switchover.Server{{Unit: "sglang-a.service"}},
+		Tried: []switchover.Attempt{{Server: switchover.Server{Unit: "sglang-a.service"}, Error: "the head does not run this launch"}}}
+	for _, c := range []struct {
+		name   string
+		group  *Group
+		health Health
+		tries  int
+	}{
+		{"worker", &Group{Rank: 1, Count: 2}, Healthy, 2},
+		{"head", &Group{Rank: 0, Count: 2}, ApplyFailed, 4},
+		{"one node", nil, ApplyFailed, 4},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			applies := 0
+			failing := false
+			o := Options{
+				Apply: func(context.Context) (*engine.Report, error) {
+					applies++
+					if failing {
+						return &engine.Report{Started: time.Now()}, fmt.Errorf("step smoke: %w: %w", exitcode.ErrGate, &switchover.FailedError{Result: untouched})
+					}
+					return &engine.Report{Started: time.Now()}, nil
+				},
+				Canary: func(context.Context, func(string), time.Duration) (time.Duration, error) {
+					return time.Millisecond, nil
+				},
+				Inputs:  func(context.Context) (string, error) { return "v2", nil },
+				Recipe:  "r",
+				Metrics: NewMetrics(),
+				Group:   c.group,
+			}
+			d := New(o)
+			ctx := context.Background()
+			d.apply(ctx, "start")
+			failing = true
+			d.apply(ctx, "recipe re-read (SIGHUP)")
+			if d.Health() != c.health {
+				t.Errorf("health %s after the refused switch, want %s", d.Health(), c.health)
+			}
+			for i := 0; i < 4; i++ {
+				d.Check(ctx)
+			}
+			if applies != c.tries {
+				t.Errorf("%d applies after 4 checks, want %d", applies, c.tries)
+			}
+		})
+	}
+}

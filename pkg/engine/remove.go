@@ -324,6 +324,14 @@ func Remove(ctx context.Context, opts RemoveOptions) error {
 		}
 	}
 	records := removal{what: "delete the records of recipe " + opts.Recipe + " in " + StatePath(dir)}
+	owed := UndrainOwedPath(dir, opts.Recipe)
+	if fi, err := os.Lstat(owed); err == nil {
+		if fi.Mode().IsRegular() {
+			records.what += " and " + owed + " (an undrain it was owed)"
+		} else {
+			owed = "" // not the file sglprov writes there: left as it is
+		}
+	}
 
 	fmt.Fprintf(opts.Out, "Remove %s:\n", opts.Recipe)
 	var total int64
@@ -379,6 +387,11 @@ func Remove(ctx context.Context, opts RemoveOptions) error {
 		}
 		if err := SaveStates(dir, states); err != nil {
 			return err
+		}
+	}
+	if owed != "" {
+		if err := ClearUndrainOwed(dir, opts.Recipe); err != nil {
+			return fmt.Errorf("removing %s: %w", opts.Recipe, err)
 		}
 	}
 	delete(states.Recipes, opts.Recipe)

@@ -669,3 +669,55 @@ func TestGCCountsAPartTwoRecordsNameOnce(t *testing.T) {
 	}
 	n.intact("a part two records name")
 }
+
+// remove deletes the record that its recipe's node is owed an undrain (dry-run only names
+// it), and leaves another recipe's record and a file sglprov never wrote beside it
+// byte-identical.
+func TestRemoveDeletesTheUndrainOwed(t *testing.T) {
+	n := newNode(t, false)
+	n.save(map[string][]engine.Owned{"a": nil, "b": nil})
+	for _, r := range []string{"a", "b"} {
+		if err := engine.MarkUndrainOwed(n.state, r, "switching "+r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	foreignFile := filepath.Join(filepath.Dir(engine.UndrainOwedPath(n.state, "a")), "a.notes")
+	want := []byte("an operator's notes\n")
+	if err := os.WriteFile(foreignFile, want, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	other, err := os.ReadFile(engine.UndrainOwedPath(n.state, "b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := engine.Remove(context.Background(), engine.RemoveOptions{StateDir: n.state, Recipe: "a", DryRun: true, Out: &out}); err != nil {
+		t.Fatalf("remove --dry-run: %v\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), engine.UndrainOwedPath(n.state, "a")+" (an undrain it was owed)") || !engine.UndrainOwed(n.state, "a") {
+		t.Errorf("remove --dry-run does not name the record, or deleted it:\n%s", out.String())
+	}
+	if out, err := n.remove("a", false); err != nil {
+		t.Fatalf("remove: %v\n%s", err, out)
+	}
+	if engine.UndrainOwed(n.state, "a") {
+		t.Errorf("remove left %s", engine.UndrainOwedPath(n.state, "a"))
+	}
+	if b, err := os.ReadFile(foreignFile); err != nil || !bytes.Equal(b, want) {
+		t.Errorf("the file beside the record changed: %q, %v", b, err)
+	}
+	if b, err := os.ReadFile(engine.UndrainOwedPath(n.state, "b")); err != nil || !bytes.Equal(b, other) {
+		t.Errorf("recipe b's record changed: %q, %v", b, err)
+	}
+	n.intact("remove with an undrain owed")
+
+	// A folder where the record would be is not what sglprov writes: left as it is.
+	n.save(map[string][]engine.Owned{"c": nil})
+	dirThere := engine.UndrainOwedPath(n.state, "c")
+	if err := os.MkdirAll(dirThere, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := n.remove("c", false); err != nil || !exists(dirThere) {
+		t.Errorf("remove with a folder at the record's path: %v, folder kept %v\n%s", err, exists(dirThere), out)
+	}
+}

@@ -118,8 +118,9 @@ func (n *Recipe) Options(ctx context.Context, r *recipe.Recipe, facts *gpu.Facts
 	return opts, nil
 }
 
-// Held is the engine of the daemon's last apply, kept open: with the exec manager, what
-// serves is its child.
+// Held is the engine of the daemon's last apply, kept open until the next apply has run:
+// with the exec manager, what serves is the child of its manager (under the daemon a
+// kept one, Managers, which the next engine shares).
 type Held struct {
 	mu sync.Mutex
 	e  *engine.Engine

@@ -168,8 +168,8 @@ func (g *Rollback) RollBack(ctx context.Context) error {
 		held = &Held{}
 		defer held.Set(nil)
 	}
-	// The engine of the last apply goes (with the exec manager it stops the server that
-	// answers wrong): the port is the previous generation's now.
+	// The engine of the last apply goes (with an exec manager of its own it stops the
+	// server that answers wrong; the daemon's kept one leaves it to the switch below).
 	held.Set(nil)
 	what := "generation " + generation.Short(to.prev)
 	mod := func(o *engine.Options) { o.GenerationKey = to.prev }

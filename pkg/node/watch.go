@@ -75,9 +75,15 @@ func (n *Recipe) Watch(ctx context.Context, rec *recipe.Recipe, w Watch) error {
 	opts := daemon.Options{
 		Group: group,
 		Apply: func(ctx context.Context) (*engine.Report, error) {
-			held.Set(nil)
+			// What serves keeps serving while the apply decides; the last apply's engine
+			// goes only after. The daemon's engines share their exec managers (Managers),
+			// so the new engine sees the server running: an unchanged unit restarts
+			// nothing, and a switch compares its candidate with what serves before
+			// anything stops.
 			rep, e, err := n.Apply(ctx)
-			held.Set(e)
+			if e != nil {
+				held.Set(e)
+			}
 			return rep, err
 		},
 		Canary:                n.Canary(w.CanaryTimeout, w.Log, w.Stderr, w.Terminal),

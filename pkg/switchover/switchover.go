@@ -189,6 +189,21 @@ func (r *Result) Serving() bool {
 	return r.Winner != nil || (r.Restored && r.RestoredVerdict != nil && r.RestoredVerdict.Pass)
 }
 
+// Untouched reports whether the switch changed nothing that serves: something served
+// before, no candidate started (each was refused before its start), nothing was drained
+// or restored.
+func (r *Result) Untouched() bool {
+	if r.Winner != nil || len(r.Previous) == 0 || r.Restored || r.RestoreErr != nil || r.Drained {
+		return false
+	}
+	for _, a := range r.Tried {
+		if a.Verdict != nil || a.Served != nil || a.StagePort != 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // FailedError is the error of a switch in which no candidate passed; it says whether
 // what served before serves again.
 type FailedError struct {

@@ -165,6 +165,9 @@ func TestSwitchFailRestoresThePreviousAndGatesItWithItsOwnNames(t *testing.T) {
 	if !strings.Contains(err.Error(), "was restored and passed the gate again") {
 		t.Errorf("error %q does not say that the previous unit passes again", err)
 	}
+	if res.Untouched() {
+		t.Error("a switch whose candidate started and was restored is reported untouched")
+	}
 	last := n.gated[len(n.gated)-1]
 	if last.ServedModel != "qwen-a" || last.ModelPath != "/models/gen-a/model" {
 		t.Errorf("the restored unit was gated as %+v, want its own names (qwen-a, /models/gen-a/model)", last)
@@ -405,6 +408,9 @@ func TestSwitchAwaitRefusedChangesNothing(t *testing.T) {
 	if res.Restored || drained || len(asked) != 1 || asked[0].ServedModel != "new" {
 		t.Errorf("restored %v, drained %v, asked %+v: want nothing restored or drained, the candidate's server asked once", res.Restored, drained, asked)
 	}
+	if !res.Untouched() || !fe.Result.Untouched() {
+		t.Errorf("a refused wait is not reported untouched: %+v", res)
+	}
 	for _, e := range n.m.Events[before:] {
 		t.Errorf("a refused wait did %q", e)
 	}
@@ -425,8 +431,8 @@ func TestSwitchAwaitRefusedChangesNothing(t *testing.T) {
 
 	// What runs already, and a first install, do not wait.
 	sw.Await = func(context.Context, switchover.Server) error { return refuse }
-	if _, err := sw.Run(context.Background()); err != nil {
-		t.Errorf("the candidate that runs already waited: %v", err)
+	if res, err := sw.Run(context.Background()); err != nil || res.Untouched() {
+		t.Errorf("the candidate that runs already waited (%v), or a switch that passed is untouched (%v)", err, res.Untouched())
 	}
 	first := newNode(t)
 	sw = switchover.Switch{Manager: first.m, StateDir: t.TempDir(), Unit: unitA, Gate: first.gate,

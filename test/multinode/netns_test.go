@@ -136,7 +136,7 @@ func build(t *testing.T, dir string) (sglprov, fake string) {
 // at the same moment (the "same time" subtest), end with both nodes serving one command
 // line: the old one after a bad change, the new one after a good one; so do a change
 // applied on the head only (the worker follows the head's line) and one applied on the
-// worker only (refused: the worker restores what served).
+// worker only (refused before its candidate starts: the worker serves on unchanged).
 func TestTwoNodes(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: it makes network namespaces and a veth pair")
@@ -302,25 +302,28 @@ func TestTwoNodes(t *testing.T) {
 	// Day two: a change whose server answers badly on the head (another attention
 	// backend), applied head first, then the worker (SIGHUP after the recipe file
 	// changed), as the group's order says. The head's switch fails its gate and restores
-	// what served; the worker's candidate then finds the head running other arguments and
-	// restores too, the head's ladder re-forming the group each time a rank restarted: the
-	// group runs the old command line on both nodes, and both serve.
+	// what served, the head's ladder re-forming the group; the worker's switch then finds
+	// the head running other arguments and is refused before its candidate starts, its
+	// server serving on in the group: the group runs the old command line on both nodes,
+	// and both serve with the change pending.
 	changed := strings.Replace(strings.Replace(recipeText, "FAKE", fake, 1), "--attention-backend, triton]",
 		"--attention-backend, flashinfer, --fake-broken-if, attention-backend=flashinfer]", 1)
 	if err := os.WriteFile(recipe, []byte(changed), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	const restored = "the switch failed; what served before serves again and passed the gate"
+	const refused = "the switch was refused before its candidate started; what served serves on as it was"
 	for i, l := range []string{headLog, workerLog} {
 		if err := daemons[i].Process.Signal(syscall.SIGHUP); err != nil {
 			t.Fatal(err)
 		}
-		if !waitMetric(l, restored, 90*time.Second) {
-			t.Fatalf("%s: the switch was not undone on this node", l)
+		if !waitMetric(l, []string{restored, refused}[i], 90*time.Second) {
+			t.Fatalf("%s: the switch was not undone or refused on this node", l)
 		}
 	}
-	if b, _ := os.ReadFile(workerLog); !bytes.Contains(b, []byte("runs other arguments than this node's server (--attention-backend: the head runs triton, this node flashinfer)")) {
-		t.Errorf("the worker's candidate was not refused for the head's other arguments:\n%s", b)
+	if b, _ := os.ReadFile(workerLog); !bytes.Contains(b, []byte("does not run this launch: apply the change on the head (rank 0) first")) ||
+		!bytes.Contains(b, []byte("(--attention-backend: the head runs triton, this node flashinfer)")) {
+		t.Errorf("the worker's switch was not refused for the head's other arguments:\n%s", b)
 	}
 	for _, m := range []string{headMetrics, workerMetrics} {
 		if !waitMetric(m, `sglprov_switch_pending_failed{recipe="two-nodes"} 1`, 10*time.Second) || !waitMetric(m, healthy, 30*time.Second) {
@@ -416,12 +419,14 @@ func TestTwoNodes(t *testing.T) {
 		}
 		serving("--attention-backend flashinfer ")
 
-		// A change applied on the worker only is refused: the worker's switch finds the head
-		// running another launch (before its candidate starts when the head serves; here
-		// the exec manager's daemon stops the worker's server as its apply begins, so the
-		// group does not serve then, the candidate joins, and its gate refuses it), what
-		// served before is restored, and both nodes end on the head's line.
+		// A change applied on the worker only is refused before its candidate starts: the
+		// worker's old server serves inside the group while its switch finds the head
+		// running another launch, and is left as it was. The candidate never joins the
+		// head's group and the group has no outage: the worker's server is the same
+		// process, the head's server saw no rank leave or join, and no canary failed.
 		offsets = []int{len(readFile(headLog)), len(readFile(workerLog))}
+		headServerLog := filepath.Join(dir, "a", "logs", "sglang-group.service.log")
+		headServerOffset, workerPID := len(readFile(headServerLog)), serverPID(t, nsB)
 		text = strings.Replace(strings.Replace(recipeText, "FAKE", fake, 1), "--attention-backend, triton]", "--attention-backend, torch_native]", 1)
 		if err := os.WriteFile(recipe, []byte(text), 0o644); err != nil {
 			t.Fatal(err)
@@ -429,11 +434,13 @@ func TestTwoNodes(t *testing.T) {
 		if err := daemons[1].Process.Signal(syscall.SIGHUP); err != nil {
 			t.Fatal(err)
 		}
-		if !waitLogAfter(workerLog, offsets[1], restored, 150*time.Second) {
-			t.Fatalf("worker only: the worker's change was not refused:\n%s", readFile(workerLog)[offsets[1]:])
+		if !waitLogAfter(workerLog, offsets[1], refused, 150*time.Second) {
+			t.Fatalf("worker only: the worker's change was not refused before its candidate started:\n%s", readFile(workerLog)[offsets[1]:])
 		}
-		if b := readFile(workerLog)[offsets[1]:]; !strings.Contains(b, "--attention-backend: the head runs flashinfer, this node torch_native") {
-			t.Errorf("worker only: the refusal does not name the head's other line:\n%s", b)
+		if b := readFile(workerLog)[offsets[1]:]; !strings.Contains(b, "does not run this launch: apply the change on the head (rank 0) first") ||
+			!strings.Contains(b, "--attention-backend: the head runs flashinfer, this node torch_native") ||
+			strings.Contains(b, "switch: candidate started") || strings.Contains(b, restored) {
+			t.Errorf("worker only: the refusal does not name the head's other line, or a candidate started:\n%s", b)
 		}
 		if !calm([]string{headLog, workerLog}, 5*time.Second, 120*time.Second) {
 			t.Fatalf("the group did not settle after the worker's change")
@@ -446,6 +453,18 @@ func TestTwoNodes(t *testing.T) {
 		}
 		if !waitMetric(headMetrics, healthy, 10*time.Second) {
 			t.Errorf("worker only: the head is not healthy")
+		}
+		if pid := serverPID(t, nsB); pid != workerPID {
+			t.Errorf("worker only: the worker's server was restarted (pid %d, was %d)", pid, workerPID)
+		}
+		if b := readFile(headServerLog)[headServerOffset:]; strings.Contains(b, "rank 1 joined") || strings.Contains(b, "rank 1 left") ||
+			strings.Contains(b, "rank 1 knocks") {
+			t.Errorf("worker only: the worker's candidate reached the head's group:\n%s", b)
+		}
+		for i, l := range []string{headLog, workerLog} {
+			if b := readFile(l)[offsets[i]:]; strings.Contains(b, "canary failed") {
+				t.Errorf("worker only: %s: the group had an outage:\n%s", l, b)
+			}
 		}
 	})
 }
