@@ -132,6 +132,10 @@ type Case struct {
 	// pair sharing a long preamble, the second a prefix-cache hit), cjk, story (a long
 	// generation) or json-capital (response_format json_schema).
 	Generate string `yaml:"generate" json:"generate,omitempty"`
+	// RequireCacheReport fails a prefix-cache pair whose second answer reports no
+	// cached_tokens (SGLang reports them only with --enable-cache-report); without it such
+	// a pair is judged on its answers alone.
+	RequireCacheReport bool `yaml:"require_cache_report" json:"require_cache_report,omitempty"`
 }
 
 // Kind says what sort of case c is: accuracy, long-context, tool, reasoning, load or chat.
@@ -251,6 +255,16 @@ func BuiltinCases() []Case {
 	}
 }
 
+// DefaultCases are the cases used when a config names none (`sglprov smoke --url`):
+// BuiltinCases, the load case, a sweep of builtin:arithmetic, the long-context case and
+// TrafficCases; about a minute against a healthy server.
+func DefaultCases() []Case {
+	cases := append(BuiltinCases(), BuiltinLoadCase(),
+		Case{Name: "sweep", Accuracy: &Accuracy{Questions: "builtin:arithmetic", MinScore: DefaultMinScore, Concurrency: 16}},
+		BuiltinLongCase())
+	return append(cases, TrafficCases()...)
+}
+
 // WeatherTool is the function tool of the built-in tool-call case.
 func WeatherTool() Tool {
 	return Tool{Name: "get_weather", Description: "Get the current weather in a city.",
@@ -261,9 +275,10 @@ func WeatherTool() Tool {
 
 // BuiltinSet returns BuiltinCases and one case of each other kind: 64 requests of mixed
 // lengths and content at once, a tool call, the reasoning split with thinking on, a sweep
-// of builtin:arithmetic, and long prompts past one prefill chunk among short ones.
+// of builtin:arithmetic, long prompts past one prefill chunk among short ones, and
+// TrafficCases.
 func BuiltinSet() []Case {
-	return append(BuiltinCases(),
+	return append(append(BuiltinCases(),
 		BuiltinLoadCase(),
 		Case{Name: "tool-call", Prompt: "What is the weather in Paris right now? Use the tool.",
 			Tools:  []Tool{WeatherTool()},
@@ -273,7 +288,7 @@ func BuiltinSet() []Case {
 			Expect:             Expect{Reasoning: true, Regex: `\b391\b`}},
 		Case{Name: "sweep", Accuracy: &Accuracy{Questions: "builtin:arithmetic", MinScore: DefaultMinScore, Concurrency: 16}},
 		BuiltinLongCase(),
-	)
+	), TrafficCases()...)
 }
 
 // CanaryCase returns the first of cases that sends one request (no concurrency, no

@@ -61,7 +61,7 @@ type Config struct {
 	MaxTokens int
 	// ChatTemplateKwargs is sent as chat_template_kwargs when set (e.g. enable_thinking: false).
 	ChatTemplateKwargs map[string]any
-	// Cases are the questions; BuiltinCases when empty.
+	// Cases are the questions; DefaultCases when empty.
 	Cases []Case
 	// ReadFile reads an accuracy case's JSONL question file (default os.ReadFile); the
 	// smoke step resolves names against the recipe's folder.
@@ -102,7 +102,7 @@ func (c Config) withDefaults() Config {
 		c.MaxTokens = DefaultMaxTokens
 	}
 	if len(c.Cases) == 0 {
-		c.Cases = BuiltinCases()
+		c.Cases = DefaultCases()
 	}
 	if c.PollInitial <= 0 {
 		c.PollInitial = DefaultPollInitial

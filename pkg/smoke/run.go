@@ -52,6 +52,8 @@ type request struct {
 	// logprobs is set when the request asked for them; cached when its answer must
 	// report a prefix-cache hit (the second of a prefix-cache pair).
 	logprobs, cached bool
+	// requireReport fails a cached request whose answer reports no cached_tokens.
+	requireReport bool
 	// seed is the sampling seed sent (0: greedy, none sent).
 	seed uint64
 }
@@ -332,7 +334,7 @@ func runPrefix(ctx context.Context, cfg Config, model string, k Case) CaseResult
 			seed := caseSeed(cfg, k, i)
 			answers[2*i] = ask(ctx, cfg, buildRequest(cfg, model, k, g.messages, g.expect, seed, nil))
 			second := buildRequest(cfg, model, k, g.second.messages, g.second.expect, seed, nil)
-			second.cached = true
+			second.cached, second.requireReport = true, k.RequireCacheReport
 			answers[2*i+1] = ask(ctx, cfg, second)
 		}()
 		if seed := caseSeed(cfg, k, i); seed != 0 {

@@ -78,10 +78,10 @@ const (
 
 // Modes lists every mode, for usage messages and tests.
 func Modes() []Mode {
-	return []Mode{ModeGood, ModeBang, ModePlus, ModeCommaBang, ModeApostropheS, ModeNaN, ModeAbort,
+	return append([]Mode{ModeGood, ModeBang, ModePlus, ModeCommaBang, ModeApostropheS, ModeNaN, ModeAbort,
 		ModeEmpty, ModeWrong, ModeThinkCutoff, ModeSlowReady, ModeNeverReady, ModeHang, ModeHTTP500,
 		ModeCrash, ModeCrashAfter, ModeCrowded, ModeRawToolCalls, ModeInlineThink, ModeFluentWrong,
-		ModeLongContext, ModeMixedBatch}
+		ModeLongContext, ModeMixedBatch}, trafficModes...)
 }
 
 // Valid reports whether m is a known mode.
@@ -166,6 +166,16 @@ type Options struct {
 	// ServerArgs is what /get_server_info reports: the launch line's flags by SGLang's
 	// field names (ServerArgsOf); nil: it answers 404.
 	ServerArgs map[string]any
+	// CacheReport reports prefix-cache hits in usage.prompt_tokens_details.cached_tokens,
+	// as SGLang does with --enable-cache-report (/generate's meta_info always has them).
+	CacheReport bool
+	// TokenLatency is how long each generated token takes (streamed: between chunks).
+	TokenLatency time.Duration
+	// LoopAfter is how many words ModeWordLoop answers well (default DefaultLoopAfter).
+	LoopAfter int
+	// Memorized are the prompts ModeMemorizer answers right (each conversation's texts
+	// joined by a blank line, as Prompts returns them).
+	Memorized map[string]bool
 	// Log, when set, receives one line per request.
 	Log io.Writer
 	// Now is the clock (default time.Now).
@@ -185,6 +195,9 @@ type Server struct {
 	// filler is the padding of AnswerBytes, made once.
 	fillerOnce sync.Once
 	filler     string
+	// history are the recent prompts' words (the prefix cache); prompts every prompt.
+	history [][]string
+	prompts []string
 }
 
 // New returns a fake server.
@@ -226,6 +239,9 @@ func New(opts Options) *Server {
 	}
 	if opts.MixedSpread <= 0 {
 		opts.MixedSpread = DefaultMixedSpread
+	}
+	if opts.LoopAfter <= 0 {
+		opts.LoopAfter = DefaultLoopAfter
 	}
 	return &Server{opts: opts, start: opts.Now(), active: map[*flight]struct{}{}}
 }
@@ -345,7 +361,13 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusMethodNotAllowed, "Method Not Allowed")
 			return
 		}
-		s.chat(w, r)
+		s.generate(w, r, "chat")
+	case "/v1/completions", "/generate":
+		if r.Method != http.MethodPost {
+			writeError(w, http.StatusMethodNotAllowed, "Method Not Allowed")
+			return
+		}
+		s.generate(w, r, strings.TrimPrefix(strings.TrimPrefix(r.URL.Path, "/v1"), "/"))
 	default:
 		writeError(w, http.StatusNotFound, "Not Found")
 	}
@@ -442,72 +464,6 @@ type ChatResponse struct {
 
 func ptr(s string) *string { return &s }
 
-func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
-	var req ChatRequest
-	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&req); err != nil {
-		writeError(w, http.StatusBadRequest, "invalid JSON: "+err.Error())
-		return
-	}
-	if len(req.Messages) == 0 {
-		writeError(w, http.StatusBadRequest, "messages is empty")
-		return
-	}
-	switch s.opts.Mode {
-	case ModeHang:
-		<-r.Context().Done()
-		return
-	case ModeHTTP500:
-		writeError(w, http.StatusInternalServerError, "Internal server error")
-		return
-	}
-	prompt := req.Messages[len(req.Messages)-1].Content
-	tokens := Tokens(prompt)
-	// A batching window: requests that arrive together are in flight together, and the
-	// answer depends on the largest batch the request was part of.
-	seen := s.enter(tokens)
-	if s.opts.Latency > 0 {
-		t := time.NewTimer(s.opts.Latency)
-		select {
-		case <-t.C:
-		case <-r.Context().Done():
-			t.Stop()
-			s.leave(seen)
-			return
-		}
-	}
-	batch := s.leave(seen)
-	var garbage Mode
-	switch {
-	case s.opts.Mode == ModeCrowded && batch.seen > s.opts.CrowdedAbove:
-		garbage = ModeCommaBang
-	case s.opts.Mode == ModeLongContext && tokens > s.opts.LongAbove:
-		garbage = ModeBang
-	case s.opts.Mode == ModeMixedBatch && batch.longest-batch.shortest > s.opts.MixedSpread:
-		garbage = ModeCommaBang
-	}
-	maxTokens := 128
-	if req.MaxTokens != nil && *req.MaxTokens > 0 {
-		maxTokens = min(*req.MaxTokens, 4096)
-	}
-	thinking := true
-	if v, ok := req.ChatTemplateKwargs["enable_thinking"].(bool); ok {
-		thinking = v
-	}
-	msg, finish, stop := s.answer(prompt, maxTokens, thinking, req.Tools, garbage)
-	msg.Role = "assistant"
-	s.mu.Lock()
-	s.seq++
-	id := fmt.Sprintf("%032x", s.seq)
-	s.mu.Unlock()
-	completion := len(deref(msg.Content))/4 + len(deref(msg.ReasoningContent))/4 + 1
-	writeJSON(w, http.StatusOK, ChatResponse{
-		ID: id, Object: "chat.completion", Created: s.opts.Now().Unix(), Model: s.opts.Model,
-		Choices: []Choice{{Index: 0, Message: msg, FinishReason: finish, MatchedStop: stop}},
-		Usage: Usage{PromptTokens: tokens, CompletionTokens: completion,
-			TotalTokens: tokens + completion},
-	})
-}
-
 func deref(s *string) string {
 	if s == nil {
 		return ""
@@ -517,7 +473,7 @@ func deref(s *string) string {
 
 // answer returns the message, finish_reason and matched_stop for prompt in the server's mode.
 // garbage, when set, is the broken mode the request's batch or length calls for.
-func (s *Server) answer(prompt string, maxTokens int, thinking bool, tools []RequestTool, garbage Mode) (Message, *string, any) {
+func (s *Server) answer(prompt string, maxTokens int, thinking bool, tools []RequestTool, garbage Mode, t trafficReq) (Message, *string, any) {
 	length, stop := ptr("length"), ptr("stop")
 	mode := s.opts.Mode
 	if garbage != "" {
@@ -569,9 +525,24 @@ func (s *Server) answer(prompt string, maxTokens int, thinking bool, tools []Req
 			finish, matched = ptr("tool_calls"), nil
 		}
 	} else {
-		content = GoodAnswer(prompt)
-		if mode == ModeFluentWrong {
+		content = GoodAnswer(t.context)
+		switch {
+		case mode == ModeFluentWrong:
 			content = fluentWrong(prompt, content)
+		case mode == ModeWrongUnseen && unseenFact(t.context),
+			mode == ModeMemorizer && !s.memorized(t.context):
+			content = wrongly(content)
+		case mode == ModeWordLoop && storyAsk.MatchString(prompt):
+			content = loopText(content, s.opts.LoopAfter, maxTokens)
+		}
+		if words := strings.Fields(content); len(words) > maxTokens {
+			content, finish, matched = strings.Join(words[:maxTokens], " "), length, nil
+		}
+		if t.schema {
+			content = jsonAnswer(t.context, content)
+			if mode == ModeBadJSON {
+				content = strings.TrimSuffix(content, "}") + `, "note": "`
+			}
 		}
 		if n := s.opts.AnswerBytes - len(content) - 1; n > 0 {
 			s.fillerOnce.Do(func() { s.filler = Filler(s.opts.AnswerBytes) })
