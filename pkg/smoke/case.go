@@ -363,12 +363,12 @@ func (r CaseResult) MarshalJSON() ([]byte, error) {
 	out := struct {
 		plain
 		// The sample as plain text (JSON quotes it once), and whether the answer was cut.
-		Sample    string `json:"sample"`
-		Truncated bool   `json:"sample_truncated,omitempty"`
-		Latency   string `json:"latency"`
-		LatencyMS int64  `json:"latency_ms"`
-		P50MS     *int64 `json:"latency_p50_ms,omitempty"`
-		P99MS     *int64 `json:"latency_p99_ms,omitempty"`
+		Sample    string  `json:"sample"`
+		Truncated bool    `json:"sample_truncated,omitempty"`
+		Latency   string  `json:"latency"`
+		LatencyMS int64   `json:"latency_ms"`
+		P50MS     *int64  `json:"latency_p50_ms,omitempty"`
+		P99MS     *int64  `json:"latency_p99_ms,omitempty"`
 		TTFTMS    float64 `json:"ttft_ms,omitempty"`
 	}{plain: plain(r), Sample: sample, Truncated: cut, Latency: r.Latency.Round(time.Millisecond).String(), LatencyMS: r.Latency.Milliseconds(),
 		TTFTMS: ms(r.TTFT)}

@@ -503,7 +503,7 @@ var (
 	cjkTimes      = regexp.MustCompile(`(\d+)\s*乘以\s*(\d+)`)
 	cjkCapital    = regexp.MustCompile(`(\p{Han}+)的首都`)
 	storyAsk      = regexp.MustCompile(`(?i)write a story of about (\d+) words`)
-	capitalAlt    = regexp.MustCompile(`(?i)capital city of (?:the )?([A-Z][A-Za-z ]*[a-z])\b|^(?:the )?([A-Z][A-Za-z ]*[a-z]) has which city as its capital`)
+	capitalAlt    = regexp.MustCompile(`(?i)capital city of (?:the )?([A-Z][A-Za-z ]*[a-z])\b|(?:[Tt]he )?([A-Z][A-Za-z ]*[a-z]) has which city as its capital`)
 )
 
 // cjkCapitals is what the fake model knows of geography in Chinese.
