@@ -311,6 +311,13 @@ func (w *statusWriter) WriteHeader(code int) {
 	w.ResponseWriter.WriteHeader(code)
 }
 
+// Flush sends what was written so far (a streamed answer's chunks, as they are made).
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
 // ServeHTTP serves the fake API and logs one line per request.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	begin := time.Now()
