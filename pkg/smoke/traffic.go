@@ -73,7 +73,7 @@ const (
 	PrefixWords = 1200
 	// LoopShingle and LoopRepeats: a long answer in which one run of LoopShingle words
 	// comes back LoopRepeats times or more is looping.
-	LoopShingle = 8
+	LoopShingle = 10
 	LoopRepeats = 4
 	// SeedEnv names the environment variable that replays a run's seed.
 	SeedEnv = "SGLPROV_SMOKE_SEED"
@@ -274,7 +274,7 @@ func generate(kind string, seed uint64) generated {
 			case 0:
 				return user(fmt.Sprintf("What is %d + %d? Answer with the number only.", a, b), number(a+b))
 			case 1:
-				if a-b != b {
+				if a-b > 0 && a-b != b {
 					return user(fmt.Sprintf("What is %d - %d? Answer with the number only.", a, b), number(a-b))
 				}
 			default:

@@ -579,10 +579,16 @@ func Story(prompt string, n int) string {
 		"a pair of boots", "the narrow bridge", "the last train", "a jar of honey"}
 	tails := []string{"before the rain came", "while the town slept", "without a word", "as the sun went down", "for the third time",
 		"with great care", "and smiled", "in the cold morning", "because nobody else would", "after supper", "once more", "at dawn"}
+	openers := []string{"", "Later, ", "Then ", "Meanwhile ", "That evening ", "Soon ", "Once again ", "Still, ",
+		"By noon ", "Quietly ", "In the end ", "Next "}
 	var b strings.Builder
 	words := 0
 	for words < n {
-		s := subjects[next(len(subjects))] + " " + verbs[next(len(verbs))] + " " + things[next(len(things))] + " " + tails[next(len(tails))] + ". "
+		subject := subjects[next(len(subjects))]
+		if o := openers[next(len(openers))]; o != "" {
+			subject = o + strings.ToLower(subject[:1]) + subject[1:]
+		}
+		s := subject + " " + verbs[next(len(verbs))] + " " + things[next(len(things))] + " " + tails[next(len(tails))] + ". "
 		if next(5) == 0 {
 			s += "\n\n"
 		}

@@ -21,10 +21,10 @@ import (
 // for; a profile may set its own), and how much slower than the generation it would
 // replace a candidate may be.
 type PerfSpec struct {
-	// MinDecodeTPS is the least median decode speed, tokens/s; MaxTTFT the longest median
-	// time to the first token of the streamed cases ("2s").
+	// MinDecodeTPS is the least median decode speed, tokens/s.
 	MinDecodeTPS float64 `yaml:"min_decode_tokens_per_second" json:"min_decode_tokens_per_second,omitempty"`
-	MaxTTFT      string  `yaml:"max_ttft" json:"max_ttft,omitempty"`
+	// MaxTTFT is the longest median time to the first token of the streamed cases ("2s").
+	MaxTTFT string `yaml:"max_ttft" json:"max_ttft,omitempty"`
 	// MaxSlowdown is how many times slower than the serving generation's last figures a
 	// candidate may be (default 3): a slow fallback kernel answers right and is refused.
 	MaxSlowdown float64 `yaml:"max_slowdown" json:"max_slowdown,omitempty"`
@@ -34,8 +34,10 @@ type PerfSpec struct {
 
 // PerfFloors are one profile's floors.
 type PerfFloors struct {
+	// MinDecodeTPS is the least median decode speed under this profile, tokens/s.
 	MinDecodeTPS float64 `yaml:"min_decode_tokens_per_second" json:"min_decode_tokens_per_second,omitempty"`
-	MaxTTFT      string  `yaml:"max_ttft" json:"max_ttft,omitempty"`
+	// MaxTTFT is the longest median time to the first token under this profile ("2s").
+	MaxTTFT string `yaml:"max_ttft" json:"max_ttft,omitempty"`
 }
 
 func (f PerfFloors) floors(at string) (gate.Floors, error) {
