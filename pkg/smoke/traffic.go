@@ -286,7 +286,7 @@ func generate(kind string, seed uint64) generated {
 		phr := []string{"What is the capital of %s? Answer with the city name only.",
 			"Name the capital city of %s. Reply with the city only.",
 			"Which city is the capital of %s? One word or name, nothing else."}
-		return user(fmt.Sprintf(phr[r.between(0, len(phr)-1)], c.country), Expect{ContainsAny: c.capital})
+		return user(label(&r)+fmt.Sprintf(phr[r.between(0, len(phr)-1)], c.country), Expect{ContainsAny: c.capital})
 	case GenUnit:
 		c := conversions[r.between(0, len(conversions)-1)]
 		n := r.between(2, 49)
@@ -344,7 +344,7 @@ func generate(kind string, seed uint64) generated {
 			return user(fmt.Sprintf("%d 乘以 %d 等于多少？只回答数字。", a, b), number(a*b))
 		}
 		c := cjkCapitals[r.between(0, len(cjkCapitals)-1)]
-		return user(fmt.Sprintf("%s的首都是哪个城市？只回答城市名。", c[0]), Expect{Contains: []string{c[1]}})
+		return user(fmt.Sprintf("第%d题：%s的首都是哪个城市？只回答城市名。", r.between(100, 99999), c[0]), Expect{Contains: []string{c[1]}})
 	case GenStory:
 		p := fmt.Sprintf("Write a story of about 500 words about a %s %s and a %s %s. Use plain prose, no lists, no headings.",
 			adjectives[r.between(0, len(adjectives)-1)], nouns[r.between(0, len(nouns)-1)],
@@ -352,7 +352,7 @@ func generate(kind string, seed uint64) generated {
 		return user(p, Expect{MinWords: DefaultStoryWords})
 	case GenJSON:
 		c := capitals[r.between(0, len(capitals)-1)]
-		g := user(fmt.Sprintf("What is the capital of %s? Answer as a JSON object with the fields \"country\" and \"capital\".", c.country),
+		g := user(label(&r)+fmt.Sprintf("What is the capital of %s? Answer as a JSON object with the fields \"country\" and \"capital\".", c.country),
 			Expect{ContainsAny: c.capital})
 		g.schema = map[string]any{"type": "object",
 			"properties": map[string]any{"country": map[string]any{"type": "string"}, "capital": map[string]any{"type": "string"}},
@@ -361,6 +361,12 @@ func generate(kind string, seed uint64) generated {
 		return g
 	}
 	return user("What is 17 * 23? Answer with the number only.", number(391))
+}
+
+// label is a question's number of its own: a fact asked in one of few ways still reads
+// differently in every run.
+func label(r *splitmix64) string {
+	return fmt.Sprintf("Question %d: ", r.between(100, 99999))
 }
 
 // cjkCapitals are countries and their capitals in Chinese.
