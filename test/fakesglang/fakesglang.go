@@ -1,6 +1,6 @@
 // Package fakesglang is a fake SGLang server for tests: an http.Handler that speaks the
 // parts of SGLang's HTTP API the smoke gate uses (/health, /health_generate, /v1/models,
-// /get_model_info, /v1/chat/completions) and answers well or badly depending on its mode, the way a real
+// /get_model_info, /v1/chat/completions, /v1/completions, /generate) and answers well or badly depending on its mode, the way a real
 // server answers depending on its kernel backends.
 package fakesglang
 
