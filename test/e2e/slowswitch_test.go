@@ -58,6 +58,9 @@ func TestSwitchRefusesSlowGeneration(t *testing.T) {
 	if a.code != 3 {
 		t.Fatalf("apply v9-slow: exit %d, want 3\n%s\n%s", a.code, a.out, g.journal())
 	}
+	if i := strings.Index(a.out, "performance: decode "); i >= 0 {
+		t.Logf("refused: %s", strings.SplitN(a.out[i:], "\n", 2)[0])
+	}
 	for _, want := range []string{"failed the gate", "performance: decode ", "slower than the serving generation's",
 		"tokens/s (max_slowdown 3)", "of generation " + gen1[:12] + " was restored and passed the gate again"} {
 		if !strings.Contains(a.out, want) {
