@@ -296,7 +296,7 @@ func BuiltinSet() []Case {
 // when there is none.
 func CanaryCase(cases []Case) Case {
 	for _, k := range cases {
-		if k.Accuracy == nil && k.Needle == nil && k.Concurrency <= 1 {
+		if k.Accuracy == nil && k.Needle == nil && k.Concurrency <= 1 && k.Samples <= 1 && k.Generate != GenPrefix {
 			return k
 		}
 	}

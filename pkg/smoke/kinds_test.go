@@ -523,4 +523,8 @@ func TestCanaryCase(t *testing.T) {
 	if got := CanaryCase(nil); got.Name != "arithmetic" {
 		t.Errorf("none: %q", got.Name)
 	}
+	// Samples and prefix-cache pairs send several requests: not a canary.
+	if got := CanaryCase(TrafficCases()); got.Name != "multi-turn" {
+		t.Errorf("traffic cases: %q", got.Name)
+	}
 }

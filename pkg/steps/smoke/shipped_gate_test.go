@@ -191,3 +191,34 @@ func TestShippedGatesSeeTrafficModes(t *testing.T) {
 		})
 	}
 }
+
+// TestShippedGateCost: the cost DESIGN.md states for each shipped gate (requests and
+// prompt words sent to a healthy server) holds, so that a new case that would blow the
+// readiness budget shows here.
+func TestShippedGateCost(t *testing.T) {
+	for _, file := range shippedGates[:4] {
+		spec, _ := shippedSpec(t, file)
+		f := fakesglang.New(fakesglang.Options{Mode: fakesglang.ModeGood, Model: spec.Model})
+		srv := httptest.NewServer(f)
+		s := spec
+		s.URL = srv.URL
+		cfg, err := s.Config(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := gate.Run(context.Background(), cfg)
+		srv.Close()
+		if err != nil || !res.Pass {
+			t.Fatalf("%s: %v %s", file, err, res.Summary())
+		}
+		words := 0
+		for _, p := range f.Prompts() {
+			words += len(strings.Fields(p))
+		}
+		n := len(f.Prompts())
+		t.Logf("%s: %d cases, %d requests, %d prompt words", file, len(res.Cases), n, words)
+		if n < 170 || n > 190 || words < 100000 || words > 110000 {
+			t.Errorf("%s: %d requests and %d prompt words; DESIGN.md states about 180 and 106,000", file, n, words)
+		}
+	}
+}
