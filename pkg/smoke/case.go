@@ -136,6 +136,9 @@ type Case struct {
 	// cached_tokens (SGLang reports them only with --enable-cache-report); without it such
 	// a pair is judged on its answers alone.
 	RequireCacheReport bool `yaml:"require_cache_report" json:"require_cache_report,omitempty"`
+	// Soak makes the case fill the server's KV cache, then ask short questions (opt-in:
+	// it takes minutes on a large pool).
+	Soak *Soak `yaml:"soak" json:"soak,omitempty"`
 }
 
 // Kind says what sort of case c is: accuracy, long-context, tool, reasoning, load or chat.
@@ -143,6 +146,8 @@ func (c Case) Kind() string {
 	switch {
 	case c.Accuracy != nil:
 		return KindAccuracy
+	case c.Soak != nil:
+		return KindSoak
 	case c.Needle == nil && c.trafficKind() != "":
 		return c.trafficKind()
 	case c.Accuracy != nil:
@@ -171,6 +176,9 @@ func (c Case) validate() error {
 	}
 	if c.MaxTokens < 0 {
 		return fmt.Errorf("max_tokens %d must not be negative", c.MaxTokens)
+	}
+	if c.Soak != nil {
+		return c.Soak.validate(c)
 	}
 	if (c.Needle != nil || c.Accuracy != nil) && (len(c.Messages) > 0 || c.Generate != "" || (c.Endpoint != "" && c.Endpoint != EndpointChat) ||
 		c.Stream || c.Samples > 0 || c.Expect.JSONSchema != nil || c.Expect.MinWords > 0 || c.Logprobs) {
@@ -296,7 +304,7 @@ func BuiltinSet() []Case {
 // when there is none.
 func CanaryCase(cases []Case) Case {
 	for _, k := range cases {
-		if k.Accuracy == nil && k.Needle == nil && k.Concurrency <= 1 && k.Samples <= 1 && k.Generate != GenPrefix {
+		if k.Accuracy == nil && k.Needle == nil && k.Concurrency <= 1 && k.Samples <= 1 && k.Generate != GenPrefix && k.Soak == nil {
 			return k
 		}
 	}

@@ -270,6 +270,8 @@ func runCase(ctx context.Context, cfg Config, model string, k Case, qs []Questio
 		req = func(i int) request { return needleRequest(cfg, model, k, i) }
 	case k.Generate == GenPrefix:
 		return runPrefix(ctx, cfg, model, k)
+	case k.Soak != nil:
+		return runSoak(ctx, cfg, model, k)
 	case k.Generate != "":
 		req = func(i int) request {
 			g := generate(k.Generate, subSeed(cfg.Seed, k.Name, i))

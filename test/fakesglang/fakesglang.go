@@ -176,6 +176,10 @@ type Options struct {
 	// Memorized are the prompts ModeMemorizer answers right (each conversation's texts
 	// joined by a blank line, as Prompts returns them).
 	Memorized map[string]bool
+	// KVTokens is the KV pool's size in tokens: /metrics serves sglang:token_usage, the
+	// share the prompts in flight hold (0: /metrics answers 404, as without
+	// --enable-metrics).
+	KVTokens int
 	// Log, when set, receives one line per request.
 	Log io.Writer
 	// Now is the clock (default time.Now).
@@ -258,16 +262,24 @@ func (s *Server) Peak() int {
 // and longest prompts, in tokens.
 type flight struct {
 	seen, shortest, longest int
+	// tokens is the request's own prompt; held the most prompt tokens in flight at once
+	// during its life (the KV pool it shared).
+	tokens, held int
 }
 
 // enter counts a chat request with a prompt of tokens in.
 func (s *Server) enter(tokens int) *flight {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	f := &flight{shortest: tokens, longest: tokens}
+	f := &flight{shortest: tokens, longest: tokens, tokens: tokens}
 	s.active[f] = struct{}{}
 	n := len(s.active)
+	held := 0
 	for r := range s.active {
+		held += r.tokens
+	}
+	for r := range s.active {
+		r.held = max(r.held, held)
 		r.seen = max(r.seen, n)
 		r.shortest, r.longest = min(r.shortest, tokens), max(r.longest, tokens)
 		f.shortest, f.longest = min(f.shortest, r.shortest), max(f.longest, r.longest)
@@ -357,6 +369,8 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 			"model_path": s.opts.ModelPath, "tokenizer_path": s.opts.ModelPath,
 			"is_generation": true, "preferred_sampling_params": nil, "weight_version": "default",
 		})
+	case "/metrics":
+		s.metrics(w)
 	case "/get_server_info":
 		if s.opts.ServerArgs == nil {
 			writeError(w, http.StatusNotFound, "Not Found")

@@ -48,11 +48,14 @@ const (
 	ModeMemorizer Mode = "memorizer"
 	// ModeSlow answers right, SlowFactor times slower per generated token.
 	ModeSlow Mode = "slow"
+	// ModeKVFull answers garbage to a request that was in flight while the prompts in
+	// flight held 90% or more of Options.KVTokens.
+	ModeKVFull Mode = "kv-full"
 )
 
 // trafficModes are the modes above, for Modes.
 var trafficModes = []Mode{ModeSampling, ModeStreaming, ModePrefixHit, ModeSecondTurn, ModeNative,
-	ModeNaNLogprobs, ModeZeroUsage, ModeBadJSON, ModeCJK, ModeWordLoop, ModeWrongUnseen, ModeMemorizer, ModeSlow}
+	ModeNaNLogprobs, ModeZeroUsage, ModeBadJSON, ModeCJK, ModeWordLoop, ModeWrongUnseen, ModeMemorizer, ModeSlow, ModeKVFull}
 
 // TrafficModes lists the modes that break one way of asking only.
 func TrafficModes() []Mode { return append([]Mode(nil), trafficModes...) }
@@ -277,7 +280,8 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, endpoint strin
 		m == ModePrefixHit && cached > PrefixHitAbove,
 		m == ModeSecondTurn && t.users > 1,
 		m == ModeNative && endpoint != "chat",
-		m == ModeCJK && hasCJK(t.context):
+		m == ModeCJK && hasCJK(t.context),
+		m == ModeKVFull && s.opts.KVTokens > 0 && float64(batch.held) >= 0.9*float64(s.opts.KVTokens):
 		garbage = ModeCommaBang
 	}
 	maxTokens := 128
@@ -649,4 +653,23 @@ func jsonAnswer(prompt, content string) string {
 	}
 	b, _ := json.Marshal(v)
 	return string(b)
+}
+
+// metrics serves SGLang's Prometheus gauge of the KV pool (with --enable-metrics, here
+// Options.KVTokens set): sglang:token_usage, the share of the pool the prompts in flight
+// hold. 404 without it.
+func (s *Server) metrics(w http.ResponseWriter) {
+	if s.opts.KVTokens <= 0 {
+		writeError(w, http.StatusNotFound, "Not Found")
+		return
+	}
+	s.mu.Lock()
+	held := 0
+	for f := range s.active {
+		held += f.tokens
+	}
+	s.mu.Unlock()
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+	fmt.Fprintf(w, "# HELP sglang:token_usage The token usage.\n# TYPE sglang:token_usage gauge\nsglang:token_usage{model_name=%q} %g\n",
+		s.opts.Model, min(float64(held)/float64(s.opts.KVTokens), 1))
 }
