@@ -243,7 +243,7 @@ func lookPath(ts *testscript.TestScript, name string) string {
 func environ(ts *testscript.TestScript) []string {
 	var out []string
 	for _, k := range []string{"PATH", "HOME", "TMPDIR", "WORK", "TESTDATA", "REPO", "SGLPROV_GPU_FIXTURE", "SGLPROV_GPU_CLAIMS_DIR", "SGLPROV_STATE_DIRS_DIR",
-		"GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL", "HF_TOKEN", "HF_ENDPOINT", "CUDA_HOME", "GOTRACEBACK", "REGISTRY", "DOCKER_CONFIG"} {
+		"GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL", "HF_TOKEN", "HF_ENDPOINT", "CUDA_HOME", "GOTRACEBACK", "REGISTRY", "DOCKER_CONFIG", "SGLPROV_SMOKE_SEED"} {
 		if v := ts.Getenv(k); v != "" {
 			out = append(out, k+"="+v)
 		}

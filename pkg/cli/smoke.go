@@ -15,6 +15,7 @@ import (
 // smokeOptions are the flags of `sglprov smoke`.
 type smokeOptions struct {
 	url, model, recipe, step string
+	seed                     string
 	sets                     kvList
 	insecure, json, builtin  bool
 	readyTimeout             time.Duration
@@ -39,7 +40,8 @@ func runSmokeCommand(ctx context.Context, stdio IO, args []string) error {
 	fs.Var(&o.sets, "set", "with -f: override a recipe var, `KEY=VALUE` (repeatable)")
 	fs.BoolVar(&o.insecure, "insecure-permissions", false, "with -f: accept a recipe or question file that other users own or can write")
 	fs.jsonFlags(&o.json, "print the verdict as JSON")
-	fs.BoolVar(&o.builtin, "builtin", false, "ask the built-in cases of every kind (chat, load, tool call, thinking, accuracy sweep, long-context) in place of the recipe's or the three default ones")
+	fs.BoolVar(&o.builtin, "builtin", false, "ask the built-in cases of every kind (the default ones, a tool call and thinking) in place of the recipe's")
+	fs.StringVar(&o.seed, "seed", "", "draw the fresh questions from `SEED` (a report's seed: replays its prompts; default: a new one, or $"+gate.SeedEnv+")")
 	fs.DurationVar(&o.readyTimeout, "ready-timeout", 0, "how long to wait for readiness (default 20m)")
 	fs.DurationVar(&o.requestTimeout, "request-timeout", 0, "how long each question may take (default 2m)")
 	fs.IntVar(&o.maxTokens, "max-tokens", 0, "max_tokens of each question (default 1024)")
@@ -106,9 +108,16 @@ func smokeConfig(ctx context.Context, stdio IO, o smokeOptions) (gate.Config, er
 	case o.step != "" || len(o.sets) > 0:
 		return gate.Config{}, fmt.Errorf("%w: --step and --set need -f RECIPE", exitcode.ErrUsage)
 	}
+	var seed uint64
+	if o.seed != "" {
+		var err error
+		if seed, err = gate.ParseSeed(o.seed); err != nil {
+			return gate.Config{}, fmt.Errorf("%w: --seed: %w", exitcode.ErrUsage, err)
+		}
+	}
 	return smokestep.GateConfig(spec, smokestep.Overrides{URL: o.url, Model: o.model, MaxTokens: o.maxTokens,
 		ReadyTimeout: o.readyTimeout, RequestTimeout: o.requestTimeout, Builtin: o.builtin,
-		RecipeFile: o.recipe, Insecure: o.insecure}, stdio.Getenv)
+		RecipeFile: o.recipe, Insecure: o.insecure, Seed: seed}, stdio.Getenv)
 }
 
 // recipeSmokeSpec reads the recipe and renders its smoke step (the one named by --step,

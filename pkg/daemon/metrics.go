@@ -44,6 +44,8 @@ type Metrics struct {
 	gatePass      gaugeVec
 	gateSkipped   gaugeVec
 	timeToReady   gaugeVec
+	gateDecode    gaugeVec
+	gateTTFT      gaugeVec
 	nodeInfo      gaugeVec
 	heartbeat     prometheus.Gauge
 
@@ -128,6 +130,8 @@ func newMetrics(daemon bool) *Metrics {
 	m.gatePass = gv("gate_pass", "1 when the smoke gate passed in the last apply.")
 	m.gateSkipped = gv("gate_skipped", "1 when the last apply skipped the smoke gate (--root: nothing was started); gate_pass is 0 then.")
 	m.timeToReady = gv("time_to_ready_seconds", "Seconds the service took to become ready in the last gate.")
+	m.gateDecode = gv("gate_decode_tokens_per_second", "Median decode speed the last gate measured, per case kind (kind all: every answer).", "kind")
+	m.gateTTFT = gv("gate_ttft_seconds", "Median time to the first token of the last gate's streamed answers, per case kind (kind all: every one).", "kind")
 	m.nodeInfo = gaugeVec{prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "sglprov", Name: "node_info",
 		Help: "Always 1; the labels say what the recipe's node serves."}, nodeInfoLabels)}
 	m.reg.MustRegister(m.nodeInfo)
@@ -342,10 +346,27 @@ func (m *Metrics) ObserveApply(recipe string, rep *engine.Report, err error) {
 			if ttr, found := timeToReady(s.Details); found {
 				m.timeToReady.WithLabelValues(recipe).Set(ttr.Seconds())
 			}
+			m.observePerf(recipe, s.Details)
 		}
 	}
 	if !gateRan && code == exitcode.ExitGate {
 		m.gatePass.WithLabelValues(recipe).Set(0)
+	}
+}
+
+// observePerf records the gate's speed figures, when it measured any.
+func (m *Metrics) observePerf(recipe string, details map[string]any) {
+	r, ok := smoke.ResultOf(details)
+	if !ok || r.Perf == nil {
+		return
+	}
+	m.gateDecode.DeletePartialMatch(prometheus.Labels{"recipe": recipe})
+	m.gateTTFT.DeletePartialMatch(prometheus.Labels{"recipe": recipe})
+	m.gateDecode.WithLabelValues(recipe, "all").Set(r.Perf.DecodeTPS)
+	m.gateTTFT.WithLabelValues(recipe, "all").Set(r.Perf.TTFT.Seconds())
+	for kind, p := range r.Perf.Kinds {
+		m.gateDecode.WithLabelValues(recipe, kind).Set(p.DecodeTPS)
+		m.gateTTFT.WithLabelValues(recipe, kind).Set(p.TTFT.Seconds())
 	}
 }
 

@@ -22,6 +22,10 @@ type chatResponse struct {
 	// calls are the first MaxToolCalls tool calls; callErr says what is wrong with them.
 	calls   []ToolCall
 	callErr string
+	// usage is the answer's token counts, when it carried them; logprobs what its
+	// logprobs held (see answer_traffic.go).
+	usage    *usage
+	logprobs logprobStats
 }
 
 var errAnswerTooLarge = fmt.Errorf("answer is larger than %d MiB, the most the gate reads", MaxAnswerBytes>>20)
@@ -92,6 +96,16 @@ func (j *jsonReader) decodeTop(resp *chatResponse) error {
 		return errSyntax
 	}
 	return j.object(func(key string) error {
+		switch key {
+		case "usage":
+			return j.usage(resp)
+		case "text":
+			// /generate: the generated text at the top.
+			return j.textField("text", &resp.content, resp)
+		case "meta_info":
+			resp.choices = max(resp.choices, 1)
+			return j.metaInfo(resp)
+		}
 		if key != "choices" {
 			return j.skip(nil)
 		}
@@ -152,6 +166,22 @@ func (j *jsonReader) decodeChoice(resp *chatResponse) error {
 				}
 				return j.skip(nil)
 			})
+		case "delta":
+			// A chunk of a streamed chat answer: the same fields, in pieces.
+			return j.object(func(key string) error {
+				switch key {
+				case "content":
+					return j.textField("delta.content", &resp.content, resp)
+				case "reasoning_content":
+					return j.textField("delta.reasoning_content", &resp.reasoning, resp)
+				}
+				return j.skip(nil)
+			})
+		case "text":
+			// /v1/completions: the choice's text.
+			return j.textField("choices[0].text", &resp.content, resp)
+		case "logprobs":
+			return j.logprobs(&resp.logprobs)
 		case "finish_reason":
 			var t text
 			if err := j.textField("finish_reason", &t, resp); err != nil {

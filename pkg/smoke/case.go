@@ -46,6 +46,12 @@ type Expect struct {
 	// Reasoning asks for the reasoning split: reasoning_content non-empty, and no think
 	// tags in the content.
 	Reasoning bool `yaml:"reasoning" json:"reasoning,omitempty"`
+	// JSONSchema asks with response_format json_schema: the content must parse as JSON
+	// and hold this schema (type, properties, required, items, enum, bounds).
+	JSONSchema map[string]any `yaml:"json_schema" json:"json_schema,omitempty"`
+	// MinWords makes the case a long generation: the content must have at least this many
+	// words, and is judged for loops across the whole of it.
+	MinWords int `yaml:"min_words" json:"min_words,omitempty"`
 }
 
 // ToolCallExpect is an expected tool call.
@@ -102,11 +108,48 @@ type Case struct {
 	// Needle makes the case generate its prompts: numbers hidden in texts of the given
 	// lengths, sent together, each answer checked for its own number; it takes no prompt.
 	Needle *Needle `yaml:"needle" json:"needle,omitempty"`
+	// Messages are sent before the prompt (a system prompt, earlier turns); with no
+	// prompt, the last must be the user's.
+	Messages []Message `yaml:"messages" json:"messages,omitempty"`
+	// Endpoint is chat (default: /v1/chat/completions), completions (/v1/completions) or
+	// generate (SGLang's native /generate); the last two send the prompt as raw text.
+	Endpoint string `yaml:"endpoint" json:"endpoint,omitempty"`
+	// Stream asks for the answer as server-sent events: it is judged on the joined
+	// chunks and on the stream's shape (every event parses, one final chunk, [DONE]).
+	Stream bool `yaml:"stream" json:"stream,omitempty"`
+	// Temperature, TopP and TopK are the sampling parameters (default: greedy).
+	Temperature *float64 `yaml:"temperature" json:"temperature,omitempty"`
+	TopP        *float64 `yaml:"top_p" json:"top_p,omitempty"`
+	TopK        *int     `yaml:"top_k" json:"top_k,omitempty"`
+	// Samples sends the case this many times at once, each request with its own seed
+	// drawn from the run's (the report lists them); every sample is judged.
+	Samples int `yaml:"samples" json:"samples,omitempty"`
+	// Logprobs asks for the sampled tokens' logprobs: every value must be a finite number
+	// at or below 0.
+	Logprobs bool `yaml:"logprobs" json:"logprobs,omitempty"`
+	// Generate draws each request's question and answer from the run's seed (see
+	// Generators): arithmetic, capital, unit, list, needle, multi-turn, prefix-cache (a
+	// pair sharing a long preamble, the second a prefix-cache hit), cjk, story (a long
+	// generation) or json-capital (response_format json_schema).
+	Generate string `yaml:"generate" json:"generate,omitempty"`
+	// RequireCacheReport fails a prefix-cache pair whose second answer reports no
+	// cached_tokens (SGLang reports them only with --enable-cache-report); without it such
+	// a pair is judged on its answers alone.
+	RequireCacheReport bool `yaml:"require_cache_report" json:"require_cache_report,omitempty"`
+	// Soak makes the case fill the server's KV cache, then ask short questions (opt-in:
+	// it takes minutes on a large pool).
+	Soak *Soak `yaml:"soak" json:"soak,omitempty"`
 }
 
 // Kind says what sort of case c is: accuracy, long-context, tool, reasoning, load or chat.
 func (c Case) Kind() string {
 	switch {
+	case c.Accuracy != nil:
+		return KindAccuracy
+	case c.Soak != nil:
+		return KindSoak
+	case c.Needle == nil && c.trafficKind() != "":
+		return c.trafficKind()
 	case c.Accuracy != nil:
 		return KindAccuracy
 	case c.Needle != nil && c.Needle.Longest() >= LongContextWords:
@@ -133,6 +176,13 @@ func (c Case) validate() error {
 	}
 	if c.MaxTokens < 0 {
 		return fmt.Errorf("max_tokens %d must not be negative", c.MaxTokens)
+	}
+	if c.Soak != nil {
+		return c.Soak.validate(c)
+	}
+	if (c.Needle != nil || c.Accuracy != nil) && (len(c.Messages) > 0 || c.Generate != "" || (c.Endpoint != "" && c.Endpoint != EndpointChat) ||
+		c.Stream || c.Samples > 0 || c.Expect.JSONSchema != nil || c.Expect.MinWords > 0 || c.Logprobs) {
+		return errors.New("a needle or accuracy case takes no messages, generate, endpoint, stream, samples, logprobs, json_schema or min_words")
 	}
 	if c.Needle != nil {
 		if c.Accuracy != nil {
@@ -165,8 +215,8 @@ func (c Case) validate() error {
 		}
 		return nil
 	}
-	if strings.TrimSpace(c.Prompt) == "" {
-		return errors.New("prompt is empty")
+	if err := c.validateTraffic(); err != nil {
+		return err
 	}
 	if c.Expect.Regex != "" {
 		if _, err := regexp.Compile(c.Expect.Regex); err != nil {
@@ -213,6 +263,16 @@ func BuiltinCases() []Case {
 	}
 }
 
+// DefaultCases are the cases used when a config names none (`sglprov smoke --url`):
+// BuiltinCases, the load case, a sweep of builtin:arithmetic, the long-context case and
+// TrafficCases; about a minute against a healthy server.
+func DefaultCases() []Case {
+	cases := append(BuiltinCases(), BuiltinLoadCase(),
+		Case{Name: "sweep", Accuracy: &Accuracy{Questions: "builtin:arithmetic", MinScore: DefaultMinScore, Concurrency: 16}},
+		BuiltinLongCase())
+	return append(cases, TrafficCases()...)
+}
+
 // WeatherTool is the function tool of the built-in tool-call case.
 func WeatherTool() Tool {
 	return Tool{Name: "get_weather", Description: "Get the current weather in a city.",
@@ -223,9 +283,10 @@ func WeatherTool() Tool {
 
 // BuiltinSet returns BuiltinCases and one case of each other kind: 64 requests of mixed
 // lengths and content at once, a tool call, the reasoning split with thinking on, a sweep
-// of builtin:arithmetic, and long prompts past one prefill chunk among short ones.
+// of builtin:arithmetic, long prompts past one prefill chunk among short ones, and
+// TrafficCases.
 func BuiltinSet() []Case {
-	return append(BuiltinCases(),
+	return append(append(BuiltinCases(),
 		BuiltinLoadCase(),
 		Case{Name: "tool-call", Prompt: "What is the weather in Paris right now? Use the tool.",
 			Tools:  []Tool{WeatherTool()},
@@ -235,7 +296,7 @@ func BuiltinSet() []Case {
 			Expect:             Expect{Reasoning: true, Regex: `\b391\b`}},
 		Case{Name: "sweep", Accuracy: &Accuracy{Questions: "builtin:arithmetic", MinScore: DefaultMinScore, Concurrency: 16}},
 		BuiltinLongCase(),
-	)
+	), TrafficCases()...)
 }
 
 // CanaryCase returns the first of cases that sends one request (no concurrency, no
@@ -243,7 +304,7 @@ func BuiltinSet() []Case {
 // when there is none.
 func CanaryCase(cases []Case) Case {
 	for _, k := range cases {
-		if k.Accuracy == nil && k.Needle == nil && k.Concurrency <= 1 {
+		if k.Accuracy == nil && k.Needle == nil && k.Concurrency <= 1 && k.Samples <= 1 && k.Generate != GenPrefix && k.Soak == nil {
 			return k
 		}
 	}
@@ -290,6 +351,15 @@ type CaseResult struct {
 	MinScore float64  `json:"min_score,omitempty"`
 	Correct  int      `json:"correct,omitempty"`
 	Misses   []Miss   `json:"misses,omitempty"`
+	// Seeds are the sampling seeds the case's requests were sent with (a sampled case).
+	Seeds []uint64 `json:"seeds,omitempty"`
+	// TTFT is the median time to the first token of the case's streamed answers;
+	// DecodeTPS the median decode speed of its answers, in tokens/s (0: none gave one).
+	TTFT      time.Duration `json:"-"`
+	DecodeTPS float64       `json:"decode_tokens_per_second,omitempty"`
+	// tps and ttfts are every answer's figures, for the run's medians.
+	tps   []float64
+	ttfts []time.Duration
 }
 
 // MarshalJSON encodes the result with its latency as "latency" (e.g. "1.25s") and
@@ -301,13 +371,15 @@ func (r CaseResult) MarshalJSON() ([]byte, error) {
 	out := struct {
 		plain
 		// The sample as plain text (JSON quotes it once), and whether the answer was cut.
-		Sample    string `json:"sample"`
-		Truncated bool   `json:"sample_truncated,omitempty"`
-		Latency   string `json:"latency"`
-		LatencyMS int64  `json:"latency_ms"`
-		P50MS     *int64 `json:"latency_p50_ms,omitempty"`
-		P99MS     *int64 `json:"latency_p99_ms,omitempty"`
-	}{plain: plain(r), Sample: sample, Truncated: cut, Latency: r.Latency.Round(time.Millisecond).String(), LatencyMS: r.Latency.Milliseconds()}
+		Sample    string  `json:"sample"`
+		Truncated bool    `json:"sample_truncated,omitempty"`
+		Latency   string  `json:"latency"`
+		LatencyMS int64   `json:"latency_ms"`
+		P50MS     *int64  `json:"latency_p50_ms,omitempty"`
+		P99MS     *int64  `json:"latency_p99_ms,omitempty"`
+		TTFTMS    float64 `json:"ttft_ms,omitempty"`
+	}{plain: plain(r), Sample: sample, Truncated: cut, Latency: r.Latency.Round(time.Millisecond).String(), LatencyMS: r.Latency.Milliseconds(),
+		TTFTMS: ms(r.TTFT)}
 	if r.Answers > 1 {
 		p50, p99 := r.P50.Milliseconds(), r.P99.Milliseconds()
 		out.P50MS, out.P99MS = &p50, &p99

@@ -61,7 +61,7 @@ type Config struct {
 	MaxTokens int
 	// ChatTemplateKwargs is sent as chat_template_kwargs when set (e.g. enable_thinking: false).
 	ChatTemplateKwargs map[string]any
-	// Cases are the questions; BuiltinCases when empty.
+	// Cases are the questions; DefaultCases when empty.
 	Cases []Case
 	// ReadFile reads an accuracy case's JSONL question file (default os.ReadFile); the
 	// smoke step resolves names against the recipe's folder.
@@ -76,6 +76,16 @@ type Config struct {
 	PollInitial, PollMax time.Duration
 	// Client is the HTTP client (default: a plain client; timeouts come from the contexts).
 	Client *http.Client
+	// Seed draws the run's fresh content (generated questions, needle texts, the built-in
+	// sweeps' numbers and phrasings, sampling seeds); 0 draws a new one. The result names
+	// it, so that a run can be replayed.
+	Seed uint64
+	// Floors are the least speed the server must show; Baseline, when set, the figures
+	// of the generation a candidate would replace, and MaxSlowdown how many times slower
+	// than them the candidate may be (see Performance).
+	Floors      Floors
+	Baseline    *Perf
+	MaxSlowdown float64
 }
 
 func (c Config) withDefaults() Config {
@@ -92,7 +102,7 @@ func (c Config) withDefaults() Config {
 		c.MaxTokens = DefaultMaxTokens
 	}
 	if len(c.Cases) == 0 {
-		c.Cases = BuiltinCases()
+		c.Cases = DefaultCases()
 	}
 	if c.PollInitial <= 0 {
 		c.PollInitial = DefaultPollInitial
@@ -111,6 +121,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ReadFile == nil {
 		c.ReadFile = os.ReadFile
+	}
+	if c.Seed == 0 {
+		c.Seed = NewSeed()
 	}
 	c.URL = strings.TrimRight(c.URL, "/")
 	return c
@@ -175,6 +188,11 @@ type Result struct {
 	TimeToReady time.Duration `json:"-"`
 	// Cases are the verdicts, in order.
 	Cases []CaseResult `json:"cases"`
+	// Seed is the run's seed: SGLPROV_SMOKE_SEED (or --seed) set to it sends the same
+	// prompts again.
+	Seed uint64 `json:"seed"`
+	// Perf are the run's speed figures (nil when no answer gave one).
+	Perf *Perf `json:"perf,omitempty"`
 }
 
 // MarshalJSON encodes the result with TimeToReady as "time_to_ready" and "time_to_ready_ms".
@@ -229,13 +247,13 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		if k.Accuracy == nil {
 			continue
 		}
-		qs, err := LoadQuestions(k.Accuracy.Questions, cfg.ReadFile)
+		qs, err := loadQuestions(k.Accuracy.Questions, cfg.ReadFile, cfg.Seed)
 		if err != nil {
 			return nil, fmt.Errorf("case %q: %w", k.Name, err)
 		}
 		sets[k.Name] = qs
 	}
-	res := &Result{URL: RedactURL(cfg.URL), Model: cfg.Model, Cases: []CaseResult{}}
+	res := &Result{URL: RedactURL(cfg.URL), Model: cfg.Model, Cases: []CaseResult{}, Seed: cfg.Seed}
 	ttr, err := WaitReady(ctx, cfg)
 	res.TimeToReady = ttr
 	if err != nil {
@@ -267,6 +285,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		if cfg.APIKey != "" {
 			cr.redact(cfg.APIKey)
 		}
+		res.Pass = res.Pass && cr.Pass
+		res.Cases = append(res.Cases, cr)
+	}
+	res.Perf = perfOf(res.Cases)
+	if cr, judged := performance(cfg, res.Perf); judged {
 		res.Pass = res.Pass && cr.Pass
 		res.Cases = append(res.Cases, cr)
 	}

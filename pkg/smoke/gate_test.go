@@ -61,7 +61,7 @@ func fake(t *testing.T, opts fakesglang.Options) (*httptest.Server, *recorder) {
 
 func fastConfig(url string) Config {
 	return Config{URL: url, ReadyTimeout: 2 * time.Second, RequestTimeout: 2 * time.Second,
-		PollInitial: 5 * time.Millisecond, PollMax: 20 * time.Millisecond, MaxTokens: 200}
+		PollInitial: 5 * time.Millisecond, PollMax: 20 * time.Millisecond, MaxTokens: 200, Cases: BuiltinCases()}
 }
 
 func TestRunAgainstModes(t *testing.T) {

@@ -73,7 +73,13 @@ func (n Needle) requests(c Case) int {
 // the number its answer must hold. The text is made-up sentences of common words (no
 // digits), different for every i and length, with the number's sentence somewhere inside.
 func NeedlePrompt(i, words int) (prompt, number string) {
-	r := rng(uint64(i)*0x9E3779B97F4A7C15 + uint64(words)*0xBF58476D1CE4E5B9 + 1)
+	return NeedlePromptSeeded(0, i, words)
+}
+
+// NeedlePromptSeeded is NeedlePrompt drawn from a run's seed: another seed, another text
+// and number for the same request.
+func NeedlePromptSeeded(seed uint64, i, words int) (prompt, number string) {
+	r := rng(uint64(i)*0x9E3779B97F4A7C15 + uint64(words)*0xBF58476D1CE4E5B9 + 1 + seed*0xD6E8FEB86659FD93)
 	number = strconv.Itoa(10000 + int(r.next()%90000))
 	needle := "Remember this: the secret number is " + number + "."
 	question := "What is the secret number given in the text above? Answer with the number only."
@@ -113,11 +119,26 @@ func NeedleWords(s string) int { return len(strings.Fields(s)) }
 // needleRequest builds request i of a needle case.
 func needleRequest(cfg Config, model string, k Case, i int) request {
 	words := k.Needle.Words[i%len(k.Needle.Words)]
-	prompt, number := NeedlePrompt(i, words)
-	r := newRequest(cfg, model, k, prompt)
-	r.expect = Expect{Regex: `\b` + regexp.QuoteMeta(number) + `\b`}
-	return r
+	prompt, number := NeedlePromptSeeded(cfg.Seed, i, words)
+	exp := Expect{Regex: `\b` + regexp.QuoteMeta(number) + `\b`}
+	msgs := []Message{{Role: "user", Content: prompt}}
+	if i%2 == 1 {
+		// Every other request samples (its own seed), so that greedy and sampled requests
+		// of mixed lengths share the batch, as real traffic does: the number holds for
+		// any sample.
+		s := k
+		t, p := needleTemperature, needleTopP
+		s.Temperature, s.TopP = &t, &p
+		return buildRequest(cfg, model, s, msgs, exp, sampleSeed(cfg.Seed, k.Name, i), nil)
+	}
+	return buildRequest(cfg, model, k, msgs, exp, 0, nil)
 }
+
+// The sampling parameters of a needle case's sampled requests.
+const (
+	needleTemperature = 0.6
+	needleTopP        = 0.95
+)
 
 // The words of the generated text: common English words, no digits, and none of the
 // words the gate's other prompts are recognised by.

@@ -3,10 +3,12 @@ package smoke
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -69,7 +71,7 @@ func BuiltinQuestionSets() []string {
 	return names
 }
 
-var builtinSets = map[string]func() []Question{
+var builtinSets = map[string]func(seed uint64) []Question{
 	"arithmetic": arithmeticQuestions,
 	"units":      unitQuestions,
 	"capitals":   capitalQuestions,
@@ -83,7 +85,30 @@ func BuiltinQuestions(name string) ([]Question, error) {
 	if !ok {
 		return nil, fmt.Errorf("no built-in question set %q (built-in sets: %s)", name, strings.Join(BuiltinQuestionSets(), ", "))
 	}
-	return f(), nil
+	return f(0), nil
+}
+
+// BuiltinQuestionsSeeded returns a shipped question set drawn from a run's seed: other
+// numbers, other phrasings and another order for another seed (0: BuiltinQuestions' set).
+func BuiltinQuestionsSeeded(name string, seed uint64) ([]Question, error) {
+	f, ok := builtinSets[name]
+	if !ok {
+		return nil, fmt.Errorf("no built-in question set %q (built-in sets: %s)", name, strings.Join(BuiltinQuestionSets(), ", "))
+	}
+	qs := f(seed)
+	if seed != 0 {
+		// A label of its own on every question: no two runs ask the same text, and a
+		// server that knows old prompts by heart has nothing to match.
+		r := splitmix64(seed ^ 0x5bd1e995)
+		for i := range qs {
+			label := r.between(100, 99999)
+			for slices.Contains(qs[i].Answers, strconv.Itoa(label)) {
+				label++
+			}
+			qs[i].Prompt = fmt.Sprintf("Question %d: %s", label, qs[i].Prompt)
+		}
+	}
+	return qs, nil
 }
 
 // ParseQuestions reads JSONL: one {"prompt": ..., "answer": ...} per line; blank lines and
@@ -128,8 +153,13 @@ func ParseQuestions(name string, data []byte) ([]Question, error) {
 // LoadQuestions returns the questions an accuracy case names: "builtin:NAME" from the
 // binary, anything else read through readFile and parsed as JSONL.
 func LoadQuestions(spec string, readFile func(string) ([]byte, error)) ([]Question, error) {
+	return loadQuestions(spec, readFile, 0)
+}
+
+// loadQuestions is LoadQuestions with the built-in sets drawn from seed.
+func loadQuestions(spec string, readFile func(string) ([]byte, error), seed uint64) ([]Question, error) {
 	if name, ok := strings.CutPrefix(spec, BuiltinPrefix); ok {
-		return BuiltinQuestions(name)
+		return BuiltinQuestionsSeeded(name, seed)
 	}
 	if readFile == nil {
 		return nil, errors.New("reading questions " + spec + ": no file reader")
@@ -160,8 +190,8 @@ func (s *splitmix64) between(lo, hi int) int {
 
 // arithmeticQuestions are 60 sums, differences and products of small whole numbers, each
 // with one right answer that is not one of its operands.
-func arithmeticQuestions() []Question {
-	r := splitmix64(20260301)
+func arithmeticQuestions(seed uint64) []Question {
+	r := splitmix64(cmp.Or(seed, 20260301))
 	out := make([]Question, 0, 60)
 	seen := map[string]bool{}
 	for len(out) < 60 {
@@ -208,8 +238,8 @@ var conversions = []struct {
 }
 
 // unitQuestions are 60 different conversions between units with an exact whole-number factor.
-func unitQuestions() []Question {
-	r := splitmix64(20260302)
+func unitQuestions(seed uint64) []Question {
+	r := splitmix64(cmp.Or(seed, 20260302))
 	out := make([]Question, 0, 60)
 	seen := map[string]bool{}
 	for len(out) < 60 {
@@ -256,14 +286,38 @@ var capitals = []struct {
 	{"Tunisia", []string{"Tunis"}}, {"Algeria", []string{"Algiers"}}, {"Senegal", []string{"Dakar"}},
 }
 
-// capitalQuestions asks for the capital of each country in the list.
-func capitalQuestions() []Question {
+// capitalPhrasings are the ways a capital question is asked; seed 0 asks the first.
+var capitalPhrasings = []string{
+	"What is the capital of %s? Answer with the city name only.",
+	"Name the capital city of %s. Reply with the city only.",
+	"Which city is the capital of %s? Give just the city.",
+	"%s has which city as its capital? Answer with the city name only.",
+}
+
+// capitalQuestions asks for the capital of each country in the list; another seed asks
+// them in another order and phrasing.
+func capitalQuestions(seed uint64) []Question {
 	out := make([]Question, 0, len(capitals))
+	r := splitmix64(seed)
 	for _, c := range capitals {
+		phr := capitalPhrasings[0]
+		if seed != 0 {
+			phr = capitalPhrasings[r.between(0, len(capitalPhrasings)-1)]
+		}
+		country := c.country
+		if strings.HasPrefix(phr, "%s") {
+			country = strings.ToUpper(country[:1]) + country[1:]
+		}
 		out = append(out, Question{
-			Prompt:  fmt.Sprintf("What is the capital of %s? Answer with the city name only.", c.country),
+			Prompt:  fmt.Sprintf(phr, country),
 			Answers: append([]string(nil), c.capital...),
 		})
+	}
+	if seed != 0 {
+		for i := len(out) - 1; i > 0; i-- {
+			j := r.between(0, i)
+			out[i], out[j] = out[j], out[i]
+		}
 	}
 	return out
 }

@@ -10,29 +10,16 @@ import (
 	"net/http"
 	"regexp"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"time"
 )
 
-type chatMessage struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
-}
-
 type chatTool struct {
 	Type     string `json:"type"`
 	Function Tool   `json:"function"`
-}
-
-type chatRequest struct {
-	Model              string         `json:"model"`
-	Messages           []chatMessage  `json:"messages"`
-	Temperature        float64        `json:"temperature"`
-	MaxTokens          int            `json:"max_tokens"`
-	ChatTemplateKwargs map[string]any `json:"chat_template_kwargs,omitempty"`
-	Tools              []chatTool     `json:"tools,omitempty"`
 }
 
 // answer is the verdict on one answer of a case: what the case's verdict needs of it, and
@@ -47,18 +34,45 @@ type answer struct {
 	// right is set when the content holds one of the request's accepted answers (an
 	// accuracy question).
 	right bool
+	// ttft is the time to the first token of a streamed answer; tokens the answer's
+	// completion tokens (usage), 0 when unknown.
+	ttft   time.Duration
+	tokens int64
 }
 
-// request is one chat request of a case, ready to send.
+// request is one request of a case, ready to send.
 type request struct {
 	body   []byte
+	path   string
+	stream bool
 	expect Expect
 	tools  bool
 	// accept are an accuracy question's accepted answers.
 	accept []string
+	// logprobs is set when the request asked for them; cached when its answer must
+	// report a prefix-cache hit (the second of a prefix-cache pair).
+	logprobs, cached bool
+	// requireReport fails a cached request whose answer reports no cached_tokens.
+	requireReport bool
+	// seed is the sampling seed sent (0: greedy, none sent).
+	seed uint64
 }
 
 func newRequest(cfg Config, model string, k Case, prompt string) request {
+	msgs := append(slices.Clone(k.Messages), Message{Role: "user", Content: prompt})
+	if strings.TrimSpace(prompt) == "" {
+		msgs = k.Messages
+	}
+	return buildRequest(cfg, model, k, msgs, k.Expect, 0, nil)
+}
+
+// DefaultSampleTemperature is the temperature of a case that asks samples and sets none.
+const DefaultSampleTemperature = 0.7
+
+// buildRequest builds a request of case k asking msgs (the last the user's) on the
+// case's endpoint; seed, when not 0, is sent as the sampling seed with the case's
+// sampling parameters; schema, when set, as response_format json_schema.
+func buildRequest(cfg Config, model string, k Case, msgs []Message, exp Expect, seed uint64, schema map[string]any) request {
 	kwargs := cfg.ChatTemplateKwargs
 	if len(k.ChatTemplateKwargs) > 0 {
 		kwargs = make(map[string]any, len(cfg.ChatTemplateKwargs)+len(k.ChatTemplateKwargs))
@@ -73,18 +87,91 @@ func newRequest(cfg Config, model string, k Case, prompt string) request {
 	if k.MaxTokens > 0 {
 		maxTokens = k.MaxTokens
 	}
-	req := chatRequest{
-		Model:              model,
-		Messages:           []chatMessage{{Role: "user", Content: prompt}},
-		Temperature:        0,
-		MaxTokens:          maxTokens,
-		ChatTemplateKwargs: kwargs,
+	if schema == nil {
+		schema = exp.JSONSchema
 	}
-	for _, t := range k.Tools {
-		req.Tools = append(req.Tools, chatTool{Type: "function", Function: t})
+	sampling := map[string]any{"temperature": 0.0}
+	if k.Temperature != nil {
+		sampling["temperature"] = *k.Temperature
+	} else if k.Samples > 0 {
+		sampling["temperature"] = DefaultSampleTemperature
 	}
-	body, _ := json.Marshal(req)
-	return request{body: body, expect: k.Expect, tools: len(k.Tools) > 0}
+	if k.TopP != nil {
+		sampling["top_p"] = *k.TopP
+	}
+	if k.TopK != nil {
+		sampling["top_k"] = *k.TopK
+	}
+	r := request{expect: exp, tools: len(k.Tools) > 0, stream: k.Stream, logprobs: k.Logprobs}
+	if seed != 0 {
+		r.seed = seed
+	}
+	body := map[string]any{}
+	switch k.Endpoint {
+	case EndpointCompletions, EndpointGenerate:
+		prompt := msgs[len(msgs)-1].Content
+		if k.Generate != "" {
+			prompt = "Question: " + prompt + "\nAnswer:"
+		}
+		if k.Endpoint == EndpointGenerate {
+			r.path = "/generate"
+			sp := map[string]any{"max_new_tokens": maxTokens}
+			for key, v := range sampling {
+				sp[key] = v
+			}
+			if r.seed != 0 {
+				sp["sampling_seed"] = r.seed
+			}
+			body["text"], body["sampling_params"] = prompt, sp
+			if k.Logprobs {
+				body["return_logprob"] = true
+			}
+			break
+		}
+		r.path = "/v1/completions"
+		body["model"], body["prompt"], body["max_tokens"] = model, prompt, maxTokens
+		for key, v := range sampling {
+			body[key] = v
+		}
+		if r.seed != 0 {
+			body["seed"] = r.seed
+		}
+		if k.Logprobs {
+			body["logprobs"] = 1
+		}
+	default:
+		r.path = "/v1/chat/completions"
+		body["model"], body["messages"], body["max_tokens"] = model, msgs, maxTokens
+		for key, v := range sampling {
+			body[key] = v
+		}
+		if r.seed != 0 {
+			body["seed"] = r.seed
+		}
+		if len(kwargs) > 0 {
+			body["chat_template_kwargs"] = kwargs
+		}
+		var tools []chatTool
+		for _, t := range k.Tools {
+			tools = append(tools, chatTool{Type: "function", Function: t})
+		}
+		if len(tools) > 0 {
+			body["tools"] = tools
+		}
+		if k.Logprobs {
+			body["logprobs"] = true
+		}
+		if schema != nil {
+			body["response_format"] = map[string]any{"type": "json_schema",
+				"json_schema": map[string]any{"name": "answer", "schema": schema}}
+		}
+	}
+	if k.Stream {
+		body["stream"] = true
+		body["stream_options"] = map[string]any{"include_usage": true}
+	}
+	r.body, _ = json.Marshal(body)
+	return r
 }
 
 // ask sends one request and judges its answer.
@@ -102,7 +189,11 @@ func ask(ctx context.Context, cfg Config, r request) answer {
 		return ""
 	}
 	start := time.Now()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, cfg.URL+"/v1/chat/completions", bytes.NewReader(r.body))
+	path := r.path
+	if path == "" {
+		path = "/v1/chat/completions"
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, cfg.URL+path, bytes.NewReader(r.body))
 	if err != nil {
 		a.reason = "building request: " + err.Error()
 		return a
@@ -133,9 +224,17 @@ func ask(ctx context.Context, cfg Config, r request) answer {
 		return a
 	}
 	// The answer is judged as it arrives, keeping only its bounded parts.
-	cresp, err := decodeAnswer(resp.Body)
+	var cresp chatResponse
+	if r.stream {
+		cresp, a.ttft, err = decodeStream(resp.Body, start)
+	} else {
+		cresp, err = decodeAnswer(resp.Body)
+	}
 	resp.Body.Close()
 	a.latency = time.Since(start)
+	if cresp.usage != nil {
+		a.tokens = cresp.usage.completion
+	}
 	if err != nil {
 		if why := spent(); why != "" {
 			a.reason = why
@@ -156,25 +255,96 @@ func ask(ctx context.Context, cfg Config, r request) answer {
 // each needs memory in proportion to the text it looks at.
 var judging = make(chan struct{}, max(runtime.GOMAXPROCS(0), 1))
 
-// runCase runs one case: one request, several at once (load), or a sweep (accuracy).
+// runCase runs one case: one request, several at once (load, samples, generated
+// questions), prefix-cache pairs, or a sweep (accuracy).
 func runCase(ctx context.Context, cfg Config, model string, k Case, qs []Question) CaseResult {
 	if k.Accuracy != nil {
 		return runAccuracy(ctx, cfg, model, k, qs)
 	}
 	cr := CaseResult{Name: k.Name, Kind: k.Kind()}
-	n := max(k.Concurrency, 1)
-	r := newRequest(cfg, model, k, k.Prompt)
-	req := func(int) request { return r }
-	if k.Needle != nil {
+	n := max(k.Concurrency, k.Samples, 1)
+	var req func(int) request
+	switch {
+	case k.Needle != nil:
 		n = k.Needle.requests(k)
 		req = func(i int) request { return needleRequest(cfg, model, k, i) }
+	case k.Generate == GenPrefix:
+		return runPrefix(ctx, cfg, model, k)
+	case k.Soak != nil:
+		return runSoak(ctx, cfg, model, k)
+	case k.Generate != "":
+		req = func(i int) request {
+			g := generate(k.Generate, subSeed(cfg.Seed, k.Name, i))
+			return buildRequest(cfg, model, k, g.messages, g.expect, caseSeed(cfg, k, i), g.schema)
+		}
+	default:
+		r := newRequest(cfg, model, k, k.Prompt)
+		req = func(i int) request {
+			if seed := caseSeed(cfg, k, i); seed != 0 {
+				return buildRequest(cfg, model, k, r.messages(k), k.Expect, seed, nil)
+			}
+			return r
+		}
+	}
+	reqs := make([]request, n)
+	for i := range n {
+		reqs[i] = req(i)
+		if s := reqs[i].seed; s != 0 && len(cr.Seeds) < MaxSamples {
+			cr.Seeds = append(cr.Seeds, s)
+		}
 	}
 	start := time.Now()
-	answers := askAll(ctx, cfg, n, req)
+	answers := askAll(ctx, cfg, n, func(i int) request { return reqs[i] })
 	cr.Latency = time.Since(start)
 	if n == 1 {
 		cr.Latency = answers[0].latency
 	}
+	summarize(&cr, answers)
+	return cr
+}
+
+// caseSeed is the sampling seed of request i of a sampled case, 0 for a greedy one.
+func caseSeed(cfg Config, k Case, i int) uint64 {
+	if !k.sampled() {
+		return 0
+	}
+	return sampleSeed(cfg.Seed, k.Name, i)
+}
+
+// messages returns what a prompt case sends: its messages and its prompt.
+func (request) messages(k Case) []Message {
+	if strings.TrimSpace(k.Prompt) == "" {
+		return k.Messages
+	}
+	return append(slices.Clone(k.Messages), Message{Role: "user", Content: k.Prompt})
+}
+
+// runPrefix runs a prefix-cache case: max(samples, 1) pairs at once, each pair's two
+// requests one after the other, sharing a long preamble; the second must report a
+// prefix-cache hit, and both answers must be right.
+func runPrefix(ctx context.Context, cfg Config, model string, k Case) CaseResult {
+	cr := CaseResult{Name: k.Name, Kind: KindPrefixCache}
+	pairs := max(k.Samples, 1)
+	answers := make([]answer, 2*pairs)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := range pairs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			g := generate(GenPrefix, subSeed(cfg.Seed, k.Name, i))
+			seed := caseSeed(cfg, k, i)
+			answers[2*i] = ask(ctx, cfg, buildRequest(cfg, model, k, g.messages, g.expect, seed, nil))
+			second := buildRequest(cfg, model, k, g.second.messages, g.second.expect, seed, nil)
+			second.cached, second.requireReport = true, k.RequireCacheReport
+			answers[2*i+1] = ask(ctx, cfg, second)
+		}()
+		if seed := caseSeed(cfg, k, i); seed != 0 {
+			cr.Seeds = append(cr.Seeds, seed)
+		}
+	}
+	wg.Wait()
+	cr.Latency = time.Since(start)
 	summarize(&cr, answers)
 	return cr
 }
@@ -215,6 +385,7 @@ func summarize(cr *CaseResult, answers []answer) {
 		}
 	}
 	cr.P50, cr.P99 = spread(answers)
+	casePerf(cr, answers)
 	show := &answers[0]
 	if first != nil {
 		show = first
@@ -377,6 +548,10 @@ func judge(a *answer, resp chatResponse, r request) {
 				return
 			}
 		}
+	}
+	if msg := judgeTraffic(resp, r); msg != "" {
+		a.reason = msg
+		return
 	}
 	if r.tools || exp.ToolCall != nil {
 		if m := findIn(rawToolCall, content); m != "" {

@@ -21,6 +21,12 @@ func WriteTable(w io.Writer, res *Result) error {
 	if res.Ready {
 		fmt.Fprintf(tw, "ready in\t%s\n", roundDuration(res.TimeToReady))
 	}
+	if res.Seed != 0 {
+		fmt.Fprintf(tw, "seed\t%d (%s=%d replays these prompts)\n", res.Seed, SeedEnv, res.Seed)
+	}
+	if p := res.Perf; p != nil {
+		fmt.Fprintf(tw, "speed\tdecode %.1f tokens/s, time to first token %s (medians)\n", p.DecodeTPS, roundDuration(p.TTFT))
+	}
 	if len(res.Cases) > 0 {
 		fmt.Fprintln(tw)
 		fmt.Fprintln(tw, "CASE\tKIND\tVERDICT\tANSWERS\tLATENCY\tREASON\tSAMPLE")

@@ -1,6 +1,6 @@
 // Package fakesglang is a fake SGLang server for tests: an http.Handler that speaks the
 // parts of SGLang's HTTP API the smoke gate uses (/health, /health_generate, /v1/models,
-// /get_model_info, /v1/chat/completions) and answers well or badly depending on its mode, the way a real
+// /get_model_info, /v1/chat/completions, /v1/completions, /generate) and answers well or badly depending on its mode, the way a real
 // server answers depending on its kernel backends.
 package fakesglang
 
@@ -78,10 +78,10 @@ const (
 
 // Modes lists every mode, for usage messages and tests.
 func Modes() []Mode {
-	return []Mode{ModeGood, ModeBang, ModePlus, ModeCommaBang, ModeApostropheS, ModeNaN, ModeAbort,
+	return append([]Mode{ModeGood, ModeBang, ModePlus, ModeCommaBang, ModeApostropheS, ModeNaN, ModeAbort,
 		ModeEmpty, ModeWrong, ModeThinkCutoff, ModeSlowReady, ModeNeverReady, ModeHang, ModeHTTP500,
 		ModeCrash, ModeCrashAfter, ModeCrowded, ModeRawToolCalls, ModeInlineThink, ModeFluentWrong,
-		ModeLongContext, ModeMixedBatch}
+		ModeLongContext, ModeMixedBatch}, trafficModes...)
 }
 
 // Valid reports whether m is a known mode.
@@ -167,6 +167,20 @@ type Options struct {
 	// reports: the launch line's flags by SGLang's ServerArgs field names (ServerArgsOf);
 	// nil: it answers 404.
 	ServerArgs map[string]any
+	// CacheReport reports prefix-cache hits in usage.prompt_tokens_details.cached_tokens,
+	// as SGLang does with --enable-cache-report (/generate's meta_info always has them).
+	CacheReport bool
+	// TokenLatency is how long each generated token takes (streamed: between chunks).
+	TokenLatency time.Duration
+	// LoopAfter is how many words ModeWordLoop answers well (default DefaultLoopAfter).
+	LoopAfter int
+	// Memorized are the prompts ModeMemorizer answers right (each conversation's texts
+	// joined by a blank line, as Prompts returns them).
+	Memorized map[string]bool
+	// KVTokens is the KV pool's size in tokens: /metrics serves sglang:token_usage, the
+	// share the prompts in flight hold (0: /metrics answers 404, as without
+	// --enable-metrics).
+	KVTokens int
 	// Log, when set, receives one line per request.
 	Log io.Writer
 	// Now is the clock (default time.Now).
@@ -186,6 +200,9 @@ type Server struct {
 	// filler is the padding of AnswerBytes, made once.
 	fillerOnce sync.Once
 	filler     string
+	// history are the recent prompts' words (the prefix cache); prompts every prompt.
+	history [][]string
+	prompts []string
 }
 
 // New returns a fake server.
@@ -228,6 +245,9 @@ func New(opts Options) *Server {
 	if opts.MixedSpread <= 0 {
 		opts.MixedSpread = DefaultMixedSpread
 	}
+	if opts.LoopAfter <= 0 {
+		opts.LoopAfter = DefaultLoopAfter
+	}
 	return &Server{opts: opts, start: opts.Now(), active: map[*flight]struct{}{}}
 }
 
@@ -243,16 +263,24 @@ func (s *Server) Peak() int {
 // and longest prompts, in tokens.
 type flight struct {
 	seen, shortest, longest int
+	// tokens is the request's own prompt; held the most prompt tokens in flight at once
+	// during its life (the KV pool it shared).
+	tokens, held int
 }
 
 // enter counts a chat request with a prompt of tokens in.
 func (s *Server) enter(tokens int) *flight {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	f := &flight{shortest: tokens, longest: tokens}
+	f := &flight{shortest: tokens, longest: tokens, tokens: tokens}
 	s.active[f] = struct{}{}
 	n := len(s.active)
+	held := 0
 	for r := range s.active {
+		held += r.tokens
+	}
+	for r := range s.active {
+		r.held = max(r.held, held)
 		r.seen = max(r.seen, n)
 		r.shortest, r.longest = min(r.shortest, tokens), max(r.longest, tokens)
 		f.shortest, f.longest = min(f.shortest, r.shortest), max(f.longest, r.longest)
@@ -296,6 +324,13 @@ func (w *statusWriter) WriteHeader(code int) {
 	w.ResponseWriter.WriteHeader(code)
 }
 
+// Flush sends what was written so far (a streamed answer's chunks, as they are made).
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
 // ServeHTTP serves the fake API and logs one line per request.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	begin := time.Now()
@@ -335,6 +370,8 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 			"model_path": s.opts.ModelPath, "tokenizer_path": s.opts.ModelPath,
 			"is_generation": true, "preferred_sampling_params": nil, "weight_version": "default",
 		})
+	case "/metrics":
+		s.metrics(w)
 	case "/server_info", "/get_server_info":
 		// /get_server_info is SGLang's deprecated alias of /server_info.
 		if s.opts.ServerArgs == nil {
@@ -347,7 +384,13 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusMethodNotAllowed, "Method Not Allowed")
 			return
 		}
-		s.chat(w, r)
+		s.generate(w, r, "chat")
+	case "/v1/completions", "/generate":
+		if r.Method != http.MethodPost {
+			writeError(w, http.StatusMethodNotAllowed, "Method Not Allowed")
+			return
+		}
+		s.generate(w, r, strings.TrimPrefix(strings.TrimPrefix(r.URL.Path, "/v1"), "/"))
 	default:
 		writeError(w, http.StatusNotFound, "Not Found")
 	}
@@ -444,72 +487,6 @@ type ChatResponse struct {
 
 func ptr(s string) *string { return &s }
 
-func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
-	var req ChatRequest
-	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&req); err != nil {
-		writeError(w, http.StatusBadRequest, "invalid JSON: "+err.Error())
-		return
-	}
-	if len(req.Messages) == 0 {
-		writeError(w, http.StatusBadRequest, "messages is empty")
-		return
-	}
-	switch s.opts.Mode {
-	case ModeHang:
-		<-r.Context().Done()
-		return
-	case ModeHTTP500:
-		writeError(w, http.StatusInternalServerError, "Internal server error")
-		return
-	}
-	prompt := req.Messages[len(req.Messages)-1].Content
-	tokens := Tokens(prompt)
-	// A batching window: requests that arrive together are in flight together, and the
-	// answer depends on the largest batch the request was part of.
-	seen := s.enter(tokens)
-	if s.opts.Latency > 0 {
-		t := time.NewTimer(s.opts.Latency)
-		select {
-		case <-t.C:
-		case <-r.Context().Done():
-			t.Stop()
-			s.leave(seen)
-			return
-		}
-	}
-	batch := s.leave(seen)
-	var garbage Mode
-	switch {
-	case s.opts.Mode == ModeCrowded && batch.seen > s.opts.CrowdedAbove:
-		garbage = ModeCommaBang
-	case s.opts.Mode == ModeLongContext && tokens > s.opts.LongAbove:
-		garbage = ModeBang
-	case s.opts.Mode == ModeMixedBatch && batch.longest-batch.shortest > s.opts.MixedSpread:
-		garbage = ModeCommaBang
-	}
-	maxTokens := 128
-	if req.MaxTokens != nil && *req.MaxTokens > 0 {
-		maxTokens = min(*req.MaxTokens, 4096)
-	}
-	thinking := true
-	if v, ok := req.ChatTemplateKwargs["enable_thinking"].(bool); ok {
-		thinking = v
-	}
-	msg, finish, stop := s.answer(prompt, maxTokens, thinking, req.Tools, garbage)
-	msg.Role = "assistant"
-	s.mu.Lock()
-	s.seq++
-	id := fmt.Sprintf("%032x", s.seq)
-	s.mu.Unlock()
-	completion := len(deref(msg.Content))/4 + len(deref(msg.ReasoningContent))/4 + 1
-	writeJSON(w, http.StatusOK, ChatResponse{
-		ID: id, Object: "chat.completion", Created: s.opts.Now().Unix(), Model: s.opts.Model,
-		Choices: []Choice{{Index: 0, Message: msg, FinishReason: finish, MatchedStop: stop}},
-		Usage: Usage{PromptTokens: tokens, CompletionTokens: completion,
-			TotalTokens: tokens + completion},
-	})
-}
-
 func deref(s *string) string {
 	if s == nil {
 		return ""
@@ -519,7 +496,7 @@ func deref(s *string) string {
 
 // answer returns the message, finish_reason and matched_stop for prompt in the server's mode.
 // garbage, when set, is the broken mode the request's batch or length calls for.
-func (s *Server) answer(prompt string, maxTokens int, thinking bool, tools []RequestTool, garbage Mode) (Message, *string, any) {
+func (s *Server) answer(prompt string, maxTokens int, thinking bool, tools []RequestTool, garbage Mode, t trafficReq) (Message, *string, any) {
 	length, stop := ptr("length"), ptr("stop")
 	mode := s.opts.Mode
 	if garbage != "" {
@@ -571,9 +548,24 @@ func (s *Server) answer(prompt string, maxTokens int, thinking bool, tools []Req
 			finish, matched = ptr("tool_calls"), nil
 		}
 	} else {
-		content = GoodAnswer(prompt)
-		if mode == ModeFluentWrong {
+		content = GoodAnswer(t.context)
+		switch {
+		case mode == ModeFluentWrong:
 			content = fluentWrong(prompt, content)
+		case mode == ModeWrongUnseen && unseenFact(t.context),
+			mode == ModeMemorizer && !s.memorized(t.context):
+			content = wrongly(content)
+		case mode == ModeWordLoop && storyAsk.MatchString(prompt):
+			content = loopText(content, s.opts.LoopAfter, maxTokens)
+		}
+		if words := strings.Fields(content); len(words) > maxTokens {
+			content, finish, matched = strings.Join(words[:maxTokens], " "), length, nil
+		}
+		if t.schema {
+			content = jsonAnswer(t.context, content)
+			if mode == ModeBadJSON {
+				content = strings.TrimSuffix(content, "}") + `, "note": "`
+			}
 		}
 		if n := s.opts.AnswerBytes - len(content) - 1; n > 0 {
 			s.fillerOnce.Do(func() { s.filler = Filler(s.opts.AnswerBytes) })

@@ -513,7 +513,7 @@ func TestBrokenWhile(t *testing.T) {
 	}
 	s := New(Options{BrokenWhile: cfg.BrokenWhile, BrokenMode: cfg.BrokenMode})
 	content := func() string {
-		m, _, _ := s.answer("What is 17 * 23? Answer with the number only.", 8, false, nil, "")
+		m, _, _ := s.answer("What is 17 * 23? Answer with the number only.", 8, false, nil, "", trafficReq{context: "What is 17 * 23? Answer with the number only."})
 		if m.Content == nil {
 			return ""
 		}

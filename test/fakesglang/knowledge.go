@@ -51,6 +51,9 @@ var capitals = func() map[string]string {
 // computed, capitals are known, a prime or other function request gets Python code, and a
 // secret number hidden in a text is found.
 func GoodAnswer(prompt string) string {
+	if a, ok := trafficAnswer(prompt); ok {
+		return a
+	}
 	lower := strings.ToLower(prompt)
 	// A number hidden in a text, asked back: the smoke gate's needle cases.
 	if m := needle.FindStringSubmatch(prompt); m != nil && strings.Contains(lower, "what is the secret number") {

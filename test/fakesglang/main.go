@@ -119,6 +119,11 @@ type Config struct {
 	BrokenMode  Mode
 	// AnswerBytes is --fake-answer-bytes.
 	AnswerBytes int
+	// CacheReport is SGLang's own --enable-cache-report; TokenLatency --fake-token-latency
+	// (each generated token's time); LoopAfter --fake-loop-after (mode word-loop).
+	CacheReport  bool
+	TokenLatency time.Duration
+	LoopAfter    int
 }
 
 // The parsers a launch line must name for tool calls and thinking to come back split
@@ -141,6 +146,8 @@ const (
 // own by more than N tokens; default 256). SGLang's own --tool-call-parser and --reasoning-parser decide whether tool calls
 // and thinking come back parsed (qwen3_coder, qwen3) or as raw text in the content.
 // --fake-answer-bytes N pads every text answer with fluent filler to N bytes.
+// --fake-token-latency DUR is each generated token's time; --fake-loop-after N the words
+// mode word-loop answers well; SGLang's own --enable-cache-report reports cached tokens.
 func ParseConfig(args []string, getenv func(string) string) (Config, error) {
 	a := ParseArgs(args)
 	c := Config{
@@ -188,6 +195,21 @@ func ParseConfig(args []string, getenv func(string) string) (Config, error) {
 			return c, fmt.Errorf("--fake-latency %q: want a duration such as 20ms", v)
 		}
 		c.Latency = d
+	}
+	c.CacheReport = a.Has("enable-cache-report")
+	if v := a.Get("fake-token-latency", ""); v != "" {
+		d, err := parseDuration(v)
+		if err != nil || d < 0 {
+			return c, fmt.Errorf("--fake-token-latency %q: want a duration such as 1ms", v)
+		}
+		c.TokenLatency = d
+	}
+	if v := a.Get("fake-loop-after", ""); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return c, fmt.Errorf("--fake-loop-after %q: want a whole number of words above 0", v)
+		}
+		c.LoopAfter = n
 	}
 	c.ModelPath = a.Get("model-path", a.Get("model", "default"))
 	c.Model = a.Get("served-model-name", c.ModelPath)
@@ -306,7 +328,8 @@ func Main(ctx context.Context, args []string, stderr io.Writer, getenv func(stri
 			InlineThink: cfg.InlineThink, CrowdedAbove: cfg.CrowdedAbove, Latency: cfg.Latency,
 			LongAbove: cfg.LongAbove, MixedSpread: cfg.MixedSpread,
 			BrokenWhile: cfg.BrokenWhile, BrokenMode: cfg.BrokenMode,
-			AnswerBytes: cfg.AnswerBytes, ServerArgs: ServerArgsOf(args)})),
+			AnswerBytes: cfg.AnswerBytes, ServerArgs: ServerArgsOf(args),
+			CacheReport: cfg.CacheReport, TokenLatency: cfg.TokenLatency, LoopAfter: cfg.LoopAfter})),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	why := ""

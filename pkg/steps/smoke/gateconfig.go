@@ -26,6 +26,8 @@ type Overrides struct {
 	// other users own or can write.
 	RecipeFile string
 	Insecure   bool
+	// Seed, when set, replays a run's fresh questions (in place of gate.SeedEnv's).
+	Seed uint64
 }
 
 // GateConfig is the gate's config of spec with o's overrides; getenv reads the API key's
@@ -55,6 +57,9 @@ func GateConfig(spec Spec, o Overrides, getenv func(string) string) (gate.Config
 	cfg, err := spec.Config(getenv)
 	if err != nil {
 		return cfg, err
+	}
+	if o.Seed != 0 {
+		cfg.Seed = o.Seed
 	}
 	// An accuracy case's question file is named relative to the recipe's folder, and
 	// refused when group or others can write it, as the recipe's other files are.

@@ -51,6 +51,9 @@ type Spec struct {
 	// many times at once (concurrency), offer tools (expect.tool_call), ask for the
 	// reasoning split (expect.reasoning), or be an accuracy sweep (accuracy).
 	Cases []gate.Case `yaml:"cases" json:"cases,omitempty"`
+	// Performance sets speed floors, and how much slower than the generation it would
+	// replace a candidate may be (default 3 times).
+	Performance *PerfSpec `yaml:"performance" json:"performance,omitempty"`
 }
 
 // Config turns the spec into the gate's config. Invalid durations, URLs or cases are
@@ -76,6 +79,12 @@ func (s Spec) Config(getenv func(string) string) (gate.Config, error) {
 	}
 	if s.APIKeyEnv != "" && getenv != nil {
 		cfg.APIKey = getenv(s.APIKeyEnv)
+	}
+	if err := s.Performance.apply(&cfg); err != nil {
+		return cfg, err
+	}
+	if cfg.Seed, err = seedOf(getenv); err != nil {
+		return cfg, err
 	}
 	if cfg.URL == "" {
 		return cfg, fmt.Errorf("url is required: %w", exitcode.ErrUsage)
@@ -219,8 +228,17 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	if len(candidates) == 0 {
 		candidates = []string{""}
 	}
+	// A candidate of a switch is compared with the figures the serving generation's gate
+	// last measured.
+	if g := env.Generation; g != nil && g.Serving != "" && g.Serving != g.Key {
+		base, err := ServingPerf(env, g.Serving)
+		if err != nil {
+			env.Log.Warn("the serving generation's speed is not compared", "error", err)
+		}
+		cfg.Baseline = base
+	}
 	run := func(ctx context.Context, cfg gate.Config, profile string) (*gate.Result, error) {
-		return s.gate(ctx, env, cfg, profile)
+		return s.gate(ctx, env, s.spec.Performance.profileFloors(cfg, profile), profile)
 	}
 	// A worker of a multi-node group runs the profile its head runs when the head serves
 	// and says so, else the group's first candidate (the head chooses no other), and is
@@ -249,6 +267,16 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 		tried = append(tried, pr)
 	}
 	env.Detail(DetailProfiles, tried)
+	if err == nil && env.Generation != nil {
+		for i := len(results) - 1; i >= 0; i-- {
+			if results[i] != nil && results[i].Pass {
+				if rerr := RecordPerf(env, env.Generation.Key, results[i]); rerr != nil {
+					env.Log.Warn("the gate's speed figures were not recorded", "error", rerr)
+				}
+				break
+			}
+		}
+	}
 	if err == nil {
 		if res.WinnerProfile != "" {
 			env.Detail(DetailProfile, res.WinnerProfile)
