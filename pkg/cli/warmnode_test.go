@@ -1,8 +1,11 @@
 package cli
 
 import (
+	"encoding/json"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -144,6 +147,66 @@ func TestNodeBTakesEnvironmentAndKernelsFromTheFleetCache(t *testing.T) {
 	}
 	if !strings.Contains(logB, "TRITON_CACHE_DIR") || strings.Contains(logB, "compiled") || !strings.Contains(logB, "(1 files, loaded)") {
 		t.Errorf("node B's server compiled kernels, or found none:\n%s", logB)
+	}
+	run(t, nil, "remove", "-f", recipe, "--state-dir", stB, "--yes")
+
+	// Node C: the environment artifact gone from the registry, the venv record still
+	// there. Its venv step leaves the folder; the Python step finds no environment, makes
+	// the venv with the venv step's argv and installs the lock's wheels from the registry.
+	deleteManifests(t, "http://"+reg.Addr+"/v2/fleet/warm", "pyenv-")
+	ents, _ = os.ReadDir(gens)
+	for _, e := range ents {
+		os.RemoveAll(filepath.Join(gens, e.Name()))
+	}
+	stC := filepath.Join(t.TempDir(), "st")
+	code, out, errs = run(t, nil, "apply", "-f", recipe, "--state-dir", stC)
+	defer run(t, nil, "remove", "-f", recipe, "--state-dir", stC, "--yes")
+	if code != 0 {
+		t.Fatalf("node C's apply: %d\n%s\n%s", code, out, errs)
+	}
+	all = out + errs
+	for _, want := range []string{"the venv is left to the Python steps", "making the venv that venv left to this step", "installed the Python lock from the cache"} {
+		if !strings.Contains(all, want) {
+			t.Errorf("node C's apply did not say %q:\n%s", want, all)
+		}
+	}
+}
+
+// deleteManifests deletes the manifests whose tags start with prefix (base:
+// http://HOST/v2/REPO; the test registry allows deletes).
+func deleteManifests(t *testing.T, base, prefix string) {
+	t.Helper()
+	resp, err := http.Get(base + "/tags/list")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tags struct {
+		Tags []string `json:"tags"`
+	}
+	json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&tags)
+	resp.Body.Close()
+	n := 0
+	for _, tag := range tags.Tags {
+		if !strings.HasPrefix(tag, prefix) {
+			continue
+		}
+		req, _ := http.NewRequest(http.MethodHead, base+"/manifests/"+tag, nil)
+		req.Header.Set("Accept", "application/vnd.oci.image.manifest.v1+json")
+		r, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Body.Close()
+		del, _ := http.NewRequest(http.MethodDelete, base+"/manifests/"+r.Header.Get("Docker-Content-Digest"), nil)
+		d, err := http.DefaultClient.Do(del)
+		if err != nil || d.StatusCode != http.StatusAccepted {
+			t.Fatalf("deleting %s: %v %v", tag, err, d)
+		}
+		d.Body.Close()
+		n++
+	}
+	if n == 0 {
+		t.Fatalf("no tag %s* in %v", prefix, tags.Tags)
 	}
 }
 
