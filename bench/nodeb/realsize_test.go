@@ -58,8 +58,9 @@ steps:
 // and state dir (run it with -benchtime=1x: one of each row):
 //
 //   - a Python environment of SGLPROV_BENCH_ENV_MB (2048) MiB in SGLPROV_BENCH_ENV_FILES
-//     (20000) files: "top" and SGLPROV_BENCH_ENV_WHEELS (40) wheels of incompressible
-//     data files and some modules, from a local package index (test/pyindex);
+//     (20000) files: "top" and SGLPROV_BENCH_ENV_WHEELS (40) wheels, half of whose files
+//     are modules of 4 KiB (pip byte-compiles each) and half incompressible data files
+//     (stored, not deflated), from a local package index (test/pyindex);
 //   - weights: 4 shards of SGLPROV_BENCH_REAL_SHARD_MB (768) MiB from the fake hub;
 //   - a kernel cache of SGLPROV_BENCH_KERNEL_MB (200) MiB laid out as Triton's (a folder
 //     per kernel: a cubin and its metadata), pushed as the gate's kernel artifact.
@@ -211,8 +212,8 @@ func BenchmarkNodeBRealSizes(b *testing.B) {
 	os.RemoveAll(nodeDir)
 }
 
-// bigWheel is a wheel of project name with files data files (and one module in ten) of
-// size bytes in all, incompressible, stored (not deflated) as large wheels' binaries are.
+// bigWheel is a wheel of project name with files files of size bytes in all: modules and
+// incompressible data files, stored (not deflated) as large wheels' binaries are.
 func bigWheel(b *testing.B, name string, files int, size int64, seed uint64) (string, []byte) {
 	b.Helper()
 	rng := mrand.NewChaCha8([32]byte{byte(seed), byte(seed >> 8)})
@@ -230,10 +231,18 @@ func bigWheel(b *testing.B, name string, files int, size int64, seed uint64) (st
 		fmt.Fprintf(&rec, "%s,sha256=%s,%d\n", path, base64.RawURLEncoding.EncodeToString(s[:]), len(data))
 	}
 	add(name+"/__init__.py", []byte("V = \"1.0\"\n"))
-	per := size / int64(files)
+	// Half the files are modules of about 4 KiB (pip byte-compiles each), the other half
+	// carry the rest of the bytes.
+	const modSize = 4 << 10
+	data := (files - 1) / 2
+	per := (size - int64(files-1-data)*modSize) / int64(data)
 	for i := range files - 1 {
-		if i%10 == 0 {
-			add(fmt.Sprintf("%s/m%05d.py", name, i), []byte(fmt.Sprintf("def f%d(x):\n    return x + %d\n", i, i)))
+		if i%2 == 0 {
+			var src strings.Builder
+			for j := 0; src.Len() < modSize; j++ {
+				fmt.Fprintf(&src, "def f%d_%d(x):\n    return x * %d + %d\n\n", i, j, i, j)
+			}
+			add(fmt.Sprintf("%s/m%05d.py", name, i), []byte(src.String()))
 			continue
 		}
 		data := make([]byte, per+int64(i%7)*512)
