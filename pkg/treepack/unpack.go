@@ -71,8 +71,8 @@ func (p Progress) String() string {
 
 // UnpackOptions bound and report an unpack.
 type UnpackOptions struct {
-	// MaxBytes bounds the tree's file bytes, MaxFiles its entries (0: the layers' sizes,
-	// and one entry per 512 bytes of them).
+	// MaxBytes bounds the tree's file bytes, MaxFiles its entries (0, or more than the
+	// layers could hold: the layers' sizes, and one entry per 512 bytes of them).
 	MaxBytes int64
 	MaxFiles int
 	// AllowLink is as in PackOptions: the absolute link targets out of the tree allowed.
@@ -102,11 +102,13 @@ func Unpack(ctx context.Context, src Source, layers []cache.File, dest string, o
 		}
 		total += l.Size
 	}
-	if opt.MaxBytes <= 0 {
+	// A tar holds no more file bytes than its own, and no more entries than its 512-byte
+	// headers: a record that claims more is bounded by the layers.
+	if opt.MaxBytes <= 0 || opt.MaxBytes > total {
 		opt.MaxBytes = total
 	}
-	if opt.MaxFiles <= 0 {
-		opt.MaxFiles = int(total/512) + 16
+	if maxEntries := int(total/512) + 16; opt.MaxFiles <= 0 || opt.MaxFiles > maxEntries {
+		opt.MaxFiles = maxEntries
 	}
 	if opt.Parallel <= 0 {
 		opt.Parallel = 4
