@@ -24,6 +24,9 @@ var kernelCacheVars = []struct{ name, sub string }{
 // no file gets one, as a real server's first start compiles its kernels into the cache,
 // and the line says "compiled"; else "loaded" (what was there is what it would load).
 func reportKernelCaches(w io.Writer, getenv func(string) string, args []string) {
+	if getenv == nil {
+		return
+	}
 	compile := slices.Contains(args, "--fake-compile-kernels")
 	for _, v := range kernelCacheVars {
 		dir := getenv(v.name)
