@@ -84,11 +84,12 @@ lint:
 	$(GO) vet $(PKGS)
 	@$(GO) mod tidy -diff || { echo "go mod tidy would change go.mod/go.sum (above): run go mod tidy"; exit 1; }
 
-# bench runs the Go benchmarks (the whole-node one, bench/nodeb, needs the registry, pip
-# and a C compiler, which `make deps` installs as root), then bench/run.sh (which installs
+# bench runs the Go benchmarks (the whole-node ones, bench/nodeb, need the registry, pip
+# and a C compiler, which `make deps` installs as root; the real-size one about 25 GB of
+# disk for 10 minutes), then bench/run.sh (which installs
 # its own tools: nginx, aria2, ...). docs/benchmarks.md says what each measures.
 bench: deps build
-	$(GO) test -run='^$$' -bench=. -benchmem ./pkg/engine ./pkg/fetch ./pkg/cache ./pkg/pylock ./bench/nodeb
+	$(GO) test -run='^$$' -bench=. -benchmem -timeout 60m ./pkg/engine ./pkg/fetch ./pkg/cache ./pkg/pylock ./bench/nodeb
 	bench/run.sh
 
 demo: build

@@ -301,6 +301,7 @@ func Main(ctx context.Context, args []string, stderr io.Writer, getenv func(stri
 		fmt.Fprintln(stderr, "RuntimeError: CUDA error: no kernel image is available for execution on the device")
 		return 1
 	}
+	reportKernelCaches(stderr, getenv, args)
 	// Across nodes (--nnodes), the ranks meet at --dist-init-addr before anything serves.
 	grp, err := startGroup(ctx, args, getenv, stderr)
 	if err != nil {

@@ -56,6 +56,9 @@ type record struct {
 	// (unlocked steps only): `sglprov lock` reads them.
 	Python    string `json:"python,omitempty"`
 	PipReport string `json:"pip_report,omitempty"`
+	// VenvDeferred is set for a venv step that left its folder to the Python steps (the
+	// fleet cache carries the environment made there).
+	VenvDeferred bool `json:"venv_deferred,omitempty"`
 }
 
 // OfflineSkip is why a command does not run under --root: its program would run on this
@@ -113,7 +116,19 @@ func (s *Step) run(ctx context.Context, env *engine.Env, slot *engine.CacheSlot)
 		envList = append(envList, k+"="+s.spec.Env[k])
 	}
 	rec := record{Created: map[string]string{}}
+	if slot != nil && VenvDir(s.spec.Argv) != "" && s.deferVenv(ctx, env, *slot) {
+		rec.VenvDeferred = true
+		return env.SaveData(rec)
+	}
+	fromEnv := PipInstall(s.spec.Argv) && slot != nil && s.envFromCache(ctx, env, *slot)
+	if !fromEnv {
+		if err := s.ensureVenvs(ctx, env, envList); err != nil {
+			return err
+		}
+	}
 	switch {
+	case fromEnv:
+		rec.Python = s.spec.Argv[0]
 	case PipInstall(s.spec.Argv) && env.PythonLock != "":
 		if slot != nil && s.fromCache(ctx, env, *slot, dir, envList) {
 			break

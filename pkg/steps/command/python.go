@@ -2,6 +2,7 @@ package command
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -183,15 +184,34 @@ func (s *Step) installLock(ctx context.Context, env *engine.Env, l *pylock.Lock,
 	return nil
 }
 
-// Publish pushes, for a Python step that ran pip against the index on a pushing node, the
-// lock of the environment it left (read from the environment and the reports of every
+// Publish pushes, for a venv step on a pushing node, the record that the environment made
+// in its folder travels with the Python steps (VenvKind); for a Python step that ran pip
+// against the index on a pushing node, the environment it left (pyenv, publishEnv) and the
+// lock of that environment (read from the environment and the reports of every
 // Python step recorded in the state dir), or the recipe's python.lock, and its wheels
 // (downloaded again from the URLs pip took them from, sha256 checked), tagged with the
 // step's fingerprint. Other steps publish nothing.
 func (s *Step) Publish(ctx context.Context, env *engine.Env, slot engine.CacheSlot) (string, error) {
+	if VenvDir(s.spec.Argv) != "" {
+		return s.publishVenv(ctx, env, slot)
+	}
 	if !PipInstall(s.spec.Argv) {
 		return "", nil
 	}
+	digest, err := s.publishLock(ctx, env, slot)
+	var l *pylock.Lock
+	if env.PythonLock != "" {
+		l, _ = readLock(env)
+	}
+	envDigest, envErr := publishEnv(ctx, env, slot, s.spec.Argv[0], l)
+	if digest == "" {
+		digest = envDigest
+	}
+	return digest, errors.Join(err, envErr)
+}
+
+// publishLock is Publish's lock artifact: the wheels of the environment's lock.
+func (s *Step) publishLock(ctx context.Context, env *engine.Env, slot engine.CacheSlot) (string, error) {
 	base := filepath.Dir(ReportPath(env.StateDir, env.RecipeName, env.StepName))
 	if env.PythonLock != "" {
 		l, err := readLock(env)

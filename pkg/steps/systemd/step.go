@@ -245,6 +245,7 @@ func (s *Step) data(env *engine.Env, profile string) (service.Data, error) {
 	for k, v := range s.spec.Env {
 		d.Env[k] = v
 	}
+	kernelCacheEnv(env, d.Env)
 	// NCCL chooses its peer-to-peer path unless the host's facts say it is blocked.
 	for k, v := range s.ncclDecision(env, profile).Env {
 		d.Env[k] = v
