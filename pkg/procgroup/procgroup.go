@@ -173,6 +173,10 @@ func drain(w io.Writer, r io.Reader) {
 // Pid returns the child's process ID, which is its group's ID too.
 func (c *Child) Pid() int { return c.pgid }
 
+// Exited is closed when the child has exited (its group and output may not be done yet:
+// see Done).
+func (c *Child) Exited() <-chan struct{} { return c.exited }
+
 // Done is closed when the child has exited, its group has been killed (unless
 // KeepLeftovers) and its output has been read.
 func (c *Child) Done() <-chan struct{} { return c.done }
