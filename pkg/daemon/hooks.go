@@ -1,17 +1,14 @@
 package daemon
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"os/exec"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
+
+	"github.com/sglprov/sglprov/pkg/procgroup"
 )
 
 // hookOutputLimit bounds what is kept of a hook's output (its last bytes go to the log).
@@ -37,61 +34,30 @@ func RunHook(ctx context.Context, argv []string, env []string, timeout time.Dura
 	if len(argv) == 0 {
 		return "", errors.New("the hook has no argv")
 	}
-	r, w, err := os.Pipe()
-	if err != nil {
-		return "", fmt.Errorf("running %s: making its output pipe: %w", argv[0], err)
-	}
-	defer r.Close()
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(cmd.Environ(), env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	// An *os.File: the child writes to the pipe itself, and Wait returns when the hook's
-	// process exits, not when every process that inherited the pipe has closed it.
-	cmd.Stdout, cmd.Stderr = w, w
-	err = cmd.Start()
-	w.Close()
+	out := &procgroup.Tail{Max: hookOutputLimit}
+	cmd.Stdout, cmd.Stderr = out, out
+	// Its group is killed as soon as the hook's process has exited, and its output read
+	// for hookOutputGrace more: what waits on the pipe is not waited for.
+	c, err := procgroup.Start(cmd, procgroup.Options{Grace: hookKillGrace, OutputGrace: hookOutputGrace})
 	if err != nil {
 		return "", fmt.Errorf("running %s: %w", argv[0], err)
 	}
-	pgid := cmd.Process.Pid
-	out := &tailBuffer{max: hookOutputLimit}
-	copied := make(chan struct{})
-	go func() {
-		defer close(copied)
-		_, _ = io.Copy(out, r)
-	}()
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	var cut string // why the hook was stopped, "" when it ended by itself
 	select {
-	case err = <-exited:
+	case <-c.Exited():
 	case <-timer.C:
 		cut = fmt.Sprintf("still running after %s: killed", timeout)
 	case <-ctx.Done():
 		cut = fmt.Sprintf("stopped (%v): killed", context.Cause(ctx))
 	}
 	if cut != "" {
-		_ = syscall.Kill(-pgid, syscall.SIGTERM)
-		grace := time.NewTimer(hookKillGrace)
-		select {
-		case err = <-exited:
-		case <-grace.C:
-			_ = syscall.Kill(-pgid, syscall.SIGKILL)
-			err = <-exited
-		}
-		grace.Stop()
+		_ = c.Stop()
 	}
-	// Whatever the hook left behind in its group goes with it.
-	_ = syscall.Kill(-pgid, syscall.SIGKILL)
-	select {
-	case <-copied:
-	case <-time.After(hookOutputGrace):
-		r.Close() // ends the copy: a process outside the group still holds the pipe
-		<-copied
-	}
+	err = c.Wait()
 	tail := strings.TrimSpace(out.String())
 	switch {
 	case cut != "":
@@ -100,27 +66,4 @@ func RunHook(ctx context.Context, argv []string, env []string, timeout time.Dura
 		return tail, fmt.Errorf("running %s: %w", argv[0], err)
 	}
 	return tail, nil
-}
-
-// tailBuffer keeps the last max bytes written to it.
-type tailBuffer struct {
-	mu  sync.Mutex
-	max int
-	b   []byte
-}
-
-func (t *tailBuffer) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.b = append(t.b, p...)
-	if len(t.b) > t.max {
-		t.b = append(t.b[:0], t.b[len(t.b)-t.max:]...)
-	}
-	return len(p), nil
-}
-
-func (t *tailBuffer) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return string(bytes.ToValidUTF8(t.b, []byte("?")))
 }

@@ -153,150 +153,199 @@ func (d *Daemon) recovered() {
 	d.setHealth(Healthy, "")
 }
 
+// climbStep says what climb does after a rung: go on to the rung d.l.rung now names, or
+// stop (a restart under way, judged by the next canaries; a rung that passed; the ladder
+// given up; the daemon stopping).
+type climbStep bool
+
+const (
+	climbOn   climbStep = false
+	climbStop climbStep = true
+)
+
+// rungFunc is one rung of the ladder: it acts, judges itself where it has a gate, moves
+// d.l.rung on when the next rung is to be tried, and returns the reason the node is still
+// failing.
+type rungFunc func(d *Daemon, ctx context.Context, rung, reason string) (climbStep, string)
+
+// rungTable holds each rung of rungs, by name.
+var rungTable = map[string]rungFunc{
+	RungRestart:            (*Daemon).rungRestart,
+	RungRegate:             (*Daemon).rungRegate,
+	RungNextProfile:        (*Daemon).rungNextProfile,
+	RungPreviousGeneration: (*Daemon).rungPreviousGeneration,
+	RungGiveUp:             (*Daemon).rungGiveUp,
+}
+
 // climb runs the ladder from its current rung until a rung is under way (a restart,
 // judged by the next canaries), a rung passes, or the ladder gives up.
 func (d *Daemon) climb(ctx context.Context, reason string) {
 	for ctx.Err() == nil {
 		rung := rungs[d.l.rung]
-		switch rung {
-		case RungRestart:
-			if d.o.RestartService == nil {
-				d.skip(rung, "the recipe has no service to restart")
-				continue
-			}
-			if d.l.restarts >= d.o.MaxRestarts {
-				d.l.rung++
-				continue
-			}
-			// A worker whose head serves another launch line: a restart would bring it
-			// back with its own line into the head's group; it follows the head instead.
-			if d.followLaunch(ctx) {
-				return
-			}
-			d.l.restarts++
-			d.restarts++
-			d.failures = 0
-			d.m.incRestarts()
-			if g := d.o.Group; g != nil && !g.IsHead() {
-				d.o.Log.Warn("remediation: restarting this worker's server: the head says the group does not serve; its new server waits at the rendezvous for the head", "rung", rung, "rank", g.Rank)
-			} else if g != nil {
-				// Not serving while it waits (the wait may take minutes): /healthz says so.
-				if d.l.giveUps > 0 {
-					d.setHealth(Unhealthy, d.l.why+" (waiting for the group's workers to start again)")
-				} else {
-					d.setHealth(Degraded, reason+" (waiting for the group's workers to start again)")
-				}
-				found := d.awaitWorkers(ctx)
-				if ctx.Err() != nil {
-					return
-				}
-				d.o.Log.Warn("remediation: restarting the head's server", "rung", rung, "workers", found)
-			}
-			d.o.Log.Warn("remediation: restarting the service", "rung", rung, "restart", d.l.restarts, "of", d.o.MaxRestarts)
-			err := d.o.RestartService(ctx)
-			if ctx.Err() != nil {
-				return
-			}
-			if err != nil {
-				d.o.Log.Error("remediation: restarting the service", "rung", rung, "err", err)
-				d.m.rung(rung, "failed")
-			} else {
-				d.m.rung(rung, "ok")
-			}
-			d.fresh = true
-			if d.l.giveUps > 0 {
-				// Climbing again after giving up: still unhealthy (and drained) until a
-				// canary passes.
-				d.setHealth(Unhealthy, d.l.why+" (restarted the service again)")
-			} else {
-				d.setHealth(Degraded, reason+" (restarted the service)")
-			}
-			return
-		case RungRegate:
-			if d.o.Remedies == nil {
-				d.skip(rung, "no gate to run")
-				continue
-			}
-			d.o.Log.Warn("remediation: running the whole gate against the server", "rung", rung)
-			d.status("remediation: running the whole gate")
-			err := d.o.Remedies.Regate(ctx)
-			if ctx.Err() != nil {
-				return
-			}
-			if d.rungDone(ctx, rung, err, "the whole gate passes; the canary case's failure was not the node's") {
-				return
-			}
-			reason = "the whole gate failed: " + err.Error()
-			d.l.rung++
-		case RungNextProfile:
-			if g := d.o.Group; g != nil && !g.IsHead() {
-				// Every rank runs the same arguments: a worker never picks a profile of
-				// its own; it follows the head (followHead, at every canary).
-				d.skip(rung, "a worker runs the head's profile; it follows the head, never picks one alone")
-				continue
-			}
-			if d.o.Remedies == nil {
-				d.skip(rung, "no service profiles to try")
-				continue
-			}
-			if len(d.l.tried) == 0 {
-				if p := d.o.Remedies.ActiveProfile(ctx); p != "" {
-					d.l.tried = []string{p}
-				}
-			}
-			d.o.Log.Warn("remediation: trying the next candidate profile", "rung", rung, "tried", fmt.Sprint(d.l.tried))
-			d.status("remediation: trying the next profile")
-			p, err := d.o.Remedies.NextProfile(ctx, d.l.tried)
-			if ctx.Err() != nil {
-				return
-			}
-			if errors.Is(err, ErrNoRung) {
-				d.skip(rung, "no other candidate profile is left")
-				continue
-			}
-			d.l.tried = append(d.l.tried, p)
-			if d.rungDone(ctx, rung, err, "profile "+p+" passes the gate") {
-				return
-			}
-			reason = fmt.Sprintf("profile %s failed the gate: %v", p, err)
-			// the rung stays: the candidate after p next
-		case RungPreviousGeneration:
-			if gr := d.o.Group; gr != nil && !gr.IsHead() {
-				d.skip(rung, "a worker does not roll back alone: its generation must be the head's")
-				continue
-			}
-			g := d.o.Generations
-			if g == nil {
-				g = NoGenerations{}
-			}
-			d.o.Log.Warn("remediation: rolling back to the previous generation", "rung", rung)
-			err := g.RollBack(ctx)
-			if ctx.Err() != nil {
-				return
-			}
-			if errors.Is(err, ErrNotAvailable) {
-				d.skip(rung, err.Error())
-				continue
-			}
-			if d.rungDone(ctx, rung, err, "the previous generation passes the gate") {
-				return
-			}
-			reason = "the previous generation failed the gate: " + err.Error()
-			d.l.rung++
-		case RungGiveUp:
-			if !d.l.gaveUp {
-				d.l.gaveUp = true
-				d.l.why = "every rung of the remediation ladder failed; last: " + reason
-				d.l.giveUps++
-				d.l.retryIn = min(1<<min(d.l.giveUps, 30), maxRetryChecks)
-				d.m.rung(rung, "ok")
-				d.o.Log.Error("node unhealthy: every rung of the remediation ladder failed", "rung", rung, "reason", reason,
-					"retry_seconds", logval.Seconds(time.Duration(d.l.retryIn+1)*d.o.Interval))
-			}
-			d.setHealth(Unhealthy, d.l.why)
+		step, why := rungTable[rung](d, ctx, rung, reason)
+		if step == climbStop {
 			return
 		}
+		reason = why
 	}
+}
+
+// rungRestart restarts the service (a worker first follows a head that serves another
+// launch line; a head first waits for its workers): the next canaries judge it, so the
+// climb stops there.
+func (d *Daemon) rungRestart(ctx context.Context, rung, reason string) (climbStep, string) {
+	if d.o.RestartService == nil {
+		d.skip(rung, "the recipe has no service to restart")
+		return climbOn, reason
+	}
+	if d.l.restarts >= d.o.MaxRestarts {
+		d.l.rung++
+		return climbOn, reason
+	}
+	// A worker whose head serves another launch line: a restart would bring it
+	// back with its own line into the head's group; it follows the head instead.
+	if d.followLaunch(ctx) {
+		return climbStop, reason
+	}
+	d.l.restarts++
+	d.restarts++
+	d.failures = 0
+	d.m.incRestarts()
+	if g := d.o.Group; g != nil && !g.IsHead() {
+		d.o.Log.Warn("remediation: restarting this worker's server: the head says the group does not serve; its new server waits at the rendezvous for the head", "rung", rung, "rank", g.Rank)
+	} else if g != nil {
+		// Not serving while it waits (the wait may take minutes): /healthz says so.
+		if d.l.giveUps > 0 {
+			d.setHealth(Unhealthy, d.l.why+" (waiting for the group's workers to start again)")
+		} else {
+			d.setHealth(Degraded, reason+" (waiting for the group's workers to start again)")
+		}
+		found := d.awaitWorkers(ctx)
+		if ctx.Err() != nil {
+			return climbStop, reason
+		}
+		d.o.Log.Warn("remediation: restarting the head's server", "rung", rung, "workers", found)
+	}
+	d.o.Log.Warn("remediation: restarting the service", "rung", rung, "restart", d.l.restarts, "of", d.o.MaxRestarts)
+	err := d.o.RestartService(ctx)
+	if ctx.Err() != nil {
+		return climbStop, reason
+	}
+	if err != nil {
+		d.o.Log.Error("remediation: restarting the service", "rung", rung, "err", err)
+		d.m.rung(rung, "failed")
+	} else {
+		d.m.rung(rung, "ok")
+	}
+	d.fresh = true
+	if d.l.giveUps > 0 {
+		// Climbing again after giving up: still unhealthy (and drained) until a
+		// canary passes.
+		d.setHealth(Unhealthy, d.l.why+" (restarted the service again)")
+	} else {
+		d.setHealth(Degraded, reason+" (restarted the service)")
+	}
+	return climbStop, reason
+}
+
+// rungRegate runs the whole gate against the running server: the canary case's failure
+// may not be the node's.
+func (d *Daemon) rungRegate(ctx context.Context, rung, reason string) (climbStep, string) {
+	if d.o.Remedies == nil {
+		d.skip(rung, "no gate to run")
+		return climbOn, reason
+	}
+	d.o.Log.Warn("remediation: running the whole gate against the server", "rung", rung)
+	d.status("remediation: running the whole gate")
+	err := d.o.Remedies.Regate(ctx)
+	if ctx.Err() != nil {
+		return climbStop, reason
+	}
+	if d.rungDone(ctx, rung, err, "the whole gate passes; the canary case's failure was not the node's") {
+		return climbStop, reason
+	}
+	reason = "the whole gate failed: " + err.Error()
+	d.l.rung++
+	return climbOn, reason
+}
+
+// rungNextProfile switches to the next candidate profile and gates it; the rung stays
+// while candidates are left.
+func (d *Daemon) rungNextProfile(ctx context.Context, rung, reason string) (climbStep, string) {
+	if g := d.o.Group; g != nil && !g.IsHead() {
+		// Every rank runs the same arguments: a worker never picks a profile of
+		// its own; it follows the head (followHead, at every canary).
+		d.skip(rung, "a worker runs the head's profile; it follows the head, never picks one alone")
+		return climbOn, reason
+	}
+	if d.o.Remedies == nil {
+		d.skip(rung, "no service profiles to try")
+		return climbOn, reason
+	}
+	if len(d.l.tried) == 0 {
+		if p := d.o.Remedies.ActiveProfile(ctx); p != "" {
+			d.l.tried = []string{p}
+		}
+	}
+	d.o.Log.Warn("remediation: trying the next candidate profile", "rung", rung, "tried", fmt.Sprint(d.l.tried))
+	d.status("remediation: trying the next profile")
+	p, err := d.o.Remedies.NextProfile(ctx, d.l.tried)
+	if ctx.Err() != nil {
+		return climbStop, reason
+	}
+	if errors.Is(err, ErrNoRung) {
+		d.skip(rung, "no other candidate profile is left")
+		return climbOn, reason
+	}
+	d.l.tried = append(d.l.tried, p)
+	if d.rungDone(ctx, rung, err, "profile "+p+" passes the gate") {
+		return climbStop, reason
+	}
+	reason = fmt.Sprintf("profile %s failed the gate: %v", p, err)
+	// the rung stays: the candidate after p next
+	return climbOn, reason
+}
+
+// rungPreviousGeneration rolls back to the previous generation, judged by its gate.
+func (d *Daemon) rungPreviousGeneration(ctx context.Context, rung, reason string) (climbStep, string) {
+	if gr := d.o.Group; gr != nil && !gr.IsHead() {
+		d.skip(rung, "a worker does not roll back alone: its generation must be the head's")
+		return climbOn, reason
+	}
+	g := d.o.Generations
+	if g == nil {
+		g = NoGenerations{}
+	}
+	d.o.Log.Warn("remediation: rolling back to the previous generation", "rung", rung)
+	err := g.RollBack(ctx)
+	if ctx.Err() != nil {
+		return climbStop, reason
+	}
+	if errors.Is(err, ErrNotAvailable) {
+		d.skip(rung, err.Error())
+		return climbOn, reason
+	}
+	if d.rungDone(ctx, rung, err, "the previous generation passes the gate") {
+		return climbStop, reason
+	}
+	reason = "the previous generation failed the gate: " + err.Error()
+	d.l.rung++
+	return climbOn, reason
+}
+
+// rungGiveUp marks the node unhealthy and sets when the ladder is climbed again.
+func (d *Daemon) rungGiveUp(_ context.Context, rung, reason string) (climbStep, string) {
+	if !d.l.gaveUp {
+		d.l.gaveUp = true
+		d.l.why = "every rung of the remediation ladder failed; last: " + reason
+		d.l.giveUps++
+		d.l.retryIn = min(1<<min(d.l.giveUps, 30), maxRetryChecks)
+		d.m.rung(rung, "ok")
+		d.o.Log.Error("node unhealthy: every rung of the remediation ladder failed", "rung", rung, "reason", reason,
+			"retry_seconds", logval.Seconds(time.Duration(d.l.retryIn+1)*d.o.Interval))
+	}
+	d.setHealth(Unhealthy, d.l.why)
+	return climbStop, reason
 }
 
 // skip logs and counts a rung that cannot apply here and moves on to the next.

@@ -22,7 +22,8 @@ func (e *StallError) Error() string { return fmt.Sprintf("stalled: no bytes for 
 
 // UnknownSizeReserve is what a download of unknown size leaves free on its file system:
 // such a download may write the free space less this reserve (measured when its request
-// is made), and no more.
+// is made), and no more, unless its answer states a length that fits in half the free
+// space.
 const UnknownSizeReserve = 1 << 30
 
 // TooLongError reports a server that sent more bytes than the file can have: more than
@@ -82,7 +83,8 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 // its length is read to that length and no further already; one that states none is
 // limited to the bytes the file has left after pos. For a file whose size was not given,
 // every answer is limited to the free space less the reserve (and to the size an earlier
-// answer stated), whatever length it states.
+// answer stated), or, when it states a length that fits in half the free space, to that
+// length.
 func (j *job) bound(body io.Reader, s *stream, pos, want int64) io.Reader {
 	n := s.knownSize()
 	if j.f.Size >= 0 {
@@ -104,7 +106,9 @@ func (j *job) bound(body io.Reader, s *stream, pos, want int64) io.Reader {
 	if n >= 0 && n-pos < left {
 		left, tl = n-pos, &TooLongError{Path: j.f.Path, Limit: n, Known: true}
 	}
-	if want >= 0 && want <= left {
+	if want >= 0 && (want <= left || want <= int64(free/2)) {
+		// The answer's stated length bounds it (the HTTP client reads no further): a
+		// small file still comes where less than the reserve is free.
 		return body
 	}
 	return &limitedBody{r: body, left: left, err: tl}

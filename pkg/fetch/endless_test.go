@@ -1,6 +1,7 @@
 package fetch
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -9,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -99,5 +101,48 @@ func TestEndlessBodyOfAnUnknownSize(t *testing.T) {
 	}
 	if left := filesUnder(t, dest); len(left) != 0 {
 		t.Errorf("left behind: %v", left)
+	}
+}
+
+// Where less than the reserve is free, a file of unknown size whose answer states a
+// length that fits in half the free space still comes whole; one that states more, and
+// one that states none, are stopped at their first byte.
+func TestUnknownSizeOnANearlyFullDisk(t *testing.T) {
+	small := bytes.Repeat([]byte("wheel "), 1000)
+	sum := sha256.Sum256(small)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/small":
+			w.Header().Set("Content-Length", strconv.Itoa(len(small)))
+			_, _ = w.Write(small)
+		case "/big":
+			w.Header().Set("Content-Length", strconv.Itoa(200<<20))
+			_, _ = w.Write(small)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	endless, _ := endlessServer(t, []byte("start"))
+	const free = 256 << 20 // less than the reserve
+	opt := func(dest string) Options {
+		return Options{Dest: dest, RetryWait: time.Millisecond, StallTimeout: 5 * time.Second,
+			FreeSpace: func(string) (uint64, error) { return free, nil }}
+	}
+	dest := t.TempDir()
+	if _, err := Fetch(context.Background(), []File{{URL: srv.URL + "/small", Path: "small.whl", Size: -1, SHA256: hex.EncodeToString(sum[:])}}, opt(dest)); err != nil {
+		t.Fatalf("Fetch of a %d-byte file that states its length, %d bytes free: %v", len(small), free, err)
+	}
+	if got, err := os.ReadFile(filepath.Join(dest, "small.whl")); err != nil || !bytes.Equal(got, small) {
+		t.Errorf("small.whl: %d bytes (%v), want the %d served", len(got), err, len(small))
+	}
+	for _, url := range []string{srv.URL + "/big", endless.URL + "/f"} {
+		dest := t.TempDir()
+		_, err := Fetch(context.Background(), []File{{URL: url, Path: "f.bin", Size: -1, SHA256: strings.Repeat("0", 64)}}, opt(dest))
+		var tl *TooLongError
+		if !errors.As(err, &tl) || tl.Known || tl.Limit != 0 {
+			t.Errorf("Fetch of %s with %d bytes free = %v, want a *TooLongError at 0 bytes", url, free, err)
+		}
+		if left := filesUnder(t, dest); len(left) != 0 {
+			t.Errorf("%s left behind: %v", url, left)
+		}
 	}
 }

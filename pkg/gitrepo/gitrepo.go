@@ -15,6 +15,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/sglprov/sglprov/pkg/procgroup"
 )
 
 // Output runs `git -C dir ARGS...` and returns its standard output; a failure carries
@@ -48,20 +50,6 @@ func command(ctx context.Context, dir string, args ...string) *exec.Cmd {
 
 // maxStderr bounds what is kept of a clone's standard error (its last bytes).
 const maxStderr = 16 << 10
-
-// tailBuffer keeps the last max bytes written to it.
-type tailBuffer struct {
-	max int
-	b   []byte
-}
-
-func (t *tailBuffer) Write(p []byte) (int, error) {
-	t.b = append(t.b, p...)
-	if over := len(t.b) - t.max; over > 0 {
-		t.b = append(t.b[:0], t.b[over:]...)
-	}
-	return len(p), nil
-}
 
 // AllowedProtocols are the transports a clone may use (GIT_ALLOW_PROTOCOL), its
 // submodules' included: never a transport helper such as fd:: or ext::, which would run a
@@ -125,27 +113,21 @@ func CloneWith(ctx context.Context, url, dst, commit string, opt CloneOptions) e
 		defer cancel()
 		sctx, stop := context.WithCancelCause(cctx)
 		defer stop(nil)
-		cmd := exec.CommandContext(sctx, "git", args...)
+		cmd := exec.Command("git", args...)
 		cmd.Env = append(os.Environ(), "LC_ALL=C", "GIT_TERMINAL_PROMPT=0", "GIT_ALLOW_PROTOCOL="+AllowedProtocols,
 			"GIT_HTTP_LOW_SPEED_LIMIT=1024", "GIT_HTTP_LOW_SPEED_TIME=60")
-		// Killed with its children (git-remote-https, ssh), which would keep the pipes open.
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-		cmd.WaitDelay = 5 * time.Second
-		errb := &tailBuffer{max: maxStderr}
+		errb := &procgroup.Tail{Max: maxStderr}
 		cmd.Stdout, cmd.Stderr = io.Discard, errb
-		if err := cmd.Start(); err != nil {
-			return fmt.Errorf("%s: git: %w", what, err)
-		}
 		done := make(chan struct{})
 		go watchGrowth(dst, opt.Stall, done, stop)
-		err := cmd.Wait()
+		// Killed with its children (git-remote-https, ssh), which would keep the pipes open.
+		err := procgroup.Run(sctx, cmd, procgroup.Options{OutputGrace: 5 * time.Second})
 		close(done)
 		if err != nil {
 			if cause := context.Cause(sctx); cause != nil && ctx.Err() == nil {
 				return fmt.Errorf("%s: git %w; killed it (and its children)", what, cause)
 			}
-			if msg := strings.TrimSpace(string(errb.b)); msg != "" {
+			if msg := strings.TrimSpace(string(errb.Bytes())); msg != "" {
 				return fmt.Errorf("%s: git: %s (%w)", what, msg, err)
 			}
 			return fmt.Errorf("%s: git: %w", what, err)

@@ -9,7 +9,6 @@
 package hostcmd
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -19,9 +18,9 @@ import (
 	"regexp"
 	"sort"
 	"strings"
-	"syscall"
 	"time"
 
+	"github.com/sglprov/sglprov/pkg/procgroup"
 	"github.com/sglprov/sglprov/pkg/recipe"
 	"github.com/sglprov/sglprov/pkg/versions"
 )
@@ -61,6 +60,10 @@ type PathLooker struct {
 	Timeout time.Duration
 }
 
+// versionOutputLimit bounds what is read of a --version output (its first bytes, where
+// the version is).
+const versionOutputLimit = 64 << 10
+
 // CUDADirs are the folders searched for nvcc when it is not on the PATH, in order:
 // $CUDA_HOME/bin, $CUDA_PATH/bin (torch's cpp_extension reads both) and /usr/local/cuda/bin
 // (where CMake and torch look last).
@@ -98,19 +101,16 @@ func (l PathLooker) Lookup(ctx context.Context, name string) Found {
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, p, "--version")
+	cmd := exec.Command(p, "--version")
 	cmd.Env = append(os.Environ(), "LC_ALL=C")
 	if l.Path != "" {
 		cmd.Env = append(cmd.Env, "PATH="+l.Path)
 	}
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
+	out := &procgroup.Head{Max: versionOutputLimit}
+	cmd.Stdout, cmd.Stderr = out, out
 	// In its own process group, ended whole at the limit: a wrapper script's children go
 	// with it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = time.Second
-	if err := cmd.Run(); err != nil {
+	if err := procgroup.Run(ctx, cmd, procgroup.Options{}); err != nil {
 		if ctx.Err() == context.DeadlineExceeded {
 			f.Err = fmt.Sprintf("%s --version did not finish within %s", p, timeout)
 			return f

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/atomicfile"
+	"github.com/sglprov/sglprov/pkg/procgroup"
 )
 
 // ExecService is what the exec manager runs, read from a unit's [Service] section.
@@ -467,14 +468,12 @@ func (p *proc) supervise(started chan<- error) {
 			case runErr = <-wait:
 			case <-p.stopCh:
 				p.set("deactivating", "stop-sigterm")
-				p.terminate(cmd.Process.Pid, wait, logf)
+				p.terminate(cmd, logf)
 				p.set("inactive", "dead")
 				logf.Close()
 				return
 			}
 			ran = time.Since(began)
-			// Whatever the main process left in its group goes with it.
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		}
 		if runErr != nil {
 			p.logf(logf, "exited: %v", runErr)
@@ -499,7 +498,7 @@ func (p *proc) supervise(started chan<- error) {
 }
 
 // spawn starts the command once; the log file is returned open (closed by the caller).
-func (p *proc) spawn() (*exec.Cmd, *os.File, error) {
+func (p *proc) spawn() (*procgroup.Child, *os.File, error) {
 	logf, err := os.OpenFile(p.m.LogPath(p.unit), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, nil, fmt.Errorf("opening the log: %w", err)
@@ -514,14 +513,16 @@ func (p *proc) spawn() (*exec.Cmd, *os.File, error) {
 		}
 	}
 	cmd.Stdout, cmd.Stderr = logf, logf
-	// Own process group, so that stop reaches every process the server forks; SIGTERM to
-	// the child if this process dies, so that it does not outlive its supervisor.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM, Credential: p.cred}
-	if err := cmd.Start(); err != nil {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: p.cred}
+	// Own process group, so that stop reaches every process the server forks, and what
+	// the main process leaves in it goes when it exits; SIGTERM to the child if this
+	// process dies, so that it does not outlive its supervisor.
+	child, err := procgroup.Start(cmd, procgroup.Options{Grace: p.stopWait, ParentDeath: syscall.SIGTERM})
+	if err != nil {
 		p.logf(logf, "cannot start: %v", err)
 		return nil, logf, err
 	}
-	return cmd, logf, nil
+	return child, logf, nil
 }
 
 // displayArgv joins argv for a log line, quoting the arguments that need it.
@@ -537,17 +538,13 @@ func displayArgv(argv []string) string {
 }
 
 // terminate stops the process group: SIGTERM, then SIGKILL after the stop timeout.
-func (p *proc) terminate(pid int, wait <-chan error, logf *os.File) {
-	_ = syscall.Kill(-pid, syscall.SIGTERM)
-	select {
-	case err := <-wait:
-		p.logf(logf, "stopped: %v", err)
-	case <-time.After(p.stopWait):
+func (p *proc) terminate(child *procgroup.Child, logf *os.File) {
+	err := child.Stop()
+	if child.Killed() {
 		p.logf(logf, "did not stop within %s; killing", p.stopWait)
-		_ = syscall.Kill(-pid, syscall.SIGKILL)
-		<-wait
+		return
 	}
-	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	p.logf(logf, "stopped: %v", err)
 }
 
 // shouldRestart records an exit and says whether to restart; when not, it sets the final

@@ -109,21 +109,21 @@ func TestCandidatesPreferTheBuiltRegistry(t *testing.T) {
 
 // TestEachRegistryServes: every registry installed (distribution 3 from make deps, Debian's
 // 2.8) starts with the generated config and takes and serves a blob, behind htpasswd auth
-// that refuses a request without credentials. As root (where make deps has run) both must
-// be there and distribution 3 must be the one Start prefers.
+// that refuses a request without credentials. Distribution 3, when built, is the one Start
+// prefers; with none installed the test is skipped, saying how to get one.
 func TestEachRegistryServes(t *testing.T) {
 	t.Setenv(EnvExecutable, "")
 	cands, err := Candidates()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if os.Geteuid() == 0 {
-		if len(cands) != 2 || cands[0].Major() != 3 || cands[1].Major() != 2 {
-			t.Fatalf("registries installed: %v; want distribution 3 (make deps builds it) before Debian's 2.8", cands)
-		}
-	}
 	if len(cands) == 0 {
 		t.Skipf("skipping: %v", ErrMissing)
+	}
+	for i, e := range cands {
+		if e.Major() == 3 && i != 0 {
+			t.Fatalf("registries installed: %v; want distribution 3 (make deps builds it) first", cands)
+		}
 	}
 	blob := bytes.Repeat([]byte("sglprov "), 1<<17)
 	digest := fmt.Sprintf("sha256:%x", sha256.Sum256(blob))

@@ -1,7 +1,6 @@
 package build
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -15,11 +14,10 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"syscall"
-	"time"
 
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/gitrepo"
+	"github.com/sglprov/sglprov/pkg/procgroup"
 	"github.com/sglprov/sglprov/pkg/steps/stepexec"
 )
 
@@ -132,6 +130,10 @@ func (s *Step) probes() []probeSpec {
 	return list
 }
 
+// probeOutputLimit bounds what is kept of a probe's standard output (its first bytes) and
+// standard error (its last).
+const probeOutputLimit = 1 << 20
+
 // probe runs argv and returns its trimmed standard output (standard error when that is
 // all it printed), "absent" when the program is not there, or "error: ..." when it fails.
 func (s *Step) probe(ctx context.Context, dir string, environ []string, argv []string) string {
@@ -141,21 +143,18 @@ func (s *Step) probe(ctx context.Context, dir string, environ []string, argv []s
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.probeTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, path, argv[1:]...)
+	cmd := exec.Command(path, argv[1:]...)
 	cmd.Args[0] = argv[0]
 	cmd.Env = environ
 	if fi, err := os.Stat(dir); err == nil && fi.IsDir() {
 		cmd.Dir = dir
 	}
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	stdout, stderr := &procgroup.Head{Max: probeOutputLimit}, &procgroup.Tail{Max: probeOutputLimit}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
 	// In its own process group, ended whole at the limit, and not waited for past it:
 	// a child that keeps the output open does not hold the plan.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = time.Second
-	if err := cmd.Run(); err != nil {
-		msg := strings.TrimSpace(stderr.String())
+	if err := procgroup.Run(ctx, cmd, procgroup.Options{}); err != nil {
+		msg := strings.TrimSpace(string(stderr.Bytes()))
 		if i := strings.LastIndexByte(msg, '\n'); i >= 0 {
 			msg = msg[i+1:]
 		}
@@ -164,11 +163,11 @@ func (s *Step) probe(ctx context.Context, dir string, environ []string, argv []s
 		}
 		return fmt.Sprintf("error: %v", err)
 	}
-	if out := strings.TrimSpace(stdout.String()); out != "" {
+	if out := strings.TrimSpace(string(stdout.Bytes())); out != "" {
 		return out
 	}
 	// Some tools print their version to standard error.
-	return strings.TrimSpace(stderr.String())
+	return strings.TrimSpace(string(stderr.Bytes()))
 }
 
 // treeDigest digests the source tree in dir.

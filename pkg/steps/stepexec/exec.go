@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"os/exec"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/procgroup"
 )
 
 // tailLines is how many of the last output lines a failure shows.
@@ -51,66 +51,36 @@ func Exec(ctx context.Context, env *engine.Env, name string, argv []string, dir 
 // canceled: SIGTERM, then SIGKILL after KillGrace. A command that exits unsuccessfully
 // returns a *Failure.
 func (s *Runner) Run(ctx context.Context, env *engine.Env, path string, argv []string, dir string, envList []string) error {
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		return fmt.Errorf("creating output pipe: %w", err)
-	}
-	defer pr.Close()
 	cmd := exec.Command(path, argv[1:]...)
 	cmd.Args[0] = argv[0]
 	cmd.Dir = dir
 	cmd.Env = envList
-	cmd.Stdout, cmd.Stderr = pw, pw
-	// Its own process group, killed as a whole on cancel; and it dies with sglprov, so a
-	// killed run leaves no build behind to race the next one.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		pw.Close()
-		return fmt.Errorf("starting %s: %w", argv[0], err)
-	}
-	pw.Close()
-	pgid := cmd.Process.Pid
-
 	mon := newMonitor(time.Now(), tailLines)
 	out := env.Out
 	if out == nil {
 		out = io.Discard
 	}
-	readDone := make(chan struct{})
-	go func() {
-		defer close(readDone)
-		mon.copy(out, pr)
-	}()
+	w := &monitorWriter{out: out, mon: mon}
+	cmd.Stdout, cmd.Stderr = w, w
+	// Its own process group, killed as a whole on cancel; and it dies with sglprov, so a
+	// killed run leaves no build behind to race the next one. A process the build left
+	// behind keeps running, and may hold the pipe open: reading stops soon after.
+	c, err := procgroup.Start(cmd, procgroup.Options{Grace: s.KillGrace, ParentDeath: syscall.SIGKILL,
+		KeepLeftovers: true, OutputGrace: 2 * time.Second})
+	if err != nil {
+		return fmt.Errorf("starting %s: %w", argv[0], err)
+	}
 	stopProgress := s.startProgress(env, mon)
 
-	waitDone := make(chan error, 1)
-	go func() { waitDone <- cmd.Wait() }()
-
-	var waitErr error
 	canceled := false
 	select {
-	case waitErr = <-waitDone:
+	case <-c.Exited():
 	case <-ctx.Done():
 		canceled = true
-		_ = syscall.Kill(-pgid, syscall.SIGTERM)
-		grace := time.NewTimer(s.KillGrace)
-		select {
-		case waitErr = <-waitDone:
-		case <-grace.C:
-			_ = syscall.Kill(-pgid, syscall.SIGKILL)
-			waitErr = <-waitDone
-		}
-		grace.Stop()
-		// Whatever of the group outlived its leader goes too.
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		_ = c.Stop()
 	}
-	// A process the build left behind may hold the pipe open; stop reading soon after.
-	select {
-	case <-readDone:
-	case <-time.After(2 * time.Second):
-		pr.Close()
-		<-readDone
-	}
+	waitErr := c.Wait()
+	mon.flush()
 	stopProgress()
 
 	if canceled {
@@ -137,6 +107,19 @@ func (s *Runner) Run(ctx context.Context, env *engine.Env, path string, argv []s
 	}
 	return &Failure{Argv0: argv[0], Status: status, Tail: tail, LogPath: env.LogPath,
 		msg: strings.TrimRight(b.String(), "\n"), err: exitErr}
+}
+
+// monitorWriter writes a command's output to the step log, whatever that write's error,
+// and feeds it to the monitor.
+type monitorWriter struct {
+	out io.Writer
+	mon *monitor
+}
+
+func (w *monitorWriter) Write(b []byte) (int, error) {
+	_, _ = w.out.Write(b)
+	w.mon.feed(b)
+	return len(b), nil
 }
 
 // Failure is the error of a step's command that exited unsuccessfully.

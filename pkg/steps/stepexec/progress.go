@@ -70,23 +70,6 @@ func newMonitor(start time.Time, keep int) *monitor {
 	return &monitor{start: start, ring: make([]string, 0, keep)}
 }
 
-// copy writes everything read from r to out unchanged and feeds it to the monitor, until r
-// ends or fails.
-func (m *monitor) copy(out io.Writer, r io.Reader) {
-	buf := make([]byte, 32*1024)
-	for {
-		n, err := r.Read(buf)
-		if n > 0 {
-			_, _ = out.Write(buf[:n])
-			m.feed(buf[:n])
-		}
-		if err != nil {
-			m.flush()
-			return
-		}
-	}
-}
-
 // feed splits b into lines at "\n" and "\r" (tools that redraw a line in place); the
 // "\n" of a "\r\n" ends no second line.
 func (m *monitor) feed(b []byte) {
