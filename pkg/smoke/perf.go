@@ -20,7 +20,19 @@ const (
 	// DefaultMaxSlowdown is how many times slower than the serving generation a candidate
 	// may be when the recipe sets no max_slowdown.
 	DefaultMaxSlowdown = 3.0
+	// MinDecodeTokenGap is how much longer a candidate's time per decoded token must be
+	// than the serving generation's before a ratio counts: below it the figures are the
+	// host's scheduling noise (a server answering from memory in microseconds per token),
+	// not a slower kernel (a real fallback costs tens of milliseconds per token).
+	MinDecodeTokenGap = time.Millisecond
+	// MinTTFTGap is the same for the time to the first token.
+	MinTTFTGap = 20 * time.Millisecond
 )
+
+// perTokenGap is how much longer a token takes at tps than at base tokens/s.
+func perTokenGap(tps, base float64) time.Duration {
+	return time.Duration(float64(time.Second)/tps - float64(time.Second)/base)
+}
 
 // Floors are the least speed a server must show (zero: no floor).
 type Floors struct {
@@ -177,11 +189,11 @@ func performance(cfg Config, p *Perf) (cr CaseResult, judged bool) {
 		if ratio <= 0 {
 			ratio = DefaultMaxSlowdown
 		}
-		if b.DecodeTPS > 0 && p.DecodeTPS > 0 && b.DecodeTPS/p.DecodeTPS > ratio {
+		if b.DecodeTPS > 0 && p.DecodeTPS > 0 && b.DecodeTPS/p.DecodeTPS > ratio && perTokenGap(p.DecodeTPS, b.DecodeTPS) >= MinDecodeTokenGap {
 			why = append(why, fmt.Sprintf("decode %.1f tokens/s is %.1fx slower than the serving generation's %.1f tokens/s (max_slowdown %g)",
 				p.DecodeTPS, b.DecodeTPS/p.DecodeTPS, b.DecodeTPS, ratio))
 		}
-		if b.TTFT > 0 && p.TTFT > 0 && float64(p.TTFT)/float64(b.TTFT) > ratio {
+		if b.TTFT > 0 && p.TTFT > 0 && float64(p.TTFT)/float64(b.TTFT) > ratio && p.TTFT-b.TTFT >= MinTTFTGap {
 			why = append(why, fmt.Sprintf("time to first token %s is %.1fx the serving generation's %s (max_slowdown %g)",
 				roundDuration(p.TTFT), float64(p.TTFT)/float64(b.TTFT), roundDuration(b.TTFT), ratio))
 		}
