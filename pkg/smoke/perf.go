@@ -26,7 +26,7 @@ const (
 	// not a slower kernel (a real fallback costs tens of milliseconds per token).
 	MinDecodeTokenGap = time.Millisecond
 	// MinTTFTGap is the same for the time to the first token.
-	MinTTFTGap = 20 * time.Millisecond
+	MinTTFTGap = 50 * time.Millisecond
 )
 
 // perTokenGap is how much longer a token takes at tps than at base tokens/s.
