@@ -4,9 +4,7 @@
 package smoke
 
 import (
-	"errors"
 	"fmt"
-	"io"
 	"math"
 	"strconv"
 )
@@ -49,23 +47,9 @@ func (l *logprobStats) add(lit string, at int) {
 // number reads a number literal, also Python's NaN, Infinity and -Infinity (which
 // json.dumps writes), returning its text.
 func (j *jsonReader) number() (string, error) {
-	var b []byte
-	for {
-		c, err := j.br.ReadByte()
-		if err != nil {
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			return "", err
-		}
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '-' || c == '+' || c == '.') {
-			_ = j.br.UnreadByte()
-			break
-		}
-		if len(b) >= maxSmallBytes {
-			return "", errSyntax
-		}
-		b = append(b, c)
+	b, err := j.word()
+	if err != nil {
+		return "", err
 	}
 	switch s := string(b); s {
 	case "NaN", "Infinity", "-Infinity", "null", "true", "false":

@@ -213,8 +213,9 @@ func (j *jsonReader) skip(raw *keeper) error {
 	return err
 }
 
-// literal reads a number, true, false or null.
-func (j *jsonReader) literal() (string, error) {
+// word reads the bytes of a bare literal (digits, letters, sign, point), at most
+// maxSmallBytes of them.
+func (j *jsonReader) word() ([]byte, error) {
 	var b []byte
 	for {
 		c, err := j.br.ReadByte()
@@ -222,16 +223,25 @@ func (j *jsonReader) literal() (string, error) {
 			if errors.Is(err, io.EOF) {
 				break
 			}
-			return "", err
+			return nil, err
 		}
 		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '-' || c == '+' || c == '.') {
 			_ = j.br.UnreadByte()
 			break
 		}
 		if len(b) >= maxSmallBytes {
-			return "", errSyntax
+			return nil, errSyntax
 		}
 		b = append(b, c)
+	}
+	return b, nil
+}
+
+// literal reads a number, true, false or null.
+func (j *jsonReader) literal() (string, error) {
+	b, err := j.word()
+	if err != nil {
+		return "", err
 	}
 	switch s := string(b); {
 	case s == "true" || s == "false" || s == "null":
