@@ -77,6 +77,28 @@ func (p *parser) defaultGenerations(r *Recipe) {
 		}
 		return
 	}
+	data, err := r.NewData(blankFacts())
+	if err != nil {
+		return
+	}
+	kept := outermostRoots(p.candidateRoots(r, data))
+	// Each root whose path the recipe writes somewhere as text; the others stay in place.
+	used := kept[:0]
+	for _, root := range kept {
+		if r.writesPath(root) {
+			used = append(used, root)
+		}
+	}
+	if len(used) == 0 {
+		return
+	}
+	r.Generations.roots = used
+	r.rewriteIntoGeneration(used)
+}
+
+// blankFacts returns every fact the templates know, each empty: a render with them
+// succeeds, and a path that uses one is told apart by its references.
+func blankFacts() map[string]any {
 	facts := map[string]any{}
 	for _, f := range FactNames() {
 		k, v, _ := strings.Cut(f, ".")
@@ -87,10 +109,13 @@ func (p *parser) defaultGenerations(r *Recipe) {
 		}
 		m[v] = ""
 	}
-	data, err := r.NewData(facts)
-	if err != nil {
-		return
-	}
+	return facts
+}
+
+// candidateRoots returns the dests of the source steps (rendered with data; those that
+// use a host fact or are no root path left out) and the folders of generations.roots (a
+// bad one is a problem).
+func (p *parser) candidateRoots(r *Recipe, data Data) []GenerationRoot {
 	var roots []GenerationRoot
 	for _, s := range r.Steps {
 		if s.Kind != RootKind {
@@ -115,7 +140,13 @@ func (p *parser) defaultGenerations(r *Recipe) {
 		}
 		roots = append(roots, GenerationRoot{Path: out})
 	}
-	// The outermost of nested roots holds the others.
+	return roots
+}
+
+// outermostRoots sorts roots and keeps the outermost of nested ones (it holds the
+// others), giving each a Sub folder named for it (unique: "name-2" on a clash) and the
+// pattern that finds its path in text.
+func outermostRoots(roots []GenerationRoot) []GenerationRoot {
 	slices.SortFunc(roots, func(a, b GenerationRoot) int { return strings.Compare(a.Path, b.Path) })
 	var kept []GenerationRoot
 	subs := map[string]bool{}
@@ -133,28 +164,20 @@ func (p *parser) defaultGenerations(r *Recipe) {
 		root.re = regexp.MustCompile(`(^|[^A-Za-z0-9._+@/-])` + regexp.QuoteMeta(root.Path) + `($|[^A-Za-z0-9._+@-])`)
 		kept = append(kept, root)
 	}
-	if len(kept) == 0 {
-		return
-	}
-	// Each root whose path the recipe writes somewhere as text; the others stay in place.
-	used := kept[:0]
-	for _, root := range kept {
-		if r.writesPath(root) {
-			used = append(used, root)
-		}
-	}
-	if len(used) == 0 {
-		return
-	}
-	kept = used
-	r.Generations.roots = kept
+	return kept
+}
+
+// rewriteIntoGeneration rewrites every path under roots in the vars and the steps' text to
+// the same path under {{ .generation.dir }}/SUB; a step so changed refers to the
+// generation's folder.
+func (r *Recipe) rewriteIntoGeneration(roots []GenerationRoot) {
 	for name, v := range r.Vars {
-		r.Vars[name] = rewriteRoots(v, kept)
+		r.Vars[name] = rewriteRoots(v, roots)
 	}
 	for _, s := range r.Steps {
 		changed := false
 		eachScalar(s.Body, func(n *yaml.Node) {
-			if out := rewriteRoots(n.Value, kept); out != n.Value {
+			if out := rewriteRoots(n.Value, roots); out != n.Value {
 				n.Value, changed = out, true
 			}
 		})

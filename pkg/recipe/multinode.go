@@ -108,12 +108,14 @@ func (p *parser) parseNodes(n *yaml.Node, r *Recipe) {
 	r.Nodes = &nd
 }
 
+// nodesHelp says, for each required field, what to give.
 var nodesHelp = map[string]string{
 	"count": "the number of nodes in the group, e.g. count: 2",
 	"rank":  "this node's rank, 0 for the head, e.g. rank: \"{{ .vars.node_rank }}\" with --set node_rank=1 on the second node",
 	"head":  "rank 0's address and rendezvous port, e.g. head: \"{{ .vars.head_addr }}:20000\" with --set head_addr=10.0.0.1",
 }
 
+// field returns the nodes block's field by its YAML name, as written.
 func (nd *Nodes) field(name string) string {
 	switch name {
 	case "count":
@@ -156,8 +158,10 @@ func (p *parser) checkNodes(r *Recipe) {
 	}
 }
 
+// nodesProblem is a problem with one field of the nodes block.
 type nodesProblem struct{ field, msg string }
 
+// at returns the node of field, for a problem's position (the block's own when the field is not written).
 func (nd *Nodes) at(field string) *yaml.Node {
 	if n := nd.nodes[field]; n != nil {
 		return n
@@ -167,13 +171,30 @@ func (nd *Nodes) at(field string) *yaml.Node {
 
 // resolve renders the block with d (nil: only fields without templates) and checks it.
 func (nd *Nodes) resolve(d Data) (NodesConfig, []nodesProblem) {
-	var c NodesConfig
-	var probs []nodesProblem
-	bad := func(field, format string, args ...any) {
-		probs = append(probs, nodesProblem{field, fmt.Sprintf(format, args...)})
-	}
-	known := map[string]bool{}
-	vals := map[string]string{}
+	v := nd.renderValues(d)
+	count, countOK := v.count()
+	v.rank(count, countOK)
+	v.oneHost()
+	v.head()
+	v.parallelism(count, countOK)
+	v.iface()
+	v.joinTimeout()
+	return v.c, v.probs
+}
+
+// nodesValues are a nodes block's fields as rendered, while resolve checks them into c.
+type nodesValues struct {
+	// known are the fields rendered (a template without d is not); vals their values,
+	// trimmed.
+	known map[string]bool
+	vals  map[string]string
+	c     NodesConfig
+	probs []nodesProblem
+}
+
+// renderValues renders each field with d's vars (nil d: only the fields without templates).
+func (nd *Nodes) renderValues(d Data) *nodesValues {
+	v := &nodesValues{known: map[string]bool{}, vals: map[string]string{}}
 	for _, field := range nodesFields {
 		raw := nd.field(field)
 		if strings.Contains(raw, "{{") {
@@ -182,117 +203,164 @@ func (nd *Nodes) resolve(d Data) (NodesConfig, []nodesProblem) {
 			}
 			out, err := render(raw, Data{"vars": d["vars"], budgetKey: d[budgetKey]})
 			if err != nil {
-				bad(field, "rendering %q: %v", raw, err)
+				v.bad(field, "rendering %q: %v", raw, err)
 				continue
 			}
 			raw = out
 		}
-		known[field] = true
-		vals[field] = strings.TrimSpace(raw)
+		v.known[field] = true
+		v.vals[field] = strings.TrimSpace(raw)
 	}
-	val := func(field string) string { return vals[field] }
-	num := func(field string, min int) (int, bool) {
-		v := val(field)
-		if v == "" {
-			return 0, false
-		}
-		n, err := strconv.Atoi(v)
-		if err != nil || n < min {
-			bad(field, "nodes.%s must be a whole number of at least %d, not %q", field, min, v)
-			return 0, false
-		}
-		return n, true
+	return v
+}
+
+// bad records a problem with field.
+func (v *nodesValues) bad(field, format string, args ...any) {
+	v.probs = append(v.probs, nodesProblem{field, fmt.Sprintf(format, args...)})
+}
+
+// val returns field's rendered value ("" when empty or not rendered).
+func (v *nodesValues) val(field string) string { return v.vals[field] }
+
+// num reads field as a whole number of at least min; ok is false when it is empty or is
+// not one (a problem then).
+func (v *nodesValues) num(field string, min int) (int, bool) {
+	s := v.val(field)
+	if s == "" {
+		return 0, false
 	}
-	var count int
-	countOK := false
-	switch v := val("count"); {
-	case !known["count"]:
-	case v == "":
-		bad("count", "nodes.count is empty: %s", nodesHelp["count"])
-	case v == "1":
-		bad("count", "nodes.count is 1: a single node needs no nodes block; drop it")
+	n, err := strconv.Atoi(s)
+	if err != nil || n < min {
+		v.bad(field, "nodes.%s must be a whole number of at least %d, not %q", field, min, s)
+		return 0, false
+	}
+	return n, true
+}
+
+// count checks the group's size (2 or more) and returns it.
+func (v *nodesValues) count() (count int, ok bool) {
+	switch s := v.val("count"); {
+	case !v.known["count"]:
+	case s == "":
+		v.bad("count", "nodes.count is empty: %s", nodesHelp["count"])
+	case s == "1":
+		v.bad("count", "nodes.count is 1: a single node needs no nodes block; drop it")
 	default:
-		count, countOK = num("count", 2)
-		c.Count = count
+		count, ok = v.num("count", 2)
+		v.c.Count = count
 	}
-	rank, rankOK := num("rank", 0)
-	if known["rank"] && val("rank") == "" {
-		bad("rank", "nodes.rank is empty: %s", nodesHelp["rank"])
+	return count, ok
+}
+
+// rank checks this node's rank, within the group's size when that is known.
+func (v *nodesValues) rank(count int, countOK bool) {
+	rank, rankOK := v.num("rank", 0)
+	if v.known["rank"] && v.val("rank") == "" {
+		v.bad("rank", "nodes.rank is empty: %s", nodesHelp["rank"])
 	}
 	if rankOK {
-		c.Rank = rank
+		v.c.Rank = rank
 		if countOK && rank >= count {
-			bad("rank", "nodes.rank %d is out of range: a group of %d nodes has ranks 0 to %d", rank, count, count-1)
+			v.bad("rank", "nodes.rank %d is out of range: a group of %d nodes has ranks 0 to %d", rank, count, count-1)
 		}
 	}
-	switch v := strings.ToLower(val("one_host")); v {
+}
+
+// oneHost reads one_host, true or false (empty: false).
+func (v *nodesValues) oneHost() {
+	switch s := strings.ToLower(v.val("one_host")); s {
 	case "", "false":
 	case "true":
-		c.OneHost = true
+		v.c.OneHost = true
 	default:
-		bad("one_host", "nodes.one_host %q is not true or false", val("one_host"))
+		v.bad("one_host", "nodes.one_host %q is not true or false", v.val("one_host"))
 	}
-	if head := val("head"); head != "" {
-		host, port, err := net.SplitHostPort(head)
-		pn, perr := strconv.Atoi(port)
-		ip := net.ParseIP(strings.TrimSuffix(strings.SplitN(host, "%", 2)[0], "."))
-		switch {
-		case err != nil:
-			bad("head", "nodes.head %q is not HOST:PORT (rank 0's address and rendezvous port, e.g. 10.0.0.1:20000; [fd00::1]:20000 for IPv6)", head)
-		case host == "" || strings.ContainsAny(host, " /"):
-			bad("head", "nodes.head %q has no host: give rank 0's address, e.g. 10.0.0.1:20000", head)
-		case perr != nil || pn < 1 || pn > 65535:
-			bad("head", "nodes.head %q: port %q is not a TCP port (1 to 65535)", head, port)
-		case ip != nil && ip.IsUnspecified():
-			bad("head", "nodes.head %q: %s means any address, which is where a server listens, not where a worker can reach it (a worker would dial itself): give rank 0's address on the network the nodes share, e.g. 10.0.0.1:%d", head, host, pn)
-		case !c.OneHost && (ip != nil && ip.IsLoopback() || strings.EqualFold(strings.TrimSuffix(host, "."), "localhost")):
-			bad("head", "nodes.head %q is a loopback address: a worker on another host would reach itself, not rank 0; give rank 0's address on the network the nodes share, or set nodes.one_host: true when every node runs on this one host", head)
-		default:
-			c.HeadHost, c.HeadPort = host, pn
+}
+
+// head checks rank 0's HOST:PORT: a host a worker can reach (no unspecified address, and
+// no loopback unless every node runs on one host) and a TCP port.
+func (v *nodesValues) head() {
+	head := v.val("head")
+	if head == "" {
+		if v.known["head"] {
+			v.bad("head", "nodes.head is empty: %s", nodesHelp["head"])
 		}
-	} else if known["head"] {
-		bad("head", "nodes.head is empty: %s", nodesHelp["head"])
+		return
 	}
-	tp, tpOK := num("tp", 1)
-	pp, ppOK := num("pp", 1)
-	gpn, gpnOK := num("gpus_per_node", 1)
+	host, port, err := net.SplitHostPort(head)
+	pn, perr := strconv.Atoi(port)
+	ip := net.ParseIP(strings.TrimSuffix(strings.SplitN(host, "%", 2)[0], "."))
+	switch {
+	case err != nil:
+		v.bad("head", "nodes.head %q is not HOST:PORT (rank 0's address and rendezvous port, e.g. 10.0.0.1:20000; [fd00::1]:20000 for IPv6)", head)
+	case host == "" || strings.ContainsAny(host, " /"):
+		v.bad("head", "nodes.head %q has no host: give rank 0's address, e.g. 10.0.0.1:20000", head)
+	case perr != nil || pn < 1 || pn > 65535:
+		v.bad("head", "nodes.head %q: port %q is not a TCP port (1 to 65535)", head, port)
+	case ip != nil && ip.IsUnspecified():
+		v.bad("head", "nodes.head %q: %s means any address, which is where a server listens, not where a worker can reach it (a worker would dial itself): give rank 0's address on the network the nodes share, e.g. 10.0.0.1:%d", head, host, pn)
+	case !v.c.OneHost && (ip != nil && ip.IsLoopback() || strings.EqualFold(strings.TrimSuffix(host, "."), "localhost")):
+		v.bad("head", "nodes.head %q is a loopback address: a worker on another host would reach itself, not rank 0; give rank 0's address on the network the nodes share, or set nodes.one_host: true when every node runs on this one host", head)
+	default:
+		v.c.HeadHost, v.c.HeadPort = host, pn
+	}
+}
+
+// parallelism reads tp, pp and gpus_per_node, and checks that tp × pp GPUs divide over
+// the group's nodes (and make count × gpus_per_node, when that is given).
+func (v *nodesValues) parallelism(count int, countOK bool) {
+	tp, tpOK := v.num("tp", 1)
+	pp, ppOK := v.num("pp", 1)
+	gpn, gpnOK := v.num("gpus_per_node", 1)
 	if tpOK {
-		c.TP = tp
+		v.c.TP = tp
 	}
 	if ppOK {
-		c.PP = pp
+		v.c.PP = pp
 	}
 	if gpnOK {
-		c.GPUsPerNode = gpn
+		v.c.GPUsPerNode = gpn
 	}
 	if !ppOK {
 		pp = 1
 	}
-	if tpOK && countOK {
-		switch world := tp * pp; {
-		case world%count != 0:
-			bad("tp", "tp %d × pp %d = %d GPUs do not divide over %d nodes: every node runs the same number of GPUs; make tp × pp a multiple of %d", tp, pp, world, count, count)
-		case gpnOK && world != count*gpn:
-			bad("tp", "tp %d × pp %d = %d GPUs, but %d nodes × gpus_per_node %d = %d: set tp to %d (or pp)", tp, pp, world, count, gpn, count*gpn, count*gpn/pp)
-		}
+	if !tpOK || !countOK {
+		return
 	}
-	if v := val("interface"); v != "" {
-		if !ifnameRE.MatchString(v) {
-			bad("interface", "nodes.interface %q is not a network interface name (e.g. eth0, ens5, ib0)", v)
-		} else {
-			c.Interface = v
-		}
+	switch world := tp * pp; {
+	case world%count != 0:
+		v.bad("tp", "tp %d × pp %d = %d GPUs do not divide over %d nodes: every node runs the same number of GPUs; make tp × pp a multiple of %d", tp, pp, world, count, count)
+	case gpnOK && world != count*gpn:
+		v.bad("tp", "tp %d × pp %d = %d GPUs, but %d nodes × gpus_per_node %d = %d: set tp to %d (or pp)", tp, pp, world, count, gpn, count*gpn, count*gpn/pp)
 	}
-	c.JoinTimeout = DefaultJoinTimeout
-	if v := val("join_timeout"); v != "" {
-		t, err := time.ParseDuration(v)
-		if err != nil || t <= 0 || t > 24*time.Hour {
-			bad("join_timeout", "nodes.join_timeout %q is not a duration between 0 and 24h, e.g. 20m", v)
-		} else {
-			c.JoinTimeout = t
-		}
+}
+
+// iface checks the network interface's name.
+func (v *nodesValues) iface() {
+	s := v.val("interface")
+	if s == "" {
+		return
 	}
-	return c, probs
+	if !ifnameRE.MatchString(s) {
+		v.bad("interface", "nodes.interface %q is not a network interface name (e.g. eth0, ens5, ib0)", s)
+		return
+	}
+	v.c.Interface = s
+}
+
+// joinTimeout reads join_timeout, a duration up to 24h (empty: DefaultJoinTimeout).
+func (v *nodesValues) joinTimeout() {
+	v.c.JoinTimeout = DefaultJoinTimeout
+	s := v.val("join_timeout")
+	if s == "" {
+		return
+	}
+	t, err := time.ParseDuration(s)
+	if err != nil || t <= 0 || t > 24*time.Hour {
+		v.bad("join_timeout", "nodes.join_timeout %q is not a duration between 0 and 24h, e.g. 20m", s)
+		return
+	}
+	v.c.JoinTimeout = t
 }
 
 // NodesConfig renders the recipe's nodes block with d (its vars) and checks it; ok is

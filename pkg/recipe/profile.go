@@ -3,6 +3,14 @@
 // FILE:LINE:COL: message.
 package recipe
 
+import (
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/sglprov/sglprov/pkg/versions"
+)
+
 // Profile is a named set of server flags and environment, chosen by GPU facts and
 // quantization.
 type Profile struct {
@@ -31,4 +39,37 @@ type ProfileMatch struct {
 	// GPUCounts, when set, lists the GPU counts the profile is for (a layout such as
 	// --tp 4 --dp-size 2 that needs exactly 8 GPUs).
 	GPUCounts []int `yaml:"gpu_counts" json:"gpu_counts,omitempty"`
+}
+
+// parseProfiles reads the profiles mapping into r, checking each match.
+func (p *parser) parseProfiles(n *yaml.Node, r *Recipe) {
+	if n.Kind != yaml.MappingNode {
+		p.addf(n, "profiles", "profiles must be a mapping of names to profiles, not %s", kindName(n))
+		return
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		path := "profiles." + k.Value
+		if _, dup := r.Profiles[k.Value]; dup {
+			p.addf(k, path, "duplicate profile %q", k.Value)
+			continue
+		}
+		var prof Profile
+		if p.decodeStrict(v, path, &prof) {
+			if cc := prof.Match.ComputeCapability; cc != "" {
+				if _, err := versions.ParseRange(cc); err != nil {
+					p.addf(v, path+".match.compute_capability", "%v", err)
+				}
+			}
+			if c := prof.Match.Check; len(c) > 0 && strings.TrimSpace(c[0]) == "" {
+				p.addf(v, path+".match.check", "check's command (its first element) is empty")
+			}
+			for _, c := range prof.Match.GPUCounts {
+				if c < 1 {
+					p.addf(v, path+".match.gpu_counts", "GPU count %d is not a positive number", c)
+				}
+			}
+		}
+		r.Profiles[k.Value] = prof
+	}
 }

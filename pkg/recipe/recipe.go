@@ -4,15 +4,11 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
-	"sort"
-	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sglprov/sglprov/pkg/safefile"
-	"github.com/sglprov/sglprov/pkg/versions"
 )
 
 // APIVersion is the only recipe version this build reads.
@@ -105,12 +101,14 @@ func Parse(file string, data []byte, kinds KindSpecs, sets []string) (*Recipe, e
 	return r, nil
 }
 
+// parser reads one recipe file, collecting every problem it finds.
 type parser struct {
 	file     string
 	kinds    KindSpecs
 	problems Problems
 }
 
+// addf records a problem at node n (the file alone when n is nil) under path.
 func (p *parser) addf(n *yaml.Node, path, format string, args ...any) {
 	pos := Pos{File: p.file}
 	if n != nil {
@@ -125,6 +123,35 @@ var (
 )
 
 func (p *parser) parse(data []byte, sets []string) *Recipe {
+	root := p.rootMapping(data)
+	if root == nil {
+		return nil
+	}
+	r := &Recipe{File: p.file, Vars: map[string]string{}, VarPos: map[string]Pos{}, Profiles: map[string]Profile{}}
+	later := p.readFields(root, r)
+	varNodes := map[string]*yaml.Node{}
+	if v := later["vars"]; v != nil {
+		p.parseVars(v, r, varNodes)
+	}
+	p.applySets(r, sets)
+	for _, f := range laterFields {
+		if v := later[f.name]; v != nil {
+			f.parse(p, v, r)
+		}
+	}
+	p.checkVarTemplates(r, varNodes)
+	if cycle := varCycle(r); cycle != nil {
+		p.addf(varNodes[cycle[0]], "vars."+cycle[0], "vars refer to each other in a cycle: %s", strings.Join(cycle, " -> "))
+	} else {
+		p.checkNodes(r)
+		p.defaultGenerations(r)
+	}
+	return r
+}
+
+// rootMapping decodes the YAML document and returns its top-level mapping (nil, with the
+// problem reported, when there is none).
+func (p *parser) rootMapping(data []byte) *yaml.Node {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		p.addYAMLError(err, data)
@@ -139,9 +166,15 @@ func (p *parser) parse(data []byte, sets []string) *Recipe {
 		p.addf(root, "", "recipe must be a mapping, not %s", kindName(root))
 		return nil
 	}
-	r := &Recipe{File: p.file, Vars: map[string]string{}, VarPos: map[string]Pos{}, Profiles: map[string]Profile{}}
+	return root
+}
+
+// readFields reads the top-level fields in file order: those of fieldParsers at once, the
+// others returned by name, to be read once the vars are. A duplicate or unknown field is a
+// problem, as is a missing required one.
+func (p *parser) readFields(root *yaml.Node, r *Recipe) map[string]*yaml.Node {
 	seen := map[string]*yaml.Node{}
-	var stepsNode, varsNode, cacheNode, unhealthyNode, healthyNode, replacesNode, nodesNode *yaml.Node
+	later := map[string]*yaml.Node{}
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		k, v := root.Content[i], root.Content[i+1]
 		if prev, dup := seen[k.Value]; dup {
@@ -153,46 +186,10 @@ func (p *parser) parse(data []byte, sets []string) *Recipe {
 			p.addf(k, k.Value, "unknown field %q (known: %s)", k.Value, strings.Join(topLevelFields(), ", "))
 			continue
 		}
-		switch k.Value {
-		case "apiVersion":
-			if v.Kind != yaml.ScalarNode || v.Value != APIVersion {
-				p.addf(v, "apiVersion", "apiVersion must be %q, not %q", APIVersion, v.Value)
-			}
-		case "name":
-			if v.Kind != yaml.ScalarNode || !nameRE.MatchString(v.Value) {
-				p.addf(v, "name", "name must be a word of letters, digits, '.', '_' or '-'")
-			}
-			r.Name = v.Value
-		case "vars":
-			varsNode = v
-		case "requires":
-			gpuPart, commands := splitCommands(v)
-			r.RequiresSet = commands == nil || gpuPart.Kind != yaml.MappingNode || len(gpuPart.Content) > 0
-			p.decodeStrict(gpuPart, "requires", &r.Requires)
-			p.checkRanges(gpuPart, &r.Requires)
-			if commands != nil {
-				r.Commands = p.parseCommands(commands)
-			}
-		case "profiles":
-			p.parseProfiles(v, r)
-		case "steps":
-			stepsNode = v
-		case "cache":
-			cacheNode = v
-		case "on_unhealthy":
-			unhealthyNode = v
-		case "on_healthy":
-			healthyNode = v
-		case "generations":
-			p.parseGenerations(v, r)
-		case "python":
-			p.parsePython(v, r)
-		case "replaces":
-			replacesNode = v
-		case "nodes":
-			nodesNode = v
-		case "network":
-			p.parseNetwork(v, r)
+		if parse, now := fieldParsers[k.Value]; now {
+			parse(p, v, r)
+		} else {
+			later[k.Value] = v
 		}
 	}
 	for _, f := range []string{"apiVersion", "name", "steps"} {
@@ -200,529 +197,59 @@ func (p *parser) parse(data []byte, sets []string) *Recipe {
 			p.addf(root, f, "missing required field %q", f)
 		}
 	}
-	varNodes := map[string]*yaml.Node{}
-	if varsNode != nil {
-		p.parseVars(varsNode, r, varNodes)
-	}
-	p.applySets(r, sets)
-	if stepsNode != nil {
-		p.parseSteps(stepsNode, r)
-	}
-	if cacheNode != nil {
-		p.parseCache(cacheNode, r)
-	}
-	if unhealthyNode != nil {
-		r.OnUnhealthy = p.parseHook(unhealthyNode, "on_unhealthy", r)
-	}
-	if healthyNode != nil {
-		r.OnHealthy = p.parseHook(healthyNode, "on_healthy", r)
-	}
-	if replacesNode != nil {
-		p.parseReplaces(replacesNode, r)
-	}
-	if nodesNode != nil {
-		p.parseNodes(nodesNode, r)
-	}
-	// Templates in vars may refer to facts and to other vars, without a cycle.
-	// (varNodes, not nodeAt: a search of the mapping per var made validation quadratic.)
-	for _, name := range r.VarOrder {
-		if refs, bad := templateRefs(r.Vars[name]); bad != nil {
-			p.addf(varNodes[name], "vars."+name, "bad template: %v", bad)
-		} else {
-			p.checkRefs(varNodes[name], "vars."+name, refs, r)
-		}
-	}
-	if cycle := varCycle(r); cycle != nil {
-		p.addf(varNodes[cycle[0]], "vars."+cycle[0], "vars refer to each other in a cycle: %s", strings.Join(cycle, " -> "))
-	} else {
-		p.checkNodes(r)
-		p.defaultGenerations(r)
-	}
-	return r
+	return later
 }
 
-// varDeps returns the vars the template of var name uses.
-func varDeps(r *Recipe, name string) []string {
-	refs, _ := templateRefs(r.Vars[name])
-	var out []string
-	for _, ref := range refs {
-		if v, ok := strings.CutPrefix(ref, "vars."); ok {
-			if _, known := r.Vars[v]; known {
-				out = append(out, v)
-			}
-		}
-	}
-	return out
+// fieldParsers read the top-level fields that need nothing else of the recipe.
+var fieldParsers = map[string]func(*parser, *yaml.Node, *Recipe){
+	"apiVersion":  (*parser).parseAPIVersion,
+	"name":        (*parser).parseName,
+	"requires":    (*parser).parseRequires,
+	"profiles":    (*parser).parseProfiles,
+	"generations": (*parser).parseGenerations,
+	"python":      (*parser).parsePython,
+	"network":     (*parser).parseNetwork,
 }
 
-// varCycle returns a cycle among the vars' references, or nil.
-func varCycle(r *Recipe) []string {
-	state := map[string]int{} // 0 unseen, 1 on the stack, 2 done
-	var stack []string
-	var found []string
-	var visit func(string) bool
-	visit = func(n string) bool {
-		state[n] = 1
-		stack = append(stack, n)
-		for _, d := range varDeps(r, n) {
-			if state[d] == 1 {
-				for i, x := range stack {
-					if x == d {
-						found = append(append([]string{}, stack[i:]...), d)
-					}
-				}
-				return true
-			}
-			if state[d] == 0 && visit(d) {
-				return true
-			}
-		}
-		stack = stack[:len(stack)-1]
-		state[n] = 2
-		return false
-	}
-	for _, n := range r.VarOrder {
-		if state[n] == 0 && visit(n) {
-			return found
-		}
-	}
-	return nil
+// laterFields read, in this order, the top-level fields whose templates may use the vars
+// (read first, --set applied); "vars" itself is read apart.
+var laterFields = []struct {
+	name  string
+	parse func(*parser, *yaml.Node, *Recipe)
+}{
+	{"steps", (*parser).parseSteps},
+	{"cache", (*parser).parseCache},
+	{"on_unhealthy", func(p *parser, v *yaml.Node, r *Recipe) { r.OnUnhealthy = p.parseHook(v, "on_unhealthy", r) }},
+	{"on_healthy", func(p *parser, v *yaml.Node, r *Recipe) { r.OnHealthy = p.parseHook(v, "on_healthy", r) }},
+	{"replaces", (*parser).parseReplaces},
+	{"nodes", (*parser).parseNodes},
 }
 
-func (p *parser) addYAMLError(err error, data []byte) {
-	// yaml.v3 errors read "yaml: line N: message"; keep the line, unless the source shows
-	// where the fault is: a tab in an indentation, or a line indented to no enclosing block
-	// (yaml.v3 names the line where the block began).
-	msg := err.Error()
-	m := regexp.MustCompile(`line (\d+): (.*)`).FindStringSubmatch(msg)
-	if m == nil {
-		p.problems = append(p.problems, Problem{Pos: Pos{File: p.file}, Msg: "YAML syntax: " + strings.TrimPrefix(msg, "yaml: ")})
-		return
-	}
-	line, _ := strconv.Atoi(m[1])
-	if l, c, ok := tabIndent(data); ok && l <= line+1 {
-		p.problems = append(p.problems, Problem{Pos: Pos{File: p.file, Line: l, Col: c},
-			Msg: "YAML syntax: a tab in the indentation: YAML indents with spaces only; replace the tab with spaces (" + m[2] + ")"})
-		return
-	}
-	if l, c, levels, ok := badIndent(data); ok && l >= line {
-		p.problems = append(p.problems, Problem{Pos: Pos{File: p.file, Line: l, Col: c},
-			Msg: fmt.Sprintf("YAML syntax: this line is indented %d spaces, between the blocks above it at %s spaces: indent it as its siblings are (%s)", c-1, levels, m[2])})
-		return
-	}
-	p.problems = append(p.problems, Problem{Pos: Pos{File: p.file, Line: line, Col: 1}, Msg: "YAML syntax: " + m[2]})
-}
-
-// tabIndent finds the first line whose indentation holds a tab: its line and the tab's
-// column.
-func tabIndent(data []byte) (line, col int, ok bool) {
-	for i, l := range strings.Split(string(data), "\n") {
-		for j, c := range l {
-			if c == '\t' {
-				return i + 1, j + 1, true
-			}
-			if c != ' ' {
-				break
-			}
-		}
-	}
-	return 0, 0, false
-}
-
-// badIndent finds the first line (blank and comment lines aside) indented less than the
-// line before it but not as much as any block that is still open: its line, the column
-// of its first character and the two indentations it falls between ("4 and 6").
-func badIndent(data []byte) (line, col int, between string, ok bool) {
-	stack := []int{0}
-	for i, l := range strings.Split(string(data), "\n") {
-		t := strings.TrimLeft(l, " ")
-		if t == "" || strings.HasPrefix(t, "#") {
-			continue
-		}
-		ind := len(l) - len(t)
-		if ind > stack[len(stack)-1] {
-			stack = append(stack, ind)
-			continue
-		}
-		popped := -1
-		for len(stack) > 1 && stack[len(stack)-1] > ind {
-			popped = stack[len(stack)-1]
-			stack = stack[:len(stack)-1]
-		}
-		if top := stack[len(stack)-1]; top != ind {
-			return i + 1, ind + 1, fmt.Sprintf("%d and %d", top, popped), true
-		}
-	}
-	return 0, 0, "", false
-}
-
-// parseVars reads the vars mapping into r, and the value node of each var into nodes.
-func (p *parser) parseVars(n *yaml.Node, r *Recipe, nodes map[string]*yaml.Node) {
-	if n.Kind != yaml.MappingNode {
-		p.addf(n, "vars", "vars must be a mapping of names to strings, not %s", kindName(n))
-		return
-	}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
-		path := "vars." + k.Value
-		if !varRE.MatchString(k.Value) {
-			p.addf(k, path, "var name %q must be letters, digits and '_'", k.Value)
-			continue
-		}
-		if _, dup := r.Vars[k.Value]; dup {
-			p.addf(k, path, "duplicate var %q", k.Value)
-			continue
-		}
-		if v.Kind != yaml.ScalarNode {
-			p.addf(v, path, "var %q must be a string, not %s", k.Value, kindName(v))
-			continue
-		}
-		r.Vars[k.Value] = v.Value
-		nodes[k.Value] = v
-		r.VarOrder = append(r.VarOrder, k.Value)
-		r.VarPos[k.Value] = Pos{File: p.file, Line: v.Line, Col: v.Column}
+// parseAPIVersion checks that the recipe is of the version this build reads.
+func (p *parser) parseAPIVersion(v *yaml.Node, _ *Recipe) {
+	if v.Kind != yaml.ScalarNode || v.Value != APIVersion {
+		p.addf(v, "apiVersion", "apiVersion must be %q, not %q", APIVersion, v.Value)
 	}
 }
 
-func (p *parser) applySets(r *Recipe, sets []string) {
-	for _, s := range sets {
-		k, v, ok := strings.Cut(s, "=")
-		if !ok || k == "" {
-			p.problems = append(p.problems, Problem{Pos: Pos{File: "--set"}, Msg: fmt.Sprintf("--set %q: want KEY=VALUE", s)})
-			continue
-		}
-		k = strings.TrimPrefix(k, "vars.")
-		if _, known := r.Vars[k]; !known {
-			p.problems = append(p.problems, Problem{Pos: Pos{File: "--set"}, Msg: fmt.Sprintf("--set %s: the recipe has no var %q (vars: %s)", k, k, varList(r))})
-			continue
-		}
-		if !utf8.ValidString(v) {
-			// A recipe file holds only UTF-8 (YAML); neither may a value given for it.
-			p.problems = append(p.problems, Problem{Pos: Pos{File: "--set"}, Msg: fmt.Sprintf(
-				"--set %s: the value %q is not valid UTF-8: give it in UTF-8, as the recipe file would have to", k, v)})
-			continue
-		}
-		r.Vars[k] = v
-		r.VarPos[k] = Pos{File: "--set"}
+// parseName reads the recipe's name, a word.
+func (p *parser) parseName(v *yaml.Node, r *Recipe) {
+	if v.Kind != yaml.ScalarNode || !nameRE.MatchString(v.Value) {
+		p.addf(v, "name", "name must be a word of letters, digits, '.', '_' or '-'")
 	}
+	r.Name = v.Value
 }
 
-func (p *parser) parseProfiles(n *yaml.Node, r *Recipe) {
-	if n.Kind != yaml.MappingNode {
-		p.addf(n, "profiles", "profiles must be a mapping of names to profiles, not %s", kindName(n))
-		return
+// parseRequires reads the requires section: what it asks of the GPUs, the driver and
+// CUDA, and the commands the host must have.
+func (p *parser) parseRequires(v *yaml.Node, r *Recipe) {
+	gpuPart, commands := splitCommands(v)
+	r.RequiresSet = commands == nil || gpuPart.Kind != yaml.MappingNode || len(gpuPart.Content) > 0
+	p.decodeStrict(gpuPart, "requires", &r.Requires)
+	p.checkRanges(gpuPart, &r.Requires)
+	if commands != nil {
+		r.Commands = p.parseCommands(commands)
 	}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
-		path := "profiles." + k.Value
-		if _, dup := r.Profiles[k.Value]; dup {
-			p.addf(k, path, "duplicate profile %q", k.Value)
-			continue
-		}
-		var prof Profile
-		if p.decodeStrict(v, path, &prof) {
-			if cc := prof.Match.ComputeCapability; cc != "" {
-				if _, err := versions.ParseRange(cc); err != nil {
-					p.addf(v, path+".match.compute_capability", "%v", err)
-				}
-			}
-			if c := prof.Match.Check; len(c) > 0 && strings.TrimSpace(c[0]) == "" {
-				p.addf(v, path+".match.check", "check's command (its first element) is empty")
-			}
-			for _, c := range prof.Match.GPUCounts {
-				if c < 1 {
-					p.addf(v, path+".match.gpu_counts", "GPU count %d is not a positive number", c)
-				}
-			}
-		}
-		r.Profiles[k.Value] = prof
-	}
-}
-
-// checkRanges checks the version ranges of requires, read from the nodes themselves, so
-// that a bad range is reported in the same pass as a misspelt field next to it (which
-// keeps req from being decoded).
-func (p *parser) checkRanges(n *yaml.Node, req *Requirements) {
-	check := func(field string, at *yaml.Node) {
-		if at == nil || at.Kind != yaml.ScalarNode || at.Value == "" || at.Tag == "!!null" {
-			return
-		}
-		if _, err := versions.ParseRange(at.Value); err != nil {
-			p.addf(at, field, "%v", err)
-		}
-	}
-	check("requires.gpu.compute_capability", nodeAt(nodeAt(n, "gpu"), "compute_capability"))
-	check("requires.driver", nodeAt(n, "driver"))
-	check("requires.cuda", nodeAt(n, "cuda"))
-	counts := Requirements{GPU: GPURequirements{MinCount: req.GPU.MinCount, Counts: req.GPU.Counts,
-		CountsReason: req.GPU.CountsReason}}
-	if err := counts.Validate(); err != nil {
-		at := nodeAt(nodeAt(n, "gpu"), "counts")
-		if at == nil {
-			at = nodeAt(n, "gpu")
-		}
-		field, msg, _ := strings.Cut(err.Error(), ": ")
-		p.addf(at, field, "%s", msg)
-	}
-	for _, c := range FitnessChecks() {
-		if err := req.GPU.ValidatePolicy(c); err != nil {
-			at := nodeAt(nodeAt(n, "gpu"), c)
-			if at == nil {
-				at = nodeAt(n, "gpu")
-			}
-			field, msg, _ := strings.Cut(err.Error(), ": ")
-			p.addf(at, field, "%s", msg)
-		}
-	}
-}
-
-// splitCommands returns the requires mapping without its commands entry, and that entry's
-// value (nil when there is none).
-func splitCommands(n *yaml.Node) (rest, commands *yaml.Node) {
-	if n.Kind != yaml.MappingNode {
-		return n, nil
-	}
-	c := *n
-	c.Content = nil
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		if n.Content[i].Value == "commands" {
-			commands = n.Content[i+1]
-			continue
-		}
-		c.Content = append(c.Content, n.Content[i], n.Content[i+1])
-	}
-	return &c, commands
-}
-
-// parseCommands reads requires.commands: command names mapped to {version: RANGE} or {}.
-func (p *parser) parseCommands(n *yaml.Node) CommandRequirements {
-	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
-		return nil
-	}
-	if n.Kind != yaml.MappingNode {
-		p.addf(n, "requires.commands", "requires.commands must be a mapping of command names to {version: RANGE}, not %s", kindName(n))
-		return nil
-	}
-	out := CommandRequirements{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
-		path := "requires.commands." + k.Value
-		if !ValidCommandName(k.Value) {
-			p.addf(k, path, "%q is not a command name (a name on the PATH, without a folder)", k.Value)
-			continue
-		}
-		if _, dup := out[k.Value]; dup {
-			p.addf(k, path, "duplicate command %q", k.Value)
-			continue
-		}
-		var req CommandRequirement
-		if !p.decodeStrict(v, path, &req) {
-			continue
-		}
-		if req.Version != "" {
-			if _, err := versions.ParseRange(req.Version); err != nil {
-				p.addf(nodeAt(v, "version"), path+".version", "%v", err)
-			} else if !slices.Contains(VersionedCommands, k.Value) {
-				p.addf(nodeAt(v, "version"), path+".version", "sglprov cannot read the version of %s (it reads %s): drop the version range, or check it in a command step",
-					k.Value, strings.Join(VersionedCommands, ", "))
-			}
-		}
-		out[k.Value] = req
-	}
-	return out
-}
-
-func (p *parser) parseSteps(n *yaml.Node, r *Recipe) {
-	if n.Kind != yaml.SequenceNode {
-		p.addf(n, "steps", "steps must be a list, not %s", kindName(n))
-		return
-	}
-	byName := map[string]*Step{}
-	for i, sn := range n.Content {
-		path := fmt.Sprintf("steps[%d]", i)
-		if sn.Kind != yaml.MappingNode {
-			p.addf(sn, path, "a step must be a mapping, not %s", kindName(sn))
-			continue
-		}
-		s := &Step{Pos: Pos{File: p.file, Line: sn.Line, Col: sn.Column}}
-		var kindKeys []*yaml.Node
-		for j := 0; j+1 < len(sn.Content); j += 2 {
-			k, v := sn.Content[j], sn.Content[j+1]
-			switch k.Value {
-			case "name":
-				if v.Kind != yaml.ScalarNode || !nameRE.MatchString(v.Value) {
-					p.addf(v, path+".name", "step name must be a word of letters, digits, '.', '_' or '-'")
-				}
-				s.Name = v.Value
-			case "needs":
-				if v.Kind != yaml.SequenceNode {
-					p.addf(v, path+".needs", "needs must be a list of step names, not %s", kindName(v))
-					continue
-				}
-				for _, e := range v.Content {
-					s.Needs = append(s.Needs, e.Value)
-				}
-			default:
-				kindKeys = append(kindKeys, k)
-				s.Kind = k.Value
-				s.Body = v
-			}
-		}
-		if s.Name == "" {
-			p.addf(sn, path+".name", "missing required field \"name\"")
-		} else {
-			path = "steps." + s.Name
-			if prev, dup := byName[s.Name]; dup {
-				p.addf(nodeAt(sn, "name"), path, "duplicate step name %q (first at line %d)", s.Name, prev.Pos.Line)
-			} else {
-				byName[s.Name] = s
-			}
-		}
-		switch len(kindKeys) {
-		case 0:
-			p.addf(sn, path, "step has no kind: give exactly one of %s", strings.Join(p.kindNames(), ", "))
-			continue
-		case 1:
-		default:
-			names := make([]string, len(kindKeys))
-			for j, k := range kindKeys {
-				names[j] = k.Value
-			}
-			p.addf(kindKeys[1], path, "step has %d kinds (%s): give exactly one", len(kindKeys), strings.Join(names, ", "))
-			continue
-		}
-		newSpec, known := p.kinds[s.Kind]
-		if !known {
-			p.addf(kindKeys[0], path+"."+s.Kind, "unknown step kind %q (known: %s)", s.Kind, strings.Join(p.kindNames(), ", "))
-			continue
-		}
-		p.decodeStrict(s.Body, path+"."+s.Kind, newSpec())
-		refs, bad := bodyRefs(s.Body)
-		for _, b := range bad {
-			p.addf(b.node, path+"."+s.Kind, "bad template %q: %v", b.node.Value, b.err)
-		}
-		for _, ref := range refs {
-			p.checkRefs(ref.node, path+"."+s.Kind, []string{ref.name}, r)
-			s.Refs = append(s.Refs, ref.name)
-		}
-		s.Refs = uniqSorted(s.Refs)
-		r.Steps = append(r.Steps, s)
-	}
-	// needs: names that exist, then no cycles.
-	for i, sn := range n.Content {
-		if sn.Kind != yaml.MappingNode {
-			continue
-		}
-		needs := nodeAt(sn, "needs")
-		if needs == nil || needs.Kind != yaml.SequenceNode {
-			continue
-		}
-		name := nodeAt(sn, "name")
-		path := fmt.Sprintf("steps[%d].needs", i)
-		if name != nil {
-			path = "steps." + name.Value + ".needs"
-		}
-		for _, e := range needs.Content {
-			if _, ok := byName[e.Value]; !ok {
-				p.addf(e, path, "needs %q, but the recipe has no step of that name", e.Value)
-			} else if name != nil && e.Value == name.Value {
-				p.addf(e, path, "step %q needs itself", e.Value)
-			}
-		}
-	}
-	if cycle := findCycle(r.Steps, byName); cycle != nil {
-		p.addf(nil, "steps", "needs form a cycle: %s", strings.Join(cycle, " -> "))
-		s := byName[cycle[0]]
-		p.problems[len(p.problems)-1].Pos = s.Pos
-	}
-}
-
-func (p *parser) kindNames() []string {
-	names := make([]string, 0, len(p.kinds))
-	for k := range p.kinds {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	return names
-}
-
-// checkRefs reports template references to unknown vars or facts.
-func (p *parser) checkRefs(at *yaml.Node, path string, refs []string, r *Recipe) {
-	for _, ref := range refs {
-		root, field, _ := strings.Cut(ref, ".")
-		switch root {
-		case "vars":
-			if _, ok := r.Vars[field]; !ok {
-				p.addf(at, path, "template refers to unknown var %q (vars: %s)", field, varList(r))
-			}
-		case "generation":
-			if ref != GenerationDirRef {
-				p.addf(at, path, "template refers to %q: a generation has only %q", ref, GenerationDirRef)
-			}
-		case "gpu", "driver", "cuda":
-			if !knownFacts[ref] {
-				p.addf(at, path, "template refers to unknown fact %q (facts: %s)", ref, strings.Join(FactNames(), ", "))
-			}
-		default:
-			p.addf(at, path, "template refers to %q: templates see .vars, .gpu, .driver, .cuda and .generation", ref)
-		}
-	}
-}
-
-func findCycle(steps []*Step, byName map[string]*Step) []string {
-	const (
-		white = iota
-		grey
-		black
-	)
-	color := map[string]int{}
-	var stack []string
-	var found []string
-	var visit func(string) bool
-	visit = func(n string) bool {
-		color[n] = grey
-		stack = append(stack, n)
-		s := byName[n]
-		if s != nil {
-			for _, d := range s.Needs {
-				if byName[d] == nil || d == n {
-					continue
-				}
-				switch color[d] {
-				case grey:
-					for i, x := range stack {
-						if x == d {
-							found = append(append([]string{}, stack[i:]...), d)
-						}
-					}
-					return true
-				case white:
-					if visit(d) {
-						return true
-					}
-				}
-			}
-		}
-		stack = stack[:len(stack)-1]
-		color[n] = black
-		return false
-	}
-	for _, s := range steps {
-		if color[s.Name] == white && visit(s.Name) {
-			return found
-		}
-	}
-	return nil
-}
-
-// varList names the recipe's vars for a message, the first 20 only: a message per
-// problem that listed every var would make a recipe with many bad references quadratic.
-func varList(r *Recipe) string {
-	const most = 20
-	if len(r.VarOrder) <= most {
-		return strings.Join(r.VarOrder, ", ")
-	}
-	return fmt.Sprintf("%s and %d more", strings.Join(r.VarOrder[:most], ", "), len(r.VarOrder)-most)
 }
 
 // nodeAt returns the value node of key in mapping n, or nil.
@@ -738,6 +265,7 @@ func nodeAt(n *yaml.Node, key string) *yaml.Node {
 	return nil
 }
 
+// kindName names what a YAML node is, for messages.
 func kindName(n *yaml.Node) string {
 	switch n.Kind {
 	case yaml.MappingNode:
@@ -750,15 +278,4 @@ func kindName(n *yaml.Node) string {
 		return "an alias"
 	}
 	return "nothing"
-}
-
-func uniqSorted(s []string) []string {
-	sort.Strings(s)
-	out := s[:0]
-	for i, x := range s {
-		if i == 0 || x != s[i-1] {
-			out = append(out, x)
-		}
-	}
-	return out
 }

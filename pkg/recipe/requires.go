@@ -7,11 +7,14 @@ import (
 	"sort"
 	"strings"
 
+	"go.yaml.in/yaml/v3"
+
 	"github.com/sglprov/sglprov/pkg/versions"
 )
 
-// This file holds the recipe's requires section: plain data and its validation; the
-// packages that act on it (gpu, fitness, hostcmd) take these types.
+// This file holds the recipe's requires section: plain data, its validation and its
+// reading from the recipe's YAML; the packages that act on it (gpu, fitness, hostcmd)
+// take these types.
 
 // Requirements is what a recipe needs of the host (the recipe's `requires:`).
 type Requirements struct {
@@ -240,3 +243,96 @@ func ValidCommandName(name string) bool { return commandNameRE.MatchString(name)
 // parser for each, and a test holds the two lists equal): only these may carry a version
 // range in requires.commands.
 var VersionedCommands = []string{"c++", "cc", "cmake", "g++", "gcc", "git", "nvcc", "python", "python3"}
+
+// checkRanges checks the version ranges of requires, read from the nodes themselves, so
+// that a bad range is reported in the same pass as a misspelt field next to it (which
+// keeps req from being decoded).
+func (p *parser) checkRanges(n *yaml.Node, req *Requirements) {
+	check := func(field string, at *yaml.Node) {
+		if at == nil || at.Kind != yaml.ScalarNode || at.Value == "" || at.Tag == "!!null" {
+			return
+		}
+		if _, err := versions.ParseRange(at.Value); err != nil {
+			p.addf(at, field, "%v", err)
+		}
+	}
+	check("requires.gpu.compute_capability", nodeAt(nodeAt(n, "gpu"), "compute_capability"))
+	check("requires.driver", nodeAt(n, "driver"))
+	check("requires.cuda", nodeAt(n, "cuda"))
+	counts := Requirements{GPU: GPURequirements{MinCount: req.GPU.MinCount, Counts: req.GPU.Counts,
+		CountsReason: req.GPU.CountsReason}}
+	if err := counts.Validate(); err != nil {
+		at := nodeAt(nodeAt(n, "gpu"), "counts")
+		if at == nil {
+			at = nodeAt(n, "gpu")
+		}
+		field, msg, _ := strings.Cut(err.Error(), ": ")
+		p.addf(at, field, "%s", msg)
+	}
+	for _, c := range FitnessChecks() {
+		if err := req.GPU.ValidatePolicy(c); err != nil {
+			at := nodeAt(nodeAt(n, "gpu"), c)
+			if at == nil {
+				at = nodeAt(n, "gpu")
+			}
+			field, msg, _ := strings.Cut(err.Error(), ": ")
+			p.addf(at, field, "%s", msg)
+		}
+	}
+}
+
+// splitCommands returns the requires mapping without its commands entry, and that entry's
+// value (nil when there is none).
+func splitCommands(n *yaml.Node) (rest, commands *yaml.Node) {
+	if n.Kind != yaml.MappingNode {
+		return n, nil
+	}
+	c := *n
+	c.Content = nil
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == "commands" {
+			commands = n.Content[i+1]
+			continue
+		}
+		c.Content = append(c.Content, n.Content[i], n.Content[i+1])
+	}
+	return &c, commands
+}
+
+// parseCommands reads requires.commands: command names mapped to {version: RANGE} or {}.
+func (p *parser) parseCommands(n *yaml.Node) CommandRequirements {
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		return nil
+	}
+	if n.Kind != yaml.MappingNode {
+		p.addf(n, "requires.commands", "requires.commands must be a mapping of command names to {version: RANGE}, not %s", kindName(n))
+		return nil
+	}
+	out := CommandRequirements{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		path := "requires.commands." + k.Value
+		if !ValidCommandName(k.Value) {
+			p.addf(k, path, "%q is not a command name (a name on the PATH, without a folder)", k.Value)
+			continue
+		}
+		if _, dup := out[k.Value]; dup {
+			p.addf(k, path, "duplicate command %q", k.Value)
+			continue
+		}
+		var req CommandRequirement
+		if !p.decodeStrict(v, path, &req) {
+			continue
+		}
+		if req.Version != "" {
+			if _, err := versions.ParseRange(req.Version); err != nil {
+				p.addf(nodeAt(v, "version"), path+".version", "%v", err)
+			} else if !slices.Contains(VersionedCommands, k.Value) {
+				p.addf(nodeAt(v, "version"), path+".version", "sglprov cannot read the version of %s (it reads %s): drop the version range, or check it in a command step",
+					k.Value, strings.Join(VersionedCommands, ", "))
+			}
+		}
+		out[k.Value] = req
+	}
+	return out
+}
