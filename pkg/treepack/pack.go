@@ -64,6 +64,46 @@ func Pack(ctx context.Context, root, dir string, opt PackOptions) ([]cache.File,
 	if limit <= 0 {
 		limit = LayerSize
 	}
+	names, err := listTree(root, opt.Skip)
+	if err != nil {
+		return nil, st, fmt.Errorf("packing %s: %w", root, err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, st, fmt.Errorf("packing %s: %w", root, err)
+	}
+	ls := &layerSet{dir: dir}
+	for _, name := range names {
+		if err := ctx.Err(); err != nil {
+			return nil, st, err
+		}
+		p := filepath.Join(root, filepath.FromSlash(name))
+		hdr, err := entryHeader(p, name, opt.AllowLink, &st)
+		if err != nil {
+			return nil, st, fmt.Errorf("packing %s: %w", root, err)
+		}
+		cur, err := ls.current()
+		if err != nil {
+			return nil, st, err
+		}
+		if err := cur.add(hdr, p); err != nil {
+			cur.abort()
+			return nil, st, fmt.Errorf("packing %s: %w", root, err)
+		}
+		if cur.n >= limit {
+			if err := ls.closeCurrent(); err != nil {
+				return nil, st, err
+			}
+		}
+	}
+	if err := ls.closeCurrent(); err != nil {
+		return nil, st, err
+	}
+	return ls.done, st, nil
+}
+
+// listTree returns the slash paths of everything under root (root itself aside), sorted;
+// what skip names is left out, a folder with all it holds.
+func listTree(root string, skip func(name string) bool) ([]string, error) {
 	var names []string
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -77,7 +117,7 @@ func Pack(ctx context.Context, root, dir string, opt PackOptions) ([]cache.File,
 			return err
 		}
 		name := filepath.ToSlash(rel)
-		if opt.Skip != nil && opt.Skip(name) {
+		if skip != nil && skip(name) {
 			if d.IsDir() {
 				return filepath.SkipDir
 			}
@@ -87,78 +127,77 @@ func Pack(ctx context.Context, root, dir string, opt PackOptions) ([]cache.File,
 		return nil
 	})
 	if err != nil {
-		return nil, st, fmt.Errorf("packing %s: %w", root, err)
+		return nil, err
 	}
 	sort.Strings(names)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, st, fmt.Errorf("packing %s: %w", root, err)
+	return names, nil
+}
+
+// entryHeader returns the tar header of the entry name at p, counting it in st: a
+// regular file, a folder or a symbolic link that checkLink allows; anything else is
+// refused.
+func entryHeader(p, name string, allowLink func(name, target string) bool, st *Stats) (*tar.Header, error) {
+	fi, err := os.Lstat(p)
+	if err != nil {
+		return nil, err
 	}
-	var (
-		layers []cache.File
-		cur    *layerWriter
-	)
-	closeLayer := func() error {
-		if cur == nil {
-			return nil
-		}
-		f, err := cur.close()
-		cur = nil
+	hdr := &tar.Header{Name: name, ModTime: fi.ModTime(), Mode: int64(fi.Mode().Perm()), Format: tar.FormatPAX}
+	switch {
+	case fi.Mode().IsRegular():
+		hdr.Typeflag, hdr.Size = tar.TypeReg, fi.Size()
+		st.Files++
+		st.Bytes += fi.Size()
+	case fi.IsDir():
+		hdr.Typeflag, hdr.Name = tar.TypeDir, name+"/"
+		st.Dirs++
+	case fi.Mode()&fs.ModeSymlink != 0:
+		target, err := os.Readlink(p)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		layers = append(layers, f)
+		if err := checkLink(name, target, allowLink); err != nil {
+			return nil, err
+		}
+		hdr.Typeflag, hdr.Linkname = tar.TypeSymlink, target
+		st.Links++
+	default:
+		return nil, fmt.Errorf("%s is a %s, which an artifact does not carry (remove it from the tree)", name, fi.Mode().Type())
+	}
+	return hdr, nil
+}
+
+// layerSet is the layers Pack writes into dir: those done, and the one being written.
+type layerSet struct {
+	dir  string
+	done []cache.File
+	cur  *layerWriter
+}
+
+// current returns the layer being written, starting the next one (layer-NNN.tar) when
+// none is.
+func (s *layerSet) current() (*layerWriter, error) {
+	if s.cur == nil {
+		l, err := newLayer(filepath.Join(s.dir, fmt.Sprintf("layer-%03d.tar", len(s.done))))
+		if err != nil {
+			return nil, err
+		}
+		s.cur = l
+	}
+	return s.cur, nil
+}
+
+// closeCurrent closes the layer being written, if any, and adds it to those done.
+func (s *layerSet) closeCurrent() error {
+	if s.cur == nil {
 		return nil
 	}
-	for _, name := range names {
-		if err := ctx.Err(); err != nil {
-			return nil, st, err
-		}
-		p := filepath.Join(root, filepath.FromSlash(name))
-		fi, err := os.Lstat(p)
-		if err != nil {
-			return nil, st, fmt.Errorf("packing %s: %w", root, err)
-		}
-		hdr := &tar.Header{Name: name, ModTime: fi.ModTime(), Mode: int64(fi.Mode().Perm()), Format: tar.FormatPAX}
-		switch {
-		case fi.Mode().IsRegular():
-			hdr.Typeflag, hdr.Size = tar.TypeReg, fi.Size()
-			st.Files++
-			st.Bytes += fi.Size()
-		case fi.IsDir():
-			hdr.Typeflag, hdr.Name = tar.TypeDir, name+"/"
-			st.Dirs++
-		case fi.Mode()&fs.ModeSymlink != 0:
-			target, err := os.Readlink(p)
-			if err != nil {
-				return nil, st, fmt.Errorf("packing %s: %w", root, err)
-			}
-			if err := checkLink(name, target, opt.AllowLink); err != nil {
-				return nil, st, fmt.Errorf("packing %s: %w", root, err)
-			}
-			hdr.Typeflag, hdr.Linkname = tar.TypeSymlink, target
-			st.Links++
-		default:
-			return nil, st, fmt.Errorf("packing %s: %s is a %s, which an artifact does not carry (remove it from the tree)", root, name, fi.Mode().Type())
-		}
-		if cur == nil {
-			if cur, err = newLayer(filepath.Join(dir, fmt.Sprintf("layer-%03d.tar", len(layers)))); err != nil {
-				return nil, st, err
-			}
-		}
-		if err := cur.add(hdr, p); err != nil {
-			cur.abort()
-			return nil, st, fmt.Errorf("packing %s: %w", root, err)
-		}
-		if cur.n >= limit {
-			if err := closeLayer(); err != nil {
-				return nil, st, err
-			}
-		}
+	f, err := s.cur.close()
+	s.cur = nil
+	if err != nil {
+		return err
 	}
-	if err := closeLayer(); err != nil {
-		return nil, st, err
-	}
-	return layers, st, nil
+	s.done = append(s.done, f)
+	return nil
 }
 
 // layerWriter is one tar layer being written, hashed as it goes.
@@ -171,6 +210,7 @@ type layerWriter struct {
 	n    int64 // file bytes in the layer
 }
 
+// hashCounter hashes and counts the bytes written through it.
 type hashCounter struct {
 	h interface {
 		io.Writer
@@ -179,11 +219,13 @@ type hashCounter struct {
 	n int64
 }
 
+// Write hashes and counts p.
 func (c *hashCounter) Write(p []byte) (int, error) {
 	c.n += int64(len(p))
 	return c.h.Write(p)
 }
 
+// newLayer creates the layer file p (it must not exist).
 func newLayer(p string) (*layerWriter, error) {
 	f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
@@ -196,6 +238,7 @@ func newLayer(p string) (*layerWriter, error) {
 	return l, nil
 }
 
+// add writes hdr and, for a regular file, the bytes of p (its size must not change).
 func (l *layerWriter) add(hdr *tar.Header, p string) error {
 	if err := l.tw.WriteHeader(hdr); err != nil {
 		return err
@@ -219,6 +262,7 @@ func (l *layerWriter) add(hdr *tar.Header, p string) error {
 	return nil
 }
 
+// close finishes the layer and returns it as a cache file (removed on an error).
 func (l *layerWriter) close() (cache.File, error) {
 	err := l.tw.Close()
 	if err == nil {
@@ -234,6 +278,7 @@ func (l *layerWriter) close() (cache.File, error) {
 	return cache.File{Name: filepath.Base(l.path), Path: l.path, Size: l.h.n, SHA256: hex.EncodeToString(l.h.h.Sum(nil)), Mode: 0o644}, nil
 }
 
+// abort closes and removes a layer half written.
 func (l *layerWriter) abort() {
 	l.f.Close()
 	os.Remove(l.path)

@@ -54,21 +54,6 @@ func (d Dir) Open(_ context.Context, layer cache.File) (io.ReadCloser, error) {
 	return os.Open(filepath.Join(string(d), filepath.Base(layer.Name)))
 }
 
-// Progress is where an unpack stands.
-type Progress struct {
-	// Done and Total are the layers' bytes read and to read.
-	Done, Total int64
-	// Rate is bytes per second since the start; ETA the time left at that rate.
-	Rate    float64
-	ETA     time.Duration
-	Elapsed time.Duration
-}
-
-// String says the progress in a log's words.
-func (p Progress) String() string {
-	return fmt.Sprintf("%d/%d MiB, %.0f MiB/s, %s left", p.Done>>20, p.Total>>20, p.Rate/(1<<20), p.ETA.Round(time.Second))
-}
-
 // UnpackOptions bound and report an unpack.
 type UnpackOptions struct {
 	// MaxBytes bounds the tree's file bytes, MaxFiles its entries (0, or more than the
@@ -95,27 +80,11 @@ type UnpackOptions struct {
 // new tree is in place. On any failure the folder beside is removed and dest is as it
 // was. It returns the tree's stats.
 func Unpack(ctx context.Context, src Source, layers []cache.File, dest string, opt UnpackOptions) (Stats, error) {
-	var total int64
-	for _, l := range layers {
-		if l.Size < 0 || len(l.SHA256) != 64 {
-			return Stats{}, fmt.Errorf("unpacking into %s: the layer %s has no size or sha256: %w", dest, l.Name, ErrUnsafe)
-		}
-		total += l.Size
+	total, err := checkLayers(layers)
+	if err != nil {
+		return Stats{}, fmt.Errorf("unpacking into %s: %w", dest, err)
 	}
-	// A tar holds no more file bytes than its own, and no more entries than its 512-byte
-	// headers: a record that claims more is bounded by the layers.
-	if opt.MaxBytes <= 0 || opt.MaxBytes > total {
-		opt.MaxBytes = total
-	}
-	if maxEntries := int(total/512) + 16; opt.MaxFiles <= 0 || opt.MaxFiles > maxEntries {
-		opt.MaxFiles = maxEntries
-	}
-	if opt.Parallel <= 0 {
-		opt.Parallel = 4
-	}
-	if opt.StallTimeout <= 0 {
-		opt.StallTimeout = 60 * time.Second
-	}
+	opt = opt.withDefaults(total)
 	parent := filepath.Dir(dest)
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		return Stats{}, fmt.Errorf("unpacking into %s: %w", dest, err)
@@ -131,47 +100,65 @@ func Unpack(ctx context.Context, src Source, layers []cache.File, dest string, o
 		}
 	}()
 	u := &unpacker{root: stage, opt: opt, dirs: map[string]bool{".": true}, dirModes: map[string]os.FileMode{}}
-	start := time.Now()
-	report := func() {
-		if opt.Progress == nil {
-			return
-		}
-		done := u.read.Load()
-		el := time.Since(start)
-		p := Progress{Done: done, Total: total, Elapsed: el}
-		if s := el.Seconds(); s > 0 {
-			p.Rate = float64(done) / s
-		}
-		if p.Rate > 0 {
-			p.ETA = time.Duration(float64(total-done) / p.Rate * float64(time.Second))
-		}
-		opt.Progress(p)
+	prog := startProgress(opt, total, &u.read)
+	err = u.layers(ctx, src, layers)
+	prog.stop()
+	if err != nil {
+		return u.stats, fmt.Errorf("unpacking into %s: %w", dest, err)
 	}
-	stopProgress := make(chan struct{})
-	var pwg sync.WaitGroup
-	if opt.Progress != nil {
-		every := opt.ProgressEvery
-		if every <= 0 {
-			every = 2 * time.Second
-		}
-		pwg.Add(1)
-		go func() {
-			defer pwg.Done()
-			t := time.NewTicker(every)
-			defer t.Stop()
-			for {
-				select {
-				case <-t.C:
-					report()
-				case <-stopProgress:
-					return
-				}
-			}
-		}()
+	if err := u.finishDirs(); err != nil {
+		return u.stats, fmt.Errorf("unpacking into %s: %w", dest, err)
 	}
+	prog.report()
+	if opt.Check != nil {
+		if err := opt.Check(stage); err != nil {
+			return u.stats, err
+		}
+	}
+	if err := replace(stage, dest); err != nil {
+		return u.stats, fmt.Errorf("unpacking into %s: %w", dest, err)
+	}
+	ok = true
+	return u.stats, nil
+}
+
+// checkLayers refuses a layer without a size or a sha256, and returns their bytes
+// together.
+func checkLayers(layers []cache.File) (int64, error) {
+	var total int64
+	for _, l := range layers {
+		if l.Size < 0 || len(l.SHA256) != 64 {
+			return 0, fmt.Errorf("the layer %s has no size or sha256: %w", l.Name, ErrUnsafe)
+		}
+		total += l.Size
+	}
+	return total, nil
+}
+
+// withDefaults fills the options left zero, and bounds the tree by layers of total
+// bytes: a tar holds no more file bytes than its own, and no more entries than its
+// 512-byte headers, so a record that claims more is bounded by the layers.
+func (opt UnpackOptions) withDefaults(total int64) UnpackOptions {
+	if opt.MaxBytes <= 0 || opt.MaxBytes > total {
+		opt.MaxBytes = total
+	}
+	if maxEntries := int(total/512) + 16; opt.MaxFiles <= 0 || opt.MaxFiles > maxEntries {
+		opt.MaxFiles = maxEntries
+	}
+	if opt.Parallel <= 0 {
+		opt.Parallel = 4
+	}
+	if opt.StallTimeout <= 0 {
+		opt.StallTimeout = 60 * time.Second
+	}
+	return opt
+}
+
+// layers unpacks every layer, opt.Parallel at once; the first error stops the others.
+func (u *unpacker) layers(ctx context.Context, src Source, layers []cache.File) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	sem := make(chan struct{}, opt.Parallel)
+	sem := make(chan struct{}, u.opt.Parallel)
 	var wg sync.WaitGroup
 	for _, l := range layers {
 		wg.Add(1)
@@ -189,25 +176,7 @@ func Unpack(ctx context.Context, src Source, layers []cache.File, dest string, o
 		}()
 	}
 	wg.Wait()
-	close(stopProgress)
-	pwg.Wait()
-	if err := context.Cause(ctx); err != nil {
-		return u.stats, fmt.Errorf("unpacking into %s: %w", dest, err)
-	}
-	if err := u.finishDirs(); err != nil {
-		return u.stats, fmt.Errorf("unpacking into %s: %w", dest, err)
-	}
-	report()
-	if opt.Check != nil {
-		if err := opt.Check(stage); err != nil {
-			return u.stats, err
-		}
-	}
-	if err := replace(stage, dest); err != nil {
-		return u.stats, fmt.Errorf("unpacking into %s: %w", dest, err)
-	}
-	ok = true
-	return u.stats, nil
+	return context.Cause(ctx)
 }
 
 // replace renames stage to dest; a dest that exists is moved aside first and removed
@@ -232,6 +201,7 @@ func replace(stage, dest string) error {
 	return nil
 }
 
+// randHex returns 12 random hex digits, for a name beside dest.
 func randHex() string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
@@ -259,6 +229,7 @@ type stallReader struct {
 	last atomic.Int64 // unix nanos of the last read that brought bytes
 }
 
+// Read reads from r, counting the bytes and when they came.
 func (s *stallReader) Read(p []byte) (int, error) {
 	n, err := s.r.Read(p)
 	if n > 0 {
@@ -268,6 +239,8 @@ func (s *stallReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// layer streams layer l from src into the tree, checking its size and sha256, and fails
+// it when its bytes stop for the stall timeout.
 func (u *unpacker) layer(ctx context.Context, src Source, l cache.File) error {
 	lctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -336,11 +309,13 @@ func (u *unpacker) readErr(ctx context.Context, l cache.File, err error) error {
 	return fmt.Errorf("layer %s: %w", l.Name, err)
 }
 
+// countReader counts the bytes read through it into n.
 type countReader struct {
 	r io.Reader
 	n *int64
 }
 
+// Read reads from r, counting the bytes.
 func (c *countReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	*c.n += int64(n)
