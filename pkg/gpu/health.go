@@ -254,82 +254,15 @@ func FormatTopology(f *Facts) string {
 func FormatHealth(w io.Writer, f *Facts) error {
 	var sb strings.Builder
 	for _, d := range f.gpus() {
-		h := d.Health
-		if h == nil {
-			continue
+		if d.Health != nil {
+			fmt.Fprintf(&sb, "GPU %d: %s\n", d.Index, strings.Join(healthParts(d.Health), ", "))
 		}
-		var parts []string
-		if l := h.PCIe; l != nil {
-			s := fmt.Sprintf("PCIe Gen%d x%d (max Gen%d x%d)", l.CurrentGen, l.CurrentWidth, l.MaxGen, l.MaxWidth)
-			if l.ReplayCounter != nil {
-				s += fmt.Sprintf(", %d replays", *l.ReplayCounter)
-			}
-			parts = append(parts, s)
-		}
-		if e := h.ECC; e != nil {
-			if e.Enabled {
-				parts = append(parts, fmt.Sprintf("ECC on (%d uncorrected since load, %d ever)", e.VolatileUncorrected, e.AggregateUncorrected))
-			} else {
-				parts = append(parts, "ECC off")
-			}
-		}
-		if r := h.RemappedRows; r != nil {
-			parts = append(parts, fmt.Sprintf("remapped rows %d corrected, %d uncorrected, pending %s, failure %s",
-				r.Corrected, r.Uncorrected, yesNo(r.Pending), yesNo(r.Failure)))
-		}
-		if h.RetiredPagesPending != nil && *h.RetiredPagesPending {
-			parts = append(parts, "retired pages pending")
-		}
-		if h.MIG != nil {
-			parts = append(parts, "MIG "+onOff(*h.MIG))
-		}
-		if h.PersistenceMode != nil {
-			parts = append(parts, "persistence "+onOff(*h.PersistenceMode))
-		}
-		if h.ComputeMode != "" {
-			parts = append(parts, "compute mode "+h.ComputeMode)
-		}
-		if h.ClocksEventReasons != nil {
-			reasons := ClockReasonNames(*h.ClocksEventReasons)
-			if len(reasons) == 0 {
-				reasons = []string{"none"}
-			}
-			parts = append(parts, "clocks: "+strings.Join(reasons, ","))
-		}
-		if h.Processes != nil {
-			if len(*h.Processes) == 0 {
-				parts = append(parts, "no process")
-			}
-			for _, p := range *h.Processes {
-				parts = append(parts, fmt.Sprintf("pid %d holds %.1f GiB", p.PID, float64(p.UsedMemoryByte)/gib))
-			}
-		}
-		if len(h.Unread) > 0 {
-			parts = append(parts, "unread: "+strings.Join(h.Unread, "; "))
-		}
-		fmt.Fprintf(&sb, "GPU %d: %s\n", d.Index, strings.Join(parts, ", "))
 	}
 	if t := FormatTopology(f); t != "" {
 		sb.WriteString("\n" + t)
 	}
 	if k := f.kernel(); k != nil {
-		fmt.Fprintf(&sb, "\nIOMMU:  %s", k.IOMMU)
-		if len(k.Cmdline) > 0 {
-			fmt.Fprintf(&sb, " (%s)", strings.Join(k.Cmdline, " "))
-		}
-		sb.WriteString("\n")
-		for _, b := range k.ACS {
-			fmt.Fprintf(&sb, "ACS:    bridge %s above GPU %v redirects peer traffic: %s\n", b.Bridge, b.GPUs, b.Control)
-		}
-		if k.ACSUnread != "" {
-			fmt.Fprintf(&sb, "ACS:    unread: %s\n", k.ACSUnread)
-		}
-		for _, x := range k.Xid {
-			fmt.Fprintf(&sb, "Xid:    %s\n", x.Text)
-		}
-		if k.XidUnread != "" {
-			fmt.Fprintf(&sb, "Xid:    unread: %s\n", k.XidUnread)
-		}
+		writeKernel(&sb, k)
 	}
 	if sb.Len() == 0 {
 		return nil
@@ -340,6 +273,138 @@ func FormatHealth(w io.Writer, f *Facts) error {
 	return nil
 }
 
+// healthParts says each fact of h that was read, in the order of healthFormats.
+func healthParts(h *Health) []string {
+	var parts []string
+	for _, format := range healthFormats {
+		parts = append(parts, format(h)...)
+	}
+	return parts
+}
+
+// healthFormats say one fact of a GPU's health each, in the order of its line: nothing
+// for a fact not read.
+var healthFormats = []func(h *Health) []string{
+	formatPCIe,
+	formatECC,
+	formatRemappedRows,
+	func(h *Health) []string {
+		if h.RetiredPagesPending != nil && *h.RetiredPagesPending {
+			return []string{"retired pages pending"}
+		}
+		return nil
+	},
+	func(h *Health) []string { return onOffPart("MIG ", h.MIG) },
+	func(h *Health) []string { return onOffPart("persistence ", h.PersistenceMode) },
+	func(h *Health) []string {
+		if h.ComputeMode != "" {
+			return []string{"compute mode " + h.ComputeMode}
+		}
+		return nil
+	},
+	formatClocks,
+	formatProcesses,
+	func(h *Health) []string {
+		if len(h.Unread) > 0 {
+			return []string{"unread: " + strings.Join(h.Unread, "; ")}
+		}
+		return nil
+	},
+}
+
+// formatPCIe says the PCIe link as trained and at most, with its replays.
+func formatPCIe(h *Health) []string {
+	l := h.PCIe
+	if l == nil {
+		return nil
+	}
+	s := fmt.Sprintf("PCIe Gen%d x%d (max Gen%d x%d)", l.CurrentGen, l.CurrentWidth, l.MaxGen, l.MaxWidth)
+	if l.ReplayCounter != nil {
+		s += fmt.Sprintf(", %d replays", *l.ReplayCounter)
+	}
+	return []string{s}
+}
+
+// formatECC says whether ECC is on and, when it is, its uncorrected errors.
+func formatECC(h *Health) []string {
+	e := h.ECC
+	switch {
+	case e == nil:
+		return nil
+	case e.Enabled:
+		return []string{fmt.Sprintf("ECC on (%d uncorrected since load, %d ever)", e.VolatileUncorrected, e.AggregateUncorrected)}
+	}
+	return []string{"ECC off"}
+}
+
+// formatRemappedRows says the rows remapped and whether a remap is pending or failed.
+func formatRemappedRows(h *Health) []string {
+	r := h.RemappedRows
+	if r == nil {
+		return nil
+	}
+	return []string{fmt.Sprintf("remapped rows %d corrected, %d uncorrected, pending %s, failure %s",
+		r.Corrected, r.Uncorrected, yesNo(r.Pending), yesNo(r.Failure))}
+}
+
+// formatClocks names the reasons the clocks are held down ("none").
+func formatClocks(h *Health) []string {
+	if h.ClocksEventReasons == nil {
+		return nil
+	}
+	reasons := ClockReasonNames(*h.ClocksEventReasons)
+	if len(reasons) == 0 {
+		reasons = []string{"none"}
+	}
+	return []string{"clocks: " + strings.Join(reasons, ",")}
+}
+
+// formatProcesses says each compute process and the memory it holds ("no process").
+func formatProcesses(h *Health) []string {
+	if h.Processes == nil {
+		return nil
+	}
+	if len(*h.Processes) == 0 {
+		return []string{"no process"}
+	}
+	parts := make([]string, 0, len(*h.Processes))
+	for _, p := range *h.Processes {
+		parts = append(parts, fmt.Sprintf("pid %d holds %.1f GiB", p.PID, float64(p.UsedMemoryByte)/gib))
+	}
+	return parts
+}
+
+// onOffPart says label on or off (nothing when b was not read).
+func onOffPart(label string, b *bool) []string {
+	if b == nil {
+		return nil
+	}
+	return []string{label + onOff(*b)}
+}
+
+// writeKernel writes the kernel's IOMMU mode, the ACS bridges that redirect peer traffic
+// and the Xid errors, with what of them could not be read.
+func writeKernel(sb *strings.Builder, k *KernelFacts) {
+	fmt.Fprintf(sb, "\nIOMMU:  %s", k.IOMMU)
+	if len(k.Cmdline) > 0 {
+		fmt.Fprintf(sb, " (%s)", strings.Join(k.Cmdline, " "))
+	}
+	sb.WriteString("\n")
+	for _, b := range k.ACS {
+		fmt.Fprintf(sb, "ACS:    bridge %s above GPU %v redirects peer traffic: %s\n", b.Bridge, b.GPUs, b.Control)
+	}
+	if k.ACSUnread != "" {
+		fmt.Fprintf(sb, "ACS:    unread: %s\n", k.ACSUnread)
+	}
+	for _, x := range k.Xid {
+		fmt.Fprintf(sb, "Xid:    %s\n", x.Text)
+	}
+	if k.XidUnread != "" {
+		fmt.Fprintf(sb, "Xid:    unread: %s\n", k.XidUnread)
+	}
+}
+
+// kernel returns the kernel's facts (nil for nil facts).
 func (f *Facts) kernel() *KernelFacts {
 	if f == nil {
 		return nil
@@ -347,6 +412,7 @@ func (f *Facts) kernel() *KernelFacts {
 	return f.Kernel
 }
 
+// yesNo says b as yes or no.
 func yesNo(b bool) string {
 	if b {
 		return "yes"
@@ -354,6 +420,7 @@ func yesNo(b bool) string {
 	return "no"
 }
 
+// onOff says b as on or off.
 func onOff(b bool) string {
 	if b {
 		return "on"

@@ -27,100 +27,158 @@ func health(h nvml.Device) *Health {
 			out.Unread = append(out.Unread, fmt.Sprintf("%s: %s", what, returnName(r)))
 		}
 	}
+	for _, read := range healthReads {
+		read(h, out, unread)
+	}
+	return out
+}
 
+// unreadFunc names a fact that could not be read, with NVML's reason.
+type unreadFunc func(what string, r nvml.Return)
+
+// healthReads read the fitness facts into a Health, in the order Unread names them.
+var healthReads = []func(h nvml.Device, out *Health, unread unreadFunc){
+	readPCIe,
+	readECC,
+	readRemappedRows,
+	readRetiredPagesPending,
+	readClocksEventReasons,
+	readPersistenceMode,
+	readComputeMode,
+	readMIG,
+	readProcesses,
+}
+
+// readPCIe reads the PCIe link: its generation and width, now and at most, and the
+// replay counter.
+func readPCIe(h nvml.Device, out *Health, unread unreadFunc) {
 	cg, r1 := call(h.GetCurrPcieLinkGeneration)
 	mg, r2 := call(h.GetMaxPcieLinkGeneration)
 	cw, r3 := call(h.GetCurrPcieLinkWidth)
 	mw, r4 := call(h.GetMaxPcieLinkWidth)
-	if r1 == nvml.SUCCESS && r2 == nvml.SUCCESS && r3 == nvml.SUCCESS && r4 == nvml.SUCCESS {
-		// The GPU's own maximum generation, when lower than the slot's, is the one to
-		// compare with (a Gen5 GPU in a Gen4 slot trains at Gen4 at most).
-		if gmg, r := call(h.GetGpuMaxPcieLinkGeneration); r == nvml.SUCCESS && gmg > 0 && gmg < mg {
-			mg = gmg
-		}
-		out.PCIe = &PCIeLink{CurrentGen: cg, MaxGen: mg, CurrentWidth: cw, MaxWidth: mw}
-		if rc, r := call(h.GetPcieReplayCounter); r == nvml.SUCCESS {
-			v := uint64(rc)
-			out.PCIe.ReplayCounter = &v
-		}
-	} else {
-		for _, r := range []nvml.Return{r1, r2, r3, r4} {
-			if r != nvml.SUCCESS {
-				unread("pcie link", r)
-				break
-			}
+	for _, r := range []nvml.Return{r1, r2, r3, r4} {
+		if r != nvml.SUCCESS {
+			unread("pcie link", r)
+			return
 		}
 	}
+	// The GPU's own maximum generation, when lower than the slot's, is the one to
+	// compare with (a Gen5 GPU in a Gen4 slot trains at Gen4 at most).
+	if gmg, r := call(h.GetGpuMaxPcieLinkGeneration); r == nvml.SUCCESS && gmg > 0 && gmg < mg {
+		mg = gmg
+	}
+	out.PCIe = &PCIeLink{CurrentGen: cg, MaxGen: mg, CurrentWidth: cw, MaxWidth: mw}
+	if rc, r := call(h.GetPcieReplayCounter); r == nvml.SUCCESS {
+		v := uint64(rc)
+		out.PCIe.ReplayCounter = &v
+	}
+}
 
+// readECC reads the ECC mode and, when it is on, the uncorrected error counts.
+func readECC(h nvml.Device, out *Health, unread unreadFunc) {
 	cur, pend, r := call2(h.GetEccMode)
-	if r == nvml.SUCCESS {
-		e := &ECC{Enabled: cur == nvml.FEATURE_ENABLED, Pending: pend == nvml.FEATURE_ENABLED}
-		if e.Enabled {
-			vol, rv := call(func() (uint64, nvml.Return) {
-				return h.GetTotalEccErrors(nvml.MEMORY_ERROR_TYPE_UNCORRECTED, nvml.VOLATILE_ECC)
-			})
-			agg, ra := call(func() (uint64, nvml.Return) {
-				return h.GetTotalEccErrors(nvml.MEMORY_ERROR_TYPE_UNCORRECTED, nvml.AGGREGATE_ECC)
-			})
-			if rv != nvml.SUCCESS {
-				unread("ecc volatile uncorrected", rv)
-			}
-			if ra != nvml.SUCCESS {
-				unread("ecc aggregate uncorrected", ra)
-			}
-			e.VolatileUncorrected, e.AggregateUncorrected = vol, agg
-		}
-		out.ECC = e
-	} else {
+	if r != nvml.SUCCESS {
 		unread("ecc mode", r)
+		return
 	}
+	e := &ECC{Enabled: cur == nvml.FEATURE_ENABLED, Pending: pend == nvml.FEATURE_ENABLED}
+	if e.Enabled {
+		vol, rv := call(func() (uint64, nvml.Return) {
+			return h.GetTotalEccErrors(nvml.MEMORY_ERROR_TYPE_UNCORRECTED, nvml.VOLATILE_ECC)
+		})
+		agg, ra := call(func() (uint64, nvml.Return) {
+			return h.GetTotalEccErrors(nvml.MEMORY_ERROR_TYPE_UNCORRECTED, nvml.AGGREGATE_ECC)
+		})
+		if rv != nvml.SUCCESS {
+			unread("ecc volatile uncorrected", rv)
+		}
+		if ra != nvml.SUCCESS {
+			unread("ecc aggregate uncorrected", ra)
+		}
+		e.VolatileUncorrected, e.AggregateUncorrected = vol, agg
+	}
+	out.ECC = e
+}
 
-	if rr, r := call(func() (RemappedRows, nvml.Return) {
+// readRemappedRows reads the memory rows remapped, and whether a remap is pending or
+// failed.
+func readRemappedRows(h nvml.Device, out *Health, unread unreadFunc) {
+	rr, r := call(func() (RemappedRows, nvml.Return) {
 		c, u, p, f, r := h.GetRemappedRows()
 		return RemappedRows{Corrected: c, Uncorrected: u, Pending: p, Failure: f}, r
-	}); r == nvml.SUCCESS {
-		out.RemappedRows = &rr
-	} else {
+	})
+	if r != nvml.SUCCESS {
 		unread("remapped rows", r)
+		return
 	}
-	if rp, r := call(h.GetRetiredPagesPendingStatus); r == nvml.SUCCESS {
-		v := rp == nvml.FEATURE_ENABLED
-		out.RetiredPagesPending = &v
-	} else {
+	out.RemappedRows = &rr
+}
+
+// readRetiredPagesPending reads whether retired pages wait for a reset.
+func readRetiredPagesPending(h nvml.Device, out *Health, unread unreadFunc) {
+	rp, r := call(h.GetRetiredPagesPendingStatus)
+	if r != nvml.SUCCESS {
 		unread("retired pages pending", r)
+		return
 	}
-	if m, r := call(h.GetCurrentClocksEventReasons); r == nvml.SUCCESS {
-		out.ClocksEventReasons = &m
-	} else {
+	v := rp == nvml.FEATURE_ENABLED
+	out.RetiredPagesPending = &v
+}
+
+// readClocksEventReasons reads why the clocks are held down now.
+func readClocksEventReasons(h nvml.Device, out *Health, unread unreadFunc) {
+	m, r := call(h.GetCurrentClocksEventReasons)
+	if r != nvml.SUCCESS {
 		unread("clocks event reasons", r)
+		return
 	}
-	if pm, r := call(h.GetPersistenceMode); r == nvml.SUCCESS {
-		v := pm == nvml.FEATURE_ENABLED
-		out.PersistenceMode = &v
-	} else {
+	out.ClocksEventReasons = &m
+}
+
+// readPersistenceMode reads whether persistence mode is on.
+func readPersistenceMode(h nvml.Device, out *Health, unread unreadFunc) {
+	pm, r := call(h.GetPersistenceMode)
+	if r != nvml.SUCCESS {
 		unread("persistence mode", r)
+		return
 	}
-	if cm, r := call(h.GetComputeMode); r == nvml.SUCCESS {
-		out.ComputeMode = computeModeName(cm)
-	} else {
+	v := pm == nvml.FEATURE_ENABLED
+	out.PersistenceMode = &v
+}
+
+// readComputeMode reads the compute mode, named as nvidia-smi names it.
+func readComputeMode(h nvml.Device, out *Health, unread unreadFunc) {
+	cm, r := call(h.GetComputeMode)
+	if r != nvml.SUCCESS {
 		unread("compute mode", r)
+		return
 	}
-	if mc, mp, r := call2(h.GetMigMode); r == nvml.SUCCESS {
-		c, p := mc == nvml.DEVICE_MIG_ENABLE, mp == nvml.DEVICE_MIG_ENABLE
-		out.MIG, out.MIGPending = &c, &p
-	} else {
+	out.ComputeMode = computeModeName(cm)
+}
+
+// readMIG reads whether MIG is on, and whether it will be after a reset.
+func readMIG(h nvml.Device, out *Health, unread unreadFunc) {
+	mc, mp, r := call2(h.GetMigMode)
+	if r != nvml.SUCCESS {
 		unread("mig mode", r)
+		return
 	}
-	if ps, r := call(h.GetComputeRunningProcesses); r == nvml.SUCCESS {
-		procs := make([]Process, 0, len(ps))
-		for _, p := range ps {
-			procs = append(procs, Process{PID: p.Pid, UsedMemoryByte: p.UsedGpuMemory})
-		}
-		out.Processes = &procs
-	} else {
+	c, p := mc == nvml.DEVICE_MIG_ENABLE, mp == nvml.DEVICE_MIG_ENABLE
+	out.MIG, out.MIGPending = &c, &p
+}
+
+// readProcesses reads the compute processes on the GPU and the memory each uses.
+func readProcesses(h nvml.Device, out *Health, unread unreadFunc) {
+	ps, r := call(h.GetComputeRunningProcesses)
+	if r != nvml.SUCCESS {
 		unread("compute processes", r)
+		return
 	}
-	return out
+	procs := make([]Process, 0, len(ps))
+	for _, p := range ps {
+		procs = append(procs, Process{PID: p.Pid, UsedMemoryByte: p.UsedGpuMemory})
+	}
+	out.Processes = &procs
 }
 
 // call2 is call for NVML reads that return two values.
@@ -175,6 +233,7 @@ func topology(handles []nvml.Device, busIDs []string) []Link {
 	return links
 }
 
+// p2pStatus reads NVML's P2P status from a to b for idx, "unknown" when it cannot.
 func p2pStatus(a, b nvml.Device, idx nvml.GpuP2PCapsIndex) string {
 	s, r := call(func() (nvml.GpuP2PStatus, nvml.Return) { return a.GetP2PStatus(b, idx) })
 	if r != nvml.SUCCESS {
