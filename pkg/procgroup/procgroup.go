@@ -67,92 +67,130 @@ func Start(cmd *exec.Cmd, opt Options) (*Child, error) {
 	if opt.OutputGrace <= 0 {
 		opt.OutputGrace = DefaultOutputGrace
 	}
-	attr := &syscall.SysProcAttr{}
-	if cmd.SysProcAttr != nil {
-		a := *cmd.SysProcAttr
-		attr = &a
-	}
-	attr.Setpgid, attr.Pgid = true, 0
-	if opt.ParentDeath != 0 {
-		attr.Pdeathsig = opt.ParentDeath
-	}
-	cmd.SysProcAttr = attr
-
-	var readers []*os.File
-	var writers []io.Writer
-	var childEnds []*os.File
-	closeAll := func() {
-		for _, f := range append(readers, childEnds...) {
-			_ = f.Close()
-		}
-	}
-	pipe := func(w io.Writer) (io.Writer, error) {
-		if w == nil {
-			return nil, nil
-		}
-		if _, ok := w.(*os.File); ok {
-			return w, nil
-		}
-		r, cw, err := os.Pipe()
-		if err != nil {
-			return nil, fmt.Errorf("making the output pipe: %w", err)
-		}
-		readers, writers, childEnds = append(readers, r), append(writers, w), append(childEnds, cw)
-		return cw, nil
-	}
-	sameWriter := cmd.Stdout != nil && cmd.Stdout == cmd.Stderr
-	stdout, err := pipe(cmd.Stdout)
-	if err != nil {
+	cmd.SysProcAttr = groupAttr(cmd.SysProcAttr, opt)
+	var out outputPipes
+	if err := out.connect(cmd); err != nil {
 		return nil, err
 	}
-	stderr := stdout
-	if !sameWriter {
-		if stderr, err = pipe(cmd.Stderr); err != nil {
-			closeAll()
-			return nil, err
-		}
-	}
-	cmd.Stdout, cmd.Stderr = stdout, stderr
 	if err := cmd.Start(); err != nil {
-		closeAll()
+		out.closeAll()
 		return nil, err
 	}
 	// The child holds its own copies now; once it and its group are gone, the reads end.
-	for _, f := range childEnds {
+	for _, f := range out.childEnds {
 		_ = f.Close()
 	}
 	c := &Child{cmd: cmd, pgid: cmd.Process.Pid, opt: opt, exited: make(chan struct{}), done: make(chan struct{})}
+	copied := out.drain()
+	go c.watch(&out, copied)
+	return c, nil
+}
+
+// groupAttr returns a copy of attr (nil: none) that starts the child as the leader of a
+// group of its own, with opt's parent-death signal.
+func groupAttr(attr *syscall.SysProcAttr, opt Options) *syscall.SysProcAttr {
+	a := &syscall.SysProcAttr{}
+	if attr != nil {
+		c := *attr
+		a = &c
+	}
+	a.Setpgid, a.Pgid = true, 0
+	if opt.ParentDeath != 0 {
+		a.Pdeathsig = opt.ParentDeath
+	}
+	return a
+}
+
+// watch waits for the child to exit, kills the leftovers of its group (unless they are
+// kept), and waits for its output to be read, at most OutputGrace longer.
+func (c *Child) watch(out *outputPipes, copied <-chan struct{}) {
+	c.err = c.cmd.Wait()
+	close(c.exited)
+	if !c.opt.KeepLeftovers {
+		c.killGroup(syscall.SIGKILL)
+	}
+	select {
+	case <-copied:
+	case <-time.After(c.opt.OutputGrace):
+		// A process outside the group, or a leftover, still holds the pipe.
+		out.closeReaders()
+		<-copied
+	}
+	out.closeReaders()
+	close(c.done)
+}
+
+// outputPipes are the pipes Start makes for the child's output: the ends read here, the
+// writer each feeds, and the ends the child writes to.
+type outputPipes struct {
+	readers   []*os.File
+	writers   []io.Writer
+	childEnds []*os.File
+}
+
+// connect gives cmd's Stdout and Stderr that are not files a pipe each (one pipe when
+// both are the same writer).
+func (p *outputPipes) connect(cmd *exec.Cmd) error {
+	sameWriter := cmd.Stdout != nil && cmd.Stdout == cmd.Stderr
+	stdout, err := p.pipe(cmd.Stdout)
+	if err != nil {
+		return err
+	}
+	stderr := stdout
+	if !sameWriter {
+		if stderr, err = p.pipe(cmd.Stderr); err != nil {
+			p.closeAll()
+			return err
+		}
+	}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	return nil
+}
+
+// pipe returns what the child writes to for w: w itself when it is nil or a file, else
+// the writing end of a new pipe that feeds w.
+func (p *outputPipes) pipe(w io.Writer) (io.Writer, error) {
+	if w == nil {
+		return nil, nil
+	}
+	if _, ok := w.(*os.File); ok {
+		return w, nil
+	}
+	r, cw, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("making the output pipe: %w", err)
+	}
+	p.readers, p.writers, p.childEnds = append(p.readers, r), append(p.writers, w), append(p.childEnds, cw)
+	return cw, nil
+}
+
+// closeAll closes both ends of every pipe (the child was not started).
+func (p *outputPipes) closeAll() {
+	for _, f := range append(p.readers, p.childEnds...) {
+		_ = f.Close()
+	}
+}
+
+// closeReaders closes the ends read here, which ends the reads.
+func (p *outputPipes) closeReaders() {
+	for _, r := range p.readers {
+		_ = r.Close()
+	}
+}
+
+// drain copies each pipe to its writer; the channel is closed once every pipe has ended.
+func (p *outputPipes) drain() <-chan struct{} {
 	copied := make(chan struct{})
 	var wg sync.WaitGroup
-	for i := range readers {
+	for i := range p.readers {
 		wg.Add(1)
 		go func(r io.Reader, w io.Writer) {
 			defer wg.Done()
 			drain(w, r)
-		}(readers[i], writers[i])
+		}(p.readers[i], p.writers[i])
 	}
 	go func() { wg.Wait(); close(copied) }()
-	go func() {
-		c.err = cmd.Wait()
-		close(c.exited)
-		if !opt.KeepLeftovers {
-			c.killGroup(syscall.SIGKILL)
-		}
-		select {
-		case <-copied:
-		case <-time.After(opt.OutputGrace):
-			// A process outside the group, or a leftover, still holds the pipe.
-			for _, r := range readers {
-				_ = r.Close()
-			}
-			<-copied
-		}
-		for _, r := range readers {
-			_ = r.Close()
-		}
-		close(c.done)
-	}()
-	return c, nil
+	return copied
 }
 
 // drain copies r to w until r ends; a failing w does not stop the reading, so that the
