@@ -31,40 +31,68 @@ const uploadRetries = 4
 // Options.UploadDir, where each upload stands is kept there after every chunk, and a later
 // run (after a kill) continues it.
 func (r *Registry) pushFile(ctx context.Context, path string, d digest.Digest, size int64) error {
-	f, err := os.Open(path)
+	f, err := openSized(path, size)
 	if err != nil {
-		return fmt.Errorf("opening: %w", err)
+		return err
 	}
 	defer f.Close()
+	loc, off, err := r.resumeOrStart(ctx, d, size)
+	if err != nil {
+		return err
+	}
+	if loc, err = r.sendChunks(ctx, d, f, loc, off, size); err != nil {
+		return err
+	}
+	if err := r.completeUpload(ctx, loc, d); err != nil {
+		return err
+	}
+	r.forgetUpload(d)
+	return nil
+}
+
+// openSized opens the file at path, which must be size bytes.
+func openSized(path string, size int64) (*os.File, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("opening: %w", err)
+	}
 	fi, err := f.Stat()
 	if err != nil {
-		return fmt.Errorf("opening: %w", err)
+		f.Close()
+		return nil, fmt.Errorf("opening: %w", err)
 	}
 	if fi.Size() != size {
-		return fmt.Errorf("%s is %d bytes, want %d", path, fi.Size(), size)
+		f.Close()
+		return nil, fmt.Errorf("%s is %d bytes, want %d", path, fi.Size(), size)
 	}
-	// An upload an earlier run left half done continues where the registry has it.
-	var off int64
-	loc := r.savedUpload(d)
-	if loc != "" {
+	return f, nil
+}
+
+// resumeOrStart returns the location of the upload of blob d and the offset it goes on
+// from: an upload an earlier run left half done continues where the registry has it, else
+// a new one starts at 0.
+func (r *Registry) resumeOrStart(ctx context.Context, d digest.Digest, size int64) (string, int64, error) {
+	if loc := r.savedUpload(d); loc != "" {
 		have, nloc, serr := r.uploadStatus(ctx, loc)
-		if serr != nil || have > size {
-			loc = ""
-		} else {
-			loc, off = nloc, have
-			r.logf("resuming the upload of %s at byte %d", d, off)
+		if serr == nil && have <= size {
+			r.logf("resuming the upload of %s at byte %d", d, have)
+			return nloc, have, nil
 		}
 	}
-	if loc == "" {
-		if loc, err = r.startUpload(ctx); err != nil {
-			return err
-		}
-	}
+	loc, err := r.startUpload(ctx)
+	return loc, 0, err
+}
+
+// sendChunks sends f from off to size in chunks, recording where the upload stands after
+// each. A chunk that fails is retried from what the registry holds, after a doubling
+// wait, uploadRetries times without progress; an upload the registry lost starts over.
+// It returns the upload's location after the last chunk.
+func (r *Registry) sendChunks(ctx context.Context, d digest.Digest, f *os.File, loc string, off, size int64) (string, error) {
 	failures := 0
 	wait := 500 * time.Millisecond
 	for off < size {
 		if err := ctx.Err(); err != nil {
-			return err
+			return "", err
 		}
 		n := min(r.chunkSize, size-off)
 		next, perr := r.patchWhole(ctx, loc, f, off, n)
@@ -74,30 +102,36 @@ func (r *Registry) pushFile(ctx context.Context, path string, d digest.Digest, s
 			continue
 		}
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return "", ctx.Err()
 		}
 		failures++
 		if failures > uploadRetries {
-			return fmt.Errorf("uploading at byte %d: %w", off, perr)
+			return "", fmt.Errorf("uploading at byte %d: %w", off, perr)
 		}
 		r.logf("upload of %s failed at byte %d (%v); resuming", d, off, perr)
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return "", ctx.Err()
 		case <-time.After(wait):
 		}
 		wait *= 2
 		have, nloc, serr := r.uploadStatus(ctx, loc)
 		if serr != nil {
 			// The registry lost the upload: start it again.
+			var err error
 			if loc, err = r.startUpload(ctx); err != nil {
-				return err
+				return "", err
 			}
 			off = 0
 			continue
 		}
 		loc, off = nloc, have
 	}
+	return loc, nil
+}
+
+// completeUpload ends the upload at loc, naming its digest d (PUT ?digest=).
+func (r *Registry) completeUpload(ctx context.Context, loc string, d digest.Digest) error {
 	u, err := url.Parse(loc)
 	if err != nil {
 		return fmt.Errorf("upload location %q: %w", redactLoc(loc), err)
@@ -118,7 +152,6 @@ func (r *Registry) pushFile(ctx context.Context, path string, d digest.Digest, s
 	if resp.StatusCode != http.StatusCreated {
 		return fmt.Errorf("completing the upload: %w", statusError(resp))
 	}
-	r.forgetUpload(d)
 	return nil
 }
 
@@ -165,6 +198,7 @@ func (r *Registry) forgetUpload(d digest.Digest) {
 	}
 }
 
+// uploadFile is the file in UploadDir that records the upload of blob d.
 func (r *Registry) uploadFile(d digest.Digest) string {
 	return filepath.Join(r.uploadDir, d.Encoded()+".json")
 }
