@@ -151,7 +151,17 @@ func (r *Registry) Lookup(ctx context.Context, tag string) (_ *Artifact, err err
 	if d := digest.FromBytes(a.Meta); d != m.Config.Digest {
 		return nil, fmt.Errorf("config of %s: digest %s, want %s", got, d, m.Config.Digest)
 	}
-	for i, l := range m.Layers {
+	if a.Files, err = layerFiles(got, m.Layers); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// layerFiles returns the files the layers of the manifest got name: each a sha256 blob
+// of a known size, titled, with the mode its annotation gives (bounded by BoundMode).
+func layerFiles(got digest.Digest, layers []ocispec.Descriptor) ([]File, error) {
+	var files []File
+	for i, l := range layers {
 		if l.Digest.Algorithm() != digest.SHA256 || l.Digest.Validate() != nil {
 			return nil, fmt.Errorf("manifest %s: layer %d has digest %q, want sha256", got, i, l.Digest)
 		}
@@ -167,9 +177,9 @@ func (r *Registry) Lookup(ctx context.Context, tag string) (_ *Artifact, err err
 		if m, err := strconv.ParseUint(l.Annotations[annotationMode], 8, 32); err == nil {
 			f.Mode = BoundMode(os.FileMode(m & 0o777))
 		}
-		a.Files = append(a.Files, f)
+		files = append(files, f)
 	}
-	return a, nil
+	return files, nil
 }
 
 // readAll reads rc, which must hold size bytes (at most maxManifest; size < 0: any
