@@ -117,11 +117,14 @@ func (p *parser) addf(n *yaml.Node, path, format string, args ...any) {
 	p.problems = append(p.problems, Problem{Pos: pos, Path: path, Msg: fmt.Sprintf(format, args...)})
 }
 
+// nameRE is the form of a recipe's and a step's name; varRE of a var's.
 var (
 	nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
 	varRE  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 )
 
+// parse reads the recipe: the top-level fields, the vars with --set applied, then the
+// fields that use them, and the checks across the whole.
 func (p *parser) parse(data []byte, sets []string) *Recipe {
 	root := p.rootMapping(data)
 	if root == nil {
