@@ -17,6 +17,7 @@ import (
 
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/exitcode"
+	"github.com/sglprov/sglprov/pkg/gatedswitch"
 	"github.com/sglprov/sglprov/pkg/recipe"
 	gatepkg "github.com/sglprov/sglprov/pkg/smoke"
 	"github.com/sglprov/sglprov/pkg/switchover"
@@ -338,7 +339,7 @@ func TestKind(t *testing.T) {
 		{"bad cases_timeout", &Spec{URL: "http://h:1", CasesTimeout: "0s"}, `cases_timeout "0s": want a positive duration`},
 		{"no url", &Spec{}, "url is required"},
 		{"bad regex", &Spec{URL: "http://h:1", Cases: []gateCase{{Name: "x", Prompt: "p", Expect: gateExpect{Regex: "("}}}}, "expect.regex"},
-		{"wrong type", Spec{}, "want *smoke.Spec"},
+		{"wrong type", Spec{}, "want *gatespec.Spec"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -633,7 +634,7 @@ func TestRunSwitchJudgesItsOwnServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	fs.served, fs.path = "qwen-b", "/models/b" // the server at the URL lists "qwen"
-	res, results, err := RunSwitch(context.Background(), env, fs, []string{"b"}, SwitchGate{Config: cfg})
+	res, results, err := gatedswitch.RunSwitch(context.Background(), env, fs, []string{"b"}, gatedswitch.SwitchGate{Config: cfg})
 	var fe *switchover.FailedError
 	if !errors.As(err, &fe) {
 		t.Fatalf("RunSwitch: %v, want a failed switch", err)
