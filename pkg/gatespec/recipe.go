@@ -87,7 +87,7 @@ func HeadURL(url string, n *recipe.NodesConfig) (string, error) {
 	}
 	u, err := neturl.Parse(url)
 	if err != nil {
-		return "", fmt.Errorf("%w: the smoke url is not a URL (%s): give http://HOST:PORT", exitcode.ErrUsage, RedactErr(err))
+		return "", fmt.Errorf("%w: the smoke url is not a URL (%s): give http://HOST:PORT", exitcode.ErrUsage, redactErr(err))
 	}
 	port := u.Port()
 	if port == "" {
@@ -100,8 +100,8 @@ func HeadURL(url string, n *recipe.NodesConfig) (string, error) {
 	return u.String(), nil
 }
 
-// RedactErr returns a URL parse error's reason without the URL (which may hold a key).
-func RedactErr(err error) string {
+// redactErr returns a URL parse error's reason without the URL (which may hold a key).
+func redactErr(err error) string {
 	var ue *neturl.Error
 	if errors.As(err, &ue) {
 		return ue.Err.Error()
