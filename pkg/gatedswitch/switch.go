@@ -2,8 +2,9 @@
 // judging each candidate, and what comes back when none passes, against its own server
 // (RunSwitch); it holds the gate of a worker of a multi-node group, which judges through
 // the head (WorkerGate), the wait of a worker's switch for its head (AwaitHead), and the
-// gate's config set to judge a service's own server as it runs (OwnServer). The smoke
-// step kind and the node's daemon rungs both drive a switch through it.
+// gate's config set to judge a service's own server as it runs (OwnServer), and reads
+// back the profiles a switch tried as a report records them (ProfilesOf). The smoke step
+// kind and the node's daemon rungs both drive a switch through it.
 package gatedswitch
 
 import (
