@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/exitcode"
+	"github.com/sglprov/sglprov/pkg/gatespec"
 	gate "github.com/sglprov/sglprov/pkg/smoke"
-	smokestep "github.com/sglprov/sglprov/pkg/steps/smoke"
 )
 
 // smokeOptions are the flags of `sglprov smoke`.
@@ -93,9 +93,9 @@ func readyTimeoutOf(cfg gate.Config) time.Duration {
 }
 
 // smokeConfig builds the gate's config from the flags, over the recipe's smoke step when
-// -f is given (smokestep.GateConfig).
+// -f is given (gatespec.GateConfig).
 func smokeConfig(ctx context.Context, stdio IO, o smokeOptions) (gate.Config, error) {
-	var spec smokestep.Spec
+	var spec gatespec.Spec
 	switch {
 	case o.recipe != "":
 		s, err := recipeSmokeSpec(ctx, stdio, o)
@@ -115,20 +115,20 @@ func smokeConfig(ctx context.Context, stdio IO, o smokeOptions) (gate.Config, er
 			return gate.Config{}, fmt.Errorf("%w: --seed: %w", exitcode.ErrUsage, err)
 		}
 	}
-	return smokestep.GateConfig(spec, smokestep.Overrides{URL: o.url, Model: o.model, MaxTokens: o.maxTokens,
+	return gatespec.GateConfig(spec, gatespec.Overrides{URL: o.url, Model: o.model, MaxTokens: o.maxTokens,
 		ReadyTimeout: o.readyTimeout, RequestTimeout: o.requestTimeout, Builtin: o.builtin,
 		RecipeFile: o.recipe, Insecure: o.insecure, Seed: seed}, stdio.Getenv)
 }
 
 // recipeSmokeSpec reads the recipe and renders its smoke step (the one named by --step,
-// else the first): smokestep.RecipeSpec.
-func recipeSmokeSpec(ctx context.Context, stdio IO, o smokeOptions) (*smokestep.Spec, error) {
+// else the first): gatespec.RecipeSpec.
+func recipeSmokeSpec(ctx context.Context, stdio IO, o smokeOptions) (*gatespec.Spec, error) {
 	c := recipeFlags{recipe: o.recipe, sets: o.sets, insecure: o.insecure}
 	r, err := c.loadRecipe(stdio)
 	if err != nil {
 		return nil, err
 	}
-	return smokestep.RecipeSpec(r, o.recipe, o.step, func() (map[string]any, error) {
+	return gatespec.RecipeSpec(r, o.recipe, o.step, func() (map[string]any, error) {
 		f, err := detectFacts(ctx, stdio)
 		if err != nil {
 			return nil, err

@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/sglprov/sglprov/pkg/gpu"
-	"github.com/sglprov/sglprov/pkg/steps/download"
+	"github.com/sglprov/sglprov/pkg/steps"
 )
 
 // validateOptions are validate's flags: the recipe flags alone.
@@ -70,7 +70,7 @@ func runValidate(ctx context.Context, stdio IO, args []string) error {
 	for _, line := range r.Unchecked(standIn) {
 		fmt.Fprintf(stdio.Stdout, "  %s\n", line)
 	}
-	for _, w := range download.RevisionWarnings(r) {
+	for _, w := range steps.RecipeWarnings(r) {
 		fmt.Fprintf(stdio.Stderr, "%s: warning: %s\n", c.recipe, w)
 	}
 	return nil

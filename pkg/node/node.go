@@ -12,9 +12,9 @@ import (
 	"slices"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/gatedswitch"
 	"github.com/sglprov/sglprov/pkg/generation"
 	gate "github.com/sglprov/sglprov/pkg/smoke"
-	smokestep "github.com/sglprov/sglprov/pkg/steps/smoke"
 )
 
 // Errors that say an operation has nothing to act on (the daemon's rung is then not
@@ -75,7 +75,7 @@ func NextCandidate(svc engine.BoundService, tried []string) string {
 func Regate(ctx context.Context, svc *engine.BoundService, cfg gate.Config) error {
 	if svc != nil {
 		var err error
-		if cfg, err = smokestep.OwnServer(ctx, svc.Env, svc.Step, cfg); err != nil {
+		if cfg, err = gatedswitch.OwnServer(ctx, svc.Env, svc.Step, cfg); err != nil {
 			return err
 		}
 	}
@@ -98,19 +98,19 @@ func NextProfile(ctx context.Context, svc engine.BoundService, tried []string, c
 	if profile == "" {
 		return "", ErrNoCandidate
 	}
-	_, _, err := smokestep.RunSwitch(ctx, svc.Env, svc.Step, []string{profile}, smokestep.SwitchGate{Config: cfg})
+	_, _, err := gatedswitch.RunSwitch(ctx, svc.Env, svc.Step, []string{profile}, gatedswitch.SwitchGate{Config: cfg})
 	return profile, err
 }
 
 // UseProfile switches svc to profile, whichever it is among its candidates, through the
 // switch transaction gated with cfg, as NextProfile does: a worker of a group follows the
-// profile its head runs, judged as the smoke step judges a worker (smokestep.WorkerGate).
+// profile its head runs, judged as the smoke step judges a worker (gatedswitch.WorkerGate).
 func UseProfile(ctx context.Context, svc engine.BoundService, profile string, cfg gate.Config) error {
 	if !slices.Contains(svc.Step.Candidates(svc.Env), profile) {
 		return fmt.Errorf("profile %s is not a candidate of this node's service (candidates: %v)", profile, svc.Step.Candidates(svc.Env))
 	}
-	_, _, err := smokestep.RunSwitch(ctx, svc.Env, svc.Step, []string{profile},
-		smokestep.SwitchGate{Config: cfg, RunServer: smokestep.WorkerGate(svc.Env, svc.Step)})
+	_, _, err := gatedswitch.RunSwitch(ctx, svc.Env, svc.Step, []string{profile},
+		gatedswitch.SwitchGate{Config: cfg, RunServer: gatedswitch.WorkerGate(svc.Env, svc.Step)})
 	return err
 }
 
@@ -136,7 +136,7 @@ func RollBack(ctx context.Context, e *engine.Engine, cfg gate.Config) error {
 	if !ok {
 		return ErrNoService
 	}
-	_, _, err := smokestep.RunSwitch(ctx, svc.Env, svc.Step, []string{RestartProfile(svc)}, smokestep.SwitchGate{Config: cfg})
+	_, _, err := gatedswitch.RunSwitch(ctx, svc.Env, svc.Step, []string{RestartProfile(svc)}, gatedswitch.SwitchGate{Config: cfg})
 	if err != nil {
 		return err
 	}
@@ -157,7 +157,7 @@ func RollBackInPlace(ctx context.Context, e *engine.Engine, store *generation.St
 	if !ok {
 		return relinkBack(store, undo, ErrNoService)
 	}
-	res, _, err := smokestep.RunSwitch(ctx, svc.Env, svc.Step, []string{RestartProfile(svc)}, smokestep.SwitchGate{Config: cfg})
+	res, _, err := gatedswitch.RunSwitch(ctx, svc.Env, svc.Step, []string{RestartProfile(svc)}, gatedswitch.SwitchGate{Config: cfg})
 	if res == nil || res.Winner == nil {
 		return relinkBack(store, undo, err)
 	}

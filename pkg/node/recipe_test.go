@@ -11,12 +11,12 @@ import (
 	"charm.land/log/v2"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/gatespec"
 	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/node"
 	"github.com/sglprov/sglprov/pkg/recipe"
 	gate "github.com/sglprov/sglprov/pkg/smoke"
 	"github.com/sglprov/sglprov/pkg/steps"
-	smokestep "github.com/sglprov/sglprov/pkg/steps/smoke"
 )
 
 // realRecipe is the recipe file path on a node whose state dir is state, built with the
@@ -66,7 +66,7 @@ func realRecipe(t *testing.T, path, state string, sets *[]string) *node.Recipe {
 		if err != nil {
 			return gate.Config{}, err
 		}
-		spec, err := smokestep.RecipeSpec(r, path, "", func() (map[string]any, error) { return nil, gpu.ErrNoGPU })
+		spec, err := gatespec.RecipeSpec(r, path, "", func() (map[string]any, error) { return nil, gpu.ErrNoGPU })
 		if err != nil {
 			return gate.Config{}, err
 		}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/exitcode"
-	smokestep "github.com/sglprov/sglprov/pkg/steps/smoke"
+	"github.com/sglprov/sglprov/pkg/gatedswitch"
 )
 
 // Status is what `status --json` prints: the state dir's last runs.
@@ -210,7 +210,7 @@ func ProfileOf(rep *engine.Report, st *engine.State) *Profile {
 		return p
 	}
 	for _, s := range rep.Steps {
-		tried, won, ok := smokestep.ProfilesOf(s.Details)
+		tried, won, ok := gatedswitch.ProfilesOf(s.Details)
 		if !ok {
 			continue
 		}

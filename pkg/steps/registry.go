@@ -46,3 +46,11 @@ func readsGeneration(k engine.Kind) engine.Kind {
 	k.ReadsGeneration = true
 	return k
 }
+
+// RecipeWarnings are what validate says about r's steps that the kinds find without
+// building them, each prefixed with the step's name: today a hub download whose revision
+// is a branch or tag (download.RevisionWarnings). Upper layers ask this registry, never a
+// kind.
+func RecipeWarnings(r *recipe.Recipe) []string {
+	return download.RevisionWarnings(r)
+}

@@ -110,36 +110,6 @@ func TestWorkerAsksTheHead(t *testing.T) {
 	}
 }
 
-func TestHeadURL(t *testing.T) {
-	n := &recipe.NodesConfig{Count: 2, Rank: 1, HeadHost: "fd00::1", HeadPort: 20000}
-	for in, want := range map[string]string{"http://127.0.0.1:30000": "http://[fd00::1]:30000",
-		"https://localhost/v1": "https://[fd00::1]:443/v1", "http://127.0.0.1": "http://[fd00::1]:80"} {
-		if got, err := HeadURL(in, n); err != nil || got != want {
-			t.Errorf("HeadURL(%q) = %q, %v; want %q", in, got, err, want)
-		}
-	}
-	n.Rank = 0
-	if got, _ := HeadURL("http://127.0.0.1:30000", n); got != "http://127.0.0.1:30000" {
-		t.Errorf("the head asks %q", got)
-	}
-}
-
-// TestProbeRendezvous: a rendezvous that listens, and one that refuses, are told apart.
-func TestProbeRendezvous(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	if got := probeRendezvous(context.Background(), addr); !strings.Contains(got, "accepts connections now: the head runs") {
-		t.Errorf("listening: %s", got)
-	}
-	ln.Close()
-	if got := probeRendezvous(context.Background(), addr); !strings.Contains(got, "nothing listens at the rendezvous "+addr) {
-		t.Errorf("closed: %s", got)
-	}
-}
-
 // TestWorkerJoinsOnlyItsOwnLaunch: a worker whose head serves but runs other arguments
 // than the worker's unit (the head did not switch, or restored what served before) fails
 // its gate naming the difference, and its switch restores what served before: a group

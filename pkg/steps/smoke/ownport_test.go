@@ -15,6 +15,7 @@ import (
 
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/exitcode"
+	"github.com/sglprov/sglprov/pkg/gatedswitch"
 	"github.com/sglprov/sglprov/pkg/switchover"
 	"github.com/sglprov/sglprov/pkg/switchover/fakeunits"
 	"github.com/sglprov/sglprov/test/fakesglang"
@@ -89,7 +90,7 @@ func TestRunSwitchGatesEachUnitAtItsOwnPort(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, results, err := RunSwitch(ctx, env, svc, []string{"p"}, SwitchGate{Config: cfg})
+	res, results, err := gatedswitch.RunSwitch(ctx, env, svc, []string{"p"}, gatedswitch.SwitchGate{Config: cfg})
 	var fe *switchover.FailedError
 	if !errors.As(err, &fe) {
 		t.Fatalf("RunSwitch: %v, want a failed switch", err)
@@ -99,25 +100,6 @@ func TestRunSwitchGatesEachUnitAtItsOwnPort(t *testing.T) {
 	}
 	if !res.Replaced || !res.Restored || res.RestoredVerdict == nil || !res.RestoredVerdict.Pass || !res.Serving() {
 		t.Errorf("the restored unit was not judged at its own port: restored %v, verdict %+v", res.Restored, res.RestoredVerdict)
-	}
-}
-
-// TestServerURL: the unit's host and port replace the recipe URL's, a wildcard host is
-// reached on loopback, and the scheme, credentials and path stay.
-func TestServerURL(t *testing.T) {
-	for _, tt := range []struct {
-		base string
-		srv  switchover.Server
-		want string
-	}{
-		{"http://127.0.0.1:30000/", switchover.Server{Host: "0.0.0.0", Port: 30001, Listens: true}, "http://127.0.0.1:30001/"},
-		{"https://u:p@localhost:30000/api", switchover.Server{Host: "::", Port: 8000, Listens: true}, "https://u:p@[::1]:8000/api"},
-		{"http://127.0.0.1:30000", switchover.Server{Host: "10.0.0.7", Port: 30000, Listens: true}, "http://10.0.0.7:30000"},
-		{"http://127.0.0.1:31000", switchover.Server{Host: "127.0.0.1", Port: 30000}, "http://127.0.0.1:31000"},
-	} {
-		if got := ServerURL(tt.base, tt.srv); got != tt.want {
-			t.Errorf("ServerURL(%q, %+v) = %q, want %q", tt.base, tt.srv, got, tt.want)
-		}
 	}
 }
 

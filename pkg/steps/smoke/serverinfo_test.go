@@ -11,6 +11,8 @@ import (
 
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/exitcode"
+	"github.com/sglprov/sglprov/pkg/gatedswitch"
+	"github.com/sglprov/sglprov/pkg/gatespec"
 	"github.com/sglprov/sglprov/pkg/switchover"
 	"github.com/sglprov/sglprov/test/fakesglang"
 )
@@ -78,12 +80,12 @@ func TestWorkerGateReadsSGLangsFieldNames(t *testing.T) {
 			svc := &groupWorker{fakeService: newFakeService(t, []string{""}, map[string]fakesglang.Mode{"": fakesglang.ModeGood})}
 			env, _ := newEnv(t, map[string]engine.Step{"svc": svc})
 			env.Nodes = headNodes(t, head.URL, 20*time.Second)
-			cfg, err := GateConfig(testSpec(own.URL), Overrides{}, nil)
+			cfg, err := gatespec.GateConfig(testSpec(own.URL), gatespec.Overrides{}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
 			cfg.Failed = func(context.Context) (bool, string, error) { return false, "", nil }
-			run := WorkerGate(env, svc)
+			run := gatedswitch.WorkerGate(env, svc)
 			res, err := run(context.Background(), cfg, switchover.Server{Args: line})
 			if c.want == "" {
 				if err != nil || res == nil || !res.Pass {

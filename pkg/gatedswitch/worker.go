@@ -1,4 +1,4 @@
-package smoke
+package gatedswitch
 
 import (
 	"context"
@@ -16,9 +16,8 @@ import (
 
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/exitcode"
-	"github.com/sglprov/sglprov/pkg/logval"
+	"github.com/sglprov/sglprov/pkg/gatespec"
 	"github.com/sglprov/sglprov/pkg/multinode"
-	"github.com/sglprov/sglprov/pkg/recipe"
 	gate "github.com/sglprov/sglprov/pkg/smoke"
 	"github.com/sglprov/sglprov/pkg/switchover"
 )
@@ -29,55 +28,27 @@ type groupRoute interface {
 	GroupRoute(env *engine.Env) string
 }
 
-// HeadURL returns the address a worker of group n asks in place of url: the same scheme,
-// port and path at the head's host. Every node applies the same recipe, so the head's API
-// listens on the port the smoke url names; a worker's own server only answers SGLang's
-// dummy /health (always 200), which says nothing about the group. On the head, and with
-// no group, it returns url as it is.
-func HeadURL(url string, n *recipe.NodesConfig) (string, error) {
-	if n == nil || n.IsHead() {
-		return url, nil
-	}
-	u, err := neturl.Parse(url)
-	if err != nil {
-		return "", fmt.Errorf("%w: the smoke url is not a URL (%s): give http://HOST:PORT", exitcode.ErrUsage, redactErr(err))
-	}
-	port := u.Port()
-	if port == "" {
-		port = map[string]string{"https": "443"}[u.Scheme]
-		if port == "" {
-			port = "80"
-		}
-	}
-	u.Host = net.JoinHostPort(n.HeadHost, port)
-	return u.String(), nil
-}
-
-// workerGate returns the gate of a worker node of a multi-node group (nil when env's node
-// is no worker): the switch starts this node's server, and the gate asks the head, since a
-// worker's own health server answers 200 whatever the group does. It passes when the
-// head's server passes the recipe's gate (bounded by the group's join timeout) and runs
-// the arguments of the unit judged (sameLaunch), this node's server still runs and its
-// own /health answers (SGLang opens it only once the node's schedulers are up in the
-// group). A failure is an error naming the rendezvous and the likely cause; the switch
-// then restores what served before.
-func (s *Step) workerGate(env *engine.Env, svc engine.ServiceStep) func(ctx context.Context, cfg gate.Config, srv switchover.Server) (*gate.Result, error) {
-	return workerGateWith(env, svc, func(ctx context.Context, cfg gate.Config, profile string) (*gate.Result, error) {
-		return s.gate(ctx, env, cfg, profile)
-	})
-}
-
 // WorkerGate is the gate of a switch on a worker node outside the smoke step (the
 // daemon's ladder: a worker following its head's profile), as the smoke step judges a
-// worker: through the head, with its own server's part of the join and the check that
-// the head runs its command line. nil when env's node is no worker (the plain gate).
+// worker (WorkerGateWith): through the head, with its own server's part of the join and
+// the check that the head runs its command line. nil when env's node is no worker (the
+// plain gate).
 func WorkerGate(env *engine.Env, svc engine.ServiceStep) func(ctx context.Context, cfg gate.Config, srv switchover.Server) (*gate.Result, error) {
-	return workerGateWith(env, svc, func(ctx context.Context, cfg gate.Config, _ string) (*gate.Result, error) {
+	return WorkerGateWith(env, svc, func(ctx context.Context, cfg gate.Config, _ string) (*gate.Result, error) {
 		return gate.Run(ctx, cfg)
 	})
 }
 
-func workerGateWith(env *engine.Env, svc engine.ServiceStep, run func(ctx context.Context, cfg gate.Config, profile string) (*gate.Result, error)) func(ctx context.Context, cfg gate.Config, srv switchover.Server) (*gate.Result, error) {
+// WorkerGateWith returns the gate of a worker node of a multi-node group (nil when env's
+// node is no worker), run running each gate (the smoke step's logs and records it): the
+// switch starts this node's server, and the gate asks the head, since a worker's own
+// health server answers 200 whatever the group does. It passes when the head's server
+// passes the recipe's gate (bounded by the group's join timeout) and runs the arguments
+// of the unit judged (sameLaunch), this node's server still runs and its own /health
+// answers (SGLang opens it only once the node's schedulers are up in the group). A
+// failure is an error naming the rendezvous and the likely cause; the switch then
+// restores what served before.
+func WorkerGateWith(env *engine.Env, svc engine.ServiceStep, run func(ctx context.Context, cfg gate.Config, profile string) (*gate.Result, error)) func(ctx context.Context, cfg gate.Config, srv switchover.Server) (*gate.Result, error) {
 	n := env.Nodes
 	if n == nil || n.IsHead() {
 		return nil
@@ -89,7 +60,7 @@ func workerGateWith(env *engine.Env, svc engine.ServiceStep, run func(ctx contex
 	return func(ctx context.Context, cfg gate.Config, srv switchover.Server) (*gate.Result, error) {
 		profile := srv.Profile
 		own := cfg.URL
-		head, err := HeadURL(cfg.URL, n)
+		head, err := gatespec.HeadURL(cfg.URL, n)
 		if err != nil {
 			return nil, err
 		}
@@ -154,15 +125,15 @@ func workerGateWith(env *engine.Env, svc engine.ServiceStep, run func(ctx contex
 	}
 }
 
-// headCandidate returns the one profile of candidates a worker runs: the head's, read from
+// HeadCandidate returns the one profile of candidates a worker runs: the head's, read from
 // its /server_info (multinode.ProfileOf) when the head serves now, else the first
 // (the group's first candidate, which a head coming up with it tries first too).
-func headCandidate(ctx context.Context, env *engine.Env, url string, candidates []string) []string {
+func HeadCandidate(ctx context.Context, env *engine.Env, url string, candidates []string) []string {
 	first := candidates[:1]
 	if len(candidates) < 2 || env.Nodes == nil {
 		return first
 	}
-	head, err := HeadURL(url, env.Nodes)
+	head, err := gatespec.HeadURL(url, env.Nodes)
 	if err != nil {
 		return first
 	}
@@ -227,15 +198,6 @@ func probeRendezvous(ctx context.Context, addr string) string {
 	return fmt.Sprintf("connecting to the rendezvous %s: %v", addr, err)
 }
 
-// redactErr returns a URL parse error's reason without the URL (which may hold a key).
-func redactErr(err error) string {
-	var ue *neturl.Error
-	if errors.As(err, &ue) {
-		return ue.Err.Error()
-	}
-	return err.Error()
-}
-
 // ownHealth asks this node's own server's /health once, bounded by timeout (default 10 s)
 // and 64 KiB of body: 200 says its schedulers are up, nothing more.
 func ownHealth(ctx context.Context, base string, timeout time.Duration) error {
@@ -261,127 +223,11 @@ func ownHealth(ctx context.Context, base string, timeout time.Duration) error {
 	return nil
 }
 
-// awaitHead returns the wait of a worker's switch before its candidate starts (nil when
-// env's node is no worker): the workers of a group follow its head. Restarting this
-// node's server breaks the group the head serves, so the candidate starts only once the
-// head runs its command line: the head's /server_info names the candidate's
-// arguments (multinode.Differences finds none; the head switched first), or the head's
-// server starts again (its API refuses connections while its rendezvous accepts them: it
-// waits there for its ranks, as a head that switches at the same time does), so that the
-// candidate joins the head's new server rather than break it later, or the head's group
-// does not serve (its API answers 5xx: a rank is gone, nothing serves to break, and the
-// head's ladder restarts the group once this node's server starts again); the candidate's gate
-// then checks the head's command line once the group serves, and restores this node when
-// it is another. The wait is bounded by the gate's ready timeout and logged every 15 s;
-// a head that serves other arguments all along fails the candidate, this node's server
-// left as it was. poll is how often it asks.
-func awaitHead(env *engine.Env, poll time.Duration) func(ctx context.Context, cfg gate.Config, srv switchover.Server) error {
-	n := env.Nodes
-	if n == nil || n.IsHead() {
-		return nil
+// redactErr returns a URL parse error's reason without the URL (which may hold a key).
+func redactErr(err error) string {
+	var ue *neturl.Error
+	if errors.As(err, &ue) {
+		return ue.Err.Error()
 	}
-	return func(ctx context.Context, cfg gate.Config, srv switchover.Server) error {
-		head, err := HeadURL(cfg.URL, n)
-		if err != nil {
-			return err
-		}
-		timeout := cfg.ReadyTimeout
-		if timeout <= 0 {
-			timeout = gate.DefaultReadyTimeout
-		}
-		client := &http.Client{Timeout: 5 * time.Second}
-		start := time.Now()
-		deadline, nextLog := start.Add(timeout), start
-		last := ""
-		var status *multinode.StatusError
-		for {
-			info, err := multinode.ServerInfo(ctx, client, head)
-			switch {
-			case err == nil:
-				d := multinode.Differences(info, srv.Args)
-				if len(d) == 0 {
-					env.Log.Info("group: the head runs this node's launch; starting this node's candidate", "rank", n.Rank, "head", gate.RedactURL(head))
-					return nil
-				}
-				last = "it runs other arguments (" + strings.Join(d, "; ") + ")"
-			case errors.Is(err, syscall.ECONNREFUSED) && rendezvousAccepts(ctx, n.Head()):
-				env.Log.Info("group: the head's server starts again and waits at the rendezvous; this node's candidate joins it, and its gate checks the head's launch once the group serves",
-					"rank", n.Rank, "rendezvous", n.Head())
-				return nil
-			case errors.As(err, &status) && status.Code >= 500:
-				// Its group does not serve (a rank is gone): nothing serves to break, and
-				// only a restart of the group mends it, which the head's ladder does once
-				// this node's server starts again.
-				env.Log.Info("group: the head's group does not serve; this node's candidate starts and joins it when the head's ladder restarts the group, and its gate checks the head's launch once the group serves",
-					"rank", n.Rank, "head", gate.RedactURL(head), "status", status.Code)
-				return nil
-			default:
-				last = "its API does not answer (" + redactErr(err) + ")"
-			}
-			now := time.Now()
-			if !now.Before(deadline) {
-				return fmt.Errorf("%w: the head %s does not run this launch: apply the change on the head (rank 0) first or at the same time (waited %s; %s); this node's server was left as it was",
-					exitcode.ErrGate, n.HeadHost, timeout, last)
-			}
-			if !now.Before(nextLog) {
-				env.Log.Info("group: waiting for the head to run this node's launch before this node's server restarts", "rank", n.Rank,
-					"head", gate.RedactURL(head), "seconds", logval.Seconds(now.Sub(start)), "timeout_seconds", logval.Seconds(timeout), "last", last)
-				nextLog = now.Add(15 * time.Second)
-			}
-			select {
-			case <-ctx.Done():
-				return fmt.Errorf("waiting for the head to run this node's launch: %w", ctx.Err())
-			case <-time.After(min(poll, time.Until(deadline)+time.Millisecond)):
-			}
-		}
-	}
-}
-
-// rendezvousAccepts reports whether a TCP connection to the rendezvous is accepted within
-// 2 s (the connection is closed at once, nothing sent).
-func rendezvousAccepts(ctx context.Context, addr string) bool {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
-	if err != nil {
-		return false
-	}
-	c.Close()
-	return true
-}
-
-// headLeaves waits, until deadline, for the head's server to leave the launch args (this
-// node's server's arguments) while its group failed the gate: its API refusing
-// connections (its server starts again) or naming other arguments. It returns what it
-// saw, or "" at once when the head does not serve args now, at the deadline, or when ctx
-// ends.
-func headLeaves(ctx context.Context, env *engine.Env, head string, args []string, deadline time.Time) string {
-	if len(args) == 0 {
-		return ""
-	}
-	client := &http.Client{Timeout: 5 * time.Second}
-	first := true
-	for time.Now().Before(deadline) {
-		info, err := multinode.ServerInfo(ctx, client, head)
-		serves := err == nil && len(multinode.Differences(info, args)) == 0
-		switch {
-		case first && !serves:
-			// The head does not serve this launch now: nothing to wait for.
-			return ""
-		case err == nil && !serves:
-			return "the head now runs other arguments (" + strings.Join(multinode.Differences(info, args), "; ") + "): its switch failed and it restored what served before"
-		case errors.Is(err, syscall.ECONNREFUSED):
-			return "the head's server started again (its switch failed and restores what served before, or it tries another profile)"
-		}
-		if first {
-			env.Log.Info("group: the group failed the gate while the head runs this launch; waiting for the head's switch to decide (this node follows the head)", "head", gate.RedactURL(head))
-			first = false
-		}
-		select {
-		case <-ctx.Done():
-			return ""
-		case <-time.After(min(time.Second, time.Until(deadline)+time.Millisecond)):
-		}
-	}
-	return ""
+	return err.Error()
 }

@@ -1,4 +1,4 @@
-package smoke
+package gatedswitch
 
 import (
 	"encoding/json"

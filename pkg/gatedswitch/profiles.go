@@ -1,6 +1,11 @@
-package smoke
+package gatedswitch
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"fmt"
+
+	gate "github.com/sglprov/sglprov/pkg/smoke"
+)
 
 // Report detail keys of a gate that switched the service between profiles: the candidates
 // it tried, in order (ProfileResult each), and the one that passed.
@@ -36,4 +41,29 @@ func ProfilesOf(details map[string]any) (tried []string, won string, ok bool) {
 	}
 	won, _ = details[DetailProfile].(string)
 	return tried, won, true
+}
+
+// ProfileResult is the gate's verdict on one candidate profile.
+type ProfileResult struct {
+	Profile string `json:"profile"`
+	// Error is set when the profile could not be activated.
+	Error  string       `json:"error,omitempty"`
+	Result *gate.Result `json:"result,omitempty"`
+	// StagePort is the side port the profile was gated on (Result) before it served; 0
+	// when it was gated on the served port.
+	StagePort int `json:"stage_port,omitempty"`
+	// Served is the gate on the served port, after a pass on StagePort.
+	Served *gate.Result `json:"served,omitempty"`
+}
+
+// Summary says in one line how the profile fared: its gate, or why it could not be
+// activated.
+func (p ProfileResult) Summary() string {
+	switch {
+	case p.Served != nil:
+		return fmt.Sprintf("passed on port %d, then on the served port: %s", p.StagePort, p.Served.Summary())
+	case p.Error != "":
+		return p.Error
+	}
+	return p.Result.Summary()
 }

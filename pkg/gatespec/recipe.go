@@ -1,7 +1,10 @@
-package smoke
+package gatespec
 
 import (
+	"errors"
 	"fmt"
+	"net"
+	neturl "net/url"
 	"strings"
 
 	"github.com/sglprov/sglprov/pkg/exitcode"
@@ -71,4 +74,37 @@ func stepData(r *recipe.Recipe, st *recipe.Step, facts func() (map[string]any, e
 		return nil, fmt.Errorf("%w: %v", exitcode.ErrUsage, err)
 	}
 	return data, nil
+}
+
+// HeadURL returns the address a worker of group n asks in place of url: the same scheme,
+// port and path at the head's host. Every node applies the same recipe, so the head's API
+// listens on the port the smoke url names; a worker's own server only answers SGLang's
+// dummy /health (always 200), which says nothing about the group. On the head, and with
+// no group, it returns url as it is.
+func HeadURL(url string, n *recipe.NodesConfig) (string, error) {
+	if n == nil || n.IsHead() {
+		return url, nil
+	}
+	u, err := neturl.Parse(url)
+	if err != nil {
+		return "", fmt.Errorf("%w: the smoke url is not a URL (%s): give http://HOST:PORT", exitcode.ErrUsage, redactErr(err))
+	}
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"https": "443"}[u.Scheme]
+		if port == "" {
+			port = "80"
+		}
+	}
+	u.Host = net.JoinHostPort(n.HeadHost, port)
+	return u.String(), nil
+}
+
+// redactErr returns a URL parse error's reason without the URL (which may hold a key).
+func redactErr(err error) string {
+	var ue *neturl.Error
+	if errors.As(err, &ue) {
+		return ue.Err.Error()
+	}
+	return err.Error()
 }

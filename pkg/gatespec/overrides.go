@@ -1,4 +1,4 @@
-package smoke
+package gatespec
 
 import (
 	"fmt"
