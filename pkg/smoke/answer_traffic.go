@@ -211,35 +211,7 @@ func (j *jsonReader) metaInfo(resp *chatResponse) error {
 	return j.object(func(key string) error {
 		switch key {
 		case "finish_reason":
-			c, err := j.peek()
-			if err != nil {
-				return err
-			}
-			if c != '{' {
-				return j.skip(nil)
-			}
-			return j.object(func(key string) error {
-				switch key {
-				case "type":
-					var t text
-					err := j.textField("meta_info.finish_reason.type", &t, resp)
-					resp.finish = t.head
-					return err
-				case "matched":
-					c, err := j.peek()
-					if err != nil {
-						return err
-					}
-					if c == '"' {
-						k := small()
-						err = j.str(k)
-						resp.matchedStop = k.text().head
-						return err
-					}
-					return j.skip(nil)
-				}
-				return j.skip(nil)
-			})
+			return j.metaFinish(resp)
 		case "prompt_tokens":
 			u.prompt, _, err = j.count()
 			return err
@@ -250,39 +222,85 @@ func (j *jsonReader) metaInfo(resp *chatResponse) error {
 			u.cached, u.reported, err = j.count()
 			return err
 		case "output_token_logprobs":
-			if c, err := j.peek(); err != nil || c != '[' {
-				if err != nil {
-					return err
-				}
-				return j.skip(nil)
-			}
-			resp.logprobs.present = true
-			return j.array(func(int) error {
-				c, err := j.peek()
-				if err != nil {
-					return err
-				}
-				if c != '[' {
-					return j.skip(nil)
-				}
-				return j.array(func(i int) error {
-					if i != 0 {
-						return j.skip(nil)
-					}
-					if c, err := j.peek(); err != nil || c == '{' || c == '[' || c == '"' {
-						if err != nil {
-							return err
-						}
-						return j.skip(nil)
-					}
-					lit, err := j.number()
-					if err == nil {
-						resp.logprobs.add(lit, resp.logprobs.n)
-					}
-					return err
-				})
-			})
+			return j.metaLogprobs(resp)
 		}
 		return j.skip(nil)
 	})
+}
+
+// metaFinish reads meta_info's finish_reason: {"type", "matched"}, matched kept when
+// it is a string.
+func (j *jsonReader) metaFinish(resp *chatResponse) error {
+	c, err := j.peek()
+	if err != nil {
+		return err
+	}
+	if c != '{' {
+		return j.skip(nil)
+	}
+	return j.object(func(key string) error {
+		switch key {
+		case "type":
+			var t text
+			err := j.textField("meta_info.finish_reason.type", &t, resp)
+			resp.finish = t.head
+			return err
+		case "matched":
+			c, err := j.peek()
+			if err != nil {
+				return err
+			}
+			if c == '"' {
+				k := small()
+				err = j.str(k)
+				resp.matchedStop = k.text().head
+				return err
+			}
+			return j.skip(nil)
+		}
+		return j.skip(nil)
+	})
+}
+
+// metaLogprobs reads meta_info's output_token_logprobs, [[logprob, token id, text],
+// ...], keeping each entry's logprob.
+func (j *jsonReader) metaLogprobs(resp *chatResponse) error {
+	if c, err := j.peek(); err != nil || c != '[' {
+		if err != nil {
+			return err
+		}
+		return j.skip(nil)
+	}
+	resp.logprobs.present = true
+	return j.array(func(int) error {
+		c, err := j.peek()
+		if err != nil {
+			return err
+		}
+		if c != '[' {
+			return j.skip(nil)
+		}
+		return j.array(func(i int) error {
+			if i != 0 {
+				return j.skip(nil)
+			}
+			return j.metaLogprob(resp)
+		})
+	})
+}
+
+// metaLogprob reads the logprob of one output_token_logprobs entry, skipping a value
+// that is not a number.
+func (j *jsonReader) metaLogprob(resp *chatResponse) error {
+	if c, err := j.peek(); err != nil || c == '{' || c == '[' || c == '"' {
+		if err != nil {
+			return err
+		}
+		return j.skip(nil)
+	}
+	lit, err := j.number()
+	if err == nil {
+		resp.logprobs.add(lit, resp.logprobs.n)
+	}
+	return err
 }

@@ -22,90 +22,121 @@ const maxEventBytes = 1 << 20
 func decodeStream(r io.Reader, start time.Time) (resp chatResponse, ttft time.Duration, err error) {
 	body := &limitedBody{r: r, left: MaxAnswerBytes}
 	br := bufio.NewReaderSize(body, 64<<10)
-	content := &keeper{headMax: KeepHeadBytes, tailMax: KeepTailBytes}
-	reasoning := &keeper{headMax: KeepHeadBytes, tailMax: KeepTailBytes}
-	events, finals := 0, 0
-	done := false
-	shape := func(msg string) {
-		if resp.shapeErr == "" {
-			resp.shapeErr = msg
-		}
+	d := &streamDecoder{
+		start:     start,
+		content:   &keeper{headMax: KeepHeadBytes, tailMax: KeepTailBytes},
+		reasoning: &keeper{headMax: KeepHeadBytes, tailMax: KeepTailBytes},
 	}
 	for {
 		line, rerr := readLine(br)
 		if rerr != nil && !errors.Is(rerr, io.EOF) {
 			if errors.Is(rerr, errAnswerTooLarge) {
-				return resp, ttft, errAnswerTooLarge
+				return d.resp, d.ttft, errAnswerTooLarge
 			}
-			return resp, ttft, fmt.Errorf("reading the stream: %s", shortErr(rerr))
+			return d.resp, d.ttft, fmt.Errorf("reading the stream: %s", shortErr(rerr))
 		}
-		line = bytes.TrimRight(line, "\r")
-		if len(line) > 0 && line[0] != ':' {
-			payload, ok := bytes.CutPrefix(line, []byte("data:"))
-			payload = bytes.TrimSpace(payload)
-			switch {
-			case !ok:
-				// event:, id: and retry: lines carry nothing the gate needs.
-			case done:
-				shape(fmt.Sprintf("the stream went on after data: [DONE]: %s", Sample(string(payload), SampleRunes)))
-			case string(payload) == "[DONE]":
-				done = true
-			default:
-				events++
-				var chunk chatResponse
-				j := &jsonReader{br: bufio.NewReader(bytes.NewReader(payload))}
-				if derr := j.decodeTop(&chunk); derr != nil {
-					shape(fmt.Sprintf("stream event %d is not JSON: %s", events, Sample(string(payload), SampleRunes)))
-					break
-				}
-				if chunk.shapeErr != "" {
-					shape(fmt.Sprintf("stream event %d: %s", events, chunk.shapeErr))
-				}
-				resp.choices = max(resp.choices, chunk.choices)
-				if ttft == 0 && (!chunk.content.blank() || !chunk.reasoning.blank()) {
-					ttft = time.Since(start)
-				}
-				content.write([]byte(chunk.content.head))
-				reasoning.write([]byte(chunk.reasoning.head))
-				if chunk.finish != "" {
-					finals++
-					if finals == 1 {
-						resp.finish = chunk.finish
-					}
-				} else if finals > 0 && !chunk.content.blank() {
-					shape(fmt.Sprintf("stream event %d carries text after the final chunk (finish_reason %s)", events, resp.finish))
-				}
-				if chunk.matchedStop != "" {
-					resp.matchedStop = chunk.matchedStop
-				}
-				if chunk.usage != nil {
-					resp.usage = chunk.usage
-				}
-				if chunk.logprobs.present {
-					resp.logprobs.present = true
-					if resp.logprobs.bad == "" && chunk.logprobs.bad != "" {
-						resp.logprobs.bad = chunk.logprobs.bad
-					}
-					resp.logprobs.n += chunk.logprobs.n
-				}
-			}
-		}
+		d.line(bytes.TrimRight(line, "\r"))
 		if rerr != nil {
 			break
 		}
 	}
-	resp.content, resp.reasoning = content.text(), reasoning.text()
-	switch {
-	case events == 0 && resp.shapeErr == "":
-		shape("the stream carried no event (want data: chunks ending with data: [DONE])")
-	case finals == 0:
-		shape(fmt.Sprintf("the stream's %d events have no final chunk (none sets finish_reason)", events))
-	case finals > 1:
-		shape(fmt.Sprintf("the stream has %d final chunks (finish_reason set), want exactly one", finals))
-	case !done:
-		shape("the stream ended without data: [DONE]")
+	d.end()
+	return d.resp, d.ttft, nil
+}
+
+// streamDecoder is the state of a stream being decoded: the answer so far, its texts'
+// keepers, and the counts its shape is judged by.
+type streamDecoder struct {
+	start              time.Time
+	resp               chatResponse
+	ttft               time.Duration
+	content, reasoning *keeper
+	events, finals     int
+	done               bool
+}
+
+// shape records the stream's first shape error.
+func (d *streamDecoder) shape(msg string) {
+	if d.resp.shapeErr == "" {
+		d.resp.shapeErr = msg
 	}
-	return resp, ttft, nil
+}
+
+// line reads one line of the stream: a data: event, [DONE], or a line the gate skips.
+func (d *streamDecoder) line(line []byte) {
+	if len(line) == 0 || line[0] == ':' {
+		return
+	}
+	payload, ok := bytes.CutPrefix(line, []byte("data:"))
+	payload = bytes.TrimSpace(payload)
+	switch {
+	case !ok:
+		// event:, id: and retry: lines carry nothing the gate needs.
+	case d.done:
+		d.shape(fmt.Sprintf("the stream went on after data: [DONE]: %s", Sample(string(payload), SampleRunes)))
+	case string(payload) == "[DONE]":
+		d.done = true
+	default:
+		d.event(payload)
+	}
+}
+
+// event decodes one data: event's chunk and adds it to the answer.
+func (d *streamDecoder) event(payload []byte) {
+	d.events++
+	var chunk chatResponse
+	j := &jsonReader{br: bufio.NewReader(bytes.NewReader(payload))}
+	if derr := j.decodeTop(&chunk); derr != nil {
+		d.shape(fmt.Sprintf("stream event %d is not JSON: %s", d.events, Sample(string(payload), SampleRunes)))
+		return
+	}
+	if chunk.shapeErr != "" {
+		d.shape(fmt.Sprintf("stream event %d: %s", d.events, chunk.shapeErr))
+	}
+	resp := &d.resp
+	resp.choices = max(resp.choices, chunk.choices)
+	if d.ttft == 0 && (!chunk.content.blank() || !chunk.reasoning.blank()) {
+		d.ttft = time.Since(d.start)
+	}
+	d.content.write([]byte(chunk.content.head))
+	d.reasoning.write([]byte(chunk.reasoning.head))
+	if chunk.finish != "" {
+		d.finals++
+		if d.finals == 1 {
+			resp.finish = chunk.finish
+		}
+	} else if d.finals > 0 && !chunk.content.blank() {
+		d.shape(fmt.Sprintf("stream event %d carries text after the final chunk (finish_reason %s)", d.events, resp.finish))
+	}
+	if chunk.matchedStop != "" {
+		resp.matchedStop = chunk.matchedStop
+	}
+	if chunk.usage != nil {
+		resp.usage = chunk.usage
+	}
+	if chunk.logprobs.present {
+		resp.logprobs.present = true
+		if resp.logprobs.bad == "" && chunk.logprobs.bad != "" {
+			resp.logprobs.bad = chunk.logprobs.bad
+		}
+		resp.logprobs.n += chunk.logprobs.n
+	}
+}
+
+// end closes the answer: its texts, and the shape error of a stream without events,
+// without exactly one final chunk, or without [DONE].
+func (d *streamDecoder) end() {
+	d.resp.content, d.resp.reasoning = d.content.text(), d.reasoning.text()
+	switch {
+	case d.events == 0 && d.resp.shapeErr == "":
+		d.shape("the stream carried no event (want data: chunks ending with data: [DONE])")
+	case d.finals == 0:
+		d.shape(fmt.Sprintf("the stream's %d events have no final chunk (none sets finish_reason)", d.events))
+	case d.finals > 1:
+		d.shape(fmt.Sprintf("the stream has %d final chunks (finish_reason set), want exactly one", d.finals))
+	case !d.done:
+		d.shape("the stream ended without data: [DONE]")
+	}
 }
 
 // readLine reads one line (without its newline), at most maxEventBytes; io.EOF comes

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"time"
@@ -492,101 +491,4 @@ func deref(s *string) string {
 		return ""
 	}
 	return *s
-}
-
-// answer returns the message, finish_reason and matched_stop for prompt in the server's mode.
-// garbage, when set, is the broken mode the request's batch or length calls for.
-func (s *Server) answer(prompt string, maxTokens int, thinking bool, tools []RequestTool, garbage Mode, t trafficReq) (Message, *string, any) {
-	length, stop := ptr("length"), ptr("stop")
-	mode := s.opts.Mode
-	if garbage != "" {
-		mode = garbage
-	}
-	if s.opts.BrokenWhile != "" {
-		if _, err := os.Stat(s.opts.BrokenWhile); err == nil {
-			mode = s.opts.BrokenMode
-			if mode == "" || mode == ModeGood {
-				mode = ModeBang
-			}
-		}
-	}
-	switch mode {
-	case ModeBang:
-		return Message{Content: nil, ReasoningContent: ptr(strings.Repeat("!", maxTokens))}, length, nil
-	case ModePlus:
-		return Message{Content: ptr(strings.Repeat("+", maxTokens))}, length, nil
-	case ModeCommaBang:
-		return Message{Content: ptr(" , , (" + strings.Repeat("!", max(maxTokens-3, 1)))}, length, nil
-	case ModeApostropheS:
-		return Message{Content: ptr(strings.Repeat("'s", maxTokens))}, length, nil
-	case ModeNaN:
-		return Message{Content: ptr("")}, stop, "NaN happened"
-	case ModeAbort:
-		return Message{Content: ptr("")}, ptr("abort"), nil
-	case ModeEmpty:
-		return Message{Content: ptr("")}, stop, EOSTokenID
-	case ModeWrong:
-		return Message{Content: ptr("42")}, stop, EOSTokenID
-	case ModeThinkCutoff:
-		return Message{ReasoningContent: ptr("Okay, the user is asking a question. Let me think about it carefully, step by step, before I write the answer.")}, length, nil
-	}
-	var m Message
-	finish := stop
-	var matched any = EOSTokenID
-	var content string
-	if call, ok := pickToolCall(prompt, tools); ok {
-		if s.opts.RawToolCalls {
-			content = call.raw()
-		} else {
-			s.mu.Lock()
-			s.seq++
-			id := fmt.Sprintf("call_%024x", s.seq)
-			s.mu.Unlock()
-			tc := ToolCall{ID: id, Type: "function"}
-			tc.Function.Name, tc.Function.Arguments = call.name, call.json()
-			m.ToolCalls = []ToolCall{tc}
-			finish, matched = ptr("tool_calls"), nil
-		}
-	} else {
-		content = GoodAnswer(t.context)
-		switch {
-		case mode == ModeFluentWrong:
-			content = fluentWrong(prompt, content)
-		case mode == ModeWrongUnseen && unseenFact(t.context),
-			mode == ModeMemorizer && !s.memorized(t.context):
-			content = wrongly(content)
-		case mode == ModeWordLoop && storyAsk.MatchString(prompt):
-			content = loopText(content, s.opts.LoopAfter, maxTokens)
-		}
-		if words := strings.Fields(content); len(words) > maxTokens {
-			content, finish, matched = strings.Join(words[:maxTokens], " "), length, nil
-		}
-		if t.schema {
-			content = jsonAnswer(t.context, content)
-			if mode == ModeBadJSON {
-				content = strings.TrimSuffix(content, "}") + `, "note": "`
-			}
-		}
-		if n := s.opts.AnswerBytes - len(content) - 1; n > 0 {
-			s.fillerOnce.Do(func() { s.filler = Filler(s.opts.AnswerBytes) })
-			content += " " + s.filler[:n]
-		}
-	}
-	if content != "" {
-		m.Content = ptr(content)
-	}
-	if thinking {
-		thought := "The user asks: " + firstLine(prompt) + " I will answer briefly."
-		if s.opts.InlineThink {
-			m.Content = ptr("<think>\n" + thought + "\n</think>\n\n" + content)
-		} else {
-			m.ReasoningContent = ptr(thought)
-		}
-	}
-	return m, finish, matched
-}
-
-func firstLine(s string) string {
-	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
-	return s
 }

@@ -158,10 +158,22 @@ func ParseConfig(args []string, getenv func(string) string) (Config, error) {
 		RawToolCalls:     a.Get("tool-call-parser", "") != ToolCallParser,
 		InlineThink:      a.Get("reasoning-parser", "") != ReasoningParser,
 	}
+	for _, parse := range []func(Args) error{c.parseLoad, c.parseTiming, c.parseModel,
+		func(a Args) error { return c.parseMode(a, getenv) }, c.parseBroken} {
+		if err := parse(a); err != nil {
+			return c, err
+		}
+	}
+	return c, nil
+}
+
+// parseLoad reads the flags of the load the fake breaks under: --fake-crowded-above,
+// --chunked-prefill-size and --fake-long-above, --fake-mixed-spread, --fake-answer-bytes.
+func (c *Config) parseLoad(a Args) error {
 	if v := a.Get("fake-crowded-above", ""); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
-			return c, fmt.Errorf("--fake-crowded-above %q: want a whole number above 0", v)
+			return fmt.Errorf("--fake-crowded-above %q: want a whole number above 0", v)
 		}
 		c.CrowdedAbove = n
 	}
@@ -178,21 +190,27 @@ func ParseConfig(args []string, getenv func(string) string) (Config, error) {
 			continue // SGLang's own flag: -1 turns chunking off; the fake's default stays
 		}
 		if err != nil || n < 1 {
-			return c, fmt.Errorf("--%s %q: want a whole number of tokens above 0", f.flag, v)
+			return fmt.Errorf("--%s %q: want a whole number of tokens above 0", f.flag, v)
 		}
 		*f.to = n
 	}
 	if v := a.Get("fake-answer-bytes", ""); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 || n > 1<<30 {
-			return c, fmt.Errorf("--fake-answer-bytes %q: want a number of bytes up to 1 GiB", v)
+			return fmt.Errorf("--fake-answer-bytes %q: want a number of bytes up to 1 GiB", v)
 		}
 		c.AnswerBytes = n
 	}
+	return nil
+}
+
+// parseTiming reads --fake-latency, --enable-cache-report, --fake-token-latency and
+// --fake-loop-after.
+func (c *Config) parseTiming(a Args) error {
 	if v := a.Get("fake-latency", ""); v != "" {
 		d, err := parseDuration(v)
 		if err != nil || d < 0 {
-			return c, fmt.Errorf("--fake-latency %q: want a duration such as 20ms", v)
+			return fmt.Errorf("--fake-latency %q: want a duration such as 20ms", v)
 		}
 		c.Latency = d
 	}
@@ -200,26 +218,37 @@ func ParseConfig(args []string, getenv func(string) string) (Config, error) {
 	if v := a.Get("fake-token-latency", ""); v != "" {
 		d, err := parseDuration(v)
 		if err != nil || d < 0 {
-			return c, fmt.Errorf("--fake-token-latency %q: want a duration such as 1ms", v)
+			return fmt.Errorf("--fake-token-latency %q: want a duration such as 1ms", v)
 		}
 		c.TokenLatency = d
 	}
 	if v := a.Get("fake-loop-after", ""); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
-			return c, fmt.Errorf("--fake-loop-after %q: want a whole number of words above 0", v)
+			return fmt.Errorf("--fake-loop-after %q: want a whole number of words above 0", v)
 		}
 		c.LoopAfter = n
 	}
+	return nil
+}
+
+// parseModel reads the model's path, served name and --context-length.
+func (c *Config) parseModel(a Args) error {
 	c.ModelPath = a.Get("model-path", a.Get("model", "default"))
 	c.Model = a.Get("served-model-name", c.ModelPath)
 	if v := a.Get("context-length", ""); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
-			return c, fmt.Errorf("--context-length %q: want a whole number above 0", v)
+			return fmt.Errorf("--context-length %q: want a whole number above 0", v)
 		}
 		c.ContextLength = n
 	}
+	return nil
+}
+
+// parseMode reads --fake-mode (else SGLANG_FAKE_MODE, else good), crash-after=DUR among
+// them, and --fake-ready-after.
+func (c *Config) parseMode(a Args, getenv func(string) string) error {
 	mode := a.Get("fake-mode", "")
 	if mode == "" && getenv != nil {
 		mode = getenv("SGLANG_FAKE_MODE")
@@ -230,13 +259,13 @@ func ParseConfig(args []string, getenv func(string) string) (Config, error) {
 	if after, ok := strings.CutPrefix(mode, string(ModeCrashAfter)+"="); ok {
 		d, err := parseDuration(after)
 		if err != nil {
-			return c, fmt.Errorf("--fake-mode %s: %w", mode, err)
+			return fmt.Errorf("--fake-mode %s: %w", mode, err)
 		}
 		c.CrashAfter, mode = d, string(ModeCrashAfter)
 	}
 	c.Mode = Mode(mode)
 	if !c.Mode.Valid() {
-		return c, fmt.Errorf("--fake-mode %q: unknown mode", mode)
+		return fmt.Errorf("--fake-mode %q: unknown mode", mode)
 	}
 	if c.Mode == ModeCrashAfter && c.CrashAfter == 0 {
 		c.CrashAfter = time.Second
@@ -244,13 +273,19 @@ func ParseConfig(args []string, getenv func(string) string) (Config, error) {
 	if v := a.Get("fake-ready-after", ""); v != "" {
 		d, err := parseDuration(v)
 		if err != nil {
-			return c, fmt.Errorf("--fake-ready-after: %w", err)
+			return fmt.Errorf("--fake-ready-after: %w", err)
 		}
 		c.ReadyAfter = d
 	}
+	return nil
+}
+
+// parseBroken reads --fake-broken-mode, --fake-broken-while and --fake-broken-if: a
+// good (or slow-ready) server whose launch line meets a condition is broken.
+func (c *Config) parseBroken(a Args) error {
 	brokenMode := Mode(a.Get("fake-broken-mode", string(ModeBang)))
 	if !brokenMode.Valid() {
-		return c, fmt.Errorf("--fake-broken-mode %q: unknown mode", brokenMode)
+		return fmt.Errorf("--fake-broken-mode %q: unknown mode", brokenMode)
 	}
 	if c.BrokenWhile = a.Get("fake-broken-while", ""); c.BrokenWhile != "" {
 		c.BrokenMode = brokenMode
@@ -265,7 +300,7 @@ func ParseConfig(args []string, getenv func(string) string) (Config, error) {
 		}
 		flag, want, ok := strings.Cut(cond, "=")
 		if !ok {
-			return c, fmt.Errorf("--fake-broken-if %q: want FLAG=VALUE", cond)
+			return fmt.Errorf("--fake-broken-if %q: want FLAG=VALUE", cond)
 		}
 		flag = strings.TrimLeft(flag, "-")
 		for _, got := range a[flag] {
@@ -277,7 +312,7 @@ func ParseConfig(args []string, getenv func(string) string) (Config, error) {
 	if c.BrokenBy != "" && (c.Mode == ModeGood || c.Mode == ModeSlowReady) {
 		c.Mode = brokenMode
 	}
-	return c, nil
+	return nil
 }
 
 // parseDuration reads "2s", "150ms" or a bare number of seconds.
@@ -323,33 +358,51 @@ func Main(ctx context.Context, args []string, stderr io.Writer, getenv func(stri
 		}
 	}
 	srv := &http.Server{
-		Handler: grp.Wrap(New(Options{Mode: cfg.Mode, Model: cfg.Model, ModelPath: cfg.ModelPath,
-			ContextLength: cfg.ContextLength, ReadyAfter: cfg.ReadyAfter,
-			NoHealthGenerate: cfg.NoHealthGenerate, Log: stderr, RawToolCalls: cfg.RawToolCalls,
-			InlineThink: cfg.InlineThink, CrowdedAbove: cfg.CrowdedAbove, Latency: cfg.Latency,
-			LongAbove: cfg.LongAbove, MixedSpread: cfg.MixedSpread,
-			BrokenWhile: cfg.BrokenWhile, BrokenMode: cfg.BrokenMode,
-			AnswerBytes: cfg.AnswerBytes, ServerArgs: ServerArgsOf(args),
-			CacheReport: cfg.CacheReport, TokenLatency: cfg.TokenLatency, LoopAfter: cfg.LoopAfter})),
+		Handler:           grp.Wrap(New(cfg.options(args, stderr))),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
-	why := ""
-	if cfg.BrokenBy != "" {
-		why = " (broken by " + cfg.BrokenBy + ")"
-	}
-	fmt.Fprintf(stderr, "fake-sglang: serving %s on http://%s mode=%s%s\n", cfg.Model,
-		net.JoinHostPort(cfg.Host, port), cfg.Mode, why)
-	if cfg.RawToolCalls {
-		fmt.Fprintf(stderr, "fake-sglang: no --tool-call-parser %s: tool calls stay raw text in the content\n", ToolCallParser)
-	}
-	if cfg.InlineThink {
-		fmt.Fprintf(stderr, "fake-sglang: no --reasoning-parser %s: thinking stays inline in the content\n", ReasoningParser)
-	}
+	cfg.announce(stderr, port)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
+	return cfg.serveUntil(ctx, srv, grp, errc, stderr)
+}
+
+// options are the server's Options for the launch line args, logging to stderr.
+func (c Config) options(args []string, stderr io.Writer) Options {
+	return Options{Mode: c.Mode, Model: c.Model, ModelPath: c.ModelPath,
+		ContextLength: c.ContextLength, ReadyAfter: c.ReadyAfter,
+		NoHealthGenerate: c.NoHealthGenerate, Log: stderr, RawToolCalls: c.RawToolCalls,
+		InlineThink: c.InlineThink, CrowdedAbove: c.CrowdedAbove, Latency: c.Latency,
+		LongAbove: c.LongAbove, MixedSpread: c.MixedSpread,
+		BrokenWhile: c.BrokenWhile, BrokenMode: c.BrokenMode,
+		AnswerBytes: c.AnswerBytes, ServerArgs: ServerArgsOf(args),
+		CacheReport: c.CacheReport, TokenLatency: c.TokenLatency, LoopAfter: c.LoopAfter}
+}
+
+// announce says what the fake serves where, in which mode and why, and which parsers
+// its launch line lacks.
+func (c Config) announce(stderr io.Writer, port string) {
+	why := ""
+	if c.BrokenBy != "" {
+		why = " (broken by " + c.BrokenBy + ")"
+	}
+	fmt.Fprintf(stderr, "fake-sglang: serving %s on http://%s mode=%s%s\n", c.Model,
+		net.JoinHostPort(c.Host, port), c.Mode, why)
+	if c.RawToolCalls {
+		fmt.Fprintf(stderr, "fake-sglang: no --tool-call-parser %s: tool calls stay raw text in the content\n", ToolCallParser)
+	}
+	if c.InlineThink {
+		fmt.Fprintf(stderr, "fake-sglang: no --reasoning-parser %s: thinking stays inline in the content\n", ReasoningParser)
+	}
+}
+
+// serveUntil waits for the end of the serving srv: ctx ending (a clean stop), the group
+// failing, mode crash-after's crash, or the server's own error (errc); it returns the
+// exit code.
+func (c Config) serveUntil(ctx context.Context, srv *http.Server, grp *member, errc <-chan error, stderr io.Writer) int {
 	var crash <-chan time.Time
-	if cfg.Mode == ModeCrashAfter {
-		t := time.NewTimer(cfg.CrashAfter)
+	if c.Mode == ModeCrashAfter {
+		t := time.NewTimer(c.CrashAfter)
 		defer t.Stop()
 		crash = t.C
 	}

@@ -42,15 +42,39 @@ func (s *Step) Restore(ctx context.Context, env *engine.Env, slot engine.CacheSl
 	if len(a.Files) == 0 {
 		return "", false, fmt.Errorf("artifact %s has no files", a.Digest)
 	}
+	dests, err := s.restoreDests(env, a)
+	if err != nil {
+		return "", false, err
+	}
+	rec, err := s.pullOutputs(ctx, env, slot, a, dests)
+	if err != nil {
+		return "", false, err
+	}
+	if err := env.SaveData(rec); err != nil {
+		return "", false, fmt.Errorf("recording outputs: %w", err)
+	}
+	paths := make([]string, len(rec.Outputs))
+	for i, o := range rec.Outputs {
+		paths[i] = o.Path
+	}
+	env.Detail("outputs", paths)
+	env.Detail("artifact", a.Digest)
+	return a.Digest, true, nil
+}
+
+// restoreDests returns where each file of the artifact goes, refusing an artifact that
+// names a path twice or lacks an output of the step.
+func (s *Step) restoreDests(env *engine.Env, a *cache.Artifact) ([]string, error) {
 	dir := s.dir(env)
 	dests := make([]string, len(a.Files))
 	seen := map[string]bool{}
 	for i, f := range a.Files {
+		var err error
 		if dests[i], err = s.restorePath(env, dir, f.Name); err != nil {
-			return "", false, fmt.Errorf("artifact %s: %w", a.Digest, err)
+			return nil, fmt.Errorf("artifact %s: %w", a.Digest, err)
 		}
 		if seen[dests[i]] {
-			return "", false, fmt.Errorf("artifact %s names %s twice", a.Digest, f.Name)
+			return nil, fmt.Errorf("artifact %s names %s twice", a.Digest, f.Name)
 		}
 		seen[dests[i]] = true
 	}
@@ -66,17 +90,23 @@ func (s *Step) Restore(ctx context.Context, env *engine.Env, slot engine.CacheSl
 			}
 		}
 		if !found {
-			return "", false, fmt.Errorf("the artifact %s lacks %s, an output of the step; the tree is left as it was", a.Digest, g)
+			return nil, fmt.Errorf("the artifact %s lacks %s, an output of the step; the tree is left as it was", a.Digest, g)
 		}
 	}
+	return dests, nil
+}
+
+// pullOutputs pulls the artifact's files into a folder in the state dir and places each
+// at its dest, all or none, and returns the record of the outputs placed.
+func (s *Step) pullOutputs(ctx context.Context, env *engine.Env, slot engine.CacheSlot, a *cache.Artifact, dests []string) (record, error) {
 	// The pull is staged in the state dir, not in the source tree: a pull killed half way
 	// leaves nothing in the tree that its fingerprint would see.
 	if err := os.MkdirAll(env.StateDir, 0o700); err != nil {
-		return "", false, fmt.Errorf("creating the state dir: %w", err)
+		return record{}, fmt.Errorf("creating the state dir: %w", err)
 	}
 	stage, err := os.MkdirTemp(env.StateDir, "cache-pull-")
 	if err != nil {
-		return "", false, fmt.Errorf("creating a folder for the pull: %w", err)
+		return record{}, fmt.Errorf("creating a folder for the pull: %w", err)
 	}
 	defer os.RemoveAll(stage)
 	pulled := *a
@@ -87,7 +117,7 @@ func (s *Step) Restore(ctx context.Context, env *engine.Env, slot engine.CacheSl
 	}
 	env.Log.Info("pulling the outputs from the cache", "artifact", a.Digest, "files", len(a.Files))
 	if err := slot.Cache.Pull(ctx, &pulled, stage); err != nil {
-		return "", false, err
+		return record{}, err
 	}
 	known := map[string]string{}
 	var tx restoreTx
@@ -95,26 +125,17 @@ func (s *Step) Restore(ctx context.Context, env *engine.Env, slot engine.CacheSl
 		src := filepath.Join(stage, filepath.FromSlash(f.Name))
 		if err := tx.place(src, dests[i]); err != nil {
 			tx.undo()
-			return "", false, fmt.Errorf("restoring %s: %w; the tree is left as it was", dests[i], err)
+			return record{}, fmt.Errorf("restoring %s: %w; the tree is left as it was", dests[i], err)
 		}
 		known[dests[i]] = f.SHA256
 	}
 	rec, err := s.recordOutputsKnown(env, known)
 	if err != nil {
 		tx.undo()
-		return "", false, fmt.Errorf("%w; the tree is left as it was", err)
+		return record{}, fmt.Errorf("%w; the tree is left as it was", err)
 	}
 	tx.commit()
-	if err := env.SaveData(rec); err != nil {
-		return "", false, fmt.Errorf("recording outputs: %w", err)
-	}
-	paths := make([]string, len(rec.Outputs))
-	for i, o := range rec.Outputs {
-		paths[i] = o.Path
-	}
-	env.Detail("outputs", paths)
-	env.Detail("artifact", a.Digest)
-	return a.Digest, true, nil
+	return rec, nil
 }
 
 // Publish pushes the outputs the last run recorded as one artifact tagged with the

@@ -104,32 +104,9 @@ func (s *Step) listingFrom(env *engine.Env, a *cache.Artifact) *cacheListing {
 // parallel ranged downloader, each file on its own so that one failing falls back to the
 // origin alone. It returns the files left for the origin and those it fetched.
 func (s *Step) fetchFromCache(ctx context.Context, env *engine.Env, c cache.Cache, dest string, todo []fetch.File, rec *record) (rest []fetch.File, fetched []fetch.Result, bytes int64, err error) {
-	var inReg []fetch.File
-	var gaveUp error // the registry is not asked again in this run
-	for _, f := range todo {
-		if f.SHA256 == "" || gaveUp != nil {
-			rest = append(rest, f)
-			continue
-		}
-		ok, herr := c.HasBlob(ctx, f.SHA256)
-		if herr != nil {
-			if ctx.Err() != nil {
-				return nil, nil, 0, ctx.Err()
-			}
-			if errors.Is(herr, cache.ErrNotAskedAgain) {
-				// Said once for the step, not once per file.
-				gaveUp = herr
-				env.Log.Warn("the cache is not asked again in this run; every file left comes from the origin", "cache", c.String(), "err", herr)
-				rest = append(rest, f)
-				continue
-			}
-			env.Log.Warn("cannot ask the cache for a file; fetching it from the origin", "file", f.Path, "err", herr)
-		}
-		if !ok {
-			rest = append(rest, f)
-			continue
-		}
-		inReg = append(inReg, f)
+	inReg, rest, gaveUp, err := askCache(ctx, env, c, todo)
+	if err != nil {
+		return nil, nil, 0, err
 	}
 	if len(inReg) == 0 {
 		return rest, nil, 0, nil
@@ -141,41 +118,7 @@ func (s *Step) fetchFromCache(ctx context.Context, env *engine.Env, c cache.Cach
 	env.Log.Info("downloading from the cache", "files", len(inReg), "bytes", logval.Bytes(total), "cache", c.String())
 	rep, closeRep := s.reporter(env)
 	defer closeRep()
-	type outcome struct {
-		f   fetch.File
-		res []fetch.Result
-		err error
-	}
-	out := make([]outcome, len(inReg))
-	at := s.spec.FilesAtOnce
-	if at <= 0 {
-		at = 4
-	}
-	sem := make(chan struct{}, at)
-	var wg sync.WaitGroup
-	for i, f := range inReg {
-		reg := f
-		reg.URL = c.BlobURL(f.SHA256)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			if err := c.GaveUp(); err != nil {
-				// A file before this one stalled: the registry is not asked again.
-				out[i] = outcome{f: f, err: err}
-				return
-			}
-			res, ferr := fetch.Fetch(ctx, []fetch.File{reg}, fetch.Options{
-				Dest: dest, Files: 1, Conns: s.spec.Connections, ChunkSize: cache.ChunkSize, StallTimeout: s.stall, MinRate: c.MinRate(), MinRateWindow: s.minRateWindow,
-				Retries: s.spec.Retries, NoProgress: s.registryNoProgress(), Client: giveUpClient(c), Progress: rep, FreeSpace: s.freeSpace,
-				Logf: func(format string, args ...any) { env.Log.Info(redact.Userinfo(fmt.Sprintf(format, args...))) },
-			})
-			out[i] = outcome{f: f, res: res, err: ferr}
-		}()
-	}
-	wg.Wait()
-	for _, o := range out {
+	for _, o := range s.fetchBlobs(ctx, env, c, rep, dest, inReg) {
 		got, n, rerr := s.recordResults(dest, []fetch.File{o.f}, o.res, rec)
 		if o.err == nil {
 			o.err = rerr
@@ -200,6 +143,80 @@ func (s *Step) fetchFromCache(ctx context.Context, env *engine.Env, c cache.Cach
 		return nil, nil, 0, fmt.Errorf("recording verified files: %w", err)
 	}
 	return rest, fetched, bytes, nil
+}
+
+// askCache sorts todo into the files the registry holds as blobs and the rest, left
+// for the origin; gaveUp is set once the registry is not to be asked again in this run.
+func askCache(ctx context.Context, env *engine.Env, c cache.Cache, todo []fetch.File) (inReg, rest []fetch.File, gaveUp, err error) {
+	for _, f := range todo {
+		if f.SHA256 == "" || gaveUp != nil {
+			rest = append(rest, f)
+			continue
+		}
+		ok, herr := c.HasBlob(ctx, f.SHA256)
+		if herr != nil {
+			if ctx.Err() != nil {
+				return nil, nil, nil, ctx.Err()
+			}
+			if errors.Is(herr, cache.ErrNotAskedAgain) {
+				// Said once for the step, not once per file.
+				gaveUp = herr
+				env.Log.Warn("the cache is not asked again in this run; every file left comes from the origin", "cache", c.String(), "err", herr)
+				rest = append(rest, f)
+				continue
+			}
+			env.Log.Warn("cannot ask the cache for a file; fetching it from the origin", "file", f.Path, "err", herr)
+		}
+		if !ok {
+			rest = append(rest, f)
+			continue
+		}
+		inReg = append(inReg, f)
+	}
+	return inReg, rest, gaveUp, nil
+}
+
+// blobOutcome is what fetching one file from the registry came to.
+type blobOutcome struct {
+	f   fetch.File
+	res []fetch.Result
+	err error
+}
+
+// fetchBlobs fetches each file of inReg from the registry on its own, FilesAtOnce at a
+// time (4 unless set), reporting progress to rep, and returns each file's outcome in
+// order.
+func (s *Step) fetchBlobs(ctx context.Context, env *engine.Env, c cache.Cache, rep fetch.Reporter, dest string, inReg []fetch.File) []blobOutcome {
+	out := make([]blobOutcome, len(inReg))
+	at := s.spec.FilesAtOnce
+	if at <= 0 {
+		at = 4
+	}
+	sem := make(chan struct{}, at)
+	var wg sync.WaitGroup
+	for i, f := range inReg {
+		reg := f
+		reg.URL = c.BlobURL(f.SHA256)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			if err := c.GaveUp(); err != nil {
+				// A file before this one stalled: the registry is not asked again.
+				out[i] = blobOutcome{f: f, err: err}
+				return
+			}
+			res, ferr := fetch.Fetch(ctx, []fetch.File{reg}, fetch.Options{
+				Dest: dest, Files: 1, Conns: s.spec.Connections, ChunkSize: cache.ChunkSize, StallTimeout: s.stall, MinRate: c.MinRate(), MinRateWindow: s.minRateWindow,
+				Retries: s.spec.Retries, NoProgress: s.registryNoProgress(), Client: giveUpClient(c), Progress: rep, FreeSpace: s.freeSpace,
+				Logf: func(format string, args ...any) { env.Log.Info(redact.Userinfo(fmt.Sprintf(format, args...))) },
+			})
+			out[i] = blobOutcome{f: f, res: res, err: ferr}
+		}()
+	}
+	wg.Wait()
+	return out
 }
 
 // originEntries returns the files of todo (entries of the cache's listing, left for the

@@ -143,23 +143,34 @@ func (s *Spec) check() error {
 		}
 	}
 	if s.HF != nil {
-		if err := hub.CheckRepo(s.HF.Repo); err != nil {
-			return fmt.Errorf("hf.repo: %w", err)
-		}
-		if err := hub.CheckPatterns(s.HF.Include); err != nil {
-			return fmt.Errorf("hf.include: %w", err)
-		}
-		if err := hub.CheckPatterns(s.HF.Exclude); err != nil {
-			return fmt.Errorf("hf.exclude: %w", err)
-		}
-		if s.HF.Endpoint != "" {
-			u, err := url.Parse(s.HF.Endpoint)
-			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-				return fmt.Errorf("hf.endpoint %q: want an http(s) URL", redact.URL(s.HF.Endpoint))
-			}
-		}
-		return nil
+		return s.HF.check()
 	}
+	return s.checkFiles()
+}
+
+// check checks a hub download's repository, patterns and endpoint.
+func (h *HFSpec) check() error {
+	if err := hub.CheckRepo(h.Repo); err != nil {
+		return fmt.Errorf("hf.repo: %w", err)
+	}
+	if err := hub.CheckPatterns(h.Include); err != nil {
+		return fmt.Errorf("hf.include: %w", err)
+	}
+	if err := hub.CheckPatterns(h.Exclude); err != nil {
+		return fmt.Errorf("hf.exclude: %w", err)
+	}
+	if h.Endpoint != "" {
+		u, err := url.Parse(h.Endpoint)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("hf.endpoint %q: want an http(s) URL", redact.URL(h.Endpoint))
+		}
+	}
+	return nil
+}
+
+// checkFiles checks the listed files: http(s) URLs, sha256 digests (lowered), paths
+// (the URL's base name unless set) named once, sizes.
+func (s *Spec) checkFiles() error {
 	seen := map[string]bool{}
 	for i := range s.Files {
 		f := &s.Files[i]

@@ -288,11 +288,6 @@ func (s *Step) run(ctx context.Context, env *engine.Env, slot engine.CacheSlot) 
 			_ = env.SaveData(rec)
 		}
 	}()
-	var (
-		files []fetch.File
-		hubc  *hub.Client
-		err   error
-	)
 	if s.spec.HF != nil {
 		env.Detail(engine.HubDetail, s.spec.HF.Repo)
 	}
@@ -301,22 +296,15 @@ func (s *Step) run(ctx context.Context, env *engine.Env, slot engine.CacheSlot) 
 	if artifact != nil {
 		listing = s.listingFrom(env, artifact)
 	}
-	files, hubc, err = s.list(ctx, env, artifact, listing, &rec)
+	files, hubc, err := s.list(ctx, env, artifact, listing, &rec)
 	if err != nil {
 		return err
 	}
 	want := expect(&rec, files)
 	dest := s.root(env, rec.Commit)
-	if s.hfCache() {
-		if err := s.checkLinks(env.Path(s.spec.Dest), rec.Commit, rec.Revision, files); err != nil {
-			return err
-		}
+	if made, err = s.makeDest(env, top, dest, &rec, files); err != nil {
+		return err
 	}
-	made = s.missingDirs(top, rec.Commit, files)
-	if err := os.MkdirAll(dest, 0o755); err != nil {
-		return fmt.Errorf("creating %s: %w", s.shownRoot(rec.Commit), err)
-	}
-	rec.Owned.made(top, made)
 	began = true
 	if s.hfCache() {
 		if err := s.relink(dest, files, rec.Owned.wrote); err != nil {
@@ -336,24 +324,8 @@ func (s *Step) run(ctx context.Context, env *engine.Env, slot engine.CacheSlot) 
 	if err != nil {
 		return err
 	}
-	for _, p := range rec.Expected {
-		if _, ok := rec.Files[p]; !ok {
-			return fmt.Errorf("downloading into %s: %s was not downloaded", s.spec.Dest, p)
-		}
-	}
-	// Every listed file is complete: what is left in the part folder belongs to files
-	// that left the listing.
-	s.removeLeftParts(env, dest)
-	s.removeOldParts(env, dest, want)
-	if s.hfCache() {
-		// Again: a link put there while the files downloaded is refused as well.
-		if err := s.checkLinks(env.Path(s.spec.Dest), rec.Commit, rec.Revision, files); err != nil {
-			return err
-		}
-		if err := s.toBlobs(dest, files, rec.Revision, rec.Commit, rec.Owned.wrote); err != nil {
-			return fmt.Errorf("laying out %s as huggingface_hub's cache: %w", s.spec.Dest, err)
-		}
-		env.Detail("snapshot", s.shownRoot(rec.Commit))
+	if err := s.settle(env, dest, files, want, &rec); err != nil {
+		return err
 	}
 	// Taken from the cache: the listing, or every file fetched, came from the registry.
 	if artifact != nil && fromReg == len(fetched) && (listing != nil || fromReg > 0) {
@@ -364,6 +336,49 @@ func (s *Step) run(ctx context.Context, env *engine.Env, slot engine.CacheSlot) 
 	if err := s.checkWeights(dest, rec.Expected); err != nil {
 		return fmt.Errorf("checking downloaded weights: %w", err)
 	}
+	return nil
+}
+
+// makeDest makes the folder the files download into, first refusing (as
+// huggingface_hub's cache) a link in the way; it returns the folders it made.
+func (s *Step) makeDest(env *engine.Env, top, dest string, rec *record, files []fetch.File) ([]string, error) {
+	if s.hfCache() {
+		if err := s.checkLinks(env.Path(s.spec.Dest), rec.Commit, rec.Revision, files); err != nil {
+			return nil, err
+		}
+	}
+	made := s.missingDirs(top, rec.Commit, files)
+	if err := os.MkdirAll(dest, 0o755); err != nil {
+		return nil, fmt.Errorf("creating %s: %w", s.shownRoot(rec.Commit), err)
+	}
+	rec.Owned.made(top, made)
+	return made, nil
+}
+
+// settle finishes a download once every file is fetched: every expected file must be
+// there; part files of files that left the listing go; as huggingface_hub's cache the
+// files move into blobs behind the snapshot's links.
+func (s *Step) settle(env *engine.Env, dest string, files []fetch.File, want map[string]bool, rec *record) error {
+	for _, p := range rec.Expected {
+		if _, ok := rec.Files[p]; !ok {
+			return fmt.Errorf("downloading into %s: %s was not downloaded", s.spec.Dest, p)
+		}
+	}
+	// Every listed file is complete: what is left in the part folder belongs to files
+	// that left the listing.
+	s.removeLeftParts(env, dest)
+	s.removeOldParts(env, dest, want)
+	if !s.hfCache() {
+		return nil
+	}
+	// Again: a link put there while the files downloaded is refused as well.
+	if err := s.checkLinks(env.Path(s.spec.Dest), rec.Commit, rec.Revision, files); err != nil {
+		return err
+	}
+	if err := s.toBlobs(dest, files, rec.Revision, rec.Commit, rec.Owned.wrote); err != nil {
+		return fmt.Errorf("laying out %s as huggingface_hub's cache: %w", s.spec.Dest, err)
+	}
+	env.Detail("snapshot", s.shownRoot(rec.Commit))
 	return nil
 }
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -14,174 +13,6 @@ import (
 
 	"github.com/sglprov/sglprov/pkg/exitcode"
 )
-
-// absent is the digest recorded for a file that does not exist.
-const absent = "absent"
-
-// entry is one file of the in-memory tree: a regular file (data is its content) or a
-// symbolic link (data is its target).
-type entry struct {
-	exists bool
-	link   bool
-	data   []byte
-	perm   fs.FileMode
-}
-
-// linkPerm is the mode a symbolic link entry records.
-const linkPerm = fs.ModeSymlink | 0o777
-
-// Git's file modes, as a diff's mode lines give them (go-gitdiff keeps them as numbers).
-const (
-	gitTypeMask = 0o170000
-	gitRegular  = 0o100000
-	gitSymlink  = 0o120000
-)
-
-// gitType returns the type bits of a git mode (0 when the diff gives no mode).
-func gitType(m fs.FileMode) uint32 { return uint32(m) & gitTypeMask }
-
-// clampPerm bounds the permissions a patch gives a file to what git itself records: 0755
-// for a file its owner may execute, 0644 otherwise. Nothing the patch says makes a file
-// writable by group or others, or setuid, setgid or sticky; tighter bits are kept.
-func clampPerm(m fs.FileMode) fs.FileMode {
-	if m&0o100 != 0 {
-		return m.Perm() & 0o755
-	}
-	return m.Perm() & 0o644
-}
-
-// modeChange reports whether f changes a regular file's mode (git's "old mode"/"new mode"
-// lines).
-func modeChange(f *gitdiff.File) bool {
-	return f.OldMode != 0 && f.NewMode != 0 && f.OldMode != f.NewMode &&
-		gitType(f.OldMode) == gitRegular && gitType(f.NewMode) == gitRegular
-}
-
-// modeFrom reports whether a file of mode perm is in the mode old that a mode change
-// starts from. Applied forward, the owner's execute bit decides (git records 100644 or
-// 100755, while a checkout's group bits follow the umask); undone, the file must have
-// exactly the mode the change gave it, which is what tells a tree with the change from
-// one without it.
-func modeFrom(perm, old fs.FileMode, forward bool) bool {
-	if forward {
-		return perm&0o100 == old&0o100
-	}
-	return perm == clampPerm(old)
-}
-
-// tree is the in-memory view of the files a series touches. Files are read from disk on
-// first use; changes stay in memory until write.
-type tree struct {
-	root  string
-	files map[string]*entry
-	// merge finds preimage blobs and merges three-way (nil: hunks apply exactly or not).
-	merge merger
-	// merged lists the files applied by a three-way merge, in order.
-	merged []string
-}
-
-// merger is what a three-way apply needs from git: the preimage blob a diff's `index`
-// line names, and a three-way file merge.
-type merger interface {
-	// Blob returns the blob oid names, or an error when the object store lacks it.
-	Blob(oid string) ([]byte, error)
-	// Merge applies the changes from base to theirs to ours; it returns the result and
-	// the number of conflicts.
-	Merge(ours, base, theirs []byte) ([]byte, int, error)
-}
-
-func newTree(root string) *tree {
-	return &tree{root: root, files: map[string]*entry{}}
-}
-
-// clone returns a copy whose changes do not affect t (file contents are never modified
-// in place, so they are shared).
-func (t *tree) clone() *tree {
-	c := &tree{root: t.root, files: make(map[string]*entry, len(t.files)), merge: t.merge, merged: append([]string(nil), t.merged...)}
-	for k, v := range t.files {
-		e := *v
-		c.files[k] = &e
-	}
-	return c
-}
-
-// get returns the file at rel, reading it from disk the first time.
-func (t *tree) get(rel string) (*entry, error) {
-	if e, ok := t.files[rel]; ok {
-		return e, nil
-	}
-	e, err := readEntry(t.root, rel)
-	if err != nil {
-		return nil, err
-	}
-	t.files[rel] = e
-	return e, nil
-}
-
-func (t *tree) set(rel string, e entry) {
-	t.files[rel] = &e
-}
-
-// readEntry reads the file rel under root; a missing file is an entry that does not exist.
-// A symbolic link at rel is read as a link (its target), never followed; a path whose
-// folders lead out of the tree through one is refused, so that a patch never writes
-// through a link out of the tree.
-func readEntry(root, rel string) (*entry, error) {
-	if err := checkInside(root, rel); err != nil {
-		return nil, err
-	}
-	p := filepath.Join(root, rel)
-	fi, err := os.Lstat(p)
-	if errors.Is(err, fs.ErrNotExist) {
-		return &entry{}, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", p, err)
-	}
-	if fi.Mode()&fs.ModeSymlink != 0 {
-		target, err := os.Readlink(p)
-		if err != nil {
-			return nil, fmt.Errorf("reading %s: %w", p, err)
-		}
-		return &entry{exists: true, link: true, data: []byte(target), perm: linkPerm}, nil
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file (%s); patches change regular files and symbolic links only", p, fi.Mode().Type())
-	}
-	data, err := os.ReadFile(p)
-	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", p, err)
-	}
-	return &entry{exists: true, data: data, perm: fi.Mode().Perm()}, nil
-}
-
-// checkInside refuses a path whose existing folders lead out of root through a symbolic
-// link.
-func checkInside(root, rel string) error {
-	realRoot, err := filepath.EvalSymlinks(root)
-	if err != nil {
-		return fmt.Errorf("resolving %s: %w", root, err)
-	}
-	dir := filepath.Dir(filepath.Join(root, rel))
-	for {
-		real, err := filepath.EvalSymlinks(dir)
-		if err == nil {
-			r, err := filepath.Rel(realRoot, real)
-			if err != nil || !filepath.IsLocal(r) && r != "." {
-				return fmt.Errorf("path %q leaves the tree %s through a symbolic link", rel, root)
-			}
-			return nil
-		}
-		if !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("resolving %s: %w", dir, err)
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return nil
-		}
-		dir = parent
-	}
-}
 
 // conflictError says where and why a patch does not apply.
 type conflictError struct {
@@ -225,86 +56,27 @@ func fileName(f *gitdiff.File) string {
 // on a tree that never had it), the diff is applied to its preimage blob and the result
 // merged three-way into the file, as `git apply --3way` does.
 func applyFile(t *tree, patch string, f *gitdiff.File, threeWay bool) error {
-	name := fileName(f)
-	conflict := func(detail string) error {
-		return &conflictError{Patch: patch, File: name, Detail: detail}
-	}
-	var src entry
-	if f.IsNew {
-		dst, err := t.get(f.NewName)
-		if err != nil {
-			return err
-		}
-		if dst.exists {
-			return conflict("the patch creates it, but it already exists")
-		}
-		src = entry{perm: 0o644}
-	} else {
-		e, err := t.get(f.OldName)
-		if err != nil {
-			return err
-		}
-		if !e.exists {
-			return conflict("the file does not exist")
-		}
-		src = *e
-		diffLink := gitType(f.OldMode) == gitSymlink
-		switch {
-		case src.link && !diffLink && (f.OldMode != 0 || len(f.TextFragments) > 0 || f.IsBinary):
-			return conflict("it is a symbolic link, but the patch changes a regular file")
-		case !src.link && diffLink:
-			return conflict("the patch changes a symbolic link, but it is a regular file")
-		case !src.link && modeChange(f) && !modeFrom(src.perm, f.OldMode, threeWay):
-			return conflict(fmt.Sprintf("the patch changes its mode from %o to %o, but its mode is %o",
-				uint32(f.OldMode), uint32(f.NewMode), uint32(src.perm)))
-		}
+	d := fileDiff{t: t, patch: patch, name: fileName(f), f: f, threeWay: threeWay}
+	src, err := d.source()
+	if err != nil {
+		return err
 	}
 	if (f.IsRename || f.IsCopy) && !f.IsNew {
-		dst, err := t.get(f.NewName)
-		if err != nil {
+		if err := d.targetFree(); err != nil {
 			return err
 		}
-		if dst.exists {
-			return conflict("the patch creates it, but it already exists")
-		}
 	}
-
-	out, err := applyContent(src.data, f)
-	var hunk *hunkError
-	if errors.As(err, &hunk) && threeWay {
-		merged, ok, merr := mergeFromPreimage(t, patch, name, src.data, f)
-		if merr != nil {
-			return merr
-		}
-		if ok {
-			out, err = merged, nil
-			t.merged = append(t.merged, name)
-		}
-	}
+	out, err := d.content(src)
 	if err != nil {
-		if errors.As(err, &hunk) {
-			return &conflictError{Patch: patch, File: name, Hunk: hunkHeader(hunk.frag), Detail: diagnose(src.data, hunk.frag, hunk.err)}
-		}
-		return conflict(err.Error())
+		return err
 	}
-
 	if f.IsDelete {
 		t.set(f.OldName, entry{})
 		return nil
 	}
-	perm, link := src.perm, src.link
-	if f.IsNew && f.NewMode != 0 || f.OldMode != 0 && f.NewMode != 0 && f.OldMode != f.NewMode {
-		switch gitType(f.NewMode) {
-		case gitSymlink:
-			perm, link = linkPerm, true
-		case gitRegular, 0:
-			perm, link = clampPerm(f.NewMode), false
-		default:
-			return conflict(fmt.Sprintf("mode %o is neither a regular file nor a symbolic link", uint32(f.NewMode)))
-		}
-	}
-	if link != src.link && f.OldMode != 0 && !f.IsNew {
-		return conflict("the patch changes a regular file into a symbolic link or back; git writes that as a removal and a new file")
+	perm, link, err := d.mode(src)
+	if err != nil {
+		return err
 	}
 	// An undo (threeWay unset) is never written: a link it would make back (a patch that
 	// removes an upstream link to /usr/...) is not the patch's to check.
@@ -318,6 +90,108 @@ func applyFile(t *tree, patch string, f *gitdiff.File, threeWay bool) error {
 	}
 	t.set(f.NewName, entry{exists: true, link: link, data: out, perm: perm})
 	return nil
+}
+
+// fileDiff is one file diff of a patch being applied to a tree.
+type fileDiff struct {
+	t        *tree
+	patch    string
+	name     string
+	f        *gitdiff.File
+	threeWay bool
+}
+
+// conflict is the error of a diff that does not apply to the file, for detail.
+func (d fileDiff) conflict(detail string) error {
+	return &conflictError{Patch: d.patch, File: d.name, Detail: detail}
+}
+
+// source returns the entry the diff applies to: an empty one for a new file, else the
+// existing file, whose type and mode must be the ones the diff changes.
+func (d fileDiff) source() (entry, error) {
+	f := d.f
+	if f.IsNew {
+		if err := d.targetFree(); err != nil {
+			return entry{}, err
+		}
+		return entry{perm: 0o644}, nil
+	}
+	e, err := d.t.get(f.OldName)
+	if err != nil {
+		return entry{}, err
+	}
+	if !e.exists {
+		return entry{}, d.conflict("the file does not exist")
+	}
+	src := *e
+	diffLink := gitType(f.OldMode) == gitSymlink
+	switch {
+	case src.link && !diffLink && (f.OldMode != 0 || len(f.TextFragments) > 0 || f.IsBinary):
+		return entry{}, d.conflict("it is a symbolic link, but the patch changes a regular file")
+	case !src.link && diffLink:
+		return entry{}, d.conflict("the patch changes a symbolic link, but it is a regular file")
+	case !src.link && modeChange(f) && !modeFrom(src.perm, f.OldMode, d.threeWay):
+		return entry{}, d.conflict(fmt.Sprintf("the patch changes its mode from %o to %o, but its mode is %o",
+			uint32(f.OldMode), uint32(f.NewMode), uint32(src.perm)))
+	}
+	return src, nil
+}
+
+// targetFree refuses a diff that creates its new name where a file already exists.
+func (d fileDiff) targetFree() error {
+	dst, err := d.t.get(d.f.NewName)
+	if err != nil {
+		return err
+	}
+	if dst.exists {
+		return d.conflict("the patch creates it, but it already exists")
+	}
+	return nil
+}
+
+// content applies the diff's fragments to src's data, merging three-way from the
+// preimage when the hunks do not apply exactly and the diff allows it.
+func (d fileDiff) content(src entry) ([]byte, error) {
+	out, err := applyContent(src.data, d.f)
+	var hunk *hunkError
+	if errors.As(err, &hunk) && d.threeWay {
+		merged, ok, merr := mergeFromPreimage(d.t, d.patch, d.name, src.data, d.f)
+		if merr != nil {
+			return nil, merr
+		}
+		if ok {
+			out, err = merged, nil
+			d.t.merged = append(d.t.merged, d.name)
+		}
+	}
+	if err != nil {
+		if errors.As(err, &hunk) {
+			return nil, &conflictError{Patch: d.patch, File: d.name, Hunk: hunkHeader(hunk.frag), Detail: diagnose(src.data, hunk.frag, hunk.err)}
+		}
+		return nil, d.conflict(err.Error())
+	}
+	return out, nil
+}
+
+// mode returns the permissions and type the file has after the diff: src's, or those
+// of the diff's new mode when it sets one.
+func (d fileDiff) mode(src entry) (fs.FileMode, bool, error) {
+	f := d.f
+	perm, link := src.perm, src.link
+	if f.IsNew && f.NewMode != 0 || f.OldMode != 0 && f.NewMode != 0 && f.OldMode != f.NewMode {
+		switch gitType(f.NewMode) {
+		case gitSymlink:
+			perm, link = linkPerm, true
+		case gitRegular, 0:
+			perm, link = clampPerm(f.NewMode), false
+		default:
+			return 0, false, d.conflict(fmt.Sprintf("mode %o is neither a regular file nor a symbolic link", uint32(f.NewMode)))
+		}
+	}
+	if link != src.link && f.OldMode != 0 && !f.IsNew {
+		return 0, false, d.conflict("the patch changes a regular file into a symbolic link or back; git writes that as a removal and a new file")
+	}
+	return perm, link, nil
 }
 
 // checkLinkTarget refuses the target of a symbolic link that the patch makes at rel unless
@@ -446,127 +320,6 @@ func applyContent(src []byte, f *gitdiff.File) ([]byte, error) {
 		return nil, err
 	}
 	return out.Bytes(), nil
-}
-
-// splitLines splits b into lines that keep their line endings.
-func splitLines(b []byte) []string {
-	var lines []string
-	for len(b) > 0 {
-		i := bytes.IndexByte(b, '\n')
-		if i < 0 {
-			lines = append(lines, string(b))
-			break
-		}
-		lines = append(lines, string(b[:i+1]))
-		b = b[i+1:]
-	}
-	return lines
-}
-
-func show(line string) string {
-	return fmt.Sprintf("%q", strings.TrimSuffix(line, "\n"))
-}
-
-// diagnose names the first line of src that differs from what frag expects, and where
-// the hunk's old lines are, when they are somewhere else in the file.
-func diagnose(src []byte, frag *gitdiff.TextFragment, err error) string {
-	lines := splitLines(src)
-	var old []string
-	for _, l := range frag.Lines {
-		if l.Old() {
-			old = append(old, l.Line)
-		}
-	}
-	start := int(frag.OldPosition) - 1
-	if start < 0 {
-		start = 0
-	}
-	detail := ""
-	for k, want := range old {
-		i := start + k
-		if i >= len(lines) {
-			detail = fmt.Sprintf("line %d: expected %s, found the end of the file", i+1, show(want))
-			break
-		}
-		if lines[i] != want {
-			detail = fmt.Sprintf("line %d: expected %s, found %s", i+1, show(want), show(lines[i]))
-			if strings.TrimSuffix(strings.TrimSuffix(lines[i], "\n"), "\r") == strings.TrimSuffix(strings.TrimSuffix(want, "\n"), "\r") {
-				detail += " (the line endings or the final newline differ)"
-			}
-			break
-		}
-	}
-	if detail == "" {
-		var c *gitdiff.Conflict
-		if errors.As(err, &c) {
-			return c.Error()
-		}
-		return err.Error()
-	}
-	if len(old) > 0 {
-		for s := 0; s+len(old) <= len(lines); s++ {
-			if s == start {
-				continue
-			}
-			if equalAt(lines, s, old) {
-				detail += fmt.Sprintf("; the hunk's lines are at line %d instead (the file has drifted; patches apply only at the lines their hunks name, without offset or fuzz)", s+1)
-				break
-			}
-		}
-	}
-	return detail
-}
-
-func equalAt(lines []string, s int, want []string) bool {
-	for k, w := range want {
-		if lines[s+k] != w {
-			return false
-		}
-	}
-	return true
-}
-
-// reverseFile returns the diff that undoes f.
-func reverseFile(f *gitdiff.File) *gitdiff.File {
-	r := *f
-	r.OldName, r.NewName = f.NewName, f.OldName
-	r.IsNew, r.IsDelete = f.IsDelete, f.IsNew
-	r.OldMode, r.NewMode = f.NewMode, f.OldMode
-	r.OldOIDPrefix, r.NewOIDPrefix = f.NewOIDPrefix, f.OldOIDPrefix
-	if f.IsCopy {
-		// Undoing a copy deletes the copy.
-		r.IsCopy, r.IsDelete = false, true
-		r.OldName, r.NewName = f.NewName, ""
-	}
-	r.BinaryFragment, r.ReverseBinaryFragment = f.ReverseBinaryFragment, f.BinaryFragment
-	r.TextFragments = make([]*gitdiff.TextFragment, len(f.TextFragments))
-	for i, frag := range f.TextFragments {
-		rf := *frag
-		rf.OldPosition, rf.NewPosition = frag.NewPosition, frag.OldPosition
-		rf.OldLines, rf.NewLines = frag.NewLines, frag.OldLines
-		rf.LinesAdded, rf.LinesDeleted = frag.LinesDeleted, frag.LinesAdded
-		rf.Lines = make([]gitdiff.Line, len(frag.Lines))
-		for j, l := range frag.Lines {
-			switch l.Op {
-			case gitdiff.OpAdd:
-				l.Op = gitdiff.OpDelete
-			case gitdiff.OpDelete:
-				l.Op = gitdiff.OpAdd
-			}
-			rf.Lines[j] = l
-		}
-		r.TextFragments[i] = &rf
-	}
-	return &r
-}
-
-// reversePatch returns the patch that undoes p (its files in reverse order).
-func reversePatch(p patchFile) patchFile {
-	r := patchFile{Name: p.Name, Digest: p.Digest, Files: make([]*gitdiff.File, len(p.Files)), reverse: true}
-	for i, f := range p.Files {
-		r.Files[len(p.Files)-1-i] = reverseFile(f)
-	}
-	return r
 }
 
 // Results of a patch in a run.

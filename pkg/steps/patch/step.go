@@ -85,12 +85,8 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 		return err
 	}
 	root := s.root(env)
-	fi, err := os.Stat(root)
-	if err != nil {
-		return fmt.Errorf("patching %s: %w", root, err)
-	}
-	if !fi.IsDir() {
-		return fmt.Errorf("patching %s: not a directory", root)
+	if err := checkDir(root); err != nil {
+		return err
 	}
 	head := gitHead(ctx, root)
 
@@ -102,57 +98,13 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	}
 	defer lock.Release()
 
-	// What an earlier run killed while writing left: finish its journalled renames (the
-	// whole series had applied in memory), or drop what it staged. A forced run in a git
-	// checkout drops a journal unfinished: it restores the series' files from git below,
-	// which is the way out of a journal that cannot be finished.
-	var recovered bool
-	if env.Force && head != "" {
-		dropped, err := dropJournal(root)
-		if err != nil {
-			return err
-		}
-		if dropped != "" {
-			env.Log.Info("dropped what an earlier run left, "+dropped+"; the files are restored from git", "dir", root)
-		}
-	} else {
-		var found string
-		found, recovered, err = recoverJournal(root, s.name)
-		if err != nil {
-			return err
-		}
-		if found != "" {
-			env.Log.Info("found what an earlier run left: "+found, "dir", root)
-		}
+	recovered, err := s.recoverEarlier(env, root, head, ser)
+	if err != nil {
+		return err
 	}
-	if n := removeLitter(root, ser.touched()); n > 0 {
-		env.Log.Info("removed temporary files an earlier run left", "dir", root, "files", n)
+	if err := s.prepare(ctx, env, root, head, ser, recovered); err != nil {
+		return err
 	}
-	if n := gitrepo.RemoveStaleMerges(time.Now()); n > 0 {
-		env.Log.Info("removed the three-way merge folders that earlier runs killed mid-merge left in the system's temporary folder", "dir", os.TempDir(), "folders", n)
-	}
-
-	var rec record
-	hasRec := env.LoadData(&rec) && rec.Files != nil
-	switch {
-	case env.Force:
-		if err := restore(ctx, root, ser); err != nil {
-			return err
-		}
-		env.Log.Info("restored the patched files from git", "dir", s.spec.Dir)
-	case hasRec && rec.Base == head && !recovered:
-		for _, rel := range sortedKeys(rec.Files) {
-			d, err := fileDigest(root, rel)
-			if err != nil {
-				return err
-			}
-			if fr := rec.Files[rel]; d != fr.Pre && d != fr.Post {
-				return fmt.Errorf("%s was changed by hand since the patches were applied; run `sglprov apply --force %s` to restore it from git and re-apply",
-					filepath.Join(root, rel), s.name)
-			}
-		}
-	}
-
 	base := newTree(root)
 	if head != "" {
 		base.merge = gitMerger{ctx: ctx, dir: root, scratch: filepath.Join(root, stageDir)}
@@ -175,22 +127,112 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	if err := write(root, s.name, after, base); err != nil {
 		return err
 	}
-
-	rec = record{Base: head, Files: map[string]fileRecord{}}
-	for _, rel := range ser.touched() {
-		a, err := after.get(rel)
-		if err != nil {
-			return err
-		}
-		b, err := before.get(rel)
-		if err != nil {
-			return err
-		}
-		rec.Files[rel] = fileRecord{Pre: entryDigest(b), Post: entryDigest(a)}
+	rec, err := newRecord(head, ser, after, before)
+	if err != nil {
+		return err
 	}
 	if err := env.SaveData(rec); err != nil {
 		return fmt.Errorf("recording patched files: %w", err)
 	}
+	logOutcomes(env, outcomes)
+	return nil
+}
+
+// checkDir refuses a tree root that is not a folder.
+func checkDir(root string) error {
+	fi, err := os.Stat(root)
+	if err != nil {
+		return fmt.Errorf("patching %s: %w", root, err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("patching %s: not a directory", root)
+	}
+	return nil
+}
+
+// recoverEarlier deals with what an earlier run killed while writing left: it finishes
+// its journalled renames (the whole series had applied in memory), or drops what it
+// staged, and reports whether a journal was finished. A forced run in a git checkout
+// drops a journal unfinished: it restores the series' files from git afterwards, which
+// is the way out of a journal that cannot be finished. Temporary files and merge
+// folders of killed runs are removed.
+func (s *Step) recoverEarlier(env *engine.Env, root, head string, ser *series) (bool, error) {
+	var recovered bool
+	if env.Force && head != "" {
+		dropped, err := dropJournal(root)
+		if err != nil {
+			return false, err
+		}
+		if dropped != "" {
+			env.Log.Info("dropped what an earlier run left, "+dropped+"; the files are restored from git", "dir", root)
+		}
+	} else {
+		found, rec, err := recoverJournal(root, s.name)
+		if err != nil {
+			return false, err
+		}
+		recovered = rec
+		if found != "" {
+			env.Log.Info("found what an earlier run left: "+found, "dir", root)
+		}
+	}
+	if n := removeLitter(root, ser.touched()); n > 0 {
+		env.Log.Info("removed temporary files an earlier run left", "dir", root, "files", n)
+	}
+	if n := gitrepo.RemoveStaleMerges(time.Now()); n > 0 {
+		env.Log.Info("removed the three-way merge folders that earlier runs killed mid-merge left in the system's temporary folder", "dir", os.TempDir(), "folders", n)
+	}
+	return recovered, nil
+}
+
+// prepare readies the tree for the series: a forced run restores the series' files
+// from git; otherwise, on the HEAD the last record was made at, a file changed by hand
+// since stops the run.
+func (s *Step) prepare(ctx context.Context, env *engine.Env, root, head string, ser *series, recovered bool) error {
+	if env.Force {
+		if err := restore(ctx, root, ser); err != nil {
+			return err
+		}
+		env.Log.Info("restored the patched files from git", "dir", s.spec.Dir)
+		return nil
+	}
+	var rec record
+	hasRec := env.LoadData(&rec) && rec.Files != nil
+	if !hasRec || rec.Base != head || recovered {
+		return nil
+	}
+	for _, rel := range sortedKeys(rec.Files) {
+		d, err := fileDigest(root, rel)
+		if err != nil {
+			return err
+		}
+		if fr := rec.Files[rel]; d != fr.Pre && d != fr.Post {
+			return fmt.Errorf("%s was changed by hand since the patches were applied; run `sglprov apply --force %s` to restore it from git and re-apply",
+				filepath.Join(root, rel), s.name)
+		}
+	}
+	return nil
+}
+
+// newRecord records the digests of every file the series touches before and after it.
+func newRecord(head string, ser *series, after, before *tree) (record, error) {
+	rec := record{Base: head, Files: map[string]fileRecord{}}
+	for _, rel := range ser.touched() {
+		a, err := after.get(rel)
+		if err != nil {
+			return record{}, err
+		}
+		b, err := before.get(rel)
+		if err != nil {
+			return record{}, err
+		}
+		rec.Files[rel] = fileRecord{Pre: entryDigest(b), Post: entryDigest(a)}
+	}
+	return rec, nil
+}
+
+// logOutcomes logs each patch's outcome and keeps them as the run's detail.
+func logOutcomes(env *engine.Env, outcomes []outcome) {
 	for _, o := range outcomes {
 		if len(o.Merged) > 0 {
 			env.Log.Info("patch "+o.Result, "patch", o.Patch, "files", strings.Join(o.Merged, ", "))
@@ -199,7 +241,6 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 		env.Log.Info("patch "+o.Result, "patch", o.Patch)
 	}
 	env.Detail("patches", outcomes)
-	return nil
 }
 
 func entryDigest(e *entry) string {
