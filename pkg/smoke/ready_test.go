@@ -124,3 +124,21 @@ func TestSampleJSONQuotedOnce(t *testing.T) {
 		t.Errorf("JSON %s", b)
 	}
 }
+
+// TestWaitStatusElapsed: the status says the time the wait really took, not "0s" for one
+// that began a moment ago: milliseconds under a second, tenths under ten seconds.
+func TestWaitStatusElapsed(t *testing.T) {
+	for _, c := range []struct {
+		elapsed time.Duration
+		want    string
+	}{
+		{212345 * time.Microsecond, "not ready after 212ms of 3s"},
+		{1340 * time.Millisecond, "not ready after 1.3s of 3s"},
+		{92600 * time.Millisecond, "not ready after 1m33s of 3s"},
+	} {
+		got := WaitStatus{Elapsed: c.elapsed, Timeout: 3 * time.Second, Last: "x"}.String()
+		if !strings.HasPrefix(got, c.want+" (last: x)") {
+			t.Errorf("%v: %q, want %q", c.elapsed, got, c.want)
+		}
+	}
+}
