@@ -74,6 +74,10 @@ func (s *StepReport) Err() error { return s.err }
 // from the Hugging Face hub: only then does a network failure's hint name HF_ENDPOINT.
 const HubDetail = "hf_repo"
 
+// NoteDetail is a step's detail for the summary table: a short sentence added to its
+// reason (the gate's "profile A failed the gate; B serves").
+const NoteDetail = "note"
+
 // fromHub reports whether the step downloads from the hub (its HubDetail is set).
 func (s *StepReport) fromHub() bool {
 	v, ok := s.Details[HubDetail].(string)
@@ -526,6 +530,9 @@ func (r *Report) Summary() string {
 		if s.FromCache != "" && result == ResultOK {
 			result += " (from cache)"
 			reason += "; artifact " + s.FromCache
+		}
+		if note, ok := s.Details[NoteDetail].(string); ok && note != "" {
+			reason += "; " + note
 		}
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", s.Name, result, dur, reason)
 	}

@@ -1,6 +1,10 @@
 package smoke
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+)
 
 // Report detail keys of a gate that switched the service between profiles: the candidates
 // it tried, in order (ProfileResult each), and the one that passed.
@@ -36,4 +40,23 @@ func ProfilesOf(details map[string]any) (tried []string, won string, ok bool) {
 	}
 	won, _ = details[DetailProfile].(string)
 	return tried, won, true
+}
+
+// fallbackNote is the summary's note of a gate that fell back from the profiles it tried
+// first to won: "profile A failed the gate; B serves" ("" when the first one won).
+func fallbackNote(tried []ProfileResult, won string) string {
+	var failed []string
+	for _, t := range tried {
+		if t.Profile != "" && t.Profile != won {
+			failed = append(failed, t.Profile)
+		}
+	}
+	if len(failed) == 0 || won == "" {
+		return ""
+	}
+	word := "profile"
+	if len(failed) > 1 {
+		word = "profiles"
+	}
+	return fmt.Sprintf("%s %s failed the gate; %s serves", word, strings.Join(failed, ", "), won)
 }

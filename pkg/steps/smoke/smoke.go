@@ -281,6 +281,9 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 		if res.WinnerProfile != "" {
 			env.Detail(DetailProfile, res.WinnerProfile)
 		}
+		if note := fallbackNote(tried, res.WinnerProfile); note != "" {
+			env.Detail(engine.NoteDetail, note)
+		}
 		return nil
 	}
 	var fe *switchover.FailedError
