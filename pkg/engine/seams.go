@@ -68,10 +68,10 @@ func (e *Engine) ServerRestarts() (int, bool) {
 }
 
 // ServerExit returns the unit of the first service step that keeps its server's last exit
-// (ExitTeller) and that exit; ok is false when none does or its server has not died.
+// (DeathTeller) and that exit; ok is false when none does or its server has not died.
 func (e *Engine) ServerExit() (string, service.Exit, bool) {
 	for _, s := range e.Services() {
-		if c, ok := s.Step.(ExitTeller); ok {
+		if c, ok := s.Step.(DeathTeller); ok {
 			return c.ServerExit()
 		}
 	}

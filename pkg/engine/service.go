@@ -62,9 +62,9 @@ type RestartCounter interface {
 	ServerRestarts() (n int, ok bool)
 }
 
-// ExitTeller is a service step whose service manager keeps how its server's process last
+// DeathTeller is a service step whose service manager keeps how its server's process last
 // ended by itself (the exec supervisor): the unit, and ok false when it has not.
-type ExitTeller interface {
+type DeathTeller interface {
 	ServerExit() (unit string, x service.Exit, ok bool)
 }
 
