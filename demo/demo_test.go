@@ -39,7 +39,7 @@ func TestDemo(t *testing.T) {
 		// host fitness: GPU 3's link at x8, refused with its fix, exit 4
 		`GPU 3 \(NVIDIA RTX PRO 6000 Blackwell Server Edition\) has its PCIe link at x8; the GPU and its slot can do x16\n    fix: reseat the GPU`,
 		// preflight: the H200 host with CUDA 12.4's nvcc, every problem at once, exit 4
-		`(?s)host does not meet the recipe's requirements:\n  host has 1 GPU; this recipe needs at least 4\n.*GPU 0 \(NVIDIA H200\) has compute capability 9.0.*\n  driver 570.172.08 does not satisfy >=575\n  nvcc: 12.4.131 at \S+/cuda-12.4/bin/nvcc does not satisfy >=12.8; install a CUDA toolkit`,
+		`(?s)host does not meet the recipe's requirements:\n  host has 1 GPU; this recipe needs at least 4\n.*GPU 0 \(NVIDIA H200\) has compute capability 9.0.*\n  driver 570.172.08 does not satisfy >=580\n.*nvcc: 12.4.131 at \S+/cuda-12.4/bin/nvcc does not satisfy >=13.0; install a CUDA toolkit`,
 		`sglprov plan exited 4`,
 		// plan: every step new, the first SM120 profile with --tp 8
 		`sglang-src +source +run +new`,

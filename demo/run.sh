@@ -59,20 +59,20 @@ say "sglprov detect (the GPU fixture: 8 x RTX PRO 6000 Blackwell)"
 
 # Preflight: a host that falls short is refused before any step runs, every problem at
 # once with its fix (exit 4): an H200 host (GPU fixture) whose nvcc is CUDA 12.4's. The runs
-# that follow have the stand-in for a CUDA 12.8 toolkit (the real nvcc --version output of
-# 12.8) first on the PATH.
+# that follow have the stand-in for the CUDA 13.0 toolkit the SM120 recipe requires (the
+# real nvcc --version output of 13.0) first on the PATH.
 say "preflight: an H200 host with CUDA 12.4's nvcc is refused before any step (exit 4)"
-mkdir -p "$ROOT/cuda-12.4/bin" "$ROOT/cuda-12.8/bin"
+mkdir -p "$ROOT/cuda-12.4/bin" "$ROOT/cuda-13.0/bin"
 printf '#!/bin/sh\necho "nvcc: NVIDIA (R) Cuda compiler driver"\necho "Cuda compilation tools, release 12.4, V12.4.131"\n' >"$ROOT/cuda-12.4/bin/nvcc"
-cp pkg/hostcmd/testdata/nvcc-12.8.93.txt "$ROOT/cuda-12.8/nvcc-version.txt"
-printf '#!/bin/sh\nexec cat "%s"\n' "$ROOT/cuda-12.8/nvcc-version.txt" >"$ROOT/cuda-12.8/bin/nvcc"
-chmod 755 "$ROOT/cuda-12.4/bin/nvcc" "$ROOT/cuda-12.8/bin/nvcc"
+cp pkg/hostcmd/testdata/nvcc-13.0.88.txt "$ROOT/cuda-13.0/nvcc-version.txt"
+printf '#!/bin/sh\nexec cat "%s"\n' "$ROOT/cuda-13.0/nvcc-version.txt" >"$ROOT/cuda-13.0/bin/nvcc"
+chmod 755 "$ROOT/cuda-12.4/bin/nvcc" "$ROOT/cuda-13.0/bin/nvcc"
 code=0
 PATH="$ROOT/cuda-12.4/bin:$PATH" SGLPROV_GPU_FIXTURE=$PWD/testdata/gpu/h200-x1.json \
   "$SGLPROV" plan "${ARGS[@]}" || code=$?
 echo "sglprov plan exited $code"
 [ "$code" = 4 ] || { echo "demo: the preflight refusal should exit 4" >&2; exit 1; }
-export PATH="$ROOT/cuda-12.8/bin:$PATH"
+export PATH="$ROOT/cuda-13.0/bin:$PATH"
 
 # Host fitness is part of the preflight: the right GPUs, but GPU 3's PCIe link trained at
 # x8 (the fixture's health facts, as NVML reports them), and the recipe refuses a degraded link.

@@ -67,6 +67,13 @@ type Cache interface {
 	String() string
 }
 
+// Tagger is a Cache that can give an artifact it holds a second tag (the registry).
+type Tagger interface {
+	// Tag tags the artifact whose manifest has digest (sha256:<hex>) with tag too; the
+	// artifact is not sent again.
+	Tag(ctx context.Context, digest, tag string) error
+}
+
 // Config is a rendered cache block.
 type Config struct {
 	// Repository is "host[:port]/path".

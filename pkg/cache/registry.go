@@ -311,6 +311,30 @@ func (r *Registry) Push(ctx context.Context, tag, kind string, meta []byte, file
 	return out, nil
 }
 
+// Tag tags the manifest with digest d (sha256:<hex>) with tag too, as Push would have:
+// nothing but the tag is sent.
+func (r *Registry) Tag(ctx context.Context, d, tag string) error {
+	if !r.cfg.Push {
+		return fmt.Errorf("tagging %s:%s: this node is pull-only (cache.push is false)", r, short(tag))
+	}
+	pctx := auth.AppendRepositoryScope(ctx, r.repo.Reference, auth.ActionPull, auth.ActionPush)
+	bctx, done, err := r.bounded(pctx)
+	if err == nil {
+		var desc ocispec.Descriptor
+		desc, err = r.repo.Resolve(bctx, d)
+		if err == nil {
+			err = r.repo.Tag(bctx, desc, tag)
+		}
+		err = done(err)
+	}
+	if err != nil {
+		return fmt.Errorf("tagging %s %s:%s: %w", d, r, short(tag), r.hint(err))
+	}
+	return nil
+}
+
+var _ Tagger = (*Registry)(nil)
+
 // hint adds the fix to an error that says the registry wants credentials.
 func (r *Registry) hint(err error) error {
 	if err == nil {

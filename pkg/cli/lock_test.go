@@ -124,14 +124,19 @@ func TestLockCommandAndLockedApply(t *testing.T) {
 	}
 }
 
-// TestLockWithoutPythonSteps: a recipe none of whose steps ran a pip install here is a
-// usage error that says what to do.
+// TestLockWithoutPythonSteps: a recipe with a pip step that has not run here is a usage
+// error that says to apply it first; one with no pip step at all says so, and what to add.
 func TestLockWithoutPythonSteps(t *testing.T) {
 	dir := t.TempDir()
-	recipe := writeRecipe(t, dir, "apiVersion: sglprov/v1\nname: np\nsteps:\n  - name: x\n    command: {argv: [\"true\"]}\n")
+	recipe := writeRecipe(t, dir, "apiVersion: sglprov/v1\nname: np\nsteps:\n  - name: x\n    command: {argv: [python3, -m, pip, install, six]}\n")
 	code, _, errs := run(t, nil, "lock", "-f", recipe, "--state-dir", filepath.Join(dir, "st"))
 	if code != 2 || !strings.Contains(errs, "no Python step") || !strings.Contains(errs, "sglprov apply -f") {
 		t.Errorf("lock with no Python step run: %d %s", code, errs)
+	}
+	recipe = writeRecipe(t, dir, "apiVersion: sglprov/v1\nname: np\nsteps:\n  - name: x\n    command: {argv: [\"true\"]}\n")
+	code, _, errs = run(t, nil, "lock", "-f", recipe, "--state-dir", filepath.Join(dir, "st"))
+	if code != 2 || !strings.Contains(errs, "recipe np ("+recipe+") has no Python step to lock") || strings.Contains(errs, "sglprov apply") {
+		t.Errorf("lock of a recipe with no pip step: %d %s", code, errs)
 	}
 }
 

@@ -65,6 +65,10 @@ type Options struct {
 	// AfterCheck is called after the first apply and after every round (to write the
 	// metrics textfile); may be nil.
 	AfterCheck func()
+	// Server says how many times the service manager restarted the model server after it
+	// died since it last started it, and how it last died (nil, or ok false: not counted):
+	// the daemon logs each death and counts it (ServerDeaths).
+	Server func() (ServerDeaths, bool)
 	// Inputs returns a digest of what an apply reads (the recipe and the facts): a change
 	// whose switch failed while what served before passed again is tried again only once
 	// it differs. nil: such a change is never retried by itself (a SIGHUP or a driver
@@ -127,6 +131,10 @@ const (
 	HookHealthy   = "on_healthy"
 )
 
+// ErrNoHook is what Options.Hook returns when the recipe has no such hook: nothing ran, and
+// hook_runs_total counts nothing.
+var ErrNoHook = errors.New("the recipe has no such hook")
+
 // Words returns the state for people (systemctl status): "reboot required".
 func (h Health) Words() string { return strings.ReplaceAll(string(h), "_", " ") }
 
@@ -167,6 +175,8 @@ type Daemon struct {
 	// whole is, on a group's head, its rendezvous when the group last served (nil: not
 	// seen).
 	whole *multinode.Rendezvous
+	// deaths is what the daemon knows of the server's deaths (noteServerDeaths).
+	deaths deathCount
 }
 
 // pendingChange is a change of the recipe whose switch failed the gate; the unit that
@@ -270,6 +280,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 // afterCheck marks the heartbeat (the metrics endpoint's too, where no textfile is
 // written) and calls AfterCheck.
 func (d *Daemon) afterCheck() {
+	d.noteServerDeaths()
 	d.o.Metrics.beat()
 	if d.o.AfterCheck != nil {
 		d.o.AfterCheck()
@@ -350,6 +361,9 @@ func (d *Daemon) startHooks(ctx context.Context, check bool) {
 		hr.mu.Lock()
 		hr.running = nil
 		switch {
+		case errors.Is(err, ErrNoHook):
+			// Nothing ran: nothing to count.
+			hr.serving, hr.failed = want, ""
 		case err == nil:
 			hr.serving, hr.failed = want, ""
 			d.m.hook(want, "ok")

@@ -116,6 +116,9 @@ func (d *Daemon) canary(ctx context.Context) {
 		return
 	}
 	d.m.observeCanary(lat, err)
+	if err != nil {
+		d.deaths.canaryFailed++
+	}
 	if err == nil {
 		if d.followHead(ctx) || d.followLaunch(ctx) {
 			return

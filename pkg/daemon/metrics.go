@@ -130,7 +130,7 @@ func newMetrics(daemon bool) *Metrics {
 		return m
 	}
 	m.canaryLatency = gv("canary_latency_seconds", "Latency of the last canary smoke case.")
-	m.canaryFails = cv("canary_failures_total", "Canary smoke cases that failed.")
+	m.canaryFails = cv("canary_failures_total", "Canary smoke cases that failed, and deaths of the model server between two canaries (restarted by its service manager) that no canary saw fail.")
 	m.canaryRuns = cv("canary_runs_total", "Canary smoke cases run.")
 	m.restarts = cv("service_restarts_total", "Service restarts the daemon made after repeated canary failures.")
 	m.serverRestarts = gv("server_restarts", "Times the exec supervisor restarted the model server after it died, since the daemon's last apply started it.")

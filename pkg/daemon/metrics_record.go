@@ -122,6 +122,14 @@ func (r *recipeMetrics) observeCanary(lat time.Duration, err error) {
 	}
 }
 
+// canaryFailures counts n canary failures the canary did not see itself (deaths of the
+// server between two canaries).
+func (r *recipeMetrics) canaryFailures(n int) {
+	if r != nil {
+		r.m.canaryFails.WithLabelValues(r.recipe).Add(float64(n))
+	}
+}
+
 func (r *recipeMetrics) incRestarts() {
 	if r != nil {
 		r.m.restarts.WithLabelValues(r.recipe).Inc()

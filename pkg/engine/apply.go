@@ -74,6 +74,10 @@ func (s *StepReport) Err() error { return s.err }
 // from the Hugging Face hub: only then does a network failure's hint name HF_ENDPOINT.
 const HubDetail = "hf_repo"
 
+// NoteDetail is a step's detail for the summary table: a short sentence added to its
+// reason (the gate's "profile A failed the gate; B serves").
+const NoteDetail = "note"
+
 // fromHub reports whether the step downloads from the hub (its HubDetail is set).
 func (s *StepReport) fromHub() bool {
 	v, ok := s.Details[HubDetail].(string)
@@ -258,7 +262,7 @@ func (e *Engine) runNode(ctx context.Context, n *node, sem chan struct{}, runDir
 	if !dec.Run {
 		res.Result = ResultSkipped
 		e.log.Info("skipped", "step", n.step.Name, "reason", dec.Reason)
-		e.publish(ctx, n, denv, CacheSlot{Cache: e.opts.Cache, Tag: dec.Fingerprint}, res)
+		e.publish(ctx, n, denv, CacheSlot{Cache: e.opts.Cache, Tag: dec.Fingerprint, parts: dec.Parts}, res)
 		return
 	}
 	logf, logPath, err := openStepLog(runDir, n.step.Name)
@@ -302,6 +306,7 @@ func (e *Engine) runNode(ctx context.Context, n *node, sem chan struct{}, runDir
 		if a, ok := e.store.artifact(n.step.Name); ok && a.fromCache {
 			res.FromCache = a.digest
 		}
+		slot.parts = dec.Parts
 		e.publish(ctx, n, env, slot, res)
 	case ctx.Err() != nil:
 		res.Result, res.err = ResultInterrupted, fmt.Errorf("interrupted: %w", runErr)
@@ -381,6 +386,7 @@ func (e *Engine) publish(ctx context.Context, n *node, env *Env, slot CacheSlot,
 		return
 	case a != nil:
 		env.Log.Debug("the cache already holds this step's artifact; not pushing", "artifact", a.Digest)
+		e.tagPinned(ctx, n, env, slot, a.Digest)
 		return
 	}
 	start := e.opts.Now()
@@ -405,6 +411,7 @@ func (e *Engine) publish(ctx context.Context, n *node, env *Env, slot CacheSlot,
 		return
 	}
 	e.store.setArtifact(n.step.Name, digest, false)
+	e.tagPinned(ctx, n, env, slot, digest)
 	res.Pushed = digest
 	env.Detail("cache_pushed", digest)
 	env.Log.Info("pushed to the cache", "artifact", digest, "tag", shortDigest(slot.Tag), "seconds", logval.Seconds(e.opts.Now().Sub(start)))
@@ -526,6 +533,9 @@ func (r *Report) Summary() string {
 		if s.FromCache != "" && result == ResultOK {
 			result += " (from cache)"
 			reason += "; artifact " + s.FromCache
+		}
+		if note, ok := s.Details[NoteDetail].(string); ok && note != "" {
+			reason += "; " + note
 		}
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", s.Name, result, dur, reason)
 	}

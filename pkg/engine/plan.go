@@ -301,6 +301,7 @@ func (e *Engine) Plan(ctx context.Context) (*Plan, error) {
 	var preflight []error
 	var needs []stepNeed
 	runs := map[string]bool{}
+	planned := map[string]map[string]string{} // each step's fingerprint parts, for pinned keys
 	for _, n := range e.order() {
 		ps := PlannedStep{Name: n.step.Name, Kind: n.step.Kind, Needs: n.step.Needs}
 		if len(e.opts.Only) > 0 && !contains(e.opts.Only, n.step.Name) {
@@ -349,6 +350,7 @@ func (e *Engine) Plan(ctx context.Context) (*Plan, error) {
 		switch {
 		case err != nil:
 		default:
+			planned[n.step.Name] = d.Parts
 			ps.Run, ps.Reason, ps.Fingerprint = d.Run, d.Reason, d.Fingerprint
 			if !d.Run && len(upstream) > 0 {
 				ps.Run, ps.Reason = true, "needs "+strings.Join(upstream, ", ")+", which runs"
@@ -356,6 +358,14 @@ func (e *Engine) Plan(ctx context.Context) (*Plan, error) {
 			if ps.Run && !env.Force {
 				looked = e.planCache(ctx, n, d.Fingerprint)
 				ps.FromCache, ps.CacheNote = looked.noted()
+				pinned := ""
+				if looked != nil && ps.FromCache == "" && looked.err == nil && len(upstream) > 0 {
+					// Its needs have not made its tree yet: the artifact may be there under
+					// the key of what they are pinned to.
+					if pl := e.planPinned(ctx, n, d.Parts, planned); pl != nil {
+						looked, ps.FromCache, pinned = pl, pl.a.Digest, pinnedNote(n)
+					}
+				}
 				if looked != nil && ps.FromCache == "" && looked.err == nil && len(upstream) > 0 {
 					// The registry answered, but this step's key includes what its needs
 					// make: apply asks again, with the key they leave, once they ran.
@@ -364,7 +374,7 @@ func (e *Engine) Plan(ctx context.Context) (*Plan, error) {
 				}
 				switch {
 				case ps.FromCache != "":
-					ps.Reason += "; from cache " + shortDigest(ps.FromCache)
+					ps.Reason += "; from cache " + shortDigest(ps.FromCache) + pinned
 				case ps.CacheNote != "":
 					ps.Reason += "; " + ps.CacheNote
 				}

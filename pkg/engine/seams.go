@@ -7,6 +7,7 @@ import (
 
 	"github.com/sglprov/sglprov/pkg/hostcmd"
 	"github.com/sglprov/sglprov/pkg/recipe"
+	"github.com/sglprov/sglprov/pkg/service"
 )
 
 // What the command layer and the daemon ask of the steps, by the named interfaces of
@@ -64,6 +65,17 @@ func (e *Engine) ServerRestarts() (int, bool) {
 		}
 	}
 	return 0, false
+}
+
+// ServerExit returns the unit of the first service step that keeps its server's last exit
+// (DeathTeller) and that exit; ok is false when none does or its server has not died.
+func (e *Engine) ServerExit() (string, service.Exit, bool) {
+	for _, s := range e.Services() {
+		if c, ok := s.Step.(DeathTeller); ok {
+			return c.ServerExit()
+		}
+	}
+	return "", service.Exit{}, false
 }
 
 // KnownBad runs each step's known-bad check (KnownBadChecker), the errors joined, each

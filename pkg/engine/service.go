@@ -5,6 +5,7 @@ import (
 
 	"github.com/sglprov/sglprov/pkg/hostcmd"
 	"github.com/sglprov/sglprov/pkg/recipe"
+	"github.com/sglprov/sglprov/pkg/service"
 	"github.com/sglprov/sglprov/pkg/switchover"
 )
 
@@ -59,6 +60,12 @@ type ServerReader interface {
 // after it died (the exec supervisor); ok is false when the manager does not count them.
 type RestartCounter interface {
 	ServerRestarts() (n int, ok bool)
+}
+
+// DeathTeller is a service step whose service manager keeps how its server's process last
+// ended by itself (the exec supervisor): the unit, and ok false when it has not.
+type DeathTeller interface {
+	ServerExit() (unit string, x service.Exit, ok bool)
 }
 
 // KnownBadChecker is a step that checks what it would run against the known-bad table

@@ -54,6 +54,8 @@ type CacheSlot struct {
 	Tag   string
 	// looked is plan's own lookup of Tag, when it made one, for Lookup to give again.
 	looked *lookup
+	// parts are the step's fingerprint parts, for its pinned key (tagPinned).
+	parts map[string]string
 }
 
 // lookup is one answer of Cache.Lookup.

@@ -180,6 +180,9 @@ type Facts struct {
 	RDMA []RDMADevice
 	// Ports are the head's ports and their holders (on rank 0 only).
 	Ports []PortUse
+	// Addrs are this node's own addresses (on rank 0 only: the head's address must be one
+	// of them); nil when they were not read.
+	Addrs []string
 }
 
 // Host is where the facts are read from.
@@ -195,6 +198,8 @@ type Host struct {
 	Lookup func(ctx context.Context, host string) ([]net.IP, error)
 	// PortHolder names who listens on a TCP port ("" when none); nil: ports are not checked.
 	PortHolder func(port int) (string, error)
+	// Addrs returns this node's addresses (default: net.InterfaceAddrs).
+	Addrs func() ([]net.IP, error)
 }
 
 func (h Host) sys(parts ...string) string {
@@ -227,6 +232,9 @@ func (h Host) Inspect(ctx context.Context, g Group) Facts {
 		f.Wanted = &l
 	}
 	f.RDMA = h.rdma()
+	if g.Rank == 0 {
+		f.Addrs = h.addrs()
+	}
 	if g.Rank == 0 && h.PortHolder != nil {
 		for _, p := range g.HeadPorts() {
 			who, err := h.PortHolder(p)
@@ -259,6 +267,57 @@ func (h Host) resolve(ctx context.Context, host string) (net.IP, error) {
 		return nil, fmt.Errorf("resolving the head %q: no address", host)
 	}
 	return ips[0], nil
+}
+
+// addrs returns this node's addresses as strings, nil when they cannot be read.
+func (h Host) addrs() []string {
+	list := h.Addrs
+	if list == nil {
+		list = interfaceAddrs
+	}
+	ips, err := list()
+	if err != nil {
+		return nil
+	}
+	out := []string{}
+	for _, ip := range ips {
+		out = append(out, ip.String())
+	}
+	return out
+}
+
+// interfaceAddrs returns the addresses of this host's interfaces.
+func interfaceAddrs() ([]net.IP, error) {
+	as, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil, err
+	}
+	var out []net.IP
+	for _, a := range as {
+		if n, ok := a.(*net.IPNet); ok {
+			out = append(out, n.IP)
+		}
+	}
+	return out, nil
+}
+
+// notOwnHead is the problem of a head (rank 0) whose nodes.head address is not its own
+// ("" when it is, when it is a loopback address, or when the addresses were not read).
+func notOwnHead(f Facts) string {
+	if f.Group.Rank != 0 || f.Addrs == nil || f.HeadIP == "" {
+		return ""
+	}
+	ip := net.ParseIP(f.HeadIP)
+	if ip == nil || ip.IsLoopback() {
+		return ""
+	}
+	for _, a := range f.Addrs {
+		if b := net.ParseIP(a); b != nil && b.Equal(ip) {
+			return ""
+		}
+	}
+	return fmt.Sprintf("this node is the head (rank 0), but the head address %s is not one of its addresses (%s): the workers would dial another host; set nodes.head to this node's own address, or this node's nodes.rank",
+		f.HeadIP, strings.Join(f.Addrs, ", "))
 }
 
 // route returns the source address and interface the kernel uses towards ip.
@@ -427,11 +486,19 @@ func Derive(f Facts, set map[string]string) Decision {
 		if f.Link.MTU > 0 {
 			mtu = fmt.Sprintf(", MTU %d", f.Link.MTU)
 		}
-		d.Reasons = append(d.Reasons, fmt.Sprintf("the head %s is reached through %s (this node's address %s, link %s%s)",
-			f.HeadIP, iface, f.Local, f.Link.State, mtu))
+		if g.Rank == 0 {
+			d.Reasons = append(d.Reasons, fmt.Sprintf("the head %s is this node: its address on %s (link %s%s)",
+				f.HeadIP, iface, f.Link.State, mtu))
+		} else {
+			d.Reasons = append(d.Reasons, fmt.Sprintf("route lookup, not a reachability check: the kernel routes to the head %s through %s (this node's address %s, link %s%s); it does not say that the head answers",
+				f.HeadIP, iface, f.Local, f.Link.State, mtu))
+		}
 		if !f.Link.Usable() {
 			d.Problems = append(d.Problems, fmt.Sprintf("interface %s, the route to the head %s, is %s: bring it up", iface, f.HeadIP, f.Link.State))
 		}
+	}
+	if p := notOwnHead(f); p != "" {
+		d.Problems = append(d.Problems, p)
 	}
 	if w := f.Wanted; w != nil {
 		switch {

@@ -50,13 +50,21 @@ func TestDerive(t *testing.T) {
 		rdma    map[string]string
 		set     map[string]string
 		held    map[int]string
+		addrs   []string
 		env     map[string]string
 		problem string
 		reason  string
 	}{
 		{name: "socket interface from the route", g: worker, links: map[string]string{"eth1": "up 9000"},
 			env:    map[string]string{"NCCL_SOCKET_IFNAME": "eth1", "GLOO_SOCKET_IFNAME": "eth1"},
-			reason: "reached through eth1 (this node's address 10.77.0.2, link up, MTU 9000)"},
+			reason: "route lookup, not a reachability check: the kernel routes to the head 10.77.0.1 through eth1 (this node's address 10.77.0.2, link up, MTU 9000); it does not say that the head answers"},
+		// rank 0: the head's address must be this node's own
+		{name: "head address not this node's", g: Group{Count: 2, Rank: 0, HeadHost: "10.77.0.9", HeadPort: 20000}, links: map[string]string{"eth1": "up 1500"},
+			addrs:   []string{"127.0.0.1", "10.77.0.1"},
+			problem: "this node is the head (rank 0), but the head address 10.77.0.9 is not one of its addresses (127.0.0.1, 10.77.0.1): the workers would dial another host"},
+		{name: "head address this node's", g: Group{Count: 2, Rank: 0, HeadHost: "10.77.0.1", HeadPort: 20000}, links: map[string]string{"eth1": "up 1500"},
+			env:    map[string]string{"NCCL_SOCKET_IFNAME": "eth1", "GLOO_SOCKET_IFNAME": "eth1"},
+			reason: "the head 10.77.0.1 is this node: its address on eth1 (link up, MTU 1500)"},
 		{name: "link down", g: worker, links: map[string]string{"eth1": "down 1500"},
 			problem: "interface eth1, the route to the head 10.77.0.1, is down"},
 		{name: "recipe names another interface", g: Group{Count: 2, Rank: 1, HeadHost: "10.77.0.1", HeadPort: 20000, Interface: "eth0"},
@@ -97,6 +105,17 @@ func TestDerive(t *testing.T) {
 			la, io := fixedRoute("10.77.0.2", "eth1")
 			h := Host{SysRoot: sysfs(t, c.links, c.rdma), LocalAddr: la, InterfaceOf: io,
 				PortHolder: func(p int) (string, error) { return c.held[p], nil }}
+			addrs := c.addrs
+			if addrs == nil {
+				addrs = []string{"127.0.0.1", c.g.HeadHost}
+			}
+			h.Addrs = func() ([]net.IP, error) {
+				var ips []net.IP
+				for _, a := range addrs {
+					ips = append(ips, net.ParseIP(a))
+				}
+				return ips, nil
+			}
 			d := Derive(h.Inspect(context.Background(), c.g), c.set)
 			all := strings.Join(d.Problems, "\n")
 			if c.problem == "" && all != "" {

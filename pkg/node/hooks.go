@@ -27,7 +27,7 @@ func (n *Recipe) Hook(logger *log.Logger) func(ctx context.Context, hook string,
 			hk = r.OnHealthy
 		}
 		if hk == nil {
-			return nil
+			return daemon.ErrNoHook
 		}
 		var facts *gpu.Facts
 		if r.NeedsFacts() {

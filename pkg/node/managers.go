@@ -71,6 +71,14 @@ type keptExec struct {
 // Close does nothing: the manager's servers run until Managers.Close.
 func (k *keptExec) Close() error { return nil }
 
+// LastExit is the kept manager's (service.RestartCounter); ok is false when it keeps none.
+func (k *keptExec) LastExit(unit string) (service.Exit, bool) {
+	if c, ok := k.Manager.(service.RestartCounter); ok {
+		return c.LastExit(unit)
+	}
+	return service.Exit{}, false
+}
+
 // Restarts is the kept manager's count (service.RestartCounter), 0 when it keeps none.
 func (k *keptExec) Restarts(unit string) int {
 	if c, ok := k.Manager.(service.RestartCounter); ok {

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/recipe"
+	"github.com/sglprov/sglprov/pkg/service"
 	gate "github.com/sglprov/sglprov/pkg/smoke"
 )
 
@@ -109,7 +111,13 @@ func (n *Recipe) Options(ctx context.Context, r *recipe.Recipe, facts *gpu.Facts
 	if r.OnUnhealthy != nil || r.OnHealthy != nil {
 		// A switch of the service drains the node before a candidate answers on the
 		// served port, and undrains it when what serves at the end passed.
-		hook := n.Hook(logger.With("recipe", r.Name))
+		run := n.Hook(logger.With("recipe", r.Name))
+		hook := func(ctx context.Context, name string, h daemon.Health, reason string) error {
+			if err := run(ctx, name, h, reason); !errors.Is(err, daemon.ErrNoHook) {
+				return err
+			}
+			return nil // the recipe has the other hook only
+		}
 		opts.Drain = func(ctx context.Context) error {
 			return hook(ctx, daemon.HookUnhealthy, daemon.Degraded, "switching "+r.Name+": a candidate is about to answer on the served port")
 		}
@@ -135,6 +143,31 @@ func (h *Held) ServerRestarts() (int, bool) {
 		return 0, false
 	}
 	return h.e.ServerRestarts()
+}
+
+// ServerExit returns the unit of the held engine's first service step and how its server
+// last died, when its service manager keeps it.
+func (h *Held) ServerExit() (string, service.Exit, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.e == nil {
+		return "", service.Exit{}, false
+	}
+	return h.e.ServerExit()
+}
+
+// ServerDeaths is what the held engine's service manager says of its server's deaths
+// (daemon.Options.Server): the restarts, and how the server last died.
+func (h *Held) ServerDeaths() (daemon.ServerDeaths, bool) {
+	n, ok := h.ServerRestarts()
+	if !ok {
+		return daemon.ServerDeaths{}, false
+	}
+	s := daemon.ServerDeaths{Restarts: n}
+	if unit, x, ok := h.ServerExit(); ok {
+		s.Unit, s.PID, s.Exit = unit, x.PID, x.Status
+	}
+	return s, true
 }
 
 // Set closes the engine held (stopping what it supervises) and holds e instead.

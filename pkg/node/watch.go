@@ -100,13 +100,11 @@ func (n *Recipe) Watch(ctx context.Context, rec *recipe.Recipe, w Watch) error {
 		Inputs:                n.Inputs,
 		Hook:                  n.Hook(w.Log),
 		Metrics:               w.Metrics,
+		Server:                held.ServerDeaths,
 		Log:                   w.Log,
 		AfterCheck: func() {
 			// The ladder may have moved the service to another profile since the apply.
 			w.Metrics.SetNodeInfo(n.Info(ctx, rec))
-			if c, ok := held.ServerRestarts(); ok {
-				w.Metrics.SetServerRestarts(r, c)
-			}
 			if w.AfterCheck != nil {
 				w.AfterCheck()
 			}

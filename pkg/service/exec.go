@@ -138,6 +138,31 @@ func (m *Exec) Restarts(unit string) int {
 	return p.restarts
 }
 
+// LastExit returns how the service's process last ended by itself (not stopped by Stop);
+// ok is false when it has not.
+func (m *Exec) LastExit(unit string) (Exit, bool) {
+	m.mu.Lock()
+	p := m.procs[unit]
+	m.mu.Unlock()
+	if p == nil {
+		return Exit{}, false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.last, p.last.PID != 0
+}
+
+// noteExit records how the process pid ended (runErr: its Wait's error).
+func (p *proc) noteExit(pid int, runErr error) {
+	status := "exit status 0"
+	if runErr != nil {
+		status = runErr.Error()
+	}
+	p.mu.Lock()
+	p.last = Exit{PID: pid, Status: status, At: time.Now()}
+	p.mu.Unlock()
+}
+
 // Restart stops the service and starts it again from the installed unit file.
 func (m *Exec) Restart(ctx context.Context, unit string) error {
 	if err := m.Stop(ctx, unit); err != nil {
@@ -232,6 +257,7 @@ type proc struct {
 	failures    []time.Time
 	fastExits   int
 	restarts    int // times the supervisor started the child again after it ended
+	last        Exit
 }
 
 func (m *Exec) newProc(unit string, svc *ExecService) (*proc, error) {
@@ -363,6 +389,7 @@ func (p *proc) supervise(started chan<- error) {
 				return
 			}
 			ran = time.Since(began)
+			p.noteExit(cmd.Pid(), runErr)
 		}
 		if runErr != nil {
 			p.logf(logf, "exited: %v", runErr)

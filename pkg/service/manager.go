@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/sglprov/sglprov/pkg/exitcode"
 )
@@ -53,6 +54,17 @@ type Manager interface {
 type RestartCounter interface {
 	// Restarts returns the count for unit since it was last started.
 	Restarts(unit string) int
+	// LastExit returns how unit's process last ended by itself; ok is false when it has not.
+	LastExit(unit string) (x Exit, ok bool)
+}
+
+// Exit is how a service's process ended, as its supervisor saw it.
+type Exit struct {
+	// PID is the process's id; Status how it ended ("exit status 1", "signal: killed").
+	PID    int
+	Status string
+	// At is when the supervisor saw it end.
+	At time.Time
 }
 
 var (

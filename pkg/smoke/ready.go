@@ -33,7 +33,22 @@ type WaitStatus struct {
 // String is the status in a few words, e.g. "not ready after 1m30s of 20m0s (last:
 // connection refused)".
 func (s WaitStatus) String() string {
-	return fmt.Sprintf("not ready after %s of %s (last: %s)", s.Elapsed.Round(time.Second), s.Timeout, s.Last)
+	return fmt.Sprintf("not ready after %s of %s (last: %s)", roundElapsed(s.Elapsed), s.Timeout, s.Last)
+}
+
+// roundElapsed rounds a wait's elapsed time to what it says: microseconds under a
+// millisecond and milliseconds under a second (a first poll's "212ms", never "0s" for a
+// wait that has begun), tenths of a second under ten, whole seconds past that.
+func roundElapsed(d time.Duration) time.Duration {
+	switch {
+	case d < time.Millisecond:
+		return d.Round(time.Microsecond)
+	case d < time.Second:
+		return d.Round(time.Millisecond)
+	case d < 10*time.Second:
+		return d.Round(100 * time.Millisecond)
+	}
+	return d.Round(time.Second)
 }
 
 // WaitReady polls /health_generate (or /health where the server answers 404 to it) with

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -108,7 +109,7 @@ func TestWaitReporterLiveLine(t *testing.T) {
 	rep.Update(WaitStatus{Timeout: time.Minute, Last: "/health: HTTP 503"})
 	rep.Stop()
 	out := term.String()
-	if !strings.HasPrefix(out, "\r\033[Kwaiting for http://x: not ready after 0s of 1m0s (last: /health: HTTP 503)") || !strings.HasSuffix(out, "\r\033[K") {
+	if !regexp.MustCompile(`^\r\x1b\[Kwaiting for http://x: not ready after [0-9.]+(µs|ms|s) of 1m0s \(last: /health: HTTP 503\)`).MatchString(out) || !strings.HasSuffix(out, "\r\033[K") {
 		t.Errorf("terminal output %q", out)
 	}
 }
@@ -122,5 +123,23 @@ func TestSampleJSONQuotedOnce(t *testing.T) {
 	}
 	if !bytes.Contains(b, []byte(`"sample":"say \"hi\"!!","sample_truncated":true`)) {
 		t.Errorf("JSON %s", b)
+	}
+}
+
+// TestWaitStatusElapsed: the status says the time the wait really took, not "0s" for one
+// that began a moment ago: milliseconds under a second, tenths under ten seconds.
+func TestWaitStatusElapsed(t *testing.T) {
+	for _, c := range []struct {
+		elapsed time.Duration
+		want    string
+	}{
+		{212345 * time.Microsecond, "not ready after 212ms of 3s"},
+		{1340 * time.Millisecond, "not ready after 1.3s of 3s"},
+		{92600 * time.Millisecond, "not ready after 1m33s of 3s"},
+	} {
+		got := WaitStatus{Elapsed: c.elapsed, Timeout: 3 * time.Second, Last: "x"}.String()
+		if !strings.HasPrefix(got, c.want+" (last: x)") {
+			t.Errorf("%v: %q, want %q", c.elapsed, got, c.want)
+		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/fetch"
 	"github.com/sglprov/sglprov/pkg/pylock"
+	"github.com/sglprov/sglprov/pkg/recipe"
 	"github.com/sglprov/sglprov/pkg/steps/stepexec"
 )
 
@@ -307,4 +308,23 @@ func (s *Step) Check(env *engine.Env) error {
 	}
 	_, err := readLock(env)
 	return err
+}
+
+// PipSteps returns the names of recipe r's Python steps: its command steps whose argv is
+// INTERPRETER -m pip install ... (PipInstall), read from the recipe's text (the interpreter
+// may be a template; -m pip install never is).
+func PipSteps(r *recipe.Recipe) []string {
+	var out []string
+	for _, s := range r.Steps {
+		if s.Kind != "command" || s.Body == nil {
+			continue
+		}
+		var spec struct {
+			Argv []string `yaml:"argv"`
+		}
+		if s.Body.Decode(&spec) == nil && PipInstall(spec.Argv) {
+			out = append(out, s.Name)
+		}
+	}
+	return out
 }

@@ -54,6 +54,9 @@ func (s *Step) runSwitch(ctx context.Context, env *engine.Env, svc engine.Servic
 		if res.WinnerProfile != "" {
 			env.Detail(gatedswitch.DetailProfile, res.WinnerProfile)
 		}
+		if note := fallbackNote(tried, res.WinnerProfile); note != "" {
+			env.Detail(engine.NoteDetail, note)
+		}
 		return nil
 	}
 	var fe *switchover.FailedError
@@ -181,4 +184,23 @@ func (s *Step) workerGate(env *engine.Env, svc engine.ServiceStep) func(ctx cont
 	return gatedswitch.WorkerGateWith(env, svc, func(ctx context.Context, cfg gate.Config, profile string) (*gate.Result, error) {
 		return s.gate(ctx, env, cfg, profile)
 	})
+}
+
+// fallbackNote is the summary's note of a gate that fell back from the profiles it tried
+// first to won: "profile A failed the gate; B serves" ("" when the first one won).
+func fallbackNote(tried []gatedswitch.ProfileResult, won string) string {
+	var failed []string
+	for _, t := range tried {
+		if t.Profile != "" && t.Profile != won {
+			failed = append(failed, t.Profile)
+		}
+	}
+	if len(failed) == 0 || won == "" {
+		return ""
+	}
+	word := "profile"
+	if len(failed) > 1 {
+		word = "profiles"
+	}
+	return fmt.Sprintf("%s %s failed the gate; %s serves", word, strings.Join(failed, ", "), won)
 }

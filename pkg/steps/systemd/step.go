@@ -94,6 +94,17 @@ func (s *Step) ServerRestarts() (int, bool) {
 	return c.Restarts(s.spec.Unit), true
 }
 
+// ServerExit returns the unit and how its server's process last ended by itself, when the
+// service manager keeps it (the exec supervisor).
+func (s *Step) ServerExit() (string, service.Exit, bool) {
+	c, ok := s.mgr.(service.RestartCounter)
+	if !ok {
+		return "", service.Exit{}, false
+	}
+	x, ok := c.LastExit(s.spec.Unit)
+	return s.spec.Unit, x, ok
+}
+
 // manager returns the step's service manager, made on first use.
 func (s *Step) manager(ctx context.Context, env *engine.Env) (service.Manager, error) {
 	s.mu.Lock()
