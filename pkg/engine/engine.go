@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -18,6 +17,7 @@ import (
 	"github.com/sglprov/sglprov/pkg/cache"
 	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/gpu"
+	"github.com/sglprov/sglprov/pkg/gpuclaim"
 	"github.com/sglprov/sglprov/pkg/recipe"
 	"github.com/sglprov/sglprov/pkg/service"
 )
@@ -39,7 +39,7 @@ type Options struct {
 	NodeGPUs []string
 	// Root is the host root (--root); StateDir the state directory (already rooted).
 	Root, StateDir string
-	// ClaimsDir is the node-wide folder of GPU claims (NodeClaimsDir, under Root), where
+	// ClaimsDir is the node-wide folder of GPU claims (gpuclaim.NodeClaimsDir, under Root), where
 	// a run that passed records the GPUs its server runs on, whatever its state dir, and
 	// where GPUConflicts finds the claims of recipes applied from other state dirs; ""
 	// compares only the recipes of StateDir.
@@ -106,7 +106,7 @@ type Engine struct {
 	gen     *genState           // the run's generation (nil: the recipe uses none)
 	group   *recipe.NodesConfig // the recipe's multi-node group (nil: a single node)
 	served  bool                // this run passed: the recipe's server claims the GPUs it sees
-	pending *os.File            // this run's pending GPU claim, locked while the run goes on
+	pending *gpuclaim.Pending   // this run's pending GPU claim, locked while the run goes on
 	mu      sync.Mutex          // guards state writes
 	ranAny  bool                // a step ran (and its record changed) in this run
 }

@@ -27,7 +27,7 @@ type layer struct {
 // stay usable on their own; each layer above them reaches only down.
 var layers = []layer{
 	{name: "library", never: []string{"pkg/engine", "pkg/steps/...", "pkg/daemon", "pkg/node", "pkg/cli"}},
-	{name: "engine", match: []string{"pkg/engine"}, never: []string{"pkg/steps/...", "pkg/daemon", "pkg/node", "pkg/cli"}},
+	{name: "engine", match: []string{"pkg/engine", "pkg/reclaim"}, never: []string{"pkg/steps/...", "pkg/daemon", "pkg/node", "pkg/cli"}},
 	{name: "step kind", match: []string{"pkg/steps/..."}, never: []string{"pkg/daemon", "pkg/node", "pkg/cli"}},
 	{name: "daemon", match: []string{"pkg/daemon"}, never: []string{"pkg/steps/...", "pkg/node", "pkg/cli"}},
 	{name: "node", match: []string{"pkg/node"}, never: []string{"pkg/cli"}},
