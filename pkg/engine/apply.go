@@ -119,14 +119,14 @@ func (e *Engine) Apply(ctx context.Context) (*Report, error) {
 
 	sem := make(chan struct{}, e.opts.Concurrency)
 	var wg sync.WaitGroup
-	for _, n := range e.nodes {
-		n.res = &StepReport{Name: n.step.Name, Kind: n.step.Kind, Gate: isGate(n.impl)}
+	for _, v := range e.vertices {
+		v.res = &StepReport{Name: v.step.Name, Kind: v.step.Kind, Gate: isGate(v.impl)}
 		wg.Add(1)
-		go func(n *node) {
+		go func(v *vertex) {
 			defer wg.Done()
-			defer close(n.done)
-			e.runNode(ctx, n, sem, runDir)
-		}(n)
+			defer close(v.done)
+			e.runVertex(ctx, v, sem, runDir)
+		}(v)
 	}
 	wg.Wait()
 
@@ -141,13 +141,13 @@ func (e *Engine) Apply(ctx context.Context) (*Report, error) {
 
 	var first error
 	failed := &stepsFailed{}
-	for _, n := range e.order() {
-		rep.Steps = append(rep.Steps, n.res)
-		n.res.Details = e.store.Details(n.step.Name)
-		if n.res.err != nil {
-			failed.names = append(failed.names, n.step.Name)
-			failed.errs = append(failed.errs, n.res.err)
-			failed.interrupted = append(failed.interrupted, n.res.Result == ResultInterrupted)
+	for _, v := range e.order() {
+		rep.Steps = append(rep.Steps, v.res)
+		v.res.Details = e.store.Details(v.step.Name)
+		if v.res.err != nil {
+			failed.names = append(failed.names, v.step.Name)
+			failed.errs = append(failed.errs, v.res.err)
+			failed.interrupted = append(failed.interrupted, v.res.Result == ResultInterrupted)
 		}
 	}
 	if len(failed.errs) > 0 {
@@ -196,18 +196,18 @@ func (e *Engine) Apply(ctx context.Context) (*Report, error) {
 	return rep, first
 }
 
-func (e *Engine) runNode(ctx context.Context, n *node, sem chan struct{}, runDir string) {
-	res := n.res
+func (e *Engine) runVertex(ctx context.Context, v *vertex, sem chan struct{}, runDir string) {
+	res := v.res
 	// Needed steps always finish (a cancelled run cancels them too), so waiting for them
 	// is safe, and their results are read only once they are final.
-	for _, d := range n.needs {
+	for _, d := range v.needs {
 		<-d.done
 	}
-	if len(e.opts.Only) > 0 && !contains(e.opts.Only, n.step.Name) {
+	if len(e.opts.Only) > 0 && !contains(e.opts.Only, v.step.Name) {
 		res.Result, res.Reason = ResultNotSelected, "not in --only"
 		return
 	}
-	for _, d := range n.needs {
+	for _, d := range v.needs {
 		switch d.res.Result {
 		case ResultFailed, ResultBlocked, ResultInterrupted:
 			res.Result, res.Reason = ResultBlocked, fmt.Sprintf("needs %s, which %s", d.step.Name, d.res.Result)
@@ -227,17 +227,17 @@ func (e *Engine) runNode(ctx context.Context, n *node, sem chan struct{}, runDir
 	defer func() { <-sem }()
 
 	var ran []string
-	for _, d := range n.needs {
+	for _, d := range v.needs {
 		if d.res.Result == ResultOK && !converges(d) {
 			ran = append(ran, d.step.Name)
 		}
 	}
 	// The step log is opened only for a step that runs: a no-op re-run writes no logs.
-	denv := e.env(n, nil, "")
+	denv := e.env(v, nil, "")
 	denv.DepsRan = ran
 	var dec Decision
-	err := e.guard(n, denv, runDir, "deciding whether to run", func() (err error) {
-		dec, err = e.decide(ctx, n, denv)
+	err := e.guard(v, denv, runDir, "deciding whether to run", func() (err error) {
+		dec, err = e.decide(ctx, v, denv)
 		return err
 	})
 	if err != nil {
@@ -245,40 +245,40 @@ func (e *Engine) runNode(ctx context.Context, n *node, sem chan struct{}, runDir
 		if pe := (*PanicError)(nil); errors.As(err, &pe) {
 			res.Log = pe.Log
 		}
-		e.log.Error("step failed", "step", n.step.Name, "err", err)
+		e.log.Error("step failed", "step", v.step.Name, "err", err)
 		return
 	}
 	res.Reason = dec.Reason
-	if dec.Run && e.gen.readOnly(n.step.Name) {
-		err := e.gen.writeRefusal(n.step.Name, dec.Reason)
+	if dec.Run && e.gen.readOnly(v.step.Name) {
+		err := e.gen.writeRefusal(v.step.Name, dec.Reason)
 		res.Result, res.err, res.Error = ResultFailed, err, exitcode.Message(err)
-		e.log.Error("step refused", "step", n.step.Name, "err", err)
+		e.log.Error("step refused", "step", v.step.Name, "err", err)
 		return
 	}
 	if !dec.Run {
 		res.Result = ResultSkipped
-		e.log.Info("skipped", "step", n.step.Name, "reason", dec.Reason)
-		e.publish(ctx, n, denv, CacheSlot{Cache: e.opts.Cache, Tag: dec.Fingerprint}, res)
+		e.log.Info("skipped", "step", v.step.Name, "reason", dec.Reason)
+		e.publish(ctx, v, denv, CacheSlot{Cache: e.opts.Cache, Tag: dec.Fingerprint}, res)
 		return
 	}
-	logf, logPath, err := openStepLog(runDir, n.step.Name)
+	logf, logPath, err := openStepLog(runDir, v.step.Name)
 	if err != nil {
 		res.Result, res.err = ResultFailed, err
 		res.Error = exitcode.Message(err)
 		return
 	}
 	defer logf.Close()
-	env := e.env(n, logf, logPath)
+	env := e.env(v, logf, logPath)
 	env.DepsRan = ran
 	res.Log = logPath
 	res.Started = e.opts.Now().UTC()
 	// The artifact's tag is the fingerprint before the run: what a fresh node computes.
 	slot := CacheSlot{Cache: e.opts.Cache, Tag: dec.Fingerprint}
 	env.Log.Info("running", "reason", dec.Reason)
-	e.record(n.step.Name, func(r *StepRecord) {
+	e.record(v.step.Name, func(r *StepRecord) {
 		r.Result, r.PID, r.Started, r.Reason, r.Error = ResultRunning, os.Getpid(), res.Started, dec.Reason, ""
 	})
-	runErr := e.guard(n, env, runDir, "running", func() error { return e.restoreOrRun(ctx, n, env, slot, res) })
+	runErr := e.guard(v, env, runDir, "running", func() error { return e.restoreOrRun(ctx, v, env, slot, res) })
 	res.Duration = e.opts.Now().Sub(res.Started)
 	var skip *SkipError
 	switch {
@@ -292,29 +292,29 @@ func (e *Engine) runNode(ctx context.Context, n *node, sem chan struct{}, runDir
 		// Outputs may have changed what the step fingerprints (a tree it patched):
 		// record the inputs as they are now.
 		var parts map[string]string
-		if err := e.guard(n, env, runDir, "fingerprinting after the run", func() (err error) {
-			parts, err = e.fingerprint(context.WithoutCancel(ctx), n, env)
+		if err := e.guard(v, env, runDir, "fingerprinting after the run", func() (err error) {
+			parts, err = e.fingerprint(context.WithoutCancel(ctx), v, env)
 			return err
 		}); err == nil {
 			dec.Parts, dec.Fingerprint = parts, fingerprintOf(parts)
 		}
 		env.Log.Info("done", "seconds", logval.Seconds(res.Duration))
-		if a, ok := e.store.artifact(n.step.Name); ok && a.fromCache {
+		if a, ok := e.store.artifact(v.step.Name); ok && a.fromCache {
 			res.FromCache = a.digest
 		}
-		e.publish(ctx, n, env, slot, res)
+		e.publish(ctx, v, env, slot, res)
 	case ctx.Err() != nil:
 		res.Result, res.err = ResultInterrupted, fmt.Errorf("interrupted: %w", runErr)
 		env.Log.Warn("interrupted", "err", runErr)
 	default:
-		runErr = e.noSpaceHint(n.step.Name, runErr, logPath)
+		runErr = e.noSpaceHint(v.step.Name, runErr, logPath)
 		res.Result, res.err = ResultFailed, runErr
 		env.Log.Error("failed", "err", runErr, "log", logPath)
 	}
 	if res.err != nil {
 		res.Error = exitcode.Message(res.err)
 	}
-	e.record(n.step.Name, func(r *StepRecord) {
+	e.record(v.step.Name, func(r *StepRecord) {
 		r.Result, r.PID, r.Duration, r.Error = res.Result, 0, res.Duration, res.Error
 		if res.Result == ResultSkipped {
 			r.Reason = res.Reason
@@ -322,7 +322,7 @@ func (e *Engine) runNode(ctx context.Context, n *node, sem chan struct{}, runDir
 		if res.Result == ResultOK {
 			r.Fingerprint, r.Parts = dec.Fingerprint, dec.Parts
 			r.Artifact = ""
-			if a, ok := e.store.artifact(n.step.Name); ok {
+			if a, ok := e.store.artifact(v.step.Name); ok {
 				r.Artifact = a.digest
 			}
 		}
@@ -331,15 +331,15 @@ func (e *Engine) runNode(ctx context.Context, n *node, sem chan struct{}, runDir
 
 // restoreOrRun takes the step's outputs from the fleet cache when it can, and runs the
 // step otherwise (a failed pull is said and falls back to running). A forced step runs.
-func (e *Engine) restoreOrRun(ctx context.Context, n *node, env *Env, slot CacheSlot, res *StepReport) error {
-	if why := offlineSkip(n, env); why != "" {
+func (e *Engine) restoreOrRun(ctx context.Context, v *vertex, env *Env, slot CacheSlot, res *StepReport) error {
+	if why := offlineSkip(v, env); why != "" {
 		// Under --root nothing runs on this host or writes outside the root.
 		return Skipped(why)
 	}
 	if slot.Cache == nil {
-		return n.impl.Run(ctx, env)
+		return v.impl.Run(ctx, env)
 	}
-	if r, ok := n.impl.(Restorer); ok && !env.Force {
+	if r, ok := v.impl.(Restorer); ok && !env.Force {
 		digest, found, err := r.Restore(ctx, env, slot)
 		switch {
 		case err != nil && ctx.Err() != nil:
@@ -355,18 +355,18 @@ func (e *Engine) restoreOrRun(ctx context.Context, n *node, env *Env, slot Cache
 			return nil
 		}
 	}
-	if cr, ok := n.impl.(CachedRunner); ok {
+	if cr, ok := v.impl.(CachedRunner); ok {
 		return cr.RunCached(ctx, env, slot)
 	}
-	return n.impl.Run(ctx, env)
+	return v.impl.Run(ctx, env)
 }
 
 // publish pushes what a successful run made, when the step is a Publisher and this node
 // pushes. A failed push is a warning: the step's own work succeeded. It is also called for
 // a step that is up to date here but whose artifact the registry lacks (made before the
 // cache was configured, or the registry was wiped): a pushing node seeds the cache.
-func (e *Engine) publish(ctx context.Context, n *node, env *Env, slot CacheSlot, res *StepReport) {
-	p, ok := n.impl.(Publisher)
+func (e *Engine) publish(ctx context.Context, v *vertex, env *Env, slot CacheSlot, res *StepReport) {
+	p, ok := v.impl.(Publisher)
 	if !ok || slot.Cache == nil || slot.Tag == "" || !slot.Cache.CanPush() || res.FromCache != "" {
 		return
 	}
@@ -387,12 +387,12 @@ func (e *Engine) publish(ctx context.Context, n *node, env *Env, slot CacheSlot,
 	var digest string
 	// What a registry's UI shows of the tag: which recipe and step made it, from which
 	// SGLang commit (the recipe's sglang_commit var, when it has one).
-	ann := map[string]string{cache.AnnotationRecipe: env.RecipeName, cache.AnnotationStep: n.step.Name}
+	ann := map[string]string{cache.AnnotationRecipe: env.RecipeName, cache.AnnotationStep: v.step.Name}
 	if e.opts.Recipe != nil {
 		ann[cache.AnnotationSGLangCommit] = e.opts.Recipe.Vars["sglang_commit"]
 	}
 	ctx = cache.WithAnnotations(ctx, ann)
-	err = e.guard(n, env, "", "publishing", func() (err error) {
+	err = e.guard(v, env, "", "publishing", func() (err error) {
 		digest, err = p.Publish(ctx, env, slot)
 		return err
 	})
@@ -404,7 +404,7 @@ func (e *Engine) publish(ctx context.Context, n *node, env *Env, slot CacheSlot,
 	if digest == "" {
 		return
 	}
-	e.store.setArtifact(n.step.Name, digest, false)
+	e.store.setArtifact(v.step.Name, digest, false)
 	res.Pushed = digest
 	env.Detail("cache_pushed", digest)
 	env.Log.Info("pushed to the cache", "artifact", digest, "tag", shortDigest(slot.Tag), "seconds", logval.Seconds(e.opts.Now().Sub(start)))
@@ -428,8 +428,8 @@ func (e *Engine) record(name string, f func(*StepRecord)) {
 
 func (e *Engine) warnUnmetNeeds() {
 	for _, name := range e.opts.Only {
-		n := e.byName[name]
-		for _, d := range n.step.Needs {
+		v := e.byName[name]
+		for _, d := range v.step.Needs {
 			if contains(e.opts.Only, d) {
 				continue
 			}

@@ -60,8 +60,8 @@ func (e *Engine) ReplacesApplied() bool {
 	if len(e.opts.Recipe.Replaces) == 0 {
 		return false
 	}
-	for _, n := range e.nodes {
-		if r, ok := n.impl.(Replacer); ok && r.AppliesReplaces(e.env(n, nil, "")) {
+	for _, v := range e.vertices {
+		if r, ok := v.impl.(Replacer); ok && r.AppliesReplaces(e.env(v, nil, "")) {
 			return true
 		}
 	}
