@@ -97,6 +97,36 @@ func (e *Engine) Apply(ctx context.Context) (*Report, error) {
 		}
 	}
 	start := e.opts.Now()
+	rep, err := e.startRun(start)
+	if err != nil {
+		return nil, err
+	}
+	e.runVertices(ctx, rep.Dir)
+	saveErr := e.saveFacts(rep)
+	first := e.collect(rep)
+	if first == nil && saveErr != nil {
+		first = saveErr
+	}
+	if first == nil && ctx.Err() != nil {
+		first = fmt.Errorf("interrupted: %w", ctx.Err())
+	}
+	if first == nil && len(e.opts.Only) == 0 {
+		first = e.pass(ctx)
+	}
+	rep.Generation = e.endGeneration(first == nil)
+	if rep.Generation != nil {
+		e.log.Info(rep.Generation.Note)
+	}
+	e.conclude(ctx, rep, start, first)
+	if err := writeReport(rep); err != nil && first == nil {
+		first = err
+	}
+	return rep, first
+}
+
+// startRun makes the run's report and folder, says what the log will show (offline, the
+// facts that changed, the needs --only leaves out) and begins the run's generation.
+func (e *Engine) startRun(start time.Time) (*Report, error) {
 	rep := &Report{Recipe: e.opts.Recipe.Name, RecipeFile: e.opts.Recipe.File, Started: start.UTC(), FactsChanged: e.FactsChanged(), Facts: e.factsMap()}
 	runDir, err := e.newRunDir(start)
 	if err != nil {
@@ -116,7 +146,12 @@ func (e *Engine) Apply(ctx context.Context) (*Report, error) {
 	if err := e.beginGeneration(); err != nil {
 		return nil, err
 	}
+	return rep, nil
+}
 
+// runVertices runs every vertex in its own goroutine, each once its needs are done, at most
+// Concurrency steps at once, and waits for all of them.
+func (e *Engine) runVertices(ctx context.Context, runDir string) {
 	sem := make(chan struct{}, e.opts.Concurrency)
 	var wg sync.WaitGroup
 	for _, v := range e.vertices {
@@ -129,17 +164,23 @@ func (e *Engine) Apply(ctx context.Context) (*Report, error) {
 		}(v)
 	}
 	wg.Wait()
+}
 
-	// A run in which nothing ran and no fact changed leaves the state as it was.
-	var saveErr error
+// saveFacts records the host facts with the state; a run in which nothing ran and no fact
+// changed leaves the state as it was.
+func (e *Engine) saveFacts(rep *Report) error {
 	e.mu.Lock()
+	defer e.mu.Unlock()
 	if e.ranAny || len(rep.FactsChanged) > 0 || len(e.state.Facts) == 0 && e.opts.Facts != nil {
 		e.state.Facts = e.factsMap()
-		saveErr = e.saveState()
+		return e.saveState()
 	}
-	e.mu.Unlock()
+	return nil
+}
 
-	var first error
+// collect puts the steps' outcomes in the report, in the run's order, and returns the
+// failures (nil when none failed).
+func (e *Engine) collect(rep *Report) error {
 	failed := &stepsFailed{}
 	for _, v := range e.order() {
 		rep.Steps = append(rep.Steps, v.res)
@@ -151,31 +192,27 @@ func (e *Engine) Apply(ctx context.Context) (*Report, error) {
 		}
 	}
 	if len(failed.errs) > 0 {
-		first = failed
+		return failed
 	}
-	if first == nil && saveErr != nil {
-		first = saveErr
+	return nil
+}
+
+// pass records that the run passed: its server serves on the GPUs it sees (recorded for
+// GPUConflicts, here and node-wide), and an undrain the node is owed is paid.
+func (e *Engine) pass(ctx context.Context) error {
+	e.mu.Lock()
+	e.served = true
+	err := e.saveState()
+	e.mu.Unlock()
+	if err := e.recordNodeClaim(); err != nil {
+		e.log.Warn("the GPUs this recipe serves on are not recorded node-wide: runs from other state dirs will not see them", "err", err)
 	}
-	if first == nil && ctx.Err() != nil {
-		first = fmt.Errorf("interrupted: %w", ctx.Err())
-	}
-	if first == nil && len(e.opts.Only) == 0 {
-		// The run passed: its server serves on the GPUs it sees (recorded for GPUConflicts).
-		e.mu.Lock()
-		e.served = true
-		if err := e.saveState(); err != nil {
-			first = err
-		}
-		e.mu.Unlock()
-		if err := e.recordNodeClaim(); err != nil {
-			e.log.Warn("the GPUs this recipe serves on are not recorded node-wide: runs from other state dirs will not see them", "err", err)
-		}
-		e.payUndrain(ctx)
-	}
-	rep.Generation = e.endGeneration(first == nil)
-	if rep.Generation != nil {
-		e.log.Info(rep.Generation.Note)
-	}
+	e.payUndrain(ctx)
+	return err
+}
+
+// conclude sets the report's duration, result and exit code from the run's error first.
+func (e *Engine) conclude(ctx context.Context, rep *Report, start time.Time, first error) {
 	rep.Duration = e.opts.Now().Sub(start)
 	rep.ExitCode = exitcode.Of(first)
 	if first != nil && errors.Is(context.Cause(ctx), exitcode.ErrInterrupted) {
@@ -190,38 +227,24 @@ func (e *Engine) Apply(ctx context.Context) (*Report, error) {
 			rep.Result = ResultInterrupted
 		}
 	}
-	if err := writeReport(rep); err != nil && first == nil {
-		first = err
-	}
-	return rep, first
 }
 
+// runVertex runs the step of v once its needs are done: it is left out, blocked or
+// interrupted first when it must be, skipped when it need not run, else run with a log of
+// its own, and its outcome recorded.
 func (e *Engine) runVertex(ctx context.Context, v *vertex, sem chan struct{}, runDir string) {
-	res := v.res
 	// Needed steps always finish (a cancelled run cancels them too), so waiting for them
 	// is safe, and their results are read only once they are final.
 	for _, d := range v.needs {
 		<-d.done
 	}
-	if len(e.opts.Only) > 0 && !contains(e.opts.Only, v.step.Name) {
-		res.Result, res.Reason = ResultNotSelected, "not in --only"
-		return
-	}
-	for _, d := range v.needs {
-		switch d.res.Result {
-		case ResultFailed, ResultBlocked, ResultInterrupted:
-			res.Result, res.Reason = ResultBlocked, fmt.Sprintf("needs %s, which %s", d.step.Name, d.res.Result)
-			return
-		}
-	}
-	if ctx.Err() != nil {
-		res.Result, res.Reason = ResultInterrupted, "run interrupted before it started"
+	if !e.mayStart(ctx, v) {
 		return
 	}
 	select {
 	case sem <- struct{}{}:
 	case <-ctx.Done():
-		res.Result, res.Reason = ResultInterrupted, "run interrupted before it started"
+		v.res.Result, v.res.Reason = ResultInterrupted, "run interrupted before it started"
 		return
 	}
 	defer func() { <-sem }()
@@ -235,7 +258,45 @@ func (e *Engine) runVertex(ctx context.Context, v *vertex, sem chan struct{}, ru
 	// The step log is opened only for a step that runs: a no-op re-run writes no logs.
 	denv := e.env(v, nil, "")
 	denv.DepsRan = ran
-	var dec Decision
+	dec, ok := e.decideVertex(ctx, v, denv, runDir)
+	if !ok {
+		return
+	}
+	if !dec.Run {
+		v.res.Result = ResultSkipped
+		e.log.Info("skipped", "step", v.step.Name, "reason", dec.Reason)
+		e.publish(ctx, v, denv, CacheSlot{Cache: e.opts.Cache, Tag: dec.Fingerprint}, v.res)
+		return
+	}
+	e.runStep(ctx, v, runDir, ran, dec)
+}
+
+// mayStart reports whether the step of v may start once its needs are done; when it may
+// not (not selected, a need failed, the run interrupted) its outcome says why.
+func (e *Engine) mayStart(ctx context.Context, v *vertex) bool {
+	res := v.res
+	if len(e.opts.Only) > 0 && !contains(e.opts.Only, v.step.Name) {
+		res.Result, res.Reason = ResultNotSelected, "not in --only"
+		return false
+	}
+	for _, d := range v.needs {
+		switch d.res.Result {
+		case ResultFailed, ResultBlocked, ResultInterrupted:
+			res.Result, res.Reason = ResultBlocked, fmt.Sprintf("needs %s, which %s", d.step.Name, d.res.Result)
+			return false
+		}
+	}
+	if ctx.Err() != nil {
+		res.Result, res.Reason = ResultInterrupted, "run interrupted before it started"
+		return false
+	}
+	return true
+}
+
+// decideVertex decides whether the step of v runs (decide); ok is false when it cannot tell,
+// or when it would write into a generation that has served, and its outcome says so.
+func (e *Engine) decideVertex(ctx context.Context, v *vertex, denv *Env, runDir string) (dec Decision, ok bool) {
+	res := v.res
 	err := e.guard(v, denv, runDir, "deciding whether to run", func() (err error) {
 		dec, err = e.decide(ctx, v, denv)
 		return err
@@ -246,21 +307,22 @@ func (e *Engine) runVertex(ctx context.Context, v *vertex, sem chan struct{}, ru
 			res.Log = pe.Log
 		}
 		e.log.Error("step failed", "step", v.step.Name, "err", err)
-		return
+		return dec, false
 	}
 	res.Reason = dec.Reason
 	if dec.Run && e.gen.readOnly(v.step.Name) {
 		err := e.gen.writeRefusal(v.step.Name, dec.Reason)
 		res.Result, res.err, res.Error = ResultFailed, err, exitcode.Message(err)
 		e.log.Error("step refused", "step", v.step.Name, "err", err)
-		return
+		return dec, false
 	}
-	if !dec.Run {
-		res.Result = ResultSkipped
-		e.log.Info("skipped", "step", v.step.Name, "reason", dec.Reason)
-		e.publish(ctx, v, denv, CacheSlot{Cache: e.opts.Cache, Tag: dec.Fingerprint}, res)
-		return
-	}
+	return dec, true
+}
+
+// runStep runs the step of v (dec says why) with its own log in runDir, the steps it needs
+// that ran named in ran, and records what came of it.
+func (e *Engine) runStep(ctx context.Context, v *vertex, runDir string, ran []string, dec Decision) {
+	res := v.res
 	logf, logPath, err := openStepLog(runDir, v.step.Name)
 	if err != nil {
 		res.Result, res.err = ResultFailed, err
@@ -280,6 +342,18 @@ func (e *Engine) runVertex(ctx context.Context, v *vertex, sem chan struct{}, ru
 	})
 	runErr := e.guard(v, env, runDir, "running", func() error { return e.restoreOrRun(ctx, v, env, slot, res) })
 	res.Duration = e.opts.Now().Sub(res.Started)
+	e.settle(ctx, v, env, runDir, slot, &dec, runErr)
+	if res.err != nil {
+		res.Error = exitcode.Message(res.err)
+	}
+	e.recordOutcome(v, dec)
+}
+
+// settle sets the outcome of the step of v from its run's error runErr: skipped by its own
+// choice, done (its inputs fingerprinted again into dec, what it made published),
+// interrupted, or failed.
+func (e *Engine) settle(ctx context.Context, v *vertex, env *Env, runDir string, slot CacheSlot, dec *Decision, runErr error) {
+	res := v.res
 	var skip *SkipError
 	switch {
 	case errors.As(runErr, &skip):
@@ -307,13 +381,16 @@ func (e *Engine) runVertex(ctx context.Context, v *vertex, sem chan struct{}, ru
 		res.Result, res.err = ResultInterrupted, fmt.Errorf("interrupted: %w", runErr)
 		env.Log.Warn("interrupted", "err", runErr)
 	default:
-		runErr = e.noSpaceHint(v.step.Name, runErr, logPath)
+		runErr = e.noSpaceHint(v.step.Name, runErr, env.LogPath)
 		res.Result, res.err = ResultFailed, runErr
-		env.Log.Error("failed", "err", runErr, "log", logPath)
+		env.Log.Error("failed", "err", runErr, "log", env.LogPath)
 	}
-	if res.err != nil {
-		res.Error = exitcode.Message(res.err)
-	}
+}
+
+// recordOutcome records the outcome of the step of v: a step that passed with its
+// fingerprint (dec) and the artifact it came from or made.
+func (e *Engine) recordOutcome(v *vertex, dec Decision) {
+	res := v.res
 	e.record(v.step.Name, func(r *StepRecord) {
 		r.Result, r.PID, r.Duration, r.Error = res.Result, 0, res.Duration, res.Error
 		if res.Result == ResultSkipped {

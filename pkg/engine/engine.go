@@ -77,7 +77,7 @@ type Options struct {
 	Cache cache.Cache
 	// OpenGenerations opens a recipe's generations kept in dir (a host path) with their
 	// record at record (nil: pkg/generation's store).
-	OpenGenerations func(dir, record string, keep int) (Generations, error)
+	OpenGenerations func(dir, record string, keep int) (GenerationStore, error)
 	// GenerationKey, when set, is the kept generation this engine works in instead of the
 	// one the recipe's inputs decide (a roll back to an earlier generation: its folder and
 	// its kept step records).

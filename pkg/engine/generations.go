@@ -22,9 +22,11 @@ import (
 	"github.com/sglprov/sglprov/pkg/service"
 )
 
-// Generations is what the engine asks of a recipe's generations (pkg/generation's Store):
-// the folder of one, the one that serves, and recording that one is being built or passed.
-type Generations interface {
+// GenerationStore is what the engine asks of the store of a recipe's generations
+// (pkg/generation's Store): the folder of one, the one that serves, and recording that one
+// is being built or passed. It is not the daemon's rung that rolls a node back to its
+// previous generation.
+type GenerationStore interface {
 	// Serving returns the key of the last generation that passed ("" when none has).
 	Serving() string
 	// Begin records that this run builds into the generation with key.
@@ -64,7 +66,7 @@ type GenerationReport struct {
 type genState struct {
 	info  GenerationInfo
 	steps []string // the generation steps, in file order
-	store Generations
+	store GenerationStore
 	// parts are the named digests of the key; changed the names of those that differ
 	// from the serving generation's (when it recorded its own), for plan's reasons.
 	parts   map[string]string
@@ -83,19 +85,19 @@ type genState struct {
 	freedEarly *generation.Pruned
 }
 
-// rootStore is implemented by a Generations that keeps a link at each of the recipe's
+// rootStore is implemented by a GenerationStore that keeps a link at each of the recipe's
 // generation roots pointing into the serving generation (pkg/generation's Store).
 type rootStore interface {
 	SetRoots(nodeDir string, roots []generation.Root)
 }
 
-// inPlaceStore is implemented by a Generations that records whether the trees moved aside
+// inPlaceStore is implemented by a GenerationStore that records whether the trees moved aside
 // from the roots serve again (pkg/generation's Store).
 type inPlaceStore interface {
 	InPlaceServing() *generation.InPlace
 }
 
-// observerStore is implemented by a Generations that takes the generation the installed
+// observerStore is implemented by a GenerationStore that takes the generation the installed
 // unit runs as the serving one, whatever its record says, and can record it (pkg/generation's
 // Store).
 type observerStore interface {
@@ -161,7 +163,7 @@ func (g *genState) observe(opts Options, st *State) {
 	}
 }
 
-// servedStore is implemented by a Generations that knows which generations have served
+// servedStore is implemented by a GenerationStore that knows which generations have served
 // (pkg/generation's Store).
 type servedStore interface {
 	Served(key string) bool
@@ -184,7 +186,7 @@ func (g *genState) writeRefusal(step, reason string) error {
 		step, generation.Short(g.info.Key), reason, ErrServedGeneration)
 }
 
-// keyPartsStore is implemented by a Generations that keeps the named digests of each
+// keyPartsStore is implemented by a GenerationStore that keeps the named digests of each
 // generation's key (pkg/generation's Store).
 type keyPartsStore interface {
 	BeginWith(key string, parts map[string]string) error
@@ -303,7 +305,7 @@ func openGenerations(opts Options, facts map[string]any) (*genState, map[string]
 	if !opts.IgnoreState {
 		open := opts.OpenGenerations
 		if open == nil {
-			open = func(dir, record string, keep int) (Generations, error) {
+			open = func(dir, record string, keep int) (GenerationStore, error) {
 				return generation.Open(dir, record, keep)
 			}
 		}
@@ -409,13 +411,13 @@ func (e *Engine) beginGeneration() error {
 	return nil
 }
 
-// pruner is implemented by a Generations that can free the generations beyond the kept
+// pruner is implemented by a GenerationStore that can free the generations beyond the kept
 // ones (pkg/generation's Store).
 type pruner interface {
 	PruneKeeping(building string, dryRun bool) (*generation.Pruned, error)
 }
 
-// gcPruner is implemented by a Generations that prunes as `sglprov gc` does
+// gcPruner is implemented by a GenerationStore that prunes as `sglprov gc` does
 // (pkg/generation's Store).
 type gcPruner interface {
 	Prune(dryRun bool) (*generation.Pruned, error)
@@ -548,7 +550,7 @@ func (e *Engine) endGeneration(ok bool) *GenerationReport {
 }
 
 // passGeneration records the run's generation as passed with the step records the engine
-// holds now (Generations.Passed).
+// holds now (GenerationStore.Passed).
 func (e *Engine) passGeneration() (*generation.Pruned, error) {
 	g := e.gen
 	steps := map[string]json.RawMessage{}
