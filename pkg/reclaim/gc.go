@@ -22,7 +22,7 @@ type GCOptions struct {
 	DryRun         bool
 	Out            io.Writer
 	// NewManager returns the service manager of kind, for orphaned units; nil is service.New.
-	NewManager NewManager
+	NewManager ManagerFunc
 	// Node leads to the node's other state dirs, whose recipes' folders are kept.
 	Node NodeScope
 }

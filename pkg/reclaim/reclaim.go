@@ -25,14 +25,14 @@ import (
 // Owned is a record of something sglprov wrote (engine.Owned).
 type Owned = engine.Owned
 
-// NewManager returns the service manager of kind (service.KindSystemd or KindExec), for
+// ManagerFunc returns the service manager of kind (service.KindSystemd or KindExec), for
 // the units of a remove or gc; nil is service.New.
-type NewManager = func(ctx context.Context, kind string) (service.Manager, error)
+type ManagerFunc = func(ctx context.Context, kind string) (service.Manager, error)
 
 // managers opens each service manager once, for the units of a remove or gc.
 type managers struct {
 	dir, root string
-	newFn     NewManager
+	newFn     ManagerFunc
 	open      map[string]service.Manager
 }
 

@@ -29,7 +29,7 @@ type RemoveOptions struct {
 	Out io.Writer
 	// NewManager returns the service manager of kind (service.KindSystemd or KindExec);
 	// nil is service.New.
-	NewManager NewManager
+	NewManager ManagerFunc
 	// Node leads to the node's other state dirs, whose recipes' folders are kept.
 	Node NodeScope
 }
