@@ -3,13 +3,13 @@ package cli
 import (
 	"context"
 
-	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/node"
+	"github.com/sglprov/sglprov/pkg/reclaim"
 )
 
 // runGC frees what no recipe on the node needs: generations beyond the kept ones, the part
 // files of unfinished downloads, and what removed recipes left where no recipe uses it
-// now (engine.GC). It says how much each frees.
+// now (reclaim.GC). It says how much each frees.
 func runGC(ctx context.Context, stdio IO, args []string) error {
 	var o gcOptions
 	fs := newFlags("gc", stdio)
@@ -18,7 +18,7 @@ func runGC(ctx context.Context, stdio IO, args []string) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	return engine.GC(ctx, engine.GCOptions{StateDir: o.stateDirPath(), Root: o.root, DryRun: o.dryRun, Out: stdio.Stdout,
+	return reclaim.GC(ctx, reclaim.GCOptions{StateDir: o.stateDirPath(), Root: o.root, DryRun: o.dryRun, Out: stdio.Stdout,
 		NewManager: managers(stdio, o.root, o.stateDirPath()), Node: node.Scope(stdio.Getenv, o.root)})
 }
 

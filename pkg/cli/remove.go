@@ -3,14 +3,14 @@ package cli
 import (
 	"context"
 
-	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/node"
+	"github.com/sglprov/sglprov/pkg/reclaim"
 	"github.com/sglprov/sglprov/pkg/service"
 )
 
 // runRemove takes a recipe off the node: its units, generations and records, and with
 // --weights the files its downloads wrote; what another recipe on the node also uses is
-// kept (engine.Remove).
+// kept (reclaim.Remove).
 func runRemove(ctx context.Context, stdio IO, args []string) error {
 	var o removeOptions
 	flags := newFlags("remove", stdio)
@@ -24,7 +24,7 @@ func runRemove(ctx context.Context, stdio IO, args []string) error {
 	if err != nil {
 		return err
 	}
-	return engine.Remove(ctx, engine.RemoveOptions{StateDir: o.stateDirPath(), Root: o.root, Recipe: r.Name,
+	return reclaim.Remove(ctx, reclaim.RemoveOptions{StateDir: o.stateDirPath(), Root: o.root, Recipe: r.Name,
 		Weights: o.weights, DryRun: o.dryRun, Out: stdio.Stdout, NewManager: managers(stdio, o.root, o.stateDirPath()),
 		Node: node.Scope(stdio.Getenv, o.root)})
 }

@@ -2,87 +2,16 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"path/filepath"
-	"strings"
 	"sync"
-	"text/tabwriter"
 	"time"
 
-	"github.com/sglprov/sglprov/pkg/atomicfile"
 	"github.com/sglprov/sglprov/pkg/cache"
 	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/logval"
-	"github.com/sglprov/sglprov/pkg/refusal"
-	"github.com/sglprov/sglprov/pkg/safefile"
 )
-
-// Report is what one apply did; it is written to runs/<time>/report.json.
-type Report struct {
-	Recipe     string        `json:"recipe"`
-	RecipeFile string        `json:"recipe_file"`
-	Started    time.Time     `json:"started"`
-	Duration   time.Duration `json:"duration_ns"`
-	Result     string        `json:"result"`
-	ExitCode   int           `json:"exit_code"`
-	Error      string        `json:"error,omitempty"`
-	// Refusals are every way the host fell short of the recipe, with codes and facts, when
-	// the run was refused (exit 4).
-	Refusals     []refusal.Reason  `json:"refusals,omitempty"`
-	FactsChanged []string          `json:"facts_changed,omitempty"`
-	Facts        map[string]string `json:"facts,omitempty"`
-	Steps        []*StepReport     `json:"steps"`
-	// Dir is the run's folder (report and step logs).
-	Dir string `json:"dir"`
-	// Generation says which generation this run built and which one serves (nil when the
-	// recipe uses none).
-	Generation *GenerationReport `json:"generation,omitempty"`
-}
-
-// StepReport is one step's outcome in a run.
-type StepReport struct {
-	Name     string         `json:"name"`
-	Kind     string         `json:"kind"`
-	Result   string         `json:"result"`
-	Reason   string         `json:"reason"`
-	Started  time.Time      `json:"started,omitzero"`
-	Duration time.Duration  `json:"duration_ns"`
-	Error    string         `json:"error,omitempty"`
-	Log      string         `json:"log,omitempty"`
-	Details  map[string]any `json:"details,omitempty"`
-	// FromCache is the digest of the fleet cache artifact the step's outputs came from
-	// (its result is then "ok (from cache)" in the summary); Pushed the digest of the
-	// artifact it published.
-	FromCache string `json:"from_cache,omitempty"`
-	Pushed    string `json:"pushed,omitempty"`
-	// Gate is set in a run's own report when the step is a gate (Gate: the smoke step),
-	// so that what reads the report in process (the daemon's metrics) need not know the
-	// kind's name; it is not written to report.json.
-	Gate bool `json:"-"`
-
-	err error
-}
-
-// Err returns the step's error, with its exit-code marks.
-func (s *StepReport) Err() error { return s.err }
-
-// HubDetail is the detail a download step sets (to the repository) when its files come
-// from the Hugging Face hub: only then does a network failure's hint name HF_ENDPOINT.
-const HubDetail = "hf_repo"
-
-// NoteDetail is a step's detail for the summary table: a short sentence added to its
-// reason (the gate's "profile A failed the gate; B serves").
-const NoteDetail = "note"
-
-// fromHub reports whether the step downloads from the hub (its HubDetail is set).
-func (s *StepReport) fromHub() bool {
-	v, ok := s.Details[HubDetail].(string)
-	return ok && v != ""
-}
 
 // Apply runs the recipe: each step once its needs are done, independent steps at the same
 // time, skipping what is unchanged and intact. It records the state after every step and
@@ -101,6 +30,36 @@ func (e *Engine) Apply(ctx context.Context) (*Report, error) {
 		}
 	}
 	start := e.opts.Now()
+	rep, err := e.startRun(start)
+	if err != nil {
+		return nil, err
+	}
+	e.runVertices(ctx, rep.Dir)
+	saveErr := e.saveFacts(rep)
+	first := e.collect(rep)
+	if first == nil && saveErr != nil {
+		first = saveErr
+	}
+	if first == nil && ctx.Err() != nil {
+		first = fmt.Errorf("interrupted: %w", ctx.Err())
+	}
+	if first == nil && len(e.opts.Only) == 0 {
+		first = e.pass(ctx)
+	}
+	rep.Generation = e.endGeneration(first == nil)
+	if rep.Generation != nil {
+		e.log.Info(rep.Generation.Note)
+	}
+	e.conclude(ctx, rep, start, first)
+	if err := writeReport(rep); err != nil && first == nil {
+		first = err
+	}
+	return rep, first
+}
+
+// startRun makes the run's report and folder, says what the log will show (offline, the
+// facts that changed, the needs --only leaves out) and begins the run's generation.
+func (e *Engine) startRun(start time.Time) (*Report, error) {
 	rep := &Report{Recipe: e.opts.Recipe.Name, RecipeFile: e.opts.Recipe.File, Started: start.UTC(), FactsChanged: e.FactsChanged(), Facts: e.factsMap()}
 	runDir, err := e.newRunDir(start)
 	if err != nil {
@@ -120,66 +79,73 @@ func (e *Engine) Apply(ctx context.Context) (*Report, error) {
 	if err := e.beginGeneration(); err != nil {
 		return nil, err
 	}
+	return rep, nil
+}
 
+// runVertices runs every vertex in its own goroutine, each once its needs are done, at most
+// Concurrency steps at once, and waits for all of them.
+func (e *Engine) runVertices(ctx context.Context, runDir string) {
 	sem := make(chan struct{}, e.opts.Concurrency)
 	var wg sync.WaitGroup
-	for _, n := range e.nodes {
-		n.res = &StepReport{Name: n.step.Name, Kind: n.step.Kind, Gate: isGate(n.impl)}
+	for _, v := range e.vertices {
+		v.res = &StepReport{Name: v.step.Name, Kind: v.step.Kind, Gate: isGate(v.impl)}
 		wg.Add(1)
-		go func(n *node) {
+		go func(v *vertex) {
 			defer wg.Done()
-			defer close(n.done)
-			e.runNode(ctx, n, sem, runDir)
-		}(n)
+			defer close(v.done)
+			e.runVertex(ctx, v, sem, runDir)
+		}(v)
 	}
 	wg.Wait()
+}
 
-	// A run in which nothing ran and no fact changed leaves the state as it was.
-	var saveErr error
+// saveFacts records the host facts with the state; a run in which nothing ran and no fact
+// changed leaves the state as it was.
+func (e *Engine) saveFacts(rep *Report) error {
 	e.mu.Lock()
+	defer e.mu.Unlock()
 	if e.ranAny || len(rep.FactsChanged) > 0 || len(e.state.Facts) == 0 && e.opts.Facts != nil {
 		e.state.Facts = e.factsMap()
-		saveErr = e.saveState()
+		return e.saveState()
 	}
-	e.mu.Unlock()
+	return nil
+}
 
-	var first error
+// collect puts the steps' outcomes in the report, in the run's order, and returns the
+// failures (nil when none failed).
+func (e *Engine) collect(rep *Report) error {
 	failed := &stepsFailed{}
-	for _, n := range e.order() {
-		rep.Steps = append(rep.Steps, n.res)
-		n.res.Details = e.store.Details(n.step.Name)
-		if n.res.err != nil {
-			failed.names = append(failed.names, n.step.Name)
-			failed.errs = append(failed.errs, n.res.err)
-			failed.interrupted = append(failed.interrupted, n.res.Result == ResultInterrupted)
+	for _, v := range e.order() {
+		rep.Steps = append(rep.Steps, v.res)
+		v.res.Details = e.store.Details(v.step.Name)
+		if v.res.err != nil {
+			failed.names = append(failed.names, v.step.Name)
+			failed.errs = append(failed.errs, v.res.err)
+			failed.interrupted = append(failed.interrupted, v.res.Result == ResultInterrupted)
 		}
 	}
 	if len(failed.errs) > 0 {
-		first = failed
+		return failed
 	}
-	if first == nil && saveErr != nil {
-		first = saveErr
+	return nil
+}
+
+// pass records that the run passed: its server serves on the GPUs it sees (recorded for
+// GPUConflicts, here and node-wide), and an undrain the node is owed is paid.
+func (e *Engine) pass(ctx context.Context) error {
+	e.mu.Lock()
+	e.served = true
+	err := e.saveState()
+	e.mu.Unlock()
+	if err := e.recordNodeClaim(); err != nil {
+		e.log.Warn("the GPUs this recipe serves on are not recorded node-wide: runs from other state dirs will not see them", "err", err)
 	}
-	if first == nil && ctx.Err() != nil {
-		first = fmt.Errorf("interrupted: %w", ctx.Err())
-	}
-	if first == nil && len(e.opts.Only) == 0 {
-		// The run passed: its server serves on the GPUs it sees (recorded for GPUConflicts).
-		e.mu.Lock()
-		e.served = true
-		if err := e.saveState(); err != nil {
-			first = err
-		}
-		e.mu.Unlock()
-		if err := e.recordNodeClaim(); err != nil {
-			e.log.Warn("the GPUs this recipe serves on are not recorded node-wide: runs from other state dirs will not see them", "err", err)
-		}
-		e.payUndrain(ctx)
-	}
-	rep.Generation = e.endGeneration(first == nil)
-	if rep.Generation != nil {
-		e.log.Info(rep.Generation.Note)
-	}
+	e.payUndrain(ctx)
+	return err
+}
+
+// conclude sets the report's duration, result and exit code from the run's error first.
+func (e *Engine) conclude(ctx context.Context, rep *Report, start time.Time, first error) {
 	rep.Duration = e.opts.Now().Sub(start)
 	rep.ExitCode = exitcode.Of(first)
 	if first != nil && errors.Is(context.Cause(ctx), exitcode.ErrInterrupted) {
@@ -194,54 +160,78 @@ func (e *Engine) Apply(ctx context.Context) (*Report, error) {
 			rep.Result = ResultInterrupted
 		}
 	}
-	if err := writeReport(rep); err != nil && first == nil {
-		first = err
-	}
-	return rep, first
 }
 
-func (e *Engine) runNode(ctx context.Context, n *node, sem chan struct{}, runDir string) {
-	res := n.res
+// runVertex runs the step of v once its needs are done: it is left out, blocked or
+// interrupted first when it must be, skipped when it need not run, else run with a log of
+// its own, and its outcome recorded.
+func (e *Engine) runVertex(ctx context.Context, v *vertex, sem chan struct{}, runDir string) {
 	// Needed steps always finish (a cancelled run cancels them too), so waiting for them
 	// is safe, and their results are read only once they are final.
-	for _, d := range n.needs {
+	for _, d := range v.needs {
 		<-d.done
 	}
-	if len(e.opts.Only) > 0 && !contains(e.opts.Only, n.step.Name) {
-		res.Result, res.Reason = ResultNotSelected, "not in --only"
-		return
-	}
-	for _, d := range n.needs {
-		switch d.res.Result {
-		case ResultFailed, ResultBlocked, ResultInterrupted:
-			res.Result, res.Reason = ResultBlocked, fmt.Sprintf("needs %s, which %s", d.step.Name, d.res.Result)
-			return
-		}
-	}
-	if ctx.Err() != nil {
-		res.Result, res.Reason = ResultInterrupted, "run interrupted before it started"
+	if !e.mayStart(ctx, v) {
 		return
 	}
 	select {
 	case sem <- struct{}{}:
 	case <-ctx.Done():
-		res.Result, res.Reason = ResultInterrupted, "run interrupted before it started"
+		v.res.Result, v.res.Reason = ResultInterrupted, "run interrupted before it started"
 		return
 	}
 	defer func() { <-sem }()
 
 	var ran []string
-	for _, d := range n.needs {
+	for _, d := range v.needs {
 		if d.res.Result == ResultOK && !converges(d) {
 			ran = append(ran, d.step.Name)
 		}
 	}
 	// The step log is opened only for a step that runs: a no-op re-run writes no logs.
-	denv := e.env(n, nil, "")
+	denv := e.env(v, nil, "")
 	denv.DepsRan = ran
-	var dec Decision
-	err := e.guard(n, denv, runDir, "deciding whether to run", func() (err error) {
-		dec, err = e.decide(ctx, n, denv)
+	dec, ok := e.decideVertex(ctx, v, denv, runDir)
+	if !ok {
+		return
+	}
+	if !dec.Run {
+		v.res.Result = ResultSkipped
+		e.log.Info("skipped", "step", v.step.Name, "reason", dec.Reason)
+		e.publish(ctx, v, denv, CacheSlot{Cache: e.opts.Cache, Tag: dec.Fingerprint, parts: dec.Parts}, v.res)
+		return
+	}
+	e.runStep(ctx, v, runDir, ran, dec)
+}
+
+// mayStart reports whether the step of v may start once its needs are done; when it may
+// not (not selected, a need failed, the run interrupted) its outcome says why.
+func (e *Engine) mayStart(ctx context.Context, v *vertex) bool {
+	res := v.res
+	if len(e.opts.Only) > 0 && !contains(e.opts.Only, v.step.Name) {
+		res.Result, res.Reason = ResultNotSelected, "not in --only"
+		return false
+	}
+	for _, d := range v.needs {
+		switch d.res.Result {
+		case ResultFailed, ResultBlocked, ResultInterrupted:
+			res.Result, res.Reason = ResultBlocked, fmt.Sprintf("needs %s, which %s", d.step.Name, d.res.Result)
+			return false
+		}
+	}
+	if ctx.Err() != nil {
+		res.Result, res.Reason = ResultInterrupted, "run interrupted before it started"
+		return false
+	}
+	return true
+}
+
+// decideVertex decides whether the step of v runs (decide); ok is false when it cannot tell,
+// or when it would write into a generation that has served, and its outcome says so.
+func (e *Engine) decideVertex(ctx context.Context, v *vertex, denv *Env, runDir string) (dec Decision, ok bool) {
+	res := v.res
+	err := e.guard(v, denv, runDir, "deciding whether to run", func() (err error) {
+		dec, err = e.decide(ctx, v, denv)
 		return err
 	})
 	if err != nil {
@@ -249,41 +239,54 @@ func (e *Engine) runNode(ctx context.Context, n *node, sem chan struct{}, runDir
 		if pe := (*PanicError)(nil); errors.As(err, &pe) {
 			res.Log = pe.Log
 		}
-		e.log.Error("step failed", "step", n.step.Name, "err", err)
-		return
+		e.log.Error("step failed", "step", v.step.Name, "err", err)
+		return dec, false
 	}
 	res.Reason = dec.Reason
-	if dec.Run && e.gen.readOnly(n.step.Name) {
-		err := e.gen.writeRefusal(n.step.Name, dec.Reason)
+	if dec.Run && e.gen.readOnly(v.step.Name) {
+		err := e.gen.writeRefusal(v.step.Name, dec.Reason)
 		res.Result, res.err, res.Error = ResultFailed, err, exitcode.Message(err)
-		e.log.Error("step refused", "step", n.step.Name, "err", err)
-		return
+		e.log.Error("step refused", "step", v.step.Name, "err", err)
+		return dec, false
 	}
-	if !dec.Run {
-		res.Result = ResultSkipped
-		e.log.Info("skipped", "step", n.step.Name, "reason", dec.Reason)
-		e.publish(ctx, n, denv, CacheSlot{Cache: e.opts.Cache, Tag: dec.Fingerprint, parts: dec.Parts}, res)
-		return
-	}
-	logf, logPath, err := openStepLog(runDir, n.step.Name)
+	return dec, true
+}
+
+// runStep runs the step of v (dec says why) with its own log in runDir, the steps it needs
+// that ran named in ran, and records what came of it.
+func (e *Engine) runStep(ctx context.Context, v *vertex, runDir string, ran []string, dec Decision) {
+	res := v.res
+	logf, logPath, err := openStepLog(runDir, v.step.Name)
 	if err != nil {
 		res.Result, res.err = ResultFailed, err
 		res.Error = exitcode.Message(err)
 		return
 	}
 	defer logf.Close()
-	env := e.env(n, logf, logPath)
+	env := e.env(v, logf, logPath)
 	env.DepsRan = ran
 	res.Log = logPath
 	res.Started = e.opts.Now().UTC()
 	// The artifact's tag is the fingerprint before the run: what a fresh node computes.
 	slot := CacheSlot{Cache: e.opts.Cache, Tag: dec.Fingerprint}
 	env.Log.Info("running", "reason", dec.Reason)
-	e.record(n.step.Name, func(r *StepRecord) {
+	e.record(v.step.Name, func(r *StepRecord) {
 		r.Result, r.PID, r.Started, r.Reason, r.Error = ResultRunning, os.Getpid(), res.Started, dec.Reason, ""
 	})
-	runErr := e.guard(n, env, runDir, "running", func() error { return e.restoreOrRun(ctx, n, env, slot, res) })
+	runErr := e.guard(v, env, runDir, "running", func() error { return e.restoreOrRun(ctx, v, env, slot, res) })
 	res.Duration = e.opts.Now().Sub(res.Started)
+	e.settle(ctx, v, env, runDir, slot, &dec, runErr)
+	if res.err != nil {
+		res.Error = exitcode.Message(res.err)
+	}
+	e.recordOutcome(v, dec)
+}
+
+// settle sets the outcome of the step of v from its run's error runErr: skipped by its own
+// choice, done (its inputs fingerprinted again into dec, what it made published),
+// interrupted, or failed.
+func (e *Engine) settle(ctx context.Context, v *vertex, env *Env, runDir string, slot CacheSlot, dec *Decision, runErr error) {
+	res := v.res
 	var skip *SkipError
 	switch {
 	case errors.As(runErr, &skip):
@@ -296,30 +299,33 @@ func (e *Engine) runNode(ctx context.Context, n *node, sem chan struct{}, runDir
 		// Outputs may have changed what the step fingerprints (a tree it patched):
 		// record the inputs as they are now.
 		var parts map[string]string
-		if err := e.guard(n, env, runDir, "fingerprinting after the run", func() (err error) {
-			parts, err = e.fingerprint(context.WithoutCancel(ctx), n, env)
+		if err := e.guard(v, env, runDir, "fingerprinting after the run", func() (err error) {
+			parts, err = e.fingerprint(context.WithoutCancel(ctx), v, env)
 			return err
 		}); err == nil {
 			dec.Parts, dec.Fingerprint = parts, fingerprintOf(parts)
 		}
 		env.Log.Info("done", "seconds", logval.Seconds(res.Duration))
-		if a, ok := e.store.artifact(n.step.Name); ok && a.fromCache {
+		if a, ok := e.store.artifact(v.step.Name); ok && a.fromCache {
 			res.FromCache = a.digest
 		}
 		slot.parts = dec.Parts
-		e.publish(ctx, n, env, slot, res)
+		e.publish(ctx, v, env, slot, res)
 	case ctx.Err() != nil:
 		res.Result, res.err = ResultInterrupted, fmt.Errorf("interrupted: %w", runErr)
 		env.Log.Warn("interrupted", "err", runErr)
 	default:
-		runErr = e.noSpaceHint(n.step.Name, runErr, logPath)
+		runErr = e.noSpaceHint(v.step.Name, runErr, env.LogPath)
 		res.Result, res.err = ResultFailed, runErr
-		env.Log.Error("failed", "err", runErr, "log", logPath)
+		env.Log.Error("failed", "err", runErr, "log", env.LogPath)
 	}
-	if res.err != nil {
-		res.Error = exitcode.Message(res.err)
-	}
-	e.record(n.step.Name, func(r *StepRecord) {
+}
+
+// recordOutcome records the outcome of the step of v: a step that passed with its
+// fingerprint (dec) and the artifact it came from or made.
+func (e *Engine) recordOutcome(v *vertex, dec Decision) {
+	res := v.res
+	e.record(v.step.Name, func(r *StepRecord) {
 		r.Result, r.PID, r.Duration, r.Error = res.Result, 0, res.Duration, res.Error
 		if res.Result == ResultSkipped {
 			r.Reason = res.Reason
@@ -327,7 +333,7 @@ func (e *Engine) runNode(ctx context.Context, n *node, sem chan struct{}, runDir
 		if res.Result == ResultOK {
 			r.Fingerprint, r.Parts = dec.Fingerprint, dec.Parts
 			r.Artifact = ""
-			if a, ok := e.store.artifact(n.step.Name); ok {
+			if a, ok := e.store.artifact(v.step.Name); ok {
 				r.Artifact = a.digest
 			}
 		}
@@ -336,15 +342,15 @@ func (e *Engine) runNode(ctx context.Context, n *node, sem chan struct{}, runDir
 
 // restoreOrRun takes the step's outputs from the fleet cache when it can, and runs the
 // step otherwise (a failed pull is said and falls back to running). A forced step runs.
-func (e *Engine) restoreOrRun(ctx context.Context, n *node, env *Env, slot CacheSlot, res *StepReport) error {
-	if why := offlineSkip(n, env); why != "" {
+func (e *Engine) restoreOrRun(ctx context.Context, v *vertex, env *Env, slot CacheSlot, res *StepReport) error {
+	if why := offlineSkip(v, env); why != "" {
 		// Under --root nothing runs on this host or writes outside the root.
 		return Skipped(why)
 	}
 	if slot.Cache == nil {
-		return n.impl.Run(ctx, env)
+		return v.impl.Run(ctx, env)
 	}
-	if r, ok := n.impl.(Restorer); ok && !env.Force {
+	if r, ok := v.impl.(Restorer); ok && !env.Force {
 		digest, found, err := r.Restore(ctx, env, slot)
 		switch {
 		case err != nil && ctx.Err() != nil:
@@ -360,18 +366,18 @@ func (e *Engine) restoreOrRun(ctx context.Context, n *node, env *Env, slot Cache
 			return nil
 		}
 	}
-	if cr, ok := n.impl.(CachedRunner); ok {
+	if cr, ok := v.impl.(CachedRunner); ok {
 		return cr.RunCached(ctx, env, slot)
 	}
-	return n.impl.Run(ctx, env)
+	return v.impl.Run(ctx, env)
 }
 
 // publish pushes what a successful run made, when the step is a Publisher and this node
 // pushes. A failed push is a warning: the step's own work succeeded. It is also called for
 // a step that is up to date here but whose artifact the registry lacks (made before the
 // cache was configured, or the registry was wiped): a pushing node seeds the cache.
-func (e *Engine) publish(ctx context.Context, n *node, env *Env, slot CacheSlot, res *StepReport) {
-	p, ok := n.impl.(Publisher)
+func (e *Engine) publish(ctx context.Context, v *vertex, env *Env, slot CacheSlot, res *StepReport) {
+	p, ok := v.impl.(Publisher)
 	if !ok || slot.Cache == nil || slot.Tag == "" || !slot.Cache.CanPush() || res.FromCache != "" {
 		return
 	}
@@ -386,19 +392,19 @@ func (e *Engine) publish(ctx context.Context, n *node, env *Env, slot CacheSlot,
 		return
 	case a != nil:
 		env.Log.Debug("the cache already holds this step's artifact; not pushing", "artifact", a.Digest)
-		e.tagPinned(ctx, n, env, slot, a.Digest)
+		e.tagPinned(ctx, v, env, slot, a.Digest)
 		return
 	}
 	start := e.opts.Now()
 	var digest string
 	// What a registry's UI shows of the tag: which recipe and step made it, from which
 	// SGLang commit (the recipe's sglang_commit var, when it has one).
-	ann := map[string]string{cache.AnnotationRecipe: env.RecipeName, cache.AnnotationStep: n.step.Name}
+	ann := map[string]string{cache.AnnotationRecipe: env.RecipeName, cache.AnnotationStep: v.step.Name}
 	if e.opts.Recipe != nil {
 		ann[cache.AnnotationSGLangCommit] = e.opts.Recipe.Vars["sglang_commit"]
 	}
 	ctx = cache.WithAnnotations(ctx, ann)
-	err = e.guard(n, env, "", "publishing", func() (err error) {
+	err = e.guard(v, env, "", "publishing", func() (err error) {
 		digest, err = p.Publish(ctx, env, slot)
 		return err
 	})
@@ -410,8 +416,8 @@ func (e *Engine) publish(ctx context.Context, n *node, env *Env, slot CacheSlot,
 	if digest == "" {
 		return
 	}
-	e.store.setArtifact(n.step.Name, digest, false)
-	e.tagPinned(ctx, n, env, slot, digest)
+	e.store.setArtifact(v.step.Name, digest, false)
+	e.tagPinned(ctx, v, env, slot, digest)
 	res.Pushed = digest
 	env.Detail("cache_pushed", digest)
 	env.Log.Info("pushed to the cache", "artifact", digest, "tag", shortDigest(slot.Tag), "seconds", logval.Seconds(e.opts.Now().Sub(start)))
@@ -435,8 +441,8 @@ func (e *Engine) record(name string, f func(*StepRecord)) {
 
 func (e *Engine) warnUnmetNeeds() {
 	for _, name := range e.opts.Only {
-		n := e.byName[name]
-		for _, d := range n.step.Needs {
+		v := e.byName[name]
+		for _, d := range v.step.Needs {
 			if contains(e.opts.Only, d) {
 				continue
 			}
@@ -445,193 +451,4 @@ func (e *Engine) warnUnmetNeeds() {
 			}
 		}
 	}
-}
-
-// KeepRuns is how many run folders (report and step logs) the state directory keeps.
-const KeepRuns = 50
-
-func (e *Engine) newRunDir(start time.Time) (string, error) {
-	runs := filepath.Join(e.opts.StateDir, "runs")
-	if err := safefile.NoSymlinks(e.opts.StateDir, "runs"); err != nil {
-		return "", fmt.Errorf("%w: creating run folder: %v", exitcode.ErrUsage, err)
-	}
-	if err := os.MkdirAll(runs, 0o700); err != nil {
-		return "", fmt.Errorf("creating run folder: %w", err)
-	}
-	base := filepath.Join(runs, start.UTC().Format("20060102T150405.000Z"))
-	dir := base
-	for i := 1; ; i++ {
-		err := os.Mkdir(dir, 0o700)
-		if err == nil {
-			pruneRuns(runs, KeepRuns)
-			return dir, nil
-		}
-		if !errors.Is(err, os.ErrExist) || i > 1000 {
-			return "", fmt.Errorf("creating run folder: %w", err)
-		}
-		dir = fmt.Sprintf("%s-%d", base, i)
-	}
-}
-
-// pruneRuns removes the oldest run folders beyond keep (names sort by time).
-func pruneRuns(runs string, keep int) {
-	entries, err := os.ReadDir(runs)
-	if err != nil || len(entries) <= keep {
-		return
-	}
-	for _, ent := range entries[:len(entries)-keep] {
-		_ = os.RemoveAll(filepath.Join(runs, ent.Name()))
-	}
-}
-
-func writeReport(rep *Report) error {
-	b, err := json.MarshalIndent(rep, "", "  ")
-	if err != nil {
-		return fmt.Errorf("encoding report: %w", err)
-	}
-	if err := atomicfile.Write(filepath.Join(rep.Dir, "report.json"), append(b, '\n'), 0o600); err != nil {
-		return fmt.Errorf("writing report: %w", err)
-	}
-	return nil
-}
-
-// LatestReport reads the report of the newest run in the state directory.
-func LatestReport(stateDir string) (*Report, error) {
-	entries, err := os.ReadDir(filepath.Join(stateDir, "runs"))
-	if err != nil {
-		return nil, fmt.Errorf("reading runs: %w", err)
-	}
-	for i := len(entries) - 1; i >= 0; i-- {
-		b, err := safefile.ReadNoFollow(filepath.Join(stateDir, "runs", entries[i].Name(), "report.json"))
-		if err != nil {
-			continue
-		}
-		var rep Report
-		if err := json.Unmarshal(b, &rep); err != nil {
-			return nil, fmt.Errorf("reading report: %w", err)
-		}
-		return &rep, nil
-	}
-	return nil, fmt.Errorf("no run has finished yet in %s", stateDir)
-}
-
-// Summary writes the apply summary table.
-func (r *Report) Summary() string {
-	var b strings.Builder
-	w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "STEP\tRESULT\tDURATION\tREASON")
-	for _, s := range r.Steps {
-		dur := "-"
-		if s.Duration > 0 {
-			dur = s.Duration.Round(time.Millisecond).String()
-		}
-		reason := s.Reason
-		if s.Error != "" {
-			reason += ": " + Cause(s.Error)
-		}
-		result := s.Result
-		if s.FromCache != "" && result == ResultOK {
-			result += " (from cache)"
-			reason += "; artifact " + s.FromCache
-		}
-		if note, ok := s.Details[NoteDetail].(string); ok && note != "" {
-			reason += "; " + note
-		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", s.Name, result, dur, reason)
-	}
-	w.Flush()
-	return b.String()
-}
-
-func firstLine(s string) string {
-	line, _, _ := strings.Cut(s, "\n")
-	return line
-}
-
-// Hints says what to do about the failures that have a known fix (the network: a proxy,
-// a hub mirror, the fleet cache), one line per failed step that has one.
-func (r *Report) Hints() []string {
-	var out []string
-	for _, s := range r.Steps {
-		if s.Result != ResultFailed {
-			continue
-		}
-		if h := NetworkHint(s.Kind, s.Error, s.fromHub()); h != "" {
-			out = append(out, "fix for "+s.Name+": "+h)
-		}
-	}
-	return out
-}
-
-// Failures describes each failed step in full: its error with every line, the path of its
-// log and, when the error is one line, the last tail lines of that log, and the fix when
-// one is known (Hints). Empty when no step failed.
-func (r *Report) Failures(tail int) string {
-	var b strings.Builder
-	for _, s := range r.Steps {
-		if s.Result != ResultFailed {
-			continue
-		}
-		msg := s.Error
-		if msg == "" {
-			msg = s.Reason
-		}
-		lines := strings.Split(strings.TrimRight(msg, "\n"), "\n")
-		fmt.Fprintf(&b, "%s failed: %s\n", s.Name, lines[0])
-		for _, l := range lines[1:] {
-			fmt.Fprintf(&b, "  %s\n", l)
-		}
-		if h := NetworkHint(s.Kind, msg, s.fromHub()); h != "" {
-			fmt.Fprintf(&b, "  fix: %s\n", h)
-		}
-		if s.Log == "" {
-			continue
-		}
-		if !strings.Contains(msg, s.Log) {
-			fmt.Fprintf(&b, "  log: %s\n", s.Log)
-		}
-		if len(lines) > 1 || tail <= 0 {
-			continue
-		}
-		if last := lastLines(s.Log, tail); len(last) > 0 {
-			fmt.Fprintf(&b, "  last %d lines of the log:\n", len(last))
-			for _, l := range last {
-				fmt.Fprintf(&b, "    %s\n", l)
-			}
-		}
-	}
-	return b.String()
-}
-
-// lastLines returns up to n last non-empty lines of the file at path (its last 64 KiB).
-func lastLines(path string, n int) []string {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	const window = 64 << 10
-	if fi, err := f.Stat(); err == nil && fi.Size() > window {
-		_, _ = f.Seek(fi.Size()-window, 0)
-	}
-	b, _ := io.ReadAll(io.LimitReader(f, window))
-	var out []string
-	for _, l := range strings.Split(string(b), "\n") {
-		if l = strings.TrimRight(l, "\r "); l != "" {
-			out = append(out, l)
-		}
-	}
-	if len(out) > n {
-		out = out[len(out)-n:]
-	}
-	return out
-}
-
-func openStepLog(dir, step string) (*os.File, string, error) {
-	path := filepath.Join(dir, step+".log")
-	f, err := safefile.OpenNoFollow(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
-	if err != nil {
-		return nil, "", fmt.Errorf("opening step log: %w", err)
-	}
-	return f, path, nil
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -18,6 +17,7 @@ import (
 	"github.com/sglprov/sglprov/pkg/cache"
 	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/gpu"
+	"github.com/sglprov/sglprov/pkg/gpuclaim"
 	"github.com/sglprov/sglprov/pkg/recipe"
 	"github.com/sglprov/sglprov/pkg/service"
 )
@@ -39,7 +39,7 @@ type Options struct {
 	NodeGPUs []string
 	// Root is the host root (--root); StateDir the state directory (already rooted).
 	Root, StateDir string
-	// ClaimsDir is the node-wide folder of GPU claims (NodeClaimsDir, under Root), where
+	// ClaimsDir is the node-wide folder of GPU claims (gpuclaim.NodeClaimsDir, under Root), where
 	// a run that passed records the GPUs its server runs on, whatever its state dir, and
 	// where GPUConflicts finds the claims of recipes applied from other state dirs; ""
 	// compares only the recipes of StateDir.
@@ -77,7 +77,7 @@ type Options struct {
 	Cache cache.Cache
 	// OpenGenerations opens a recipe's generations kept in dir (a host path) with their
 	// record at record (nil: pkg/generation's store).
-	OpenGenerations func(dir, record string, keep int) (Generations, error)
+	OpenGenerations func(dir, record string, keep int) (GenerationStore, error)
 	// GenerationKey, when set, is the kept generation this engine works in instead of the
 	// one the recipe's inputs decide (a roll back to an earlier generation: its folder and
 	// its kept step records).
@@ -94,27 +94,29 @@ type Options struct {
 
 // Engine plans and applies one recipe.
 type Engine struct {
-	opts   Options
-	state  *State
-	store  *Store
-	data   recipe.Data
-	nodes  []*node
-	byName map[string]*node
-	log    *log.Logger
+	opts     Options
+	state    *State
+	store    *Store
+	data     recipe.Data
+	vertices []*vertex
+	byName   map[string]*vertex
+	log      *log.Logger
 
 	facts   map[string]string   // the host facts as recorded in the state
 	gen     *genState           // the run's generation (nil: the recipe uses none)
-	group   *recipe.NodesConfig // the recipe's multi-node group (nil: a single node)
+	members *recipe.NodesConfig // the members of the recipe's multi-node group (nil: this host alone)
 	served  bool                // this run passed: the recipe's server claims the GPUs it sees
-	pending *os.File            // this run's pending GPU claim, locked while the run goes on
+	pending *gpuclaim.Pending   // this run's pending GPU claim, locked while the run goes on
 	mu      sync.Mutex          // guards state writes
 	ranAny  bool                // a step ran (and its record changed) in this run
 }
 
-type node struct {
+// vertex is one step of the recipe in the run's DAG: the steps it needs, and its outcome
+// once done is closed.
+type vertex struct {
 	step  *recipe.Step
 	impl  Step
-	needs []*node
+	needs []*vertex
 	done  chan struct{}
 	res   *StepReport
 	// deps are the needed steps by name, for Env.Deps.
@@ -142,7 +144,7 @@ func New(opts Options) (*Engine, error) {
 			return nil, err
 		}
 	}
-	e := &Engine{opts: opts, state: st, byName: map[string]*node{}, log: opts.NewLogger(opts.Console), facts: recordedFacts(opts.Facts)}
+	e := &Engine{opts: opts, state: st, byName: map[string]*vertex{}, log: opts.NewLogger(opts.Console), facts: recordedFacts(opts.Facts)}
 	var facts map[string]any
 	if opts.Facts != nil {
 		facts = opts.Facts.TemplateData()
@@ -165,7 +167,7 @@ func New(opts Options) (*Engine, error) {
 	if group, ok, err := opts.Recipe.NodesConfig(e.data); err != nil {
 		return nil, fmt.Errorf("%w: %v", exitcode.ErrUsage, err)
 	} else if ok {
-		e.group = &group
+		e.members = &group
 	}
 	for _, s := range opts.Recipe.Steps {
 		kind, ok := opts.Registry[s.Kind]
@@ -180,18 +182,18 @@ func New(opts Options) (*Engine, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s: step %q: %v", exitcode.ErrUsage, s.Pos, s.Name, err)
 		}
-		n := &node{step: s, impl: impl, done: make(chan struct{}), deps: map[string]Step{}}
-		e.nodes = append(e.nodes, n)
-		e.byName[s.Name] = n
+		v := &vertex{step: s, impl: impl, done: make(chan struct{}), deps: map[string]Step{}}
+		e.vertices = append(e.vertices, v)
+		e.byName[s.Name] = v
 	}
 	if err := e.checkClaims(); err != nil {
 		return nil, err
 	}
-	for _, n := range e.nodes {
-		for _, d := range n.step.Needs {
-			dn := e.byName[d]
-			n.needs = append(n.needs, dn)
-			n.deps[d] = dn.impl
+	for _, v := range e.vertices {
+		for _, d := range v.step.Needs {
+			dv := e.byName[d]
+			v.needs = append(v.needs, dv)
+			v.deps[d] = dv.impl
 		}
 	}
 	for _, name := range append(append([]string{}, opts.Only...), opts.Force...) {
@@ -206,7 +208,7 @@ func New(opts Options) (*Engine, error) {
 func (e *Engine) State() *State { return e.state }
 
 // env returns the Env of one step.
-func (e *Engine) env(n *node, logw io.Writer, logPath string) *Env {
+func (e *Engine) env(v *vertex, logw io.Writer, logPath string) *Env {
 	if logw == nil {
 		logw = io.Discard
 	}
@@ -215,26 +217,26 @@ func (e *Engine) env(n *node, logw io.Writer, logPath string) *Env {
 		StateDir:            e.opts.StateDir,
 		RecipeName:          e.opts.Recipe.Name,
 		RecipeDir:           e.opts.RecipeDir,
-		StepName:            n.step.Name,
+		StepName:            v.step.Name,
 		Facts:               e.opts.Facts,
 		Profiles:            e.opts.Recipe.Profiles,
-		Log:                 e.opts.NewLogger(io.MultiWriter(e.opts.Console, logw)).With("step", n.step.Name),
+		Log:                 e.opts.NewLogger(io.MultiWriter(e.opts.Console, logw)).With("step", v.step.Name),
 		Out:                 logw,
 		LogPath:             logPath,
 		Console:             e.opts.Console,
 		IsTerminal:          e.opts.IsTerminal,
-		Deps:                n.deps,
+		Deps:                v.deps,
 		Verify:              e.opts.Verify,
-		Force:               contains(e.opts.Force, n.step.Name),
+		Force:               contains(e.opts.Force, v.step.Name),
 		Offline:             e.opts.Root != "" && e.opts.Root != "/",
 		Builtin:             e.opts.Builtin,
 		InsecurePermissions: e.opts.InsecurePermissions,
 		Generation:          e.generationInfo(),
-		Gated:               e.gated(n),
+		Gated:               e.gated(v),
 		Replaces:            e.opts.Recipe.Replaces,
 		Drain:               e.opts.Drain,
 		Undrain:             e.opts.Undrain,
-		Nodes:               e.group,
+		Nodes:               e.members,
 		PythonLock:          e.pythonLock(),
 		NetworkRetryFor:     e.opts.Recipe.NetworkRetryFor(),
 		NewManager:          e.opts.NewManager,
@@ -260,16 +262,16 @@ func (e *Engine) generationInfo() *GenerationInfo {
 	return &info
 }
 
-// gated reports whether a selected step that needs n is a Gate: the gate then decides
+// gated reports whether a selected step that needs v is a Gate: the gate then decides
 // whether what n installs is kept.
-func (e *Engine) gated(n *node) bool {
-	for _, o := range e.nodes {
+func (e *Engine) gated(v *vertex) bool {
+	for _, o := range e.vertices {
 		g, ok := o.impl.(Gate)
 		if !ok || !g.Gates() || len(e.opts.Only) > 0 && !contains(e.opts.Only, o.step.Name) {
 			continue
 		}
 		for _, d := range o.needs {
-			if d == n {
+			if d == v {
 				return true
 			}
 		}
@@ -277,23 +279,23 @@ func (e *Engine) gated(n *node) bool {
 	return false
 }
 
-// order returns the steps in a topological order that keeps the file order where it can.
-func (e *Engine) order() []*node {
-	var out []*node
-	seen := map[*node]bool{}
-	var visit func(n *node)
-	visit = func(n *node) {
-		if seen[n] {
+// order returns the vertices in a topological order that keeps the file order where it can.
+func (e *Engine) order() []*vertex {
+	var out []*vertex
+	seen := map[*vertex]bool{}
+	var visit func(v *vertex)
+	visit = func(v *vertex) {
+		if seen[v] {
 			return
 		}
-		seen[n] = true
-		for _, d := range n.needs {
+		seen[v] = true
+		for _, d := range v.needs {
 			visit(d)
 		}
-		out = append(out, n)
+		out = append(out, v)
 	}
-	for _, n := range e.nodes {
-		visit(n)
+	for _, v := range e.vertices {
+		visit(v)
 	}
 	return out
 }
@@ -319,21 +321,21 @@ func contains(list []string, s string) bool {
 // EnvFor returns an Env for calling a step outside a run (the daemon restarting a
 // service); its log goes to the console only.
 func (e *Engine) EnvFor(name string) *Env {
-	n := e.byName[name]
-	if n == nil {
+	v := e.byName[name]
+	if v == nil {
 		return nil
 	}
-	return e.env(n, nil, "")
+	return e.env(v, nil, "")
 }
 
 // Close releases what the steps hold (a service manager's connection; with the exec
 // manager, the server it supervises). Call it when done with the engine.
 func (e *Engine) Close() error {
 	var first error
-	for _, n := range e.nodes {
-		if c, ok := n.impl.(io.Closer); ok {
+	for _, v := range e.vertices {
+		if c, ok := v.impl.(io.Closer); ok {
 			if err := c.Close(); err != nil && first == nil {
-				first = fmt.Errorf("closing step %s: %w", n.step.Name, err)
+				first = fmt.Errorf("closing step %s: %w", v.step.Name, err)
 			}
 		}
 	}

@@ -29,16 +29,16 @@ func AtField(field string, err error) error {
 
 // stepError prefixes err with the recipe position of the step's field it names (see
 // AtField), else of the step, and with the step's name.
-func stepError(n *node, err error) error {
-	pos := n.step.Pos
+func stepError(v *vertex, err error) error {
+	pos := v.step.Pos
 	var fe *fieldError
 	if errors.As(err, &fe) {
-		pos = n.step.FieldPos(fe.field)
+		pos = v.step.FieldPos(fe.field)
 	}
 	if pos.File == "" {
-		return fmt.Errorf("step %s: %w", n.step.Name, err)
+		return fmt.Errorf("step %s: %w", v.step.Name, err)
 	}
-	return fmt.Errorf("%s: step %s: %w", pos, n.step.Name, err)
+	return fmt.Errorf("%s: step %s: %w", pos, v.step.Name, err)
 }
 
 // Claim is something on the node that only one step of a recipe may have: a service
@@ -59,24 +59,24 @@ type Claimer interface {
 // checkClaims refuses two steps that claim the same thing, naming both places.
 func (e *Engine) checkClaims() error {
 	type first struct {
-		n     *node
+		v     *vertex
 		field string
 	}
 	seen := map[string]first{}
 	var errs []string
-	for _, n := range e.nodes {
-		c, ok := n.impl.(Claimer)
+	for _, v := range e.vertices {
+		c, ok := v.impl.(Claimer)
 		if !ok {
 			continue
 		}
 		for _, cl := range c.Claims() {
 			f, dup := seen[cl.What]
 			if !dup {
-				seen[cl.What] = first{n, cl.Field}
+				seen[cl.What] = first{v, cl.Field}
 				continue
 			}
 			errs = append(errs, fmt.Sprintf("%s: step %s: %s is also step %s's (%s): two services of one recipe cannot share it; give each its own",
-				n.step.FieldPos(cl.Field), n.step.Name, cl.What, f.n.step.Name, f.n.step.FieldPos(f.field)))
+				v.step.FieldPos(cl.Field), v.step.Name, cl.What, f.v.step.Name, f.v.step.FieldPos(f.field)))
 		}
 	}
 	if len(errs) == 0 {

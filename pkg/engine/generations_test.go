@@ -13,6 +13,7 @@ import (
 	"github.com/sglprov/sglprov/pkg/generation"
 	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/recipe"
+	"github.com/sglprov/sglprov/pkg/reclaim"
 )
 
 // genRecipe builds src and kernel into the generation; weights and service stay outside.
@@ -381,7 +382,7 @@ func TestFailedGenerationsFreedBeforeBuild(t *testing.T) {
 	// It names what gc would really free: gc --dry-run's generations, the half-built one
 	// among them.
 	var dry strings.Builder
-	if err := engine.GC(context.Background(), engine.GCOptions{StateDir: dir, DryRun: true, Out: &dry}); err != nil {
+	if err := reclaim.GC(context.Background(), reclaim.GCOptions{StateDir: dir, DryRun: true, Out: &dry}); err != nil {
 		t.Fatal(err)
 	}
 	g4 := rep.Generation.Building
@@ -540,7 +541,7 @@ func TestInstalledUnitsGenerationIsNeverFreed(t *testing.T) {
 		t.Fatal(err)
 	}
 	var dry strings.Builder
-	if err := engine.GC(context.Background(), engine.GCOptions{StateDir: dir, DryRun: true, Out: &dry}); err != nil {
+	if err := reclaim.GC(context.Background(), reclaim.GCOptions{StateDir: dir, DryRun: true, Out: &dry}); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Contains(dry.String(), "would free "+generation.Short(g2)) || !strings.Contains(dry.String(), "installed unit runs generation "+generation.Short(g2)) {

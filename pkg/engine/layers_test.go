@@ -34,7 +34,7 @@ type layer struct {
 // through the registry, the daemon not at all.
 var layers = []layer{
 	{name: "library", never: []string{"pkg/engine", "pkg/steps/...", "pkg/daemon", "pkg/node", "pkg/cli"}},
-	{name: "engine", match: []string{"pkg/engine"}, never: []string{"pkg/steps/...", "pkg/daemon", "pkg/node", "pkg/cli"}},
+	{name: "engine", match: []string{"pkg/engine", "pkg/reclaim"}, never: []string{"pkg/steps/...", "pkg/daemon", "pkg/node", "pkg/cli"}},
 	{name: "step library", match: []string{"pkg/gatedswitch", "pkg/gatespec"}, never: []string{"pkg/steps/...", "pkg/daemon", "pkg/node", "pkg/cli"}},
 	{name: "step kind", match: []string{"pkg/steps/..."}, never: []string{"pkg/daemon", "pkg/node", "pkg/cli"}},
 	{name: "daemon", match: []string{"pkg/daemon"}, never: []string{"pkg/steps/...", "pkg/node", "pkg/cli"}},

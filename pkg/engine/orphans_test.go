@@ -11,6 +11,7 @@ import (
 
 	"github.com/sglprov/sglprov/internal/foreign"
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/reclaim"
 	"github.com/sglprov/sglprov/pkg/service"
 )
 
@@ -38,7 +39,7 @@ steps:
 // sglprov never wrote stay byte-identical throughout.
 func TestWhatARecipeStopsNamingBecomesAnOrphan(t *testing.T) {
 	w := newWorld()
-	n := newNode(t, false)
+	n := newHost(t)
 	gens := n.path("opt/sglprov/generations")
 	oldDest, newDest := n.path("data/models/old"), n.path("data/models/new")
 	// A user's file in the old dest, which sglprov never wrote.
@@ -92,7 +93,7 @@ func TestWhatARecipeStopsNamingBecomesAnOrphan(t *testing.T) {
 		return service.New(ctx, service.Options{Kind: service.KindExec, StateDir: n.state})
 	}
 	var out bytes.Buffer
-	if err := engine.GC(context.Background(), engine.GCOptions{StateDir: n.state, Out: &out, NewManager: exec}); err != nil {
+	if err := reclaim.GC(context.Background(), reclaim.GCOptions{StateDir: n.state, Out: &out, NewManager: exec}); err != nil {
 		t.Fatalf("gc: %v\n%s", err, out.String())
 	}
 	if exists(unitFile) || exists(filepath.Join(oldDest, "model.bin")) {
@@ -104,7 +105,7 @@ func TestWhatARecipeStopsNamingBecomesAnOrphan(t *testing.T) {
 	n.intact("gc of what the recipe stopped naming")
 
 	out.Reset()
-	if err := engine.Remove(context.Background(), engine.RemoveOptions{StateDir: n.state, Recipe: "moved", Out: &out, NewManager: exec}); err != nil {
+	if err := reclaim.Remove(context.Background(), reclaim.RemoveOptions{StateDir: n.state, Recipe: "moved", Out: &out, NewManager: exec}); err != nil {
 		t.Fatalf("remove: %v\n%s", err, out.String())
 	}
 	if exists(keys[0]) {
@@ -116,43 +117,42 @@ func TestWhatARecipeStopsNamingBecomesAnOrphan(t *testing.T) {
 	n.intact("remove of a recipe with orphans")
 }
 
-// activeManager is the exec manager with every unit active, as a server that runs.
-type activeManager struct{ service.Manager }
-
-func (activeManager) State(context.Context, string) (string, string, error) {
-	return "active", "running", nil
+// host is a state dir beside files sglprov never wrote (internal/foreign), for the tests
+// that apply a recipe and then take back what it wrote (pkg/reclaim).
+type host struct {
+	t           *testing.T
+	base, state string
+	tree        *foreign.Tree
 }
 
-// gc stops no server: a unit its recipe no longer names that is still active stays, with
-// its record, and gc says how to take it off; once it is inactive gc deletes it.
-func TestGCLeavesAnOrphanedUnitThatRuns(t *testing.T) {
-	n := newNode(t, false)
-	unitFile := filepath.Join(n.state, "units", "old.service")
-	os.MkdirAll(filepath.Dir(unitFile), 0o755)
-	text := "# Managed by sglprov. Recipe: moved. Profile: . Fingerprint: f. Do not edit: changes are replaced on the next apply.\n[Service]\nExecStart=/bin/true\n"
-	os.WriteFile(unitFile, []byte(text), 0o644)
-	n.save(map[string][]engine.Owned{"moved": nil}, engine.Owned{Kind: engine.OwnedUnit, Path: "old.service", Manager: service.KindExec, Recipe: "moved"})
-	gc := func(active bool) string {
-		var out bytes.Buffer
-		err := engine.GC(context.Background(), engine.GCOptions{StateDir: n.state, Out: &out, NewManager: func(ctx context.Context, kind string) (service.Manager, error) {
-			m, err := service.New(ctx, service.Options{Kind: service.KindExec, StateDir: n.state})
-			if active {
-				return activeManager{m}, err
-			}
-			return m, err
-		}})
-		if err != nil {
-			t.Fatalf("gc: %v\n%s", err, out.String())
-		}
-		return out.String()
+func newHost(t *testing.T) *host {
+	t.Helper()
+	base := t.TempDir()
+	h := &host{t: t, base: base, state: filepath.Join(base, "var/lib/sglprov")}
+	if err := os.MkdirAll(h.state, 0o700); err != nil {
+		t.Fatal(err)
 	}
-	out := gc(true)
-	if b, _ := os.ReadFile(unitFile); string(b) != text || !strings.Contains(out, "is active: stop it") || len(n.states().Orphans) != 1 {
-		t.Errorf("gc of an orphaned unit that runs: want it and its record kept, and said so:\n%s", out)
-	}
-	out = gc(false)
-	if exists(unitFile) || len(n.states().Orphans) != 0 || !strings.Contains(out, "unit old.service that recipe moved no longer names: deleted") {
-		t.Errorf("gc of the orphaned unit once it stopped: want it and its record gone:\n%s", out)
-	}
-	n.intact("an orphaned unit that runs")
+	return h
 }
+
+// path is the host path of rel under the host's base.
+func (h *host) path(rel string) string { return filepath.Join(h.base, filepath.FromSlash(rel)) }
+
+func (h *host) states() *engine.StateFile {
+	h.t.Helper()
+	f, err := engine.LoadStates(h.state)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return f
+}
+
+// intact fails the test unless every file sglprov never wrote is byte-identical.
+func (h *host) intact(when string) {
+	h.t.Helper()
+	if changed := h.tree.Changed(); len(changed) > 0 {
+		h.t.Errorf("%s: files sglprov never wrote changed:\n%s", when, strings.Join(changed, "\n"))
+	}
+}
+
+func exists(p string) bool { _, err := os.Lstat(p); return err == nil }

@@ -29,27 +29,27 @@ func (e *PanicError) Error() string {
 
 // guard runs f, and turns a panic in it into a *PanicError whose stack is written to the
 // step log (env's, or one opened in runDir when the step has none yet).
-func (e *Engine) guard(n *node, env *Env, runDir, what string, f func() error) (err error) {
+func (e *Engine) guard(v *vertex, env *Env, runDir, what string, f func() error) (err error) {
 	defer func() {
-		v := recover()
-		if v == nil {
+		r := recover()
+		if r == nil {
 			return
 		}
-		pe := &PanicError{What: what, Value: v, Stack: debug.Stack()}
+		pe := &PanicError{What: what, Value: r, Stack: debug.Stack()}
 		w, logPath := env.Out, env.LogPath
 		if logPath == "" && runDir != "" {
-			if lf, p, lerr := openStepLog(runDir, n.step.Name); lerr == nil {
+			if lf, p, lerr := openStepLog(runDir, v.step.Name); lerr == nil {
 				defer lf.Close()
 				w, logPath = lf, p
 			}
 		}
 		if w != nil && w != io.Discard && logPath != "" {
-			if _, werr := fmt.Fprintf(w, "panic while %s: %v\n\n%s\n", what, v, pe.Stack); werr == nil {
+			if _, werr := fmt.Fprintf(w, "panic while %s: %v\n\n%s\n", what, r, pe.Stack); werr == nil {
 				pe.Log = logPath
 			}
 		}
 		if pe.Log == "" {
-			e.log.Error("step panicked", "step", n.step.Name, "while", what, "panic", fmt.Sprint(v), "stack", string(pe.Stack))
+			e.log.Error("step panicked", "step", v.step.Name, "while", what, "panic", fmt.Sprint(r), "stack", string(pe.Stack))
 		}
 		err = pe
 	}()

@@ -23,23 +23,23 @@ type NeedsMade interface {
 // patches, and what they need in turn). partsOf gives a step's fingerprint parts (nil when
 // unknown). "" for a step that is no NeedsMade, has no needs, or a need whose parts are
 // unknown.
-func (e *Engine) pinnedKey(n *node, parts map[string]string, partsOf func(step string) map[string]string) string {
-	nm, ok := n.impl.(NeedsMade)
-	if !ok || len(n.needs) == 0 || parts == nil {
+func (e *Engine) pinnedKey(v *vertex, parts map[string]string, partsOf func(step string) map[string]string) string {
+	nm, ok := v.impl.(NeedsMade)
+	if !ok || len(v.needs) == 0 || parts == nil {
 		return ""
 	}
-	return pinnedOf(n, parts, nm.MadeByNeeds(), partsOf)
+	return pinnedOf(v, parts, nm.MadeByNeeds(), partsOf)
 }
 
 // pinnedOf is pinnedKey's recursion: a step's parts less made, and its needs' keys.
-func pinnedOf(n *node, parts map[string]string, made []string, partsOf func(string) map[string]string) string {
+func pinnedOf(v *vertex, parts map[string]string, made []string, partsOf func(string) map[string]string) string {
 	key := map[string]string{"pinned": "1"}
 	for k, v := range parts {
 		if !slices.Contains(made, k) {
 			key[k] = v
 		}
 	}
-	for _, d := range n.needs {
+	for _, d := range v.needs {
 		dp := partsOf(d.step.Name)
 		if dp == nil {
 			return ""
@@ -59,8 +59,8 @@ func pinnedOf(n *node, parts map[string]string, made []string, partsOf func(stri
 
 // planPinned looks up, in plan, the artifact of a step whose needs run first under its
 // pinned key (pinnedKey): nil when there is none to ask or the registry has none.
-func (e *Engine) planPinned(ctx context.Context, n *node, parts map[string]string, planned map[string]map[string]string) *lookup {
-	key := e.pinnedKey(n, parts, func(s string) map[string]string { return planned[s] })
+func (e *Engine) planPinned(ctx context.Context, v *vertex, parts map[string]string, planned map[string]map[string]string) *lookup {
+	key := e.pinnedKey(v, parts, func(s string) map[string]string { return planned[s] })
 	if key == "" {
 		return nil
 	}
@@ -72,9 +72,9 @@ func (e *Engine) planPinned(ctx context.Context, n *node, parts map[string]strin
 }
 
 // pinnedNote is what plan adds to the reason of a step found under its pinned key.
-func pinnedNote(n *node) string {
+func pinnedNote(v *vertex) string {
 	var needs []string
-	for _, d := range n.needs {
+	for _, d := range v.needs {
 		needs = append(needs, d.step.Name)
 	}
 	return " (found by the pinned inputs of " + strings.Join(needs, ", ") + "; apply takes it once the tree they make matches)"
@@ -84,12 +84,12 @@ func pinnedNote(n *node) string {
 // fingerprint a second tag, its pinned key (pinnedKey, from the records of its needs),
 // so that a fresh node's plan finds it before its needs ran. A tag that exists is left
 // as it is; a failure is a warning.
-func (e *Engine) tagPinned(ctx context.Context, n *node, env *Env, slot CacheSlot, digest string) {
+func (e *Engine) tagPinned(ctx context.Context, v *vertex, env *Env, slot CacheSlot, digest string) {
 	t, ok := slot.Cache.(cache.Tagger)
 	if !ok || digest == "" {
 		return
 	}
-	key := e.pinnedKey(n, slot.parts, func(s string) map[string]string {
+	key := e.pinnedKey(v, slot.parts, func(s string) map[string]string {
 		if r := e.currentRecord(s); r != nil && r.Result == ResultOK {
 			return r.Parts
 		}

@@ -26,14 +26,14 @@ type Decision struct {
 }
 
 // decide computes a step's fingerprint and compares it and its outputs with the state.
-func (e *Engine) decide(ctx context.Context, n *node, env *Env) (Decision, error) {
-	parts, err := e.fingerprint(ctx, n, env)
+func (e *Engine) decide(ctx context.Context, v *vertex, env *Env) (Decision, error) {
+	parts, err := e.fingerprint(ctx, v, env)
 	if err != nil {
 		return Decision{}, err
 	}
 	d := Decision{Parts: parts, Fingerprint: fingerprintOf(parts)}
-	rec := e.currentRecord(n.step.Name)
-	if ar, ok := n.impl.(AlwaysRunner); ok && ar.AlwaysRun() {
+	rec := e.currentRecord(v.step.Name)
+	if ar, ok := v.impl.(AlwaysRunner); ok && ar.AlwaysRun() {
 		d.Run, d.Reason = true, "always runs"
 		return d, nil
 	}
@@ -66,7 +66,7 @@ func (e *Engine) decide(ctx context.Context, n *node, env *Env) (Decision, error
 		d.Run, d.Reason = true, "fingerprint changed: "+strings.Join(e.gen.explainChanged(changed), ", ")
 		return d, nil
 	}
-	ok, why, err := n.impl.Intact(ctx, env)
+	ok, why, err := v.impl.Intact(ctx, env)
 	if err != nil {
 		return Decision{}, fmt.Errorf("checking outputs: %w", err)
 	}
@@ -83,21 +83,21 @@ func (e *Engine) decide(ctx context.Context, n *node, env *Env) (Decision, error
 
 // fingerprint returns the digests of a step's named inputs: its recipe text, the vars and
 // facts that text uses, and the step's own inputs.
-func (e *Engine) fingerprint(ctx context.Context, n *node, env *Env) (map[string]string, error) {
-	st := n.step
-	if nl, ok := n.impl.(NodeLocal); ok {
+func (e *Engine) fingerprint(ctx context.Context, v *vertex, env *Env) (map[string]string, error) {
+	st := v.step
+	if nl, ok := v.impl.(NodeLocal); ok {
 		st = st.Without(nl.NodeLocalFields()...)
 	}
 	parts := map[string]string{"spec": digest(st.BodyText())}
 	for _, ref := range e.opts.Recipe.ExpandRefs(st) {
 		parts[ref] = digest(e.data.Lookup(ref))
 	}
-	own, err := n.impl.Fingerprint(ctx, env)
+	own, err := v.impl.Fingerprint(ctx, env)
 	if err != nil {
 		return nil, fmt.Errorf("computing fingerprint: %w", err)
 	}
-	for k, v := range own {
-		parts[k] = digest(v)
+	for k, val := range own {
+		parts[k] = digest(val)
 	}
 	return parts, nil
 }
@@ -263,13 +263,13 @@ func (e *Engine) planGeneration() *PlanGeneration {
 // earlier step may make it) is left to plan and apply.
 func (e *Engine) ReadFiles() error {
 	var errs []error
-	for _, n := range e.order() {
-		fr, ok := n.impl.(FileReader)
+	for _, v := range e.order() {
+		fr, ok := v.impl.(FileReader)
 		if !ok {
 			continue
 		}
-		if err := fr.ReadFiles(e.env(n, nil, "")); errors.Is(err, exitcode.ErrUsage) {
-			errs = append(errs, stepError(n, err))
+		if err := fr.ReadFiles(e.env(v, nil, "")); errors.Is(err, exitcode.ErrUsage) {
+			errs = append(errs, stepError(v, err))
 		}
 	}
 	return errors.Join(errs...)
@@ -280,13 +280,13 @@ func (e *Engine) ReadFiles() error {
 // input (exitcode.ErrUsage), joined, each with its step.
 func (e *Engine) Check() error {
 	errs := []error{e.ReadFiles()}
-	for _, n := range e.order() {
-		c, ok := n.impl.(Checker)
+	for _, v := range e.order() {
+		c, ok := v.impl.(Checker)
 		if !ok {
 			continue
 		}
-		if err := c.Check(e.env(n, nil, "")); err != nil {
-			errs = append(errs, stepError(n, err))
+		if err := c.Check(e.env(v, nil, "")); err != nil {
+			errs = append(errs, stepError(v, err))
 		}
 	}
 	return errors.Join(errs...)
@@ -298,124 +298,165 @@ func (e *Engine) Check() error {
 // (exitcode.ErrUsage) that kept a step from telling; the plan is complete even then.
 func (e *Engine) Plan(ctx context.Context) (*Plan, error) {
 	p := &Plan{Recipe: e.opts.Recipe.Name, FactsChanged: e.FactsChanged(), Generation: e.planGeneration()}
-	var preflight []error
-	var needs []stepNeed
-	runs := map[string]bool{}
-	planned := map[string]map[string]string{} // each step's fingerprint parts, for pinned keys
-	for _, n := range e.order() {
-		ps := PlannedStep{Name: n.step.Name, Kind: n.step.Kind, Needs: n.step.Needs}
-		if len(e.opts.Only) > 0 && !contains(e.opts.Only, n.step.Name) {
-			ps.Reason = ResultNotSelected
-			p.Steps = append(p.Steps, ps)
-			continue
-		}
-		var upstream []string
-		var looked *lookup
-		for _, d := range n.step.Needs {
-			if runs[d] {
-				upstream = append(upstream, d)
-			}
-		}
-		env := e.env(n, nil, "")
-		if ds, ok := n.impl.(Describer); ok {
-			if err := e.guard(n, env, "", "describing", func() error { ps.Details = ds.Describe(env); return nil }); err != nil {
-				ps.Details = nil
-			}
-		}
-		var d Decision
-		// A step that panics while planning is a plan error for that step, never a dead plan.
-		err := e.guard(n, env, "", "planning", func() (err error) { d, err = e.decide(ctx, n, env); return err })
-		switch {
-		case err != nil && len(upstream) == 0:
-			ps.Error = exitcode.Message(err)
-			ps.Run, ps.Reason = true, "cannot tell: "+exitcode.Message(err)
-			// Bad input that apply would refuse (a FIFO as a patch, a branch where a commit
-			// is pinned) fails the plan too, with exit 2, after the table says why.
-			if errors.Is(err, exitcode.ErrUsage) {
-				preflight = append(preflight, fmt.Errorf("step %s: %w", n.step.Name, err))
-			}
-		case err != nil:
-			ps.Run, ps.Reason = true, "needs "+strings.Join(upstream, ", ")+", which runs"
-		}
-		if err == nil || !errors.Is(err, exitcode.ErrUsage) {
-			// The files the step reads (a series and its patches, a questions file, a token
-			// file) are checked as validate checks them: bad or missing ones fail the plan.
-			if fr, ok := n.impl.(FileReader); ok {
-				if ferr := fr.ReadFiles(env); errors.Is(ferr, exitcode.ErrUsage) {
-					ps.Error = exitcode.Message(ferr)
-					preflight = append(preflight, fmt.Errorf("step %s: %w", n.step.Name, ferr))
-				}
-			}
-		}
-		switch {
-		case err != nil:
-		default:
-			planned[n.step.Name] = d.Parts
-			ps.Run, ps.Reason, ps.Fingerprint = d.Run, d.Reason, d.Fingerprint
-			if !d.Run && len(upstream) > 0 {
-				ps.Run, ps.Reason = true, "needs "+strings.Join(upstream, ", ")+", which runs"
-			}
-			if ps.Run && !env.Force {
-				looked = e.planCache(ctx, n, d.Fingerprint)
-				ps.FromCache, ps.CacheNote = looked.noted()
-				pinned := ""
-				if looked != nil && ps.FromCache == "" && looked.err == nil && len(upstream) > 0 {
-					// Its needs have not made its tree yet: the artifact may be there under
-					// the key of what they are pinned to.
-					if pl := e.planPinned(ctx, n, d.Parts, planned); pl != nil {
-						looked, ps.FromCache, pinned = pl, pl.a.Digest, pinnedNote(n)
-					}
-				}
-				if looked != nil && ps.FromCache == "" && looked.err == nil && len(upstream) > 0 {
-					// The registry answered, but this step's key includes what its needs
-					// make: apply asks again, with the key they leave, once they ran.
-					ps.CacheNote = fmt.Sprintf("the fleet cache %s has no artifact for it yet; apply asks again once %s ran (its key includes what they make)",
-						e.opts.Cache, strings.Join(upstream, ", "))
-				}
-				switch {
-				case ps.FromCache != "":
-					ps.Reason += "; from cache " + shortDigest(ps.FromCache) + pinned
-				case ps.CacheNote != "":
-					ps.Reason += "; " + ps.CacheNote
-				}
-			}
-		}
-		if why := offlineSkip(n, env); why != "" {
-			ps.Run, ps.Reason = false, why
-		}
-		env.Planned, env.PlannedDeps = ps.Run, upstream
-		var lines []string
-		var need *DiskNeed
-		var ok bool
-		var perr error
-		if g := e.guard(n, env, "", "checking before the run", func() error {
-			lines, need, ok, perr = e.preflight(ctx, n, env, ps.Fingerprint, looked)
-			return nil
-		}); g != nil {
-			ok, perr = true, g
-		}
-		if ok {
-			ps.Details = append(ps.Details, lines...)
-			if perr != nil {
-				ps.Error = exitcode.Message(perr)
-				preflight = append(preflight, fmt.Errorf("step %s: %w", n.step.Name, perr))
-			}
-			if need != nil && need.Need > 0 && need.Need <= need.Free {
-				needs = append(needs, stepNeed{n.step.Name, *need})
-			}
-		}
-		runs[n.step.Name] = ps.Run && !converges(n)
-		p.Steps = append(p.Steps, ps)
+	pl := &planner{e: e, runs: map[string]bool{}, planned: map[string]map[string]string{}}
+	for _, v := range e.order() {
+		p.Steps = append(p.Steps, pl.step(ctx, v))
 	}
-	preflight = append(preflight, sharedDiskProblems(needs)...)
+	pl.problems = append(pl.problems, sharedDiskProblems(pl.needs)...)
 	if err := e.GPUConflicts(); err != nil {
-		preflight = append(preflight, err)
+		pl.problems = append(pl.problems, err)
 	}
 	if ctx.Err() != nil {
 		// Cut short (Ctrl-C): the reasons above may be the cancellation's, not the steps'.
-		preflight = append(preflight, fmt.Errorf("plan interrupted: %w", context.Cause(ctx)))
+		pl.problems = append(pl.problems, fmt.Errorf("plan interrupted: %w", context.Cause(ctx)))
 	}
-	return p, errors.Join(preflight...)
+	return p, errors.Join(pl.problems...)
+}
+
+// planner is one plan in the making: what it found wrong so far, the disk needs of the
+// steps, and which steps run (their dependents run after them).
+type planner struct {
+	e        *Engine
+	problems []error
+	needs    []stepNeed
+	runs     map[string]bool
+	// planned holds each decided step's fingerprint parts, for the pinned keys of the
+	// steps that need it.
+	planned map[string]map[string]string
+}
+
+// step plans the step of v: whether it runs and why, from the cache or not, and what its
+// preflight says.
+func (pl *planner) step(ctx context.Context, v *vertex) PlannedStep {
+	e := pl.e
+	ps := PlannedStep{Name: v.step.Name, Kind: v.step.Kind, Needs: v.step.Needs}
+	if len(e.opts.Only) > 0 && !contains(e.opts.Only, v.step.Name) {
+		ps.Reason = ResultNotSelected
+		return ps
+	}
+	var upstream []string
+	for _, d := range v.step.Needs {
+		if pl.runs[d] {
+			upstream = append(upstream, d)
+		}
+	}
+	env := e.env(v, nil, "")
+	if ds, ok := v.impl.(Describer); ok {
+		if err := e.guard(v, env, "", "describing", func() error { ps.Details = ds.Describe(env); return nil }); err != nil {
+			ps.Details = nil
+		}
+	}
+	var d Decision
+	// A step that panics while planning is a plan error for that step, never a dead plan.
+	err := e.guard(v, env, "", "planning", func() (err error) { d, err = e.decide(ctx, v, env); return err })
+	var looked *lookup
+	if err != nil {
+		pl.undecided(v, env, &ps, err, upstream)
+	} else {
+		pl.checkFiles(v, env, &ps)
+		looked = pl.decided(ctx, v, env, &ps, d, upstream)
+	}
+	if why := offlineSkip(v, env); why != "" {
+		ps.Run, ps.Reason = false, why
+	}
+	env.Planned, env.PlannedDeps = ps.Run, upstream
+	pl.preflight(ctx, v, env, &ps, looked)
+	pl.runs[v.step.Name] = ps.Run && !converges(v)
+	return ps
+}
+
+// undecided plans a step that cannot tell whether it runs (err): it runs, as its needs do
+// or for the reason err gives; bad input (exitcode.ErrUsage) that apply would refuse (a FIFO
+// as a patch, a branch where a commit is pinned) fails the plan too, with exit 2, after the
+// table says why.
+func (pl *planner) undecided(v *vertex, env *Env, ps *PlannedStep, err error, upstream []string) {
+	if len(upstream) == 0 {
+		ps.Error = exitcode.Message(err)
+		ps.Run, ps.Reason = true, "cannot tell: "+exitcode.Message(err)
+		if errors.Is(err, exitcode.ErrUsage) {
+			pl.problems = append(pl.problems, fmt.Errorf("step %s: %w", v.step.Name, err))
+		}
+	} else {
+		ps.Run, ps.Reason = true, "needs "+strings.Join(upstream, ", ")+", which runs"
+	}
+	if !errors.Is(err, exitcode.ErrUsage) {
+		pl.checkFiles(v, env, ps)
+	}
+}
+
+// checkFiles checks the files the step reads (a series and its patches, a questions file, a
+// token file) as validate checks them: bad or missing ones fail the plan.
+func (pl *planner) checkFiles(v *vertex, env *Env, ps *PlannedStep) {
+	if fr, ok := v.impl.(FileReader); ok {
+		if ferr := fr.ReadFiles(env); errors.Is(ferr, exitcode.ErrUsage) {
+			ps.Error = exitcode.Message(ferr)
+			pl.problems = append(pl.problems, fmt.Errorf("step %s: %w", v.step.Name, ferr))
+		}
+	}
+}
+
+// decided plans a step whose decision is d: it runs as d says, or because a step it needs
+// (upstream) runs; a step that runs is looked up in the fleet cache, whose answer it
+// returns (nil when it asked none).
+func (pl *planner) decided(ctx context.Context, v *vertex, env *Env, ps *PlannedStep, d Decision, upstream []string) *lookup {
+	pl.planned[v.step.Name] = d.Parts
+	ps.Run, ps.Reason, ps.Fingerprint = d.Run, d.Reason, d.Fingerprint
+	if !d.Run && len(upstream) > 0 {
+		ps.Run, ps.Reason = true, "needs "+strings.Join(upstream, ", ")+", which runs"
+	}
+	if !ps.Run || env.Force {
+		return nil
+	}
+	looked := pl.e.planCache(ctx, v, d.Fingerprint)
+	ps.FromCache, ps.CacheNote = looked.noted()
+	pinned := ""
+	if looked != nil && ps.FromCache == "" && looked.err == nil && len(upstream) > 0 {
+		// Its needs have not made its tree yet: the artifact may be there under the key
+		// of what they are pinned to.
+		if pinnedLook := pl.e.planPinned(ctx, v, d.Parts, pl.planned); pinnedLook != nil {
+			looked, ps.FromCache, pinned = pinnedLook, pinnedLook.a.Digest, pinnedNote(v)
+		}
+	}
+	if looked != nil && ps.FromCache == "" && looked.err == nil && len(upstream) > 0 {
+		// The registry answered, but this step's key includes what its needs
+		// make: apply asks again, with the key they leave, once they ran.
+		ps.CacheNote = fmt.Sprintf("the fleet cache %s has no artifact for it yet; apply asks again once %s ran (its key includes what they make)",
+			pl.e.opts.Cache, strings.Join(upstream, ", "))
+	}
+	switch {
+	case ps.FromCache != "":
+		ps.Reason += "; from cache " + shortDigest(ps.FromCache) + pinned
+	case ps.CacheNote != "":
+		ps.Reason += "; " + ps.CacheNote
+	}
+	return looked
+}
+
+// preflight runs the step's check before the run (Preflighter): its lines go under the
+// step, its failure fails the plan, and a disk need that fits is kept for the check of
+// steps that share a file system.
+func (pl *planner) preflight(ctx context.Context, v *vertex, env *Env, ps *PlannedStep, looked *lookup) {
+	var lines []string
+	var need *DiskNeed
+	var ok bool
+	var perr error
+	if g := pl.e.guard(v, env, "", "checking before the run", func() error {
+		lines, need, ok, perr = pl.e.preflight(ctx, v, env, ps.Fingerprint, looked)
+		return nil
+	}); g != nil {
+		ok, perr = true, g
+	}
+	if !ok {
+		return
+	}
+	ps.Details = append(ps.Details, lines...)
+	if perr != nil {
+		ps.Error = exitcode.Message(perr)
+		pl.problems = append(pl.problems, fmt.Errorf("step %s: %w", v.step.Name, perr))
+	}
+	if need != nil && need.Need > 0 && need.Need <= need.Free {
+		pl.needs = append(pl.needs, stepNeed{v.step.Name, *need})
+	}
 }
 
 // stepNeed is one step's disk need, as its preflight said.
@@ -467,12 +508,12 @@ func sharedDiskProblems(needs []stepNeed) []error {
 // cache slot when a cache is configured (a zero slot otherwise). looked is planCache's
 // lookup of the same tag, if any, handed on in the slot so that the step does not ask the
 // registry again.
-func (e *Engine) preflight(ctx context.Context, n *node, env *Env, fingerprint string, looked *lookup) (lines []string, need *DiskNeed, ok bool, err error) {
+func (e *Engine) preflight(ctx context.Context, v *vertex, env *Env, fingerprint string, looked *lookup) (lines []string, need *DiskNeed, ok bool, err error) {
 	var slot CacheSlot
 	if e.opts.Cache != nil {
 		slot = CacheSlot{Cache: e.opts.Cache, Tag: fingerprint, looked: looked}
 	}
-	pf, ok := n.impl.(Preflighter)
+	pf, ok := v.impl.(Preflighter)
 	if !ok {
 		return nil, nil, false, nil
 	}
@@ -482,12 +523,12 @@ func (e *Engine) preflight(ctx context.Context, n *node, env *Env, fingerprint s
 
 // planCache looks up the artifact a step that uses the fleet cache would take; nil when it
 // does not ask (no cache, no fingerprint, a step that neither restores nor publishes).
-func (e *Engine) planCache(ctx context.Context, n *node, fingerprint string) *lookup {
+func (e *Engine) planCache(ctx context.Context, v *vertex, fingerprint string) *lookup {
 	if e.opts.Cache == nil || fingerprint == "" {
 		return nil
 	}
-	_, restorer := n.impl.(Restorer)
-	_, publisher := n.impl.(Publisher)
+	_, restorer := v.impl.(Restorer)
+	_, publisher := v.impl.(Publisher)
 	if !restorer && !publisher {
 		return nil
 	}

@@ -50,9 +50,9 @@ func (e *Engine) saveState() error {
 			rec.Data = d
 		}
 	}
-	for _, n := range e.nodes {
-		if e.state.Steps[n.step.Name] == nil && e.store.Data(n.step.Name) != nil {
-			e.state.Steps[n.step.Name] = &StepRecord{Result: ResultFailed, Data: e.store.Data(n.step.Name)}
+	for _, v := range e.vertices {
+		if e.state.Steps[v.step.Name] == nil && e.store.Data(v.step.Name) != nil {
+			e.state.Steps[v.step.Name] = &StepRecord{Result: ResultFailed, Data: e.store.Data(v.step.Name)}
 		}
 	}
 	owns := e.owns()
@@ -71,9 +71,9 @@ func (e *Engine) saveState() error {
 // ran: a recipe with a server claims GPUs before its first run.
 func (e *Engine) declared() []Owned {
 	var out []Owned
-	for _, n := range e.nodes {
-		if o, ok := n.impl.(Owner); ok {
-			out = append(out, o.Owns(e.env(n, nil, ""))...)
+	for _, v := range e.vertices {
+		if o, ok := v.impl.(Owner); ok {
+			out = append(out, o.Owns(e.env(v, nil, ""))...)
 		}
 	}
 	return out
@@ -85,24 +85,24 @@ func (e *Engine) declared() []Owned {
 // name for it: a step that failed before it installed anything owns nothing new.
 func (e *Engine) owns() []Owned {
 	var out []Owned
-	for _, n := range e.nodes {
-		o, ok := n.impl.(Owner)
+	for _, v := range e.vertices {
+		o, ok := v.impl.(Owner)
 		if !ok {
 			continue
 		}
 		succeeded := false
-		if rec := e.state.Steps[n.step.Name]; rec != nil && rec.Result == ResultOK {
+		if rec := e.state.Steps[v.step.Name]; rec != nil && rec.Result == ResultOK {
 			succeeded = true
 		}
 		var mine []Owned
-		for _, x := range o.Owns(e.env(n, nil, "")) {
-			x.Step = n.step.Name
+		for _, x := range o.Owns(e.env(v, nil, "")) {
+			x.Step = v.step.Name
 			if succeeded || x.Listed {
 				mine = append(mine, x)
 			}
 		}
 		for _, x := range e.state.Owns {
-			if x.Step == n.step.Name && !slices.ContainsFunc(mine, func(y Owned) bool { return y.Kind == x.Kind && y.Path == x.Path }) && !succeeded {
+			if x.Step == v.step.Name && !slices.ContainsFunc(mine, func(y Owned) bool { return y.Kind == x.Kind && y.Path == x.Path }) && !succeeded {
 				mine = append(mine, x)
 			}
 		}

@@ -40,9 +40,9 @@ func (b BoundService) ServedModel() (name, path string, ok bool, err error) {
 // Services returns the engine's service steps, in file order.
 func (e *Engine) Services() []BoundService {
 	var out []BoundService
-	for _, n := range e.nodes {
-		if svc, ok := n.impl.(ServiceStep); ok {
-			out = append(out, BoundService{Name: n.step.Name, Step: svc, Env: e.env(n, nil, "")})
+	for _, v := range e.vertices {
+		if svc, ok := v.impl.(ServiceStep); ok {
+			out = append(out, BoundService{Name: v.step.Name, Step: svc, Env: e.env(v, nil, "")})
 		}
 	}
 	return out
@@ -82,10 +82,10 @@ func (e *Engine) ServerExit() (string, service.Exit, bool) {
 // naming its step.
 func (e *Engine) KnownBad() error {
 	var errs []error
-	for _, n := range e.nodes {
-		if kb, ok := n.impl.(KnownBadChecker); ok {
-			if err := kb.KnownBad(e.env(n, nil, "")); err != nil {
-				errs = append(errs, fmt.Errorf("step %s: %w", n.step.Name, err))
+	for _, v := range e.vertices {
+		if kb, ok := v.impl.(KnownBadChecker); ok {
+			if err := kb.KnownBad(e.env(v, nil, "")); err != nil {
+				errs = append(errs, fmt.Errorf("step %s: %w", v.step.Name, err))
 			}
 		}
 	}
@@ -103,18 +103,18 @@ func (e *Engine) ProvidedCommands(ctx context.Context) map[string]string {
 	if e == nil {
 		return out
 	}
-	for _, n := range e.nodes {
-		p, ok := n.impl.(CommandInstaller)
+	for _, v := range e.vertices {
+		p, ok := v.impl.(CommandInstaller)
 		if !ok {
 			continue
 		}
-		cmds, err := p.Installs(ctx, e.env(n, nil, ""))
+		cmds, err := p.Installs(ctx, e.env(v, nil, ""))
 		if err != nil {
 			cmds = p.Provides()
 		}
 		for _, c := range cmds {
 			if out[c] == "" {
-				out[c] = n.step.Name
+				out[c] = v.step.Name
 			}
 		}
 	}
@@ -128,8 +128,8 @@ func (e *Engine) GiveCommands(required recipe.CommandRequirements, look hostcmd.
 	if e == nil {
 		return
 	}
-	for _, n := range e.nodes {
-		if c, ok := n.impl.(CommandChecker); ok {
+	for _, v := range e.vertices {
+		if c, ok := v.impl.(CommandChecker); ok {
 			c.CheckCommands(required, look)
 		}
 	}
@@ -144,10 +144,10 @@ type SourcePin struct {
 // SourcePins returns the pins of the engine's source steps (SourcePinner), in file order.
 func (e *Engine) SourcePins() []SourcePin {
 	var out []SourcePin
-	for _, n := range e.nodes {
-		if p, ok := n.impl.(SourcePinner); ok {
+	for _, v := range e.vertices {
+		if p, ok := v.impl.(SourcePinner); ok {
 			u, c := p.SourcePin()
-			out = append(out, SourcePin{Step: n.step.Name, URL: u, Commit: c})
+			out = append(out, SourcePin{Step: v.step.Name, URL: u, Commit: c})
 		}
 	}
 	return out

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/atomicfile"
@@ -235,7 +236,7 @@ func (s *State) Save(dir string) error {
 	// Orphans stay when a recipe uses their folder again: they list what sglprov wrote
 	// there, which gc frees once no recipe uses the folder (or remove --weights with it).
 	for _, o := range s.orphaned {
-		f.Orphans = addOrphan(f.Orphans, o)
+		f.AddOrphan(o)
 	}
 	f.Updated = s.Updated
 	if err := f.save(dir); err != nil {
@@ -290,4 +291,48 @@ func EnsureStateDir(dir string, insecure bool) error {
 		return fmt.Errorf("%w: state dir: %v", exitcode.ErrUsage, err)
 	}
 	return nil
+}
+
+// AddOrphan records o as an orphan of f: weights merged with an orphan of the same folder,
+// a unit or generations folder once per recipe that left it.
+func (f *StateFile) AddOrphan(o Owned) {
+	for i, x := range f.Orphans {
+		if x.Kind != o.Kind || x.Path != o.Path {
+			continue
+		}
+		if o.Kind == OwnedWeights {
+			f.Orphans[i] = MergeOwned([]Owned{x, o})
+			return
+		}
+		if x.Recipe == o.Recipe {
+			o.Step = ""
+			f.Orphans[i] = o
+			return
+		}
+	}
+	o.Step = ""
+	f.Orphans = append(f.Orphans, o)
+}
+
+// MergeOwned returns one record of the folder of all[0] listing what every one of all
+// lists.
+func MergeOwned(all []Owned) Owned {
+	m := all[0]
+	m.Step = ""
+	m.Files, m.Dirs = slices.Clone(m.Files), slices.Clone(m.Dirs)
+	m.Parts = slices.Clone(m.Parts)
+	for _, x := range all[1:] {
+		m.Listed = m.Listed && x.Listed
+		m.Files = append(m.Files, x.Files...)
+		m.Dirs = append(m.Dirs, x.Dirs...)
+		m.Parts = append(m.Parts, x.Parts...)
+		if m.Ino == 0 {
+			m.Dev, m.Ino = x.Dev, x.Ino
+		}
+	}
+	slices.Sort(m.Files)
+	slices.Sort(m.Dirs)
+	slices.Sort(m.Parts)
+	m.Files, m.Dirs, m.Parts = slices.Compact(m.Files), slices.Compact(m.Dirs), slices.Compact(m.Parts)
+	return m
 }

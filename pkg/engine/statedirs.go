@@ -16,6 +16,7 @@ import (
 
 	"github.com/sglprov/sglprov/pkg/atomicfile"
 	"github.com/sglprov/sglprov/pkg/exitcode"
+	"github.com/sglprov/sglprov/pkg/gpuclaim"
 	"github.com/sglprov/sglprov/pkg/safefile"
 )
 
@@ -28,13 +29,10 @@ import (
 // nothing.
 const NodeStateDirsDir = "/var/lib/sglprov/state-dirs"
 
-// maxStateDirs bounds the entries of the registry; maxStateDirBytes each entry;
-// maxOtherStateBytes the records read of another state dir (larger ones keep what they
-// might name).
+// maxStateDirs bounds the entries of the registry; maxStateDirBytes each entry.
 const (
-	maxStateDirs       = 8192
-	maxStateDirBytes   = 16 << 10
-	maxOtherStateBytes = 64 << 20
+	maxStateDirs     = 8192
+	maxStateDirBytes = 16 << 10
 )
 
 // stateDirNameRE matches the names sglprov writes in the registry.
@@ -51,7 +49,7 @@ func RegisterStateDir(reg, dir string) error {
 	if reg == "" {
 		return nil
 	}
-	abs := absStateDir(dir)
+	abs := gpuclaim.AbsStateDir(dir)
 	sum := sha256.Sum256([]byte(abs))
 	path := filepath.Join(reg, hex.EncodeToString(sum[:16])+".json")
 	if b, err := safefile.ReadNoFollow(path); err == nil {
@@ -73,11 +71,11 @@ func RegisterStateDir(reg, dir string) error {
 	return nil
 }
 
-// registeredStateDirs returns the state dirs the registry reg names, all of them: a
+// RegisteredStateDirs returns the state dirs the registry reg names, all of them: a
 // registry of more than maxStateDirs entries is refused (exitcode.ErrHost), naming some of
 // what sglprov did not write there, rather than read in part. An entry that cannot be read
 // is named in the error too: the state dir it would name is unknown.
-func registeredStateDirs(reg string) ([]string, error) {
+func RegisteredStateDirs(reg string) ([]string, error) {
 	f, err := os.Open(reg)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -130,113 +128,4 @@ func registeredStateDirs(reg string) ([]string, error) {
 		dirs = append(dirs, filepath.Clean(e.StateDir))
 	}
 	return dirs, nil
-}
-
-// NodeScope says where remove and gc find the other state dirs of the node.
-type NodeScope struct {
-	// StateDirs is the registry of state dirs (NodeStateDirsDir, under the root); "" is
-	// none.
-	StateDirs string
-	// ClaimsDir is the node's GPU claims folder, whose claims name the state dirs of the
-	// recipes that serve (state dirs an older sglprov did not register); "" is none.
-	ClaimsDir string
-}
-
-// nodeUsers is what the recipes of the node's other state dirs use.
-type nodeUsers struct {
-	// states are the other state dirs' records, by state dir.
-	states map[string]*StateFile
-	// unreadable are the other state dirs whose records cannot be read, with why.
-	unreadable map[string]error
-	// err is why the other state dirs are not all known (the registry cannot be read).
-	err error
-}
-
-// loadNodeUsers reads the records of every other state dir of the node that scope leads
-// to: its records are read without its lock (state.json is replaced whole, never written
-// in place), so a daemon holding that lock does not stop a remove here.
-func loadNodeUsers(scope NodeScope, self string) *nodeUsers {
-	u := &nodeUsers{states: map[string]*StateFile{}, unreadable: map[string]error{}}
-	self = absStateDir(self)
-	dirs, err := registeredStateDirs(scope.StateDirs)
-	if err != nil {
-		u.err = err
-		return u
-	}
-	if scope.ClaimsDir != "" {
-		names, err := readClaimsDir(scope.ClaimsDir)
-		if err != nil {
-			u.err = err
-			return u
-		}
-		for _, n := range names {
-			if !strings.HasSuffix(n, ".json") {
-				continue
-			}
-			b, err := safefile.ReadRegular(filepath.Join(scope.ClaimsDir, n), maxClaimBytes)
-			var c nodeClaim
-			if err == nil && json.Unmarshal(b, &c) == nil && filepath.IsAbs(c.StateDir) {
-				dirs = append(dirs, filepath.Clean(c.StateDir))
-			}
-		}
-	}
-	for _, d := range dirs {
-		if d == self || u.states[d] != nil || u.unreadable[d] != nil {
-			continue
-		}
-		fi, err := os.Lstat(StatePath(d))
-		if errors.Is(err, fs.ErrNotExist) {
-			continue // gone, or never written: it names nothing
-		}
-		if err == nil && fi.Size() > maxOtherStateBytes {
-			u.unreadable[d] = fmt.Errorf("%s holds %d bytes, more than the %d read of another state dir", StatePath(d), fi.Size(), maxOtherStateBytes)
-			continue
-		}
-		f, err := LoadStates(d)
-		if err != nil {
-			u.unreadable[d] = err
-			continue
-		}
-		u.states[d] = f
-	}
-	return u
-}
-
-// keep returns why o, a folder, is not this state dir's to delete: the recipes of other
-// state dirs that use a folder overlapping it, or that what they use cannot be known; ""
-// when none does.
-func (u *nodeUsers) keep(o Owned) string {
-	if o.Kind == OwnedUnit || o.Kind == OwnedGPU {
-		return ""
-	}
-	if u.err != nil {
-		return "what other state dirs on the node use cannot be read (" + exitcode.Message(u.err) + ")"
-	}
-	var by []string
-	dirs := make([]string, 0, len(u.states)+len(u.unreadable))
-	for d := range u.states {
-		dirs = append(dirs, d)
-	}
-	for d := range u.unreadable {
-		dirs = append(dirs, d)
-	}
-	sort.Strings(dirs)
-	for _, d := range dirs {
-		if err := u.unreadable[d]; err != nil {
-			by = append(by, "the records of state dir "+d+" cannot be read ("+exitcode.Message(err)+"), so what its recipes use is unknown")
-			continue
-		}
-		f := u.states[d]
-		names := make([]string, 0, len(f.Recipes))
-		for name := range f.Recipes {
-			names = append(names, name)
-		}
-		sort.Strings(names)
-		for _, name := range names {
-			if usesAny(f.Recipes[name].Owns, o) {
-				by = append(by, "used by recipe "+name+" of state dir "+d)
-			}
-		}
-	}
-	return strings.Join(by, "; ")
 }

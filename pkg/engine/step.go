@@ -122,9 +122,9 @@ type Converger interface {
 	Converges() bool
 }
 
-// converges reports whether the step of n is a Converger that converges.
-func converges(n *node) bool {
-	c, ok := n.impl.(Converger)
+// converges reports whether the step of v is a Converger that converges.
+func converges(v *vertex) bool {
+	c, ok := v.impl.(Converger)
 	return ok && c.Converges()
 }
 
@@ -137,13 +137,13 @@ type OfflineSkipper interface {
 	OfflineSkip() string
 }
 
-// offlineSkip returns why the step of n does not run under --root ("" when it runs, or
+// offlineSkip returns why the step of v does not run under --root ("" when it runs, or
 // when this is not an offline run).
-func offlineSkip(n *node, env *Env) string {
+func offlineSkip(v *vertex, env *Env) string {
 	if !env.Offline {
 		return ""
 	}
-	if os, ok := n.impl.(OfflineSkipper); ok {
+	if os, ok := v.impl.(OfflineSkipper); ok {
 		return os.OfflineSkip()
 	}
 	return ""

@@ -58,8 +58,8 @@ func UndrainOwed(stateDir, recipe string) bool {
 func (e *Engine) payUndrain(ctx context.Context) {
 	name := e.opts.Recipe.Name
 	gated := false
-	for _, n := range e.nodes {
-		if n.res != nil && n.res.Gate && n.res.Result == ResultOK {
+	for _, v := range e.vertices {
+		if v.res != nil && v.res.Gate && v.res.Result == ResultOK {
 			gated = true
 		}
 	}

@@ -3,6 +3,8 @@ package node
 import (
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/gpu"
+	"github.com/sglprov/sglprov/pkg/gpuclaim"
+	"github.com/sglprov/sglprov/pkg/reclaim"
 )
 
 // ClaimsDirEnv names the environment variable that moves the node-wide GPU claims.
@@ -11,7 +13,7 @@ const ClaimsDirEnv = "SGLPROV_GPU_CLAIMS_DIR"
 // ClaimsDir is the node-wide folder of GPU claims the engine compares and records:
 // SGLPROV_GPU_CLAIMS_DIR when set, else none when the GPUs are a fixture's (they are not
 // the node's GPUs, and runs with fixtures on one host are not one node), else
-// engine.NodeClaimsDir, under --root when given.
+// gpuclaim.NodeClaimsDir, under --root when given.
 func ClaimsDir(getenv func(string) string, root string) string {
 	if d := getenv(ClaimsDirEnv); d != "" {
 		return d
@@ -19,7 +21,7 @@ func ClaimsDir(getenv func(string) string, root string) string {
 	if getenv(gpu.FixtureEnv) != "" {
 		return ""
 	}
-	return engine.HostPath(root, engine.NodeClaimsDir)
+	return engine.HostPath(root, gpuclaim.NodeClaimsDir)
 }
 
 // StateDirsEnv names the environment variable that moves the node-wide registry of state
@@ -42,6 +44,6 @@ func StateDirsDir(getenv func(string) string, root string) string {
 
 // Scope is where remove and gc find the node's other state dirs: the registry and the GPU
 // claims.
-func Scope(getenv func(string) string, root string) engine.NodeScope {
-	return engine.NodeScope{StateDirs: StateDirsDir(getenv, root), ClaimsDir: ClaimsDir(getenv, root)}
+func Scope(getenv func(string) string, root string) reclaim.NodeScope {
+	return reclaim.NodeScope{StateDirs: StateDirsDir(getenv, root), ClaimsDir: ClaimsDir(getenv, root)}
 }

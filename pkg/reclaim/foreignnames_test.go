@@ -1,4 +1,4 @@
-package engine_test
+package reclaim_test
 
 import (
 	"bytes"
@@ -13,6 +13,7 @@ import (
 	"github.com/sglprov/sglprov/internal/foreign"
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/exitcode"
+	"github.com/sglprov/sglprov/pkg/reclaim"
 	"github.com/sglprov/sglprov/pkg/service"
 )
 
@@ -92,9 +93,9 @@ func TestRemoveAndGCWithUnitNamesNotSglprovs(t *testing.T) {
 				var out bytes.Buffer
 				var err error
 				if gc {
-					err = engine.GC(context.Background(), engine.GCOptions{StateDir: n.state, Root: n.root, Out: &out, NewManager: newManager})
+					err = reclaim.GC(context.Background(), reclaim.GCOptions{StateDir: n.state, Root: n.root, Out: &out, NewManager: newManager})
 				} else {
-					err = engine.Remove(context.Background(), engine.RemoveOptions{StateDir: n.state, Root: n.root, Recipe: "x", Out: &out, NewManager: newManager})
+					err = reclaim.Remove(context.Background(), reclaim.RemoveOptions{StateDir: n.state, Root: n.root, Recipe: "x", Out: &out, NewManager: newManager})
 				}
 				if err != nil {
 					t.Fatalf("%v\n%s", err, out.String())

@@ -1,4 +1,4 @@
-package engine_test
+package reclaim_test
 
 import (
 	"bytes"
@@ -17,6 +17,7 @@ import (
 	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/generation"
 	"github.com/sglprov/sglprov/pkg/ownership"
+	"github.com/sglprov/sglprov/pkg/reclaim"
 	"github.com/sglprov/sglprov/pkg/service"
 )
 
@@ -102,7 +103,7 @@ func (n *node) states() *engine.StateFile {
 
 func (n *node) remove(recipe string, weights bool) (string, error) {
 	var out bytes.Buffer
-	err := engine.Remove(context.Background(), engine.RemoveOptions{StateDir: n.state, Root: n.root, Recipe: recipe, Weights: weights, Out: &out,
+	err := reclaim.Remove(context.Background(), reclaim.RemoveOptions{StateDir: n.state, Root: n.root, Recipe: recipe, Weights: weights, Out: &out,
 		NewManager: func(ctx context.Context, kind string) (service.Manager, error) {
 			return service.New(ctx, service.Options{Kind: service.KindExec, Root: n.root, StateDir: n.state})
 		}})
@@ -111,7 +112,7 @@ func (n *node) remove(recipe string, weights bool) (string, error) {
 
 func (n *node) gc() (string, error) {
 	var out bytes.Buffer
-	err := engine.GC(context.Background(), engine.GCOptions{StateDir: n.state, Root: n.root, Out: &out})
+	err := reclaim.GC(context.Background(), reclaim.GCOptions{StateDir: n.state, Root: n.root, Out: &out})
 	return out.String(), err
 }
 
@@ -388,7 +389,7 @@ func TestRemoveExecUnitWithoutSystemd(t *testing.T) {
 	n.save(map[string][]engine.Owned{"x": {{Kind: engine.OwnedUnit, Path: "sglang-x.service", Manager: service.KindExec, Step: "svc"}, {Kind: engine.OwnedGenerations, Path: gens, Keep: 1}}})
 	var out bytes.Buffer
 	// No NewManager: the one remove picks for the record.
-	if err := engine.Remove(context.Background(), engine.RemoveOptions{StateDir: n.state, Recipe: "x", Out: &out}); err != nil {
+	if err := reclaim.Remove(context.Background(), reclaim.RemoveOptions{StateDir: n.state, Recipe: "x", Out: &out}); err != nil {
 		t.Fatalf("remove: %v\n%s", err, out.String())
 	}
 	if exists(unit) {
@@ -415,7 +416,7 @@ func TestRemoveUnitFailureDeletesNothingElse(t *testing.T) {
 	w := n.weights("data/models/x", "model.safetensors")
 	n.save(map[string][]engine.Owned{"x": {{Kind: engine.OwnedUnit, Path: "x.service", Step: "svc"}, {Kind: engine.OwnedGenerations, Path: gens, Keep: 1}, w}})
 	var out bytes.Buffer
-	err := engine.Remove(context.Background(), engine.RemoveOptions{StateDir: n.state, Root: n.root, Recipe: "x", Weights: true, Out: &out,
+	err := reclaim.Remove(context.Background(), reclaim.RemoveOptions{StateDir: n.state, Root: n.root, Recipe: "x", Weights: true, Out: &out,
 		NewManager: func(ctx context.Context, kind string) (service.Manager, error) {
 			m, err := service.New(ctx, service.Options{Kind: service.KindExec, StateDir: n.state})
 			return failingManager{m}, err
@@ -443,57 +444,16 @@ func TestRemoveAndGCOnAFreshNode(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "var/lib/sglprov")
 	for _, dry := range []bool{true, false} {
 		var out bytes.Buffer
-		if err := engine.Remove(context.Background(), engine.RemoveOptions{StateDir: dir, Recipe: "x", DryRun: dry, Out: &out}); err != nil || !strings.Contains(out.String(), "nothing is recorded in "+dir) {
+		if err := reclaim.Remove(context.Background(), reclaim.RemoveOptions{StateDir: dir, Recipe: "x", DryRun: dry, Out: &out}); err != nil || !strings.Contains(out.String(), "nothing is recorded in "+dir) {
 			t.Errorf("remove (dry run %v) on a fresh node: %v, %q", dry, err, out.String())
 		}
 		out.Reset()
-		if err := engine.GC(context.Background(), engine.GCOptions{StateDir: dir, DryRun: dry, Out: &out}); err != nil || !strings.Contains(out.String(), "nothing is recorded in "+dir) {
+		if err := reclaim.GC(context.Background(), reclaim.GCOptions{StateDir: dir, DryRun: dry, Out: &out}); err != nil || !strings.Contains(out.String(), "nothing is recorded in "+dir) {
 			t.Errorf("gc (dry run %v) on a fresh node: %v, %q", dry, err, out.String())
 		}
 	}
 	if exists(dir) {
 		t.Errorf("remove or gc created the state dir")
-	}
-}
-
-// A step that failed before it installed anything owns nothing: a unit named by a service
-// step that failed is not recorded, so a remove never stops or deletes it; once the step
-// succeeded its unit is recorded, and stays recorded when a later run of it fails.
-func TestOwnedOnlyOnceTheStepSucceeded(t *testing.T) {
-	w := newWorld()
-	dir := t.TempDir()
-	text := func(fail bool) string {
-		return fmt.Sprintf("apiVersion: sglprov/v1\nname: svc\nsteps:\n  - name: service\n    fake: {unit: ssh.service, fail: %v}\n", fail)
-	}
-	units := func() []string {
-		st, err := engine.LoadRecipeState(dir, "svc")
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out []string
-		for _, o := range st.Owns {
-			if o.Kind == engine.OwnedUnit {
-				out = append(out, o.Path)
-			}
-		}
-		return out
-	}
-	e := newEngine(t, w, load(t, w, text(true)), dir, nil)
-	if _, err := e.Apply(context.Background()); err == nil {
-		t.Fatal("the failing step passed")
-	}
-	if got := units(); len(got) != 0 {
-		t.Errorf("a step that failed owns %v", got)
-	}
-	e = newEngine(t, w, load(t, w, text(false)), dir, nil)
-	if _, err := e.Apply(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	w.broken["service"] = true
-	e = newEngine(t, w, load(t, w, text(true)), dir, nil)
-	_, _ = e.Apply(context.Background())
-	if got := units(); strings.Join(got, ",") != "ssh.service" {
-		t.Errorf("after a success and a failure the step owns %v, want ssh.service", got)
 	}
 }
 
@@ -538,7 +498,7 @@ func TestRemoveLeavesAUnitItDidNotRender(t *testing.T) {
 		os.WriteFile(unit, []byte(text), 0o644)
 		n.save(map[string][]engine.Owned{"x": {{Kind: engine.OwnedUnit, Path: "sglang-x.service", Manager: service.KindExec, Step: "svc"}}})
 		var out bytes.Buffer
-		err := engine.Remove(context.Background(), engine.RemoveOptions{StateDir: n.state, Recipe: "x", Out: &out,
+		err := reclaim.Remove(context.Background(), reclaim.RemoveOptions{StateDir: n.state, Recipe: "x", Out: &out,
 			NewManager: func(ctx context.Context, kind string) (service.Manager, error) {
 				return service.New(ctx, service.Options{Kind: service.KindExec, StateDir: n.state})
 			}})
@@ -580,7 +540,7 @@ func TestRemoveUnderRootDisablesTheUnit(t *testing.T) {
 	}
 	n.save(map[string][]engine.Owned{"x": {{Kind: engine.OwnedUnit, Path: "sglang-x.service", Manager: service.KindOffline, Step: "svc"}}})
 	var out bytes.Buffer
-	if err := engine.Remove(context.Background(), engine.RemoveOptions{StateDir: n.state, Root: n.root, Recipe: "x", Out: &out}); err != nil {
+	if err := reclaim.Remove(context.Background(), reclaim.RemoveOptions{StateDir: n.state, Root: n.root, Recipe: "x", Out: &out}); err != nil {
 		t.Fatalf("remove --root: %v\n%s", err, out.String())
 	}
 	if exists(link) || exists(n.path("etc/systemd/system/sglang-x.service")) {
@@ -657,7 +617,7 @@ func TestGCCountsAPartTwoRecordsNameOnce(t *testing.T) {
 	os.MkdirAll(n.path("data/models/tiny/.sglprov/parts"), 0o755)
 	os.WriteFile(n.path("data/models/tiny/.sglprov/parts/model.safetensors.part"), bytes.Repeat([]byte("p"), 1000), 0o644)
 	var dry bytes.Buffer
-	if err := engine.GC(context.Background(), engine.GCOptions{StateDir: n.state, Root: n.root, DryRun: true, Out: &dry}); err != nil {
+	if err := reclaim.GC(context.Background(), reclaim.GCOptions{StateDir: n.state, Root: n.root, DryRun: true, Out: &dry}); err != nil {
 		t.Fatal(err)
 	}
 	out, err := n.gc()
@@ -691,7 +651,7 @@ func TestRemoveDeletesTheUndrainOwed(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	if err := engine.Remove(context.Background(), engine.RemoveOptions{StateDir: n.state, Recipe: "a", DryRun: true, Out: &out}); err != nil {
+	if err := reclaim.Remove(context.Background(), reclaim.RemoveOptions{StateDir: n.state, Recipe: "a", DryRun: true, Out: &out}); err != nil {
 		t.Fatalf("remove --dry-run: %v\n%s", err, out.String())
 	}
 	if !strings.Contains(out.String(), engine.UndrainOwedPath(n.state, "a")+" (an undrain it was owed)") || !engine.UndrainOwed(n.state, "a") {
