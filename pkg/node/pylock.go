@@ -11,16 +11,16 @@ import (
 	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/pylock"
 	"github.com/sglprov/sglprov/pkg/recipe"
-	"github.com/sglprov/sglprov/pkg/steps/command"
+	"github.com/sglprov/sglprov/pkg/steps"
 )
 
 // PythonLock reads the lock of the Python environment that recipe r's Python steps made
 // on this node (state dir stateDir; file names the recipe in errors): from the
 // environment and the reports pip wrote when the steps ran, as their records name them.
-// A recipe with no Python step (command.PipSteps), one none of whose Python steps ran with
+// A recipe with no Python step (steps.PythonSteps), one none of whose Python steps ran with
 // pip's report recorded, or one whose steps use two interpreters, is a usage error.
 func PythonLock(ctx context.Context, r *recipe.Recipe, stateDir, file string) (*pylock.Lock, error) {
-	if len(command.PipSteps(r)) == 0 {
+	if len(steps.PythonSteps(r)) == 0 {
 		return nil, &exitcode.Error{Kind: exitcode.ErrUsage, Msg: fmt.Sprintf("recipe %s (%s) has no Python step to lock: a lock is of what a command step INTERPRETER -m pip install ... installed; add one (e.g. `command: {argv: [\"{{ .vars.python }}\", -m, pip, install, PACKAGE==VERSION]}`), apply the recipe, then lock", r.Name, file)}
 	}
 	st, err := engine.LoadRecipeState(stateDir, r.Name)

@@ -54,3 +54,10 @@ func readsGeneration(k engine.Kind) engine.Kind {
 func RecipeWarnings(r *recipe.Recipe) []string {
 	return download.RevisionWarnings(r)
 }
+
+// PythonSteps are the names of r's Python steps, the command steps that install with pip
+// (command.PipSteps): what a Python lock is of. Upper layers ask this registry, never a
+// kind.
+func PythonSteps(r *recipe.Recipe) []string {
+	return command.PipSteps(r)
+}
