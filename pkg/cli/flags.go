@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/sglprov/sglprov/pkg/clidoc"
 	"github.com/sglprov/sglprov/pkg/exitcode"
 )
 
@@ -188,7 +189,7 @@ func (fs *flagSet) nearestFlag(name string) string {
 		if len(f.Name) < 2 {
 			return
 		}
-		if d := editDistance(strings.ToLower(name), f.Name); d < bestD {
+		if d := clidoc.EditDistance(strings.ToLower(name), f.Name); d < bestD {
 			best, bestD = f.Name, d
 		}
 	})
@@ -215,32 +216,11 @@ func gnuFlagNames(msg string) string {
 	})
 }
 
-// flagInfo is one flag as help shows it: its names, value name, usage and default.
-type flagInfo struct {
-	Long, Short string
-	ValueName   string
-	Usage       string
-	Default     string
-	Common      bool
-	Bool        bool
-}
-
-// Names returns "-f, --recipe" or "    --json".
-func (f flagInfo) Names() string {
-	if f.Short != "" && f.Long != "" {
-		return "-" + f.Short + ", --" + f.Long
-	}
-	if f.Long == "" {
-		return "-" + f.Short
-	}
-	return "    --" + f.Long
-}
-
 // flags returns the set's flags, one entry per variable: the command's own flags first,
 // then the common ones, each group by long name.
-func (fs *flagSet) flags() []flagInfo {
-	byPtr := map[uintptr]*flagInfo{}
-	var order []*flagInfo
+func (fs *flagSet) flags() []clidoc.Flag {
+	byPtr := map[uintptr]*clidoc.Flag{}
+	var order []*clidoc.Flag
 	fs.VisitAll(func(f *flag.Flag) {
 		if fs.hidden[f.Name] {
 			return
@@ -249,7 +229,7 @@ func (fs *flagSet) flags() []flagInfo {
 		info := byPtr[key]
 		if info == nil || key == 0 {
 			name, usage := flag.UnquoteUsage(f)
-			info = &flagInfo{ValueName: name, Usage: usage, Default: shownDefault(f)}
+			info = &clidoc.Flag{ValueName: name, Usage: usage, Default: shownDefault(f)}
 			if bf, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && bf.IsBoolFlag() {
 				info.Bool, info.ValueName = true, ""
 			} else {
@@ -269,7 +249,7 @@ func (fs *flagSet) flags() []flagInfo {
 			info.Common = true
 		}
 	})
-	out := make([]flagInfo, 0, len(order))
+	out := make([]clidoc.Flag, 0, len(order))
 	for _, f := range order {
 		out = append(out, *f)
 	}
@@ -282,7 +262,7 @@ func (fs *flagSet) flags() []flagInfo {
 	return out
 }
 
-func sortName(f flagInfo) string {
+func sortName(f clidoc.Flag) string {
 	if f.Long != "" {
 		return f.Long
 	}

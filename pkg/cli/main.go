@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 
 	"charm.land/log/v2"
@@ -55,43 +56,36 @@ const DefaultStateDir = "/var/lib/sglprov"
 type command struct {
 	name, args, summary string
 	run                 func(ctx context.Context, io IO, args []string) error
-}
-
-// synopsis is the command's usage line.
-func (c command) synopsis() string {
-	s := "sglprov " + c.name
-	if c.args != "" {
-		s += " " + c.args
-	}
-	return s + " [flags]"
+	// aliases are other names the command answers to (an older name kept working).
+	aliases []string
 }
 
 func commands() []command {
 	return []command{
-		{"validate", "-f RECIPE", "check a recipe; every problem as file:line:col: message", runValidate},
-		{"plan", "-f RECIPE", "what apply would do, step by step, and why (changes nothing)", runPlan},
-		{"apply", "-f RECIPE", "do it; re-runs skip what is already done and still intact", runApply},
-		{"detect", "", "the GPUs, driver and CUDA version of this host (NVML), and nvcc's", runDetect},
-		{"smoke", "--url URL | -f RECIPE", "the correctness gate alone, against a running server", runSmokeCommand},
-		{"status", "", "the last run: each step, its result, time and reason; exits with that run's code", runStatus},
-		{"daemon", "-f RECIPE [-f RECIPE...]", "apply, then keep watching the node (driver changes, canary smoke, remediation, health, metrics)", runDaemon},
-		{"rollback", "-f RECIPE [--to GENERATION]", "put the previous generation that passed its gate back in service, gated (--to: another kept one)", runRollback},
-		{"remove", "-f RECIPE", "take a recipe off the node: its units, generations and records (--weights: its downloads)", runRemove},
-		{"gc", "", "free what no recipe needs: old generations, part files, weights of removed recipes", runGC},
-		{"lock", "-f RECIPE", "write the lock of the Python environment the recipe's pip steps made here (wheels and sha256s)", runLock},
-		{"version", "", "the version and the commit this binary was built from", runVersion},
-		{"help", "[COMMAND]", "sglprov's help, or a command's", runHelp},
-		{"completion", "bash|zsh|fish", "a shell completion script", runCompletion},
-		{"man", "", "the man page, sglprov(1), in roff", runMan},
-		{"known-bad", "", "the table of known-bad package, GPU and flag combinations that validate, plan and apply refuse", runKnownBad},
-		{"schema", "[recipe|report|status|plan]", "the JSON Schema of recipes (for editors), of report.json, of status --json or of plan --json", runSchema},
+		{"validate", "-f RECIPE", "check a recipe; every problem as file:line:col: message", runValidate, nil},
+		{"plan", "-f RECIPE", "what apply would do, step by step, and why (changes nothing)", runPlan, nil},
+		{"apply", "-f RECIPE", "do it; re-runs skip what is already done and still intact", runApply, nil},
+		{"detect", "", "the GPUs, driver and CUDA version of this host (NVML), and nvcc's", runDetect, nil},
+		{"smoke", "--url URL | -f RECIPE", "the correctness gate alone, against a running server", runSmokeCommand, nil},
+		{"status", "", "the last run: each step, its result, time and reason; exits with that run's code", runStatus, nil},
+		{"daemon", "-f RECIPE [-f RECIPE...]", "apply, then keep watching the node (driver changes, canary smoke, remediation, health, metrics)", runDaemon, nil},
+		{"rollback", "-f RECIPE [--to GENERATION]", "put the previous generation that passed its gate back in service, gated (--to: another kept one)", runRollback, nil},
+		{"remove", "-f RECIPE", "take a recipe off the node: its units, generations and records (--weights: its downloads)", runRemove, nil},
+		{"gc", "", "free what no recipe needs: old generations, part files, weights of removed recipes", runGC, nil},
+		{"pylock", "-f RECIPE", "write the lock of the Python environment the recipe's pip steps made here (wheels and sha256s); also answers to lock", runPylock, []string{"lock"}},
+		{"version", "", "the version and the commit this binary was built from", runVersion, nil},
+		{"help", "[COMMAND]", "sglprov's help, or a command's", runHelp, nil},
+		{"completion", "bash|zsh|fish", "a shell completion script", runCompletion, nil},
+		{"man", "", "the man page, sglprov(1), in roff", runMan, nil},
+		{"known-bad", "", "the table of known-bad package, GPU and flag combinations that validate, plan and apply refuse", runKnownBad, nil},
+		{"schema", "[recipe|report|status|plan]", "the JSON Schema of recipes (for editors), of report.json, of status --json or of plan --json", runSchema, nil},
 	}
 }
 
 // lookup returns the command named name.
 func lookup(name string) (command, bool) {
 	for _, c := range commands() {
-		if c.name == name {
+		if c.name == name || slices.Contains(c.aliases, name) {
 			return c, true
 		}
 	}

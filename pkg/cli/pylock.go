@@ -9,17 +9,17 @@ import (
 	"github.com/sglprov/sglprov/pkg/node"
 )
 
-// lockOptions are lock's flags.
-type lockOptions struct {
+// pypylockOptions are pylock's flags.
+type pylockOptions struct {
 	recipeFlags
 	out string
 }
 
-// runLock writes the lock of the Python environment that the recipe's Python steps made
+// runPylock writes the lock of the Python environment that the recipe's Python steps made
 // on this node: read from the environment and the reports pip wrote when the steps ran.
-func runLock(ctx context.Context, stdio IO, args []string) error {
-	var o lockOptions
-	fs := newFlags("lock", stdio)
+func runPylock(ctx context.Context, stdio IO, args []string) error {
+	var o pylockOptions
+	fs := newFlags("pylock", stdio)
 	o.register(fs, stdio)
 	fs.StringVar(&o.out, "o", "", "the lock file to write (default: the recipe's python.lock, else RECIPE-NAME.lock.json next to the recipe)")
 	if err := parse(fs, args); err != nil {
