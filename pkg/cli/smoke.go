@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/exitcode"
+	"github.com/sglprov/sglprov/pkg/node"
 	gate "github.com/sglprov/sglprov/pkg/smoke"
-	smokestep "github.com/sglprov/sglprov/pkg/steps/smoke"
 )
 
 // smokeOptions are the flags of `sglprov smoke`.
@@ -48,7 +48,9 @@ func runSmokeCommand(ctx context.Context, stdio IO, args []string) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	cfg, err := smokeConfig(ctx, stdio, o)
+	cfg, err := stdio.Factory.Deps(stdio).GateConfig(ctx, node.GateOptions{URL: o.url, Model: o.model, Recipe: o.recipe,
+		Step: o.step, Seed: o.seed, Sets: o.sets, Insecure: o.insecure, Builtin: o.builtin,
+		ReadyTimeout: o.readyTimeout, RequestTimeout: o.requestTimeout, MaxTokens: o.maxTokens})
 	if err != nil {
 		return err
 	}
@@ -90,49 +92,4 @@ func readyTimeoutOf(cfg gate.Config) time.Duration {
 		return cfg.ReadyTimeout
 	}
 	return gate.DefaultReadyTimeout
-}
-
-// smokeConfig builds the gate's config from the flags, over the recipe's smoke step when
-// -f is given (smokestep.GateConfig).
-func smokeConfig(ctx context.Context, stdio IO, o smokeOptions) (gate.Config, error) {
-	var spec smokestep.Spec
-	switch {
-	case o.recipe != "":
-		s, err := recipeSmokeSpec(ctx, stdio, o)
-		if err != nil {
-			return gate.Config{}, err
-		}
-		spec = *s
-	case o.url == "":
-		return gate.Config{}, fmt.Errorf("%w: give --url URL or -f RECIPE", exitcode.ErrUsage)
-	case o.step != "" || len(o.sets) > 0:
-		return gate.Config{}, fmt.Errorf("%w: --step and --set need -f RECIPE", exitcode.ErrUsage)
-	}
-	var seed uint64
-	if o.seed != "" {
-		var err error
-		if seed, err = gate.ParseSeed(o.seed); err != nil {
-			return gate.Config{}, fmt.Errorf("%w: --seed: %w", exitcode.ErrUsage, err)
-		}
-	}
-	return smokestep.GateConfig(spec, smokestep.Overrides{URL: o.url, Model: o.model, MaxTokens: o.maxTokens,
-		ReadyTimeout: o.readyTimeout, RequestTimeout: o.requestTimeout, Builtin: o.builtin,
-		RecipeFile: o.recipe, Insecure: o.insecure, Seed: seed}, stdio.Getenv)
-}
-
-// recipeSmokeSpec reads the recipe and renders its smoke step (the one named by --step,
-// else the first): smokestep.RecipeSpec.
-func recipeSmokeSpec(ctx context.Context, stdio IO, o smokeOptions) (*smokestep.Spec, error) {
-	c := recipeFlags{recipe: o.recipe, sets: o.sets, insecure: o.insecure}
-	r, err := c.loadRecipe(stdio)
-	if err != nil {
-		return nil, err
-	}
-	return smokestep.RecipeSpec(r, o.recipe, o.step, func() (map[string]any, error) {
-		f, err := detectFacts(ctx, stdio)
-		if err != nil {
-			return nil, err
-		}
-		return f.TemplateData(), nil
-	})
 }

@@ -22,7 +22,7 @@ func Registry() engine.Registry {
 		"source":   source.Kind(),
 		"patch":    patch.Kind(),
 		"build":    build.Kind(),
-		"download": download.Kind(),
+		"download": withWarnings(download.Kind(), download.RevisionWarnings),
 		"packages": packages.Kind(),
 		"systemd":  readsGeneration(systemd.Kind()),
 		"smoke":    readsGeneration(smoke.Kind()),
@@ -44,5 +44,11 @@ func Specs(reg engine.Registry) recipe.KindSpecs {
 // unit, checks with its interpreter) and write nothing there: never generation steps.
 func readsGeneration(k engine.Kind) engine.Kind {
 	k.ReadsGeneration = true
+	return k
+}
+
+// withWarnings gives kind k the warnings validate shows of a recipe's steps of that kind.
+func withWarnings(k engine.Kind, w func(r *recipe.Recipe) []string) engine.Kind {
+	k.Warnings = w
 	return k
 }
