@@ -23,13 +23,8 @@ type smokeOptions struct {
 	maxTokens                int
 }
 
-// runSmokeCommand is `sglprov smoke` in the shape of the command table: the gate's
-// verdict is printed here, and a failed gate returns an error wrapping exitcode.ErrGate that
-// is marked as already reported.
-func runSmokeCommand(ctx context.Context, stdio IO, args []string) error {
-	if stdio.Getenv == nil {
-		stdio.Getenv = os.Getenv
-	}
+// parseSmoke parses smoke's command line into its options.
+func parseSmoke(stdio IO, args []string) (*smokeOptions, error) {
 	var o smokeOptions
 	fs := newFlags("smoke", stdio)
 	fs.StringVar(&o.url, "url", "", "server base `URL`, e.g. http://127.0.0.1:30000")
@@ -45,8 +40,14 @@ func runSmokeCommand(ctx context.Context, stdio IO, args []string) error {
 	fs.DurationVar(&o.readyTimeout, "ready-timeout", 0, "how long to wait for readiness (default 20m)")
 	fs.DurationVar(&o.requestTimeout, "request-timeout", 0, "how long each question may take (default 2m)")
 	fs.IntVar(&o.maxTokens, "max-tokens", 0, "max_tokens of each question (default 1024)")
-	if err := parse(fs, args); err != nil {
-		return err
+	return &o, parse(fs, args)
+}
+
+// smokeRun runs the gate (its config from node.Deps.GateConfig) and prints its verdict; a
+// failed gate returns an error wrapping exitcode.ErrGate that is marked as already reported.
+func smokeRun(ctx context.Context, stdio IO, o *smokeOptions) error {
+	if stdio.Getenv == nil {
+		stdio.Getenv = os.Getenv
 	}
 	cfg, err := stdio.Factory.Deps(stdio).GateConfig(ctx, node.GateOptions{URL: o.url, Model: o.model, Recipe: o.recipe,
 		Step: o.step, Seed: o.seed, Sets: o.sets, Insecure: o.insecure, Builtin: o.builtin,

@@ -50,9 +50,9 @@ func TestLease(t *testing.T) {
 	}
 }
 
-// TestKeep: a command that keeps the node (the daemon) holds the lock for its whole life,
+// TestTakeForLife: a command that takes the node for its life (the daemon) holds the lock,
 // noted as the daemon's, and a change it makes meanwhile takes no lock of its own.
-func TestKeep(t *testing.T) {
+func TestTakeForLife(t *testing.T) {
 	state := t.TempDir()
 	var h node.Lease
 	release, err := h.TakeForLife(state, false, nil)

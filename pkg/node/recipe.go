@@ -173,7 +173,7 @@ func (n *Recipe) TakeLease() (release func(), err error) {
 }
 
 // withEngine calls f with the kept engine, or with one made for the purpose (closed
-// after), under the node's lease and with the kept engine held still meanwhile.
+// after), under the node's lease and the kept engine untouched meanwhile.
 func (n *Recipe) withEngine(ctx context.Context, f func(*engine.Engine) error) error {
 	release, err := n.TakeLease()
 	if err != nil {
