@@ -40,10 +40,13 @@ type Recipe struct {
 	Kept *Kept
 }
 
+// realDeps are the real constructors, no output: the dependencies of a Recipe given none.
+var realDeps = &Deps{}
+
 // deps are n's dependencies (the real constructors when none were given).
 func (n *Recipe) deps() *Deps {
 	if n.Deps == nil {
-		n.Deps = &Deps{}
+		return realDeps
 	}
 	return n.Deps
 }
