@@ -3,10 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
-	"os"
-	"time"
 
-	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/node"
 )
 
@@ -19,7 +16,8 @@ type applyOptions struct {
 	textfile    string
 }
 
-func runApply(ctx context.Context, stdio IO, args []string) error {
+// parseApply parses apply's command line into its options.
+func parseApply(stdio IO, args []string) (*applyOptions, error) {
 	var o applyOptions
 	fs := newFlags("apply", stdio)
 	o.register(fs, stdio)
@@ -28,76 +26,23 @@ func runApply(ctx context.Context, stdio IO, args []string) error {
 	fs.BoolVar(&o.verify, "verify", false, "re-check every output fully (re-hash downloads)")
 	fs.IntVar(&o.jobs, "jobs", 4, "steps to run at once")
 	fs.StringVar(&o.textfile, "textfile", "", "write the run's metrics to `FILE` for node_exporter's textfile collector")
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	rep, err := apply(ctx, stdio, &o.recipeFlags, func(e *engine.Options) {
-		e.Only, e.Force = splitList(o.only.String()), splitList(o.force.String())
-		e.Verify, e.Concurrency = o.verify, o.jobs
-	})
-	if terr := writeRunTextfile(ctx, stdio, &o.recipeFlags, o.textfile, rep, err); terr != nil {
-		fmt.Fprintf(stdio.Stderr, "sglprov apply: writing the metrics textfile: %v\n", terr)
-	}
-	return err
+	return &o, parse(fs, args)
 }
 
-// apply runs one apply under the state lock and prints its summary.
-func apply(ctx context.Context, stdio IO, c *recipeFlags, mod func(*engine.Options)) (*engine.Report, error) {
-	rep, e, err := applyKeep(ctx, stdio, c, &node.Hold{}, mod)
+// applyRun applies the recipe (node.Recipe.Apply, which prints the run's summary) and
+// writes the run's textfile.
+func applyRun(ctx context.Context, stdio IO, o *applyOptions) error {
+	n, err := o.node(stdio, nil, nil)
+	if err != nil {
+		return err
+	}
+	rep, e, err := n.Apply(ctx, node.ApplyOptions{Only: splitList(o.only.String()), Force: splitList(o.force.String()),
+		Verify: o.verify, Jobs: o.jobs})
 	if e != nil {
 		e.Close()
 	}
-	return rep, err
-}
-
-// applyKeep is apply, under what hold holds of the node, that hands back the engine, not
-// closed, when one was made: what its steps hold (an exec-managed server) lives until the
-// caller closes it.
-func applyKeep(ctx context.Context, stdio IO, c *recipeFlags, hold *node.Hold, mod func(*engine.Options)) (*engine.Report, *engine.Engine, error) {
-	r, err := c.loadRecipe(stdio)
-	if err != nil {
-		return nil, nil, err
+	if terr := n.WriteRunTextfile(ctx, o.textfile, rep, err); terr != nil {
+		fmt.Fprintf(stdio.Stderr, "sglprov apply: writing the metrics textfile: %v\n", terr)
 	}
-	dir := c.stateDirPath()
-	if err := engine.EnsureStateDir(dir, c.insecure); err != nil {
-		return nil, nil, err
-	}
-	release, err := hold.Take(dir, stdio.Factory.Lock)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer release()
-	if hold.Lock != nil {
-		// The daemon holds the node's lock; others see it applying meanwhile.
-		_ = hold.Lock.SetNote(engine.NoteDaemonApplying)
-		defer hold.Lock.SetNote(engine.NoteDaemon)
-	}
-	started := time.Now()
-	e, _, err := c.newEngine(ctx, stdio, r, mod)
-	if err != nil {
-		// A host short of the recipe, or one that needs a reboot, is a run too: recorded,
-		// so that status says so and exits with its code.
-		return recordRefusal(c, r, started, err), nil, err
-	}
-	rep, runErr := e.Apply(ctx)
-	if rep == nil && engine.Refused(runErr) {
-		// Refused before the first step (a GPU another recipe's server claims): a run
-		// too, recorded, so that status says so and exits with its code.
-		rep = recordRefusal(c, r, started, runErr)
-		if rep != nil {
-			fmt.Fprintf(stdio.Stdout, "\n%s: refused in %s; report: %s\n", r.Name, rep.Duration.Round(1e6), rep.Dir+string(os.PathSeparator)+"report.json")
-		}
-		return rep, e, runErr
-	}
-	if rep != nil {
-		fmt.Fprintf(stdio.Stdout, "\n%s", rep.Summary())
-		for _, h := range rep.Hints() {
-			fmt.Fprintln(stdio.Stdout, h)
-		}
-		if rep.Generation != nil {
-			fmt.Fprintf(stdio.Stdout, "\n%s\n", rep.Generation.Note)
-		}
-		fmt.Fprintf(stdio.Stdout, "\n%s: %s in %s; report: %s\n", r.Name, rep.Result, rep.Duration.Round(1e6), rep.Dir+string(os.PathSeparator)+"report.json")
-	}
-	return rep, e, runErr
+	return err
 }

@@ -15,13 +15,16 @@ type detectOptions struct {
 	json bool
 }
 
-func runDetect(ctx context.Context, stdio IO, args []string) error {
+// parseDetect parses detect's command line into its options.
+func parseDetect(stdio IO, args []string) (*detectOptions, error) {
 	var o detectOptions
 	fs := newFlags("detect", stdio)
 	fs.jsonFlags(&o.json, "print the facts as JSON")
-	if err := parse(fs, args); err != nil {
-		return err
-	}
+	return &o, parse(fs, args)
+}
+
+// detectRun reads the host's GPU facts (node.Deps.Facts) and prints them.
+func detectRun(ctx context.Context, stdio IO, o *detectOptions) error {
 	facts, err := detectFacts(ctx, stdio)
 	if err != nil {
 		if o.json {

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -11,6 +10,7 @@ import (
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/gpu"
+	"github.com/sglprov/sglprov/pkg/node"
 	"github.com/sglprov/sglprov/pkg/recipe"
 	"github.com/sglprov/sglprov/pkg/service"
 	"github.com/sglprov/sglprov/pkg/steps"
@@ -118,29 +118,13 @@ func (f *Factory) Recipe(path string, sets []string, insecure bool) (*recipe.Rec
 }
 
 func (f *Factory) loadRecipe(path string, sets []string, insecure bool) (*recipe.Recipe, error) {
-	if !insecure {
-		if err := engine.CheckPermissions(path); err != nil {
-			if errors.Is(err, exitcode.ErrUsage) {
-				return nil, err
-			}
-			return nil, fmt.Errorf("%w: reading recipe: %v", exitcode.ErrUsage, err)
-		}
-	}
 	load := func(path string, sets []string) (*recipe.Recipe, error) {
 		return recipe.Load(path, steps.Specs(f.Registry()), sets)
 	}
 	if f != nil && f.LoadRecipe != nil {
 		load = f.LoadRecipe
 	}
-	r, err := load(path, sets)
-	if err != nil {
-		var ps recipe.Problems
-		if errors.As(err, &ps) {
-			return nil, fmt.Errorf("%w: %s in the recipe:\n%v", exitcode.ErrUsage, plural(len(ps), "problem"), ps)
-		}
-		return nil, fmt.Errorf("%w: %v", exitcode.ErrUsage, err)
-	}
-	return r, nil
+	return node.LoadRecipe(path, sets, insecure, load)
 }
 
 // Engine builds an engine whose service steps make their managers through the factory

@@ -95,16 +95,20 @@ steps:
 	f, _ := countingFacts(t, false)
 	stdio := IO{Stdin: strings.NewReader(""), Stdout: io.Discard, Stderr: io.Discard, Getenv: func(string) string { return "" }, Factory: f}
 	c := &recipeFlags{recipe: path, stateDir: filepath.Join(dir, "st"), logLevel: "info", logFormat: "text"}
-	b, err := c.buildEngine(context.Background(), stdio, nil, nil)
-	if err != nil || b.e == nil || b.err != nil {
-		t.Fatalf("buildEngine on a short host: %v, %v", err, b.err)
+	n, err := c.node(stdio, nil, nil)
+	if err != nil {
+		t.Fatal(err)
 	}
-	b.e.Close()
-	if host := b.host; len(host.short) != 1 || host.short[0].Message != "host has 1 GPU; this recipe needs at least 8" {
-		t.Errorf("short = %q", host.short)
+	b, err := n.BuildEngine(context.Background(), nil, nil, true)
+	if err != nil || b.Engine == nil || b.Err != nil {
+		t.Fatalf("BuildEngine on a short host: %v, %v", err, b.Err)
 	}
-	if _, _, err := c.newEngine(context.Background(), stdio, nil, nil); !errors.Is(err, exitcode.ErrHost) {
-		t.Errorf("newEngine on a short host: %v, want ErrHost", err)
+	b.Engine.Close()
+	if host := b.Host; len(host.Short) != 1 || host.Short[0].Message != "host has 1 GPU; this recipe needs at least 8" {
+		t.Errorf("short = %q", host.Short)
+	}
+	if _, err := n.Engine(context.Background(), nil); !errors.Is(err, exitcode.ErrHost) {
+		t.Errorf("Engine on a short host: %v, want ErrHost", err)
 	}
 }
 

@@ -5,11 +5,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"reflect"
 	"regexp"
-	"sort"
 	"strings"
 
+	"github.com/sglprov/sglprov/pkg/clidoc"
 	"github.com/sglprov/sglprov/pkg/exitcode"
 )
 
@@ -188,7 +187,7 @@ func (fs *flagSet) nearestFlag(name string) string {
 		if len(f.Name) < 2 {
 			return
 		}
-		if d := editDistance(strings.ToLower(name), f.Name); d < bestD {
+		if d := clidoc.EditDistance(strings.ToLower(name), f.Name); d < bestD {
 			best, bestD = f.Name, d
 		}
 	})
@@ -215,101 +214,9 @@ func gnuFlagNames(msg string) string {
 	})
 }
 
-// flagInfo is one flag as help shows it: its names, value name, usage and default.
-type flagInfo struct {
-	Long, Short string
-	ValueName   string
-	Usage       string
-	Default     string
-	Common      bool
-	Bool        bool
-}
-
-// Names returns "-f, --recipe" or "    --json".
-func (f flagInfo) Names() string {
-	if f.Short != "" && f.Long != "" {
-		return "-" + f.Short + ", --" + f.Long
-	}
-	if f.Long == "" {
-		return "-" + f.Short
-	}
-	return "    --" + f.Long
-}
-
-// flags returns the set's flags, one entry per variable: the command's own flags first,
-// then the common ones, each group by long name.
-func (fs *flagSet) flags() []flagInfo {
-	byPtr := map[uintptr]*flagInfo{}
-	var order []*flagInfo
-	fs.VisitAll(func(f *flag.Flag) {
-		if fs.hidden[f.Name] {
-			return
-		}
-		key := storage(f.Value)
-		info := byPtr[key]
-		if info == nil || key == 0 {
-			name, usage := flag.UnquoteUsage(f)
-			info = &flagInfo{ValueName: name, Usage: usage, Default: shownDefault(f)}
-			if bf, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && bf.IsBoolFlag() {
-				info.Bool, info.ValueName = true, ""
-			} else {
-				info.ValueName = valueName(info.ValueName)
-			}
-			order = append(order, info)
-			if key != 0 {
-				byPtr[key] = info
-			}
-		}
-		if len(f.Name) == 1 && info.Short == "" {
-			info.Short = f.Name
-		} else if info.Long == "" {
-			info.Long = f.Name
-		}
-		if fs.common[f.Name] {
-			info.Common = true
-		}
-	})
-	out := make([]flagInfo, 0, len(order))
-	for _, f := range order {
-		out = append(out, *f)
-	}
-	sort.SliceStable(out, func(i, j int) bool {
-		if out[i].Common != out[j].Common {
-			return !out[i].Common
-		}
-		return sortName(out[i]) < sortName(out[j])
-	})
-	return out
-}
-
-func sortName(f flagInfo) string {
-	if f.Long != "" {
-		return f.Long
-	}
-	return f.Short
-}
-
-// storage returns the address a flag's value stores into: flag.Value implementations are
-// pointers to (a conversion of) the variable, so two flags on one variable share it.
-func storage(v flag.Value) uintptr {
-	rv := reflect.ValueOf(v)
-	if rv.Kind() != reflect.Pointer || rv.IsNil() {
-		return 0
-	}
-	return rv.Pointer()
-}
-
-// shownDefault is the default help shows: none for zero values, or when the usage text
-// already says it.
-func shownDefault(f *flag.Flag) string {
-	switch f.DefValue {
-	case "", "0", "0s", "false", "[]":
-		return ""
-	}
-	if strings.Contains(f.Usage, "(default") {
-		return ""
-	}
-	return f.DefValue
+// flags returns the set's flags as help shows them (clidoc.Describe).
+func (fs *flagSet) flags() []clidoc.Flag {
+	return clidoc.Describe(fs.FlagSet, fs.common, fs.hidden)
 }
 
 // kvList is a repeatable KEY=VALUE flag (--set).
@@ -325,18 +232,4 @@ func (m *kvList) Set(v string) error {
 	}
 	*m = append(*m, v)
 	return nil
-}
-
-// valueName turns the type names flag.UnquoteUsage gives a value into the capitals help
-// uses for a value ("int" is N, "duration" DURATION).
-func valueName(s string) string {
-	switch s {
-	case "int", "uint", "int64", "uint64":
-		return "N"
-	case "float":
-		return "NUMBER"
-	case "string", "value":
-		return "VALUE"
-	}
-	return strings.ToUpper(s)
 }

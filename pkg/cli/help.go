@@ -5,8 +5,9 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"text/tabwriter"
 
+	"github.com/sglprov/sglprov/pkg/buildinfo"
+	"github.com/sglprov/sglprov/pkg/clidoc"
 	"github.com/sglprov/sglprov/pkg/exitcode"
 )
 
@@ -14,117 +15,73 @@ import (
 const summary = "sglprov provisions GPU hosts to serve LLMs with SGLang, and gates on correct answers."
 
 // exitCodes is the exit-code contract, as help and the man page show it.
-var exitCodes = []struct {
-	Code    int
-	Meaning string
-}{
-	{exitcode.ExitOK, "success (the gate passed, or there was nothing to do)"},
-	{exitcode.ExitFailed, "a step failed"},
-	{exitcode.ExitUsage, "bad usage or an invalid recipe"},
-	{exitcode.ExitGate, "the smoke gate failed"},
-	{exitcode.ExitHost, "the host does not meet the recipe's requirements, or NVML could not be loaded, or a download cannot fit, or (plan) the hub has no such model revision"},
-	{exitcode.ExitLocked, "another sglprov run holds the lock"},
-	{exitcode.ExitReboot, "reboot required (NVIDIA driver/library version mismatch)"},
-	{ExitChanges, "plan --detailed-exitcode only: the plan has steps to run"},
-	{ExitInterrupted, "interrupted (Ctrl-C, SIGINT)"},
+var exitCodes = []clidoc.ExitCode{
+	{Code: exitcode.ExitOK, Meaning: "success (the gate passed, or there was nothing to do)"},
+	{Code: exitcode.ExitFailed, Meaning: "a step failed"},
+	{Code: exitcode.ExitUsage, Meaning: "bad usage or an invalid recipe"},
+	{Code: exitcode.ExitGate, Meaning: "the smoke gate failed"},
+	{Code: exitcode.ExitHost, Meaning: "the host does not meet the recipe's requirements, or NVML could not be loaded, or a download cannot fit, or (plan) the hub has no such model revision"},
+	{Code: exitcode.ExitLocked, Meaning: "another sglprov run holds the lock"},
+	{Code: exitcode.ExitReboot, Meaning: "reboot required (NVIDIA driver/library version mismatch)"},
+	{Code: ExitChanges, Meaning: "plan --detailed-exitcode only: the plan has steps to run"},
+	{Code: ExitInterrupted, Meaning: "interrupted (Ctrl-C, SIGINT)"},
 }
 
 // environment lists the variables sglprov reads, as help and the man page show them.
-var environment = []struct{ Name, Meaning string }{
-	{"SGLPROV_STATE_DIR", "the default of --state-dir (else " + DefaultStateDir + ")"},
-	{"SGLPROV_GPU_FIXTURE", "a JSON file that describes the host's GPUs in place of NVML"},
-	{"HF_TOKEN", "the Hugging Face hub token (never logged)"},
-	{"HF_ENDPOINT", "the Hugging Face hub's URL"},
+var environment = []clidoc.Variable{
+	{Name: "SGLPROV_STATE_DIR", Meaning: "the default of --state-dir (else " + DefaultStateDir + ")"},
+	{Name: "SGLPROV_GPU_FIXTURE", Meaning: "a JSON file that describes the host's GPUs in place of NVML"},
+	{Name: "HF_TOKEN", Meaning: "the Hugging Face hub token (never logged)"},
+	{Name: "HF_ENDPOINT", Meaning: "the Hugging Face hub's URL"},
+}
+
+// doc is the documentation's material: every command with flags when describe is set
+// (describeAll), else without.
+func doc(cmds []clidoc.Command) clidoc.Doc {
+	return clidoc.Doc{Summary: summary, Commands: cmds, ExitCodes: exitCodes, Environment: environment, StateDir: DefaultStateDir}
 }
 
 // usage writes the top-level help.
 func usage(w io.Writer) {
-	fmt.Fprintln(w, summary)
-	fmt.Fprintln(w, "\nUsage: sglprov COMMAND [flags]")
-	fmt.Fprintln(w, "\nCommands:")
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	var cmds []clidoc.Command
 	for _, c := range commands() {
-		fmt.Fprintf(tw, "  %s\t%s\n", c.name, c.summary)
+		cmds = append(cmds, c.doc(nil))
 	}
-	tw.Flush()
-	fmt.Fprintln(w, "\nFlags:")
-	fmt.Fprintln(w, "  -h, --help     show this help; 'sglprov COMMAND --help' shows a command's flags")
-	fmt.Fprintln(w, "      --version  print the version and the commit it was built from")
-	fmt.Fprintln(w, "\nExit codes:")
-	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	for _, e := range exitCodes {
-		fmt.Fprintf(tw, "  %d\t%s\n", e.Code, e.Meaning)
+	clidoc.Usage(w, doc(cmds))
+}
+
+// doc is the command as the documentation shows it, with flags.
+func (c command) doc(flags []clidoc.Flag) clidoc.Command {
+	d := clidoc.Command{Name: c.name, Aliases: c.aliases, Args: c.args, Summary: c.summary, Flags: flags}
+	switch c.name {
+	case "help":
+		for _, o := range commands() {
+			d.Words = append(d.Words, o.name)
+		}
+	case "completion":
+		d.Words = clidoc.Shells
 	}
-	tw.Flush()
-	fmt.Fprintln(w, "\nEnvironment:")
-	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	for _, e := range environment {
-		fmt.Fprintf(tw, "  %s\t%s\n", e.Name, e.Meaning)
-	}
-	tw.Flush()
+	return d
 }
 
 // writeCommandHelp writes a command's help: what it does, its synopsis and its flags.
 func writeCommandHelp(w io.Writer, fs *flagSet) {
 	c, _ := lookup(fs.cmd)
-	fmt.Fprintf(w, "sglprov %s: %s\n\nUsage: %s\n", c.name, c.summary, c.synopsis())
-	flags := fs.flags()
-	tw := tabwriter.NewWriter(w, 0, 0, 3, ' ', 0)
-	heading := ""
-	for _, f := range flags {
-		h := "Flags:"
-		if f.Common {
-			h = "Common flags:"
-		}
-		if h != heading {
-			tw.Flush()
-			fmt.Fprintf(w, "\n%s\n", h)
-			heading = h
-		}
-		fmt.Fprintf(tw, "  %s\t%s\n", flagColumn(f), flagUsage(f))
-	}
-	if heading == "" {
-		fmt.Fprintln(w, "\nFlags:")
-	}
-	fmt.Fprintf(tw, "  %s\t%s\n", "-h, --help", "show this help")
-	tw.Flush()
-}
-
-// flagColumn is the left column of a flag's help line: "-f, --recipe FILE".
-func flagColumn(f flagInfo) string {
-	s := f.Names()
-	if f.ValueName != "" {
-		s += " " + f.ValueName
-	}
-	return s
-}
-
-// flagUsage is a flag's usage text with its default, shown once.
-func flagUsage(f flagInfo) string {
-	if f.Default != "" {
-		return f.Usage + " (default " + f.Default + ")"
-	}
-	return f.Usage
+	clidoc.CommandHelp(w, c.doc(fs.flags()))
 }
 
 // describeAll returns each command with its flags, as the command defines them: each
 // command is run with --help and a describe hook in place of printing.
-func describeAll(stdio IO) []describedCommand {
-	var out []describedCommand
+func describeAll(stdio IO) []clidoc.Command {
+	var out []clidoc.Command
 	for _, c := range commands() {
-		d := describedCommand{command: c}
+		var flags []clidoc.Flag
 		quiet := IO{Stdin: stdio.Stdin, Stdout: io.Discard, Stderr: io.Discard, Getenv: func(string) string { return "" }}
-		quiet.describe = func(fs *flagSet) { d.flags = fs.flags() }
+		quiet.describe = func(fs *flagSet) { flags = fs.flags() }
 		_ = c.run(context.Background(), quiet, []string{"--help"})
-		out = append(out, d)
+		out = append(out, c.doc(flags))
 	}
 	return out
-}
-
-// describedCommand is a command with its flags.
-type describedCommand struct {
-	command
-	flags []flagInfo
 }
 
 // runHelp is `sglprov help [COMMAND]`.
@@ -148,6 +105,31 @@ func runHelp(ctx context.Context, stdio IO, args []string) error {
 	return c.run(ctx, stdio, []string{"--help"})
 }
 
+// runMan is `sglprov man`: the man page sglprov(1), made from the same commands, flags and
+// tables as the help.
+func runMan(ctx context.Context, stdio IO, args []string) error {
+	fs := newFlags("man", stdio)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	return clidoc.Man(stdio.Stdout, doc(describeAll(stdio)), buildinfo.Read().Version)
+}
+
+// runCompletion is `sglprov completion bash|zsh|fish`.
+func runCompletion(ctx context.Context, stdio IO, args []string) error {
+	fs := newFlags("completion", stdio)
+	if err := fs.Parse(args); err != nil {
+		return fs.flagError(err)
+	}
+	if fs.NArg() != 1 {
+		return usageError("completion", "give one shell: bash, zsh or fish")
+	}
+	if err := clidoc.Completion(stdio.Stdout, fs.Arg(0), doc(describeAll(stdio))); err != nil {
+		return usageError("completion", err.Error())
+	}
+	return nil
+}
+
 // unknownCommand is the usage error for a command sglprov does not have, with the nearest
 // one when it is close.
 func unknownCommand(name string) error {
@@ -158,44 +140,11 @@ func unknownCommand(name string) error {
 	return &exitcode.Error{Msg: msg + "\nRun 'sglprov --help' for the list of commands.", Kind: exitcode.ErrUsage}
 }
 
-// nearest returns the command whose name is closest to name (edit distance at most 2, or
-// a prefix of at least two letters), or "".
+// nearest returns the command whose name is closest to name (clidoc.Nearest), or "".
 func nearest(name string) string {
-	best, bestD := "", 3
+	var names []string
 	for _, c := range commands() {
-		if len(name) >= 2 && strings.HasPrefix(c.name, name) {
-			return c.name
-		}
-		// A short name ("gc") is near anything short: the guess must keep part of it.
-		if d := editDistance(strings.ToLower(name), c.name); d < bestD && d < len(c.name) {
-			best, bestD = c.name, d
-		}
+		names = append(names, c.name)
 	}
-	return best
-}
-
-// editDistance is the Damerau-Levenshtein (optimal string alignment) distance of a and b.
-func editDistance(a, b string) int {
-	ra, rb := []rune(a), []rune(b)
-	d := make([][]int, len(ra)+1)
-	for i := range d {
-		d[i] = make([]int, len(rb)+1)
-		d[i][0] = i
-	}
-	for j := range d[0] {
-		d[0][j] = j
-	}
-	for i := 1; i <= len(ra); i++ {
-		for j := 1; j <= len(rb); j++ {
-			cost := 1
-			if ra[i-1] == rb[j-1] {
-				cost = 0
-			}
-			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
-			if i > 1 && j > 1 && ra[i-1] == rb[j-2] && ra[i-2] == rb[j-1] {
-				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
-			}
-		}
-	}
-	return d[len(ra)][len(rb)]
+	return clidoc.Nearest(name, names)
 }

@@ -14,11 +14,11 @@ func TestEveryCommandDescribesItself(t *testing.T) {
 	}
 	withFlags := map[string]bool{"validate": true, "plan": true, "apply": true, "detect": true, "smoke": true, "status": true, "daemon": true, "version": true}
 	for _, c := range cmds {
-		if withFlags[c.name] && len(c.flags) == 0 {
-			t.Errorf("%s: no flags described", c.name)
+		if withFlags[c.Name] && len(c.Flags) == 0 {
+			t.Errorf("%s: no flags described", c.Name)
 		}
-		if c.summary == "" || strings.Contains(c.summary, "\n") {
-			t.Errorf("%s: the summary must be one line: %q", c.name, c.summary)
+		if c.Summary == "" || strings.Contains(c.Summary, "\n") {
+			t.Errorf("%s: the summary must be one line: %q", c.Name, c.Summary)
 		}
 	}
 }
@@ -30,13 +30,13 @@ func TestManPageHasEveryFlag(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
 	for _, c := range describeAll(IO{}) {
-		if !strings.Contains(man, ".SS \""+roff(c.synopsis())+"\"") {
-			t.Errorf("no section for %s", c.name)
+		if !strings.Contains(man, ".SS \""+strings.ReplaceAll(c.Synopsis(), "-", `\-`)+"\"") {
+			t.Errorf("no section for %s", c.Name)
 		}
-		for _, f := range c.flags {
-			for _, w := range flagWords(f) {
-				if !strings.Contains(man, `\fB`+roff(w)+`\fR`) {
-					t.Errorf("%s: flag %s is not in the man page", c.name, w)
+		for _, f := range c.Flags {
+			for _, w := range f.Words() {
+				if !strings.Contains(man, `\fB`+strings.ReplaceAll(w, "-", `\-`)+`\fR`) {
+					t.Errorf("%s: flag %s is not in the man page", c.Name, w)
 				}
 			}
 		}

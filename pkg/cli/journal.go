@@ -1,10 +1,7 @@
 package cli
 
 import (
-	"io"
 	"os"
-
-	"charm.land/log/v2"
 
 	"github.com/sglprov/sglprov/pkg/journald"
 )
@@ -19,13 +16,4 @@ func journalStderr(stdio IO) IO {
 	stdio.Stderr = journald.NewWriter(journald.Socket, "sglprov", os.Stderr)
 	stdio.journal = true
 	return stdio
-}
-
-// withRecipe adds the recipe's name to every record under the journal (its RECIPE field),
-// where several recipes' daemons and runs share one log; a terminal does without.
-func withRecipe(stdio IO, newLogger func(io.Writer) *log.Logger, recipe string) func(io.Writer) *log.Logger {
-	if !stdio.journal {
-		return newLogger
-	}
-	return func(w io.Writer) *log.Logger { return newLogger(w).With("recipe", recipe) }
 }

@@ -5,10 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/sglprov/sglprov/pkg/engine"
-	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/knownbad"
-	"github.com/sglprov/sglprov/pkg/recipe"
 )
 
 // knownBadOptions are known-bad's flags.
@@ -39,25 +36,4 @@ func runKnownBad(ctx context.Context, stdio IO, args []string) error {
 		return nil
 	}
 	return knownbad.WriteTable(stdio.Stdout, rows)
-}
-
-// knownBadPins checks the recipe's pins and launch lines with the GPUs of facts against
-// the known-bad table (knownbad.CheckRecipe): a combination in it is a usage error (exit 2)
-// naming the row, its reason and its fix.
-func knownBadPins(r *recipe.Recipe, facts *gpu.Facts) error {
-	var fd map[string]any
-	var ccs []string
-	if facts != nil {
-		fd = facts.TemplateData()
-		for _, g := range facts.GPUs {
-			ccs = append(ccs, g.ComputeCapability)
-		}
-	}
-	return knownbad.CheckRecipe(r, fd, ccs)
-}
-
-// knownBadInstalled runs each service step's check of what its environment holds (plan),
-// joined.
-func knownBadInstalled(e *engine.Engine) error {
-	return e.KnownBad()
 }

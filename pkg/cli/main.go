@@ -10,21 +10,17 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 
 	"charm.land/log/v2"
 	"github.com/charmbracelet/x/term"
 
 	"github.com/sglprov/sglprov/pkg/buildinfo"
-	"github.com/sglprov/sglprov/pkg/console"
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/gpu"
-	"github.com/sglprov/sglprov/pkg/hostcmd"
 	"github.com/sglprov/sglprov/pkg/logval"
-	"github.com/sglprov/sglprov/pkg/node"
-	"github.com/sglprov/sglprov/pkg/recipe"
-	"github.com/sglprov/sglprov/pkg/refusal"
 	"github.com/sglprov/sglprov/pkg/stopsignal"
 )
 
@@ -55,43 +51,49 @@ const DefaultStateDir = "/var/lib/sglprov"
 type command struct {
 	name, args, summary string
 	run                 func(ctx context.Context, io IO, args []string) error
-}
-
-// synopsis is the command's usage line.
-func (c command) synopsis() string {
-	s := "sglprov " + c.name
-	if c.args != "" {
-		s += " " + c.args
-	}
-	return s + " [flags]"
+	// aliases are other names the command answers to (an older name kept working).
+	aliases []string
 }
 
 func commands() []command {
 	return []command{
-		{"validate", "-f RECIPE", "check a recipe; every problem as file:line:col: message", runValidate},
-		{"plan", "-f RECIPE", "what apply would do, step by step, and why (changes nothing)", runPlan},
-		{"apply", "-f RECIPE", "do it; re-runs skip what is already done and still intact", runApply},
-		{"detect", "", "the GPUs, driver and CUDA version of this host (NVML), and nvcc's", runDetect},
-		{"smoke", "--url URL | -f RECIPE", "the correctness gate alone, against a running server", runSmokeCommand},
-		{"status", "", "the last run: each step, its result, time and reason; exits with that run's code", runStatus},
-		{"daemon", "-f RECIPE [-f RECIPE...]", "apply, then keep watching the node (driver changes, canary smoke, remediation, health, metrics)", runDaemon},
-		{"rollback", "-f RECIPE [--to GENERATION]", "put the previous generation that passed its gate back in service, gated (--to: another kept one)", runRollback},
-		{"remove", "-f RECIPE", "take a recipe off the node: its units, generations and records (--weights: its downloads)", runRemove},
-		{"gc", "", "free what no recipe needs: old generations, part files, weights of removed recipes", runGC},
-		{"lock", "-f RECIPE", "write the lock of the Python environment the recipe's pip steps made here (wheels and sha256s)", runLock},
-		{"version", "", "the version and the commit this binary was built from", runVersion},
-		{"help", "[COMMAND]", "sglprov's help, or a command's", runHelp},
-		{"completion", "bash|zsh|fish", "a shell completion script", runCompletion},
-		{"man", "", "the man page, sglprov(1), in roff", runMan},
-		{"known-bad", "", "the table of known-bad package, GPU and flag combinations that validate, plan and apply refuse", runKnownBad},
-		{"schema", "[recipe|report|status|plan]", "the JSON Schema of recipes (for editors), of report.json, of status --json or of plan --json", runSchema},
+		{"validate", "-f RECIPE", "check a recipe; every problem as file:line:col: message", cmd(parseValidate, validateRun), nil},
+		{"plan", "-f RECIPE", "what apply would do, step by step, and why (changes nothing)", cmd(parsePlan, planRun), nil},
+		{"apply", "-f RECIPE", "do it; re-runs skip what is already done and still intact", cmd(parseApply, applyRun), nil},
+		{"detect", "", "the GPUs, driver and CUDA version of this host (NVML), and nvcc's", cmd(parseDetect, detectRun), nil},
+		{"smoke", "--url URL | -f RECIPE", "the correctness gate alone, against a running server", cmd(parseSmoke, smokeRun), nil},
+		{"status", "", "the last run: each step, its result, time and reason; exits with that run's code", cmd(parseStatus, statusRun), nil},
+		{"daemon", "-f RECIPE [-f RECIPE...]", "apply, then keep watching the node (driver changes, canary smoke, remediation, health, metrics)", cmd(parseDaemon, daemonRun), nil},
+		{"rollback", "-f RECIPE [--to GENERATION]", "put the previous generation that passed its gate back in service, gated (--to: another kept one)", cmd(parseRollback, rollbackRun), nil},
+		{"remove", "-f RECIPE", "take a recipe off the node: its units, generations and records (--weights: its downloads)", cmd(parseRemove, removeRun), nil},
+		{"gc", "", "free what no recipe needs: old generations, part files, weights of removed recipes", cmd(parseGC, gcRun), nil},
+		{"pylock", "-f RECIPE", "write the lock of the Python environment the recipe's pip steps made here (wheels and sha256s); also answers to lock", cmd(parsePylock, pylockRun), []string{"lock"}},
+		{"version", "", "the version and the commit this binary was built from", runVersion, nil},
+		{"help", "[COMMAND]", "sglprov's help, or a command's", runHelp, nil},
+		{"completion", "bash|zsh|fish", "a shell completion script", runCompletion, nil},
+		{"man", "", "the man page, sglprov(1), in roff", runMan, nil},
+		{"known-bad", "", "the table of known-bad package, GPU and flag combinations that validate, plan and apply refuse", runKnownBad, nil},
+		{"schema", "[recipe|report|status|plan]", "the JSON Schema of recipes (for editors), of report.json, of status --json or of plan --json", runSchema, nil},
+	}
+}
+
+// cmd makes a command's body from its parser and its run, as cli/cli's NewCmdX(f, runF):
+// the command line is parsed into the command's options (a test parses alone), then the
+// options are run.
+func cmd[O any](parse func(IO, []string) (*O, error), run func(context.Context, IO, *O) error) func(context.Context, IO, []string) error {
+	return func(ctx context.Context, stdio IO, args []string) error {
+		o, err := parse(stdio, args)
+		if err != nil {
+			return err
+		}
+		return run(ctx, stdio, o)
 	}
 }
 
 // lookup returns the command named name.
 func lookup(name string) (command, bool) {
 	for _, c := range commands() {
-		if c.name == name {
+		if c.name == name || slices.Contains(c.aliases, name) {
 			return c, true
 		}
 	}
@@ -226,17 +228,6 @@ type recipeFlags struct {
 	insecure  bool
 }
 
-// hostVerdict is what building the engine found of the host besides the engine: the
-// verdict on the recipe's required commands, and (when the engine was asked for on a host
-// that falls short, as plan does) the ways it falls short.
-type hostVerdict struct {
-	commands []hostcmd.Result
-	short    []refusal.Reason
-	// facts are the host's GPU facts the engine was built with (nil when the recipe
-	// needs none).
-	facts *gpu.Facts
-}
-
 // multi is a repeatable flag whose values are kept in order.
 type multi []string
 
@@ -296,112 +287,10 @@ func (c *recipeFlags) newLoggerFunc() (func(w io.Writer) *log.Logger, error) {
 	return logval.NewLoggerFunc(c.logFormat, c.logLevel)
 }
 
-// loadRecipe checks the recipe file's permissions and parses it (stdio's factory: once
-// per command).
-func (c *recipeFlags) loadRecipe(stdio IO) (*recipe.Recipe, error) {
-	return stdio.Factory.Recipe(c.recipe, c.sets, c.insecure)
-}
-
 // detectFacts reads the host's GPU facts through the factory, its failures mapped to the
 // exit-code contract (node.DetectFacts).
 func detectFacts(ctx context.Context, stdio IO) (*gpu.Facts, error) {
-	return node.DetectFacts(ctx, func(ctx context.Context) (*gpu.Facts, error) { return stdio.Factory.Facts(ctx, stdio.Getenv) }, stdio.Getenv)
-}
-
-// hostFacts detects the GPUs when the recipe needs them and checks the GPU requirements
-// (node.HostFacts).
-func hostFacts(ctx context.Context, stdio IO, r *recipe.Recipe) (*gpu.Facts, []refusal.Reason, error) {
-	return node.HostFacts(ctx, r, stdio.Factory.Registry(), func(ctx context.Context) (*gpu.Facts, error) { return detectFacts(ctx, stdio) })
-}
-
-// newEngine loads the recipe (unless r is given) and the facts, and builds the engine; a
-// host that falls short is an exit-4 error listing every problem.
-func (c *recipeFlags) newEngine(ctx context.Context, stdio IO, r *recipe.Recipe, mod func(*engine.Options)) (*engine.Engine, *recipe.Recipe, error) {
-	b, err := c.buildEngine(ctx, stdio, r, mod)
-	if err != nil {
-		return nil, nil, err
-	}
-	e, err := b.refuseShort(stdio, c)
-	if err != nil {
-		return nil, nil, err
-	}
-	return e, b.r, nil
-}
-
-// builtEngine is what buildEngine made: the engine (nil with err when it could not be
-// built), its recipe, and what it found of the host.
-type builtEngine struct {
-	e    *engine.Engine
-	r    *recipe.Recipe
-	host hostVerdict
-	err  error
-}
-
-// refuseShort hands back b's engine when the host meets the recipe (the GPU requirements,
-// the commands, the host fitness checks) and the engine was built; else it closes the
-// engine and returns the exit-4 error listing every problem, or the engine's error.
-func (b builtEngine) refuseShort(stdio IO, c *recipeFlags) (*engine.Engine, error) {
-	problems := append(append([]refusal.Reason(nil), b.host.short...), refusal.Of(refusal.HostFitness, fitnessProblems(stdio, b.host.facts, b.r, b.e, c.stateDirPath()))...)
-	if len(problems) > 0 {
-		if b.e != nil {
-			b.e.Close()
-		}
-		return nil, node.HostProblems(problems)
-	}
-	if b.err != nil {
-		return nil, b.err
-	}
-	return b.e, nil
-}
-
-// buildEngine loads the recipe (unless r is given) and the facts and builds the engine;
-// the ways the host falls short come back beside it, for the caller to refuse
-// (refuseShort) or to show (plan shows what apply would do). Its error is one that stops
-// before the engine: the recipe, the facts, the flags, the cache.
-func (c *recipeFlags) buildEngine(ctx context.Context, stdio IO, r *recipe.Recipe, mod func(*engine.Options)) (builtEngine, error) {
-	var v hostVerdict
-	if r == nil {
-		var err error
-		if r, err = c.loadRecipe(stdio); err != nil {
-			return builtEngine{}, err
-		}
-	}
-	facts, problems, err := hostFacts(ctx, stdio, r)
-	if err != nil {
-		if !errors.Is(err, exitcode.ErrHost) || errors.Is(err, exitcode.ErrReboot) {
-			return builtEngine{}, err
-		}
-		// The GPUs cannot be read (no NVML): that is one problem, and the others that
-		// can still be checked (the commands, the steps' preflights) are listed with it.
-		for _, rs := range refusal.Collect(err) {
-			problems = append(problems, refusal.Reason{Code: refusal.NVML, Message: rs.Message})
-		}
-		facts = nil
-	}
-	v.facts = facts
-	newLogger, err := c.newLoggerFunc()
-	if err != nil {
-		return builtEngine{}, err
-	}
-	opts, err := c.node(stdio, nil, nil).Options(ctx, r, facts, newLogger(stdio.Stderr))
-	if err != nil {
-		return builtEngine{}, err
-	}
-	opts.NewLogger = withRecipe(stdio, newLogger, r.Name)
-	opts.Console = console.New(stdio.Stderr) // shared by the steps' logs and progress bars
-	opts.IsTerminal = isTerminal(stdio.Stderr)
-	if mod != nil {
-		mod(&opts)
-	}
-	e, engErr := stdio.Factory.Engine(opts)
-	// The commands are checked with the GPUs, before any step runs, so that every problem
-	// is listed at once; a command a packages step installs is not required yet.
-	// Under --root the recipe is rendered for another node: its commands are that node's
-	// business, listed as unchecked (with what this host has), never refused here.
-	var cmdProblems []string
-	v.commands, cmdProblems = node.CheckCommands(ctx, e, r, c.root, hostcmd.PathLooker{Path: stdio.Getenv("PATH"), Getenv: stdio.Getenv})
-	v.short = append(problems, refusal.Of(refusal.Command, cmdProblems)...)
-	return builtEngine{e: e, r: r, host: v, err: engErr}, nil
+	return stdio.Factory.Deps(stdio).Facts(ctx)
 }
 
 func isTerminal(w io.Writer) bool {

@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"text/tabwriter"
@@ -20,7 +19,8 @@ type planOptions struct {
 	only, force, textfile string
 }
 
-func runPlan(ctx context.Context, stdio IO, args []string) error {
+// parsePlan parses plan's command line into its options.
+func parsePlan(stdio IO, args []string) (*planOptions, error) {
 	var o planOptions
 	fs := newFlags("plan", stdio)
 	o.register(fs, stdio)
@@ -29,68 +29,41 @@ func runPlan(ctx context.Context, stdio IO, args []string) error {
 	fs.StringVar(&o.force, "force", "", "plan these steps as forced, `STEP[,STEP]`")
 	fs.BoolVar(&o.detailed, "detailed-exitcode", false, "exit 7 when the plan has steps to run and nothing else is wrong (0: nothing to do), as terraform plan -detailed-exitcode does with its 2, which is bad usage here")
 	fs.StringVar(&o.textfile, "textfile", "", "when the plan refuses the recipe (exit 4 or 6), write the refusal as metrics to `FILE` for node_exporter's textfile collector")
-	if err := parse(fs, args); err != nil {
+	return &o, parse(fs, args)
+}
+
+// planRun plans the recipe (node.Recipe.Plan) and prints the plan; a refusal writes the
+// textfile.
+func planRun(ctx context.Context, stdio IO, o *planOptions) error {
+	n, err := o.node(stdio, nil, nil)
+	if err != nil {
 		return err
 	}
-	err := planBody(ctx, stdio, &o)
+	p, pd, err := n.Plan(ctx, node.PlanOptions{Only: splitList(o.only), Force: splitList(o.force)})
+	if pd.DaemonPid > 0 && pd.Running == 0 && !o.json {
+		// A daemon between its applies: the state is at rest.
+		fmt.Fprintf(stdio.Stdout, "the sglprov daemon, pid %d, watches this node\n", pd.DaemonPid)
+	}
+	if p == nil {
+		if o.json && pd.Refused {
+			// No plan could be made, but the refusal is still the answer, as data.
+			writePlanJSON(stdio, &engine.Plan{Recipe: pd.Recipe, Steps: []engine.PlannedStep{}, ApplyRunning: pd.Running}, err, err)
+		}
+	} else {
+		err = printPlan(stdio, o, p, pd, err)
+	}
 	if engine.Refused(err) {
-		if terr := writeRunTextfile(ctx, stdio, &o.recipeFlags, o.textfile, nil, err); terr != nil {
+		if terr := n.WriteRunTextfile(ctx, o.textfile, nil, err); terr != nil {
 			fmt.Fprintf(stdio.Stderr, "sglprov plan: writing the metrics textfile: %v\n", terr)
 		}
 	}
 	return err
 }
 
-// planBody prints the plan; its error is plan's.
-func planBody(ctx context.Context, stdio IO, o *planOptions) error {
-	c, asJSON := &o.recipeFlags, o.json
-	// Shared with other readers; an apply that holds the lock is named, and the steps it
-	// runs now are shown as running, not as interrupted.
-	lock, running, daemonPid, err := node.ReadShared(c.stateDirPath(), stdio.Factory.SharedLock)
-	if err != nil {
-		return err
-	}
-	if daemonPid > 0 && running == 0 && !asJSON {
-		// A daemon between its applies: the state is at rest.
-		fmt.Fprintf(stdio.Stdout, "the sglprov daemon, pid %d, watches this node\n", daemonPid)
-	}
-	defer lock.Release()
-	// A host that falls short still gets its plan: the table and the rendered unit show
-	// what apply would do once it is fixed; the problems follow, and the exit is 4.
-	b, err := c.buildEngine(ctx, stdio, nil, func(opts *engine.Options) {
-		opts.Only, opts.Force = splitList(o.only), splitList(o.force)
-		opts.ApplyRunning = running
-	})
-	if err != nil {
-		return err
-	}
-	host, e := b.host, b.e
-	if len(host.short) == 0 || b.err != nil {
-		if e, err = b.refuseShort(stdio, c); err != nil {
-			if asJSON && engine.Refused(err) {
-				// No plan could be made, but the refusal is still the answer, as data.
-				name := ""
-				if b.r != nil {
-					name = b.r.Name
-				}
-				writePlanJSON(stdio, &engine.Plan{Recipe: name, Steps: []engine.PlannedStep{}, ApplyRunning: running}, err, err)
-			}
-			return err
-		}
-	}
-	defer e.Close()
-	p, planErr := e.Plan(ctx)
-	// What the servers' environments hold now, against the known-bad table.
-	planErr = errors.Join(planErr, knownBadInstalled(e))
-	if len(host.short) > 0 {
-		planErr = errors.Join(node.HostProblems(host.short), planErr)
-	}
-	if p == nil {
-		return planErr
-	}
-	p.Commands = host.commands
-	if asJSON {
-		p.ApplyRunning = running
+// printPlan prints p (as JSON under --json); its error is plan's, from planErr.
+func printPlan(stdio IO, o *planOptions, p *engine.Plan, pd node.Planned, planErr error) error {
+	if o.json {
+		p.ApplyRunning = pd.Running
 		res := changesPending(o, p, planErr)
 		if err := writePlanJSON(stdio, p, planErr, res); err != nil {
 			return err
@@ -98,9 +71,9 @@ func planBody(ctx context.Context, stdio IO, o *planOptions) error {
 		return res
 	}
 	switch {
-	case running > 0:
-		fmt.Fprintf(stdio.Stdout, "an apply is running, pid %d: this plan is the state as it stands now\n", running)
-	case running < 0:
+	case pd.Running > 0:
+		fmt.Fprintf(stdio.Stdout, "an apply is running, pid %d: this plan is the state as it stands now\n", pd.Running)
+	case pd.Running < 0:
 		fmt.Fprintln(stdio.Stdout, "an apply is running: this plan is the state as it stands now")
 	}
 	fmt.Fprintf(stdio.Stdout, "Plan for %s:\n", p.Recipe)

@@ -2,32 +2,7 @@ package cli
 
 import (
 	"context"
-
-	"github.com/sglprov/sglprov/pkg/node"
-	"github.com/sglprov/sglprov/pkg/reclaim"
-	"github.com/sglprov/sglprov/pkg/service"
 )
-
-// runRemove takes a recipe off the node: its units, generations and records, and with
-// --weights the files its downloads wrote; what another recipe on the node also uses is
-// kept (reclaim.Remove).
-func runRemove(ctx context.Context, stdio IO, args []string) error {
-	var o removeOptions
-	flags := newFlags("remove", stdio)
-	o.register(flags, stdio)
-	flags.BoolVar(&o.weights, "weights", false, "delete the files the recipe's downloads wrote too")
-	flags.BoolVar(&o.dryRun, "dry-run", false, "say what would be removed and freed; change nothing")
-	if err := parse(flags, args); err != nil {
-		return err
-	}
-	r, err := o.loadRecipe(stdio)
-	if err != nil {
-		return err
-	}
-	return reclaim.Remove(ctx, reclaim.RemoveOptions{StateDir: o.stateDirPath(), Root: o.root, Recipe: r.Name,
-		Weights: o.weights, DryRun: o.dryRun, Out: stdio.Stdout, NewManager: managers(stdio, o.root, o.stateDirPath()),
-		Node: node.Scope(stdio.Getenv, o.root)})
-}
 
 // removeOptions are remove's flags.
 type removeOptions struct {
@@ -35,10 +10,38 @@ type removeOptions struct {
 	weights, dryRun bool
 }
 
-// managers makes the service managers that remove and gc stop units with, through the
-// factory.
-func managers(stdio IO, root, stateDir string) func(ctx context.Context, kind string) (service.Manager, error) {
-	return func(ctx context.Context, kind string) (service.Manager, error) {
-		return stdio.Factory.Manager(ctx, service.Options{Kind: kind, Root: root, StateDir: stateDir})
-	}
+// parseRemove parses remove's command line into its options.
+func parseRemove(stdio IO, args []string) (*removeOptions, error) {
+	var o removeOptions
+	fs := newFlags("remove", stdio)
+	o.register(fs, stdio)
+	fs.BoolVar(&o.weights, "weights", false, "delete the files the recipe's downloads wrote too")
+	fs.BoolVar(&o.dryRun, "dry-run", false, "say what would be removed and freed; change nothing")
+	return &o, parse(fs, args)
+}
+
+// removeRun takes a recipe off the node (node.Recipe.Remove, which says what it frees).
+func removeRun(ctx context.Context, stdio IO, o *removeOptions) error {
+	return o.unlogged(stdio).Remove(ctx, o.weights, o.dryRun)
+}
+
+// gcOptions are gc's flags.
+type gcOptions struct {
+	recipeFlags
+	dryRun bool
+}
+
+// parseGC parses gc's command line into its options.
+func parseGC(stdio IO, args []string) (*gcOptions, error) {
+	var o gcOptions
+	fs := newFlags("gc", stdio)
+	o.register(fs, stdio)
+	fs.BoolVar(&o.dryRun, "dry-run", false, "say what would be freed; change nothing")
+	return &o, parse(fs, args)
+}
+
+// gcRun frees what no recipe on the node needs (node.Recipe.GC, which says how much each
+// frees).
+func gcRun(ctx context.Context, stdio IO, o *gcOptions) error {
+	return o.unlogged(stdio).GC(ctx, o.dryRun)
 }

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/sglprov/sglprov/pkg/generation"
@@ -14,44 +15,46 @@ type rollbackOptions struct {
 	to string
 }
 
-// runRollback puts a recipe's previous generation that passed its gate back in service
-// (or the one --to names), gated as a switch is: on a pass it serves and is recorded as
-// serving; on a fail the generation that served before serves again (node.Rollback).
-func runRollback(ctx context.Context, stdio IO, args []string) error {
+// parseRollback parses rollback's command line into its options: -f is required, --root
+// refused (a roll back restarts and gates the server here).
+func parseRollback(stdio IO, args []string) (*rollbackOptions, error) {
 	var o rollbackOptions
 	fs := newFlags("rollback", stdio)
 	o.register(fs, stdio)
 	fs.hide("root") // refused below: a roll back restarts and gates the server here
 	fs.StringVar(&o.to, "to", "", "go back to this `GENERATION` (its key or a prefix of it; `sglprov status -f RECIPE` lists them) instead of the previous one")
 	if err := parse(fs, args); err != nil {
-		return err
+		return nil, err
 	}
 	if o.recipe == "" {
-		return usageError("rollback", "-f RECIPE is required: the recipe whose generation to go back to")
+		return nil, usageError("rollback", "-f RECIPE is required: the recipe whose generation to go back to")
 	}
 	if o.root != "" && o.root != "/" {
-		return usageError("rollback", "--root is not supported: a roll back restarts and gates the server on this host")
+		return nil, usageError("rollback", "--root is not supported: a roll back restarts and gates the server on this host")
 	}
-	r, err := o.loadRecipe(stdio)
+	return &o, nil
+}
+
+// rollbackRun puts a recipe's previous generation that passed its gate back in service
+// (or the one --to names), gated as a switch is (node.Recipe.Rollback), and says what
+// serves.
+func rollbackRun(ctx context.Context, stdio IO, o *rollbackOptions) error {
+	n, err := o.node(stdio, nil, nil)
 	if err != nil {
 		return err
 	}
-	if !r.UsesGenerations() {
-		return usageError("rollback", fmt.Sprintf("recipe %s keeps no generations (generations: off, or no step builds into one): there is nothing to go back to; apply the recipe at the pin you want", r.Name))
+	rb, err := n.Rollback(ctx, o.to)
+	if errors.Is(err, node.ErrNoGenerations) {
+		return usageError("rollback", fmt.Sprintf("recipe %s keeps no generations (generations: off, or no step builds into one): there is nothing to go back to; apply the recipe at the pin you want", rb.Recipe))
 	}
-	n := o.node(stdio, nil, nil)
-	before := node.ServingGeneration(o.root, o.stateDirPath(), r)
-	rb := &node.Rollback{Recipe: n, To: o.to}
-	if err := rb.RollBack(ctx); err != nil {
-		return fmt.Errorf("rolling back %s: %w", r.Name, err)
+	if err != nil {
+		return err
 	}
-	after := node.ServingGeneration(o.root, o.stateDirPath(), r)
-	switch {
-	case after == "" && node.ServesInPlace(o.root, o.stateDirPath(), r):
-		fmt.Fprintf(stdio.Stdout, "%s: the in-place tree serves again (it passed the gate); generation %s is kept\n", r.Name, shortKey(before))
-	default:
-		fmt.Fprintf(stdio.Stdout, "%s: generation %s serves (it passed the gate); generation %s, which served before, is kept\n", r.Name, shortKey(after), shortKey(before))
+	if rb.InPlace {
+		fmt.Fprintf(stdio.Stdout, "%s: the in-place tree serves again (it passed the gate); generation %s is kept\n", rb.Recipe, shortKey(rb.Before))
+		return nil
 	}
+	fmt.Fprintf(stdio.Stdout, "%s: generation %s serves (it passed the gate); generation %s, which served before, is kept\n", rb.Recipe, shortKey(rb.After), shortKey(rb.Before))
 	return nil
 }
 

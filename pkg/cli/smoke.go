@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/exitcode"
-	"github.com/sglprov/sglprov/pkg/gatespec"
+	"github.com/sglprov/sglprov/pkg/node"
 	gate "github.com/sglprov/sglprov/pkg/smoke"
 )
 
@@ -23,13 +23,8 @@ type smokeOptions struct {
 	maxTokens                int
 }
 
-// runSmokeCommand is `sglprov smoke` in the shape of the command table: the gate's
-// verdict is printed here, and a failed gate returns an error wrapping exitcode.ErrGate that
-// is marked as already reported.
-func runSmokeCommand(ctx context.Context, stdio IO, args []string) error {
-	if stdio.Getenv == nil {
-		stdio.Getenv = os.Getenv
-	}
+// parseSmoke parses smoke's command line into its options.
+func parseSmoke(stdio IO, args []string) (*smokeOptions, error) {
 	var o smokeOptions
 	fs := newFlags("smoke", stdio)
 	fs.StringVar(&o.url, "url", "", "server base `URL`, e.g. http://127.0.0.1:30000")
@@ -45,10 +40,18 @@ func runSmokeCommand(ctx context.Context, stdio IO, args []string) error {
 	fs.DurationVar(&o.readyTimeout, "ready-timeout", 0, "how long to wait for readiness (default 20m)")
 	fs.DurationVar(&o.requestTimeout, "request-timeout", 0, "how long each question may take (default 2m)")
 	fs.IntVar(&o.maxTokens, "max-tokens", 0, "max_tokens of each question (default 1024)")
-	if err := parse(fs, args); err != nil {
-		return err
+	return &o, parse(fs, args)
+}
+
+// smokeRun runs the gate (its config from node.Deps.GateConfig) and prints its verdict; a
+// failed gate returns an error wrapping exitcode.ErrGate that is marked as already reported.
+func smokeRun(ctx context.Context, stdio IO, o *smokeOptions) error {
+	if stdio.Getenv == nil {
+		stdio.Getenv = os.Getenv
 	}
-	cfg, err := smokeConfig(ctx, stdio, o)
+	cfg, err := stdio.Factory.Deps(stdio).GateConfig(ctx, node.GateOptions{URL: o.url, Model: o.model, Recipe: o.recipe,
+		Step: o.step, Seed: o.seed, Sets: o.sets, Insecure: o.insecure, Builtin: o.builtin,
+		ReadyTimeout: o.readyTimeout, RequestTimeout: o.requestTimeout, MaxTokens: o.maxTokens})
 	if err != nil {
 		return err
 	}
@@ -90,49 +93,4 @@ func readyTimeoutOf(cfg gate.Config) time.Duration {
 		return cfg.ReadyTimeout
 	}
 	return gate.DefaultReadyTimeout
-}
-
-// smokeConfig builds the gate's config from the flags, over the recipe's smoke step when
-// -f is given (gatespec.GateConfig).
-func smokeConfig(ctx context.Context, stdio IO, o smokeOptions) (gate.Config, error) {
-	var spec gatespec.Spec
-	switch {
-	case o.recipe != "":
-		s, err := recipeSmokeSpec(ctx, stdio, o)
-		if err != nil {
-			return gate.Config{}, err
-		}
-		spec = *s
-	case o.url == "":
-		return gate.Config{}, fmt.Errorf("%w: give --url URL or -f RECIPE", exitcode.ErrUsage)
-	case o.step != "" || len(o.sets) > 0:
-		return gate.Config{}, fmt.Errorf("%w: --step and --set need -f RECIPE", exitcode.ErrUsage)
-	}
-	var seed uint64
-	if o.seed != "" {
-		var err error
-		if seed, err = gate.ParseSeed(o.seed); err != nil {
-			return gate.Config{}, fmt.Errorf("%w: --seed: %w", exitcode.ErrUsage, err)
-		}
-	}
-	return gatespec.GateConfig(spec, gatespec.Overrides{URL: o.url, Model: o.model, MaxTokens: o.maxTokens,
-		ReadyTimeout: o.readyTimeout, RequestTimeout: o.requestTimeout, Builtin: o.builtin,
-		RecipeFile: o.recipe, Insecure: o.insecure, Seed: seed}, stdio.Getenv)
-}
-
-// recipeSmokeSpec reads the recipe and renders its smoke step (the one named by --step,
-// else the first): gatespec.RecipeSpec.
-func recipeSmokeSpec(ctx context.Context, stdio IO, o smokeOptions) (*gatespec.Spec, error) {
-	c := recipeFlags{recipe: o.recipe, sets: o.sets, insecure: o.insecure}
-	r, err := c.loadRecipe(stdio)
-	if err != nil {
-		return nil, err
-	}
-	return gatespec.RecipeSpec(r, o.recipe, o.step, func() (map[string]any, error) {
-		f, err := detectFacts(ctx, stdio)
-		if err != nil {
-			return nil, err
-		}
-		return f.TemplateData(), nil
-	})
 }

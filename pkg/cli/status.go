@@ -23,17 +23,18 @@ type statusOptions struct {
 	json bool
 }
 
-// runStatus prints each recipe's last run (the newest first; only the -f recipe's with
-// -f); its exit code is the newest failed run's, 0 when each passed, 1 when none was
-// recorded.
-func runStatus(ctx context.Context, stdio IO, args []string) error {
+// parseStatus parses status's command line into its options.
+func parseStatus(stdio IO, args []string) (*statusOptions, error) {
 	var o statusOptions
 	fs := newFlags("status", stdio)
 	o.register(fs, stdio)
 	fs.jsonFlags(&o.json, "print the status as JSON")
-	if err := parse(fs, args); err != nil {
-		return err
-	}
+	return &o, parse(fs, args)
+}
+
+// statusRun prints each recipe's last run (the newest first; only the -f recipe's with -f);
+// its exit code is the newest failed run's, 0 when each passed, 1 when none was recorded.
+func statusRun(ctx context.Context, stdio IO, o *statusOptions) error {
 	c, asJSON := &o.recipeFlags, o.json
 	dir := c.stateDirPath()
 	only := ""

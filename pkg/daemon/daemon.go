@@ -138,8 +138,9 @@ var ErrNoHook = errors.New("the recipe has no such hook")
 // Words returns the state for people (systemctl status): "reboot required".
 func (h Health) Words() string { return strings.ReplaceAll(string(h), "_", " ") }
 
-// Daemon is one running daemon.
-type Daemon struct {
+// Loop is the daemon's loop over one recipe: its checks, its applies, its remediation ladder
+// and its health.
+type Loop struct {
 	o        Options
 	driver   string
 	failures int
@@ -187,13 +188,13 @@ type pendingChange struct {
 }
 
 // New returns a daemon with opts.
-func New(opts Options) *Daemon {
+func New(opts Options) *Loop {
 	opts.defaults()
-	return &Daemon{o: opts, m: opts.Metrics.forRecipe(opts.Recipe), hooks: hookRunner{ended: make(chan struct{}, 1)}}
+	return &Loop{o: opts, m: opts.Metrics.forRecipe(opts.Recipe), hooks: hookRunner{ended: make(chan struct{}, 1)}}
 }
 
 // Health returns the node's health as the daemon last saw it.
-func (d *Daemon) Health() Health {
+func (d *Loop) Health() Health {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.health
@@ -201,7 +202,7 @@ func (d *Daemon) Health() Health {
 
 // Run applies the recipe, reports READY, then checks at every interval until ctx ends.
 // It returns nil when ctx is cancelled.
-func (d *Daemon) Run(ctx context.Context) error {
+func (d *Loop) Run(ctx context.Context) error {
 	// Every switch the daemon runs (its applies, its rungs) says when it starts and ends:
 	// the metrics say a switch is in progress, and /healthz answers from the served port.
 	ctx = switchover.WithProgress(ctx, d.m.setSwitching)
@@ -279,7 +280,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 
 // afterCheck marks the heartbeat (the metrics endpoint's too, where no textfile is
 // written) and calls AfterCheck.
-func (d *Daemon) afterCheck() {
+func (d *Loop) afterCheck() {
 	d.noteServerDeaths()
 	d.o.Metrics.beat()
 	if d.o.AfterCheck != nil {
@@ -321,7 +322,7 @@ type hookRun struct {
 // meanwhile it is stopped (its process group killed) so that the other can run. A hook
 // that failed runs again only from a check (check true), so a failing hook runs once per
 // check, not in a loop.
-func (d *Daemon) startHooks(ctx context.Context, check bool) {
+func (d *Loop) startHooks(ctx context.Context, check bool) {
 	if ctx.Err() != nil {
 		return
 	}
@@ -388,10 +389,10 @@ func (d *Daemon) startHooks(ctx context.Context, check bool) {
 }
 
 // waitHooks waits for the hook that runs now, if any, to end.
-func (d *Daemon) waitHooks() { d.hooks.wg.Wait() }
+func (d *Loop) waitHooks() { d.hooks.wg.Wait() }
 
 // Check runs one round: the driver facts first, then the canary.
-func (d *Daemon) Check(ctx context.Context) {
+func (d *Loop) Check(ctx context.Context) {
 	f, err := d.detect(ctx)
 	switch {
 	case errors.Is(err, gpu.ErrDriverMismatch):
@@ -447,7 +448,7 @@ func (d *Daemon) Check(ctx context.Context) {
 	d.canary(ctx)
 }
 
-func (d *Daemon) apply(ctx context.Context, why string) {
+func (d *Loop) apply(ctx context.Context, why string) {
 	rep, err := d.o.Apply(ctx)
 	if ctx.Err() != nil {
 		// Stopping: an apply cut short says nothing about the node.
@@ -512,21 +513,21 @@ func (d *Daemon) apply(ctx context.Context, why string) {
 
 // restoredServes reports whether err is a switch that failed while what served before
 // came back and passed the gate again.
-func (d *Daemon) restoredServes(err error) bool {
+func (d *Loop) restoredServes(err error) bool {
 	var fe *switchover.FailedError
 	return errors.As(err, &fe) && fe.Serving()
 }
 
 // workerUntouched reports whether err is a switch of a group's worker that failed
 // without touching what serves (switchover.Result.Untouched).
-func (d *Daemon) workerUntouched(err error) bool {
+func (d *Loop) workerUntouched(err error) bool {
 	var fe *switchover.FailedError
 	return d.o.Group != nil && !d.o.Group.IsHead() && errors.As(err, &fe) && fe.Result != nil && fe.Result.Untouched()
 }
 
 // unchangedSincePending reports whether a change whose switch failed is pending and the
 // recipe and the facts are still those it was tried with.
-func (d *Daemon) unchangedSincePending(ctx context.Context) bool {
+func (d *Loop) unchangedSincePending(ctx context.Context) bool {
 	if d.pending == nil {
 		return false
 	}
@@ -548,7 +549,7 @@ const maxRetryChecks = 64
 // stop says the daemon stops, and leaves a final textfile that says so (health
 // "stopped", daemon_up 0, the heartbeat of this moment): a file left behind is not read
 // as a node still watched.
-func (d *Daemon) stop(ctx context.Context) {
+func (d *Loop) stop(ctx context.Context) {
 	d.o.Log.Info("stopping", "cause", context.Cause(ctx))
 	_ = d.o.Notify("STOPPING=1")
 	// A hook still running was given ctx, which has ended: its process group is being
@@ -561,20 +562,20 @@ func (d *Daemon) stop(ctx context.Context) {
 	d.afterCheck()
 }
 
-func (d *Daemon) detect(ctx context.Context) (*gpu.Facts, error) {
+func (d *Loop) detect(ctx context.Context) (*gpu.Facts, error) {
 	if d.o.Detect == nil {
 		return nil, nil
 	}
 	return d.o.Detect(ctx)
 }
 
-func (d *Daemon) setHealth(h Health, reason string) {
+func (d *Loop) setHealth(h Health, reason string) {
 	d.mu.Lock()
 	d.health, d.reason = h, reason
 	d.mu.Unlock()
 	d.m.setHealth(h, reason)
 }
 
-func (d *Daemon) status(s string) {
+func (d *Loop) status(s string) {
 	_ = d.o.Notify(fmt.Sprintf("STATUS=%s", s))
 }

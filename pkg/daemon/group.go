@@ -76,7 +76,7 @@ func (o *Options) groupDefaults() {
 
 // noteWhole records, on the head, the rendezvous of a group that serves (its gate just
 // passed): the connections a later restart waits to see replaced.
-func (d *Daemon) noteWhole(ctx context.Context) {
+func (d *Loop) noteWhole(ctx context.Context) {
 	g := d.o.Group
 	if g == nil || g.Rank != 0 || g.Rendezvous == nil {
 		return
@@ -93,7 +93,7 @@ func (d *Daemon) noteWhole(ctx context.Context) {
 // waits until every worker has started again (or its server no longer holds the
 // rendezvous: nothing then holds the workers' old servers, and its new one waits for them
 // itself), bounded by RejoinTimeout. It returns what it found, for the log.
-func (d *Daemon) awaitWorkers(ctx context.Context) string {
+func (d *Loop) awaitWorkers(ctx context.Context) string {
 	g := d.o.Group
 	if g == nil || g.Rank != 0 || g.Rendezvous == nil || g.Count < 2 {
 		return ""
@@ -167,7 +167,7 @@ type Follower interface {
 // head to run it). When this worker's recipe gives another launch still, the group is
 // broken: the node is unhealthy with the reason, and the same head launch is not tried
 // again until it changes. It reports whether it acted.
-func (d *Daemon) followLaunch(ctx context.Context) bool {
+func (d *Loop) followLaunch(ctx context.Context) bool {
 	g := d.o.Group
 	if g == nil || g.IsHead() || g.HeadLaunch == nil {
 		return false
@@ -229,7 +229,7 @@ func (d *Daemon) followLaunch(ctx context.Context) bool {
 // head runs (the head's ladder may have moved it to its next profile): when it does not,
 // it switches to the head's. A profile it failed to follow is not tried again until the
 // head runs another (the worker stays unhealthy meanwhile). It reports whether it acted.
-func (d *Daemon) followHead(ctx context.Context) bool {
+func (d *Loop) followHead(ctx context.Context) bool {
 	g := d.o.Group
 	if g == nil || g.IsHead() || g.HeadProfile == nil || d.o.Remedies == nil {
 		return false

@@ -223,7 +223,7 @@ func TestGroupHeadUnhealthyWhileItWaits(t *testing.T) {
 	n := &node{driver: "580.95.05", canaryOK: true}
 	o := n.options()
 	o.FailuresBeforeRestart = 1
-	var d *Daemon
+	var d *Loop
 	var during Health
 	o.Group = &Group{Rank: 0, Count: 2, Poll: time.Millisecond, RejoinTimeout: time.Millisecond,
 		Rendezvous: func(context.Context) (multinode.Rendezvous, error) {

@@ -16,7 +16,7 @@ import (
 
 // syncHooks is what a check does with the hooks (startHooks), then waits for the hook it
 // started to end: the tests' rounds are then in a fixed order.
-func (d *Daemon) syncHooks(ctx context.Context) {
+func (d *Loop) syncHooks(ctx context.Context) {
 	d.startHooks(ctx, true)
 	d.waitHooks()
 }

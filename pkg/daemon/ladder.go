@@ -91,7 +91,7 @@ type ladder struct {
 }
 
 // canary runs one canary round and, past the failure bound, the ladder's next rung.
-func (d *Daemon) canary(ctx context.Context) {
+func (d *Loop) canary(ctx context.Context) {
 	if d.o.Canary == nil {
 		return
 	}
@@ -150,7 +150,7 @@ func (d *Daemon) canary(ctx context.Context) {
 }
 
 // recovered records a node serving correct answers again: the climb is over.
-func (d *Daemon) recovered() {
+func (d *Loop) recovered() {
 	d.failures, d.restarts = 0, 0
 	d.l = ladder{}
 	d.setHealth(Healthy, "")
@@ -169,20 +169,20 @@ const (
 // rungFunc is one rung of the ladder: it acts, judges itself where it has a gate, moves
 // d.l.rung on when the next rung is to be tried, and returns the reason the node is still
 // failing.
-type rungFunc func(d *Daemon, ctx context.Context, rung, reason string) (climbStep, string)
+type rungFunc func(d *Loop, ctx context.Context, rung, reason string) (climbStep, string)
 
 // rungTable holds each rung of rungs, by name.
 var rungTable = map[string]rungFunc{
-	RungRestart:            (*Daemon).rungRestart,
-	RungRegate:             (*Daemon).rungRegate,
-	RungNextProfile:        (*Daemon).rungNextProfile,
-	RungPreviousGeneration: (*Daemon).rungPreviousGeneration,
-	RungGiveUp:             (*Daemon).rungGiveUp,
+	RungRestart:            (*Loop).rungRestart,
+	RungRegate:             (*Loop).rungRegate,
+	RungNextProfile:        (*Loop).rungNextProfile,
+	RungPreviousGeneration: (*Loop).rungPreviousGeneration,
+	RungGiveUp:             (*Loop).rungGiveUp,
 }
 
 // climb runs the ladder from its current rung until a rung is under way (a restart,
 // judged by the next canaries), a rung passes, or the ladder gives up.
-func (d *Daemon) climb(ctx context.Context, reason string) {
+func (d *Loop) climb(ctx context.Context, reason string) {
 	for ctx.Err() == nil {
 		rung := rungs[d.l.rung]
 		step, why := rungTable[rung](d, ctx, rung, reason)
@@ -196,7 +196,7 @@ func (d *Daemon) climb(ctx context.Context, reason string) {
 // rungRestart restarts the service (a worker first follows a head that serves another
 // launch line; a head first waits for its workers): the next canaries judge it, so the
 // climb stops there.
-func (d *Daemon) rungRestart(ctx context.Context, rung, reason string) (climbStep, string) {
+func (d *Loop) rungRestart(ctx context.Context, rung, reason string) (climbStep, string) {
 	if d.o.RestartService == nil {
 		d.skip(rung, "the recipe has no service to restart")
 		return climbOn, reason
@@ -253,7 +253,7 @@ func (d *Daemon) rungRestart(ctx context.Context, rung, reason string) (climbSte
 
 // rungRegate runs the whole gate against the running server: the canary case's failure
 // may not be the node's.
-func (d *Daemon) rungRegate(ctx context.Context, rung, reason string) (climbStep, string) {
+func (d *Loop) rungRegate(ctx context.Context, rung, reason string) (climbStep, string) {
 	if d.o.Remedies == nil {
 		d.skip(rung, "no gate to run")
 		return climbOn, reason
@@ -274,7 +274,7 @@ func (d *Daemon) rungRegate(ctx context.Context, rung, reason string) (climbStep
 
 // rungNextProfile switches to the next candidate profile and gates it; the rung stays
 // while candidates are left.
-func (d *Daemon) rungNextProfile(ctx context.Context, rung, reason string) (climbStep, string) {
+func (d *Loop) rungNextProfile(ctx context.Context, rung, reason string) (climbStep, string) {
 	if g := d.o.Group; g != nil && !g.IsHead() {
 		// Every rank runs the same arguments: a worker never picks a profile of
 		// its own; it follows the head (followHead, at every canary).
@@ -310,7 +310,7 @@ func (d *Daemon) rungNextProfile(ctx context.Context, rung, reason string) (clim
 }
 
 // rungPreviousGeneration rolls back to the previous generation, judged by its gate.
-func (d *Daemon) rungPreviousGeneration(ctx context.Context, rung, reason string) (climbStep, string) {
+func (d *Loop) rungPreviousGeneration(ctx context.Context, rung, reason string) (climbStep, string) {
 	if gr := d.o.Group; gr != nil && !gr.IsHead() {
 		d.skip(rung, "a worker does not roll back alone: its generation must be the head's")
 		return climbOn, reason
@@ -337,7 +337,7 @@ func (d *Daemon) rungPreviousGeneration(ctx context.Context, rung, reason string
 }
 
 // rungGiveUp marks the node unhealthy and sets when the ladder is climbed again.
-func (d *Daemon) rungGiveUp(_ context.Context, rung, reason string) (climbStep, string) {
+func (d *Loop) rungGiveUp(_ context.Context, rung, reason string) (climbStep, string) {
 	if !d.l.gaveUp {
 		d.l.gaveUp = true
 		d.l.why = "every rung of the remediation ladder failed; last: " + reason
@@ -352,7 +352,7 @@ func (d *Daemon) rungGiveUp(_ context.Context, rung, reason string) (climbStep, 
 }
 
 // skip logs and counts a rung that cannot apply here and moves on to the next.
-func (d *Daemon) skip(rung, why string) {
+func (d *Loop) skip(rung, why string) {
 	d.o.Log.Info("remediation: rung skipped", "rung", rung, "why", why)
 	d.m.rung(rung, "skipped")
 	d.l.rung++
@@ -360,7 +360,7 @@ func (d *Daemon) skip(rung, why string) {
 
 // rungDone counts a rung that judged itself; it reports whether it passed (the node is
 // then healthy again).
-func (d *Daemon) rungDone(ctx context.Context, rung string, err error, passed string) bool {
+func (d *Loop) rungDone(ctx context.Context, rung string, err error, passed string) bool {
 	if err != nil {
 		d.o.Log.Warn("remediation: rung failed", "rung", rung, "err", err)
 		d.m.rung(rung, "failed")

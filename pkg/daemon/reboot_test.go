@@ -18,10 +18,10 @@ import (
 func TestRebootRequiredSaidOnce(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		run  func(d *Daemon, n *node)
+		run  func(d *Loop, n *node)
 	}{
-		{"check", func(d *Daemon, n *node) { n.mismatch = true; d.Check(context.Background()) }},
-		{"apply", func(d *Daemon, n *node) { d.apply(context.Background(), "start") }},
+		{"check", func(d *Loop, n *node) { n.mismatch = true; d.Check(context.Background()) }},
+		{"apply", func(d *Loop, n *node) { d.apply(context.Background(), "start") }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := &node{driver: "580.95.05", canaryOK: true}

@@ -26,7 +26,7 @@ type deathCount struct {
 // process, how it ended, the count), sets the server_restarts gauge and counts as a
 // canary failure unless the canary failed meanwhile: a server that died and came back
 // between two canaries was not serving for a while, which canary_failures_total must show.
-func (d *Daemon) noteServerDeaths() {
+func (d *Loop) noteServerDeaths() {
 	failed := d.deaths.canaryFailed + d.deaths.prevFailed
 	d.deaths.prevFailed, d.deaths.canaryFailed = d.deaths.canaryFailed, 0
 	if d.o.Server == nil {

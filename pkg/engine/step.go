@@ -9,6 +9,7 @@ import (
 	"io"
 	"io/fs"
 	"path/filepath"
+	"sort"
 	"sync"
 	"time"
 
@@ -208,6 +209,27 @@ type Kind struct {
 	// unit, a check with its interpreter) but writes nothing into it: it is never a
 	// generation step, so its text (a server flag) does not join the generation's key.
 	ReadsGeneration bool
+	// Warnings, when set, returns what validate warns of in the recipe's steps of this
+	// kind, read from the recipe alone (a hub download pinned to a branch), each line naming
+	// its step.
+	Warnings func(r *recipe.Recipe) []string
+}
+
+// Warnings returns what the step kinds warn of in r (Kind.Warnings), kind by kind in the
+// order of their names.
+func (reg Registry) Warnings(r *recipe.Recipe) []string {
+	names := make([]string, 0, len(reg))
+	for name := range reg {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	var out []string
+	for _, name := range names {
+		if w := reg[name].Warnings; w != nil {
+			out = append(out, w(r)...)
+		}
+	}
+	return out
 }
 
 // Registry maps step kind names (the key in a recipe step: "command", "source", ...) to kinds.

@@ -5,7 +5,6 @@ import (
 	"sync"
 
 	"github.com/sglprov/sglprov/pkg/daemon"
-	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/recipe"
 )
 
@@ -18,14 +17,14 @@ type Daemon struct {
 	// StateDir is the node's state dir; Insecure accepts one that others can write.
 	StateDir string
 	Insecure bool
-	// Acquire takes a state dir's lock (engine.AcquireLock when nil).
-	Acquire func(dir string) (*engine.Lock, error)
+	// Deps take the state dirs' locks (Deps.Lock).
+	Deps *Deps
 	// MetricsAddr is where the metrics are served ("": nowhere); Textfile the file they are
 	// also written to for node_exporter ("": none).
 	MetricsAddr, Textfile string
-	// Watch are the loops' settings; its Log is the daemon's, to which each loop adds its
-	// recipe's name.
-	Watch Watch
+	// Settings are the loops' settings; its Log is the daemon's, to which each loop adds
+	// its recipe's name.
+	Settings WatchSettings
 }
 
 // Run holds the node's lock (and each recipe's state dir's) from start to end, so that an
@@ -34,8 +33,12 @@ type Daemon struct {
 // daemon's; serves the metrics; and runs every recipe's loop until ctx ends. Its error is
 // the first loop's.
 func (d *Daemon) Run(ctx context.Context) error {
-	var base Hold
-	unlock, err := base.Keep(d.StateDir, d.Insecure, d.Acquire)
+	deps := d.Deps
+	if deps == nil {
+		deps = &Deps{}
+	}
+	var base Lease
+	unlock, err := base.TakeForLife(d.StateDir, d.Insecure, deps.lock)
 	if err != nil {
 		return err
 	}
@@ -43,21 +46,21 @@ func (d *Daemon) Run(ctx context.Context) error {
 	// The recipes' applies and rungs share the node's state dir: one at a time.
 	var nodeMu sync.Mutex
 	for _, n := range d.Recipes {
-		if n.Holds == nil {
-			n.Holds = &Hold{}
+		if n.Lease == nil {
+			n.Lease = &Lease{}
 		}
-		n.Holds.Mu = &nodeMu
+		n.Lease.Mu = &nodeMu
 		if n.StateDir == d.StateDir {
-			n.Holds.Lock = base.Lock
+			n.Lease.Lock = base.Lock
 			continue
 		}
-		un, err := n.Holds.Keep(n.StateDir, d.Insecure, d.Acquire)
+		un, err := n.Lease.TakeForLife(n.StateDir, d.Insecure, deps.lock)
 		if err != nil {
 			return err
 		}
 		defer un()
 	}
-	logger := d.Watch.Log
+	logger := d.Settings.Log
 	metrics := daemon.NewMetrics()
 	if d.MetricsAddr != "" {
 		addr, stop, err := metrics.Serve(d.MetricsAddr)
@@ -81,11 +84,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 	errs := make(chan error, len(d.Recipes))
 	for i, n := range d.Recipes {
 		r := d.Loaded[i]
-		w := d.Watch
+		w := d.Settings
 		w.Metrics, w.Log, w.Several, w.AfterCheck = metrics, logger.With("recipe", r.Name), len(d.Recipes) > 1, writeTextfile
 		go func() {
-			if n.Held == nil {
-				n.Held = &Held{}
+			if n.Kept == nil {
+				n.Kept = &Kept{}
 			}
 			errs <- n.Watch(ctx, r, w)
 		}()

@@ -24,7 +24,7 @@ func TestDaemonRun(t *testing.T) {
 	state, dir := t.TempDir(), t.TempDir()
 	textfile := filepath.Join(dir, "sglprov.prom")
 	d := &node.Daemon{StateDir: state, Textfile: textfile,
-		Watch: node.Watch{Interval: time.Hour, CanaryTimeout: time.Minute, Failures: 3, Restarts: 1, Log: log.New(io.Discard), Stderr: io.Discard}}
+		Settings: node.WatchSettings{Interval: time.Hour, CanaryTimeout: time.Minute, Failures: 3, Restarts: 1, Log: log.New(io.Discard), Stderr: io.Discard}}
 	for _, name := range []string{"d1", "d2"} {
 		sub := filepath.Join(dir, name)
 		if err := os.MkdirAll(sub, 0o755); err != nil {
@@ -32,7 +32,7 @@ func TestDaemonRun(t *testing.T) {
 		}
 		path := writeRecipe(t, sub, "apiVersion: sglprov/v1\nname: "+name+"\nsteps:\n  - name: s\n    command: {argv: [\"true\"]}\n")
 		n := realRecipe(t, path, state, new([]string))
-		n.Held = nil // the daemon keeps each apply's engine
+		n.Kept = nil // the daemon keeps each apply's engine
 		r, err := n.Load()
 		if err != nil {
 			t.Fatal(err)

@@ -103,3 +103,30 @@ func Cache(r *recipe.Recipe, facts *gpu.Facts, stateDir string, logger *log.Logg
 	}
 	return c, nil
 }
+
+// LoadRecipe checks the recipe file's permissions (unless insecure) and parses it with its
+// --set values through load; its errors are usage errors (exit 2), every problem of the
+// recipe listed.
+func LoadRecipe(path string, sets []string, insecure bool, load func(path string, sets []string) (*recipe.Recipe, error)) (*recipe.Recipe, error) {
+	if !insecure {
+		if err := engine.CheckPermissions(path); err != nil {
+			if errors.Is(err, exitcode.ErrUsage) {
+				return nil, err
+			}
+			return nil, fmt.Errorf("%w: reading recipe: %v", exitcode.ErrUsage, err)
+		}
+	}
+	r, err := load(path, sets)
+	if err != nil {
+		var ps recipe.Problems
+		if errors.As(err, &ps) {
+			problems := "1 problem"
+			if len(ps) != 1 {
+				problems = fmt.Sprintf("%d problems", len(ps))
+			}
+			return nil, fmt.Errorf("%w: %s in the recipe:\n%v", exitcode.ErrUsage, problems, ps)
+		}
+		return nil, fmt.Errorf("%w: %v", exitcode.ErrUsage, err)
+	}
+	return r, nil
+}

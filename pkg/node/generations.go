@@ -13,11 +13,11 @@ import (
 	"github.com/sglprov/sglprov/pkg/recipe"
 )
 
-// Kept returns the key of the generation of store that key names (the whole key or a
+// KeptGeneration returns the key of the generation of store that key names (the whole key or a
 // prefix of it that names one) when a roll back can go to it: it passed its gate, its
 // step records are kept, its folder is on disk and it does not serve now. The error names
 // the generations there are (bad usage when key names none or several).
-func Kept(store *generation.Store, key string) (string, error) {
+func KeptGeneration(store *generation.Store, key string) (string, error) {
 	var found []generation.Generation
 	for _, g := range store.Generations() {
 		if strings.HasPrefix(g.Key, strings.ToLower(key)) {

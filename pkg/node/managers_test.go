@@ -16,7 +16,6 @@ import (
 
 	"charm.land/log/v2"
 
-	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/node"
 	"github.com/sglprov/sglprov/pkg/portowner"
 	"github.com/sglprov/sglprov/pkg/recipe"
@@ -81,25 +80,17 @@ func TestDaemonReapplyKeepsExecServer(t *testing.T) {
 	dir, state := t.TempDir(), t.TempDir()
 	path := writeRecipe(t, dir, fmt.Sprintf(execRecipe, bin, fakeServerEnv, port, port))
 	n := realRecipe(t, path, state, new([]string))
-	n.Held = nil // the daemon keeps each apply's engine
+	n.Kept = nil // the daemon keeps each apply's engine
 	managers := &node.Managers{}
 	defer managers.Close()
-	base := n.Engine
-	n.Engine = func(ctx context.Context, mod func(*engine.Options)) (*engine.Engine, error) {
-		return base(ctx, func(o *engine.Options) {
-			o.NewManager = managers.Manager
-			if mod != nil {
-				mod(o)
-			}
-		})
-	}
+	n.Deps.NewManager = managers.Manager
 	r, err := n.Load()
 	if err != nil {
 		t.Fatal(err)
 	}
 	logs := &lockedBuffer{}
 	d := &node.Daemon{StateDir: state, Recipes: []*node.Recipe{n}, Loaded: []*recipe.Recipe{r},
-		Watch: node.Watch{Interval: time.Hour, CanaryTimeout: time.Minute, Failures: 3, Restarts: 1, Log: log.New(logs), Stderr: logs}}
+		Settings: node.WatchSettings{Interval: time.Hour, CanaryTimeout: time.Minute, Failures: 3, Restarts: 1, Log: log.New(logs), Stderr: logs}}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()

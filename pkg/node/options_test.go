@@ -25,14 +25,15 @@ func TestRecipeOptions(t *testing.T) {
 	}
 	dir := t.TempDir()
 	reg := steps.Registry()
-	n := &node.Recipe{File: filepath.Join(dir, "r.yaml"), StateDir: filepath.Join(dir, "st"), Registry: reg, Insecure: true,
-		Getenv: func(k string) string {
-			if k == node.ClaimsDirEnv {
-				return "/claims"
-			}
-			return ""
-		},
-		Facts: func(context.Context) (*gpu.Facts, error) { return facts, nil }}
+	n := &node.Recipe{File: filepath.Join(dir, "r.yaml"), StateDir: filepath.Join(dir, "st"), Insecure: true,
+		Deps: &node.Deps{Registry: reg,
+			Getenv: func(k string) string {
+				if k == node.ClaimsDirEnv {
+					return "/claims"
+				}
+				return ""
+			},
+			DetectFacts: func(context.Context) (*gpu.Facts, error) { return facts, nil }}}
 	parse := func(text string) *recipe.Recipe {
 		t.Helper()
 		r, err := recipe.Parse("r.yaml", []byte(text), steps.Specs(reg), nil)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 
 	"github.com/sglprov/sglprov/pkg/engine"
@@ -78,4 +79,45 @@ func WriteLock(out string, l *pylock.Lock) error {
 		}
 	}
 	return pylock.Write(out, l)
+}
+
+// Locked is what Recipe.PythonLock wrote: the lock, where, and (for a recipe without a
+// python block) the path the recipe's python.lock should name, relative to its folder.
+type Locked struct {
+	Lock *pylock.Lock
+	Path string
+	// Suggest is the python.lock value to add to the recipe ("" when it has a python
+	// block).
+	Suggest string
+}
+
+// PythonLock writes the lock of the Python environment that the recipe's Python steps
+// made on this node (PythonLock) to out: by default the recipe's python.lock, else
+// RECIPE-NAME.lock.json next to the recipe.
+func (n *Recipe) PythonLock(ctx context.Context, out string) (*Locked, error) {
+	r, err := n.Load()
+	if err != nil {
+		return nil, err
+	}
+	dir, _ := filepath.Abs(filepath.Dir(n.File))
+	if out == "" {
+		out = filepath.Join(dir, r.Name+".lock.json")
+		if r.Python != nil {
+			out = filepath.Join(dir, r.Python.Lock)
+		}
+	}
+	l, err := PythonLock(ctx, r, n.StateDir, n.File)
+	if err != nil {
+		return nil, err
+	}
+	if err := WriteLock(out, l); err != nil {
+		return nil, err
+	}
+	done := &Locked{Lock: l, Path: out}
+	if r.Python == nil {
+		if done.Suggest, err = filepath.Rel(dir, out); err != nil {
+			done.Suggest = out
+		}
+	}
+	return done, nil
 }

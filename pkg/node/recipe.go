@@ -4,10 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
+	"io"
 	"path/filepath"
 	"sync"
-	"time"
 
 	"charm.land/log/v2"
 
@@ -17,54 +16,75 @@ import (
 	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/recipe"
 	"github.com/sglprov/sglprov/pkg/service"
-	gate "github.com/sglprov/sglprov/pkg/smoke"
 )
 
-// Recipe is one recipe on the node as the operations see it: where its state lives, and
-// how to build what they need (the recipe, the facts, its engine, its gate, the node's
-// lock), each a function the caller supplies: the command layer builds them from its flags
-// and its factory, a test from fakes.
+// Recipe is one recipe on the node as the operations see it: its file and --set values,
+// where its state lives, how it logs, and the dependencies (Deps) its operations build
+// their work with. Its methods are the node's operations: Apply, Plan, Validate,
+// Rollback, Remove, GC and the daemon's Watch.
 type Recipe struct {
 	// File is the recipe file; Sets its --set values (an apply's inputs).
 	File string
 	Sets []string
 	// Root is the host root (--root; "" is the host's); StateDir the state dir.
 	Root, StateDir string
-
-	// Load parses the recipe file with its --set values.
-	Load func() (*recipe.Recipe, error)
-	// Facts reads the host's GPU facts.
-	Facts func(ctx context.Context) (*gpu.Facts, error)
-	// Engine builds the recipe's engine as an apply does (the host checked; a host that
-	// falls short is an error), with mod applied to its options (nil: none), logging
-	// nowhere.
-	Engine func(ctx context.Context, mod func(*engine.Options)) (*engine.Engine, error)
-	// Steps builds the recipe's steps only, with facts (nil when it uses none), to ask them:
-	// no host checks, no logs.
-	Steps func(r *recipe.Recipe, facts *gpu.Facts) (*engine.Engine, error)
-	// Apply applies the recipe under the node's lock and hands back its engine, not
-	// closed, when one was made (the daemon keeps it in Held).
-	Apply func(ctx context.Context) (*engine.Report, *engine.Engine, error)
-	// Gate is the recipe's whole smoke gate, readiness bounded by ready (0: the recipe's
-	// own ready_timeout).
-	Gate func(ctx context.Context, ready time.Duration) (gate.Config, error)
-	// Holds is what the command holds of the node beyond one change (nil: nothing, each
-	// change takes the state dir's lock); Acquire takes that lock (engine.AcquireLock when
-	// nil).
-	Holds   *Hold
-	Acquire func(dir string) (*engine.Lock, error)
-	// Held is the engine of the last apply, kept open (nil: none is kept).
-	Held *Held
-
-	// Registry lists the step kinds; Builtin holds the files shipped in the binary;
-	// Insecure accepts recipe files that other users own or can write (Options).
-	Registry engine.Registry
-	Builtin  fs.FS
+	// Insecure accepts recipe files and a state dir that other users own or can write.
 	Insecure bool
-	// Getenv reads the environment (the GPU claims' folder; nil: none is set).
-	Getenv func(string) string
-	// NewCache makes the fleet cache client (nil: cache.New).
-	NewCache func(cache.Config, cache.Options) (*cache.Registry, error)
+	// NewLogger makes the logger of the operations' engines (the command's log format
+	// and level; nil: logfmt-less text at info).
+	NewLogger func(io.Writer) *log.Logger
+	// Deps are the constructors and the streams (nil: the real constructors, no output).
+	Deps *Deps
+	// Lease is what the command holds of the node beyond one change (nil: nothing, each
+	// change takes the state dir's lock).
+	Lease *Lease
+	// Kept is the engine of the last apply, kept open (nil: none is kept).
+	Kept *Kept
+}
+
+// realDeps are the real constructors, no output: the dependencies of a Recipe given none.
+var realDeps = &Deps{}
+
+// deps are n's dependencies (the real constructors when none were given).
+func (n *Recipe) deps() *Deps {
+	if n.Deps == nil {
+		return realDeps
+	}
+	return n.Deps
+}
+
+// newLogger is n's logger maker.
+func (n *Recipe) newLogger() func(io.Writer) *log.Logger {
+	if n.NewLogger == nil {
+		return log.New
+	}
+	return n.NewLogger
+}
+
+// Load checks the recipe file's permissions (unless Insecure) and parses it with its
+// --set values.
+func (n *Recipe) Load() (*recipe.Recipe, error) {
+	d := n.deps()
+	if d.LoadRecipe == nil {
+		return nil, fmt.Errorf("loading recipe %s: no recipe loader", n.File)
+	}
+	return d.LoadRecipe(n.File, n.Sets, n.Insecure)
+}
+
+// Facts reads the host's GPU facts as they are (no exit-code mapping).
+func (n *Recipe) Facts(ctx context.Context) (*gpu.Facts, error) {
+	return n.deps().detect(ctx)
+}
+
+// Steps builds r's steps only, with facts (nil when it uses none), to ask them: no host
+// checks, no logs.
+func (n *Recipe) Steps(r *recipe.Recipe, facts *gpu.Facts) (*engine.Engine, error) {
+	opts, err := n.StepOptions(r, facts)
+	if err != nil {
+		return nil, err
+	}
+	opts.NewLogger = func(io.Writer) *log.Logger { return log.New(io.Discard) }
+	return n.deps().engine(opts)
 }
 
 // StepOptions are the engine options that build r's steps with facts (nil when it uses
@@ -74,8 +94,9 @@ func (n *Recipe) StepOptions(r *recipe.Recipe, facts *gpu.Facts) (engine.Options
 	if err != nil {
 		return engine.Options{}, fmt.Errorf("locating recipe: %w", err)
 	}
-	return engine.Options{Recipe: r, RecipeDir: dir, Registry: n.Registry, Facts: facts, Root: n.Root, StateDir: n.StateDir,
-		Builtin: n.Builtin}, nil
+	d := n.deps()
+	return engine.Options{Recipe: r, RecipeDir: dir, Registry: d.Registry, Facts: facts, Root: n.Root, StateDir: n.StateDir,
+		Builtin: d.Builtin}, nil
 }
 
 // Options are the engine options of an apply (or plan) of r with facts, beyond how it
@@ -88,12 +109,9 @@ func (n *Recipe) Options(ctx context.Context, r *recipe.Recipe, facts *gpu.Facts
 	if err != nil {
 		return opts, err
 	}
-	getenv := n.Getenv
-	if getenv == nil {
-		getenv = func(string) string { return "" }
-	}
-	opts.ClaimsDir = ClaimsDir(getenv, n.Root)
-	opts.StateDirsDir = StateDirsDir(getenv, n.Root)
+	d := n.deps()
+	opts.ClaimsDir = ClaimsDir(d.getenv, n.Root)
+	opts.StateDirsDir = StateDirsDir(d.getenv, n.Root)
 	opts.InsecurePermissions = n.Insecure
 	if facts == nil && (n.Root == "" || n.Root == "/") {
 		// A host where the GPUs cannot be read (no NVML) has none to claim.
@@ -101,7 +119,7 @@ func (n *Recipe) Options(ctx context.Context, r *recipe.Recipe, facts *gpu.Facts
 			opts.NodeGPUs = f.IDs()
 		}
 	}
-	newCache := n.NewCache
+	newCache := d.NewCache
 	if newCache == nil {
 		newCache = cache.New
 	}
@@ -126,84 +144,85 @@ func (n *Recipe) Options(ctx context.Context, r *recipe.Recipe, facts *gpu.Facts
 	return opts, nil
 }
 
-// Held is the engine of the daemon's last apply, kept open until the next apply has run:
+// Kept is the engine of the daemon's last apply, kept open until the next apply has run:
 // with the exec manager, what serves is the child of its manager (under the daemon a
-// kept one, Managers, which the next engine shares).
-type Held struct {
+// shared one, Managers, which the next engine shares).
+type Kept struct {
 	mu sync.Mutex
 	e  *engine.Engine
 }
 
-// ServerRestarts returns how many times the service manager of the held engine's first
+// ServerRestarts returns how many times the service manager of the kept engine's first
 // service step restarted its server after it died, when it counts them.
-func (h *Held) ServerRestarts() (int, bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.e == nil {
+func (k *Kept) ServerRestarts() (int, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.e == nil {
 		return 0, false
 	}
-	return h.e.ServerRestarts()
+	return k.e.ServerRestarts()
 }
 
-// ServerExit returns the unit of the held engine's first service step and how its server
+// ServerExit returns the unit of the kept engine's first service step and how its server
 // last died, when its service manager keeps it.
-func (h *Held) ServerExit() (string, service.Exit, bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.e == nil {
+func (k *Kept) ServerExit() (string, service.Exit, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.e == nil {
 		return "", service.Exit{}, false
 	}
-	return h.e.ServerExit()
+	return k.e.ServerExit()
 }
 
-// ServerDeaths is what the held engine's service manager says of its server's deaths
+// ServerDeaths is what the kept engine's service manager says of its server's deaths
 // (daemon.Options.Server): the restarts, and how the server last died.
-func (h *Held) ServerDeaths() (daemon.ServerDeaths, bool) {
-	n, ok := h.ServerRestarts()
+func (k *Kept) ServerDeaths() (daemon.ServerDeaths, bool) {
+	n, ok := k.ServerRestarts()
 	if !ok {
 		return daemon.ServerDeaths{}, false
 	}
 	s := daemon.ServerDeaths{Restarts: n}
-	if unit, x, ok := h.ServerExit(); ok {
+	if unit, x, ok := k.ServerExit(); ok {
 		s.Unit, s.PID, s.Exit = unit, x.PID, x.Status
 	}
 	return s, true
 }
 
-// Set closes the engine held (stopping what it supervises) and holds e instead.
-func (h *Held) Set(e *engine.Engine) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.e != nil {
-		h.e.Close()
+// Set closes the engine kept (stopping what it supervises) and keeps e instead.
+func (k *Kept) Set(e *engine.Engine) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.e != nil {
+		k.e.Close()
 	}
-	h.e = e
+	k.e = e
 }
 
-// Hold takes the node for a change of what serves (Hold.Take); release gives it back.
-func (n *Recipe) Hold() (release func(), err error) {
-	h := n.Holds
-	if h == nil {
-		h = &Hold{}
+// TakeLease takes the node for a change of what serves (Lease.Take); release gives it
+// back.
+func (n *Recipe) TakeLease() (release func(), err error) {
+	l := n.Lease
+	if l == nil {
+		l = &Lease{}
 	}
-	return h.Take(n.StateDir, n.Acquire)
+	return l.Take(n.StateDir, n.deps().lock)
 }
 
-// withEngine calls f with the held engine, or with one made for the purpose (closed
-// after), under the node's lock and with the held engine kept meanwhile.
+// withEngine calls f with the kept engine, or with one made for the purpose (closed
+// after), under the node's lease and the kept engine untouched meanwhile.
 func (n *Recipe) withEngine(ctx context.Context, f func(*engine.Engine) error) error {
-	release, err := n.Hold()
+	release, err := n.TakeLease()
 	if err != nil {
 		return err
 	}
 	defer release()
-	held := n.Held
-	if held == nil {
-		held = &Held{}
+	kept := n.Kept
+	if kept == nil {
+		kept = &Kept{}
 	}
-	held.mu.Lock()
-	defer held.mu.Unlock()
-	e := held.e
+	kept.mu.Lock()
+	defer kept.mu.Unlock()
+	e := kept.e
 	if e == nil {
 		if e, err = n.Engine(ctx, nil); err != nil {
 			return err

@@ -6,16 +6,12 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"charm.land/log/v2"
 
-	"github.com/sglprov/sglprov/pkg/engine"
-	"github.com/sglprov/sglprov/pkg/gatespec"
 	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/node"
 	"github.com/sglprov/sglprov/pkg/recipe"
-	gate "github.com/sglprov/sglprov/pkg/smoke"
 	"github.com/sglprov/sglprov/pkg/steps"
 )
 
@@ -25,57 +21,27 @@ import (
 func realRecipe(t *testing.T, path, state string, sets *[]string) *node.Recipe {
 	t.Helper()
 	reg := steps.Registry()
-	quiet := func(io.Writer) *log.Logger { return log.New(io.Discard) }
-	n := &node.Recipe{File: path, StateDir: state, Held: &node.Held{}}
-	n.Load = func() (*recipe.Recipe, error) { return recipe.Load(path, steps.Specs(reg), *sets) }
-	n.Facts = func(context.Context) (*gpu.Facts, error) { return nil, gpu.ErrNoGPU }
-	opts := func(r *recipe.Recipe) engine.Options {
-		return engine.Options{Recipe: r, RecipeDir: filepath.Dir(path), Registry: reg, StateDir: state, NewLogger: quiet}
+	dir := t.TempDir()
+	deps := &node.Deps{
+		LoadRecipe: func(string, []string, bool) (*recipe.Recipe, error) {
+			return recipe.Load(path, steps.Specs(reg), *sets)
+		},
+		DetectFacts: func(context.Context) (*gpu.Facts, error) { return nil, gpu.ErrNoGPU },
+		Registry:    reg,
+		Getenv: func(k string) string {
+			switch k {
+			case "PATH":
+				return os.Getenv("PATH")
+			case node.ClaimsDirEnv:
+				return filepath.Join(dir, "claims")
+			case node.StateDirsEnv:
+				return filepath.Join(dir, "state-dirs")
+			}
+			return ""
+		},
 	}
-	n.Engine = func(_ context.Context, mod func(*engine.Options)) (*engine.Engine, error) {
-		r, err := n.Load()
-		if err != nil {
-			return nil, err
-		}
-		o := opts(r)
-		if mod != nil {
-			mod(&o)
-		}
-		return engine.New(o)
-	}
-	n.Steps = func(r *recipe.Recipe, facts *gpu.Facts) (*engine.Engine, error) {
-		o := opts(r)
-		o.Facts = facts
-		return engine.New(o)
-	}
-	n.Apply = func(ctx context.Context) (*engine.Report, *engine.Engine, error) {
-		release, err := n.Hold()
-		if err != nil {
-			return nil, nil, err
-		}
-		defer release()
-		e, err := n.Engine(ctx, nil)
-		if err != nil {
-			return nil, nil, err
-		}
-		rep, err := e.Apply(ctx)
-		return rep, e, err
-	}
-	n.Gate = func(_ context.Context, ready time.Duration) (gate.Config, error) {
-		r, err := n.Load()
-		if err != nil {
-			return gate.Config{}, err
-		}
-		spec, err := gatespec.RecipeSpec(r, path, "", func() (map[string]any, error) { return nil, gpu.ErrNoGPU })
-		if err != nil {
-			return gate.Config{}, err
-		}
-		if ready > 0 {
-			spec.ReadyTimeout = ready.String()
-		}
-		return spec.Config(func(string) string { return "" })
-	}
-	return n
+	return &node.Recipe{File: path, Sets: *sets, StateDir: state, Insecure: true, Kept: &node.Kept{}, Deps: deps,
+		NewLogger: func(io.Writer) *log.Logger { return log.New(io.Discard) }}
 }
 
 // writeRecipe writes text as dir's recipe file r.yaml and returns its path.

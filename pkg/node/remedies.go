@@ -68,7 +68,7 @@ func (r *Remedies) NextProfile(ctx context.Context, tried []string) (string, err
 	return profile, err
 }
 
-// withService calls f with the recipe's first service step, through the held engine when
+// withService calls f with the recipe's first service step, through the kept engine when
 // there is one, under the node's lock, and records the state when f changed the profile
 // it runs (Change). A recipe without a service step has no rung: daemon.ErrNoRung.
 func (r *Remedies) withService(ctx context.Context, f func(engine.BoundService) error) error {

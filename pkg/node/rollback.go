@@ -52,7 +52,7 @@ func (g *Rollback) target() (*target, error) {
 		return nil, fmt.Errorf("opening the generations of %s: %w", r.Name, err)
 	}
 	if g.To != "" {
-		key, err := Kept(store, g.To)
+		key, err := KeptGeneration(store, g.To)
 		if err != nil {
 			return nil, err
 		}
@@ -145,7 +145,7 @@ func OpenGenerations(root, stateDir string, r *recipe.Recipe) (*generation.Store
 // RollBack implements daemon.Generations.
 func (g *Rollback) RollBack(ctx context.Context) error {
 	n := g.Recipe
-	release, err := n.Hold()
+	release, err := n.TakeLease()
 	if err != nil {
 		return err
 	}
@@ -162,15 +162,15 @@ func (g *Rollback) RollBack(ctx context.Context) error {
 			return fmt.Errorf("pointing the roots back at the in-place tree: %w", err)
 		}
 	}
-	held := n.Held
-	if held == nil {
+	kept := n.Kept
+	if kept == nil {
 		// No engine is kept: this one is closed at the end.
-		held = &Held{}
-		defer held.Set(nil)
+		kept = &Kept{}
+		defer kept.Set(nil)
 	}
 	// The engine of the last apply goes (with an exec manager of its own it stops the
-	// server that answers wrong; the daemon's kept one leaves it to the switch below).
-	held.Set(nil)
+	// server that answers wrong; the daemon's shared one leaves it to the switch below).
+	kept.Set(nil)
 	what := "generation " + generation.Short(to.prev)
 	mod := func(o *engine.Options) { o.GenerationKey = to.prev }
 	if to.links != nil {
@@ -202,6 +202,6 @@ func (g *Rollback) RollBack(ctx context.Context) error {
 		err = fmt.Errorf("%s: %w", what, err)
 	}
 	// The engine stays: with the exec manager, what serves now is its child.
-	held.Set(e)
+	kept.Set(e)
 	return err
 }

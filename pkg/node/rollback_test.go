@@ -68,12 +68,12 @@ func TestRollBackToPreviousGeneration(t *testing.T) {
 	path := writeRecipe(t, dir, fmt.Sprintf(rollbackRecipe, gens, bin, fakeServerEnv, port, port))
 	var sets []string
 	n := realRecipe(t, path, state, &sets)
-	defer n.Held.Set(nil)
+	defer n.Kept.Set(nil)
 	// An apply as the apply command runs one: its engine closed at the end.
 	apply := func(set ...string) {
 		t.Helper()
 		sets = set
-		rep, e, err := n.Apply(context.Background())
+		rep, e, err := n.Apply(context.Background(), node.ApplyOptions{})
 		if e != nil {
 			e.Close()
 		}
@@ -217,12 +217,12 @@ func newInPlaceNode(t *testing.T) *inPlaceNode {
 	path := writeRecipe(t, dir, text("generations: off"))
 	var sets []string
 	p.n = realRecipe(t, path, state, &sets)
-	t.Cleanup(func() { p.n.Held.Set(nil) })
+	t.Cleanup(func() { p.n.Kept.Set(nil) })
 	p.rb = &node.Rollback{Recipe: p.n}
 	// An apply as the apply command runs one: its engine closed at the end.
 	p.apply = func(set ...string) (*engine.Report, error) {
 		sets = set
-		rep, e, err := p.n.Apply(context.Background())
+		rep, e, err := p.n.Apply(context.Background(), node.ApplyOptions{})
 		if e != nil {
 			e.Close()
 		}

@@ -40,3 +40,25 @@ func LoadEach(files []string, load func(file string) (*recipe.Recipe, error)) ([
 	}
 	return out, nil
 }
+
+// Each is n for each recipe file of files (LoadEach: one of each name), with the state
+// dir states gives it, beside the recipes as loaded; each takes the node through a lease
+// of its own and keeps the engine of its last apply (as the daemon's loops do).
+func (n *Recipe) Each(files []string, states RecipeStates) ([]*Recipe, []*recipe.Recipe, error) {
+	rs, err := LoadEach(files, func(f string) (*recipe.Recipe, error) {
+		w := *n
+		w.File = f
+		return w.Load()
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	out := make([]*Recipe, len(rs))
+	for i, r := range rs {
+		w := *n
+		w.File, w.StateDir = files[i], states.StateDir(n.StateDir, r, len(rs))
+		w.Lease, w.Kept = &Lease{}, &Kept{}
+		out[i] = &w
+	}
+	return out, rs, nil
+}

@@ -21,9 +21,9 @@ import (
 	gate "github.com/sglprov/sglprov/pkg/smoke"
 )
 
-// Watch is how the daemon watches one recipe: its loop's settings and what it shares
-// with the other recipes' loops.
-type Watch struct {
+// WatchSettings are how the daemon watches one recipe (Recipe.Watch): its loop's settings
+// and what it shares with the other recipes' loops.
+type WatchSettings struct {
 	// Interval is the time between checks; CanaryTimeout how long the canary case may take.
 	Interval, CanaryTimeout time.Duration
 	// Failures are the consecutive canary failures before the ladder's next rung; Restarts
@@ -46,16 +46,16 @@ type Watch struct {
 // Watch runs the daemon's loop for recipe rec (n's, loaded) until ctx ends: applies, the
 // canary, the remediation ladder (restart, regate, next profile, previous generation), the
 // hooks and the metrics.
-func (n *Recipe) Watch(ctx context.Context, rec *recipe.Recipe, w Watch) error {
+func (n *Recipe) Watch(ctx context.Context, rec *recipe.Recipe, w WatchSettings) error {
 	r := rec.Name
 	// The engine of the last apply stays open until the next one, and the daemon's end:
 	// a server that the exec manager runs lives as long as the daemon (containers without
 	// systemd, the demo); a systemd unit does not depend on it.
-	if n.Held == nil {
-		n.Held = &Held{}
+	if n.Kept == nil {
+		n.Kept = &Kept{}
 	}
-	held := n.Held
-	defer held.Set(nil)
+	kept := n.Kept
+	defer kept.Set(nil)
 	notify := func(s string) error { _, err := sddaemon.SdNotify(false, s); return err }
 	if w.Several {
 		// One STATUS= line for the unit: say whose it is.
@@ -80,9 +80,9 @@ func (n *Recipe) Watch(ctx context.Context, rec *recipe.Recipe, w Watch) error {
 			// so the new engine sees the server running: an unchanged unit restarts
 			// nothing, and a switch compares its candidate with what serves before
 			// anything stops.
-			rep, e, err := n.Apply(ctx)
+			rep, e, err := n.Apply(ctx, ApplyOptions{})
 			if e != nil {
-				held.Set(e)
+				kept.Set(e)
 			}
 			return rep, err
 		},
@@ -100,7 +100,7 @@ func (n *Recipe) Watch(ctx context.Context, rec *recipe.Recipe, w Watch) error {
 		Inputs:                n.Inputs,
 		Hook:                  n.Hook(w.Log),
 		Metrics:               w.Metrics,
-		Server:                held.ServerDeaths,
+		Server:                kept.ServerDeaths,
 		Log:                   w.Log,
 		AfterCheck: func() {
 			// The ladder may have moved the service to another profile since the apply.

@@ -22,7 +22,7 @@ func Registry() engine.Registry {
 		"source":   source.Kind(),
 		"patch":    patch.Kind(),
 		"build":    build.Kind(),
-		"download": download.Kind(),
+		"download": withWarnings(download.Kind(), download.RevisionWarnings),
 		"packages": packages.Kind(),
 		"systemd":  readsGeneration(systemd.Kind()),
 		"smoke":    readsGeneration(smoke.Kind()),
@@ -47,17 +47,15 @@ func readsGeneration(k engine.Kind) engine.Kind {
 	return k
 }
 
-// RecipeWarnings are what validate says about r's steps that the kinds find without
-// building them, each prefixed with the step's name: today a hub download whose revision
-// is a branch or tag (download.RevisionWarnings). Upper layers ask this registry, never a
-// kind.
-func RecipeWarnings(r *recipe.Recipe) []string {
-	return download.RevisionWarnings(r)
-}
-
 // PythonSteps are the names of r's Python steps, the command steps that install with pip
 // (command.PipSteps): what a Python lock is of. Upper layers ask this registry, never a
 // kind.
 func PythonSteps(r *recipe.Recipe) []string {
 	return command.PipSteps(r)
+}
+
+// withWarnings gives kind k the warnings validate shows of a recipe's steps of that kind.
+func withWarnings(k engine.Kind, w func(r *recipe.Recipe) []string) engine.Kind {
+	k.Warnings = w
+	return k
 }

@@ -10,7 +10,7 @@ import (
 
 // The registry's recipe warnings name each hub download whose revision is a branch or tag,
 // prefixed with its step; a pinned commit says nothing.
-func TestRecipeWarnings(t *testing.T) {
+func TestRegistryWarnings(t *testing.T) {
 	const body = `apiVersion: sglprov/v1
 name: warn
 vars: {rev: main}
@@ -24,8 +24,8 @@ steps:
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := steps.RecipeWarnings(r)
+	w := steps.Registry().Warnings(r)
 	if len(w) != 1 || !strings.HasPrefix(w[0], `step moving: revision "main" of org/model is a branch or tag`) {
-		t.Errorf("RecipeWarnings = %q, want one warning for step moving", w)
+		t.Errorf("Registry().Warnings = %q, want one warning for step moving", w)
 	}
 }

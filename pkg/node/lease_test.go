@@ -10,12 +10,12 @@ import (
 	"github.com/sglprov/sglprov/pkg/node"
 )
 
-// TestHold: a change of what serves takes the state dir's lock, which a second holder is
+// TestLease: a change of what serves takes the state dir's lock, which a second holder is
 // refused (exit 3) until the first lets go; under the daemon, which holds the lock from
 // start to end, it takes none.
-func TestHold(t *testing.T) {
+func TestLease(t *testing.T) {
 	state := t.TempDir()
-	a, b := &node.Hold{}, &node.Hold{}
+	a, b := &node.Lease{}, &node.Lease{}
 	release, err := a.Take(state, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -36,7 +36,7 @@ func TestHold(t *testing.T) {
 	}
 	defer lock.Release()
 	var took atomic.Int32
-	d := &node.Hold{Lock: lock}
+	d := &node.Lease{Lock: lock}
 	rel, err := d.Take(state, func(dir string) (*engine.Lock, error) {
 		took.Add(1)
 		return engine.AcquireLock(dir)
@@ -50,12 +50,12 @@ func TestHold(t *testing.T) {
 	}
 }
 
-// TestKeep: a command that keeps the node (the daemon) holds the lock for its whole life,
+// TestTakeForLife: a command that takes the node for its life (the daemon) holds the lock,
 // noted as the daemon's, and a change it makes meanwhile takes no lock of its own.
-func TestKeep(t *testing.T) {
+func TestTakeForLife(t *testing.T) {
 	state := t.TempDir()
-	var h node.Hold
-	release, err := h.Keep(state, false, nil)
+	var h node.Lease
+	release, err := h.TakeForLife(state, false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

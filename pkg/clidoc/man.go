@@ -1,23 +1,10 @@
-package cli
+package clidoc
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"strings"
-
-	"github.com/sglprov/sglprov/pkg/buildinfo"
 )
-
-// runMan is `sglprov man`: the man page sglprov(1), made from the same commands, flags and
-// tables as the help.
-func runMan(ctx context.Context, stdio IO, args []string) error {
-	fs := newFlags("man", stdio)
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	return writeMan(stdio.Stdout, describeAll(stdio), buildinfo.Read().Version)
-}
 
 // roff escapes text for a roff line: backslashes, and a leading '.' or '\” that would
 // start a request.
@@ -30,23 +17,25 @@ func roff(s string) string {
 	return s
 }
 
-func writeMan(w io.Writer, cmds []describedCommand, version string) error {
+// Man writes the man page sglprov(1) of version.
+func Man(w io.Writer, d Doc, version string) error {
+	cmds := d.Commands
 	var b strings.Builder
 	fmt.Fprintf(&b, ".TH SGLPROV 1 \"\" %q \"User Commands\"\n", "sglprov "+version)
 	b.WriteString(".SH NAME\nsglprov \\- provision GPU hosts to serve LLMs with SGLang, gated on correct answers\n")
 	b.WriteString(".SH SYNOPSIS\n.B sglprov\n.I COMMAND\n[\\fIflags\\fR]\n")
 	b.WriteString(".SH DESCRIPTION\n")
-	b.WriteString(roff(summary) + "\n")
+	b.WriteString(roff(d.Summary) + "\n")
 	b.WriteString(".PP\n" + roff("It reads a YAML recipe: it checks the GPUs, fetches and patches SGLang, builds its kernels for the GPU at hand, downloads the weights, installs the service, and calls the host ready only when real chat completions come back correct. A re-run does only what changed.") + "\n")
 	b.WriteString(".PP\n" + roff("Every flag takes one dash or two (-json, --json); a flag's value follows it (--state-dir DIR or --state-dir=DIR).") + "\n")
 	b.WriteString(".SH COMMANDS\n")
 	// The common flags are the same for every command that takes them: listed once.
-	var common []flagInfo
+	var common []Flag
 	var takers []string
 	for _, c := range cmds {
-		fmt.Fprintf(&b, ".SS \"%s\"\n%s\n", roff(c.synopsis()), roff(c.summary))
-		var own, shared []flagInfo
-		for _, f := range c.flags {
+		fmt.Fprintf(&b, ".SS \"%s\"\n%s\n", roff(c.Synopsis()), roff(c.Summary))
+		var own, shared []Flag
+		for _, f := range c.Flags {
 			if f.Common {
 				shared = append(shared, f)
 			} else {
@@ -62,7 +51,7 @@ func writeMan(w io.Writer, cmds []describedCommand, version string) error {
 			} else {
 				b.WriteString(".PP\nAlso the common flags (see \\fBCOMMON FLAGS\\fR).\n")
 			}
-			takers = append(takers, c.name)
+			takers = append(takers, c.Name)
 			if common == nil {
 				common = shared
 			}
@@ -76,23 +65,23 @@ func writeMan(w io.Writer, cmds []describedCommand, version string) error {
 		}
 	}
 	b.WriteString(".SH \"EXIT STATUS\"\n")
-	for _, e := range exitCodes {
+	for _, e := range d.ExitCodes {
 		fmt.Fprintf(&b, ".TP\n.B %d\n%s\n", e.Code, roff(e.Meaning))
 	}
 	b.WriteString(".SH ENVIRONMENT\n")
-	for _, e := range environment {
+	for _, e := range d.Environment {
 		fmt.Fprintf(&b, ".TP\n.B %s\n%s\n", e.Name, roff(e.Meaning))
 	}
 	b.WriteString(".SH DAEMON\n")
 	b.WriteString(roff("sglprov daemon -f RECIPE [-f RECIPE...] is the node's one long-running process (its unit and cloud-init: docs/cloud-init.md). It applies each recipe, then every --interval reads the driver facts (a driver change re-applies what depends on it; a library mismatch is exit 6's reboot) and asks each served model the canary case. A canary that keeps failing (--failures-before-restart) climbs the remediation ladder: restart the server (--max-restarts), the whole gate, the next profile, the previous generation, then unhealthy, running the recipe's on_unhealthy and on_healthy hooks on each transition. It serves Prometheus metrics on --metrics-addr (127.0.0.1:9477) with /healthz (200 only while every recipe serves correct answers; 503 and the reason otherwise) and /readyz (200 once the first gate passed), and writes them to --textfile. It holds the state dir's lock for its whole life: an apply beside it is refused (exit 5) naming its pid; SIGHUP re-reads the recipes and applies what changed; SIGINT or SIGTERM stops it cleanly. It refuses --root (exit 2).") + "\n")
 	b.WriteString(".SH FILES\n")
 	for _, f := range []struct{ path, meaning string }{
-		{DefaultStateDir + "/state.json", "per recipe and step: fingerprint, result, start and duration of the last run (written atomically)"},
-		{DefaultStateDir + "/runs/TIME/", "one folder per run, the newest 50 kept: report.json (sglprov schema report) and one log per step that ran"},
-		{DefaultStateDir + "/lock", "held by the running apply or the daemon, the holder's pid inside; plan and status take it shared"},
-		{DefaultStateDir + "/generations/RECIPE.json", "a recipe's generations: which serves, which passed, what each was built from (sglprov status lists them; sglprov rollback goes back to one)"},
-		{DefaultStateDir + "/units/", "the units the exec manager runs, and the last one that passed (UNIT.last-known-good)"},
-		{DefaultStateDir + "/cache-uploads/", "uploads to the fleet cache not finished yet"},
+		{d.StateDir + "/state.json", "per recipe and step: fingerprint, result, start and duration of the last run (written atomically)"},
+		{d.StateDir + "/runs/TIME/", "one folder per run, the newest 50 kept: report.json (sglprov schema report) and one log per step that ran"},
+		{d.StateDir + "/lock", "held by the running apply or the daemon, the holder's pid inside; plan and status take it shared"},
+		{d.StateDir + "/generations/RECIPE.json", "a recipe's generations: which serves, which passed, what each was built from (sglprov status lists them; sglprov rollback goes back to one)"},
+		{d.StateDir + "/units/", "the units the exec manager runs, and the last one that passed (UNIT.last-known-good)"},
+		{d.StateDir + "/cache-uploads/", "uploads to the fleet cache not finished yet"},
 		{"/var/lib/sglprov/gpu-claims/", "the GPUs each recipe's server runs on, node-wide whatever the state dir (SGLPROV_GPU_CLAIMS_DIR moves it)"},
 		{"/opt/sglprov/generations/RECIPE/", "a recipe's generations (generations.dir), and current, the link to the one that serves"},
 		{"/etc/systemd/system/UNIT", "the units sglprov renders, each marked # Managed by sglprov, with the recipe's name"},
@@ -106,15 +95,15 @@ func writeMan(w io.Writer, cmds []describedCommand, version string) error {
 }
 
 // writeManFlag writes one flag as a tagged paragraph.
-func writeManFlag(b *strings.Builder, f flagInfo) {
+func writeManFlag(b *strings.Builder, f Flag) {
 	b.WriteString(".TP\n")
 	var names []string
-	for _, n := range flagWords(f) {
+	for _, n := range f.Words() {
 		names = append(names, `\fB`+roff(n)+`\fR`)
 	}
 	line := strings.Join(names, ", ")
 	if f.ValueName != "" {
 		line += ` \fI` + roff(f.ValueName) + `\fR`
 	}
-	b.WriteString(line + "\n" + roff(flagUsage(f)) + "\n")
+	b.WriteString(line + "\n" + roff(f.Text()) + "\n")
 }

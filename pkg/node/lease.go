@@ -6,11 +6,11 @@ import (
 	"github.com/sglprov/sglprov/pkg/engine"
 )
 
-// Hold is what a command holds of the node beyond one change: the state dir's lock when
+// Lease is what a command holds of the node beyond one change: the state dir's lock when
 // it holds it from start to end (the daemon, between its applies too: its applies and
 // rungs take none then), and the mutex that makes the daemon's recipes apply and repair
 // one at a time. The zero value holds nothing: each change takes the lock.
-type Hold struct {
+type Lease struct {
 	Lock *engine.Lock
 	Mu   *sync.Mutex
 }
@@ -19,7 +19,7 @@ type Hold struct {
 // rung, a roll back): the daemon's in-process mutex, and the state dir's lock (through
 // acquire; engine.AcquireLock when nil) unless h holds it already. release gives back
 // what it took.
-func (h *Hold) Take(dir string, acquire func(dir string) (*engine.Lock, error)) (release func(), err error) {
+func (h *Lease) Take(dir string, acquire func(dir string) (*engine.Lock, error)) (release func(), err error) {
 	if acquire == nil {
 		acquire = engine.AcquireLock
 	}
@@ -40,17 +40,17 @@ func (h *Hold) Take(dir string, acquire func(dir string) (*engine.Lock, error)) 
 	}, nil
 }
 
-func (h *Hold) unlock() {
+func (h *Lease) unlock() {
 	if h.Mu != nil {
 		h.Mu.Unlock()
 	}
 }
 
-// Keep takes the lock of state dir dir (made first, as its checks want it; insecure
+// TakeForLife takes the lock of state dir dir (made first, as its checks want it; insecure
 // accepts one that others can write) for a command's whole life, noted as the daemon's
-// (engine.NoteDaemon), and keeps it in h for the changes it makes meanwhile; release gives
+// (engine.NoteDaemon), and holds it in h for the changes it makes meanwhile; release gives
 // it back. acquire takes the lock (engine.AcquireLock when nil).
-func (h *Hold) Keep(dir string, insecure bool, acquire func(dir string) (*engine.Lock, error)) (release func(), err error) {
+func (h *Lease) TakeForLife(dir string, insecure bool, acquire func(dir string) (*engine.Lock, error)) (release func(), err error) {
 	if acquire == nil {
 		acquire = engine.AcquireLock
 	}

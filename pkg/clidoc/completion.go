@@ -1,7 +1,6 @@
-package cli
+package clidoc
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"sort"
@@ -14,32 +13,25 @@ var flagChoices = map[string][]string{
 	"log-level":  {"debug", "info", "warn", "error"},
 }
 
-// shells are the shells `sglprov completion` writes scripts for.
-var shells = []string{"bash", "zsh", "fish"}
+// Shells are the shells `sglprov completion` writes scripts for.
+var Shells = []string{"bash", "zsh", "fish"}
 
-// runCompletion is `sglprov completion bash|zsh|fish`.
-func runCompletion(ctx context.Context, stdio IO, args []string) error {
-	fs := newFlags("completion", stdio)
-	if err := fs.Parse(args); err != nil {
-		return fs.flagError(err)
-	}
-	if fs.NArg() != 1 {
-		return usageError("completion", "give one shell: bash, zsh or fish")
-	}
-	cmds := describeAll(stdio)
-	switch fs.Arg(0) {
+// Completion writes the completion script of shell (one of Shells); an unknown shell is
+// an error.
+func Completion(w io.Writer, shell string, d Doc) error {
+	switch shell {
 	case "bash":
-		return writeBash(stdio.Stdout, cmds)
+		return writeBash(w, d.Commands)
 	case "zsh":
-		return writeZsh(stdio.Stdout, cmds)
+		return writeZsh(w, d.Commands)
 	case "fish":
-		return writeFish(stdio.Stdout, cmds)
+		return writeFish(w, d.Commands)
 	}
-	return usageError("completion", fmt.Sprintf("unknown shell %q: want bash, zsh or fish", fs.Arg(0)))
+	return fmt.Errorf("unknown shell %q: want bash, zsh or fish", shell)
 }
 
 // valueKind says how to complete a flag's value: "file", "dir", "choice" or "" (free).
-func valueKind(f flagInfo) string {
+func valueKind(f Flag) string {
 	switch {
 	case f.Bool:
 		return ""
@@ -53,42 +45,15 @@ func valueKind(f flagInfo) string {
 	return ""
 }
 
-// commandArgs are the words a command takes after it (not flags), for completion.
-func commandArgs(name string) []string {
-	switch name {
-	case "help":
-		var out []string
-		for _, c := range commands() {
-			out = append(out, c.name)
-		}
-		return out
-	case "completion":
-		return shells
-	}
-	return nil
-}
-
-func commandNames(cmds []describedCommand) string {
+func commandNames(cmds []Command) string {
 	var names []string
 	for _, c := range cmds {
-		names = append(names, c.name)
+		names = append(names, c.Name)
 	}
 	return strings.Join(names, " ")
 }
 
-// flagWords returns a flag's spellings for completion: "-f --recipe".
-func flagWords(f flagInfo) []string {
-	var out []string
-	if f.Short != "" {
-		out = append(out, "-"+f.Short)
-	}
-	if f.Long != "" {
-		out = append(out, "--"+f.Long)
-	}
-	return out
-}
-
-func writeBash(w io.Writer, cmds []describedCommand) error {
+func writeBash(w io.Writer, cmds []Command) error {
 	var b strings.Builder
 	b.WriteString("# bash completion for sglprov; load with: source <(sglprov completion bash)\n")
 	b.WriteString("_sglprov() {\n")
@@ -102,18 +67,18 @@ func writeBash(w io.Writer, cmds []describedCommand) error {
 	for _, c := range cmds {
 		var flags []string
 		values := map[string][]string{} // kind or choice list -> flag spellings
-		for _, f := range c.flags {
-			flags = append(flags, flagWords(f)...)
+		for _, f := range c.Flags {
+			flags = append(flags, f.Words()...)
 			switch k := valueKind(f); k {
 			case "choice":
 				key := "choice:" + strings.Join(flagChoices[f.Long], " ")
-				values[key] = append(values[key], flagWords(f)...)
+				values[key] = append(values[key], f.Words()...)
 			case "file", "dir":
-				values[k] = append(values[k], flagWords(f)...)
+				values[k] = append(values[k], f.Words()...)
 			}
 		}
 		flags = append(flags, "--help")
-		fmt.Fprintf(&b, "    %s)\n", c.name)
+		fmt.Fprintf(&b, "    %s)\n", c.Name)
 		keys := make([]string, 0, len(values))
 		for k := range values {
 			keys = append(keys, k)
@@ -134,7 +99,7 @@ func writeBash(w io.Writer, cmds []describedCommand) error {
 			}
 			b.WriteString("        esac\n")
 		}
-		fmt.Fprintf(&b, "        flags=%q; words=%q;;\n", strings.Join(flags, " "), strings.Join(commandArgs(c.name), " "))
+		fmt.Fprintf(&b, "        flags=%q; words=%q;;\n", strings.Join(flags, " "), strings.Join(c.Words, " "))
 	}
 	b.WriteString("    esac\n")
 	b.WriteString("    if [[ $cur == -* ]]; then\n")
@@ -155,13 +120,13 @@ func zshQuote(s string) string {
 	return strings.ReplaceAll(s, "'", `'\''`)
 }
 
-func writeZsh(w io.Writer, cmds []describedCommand) error {
+func writeZsh(w io.Writer, cmds []Command) error {
 	var b strings.Builder
 	b.WriteString("#compdef sglprov\n# zsh completion for sglprov; load with: source <(sglprov completion zsh)\n")
 	b.WriteString("_sglprov() {\n")
 	b.WriteString("    local -a commands\n    commands=(\n")
 	for _, c := range cmds {
-		fmt.Fprintf(&b, "        '%s:%s'\n", c.name, zshQuote(c.summary))
+		fmt.Fprintf(&b, "        '%s:%s'\n", c.Name, zshQuote(c.Summary))
 	}
 	b.WriteString("    )\n")
 	b.WriteString("    if (( CURRENT == 2 )); then\n")
@@ -169,9 +134,9 @@ func writeZsh(w io.Writer, cmds []describedCommand) error {
 	b.WriteString("    local cmd=${words[2]}\n    shift words\n    (( CURRENT-- ))\n")
 	b.WriteString("    case $cmd in\n")
 	for _, c := range cmds {
-		fmt.Fprintf(&b, "    %s)\n        _arguments -s \\\n", c.name)
-		for _, f := range c.flags {
-			words := flagWords(f)
+		fmt.Fprintf(&b, "    %s)\n        _arguments -s \\\n", c.Name)
+		for _, f := range c.Flags {
+			words := f.Words()
 			spec := ""
 			if len(words) > 1 {
 				spec = "'(" + strings.Join(words, " ") + ")'{" + strings.Join(words, ",") + "}"
@@ -193,7 +158,7 @@ func writeZsh(w io.Writer, cmds []describedCommand) error {
 			fmt.Fprintf(&b, "            %s'[%s]%s' \\\n", spec, zshQuote(f.Usage), action)
 		}
 		b.WriteString("            '(- *)'{-h,--help}'[show this help]'")
-		if args := commandArgs(c.name); len(args) > 0 {
+		if args := c.Words; len(args) > 0 {
 			fmt.Fprintf(&b, " \\\n            '1:argument:(%s)'", strings.Join(args, " "))
 		}
 		b.WriteString(";;\n")
@@ -209,18 +174,18 @@ func fishQuote(s string) string {
 	return "'" + strings.NewReplacer(`\`, `\\`, "'", `\'`).Replace(s) + "'"
 }
 
-func writeFish(w io.Writer, cmds []describedCommand) error {
+func writeFish(w io.Writer, cmds []Command) error {
 	var b strings.Builder
 	b.WriteString("# fish completion for sglprov; load with: sglprov completion fish | source\n")
 	b.WriteString("complete -c sglprov -f\n")
 	b.WriteString("complete -c sglprov -n __fish_use_subcommand -l help -d 'show the help'\n")
 	b.WriteString("complete -c sglprov -n __fish_use_subcommand -l version -d 'print the version'\n")
 	for _, c := range cmds {
-		fmt.Fprintf(&b, "complete -c sglprov -n __fish_use_subcommand -a %s -d %s\n", c.name, fishQuote(c.summary))
+		fmt.Fprintf(&b, "complete -c sglprov -n __fish_use_subcommand -a %s -d %s\n", c.Name, fishQuote(c.Summary))
 	}
 	for _, c := range cmds {
-		cond := fishQuote("__fish_seen_subcommand_from " + c.name)
-		for _, f := range c.flags {
+		cond := fishQuote("__fish_seen_subcommand_from " + c.Name)
+		for _, f := range c.Flags {
 			line := "complete -c sglprov -n " + cond
 			if f.Short != "" {
 				line += " -s " + f.Short
@@ -243,7 +208,7 @@ func writeFish(w io.Writer, cmds []describedCommand) error {
 			b.WriteString(line + " -d " + fishQuote(f.Usage) + "\n")
 		}
 		fmt.Fprintf(&b, "complete -c sglprov -n %s -s h -l help -d 'show this help'\n", cond)
-		if args := commandArgs(c.name); len(args) > 0 {
+		if args := c.Words; len(args) > 0 {
 			fmt.Fprintf(&b, "complete -c sglprov -n %s -a %s\n", cond, fishQuote(strings.Join(args, " ")))
 		}
 	}
