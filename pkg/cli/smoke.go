@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/exitcode"
+	"github.com/sglprov/sglprov/pkg/gate"
 	"github.com/sglprov/sglprov/pkg/node"
-	gate "github.com/sglprov/sglprov/pkg/smoke"
 )
 
 // smokeOptions are the flags of `sglprov smoke`.

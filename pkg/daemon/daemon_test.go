@@ -24,8 +24,8 @@ import (
 
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/exitcode"
+	"github.com/sglprov/sglprov/pkg/gate"
 	"github.com/sglprov/sglprov/pkg/gpu"
-	"github.com/sglprov/sglprov/pkg/smoke"
 )
 
 // node is a fake node: its driver, whether its canary passes, and what the daemon did.
@@ -454,8 +454,8 @@ func TestHealthLeavesHealthyWhenServerDies(t *testing.T) {
 	const interval = time.Second
 	o.Interval = interval
 	o.Canary = func(ctx context.Context, notReady func(string), _ time.Duration) (time.Duration, error) {
-		_, err := smoke.WaitReady(ctx, smoke.Config{URL: url, ReadyTimeout: time.Minute,
-			PollInitial: 50 * time.Millisecond, Waiting: func(s smoke.WaitStatus) { notReady(s.Last) }})
+		_, err := gate.WaitReady(ctx, gate.Config{URL: url, ReadyTimeout: time.Minute,
+			PollInitial: 50 * time.Millisecond, Waiting: func(s gate.WaitStatus) { notReady(s.Last) }})
 		return 0, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -8,17 +8,17 @@ import (
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/engine"
-	"github.com/sglprov/sglprov/pkg/smoke"
+	"github.com/sglprov/sglprov/pkg/gate"
 )
 
 // TestGatePerfMetrics: the gate's speed figures (all answers and per case kind) are
 // exported after an apply.
 func TestGatePerfMetrics(t *testing.T) {
 	m := NewMetrics()
-	res := &smoke.Result{Pass: true, Ready: true, Perf: &smoke.Perf{DecodeTPS: 41.5, TTFT: 250 * time.Millisecond,
-		Kinds: map[string]smoke.KindPerf{"long-generation": {DecodeTPS: 40, TTFT: 300 * time.Millisecond}}}}
+	res := &gate.Result{Pass: true, Ready: true, Perf: &gate.Perf{DecodeTPS: 41.5, TTFT: 250 * time.Millisecond,
+		Kinds: map[string]gate.KindPerf{"long-generation": {DecodeTPS: 40, TTFT: 300 * time.Millisecond}}}}
 	m.ObserveApply("r", &engine.Report{Started: time.Unix(1700000000, 0), Steps: []*engine.StepReport{
-		{Name: "smoke", Kind: "smoke", Gate: true, Result: engine.ResultOK, Details: map[string]any{smoke.DetailKey: res}},
+		{Name: "smoke", Kind: "smoke", Gate: true, Result: engine.ResultOK, Details: map[string]any{gate.DetailKey: res}},
 	}}, nil)
 	path := filepath.Join(t.TempDir(), "m.prom")
 	if err := m.WriteTextfile(path); err != nil {

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sglprov/sglprov/pkg/smoke"
+	"github.com/sglprov/sglprov/pkg/gate"
 )
 
 // remedies is a node's service as the ladder sees it: the profile it runs, the profiles
@@ -214,8 +214,8 @@ func TestDeadServerSeenWithinOneInterval(t *testing.T) {
 	var waits []time.Duration
 	o.Canary = func(ctx context.Context, notReady func(string), wait time.Duration) (time.Duration, error) {
 		waits = append(waits, wait)
-		_, err := smoke.WaitReady(ctx, smoke.Config{URL: url, ReadyTimeout: wait,
-			PollInitial: 50 * time.Millisecond, Waiting: func(s smoke.WaitStatus) { notReady(s.Last) }})
+		_, err := gate.WaitReady(ctx, gate.Config{URL: url, ReadyTimeout: wait,
+			PollInitial: 50 * time.Millisecond, Waiting: func(s gate.WaitStatus) { notReady(s.Last) }})
 		return 0, err
 	}
 	o.FailuresBeforeRestart = 1

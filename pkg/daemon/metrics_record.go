@@ -7,8 +7,8 @@ import (
 
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/exitcode"
+	"github.com/sglprov/sglprov/pkg/gate"
 	"github.com/sglprov/sglprov/pkg/gpu"
-	"github.com/sglprov/sglprov/pkg/smoke"
 )
 
 // ObserveApply records an apply's outcome for recipe: rep may be nil (a run refused before
@@ -60,7 +60,7 @@ func (m *Metrics) ObserveApply(recipe string, rep *engine.Report, err error) {
 
 // observePerf records the gate's speed figures, when it measured any.
 func (m *Metrics) observePerf(recipe string, details map[string]any) {
-	r, ok := smoke.ResultOf(details)
+	r, ok := gate.ResultOf(details)
 	if !ok || r.Perf == nil {
 		return
 	}
@@ -76,7 +76,7 @@ func (m *Metrics) observePerf(recipe string, details map[string]any) {
 
 // timeToReady takes the gate's time-to-ready from a smoke step's report details.
 func timeToReady(details map[string]any) (time.Duration, bool) {
-	if r, ok := smoke.ResultOf(details); ok && r.Ready {
+	if r, ok := gate.ResultOf(details); ok && r.Ready {
 		return r.TimeToReady, true
 	}
 	return 0, false

@@ -12,10 +12,10 @@ import (
 
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/exitcode"
+	"github.com/sglprov/sglprov/pkg/gate"
 	"github.com/sglprov/sglprov/pkg/gatespec"
 	"github.com/sglprov/sglprov/pkg/logval"
 	"github.com/sglprov/sglprov/pkg/multinode"
-	gate "github.com/sglprov/sglprov/pkg/smoke"
 	"github.com/sglprov/sglprov/pkg/switchover"
 )
 

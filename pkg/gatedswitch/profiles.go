@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 
-	gate "github.com/sglprov/sglprov/pkg/smoke"
+	"github.com/sglprov/sglprov/pkg/gate"
 )
 
 // Report detail keys of a gate that switched the service between profiles: the candidates

@@ -16,7 +16,7 @@ import (
 	"strings"
 
 	"github.com/sglprov/sglprov/pkg/engine"
-	gate "github.com/sglprov/sglprov/pkg/smoke"
+	"github.com/sglprov/sglprov/pkg/gate"
 	"github.com/sglprov/sglprov/pkg/switchover"
 )
 

@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	"github.com/sglprov/sglprov/pkg/exitcode"
-	gate "github.com/sglprov/sglprov/pkg/smoke"
+	"github.com/sglprov/sglprov/pkg/gate"
 )
 
 // PerfSpec is a gate's speed requirements: floors (for the GPU and model the recipe is

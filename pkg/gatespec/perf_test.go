@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/exitcode"
-	gatepkg "github.com/sglprov/sglprov/pkg/smoke"
+	gatepkg "github.com/sglprov/sglprov/pkg/gate"
 )
 
 // TestPerformanceSpec: floors, a profile's floors, max_slowdown and the seed variable

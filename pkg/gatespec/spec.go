@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/exitcode"
-	gate "github.com/sglprov/sglprov/pkg/smoke"
+	"github.com/sglprov/sglprov/pkg/gate"
 )
 
 // Spec is the recipe body of a smoke step.

@@ -6,9 +6,9 @@ import (
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/exitcode"
+	"github.com/sglprov/sglprov/pkg/gate"
 	"github.com/sglprov/sglprov/pkg/gatespec"
 	"github.com/sglprov/sglprov/pkg/recipe"
-	gate "github.com/sglprov/sglprov/pkg/smoke"
 )
 
 // GateOptions choose a smoke gate: a server's URL and what to ask it, or a recipe's smoke

@@ -12,9 +12,9 @@ import (
 	"slices"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/gate"
 	"github.com/sglprov/sglprov/pkg/gatedswitch"
 	"github.com/sglprov/sglprov/pkg/generation"
-	gate "github.com/sglprov/sglprov/pkg/smoke"
 )
 
 // Errors that say an operation has nothing to act on (the daemon's rung is then not

@@ -14,10 +14,10 @@ import (
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/gate"
 	"github.com/sglprov/sglprov/pkg/generation"
 	"github.com/sglprov/sglprov/pkg/node"
 	"github.com/sglprov/sglprov/pkg/recipe"
-	gate "github.com/sglprov/sglprov/pkg/smoke"
 	"github.com/sglprov/sglprov/pkg/switchover"
 	"github.com/sglprov/sglprov/test/fakesglang"
 )

@@ -15,10 +15,10 @@ import (
 
 	"github.com/sglprov/sglprov/pkg/daemon"
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/gate"
 	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/logval"
 	"github.com/sglprov/sglprov/pkg/recipe"
-	gate "github.com/sglprov/sglprov/pkg/smoke"
 )
 
 // WatchSettings are how the daemon watches one recipe (Recipe.Watch): its loop's settings

@@ -14,7 +14,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/sglprov/sglprov/pkg/smoke"
+	"github.com/sglprov/sglprov/pkg/gate"
 	"time"
 )
 
@@ -544,7 +544,7 @@ func TestAnswerBytes(t *testing.T) {
 	if len(c) != 1<<20 || !strings.HasPrefix(c, "391 ") {
 		t.Fatalf("content of %d bytes starting %.20q", len(c), c)
 	}
-	if f := smoke.Detect(c); f != nil {
+	if f := gate.Detect(c); f != nil {
 		t.Errorf("the filler is degenerate to the gate: %s", f)
 	}
 	if Filler(100) != Filler(100) || len(Filler(77)) != 77 {

@@ -12,8 +12,8 @@ import (
 
 	"github.com/sglprov/sglprov/pkg/atomicfile"
 	"github.com/sglprov/sglprov/pkg/engine"
+	"github.com/sglprov/sglprov/pkg/gate"
 	"github.com/sglprov/sglprov/pkg/safefile"
-	gate "github.com/sglprov/sglprov/pkg/smoke"
 )
 
 // perfDir is where the gate keeps each generation's last passing figures, in the state

@@ -11,7 +11,7 @@ import (
 
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/exitcode"
-	gatepkg "github.com/sglprov/sglprov/pkg/smoke"
+	gatepkg "github.com/sglprov/sglprov/pkg/gate"
 	"github.com/sglprov/sglprov/test/fakesglang"
 )
 

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/exitcode"
+	"github.com/sglprov/sglprov/pkg/gate"
 	"github.com/sglprov/sglprov/pkg/recipe"
-	gate "github.com/sglprov/sglprov/pkg/smoke"
 	"github.com/sglprov/sglprov/test/fakesglang"
 )
 

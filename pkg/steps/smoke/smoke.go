@@ -16,9 +16,9 @@ import (
 	"github.com/sglprov/sglprov/pkg/console"
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/exitcode"
+	"github.com/sglprov/sglprov/pkg/gate"
 	"github.com/sglprov/sglprov/pkg/gatespec"
 	"github.com/sglprov/sglprov/pkg/logval"
-	gate "github.com/sglprov/sglprov/pkg/smoke"
 )
 
 // Spec is the recipe body of a smoke step: the gate's configuration as the recipe

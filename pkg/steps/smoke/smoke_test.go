@@ -17,8 +17,8 @@ import (
 
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/exitcode"
+	gatepkg "github.com/sglprov/sglprov/pkg/gate"
 	"github.com/sglprov/sglprov/pkg/recipe"
-	gatepkg "github.com/sglprov/sglprov/pkg/smoke"
 	"github.com/sglprov/sglprov/pkg/switchover"
 	"github.com/sglprov/sglprov/pkg/switchover/fakeunits"
 	"github.com/sglprov/sglprov/test/fakesglang"

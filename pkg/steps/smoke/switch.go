@@ -9,9 +9,9 @@ import (
 
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/exitcode"
+	"github.com/sglprov/sglprov/pkg/gate"
 	"github.com/sglprov/sglprov/pkg/gatedswitch"
 	"github.com/sglprov/sglprov/pkg/generation"
-	gate "github.com/sglprov/sglprov/pkg/smoke"
 	"github.com/sglprov/sglprov/pkg/switchover"
 )
 
