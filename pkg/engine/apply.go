@@ -258,7 +258,7 @@ func (e *Engine) runNode(ctx context.Context, n *node, sem chan struct{}, runDir
 	if !dec.Run {
 		res.Result = ResultSkipped
 		e.log.Info("skipped", "step", n.step.Name, "reason", dec.Reason)
-		e.publish(ctx, n, denv, CacheSlot{Cache: e.opts.Cache, Tag: dec.Fingerprint}, res)
+		e.publishOrDefer(ctx, n, denv, CacheSlot{Cache: e.opts.Cache, Tag: dec.Fingerprint}, res, false)
 		return
 	}
 	logf, logPath, err := openStepLog(runDir, n.step.Name)
@@ -302,7 +302,8 @@ func (e *Engine) runNode(ctx context.Context, n *node, sem chan struct{}, runDir
 		if a, ok := e.store.artifact(n.step.Name); ok && a.fromCache {
 			res.FromCache = a.digest
 		}
-		e.publish(ctx, n, env, slot, res)
+		e.publishOrDefer(ctx, n, env, slot, res, true)
+		e.gatePassed(n, env)
 	case ctx.Err() != nil:
 		res.Result, res.err = ResultInterrupted, fmt.Errorf("interrupted: %w", runErr)
 		env.Log.Warn("interrupted", "err", runErr)
