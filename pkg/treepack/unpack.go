@@ -2,6 +2,7 @@ package treepack
 
 import (
 	"archive/tar"
+	"bufio"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -17,6 +18,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/sglprov/sglprov/pkg/cache"
 )
@@ -79,6 +83,11 @@ type UnpackOptions struct {
 	AllowLink func(name, target string) bool
 	// Parallel is how many layers stream at once (default 4).
 	Parallel int
+	// Writers is how many files are written at once (default 8): a layer's reader hands
+	// each file of up to SmallFile bytes, read whole, to these writers, and writes a
+	// larger one itself as it streams, so that creating many small files (their open,
+	// write, times and close) overlaps the layers' reading and hashing.
+	Writers int
 	// StallTimeout fails a layer whose bytes stop for that long (default 60 s).
 	StallTimeout time.Duration
 	// Progress, when set, is called about every ProgressEvery (default 2 s) and at the end.
@@ -116,6 +125,9 @@ func Unpack(ctx context.Context, src Source, layers []cache.File, dest string, o
 	if opt.StallTimeout <= 0 {
 		opt.StallTimeout = 60 * time.Second
 	}
+	if opt.Writers <= 0 {
+		opt.Writers = 8
+	}
 	parent := filepath.Dir(dest)
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		return Stats{}, fmt.Errorf("unpacking into %s: %w", dest, err)
@@ -130,7 +142,7 @@ func Unpack(ctx context.Context, src Source, layers []cache.File, dest string, o
 			os.RemoveAll(stage) // made here, holding only what this unpack wrote
 		}
 	}()
-	u := &unpacker{root: stage, opt: opt, dirs: map[string]bool{".": true}, dirModes: map[string]os.FileMode{}}
+	u := &unpacker{root: stage, opt: opt, dirs: map[string]bool{".": true}, dirModes: map[string]os.FileMode{}, jobs: make(chan writeJob, 2*opt.Writers), bufs: newBufs(3*opt.Writers + opt.Parallel)}
 	start := time.Now()
 	report := func() {
 		if opt.Progress == nil {
@@ -171,6 +183,14 @@ func Unpack(ctx context.Context, src Source, layers []cache.File, dest string, o
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	var writers sync.WaitGroup
+	for range opt.Writers {
+		writers.Add(1)
+		go func() {
+			defer writers.Done()
+			u.writer(ctx, cancel)
+		}()
+	}
 	sem := make(chan struct{}, opt.Parallel)
 	var wg sync.WaitGroup
 	for _, l := range layers {
@@ -189,6 +209,8 @@ func Unpack(ctx context.Context, src Source, layers []cache.File, dest string, o
 		}()
 	}
 	wg.Wait()
+	close(u.jobs)
+	writers.Wait()
 	close(stopProgress)
 	pwg.Wait()
 	if err := context.Cause(ctx); err != nil {
@@ -203,11 +225,46 @@ func Unpack(ctx context.Context, src Source, layers []cache.File, dest string, o
 			return u.stats, err
 		}
 	}
+	// One sync of the file system before the rename, in place of one per file: after a
+	// crash, dest is the old tree or the whole new one, never one half written.
+	if err := syncTree(stage); err != nil {
+		return u.stats, fmt.Errorf("unpacking into %s: %w", dest, err)
+	}
 	if err := replace(stage, dest); err != nil {
 		return u.stats, fmt.Errorf("unpacking into %s: %w", dest, err)
 	}
 	ok = true
+	if err := syncDir(parent); err != nil {
+		return u.stats, fmt.Errorf("unpacking into %s: %w", dest, err)
+	}
 	return u.stats, nil
+}
+
+// syncTree makes what was written under dir durable: one syncfs of its file system
+// (every file and folder written there, in one call).
+func syncTree(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := unix.Syncfs(int(f.Fd())); err != nil {
+		return fmt.Errorf("syncing %s: %w", dir, err)
+	}
+	return nil
+}
+
+// syncDir fsyncs the folder dir (a rename in it).
+func syncDir(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("syncing %s: %w", dir, err)
+	}
+	return nil
 }
 
 // replace renames stage to dest; a dest that exists is moved aside first and removed
@@ -250,7 +307,122 @@ type unpacker struct {
 	dirs     map[string]bool // folders made here (slash paths), safe to write into
 	dirModes map[string]os.FileMode
 	stats    Stats
+
+	jobs chan writeJob // small files, read whole, for the writers
+	bufs *bufs
 }
+
+// SmallFile is the size up to which a file is read whole and written by one of the
+// writers (UnpackOptions.Writers); a larger one is written as it streams.
+const SmallFile = 1 << 20
+
+// bufs is an unpack's SmallFile buffers: made as they are first needed, at most max of
+// them, and reused (not left to the garbage collector, which would make new pages fault
+// in for every file).
+type bufs struct {
+	free chan *[]byte
+	made atomic.Int64
+	max  int64
+}
+
+func newBufs(max int) *bufs { return &bufs{free: make(chan *[]byte, max), max: int64(max)} }
+
+// get returns a free buffer, making one while fewer than max exist, else waiting for one.
+func (b *bufs) get(ctx context.Context) (*[]byte, error) {
+	select {
+	case p := <-b.free:
+		return p, nil
+	default:
+	}
+	if b.made.Add(1) <= b.max {
+		p := make([]byte, SmallFile)
+		return &p, nil
+	}
+	b.made.Add(-1)
+	select {
+	case p := <-b.free:
+		return p, nil
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	}
+}
+
+func (b *bufs) put(p *[]byte) { b.free <- p }
+
+// writeJob is one small file for a writer: its bytes in a pooled buffer.
+type writeJob struct {
+	name  string // slash path, for errors
+	path  string
+	mode  os.FileMode
+	mtime time.Time
+	buf   *[]byte
+	n     int
+}
+
+// writer writes the small files handed to it until the jobs are closed; the first error
+// cancels the unpack (the writers go on draining the jobs, writing nothing more).
+func (u *unpacker) writer(ctx context.Context, cancel context.CancelCauseFunc) {
+	for j := range u.jobs {
+		if ctx.Err() == nil {
+			if err := writeFile(j.path, (*j.buf)[:j.n], j.mode, j.mtime); err != nil {
+				cancel(fmt.Errorf("writing %s: %w", j.name, err))
+			}
+		}
+		u.bufs.put(j.buf)
+	}
+}
+
+// writeFile creates the file p (it must not exist), writes data, sets its mode and
+// modification time.
+func writeFile(p string, data []byte, mode os.FileMode, mtime time.Time) error {
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, mode|0o200)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrUnsafe, err) // an entry twice, or over a link
+	}
+	_, err = f.Write(data)
+	return finishFile(f, err, mode, mtime)
+}
+
+// finishFile sets a written file's mode (when it has no write bit) and its access and
+// modification times, through its descriptor, and closes it.
+func finishFile(f *os.File, err error, mode os.FileMode, mtime time.Time) error {
+	if err == nil && mode&0o200 == 0 {
+		err = f.Chmod(mode)
+	}
+	if err == nil {
+		err = futimens(f, mtime)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// futimens sets the open file's access and modification times to t (utimensat on the
+// descriptor, with no path to look up).
+func futimens(f *os.File, t time.Time) error {
+	ts := [2]unix.Timespec{unix.NsecToTimespec(t.UnixNano()), unix.NsecToTimespec(t.UnixNano())}
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		_, _, e := unix.Syscall6(unix.SYS_UTIMENSAT, fd, 0, uintptr(unsafe.Pointer(&ts[0])), 0, 0, 0)
+		if e != 0 {
+			serr = e
+		}
+	}); err != nil {
+		return err
+	}
+	if serr != nil {
+		return fmt.Errorf("setting the times of %s: %w", f.Name(), serr)
+	}
+	return nil
+}
+
+// onlyWriter hides a file's ReadFrom, so that io.CopyBuffer uses the buffer it is given.
+type onlyWriter struct{ io.Writer }
 
 // stallReader counts what it reads and fails once nothing came for the stall timeout.
 type stallReader struct {
@@ -300,7 +472,10 @@ func (u *unpacker) layer(ctx context.Context, src Source, l cache.File) error {
 	}()
 	var got int64
 	count := &countReader{r: sr, n: &got}
-	tr := tar.NewReader(count)
+	// Headers are read through a buffer: the hash, the stall watch and the network see
+	// large reads, not one of 512 bytes per entry.
+	br := bufio.NewReaderSize(count, 256<<10)
+	tr := tar.NewReader(br)
 	for {
 		hdr, err := tr.Next()
 		if err == io.EOF {
@@ -309,14 +484,14 @@ func (u *unpacker) layer(ctx context.Context, src Source, l cache.File) error {
 		if err != nil {
 			return u.readErr(lctx, l, err)
 		}
-		if err := u.entry(hdr, tr); err != nil {
+		if err := u.entry(lctx, hdr, tr); err != nil {
 			if errors.Is(err, ErrUnsafe) {
 				return fmt.Errorf("layer %s: %w", l.Name, err)
 			}
 			return u.readErr(lctx, l, err)
 		}
 	}
-	if _, err := io.Copy(io.Discard, count); err != nil {
+	if _, err := io.Copy(io.Discard, br); err != nil {
 		return u.readErr(lctx, l, err)
 	}
 	if got != l.Size {
@@ -348,7 +523,7 @@ func (c *countReader) Read(p []byte) (int, error) {
 }
 
 // entry writes one tar entry under root.
-func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
+func (u *unpacker) entry(ctx context.Context, hdr *tar.Header, r io.Reader) error {
 	name := hdr.Name
 	if hdr.Typeflag == tar.TypeDir {
 		name = path.Clean(name)
@@ -378,29 +553,44 @@ func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
 			return err
 		}
 		p := filepath.Join(u.root, filepath.FromSlash(name))
-		f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, mode|0o200)
-		if err != nil {
-			return fmt.Errorf("%w: writing %s: %w", ErrUnsafe, name, err)
-		}
-		n, err := io.Copy(f, io.LimitReader(r, hdr.Size))
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err == nil && n != hdr.Size {
-			err = io.ErrUnexpectedEOF
-		}
-		if err == nil && mode&0o200 == 0 {
-			err = os.Chmod(p, mode)
-		}
-		if err == nil {
-			err = os.Chtimes(p, hdr.ModTime, hdr.ModTime)
-		}
-		if err != nil {
-			return fmt.Errorf("writing %s: %w", name, err)
+		if hdr.Size <= SmallFile {
+			buf, err := u.bufs.get(ctx)
+			if err != nil {
+				return err
+			}
+			n, err := io.ReadFull(r, (*buf)[:hdr.Size])
+			if err != nil {
+				u.bufs.put(buf)
+				return fmt.Errorf("reading %s: %w", name, err)
+			}
+			select {
+			case u.jobs <- writeJob{name: name, path: p, mode: mode, mtime: hdr.ModTime, buf: buf, n: n}:
+			case <-ctx.Done():
+				u.bufs.put(buf)
+				return context.Cause(ctx)
+			}
+		} else {
+			f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, mode|0o200)
+			if err != nil {
+				return fmt.Errorf("%w: writing %s: %w", ErrUnsafe, name, err)
+			}
+			buf, err := u.bufs.get(ctx)
+			if err != nil {
+				f.Close()
+				return err
+			}
+			n, err := io.CopyBuffer(onlyWriter{f}, io.LimitReader(r, hdr.Size), *buf)
+			u.bufs.put(buf)
+			if err == nil && n != hdr.Size {
+				err = io.ErrUnexpectedEOF
+			}
+			if err = finishFile(f, err, mode, hdr.ModTime); err != nil {
+				return fmt.Errorf("writing %s: %w", name, err)
+			}
 		}
 		u.mu.Lock()
 		u.stats.Files++
-		u.stats.Bytes += n
+		u.stats.Bytes += hdr.Size
 		u.mu.Unlock()
 		return nil
 	case tar.TypeSymlink:
