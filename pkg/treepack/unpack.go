@@ -81,7 +81,8 @@ type UnpackOptions struct {
 	MaxFiles int
 	// AllowLink is as in PackOptions: the absolute link targets out of the tree allowed.
 	AllowLink func(name, target string) bool
-	// Parallel is how many layers stream at once (default 4).
+	// Parallel is how many layers stream at once (default 16: a tree of a few GB streams
+	// whole at once, with no last layer left to stream alone at the end).
 	Parallel int
 	// Writers is how many files are written at once (default 8): a layer's reader hands
 	// each file of up to SmallFile bytes, read whole, to these writers, and writes a
@@ -120,7 +121,7 @@ func Unpack(ctx context.Context, src Source, layers []cache.File, dest string, o
 		opt.MaxFiles = maxEntries
 	}
 	if opt.Parallel <= 0 {
-		opt.Parallel = 4
+		opt.Parallel = 16
 	}
 	if opt.StallTimeout <= 0 {
 		opt.StallTimeout = 60 * time.Second
