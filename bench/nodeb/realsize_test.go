@@ -194,6 +194,7 @@ func BenchmarkNodeBRealSizes(b *testing.B) {
 		}
 		tB += time.Since(start)
 		b.Logf("node A: %s; node B: apply %.2f s (%s), kernel caches %.2f s", stepTimes(a), applied.Seconds(), stepTimes(nb), (time.Since(start) - applied).Seconds())
+		b.Logf("node B's environment: %s", lastLine(b, nb.step(b, "python").Log, "pulling and unpacking the Python environment"))
 		if h, c := hub.Connections(); h != hubBefore || c != cdnBefore {
 			b.Fatalf("node B asked the hub")
 		}
@@ -419,4 +420,20 @@ func stepTimes(r run) string {
 		parts = append(parts, fmt.Sprintf("%s %.2f s", st.Name, st.Duration.Seconds()))
 	}
 	return fmt.Sprintf("%s, apply %.2f s", strings.Join(parts, ", "), r.Duration.Seconds())
+}
+
+// lastLine is the last line of the log at p that holds want (its last progress report:
+// the bytes, and the rate over the whole pull and unpack, before the sync and the check).
+func lastLine(b *testing.B, p, want string) string {
+	data, err := os.ReadFile(p)
+	if err != nil {
+		return err.Error()
+	}
+	last := ""
+	for _, l := range strings.Split(string(data), "\n") {
+		if strings.Contains(l, want) {
+			last = l
+		}
+	}
+	return last
 }
