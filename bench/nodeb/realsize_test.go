@@ -26,7 +26,8 @@ import (
 	"github.com/sglprov/sglprov/test/pyindex"
 )
 
-// realRecipe: python3, the venv, the venv, the index, the models, the hub, the commit.
+// realRecipe: python3, the venv, the sources, the venv, the index, the models, the hub,
+// the commit.
 const realRecipe = `apiVersion: sglprov/v1
 name: bench-real
 vars:
@@ -39,6 +40,13 @@ steps:
   - name: venv
     command:
       argv: [%q, -m, venv, %q]
+  - name: kernel
+    build:
+      dir: %q
+      argv: [sh, -c, 'make -j"$MAX_JOBS"']
+      env: {TORCH_CUDA_ARCH_LIST: "none"}
+      outputs: ["out/prog"]
+      exclude: ["obj"]
   - name: python
     needs: [venv]
     command:
@@ -63,20 +71,33 @@ steps:
 //     (stored, not deflated), from a local package index (test/pyindex);
 //   - weights: 4 shards of SGLPROV_BENCH_REAL_SHARD_MB (768) MiB from the fake hub;
 //   - a kernel cache of SGLPROV_BENCH_KERNEL_MB (200) MiB laid out as Triton's (a folder
-//     per kernel: a cubin and its metadata), pushed as the gate's kernel artifact.
+//     per kernel: a cubin and its metadata), pushed as the gate's kernel artifact;
+//   - the kernel build: make -j of the C project of BenchmarkNodeBApplyVsNodeA
+//     (SGLPROV_BENCH_BUILD_UNITS, 2), standing in for sgl-kernel's build.
 //
-// Rows: node A (venv, pip against the index, weights from the hub; its kernels, which a
-// GPU compiles at first start, are not counted); node B with the environment artifact and
+// Rows: node A (venv, the kernel build, pip against the index, weights from the hub; the
+// kernels its server compiles at first start on a GPU are not counted: the device run of
+// bench/kernels/triton_kernels.py measures those); node B with the environment artifact and
 // the kernel caches (its apply, then the kernel caches' pull, which on a real node comes
 // before the server's first start); node B with the lock install (the environment
 // artifact and the venv record taken out of the registry: venv, then pip installing the
 // registry's wheels); and the limit: the same bytes as node B's pulls (the environment's
-// layers, the weights, the kernel caches) pulled from the registry alone, all at once,
+// layers, the weights, the kernel caches, the build's outputs) pulled from the registry
+// alone, all at once,
 // into files. Reported: each row's seconds, A/B and B/limit.
 func BenchmarkNodeBRealSizes(b *testing.B) {
 	py := pyindex.NeedPip(b)
+	for _, tool := range []string{"make", "cc"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			b.Skipf("%s is not installed", tool)
+		}
+	}
 	reg := ociregistry.StartT(b)
 	work := b.TempDir()
+	// The kernel build's sources (as BenchmarkNodeBApplyVsNodeA's: node A compiles them,
+	// standing in for sgl-kernel's build), copied into each node's folder.
+	src := filepath.Join(work, "src")
+	writeProject(b, src, envInt("SGLPROV_BENCH_BUILD_UNITS", 2))
 	ctx := context.Background()
 	envMB, envFiles, nWheels := envInt("SGLPROV_BENCH_ENV_MB", 2048), envInt("SGLPROV_BENCH_ENV_FILES", 20000), envInt("SGLPROV_BENCH_ENV_WHEELS", 40)
 
@@ -106,7 +127,7 @@ func BenchmarkNodeBRealSizes(b *testing.B) {
 	nodeDir := filepath.Join(work, "node")
 	venv := filepath.Join(nodeDir, "venv")
 	recipe := filepath.Join(work, "r.yaml")
-	text := fmt.Sprintf(realRecipe, py, venv, venv, ix.URL(), filepath.Join(nodeDir, "models", "bench"), hub.URL(), fakehub.DefaultCommit)
+	text := fmt.Sprintf(realRecipe, py, venv, filepath.Join(nodeDir, "src"), venv, ix.URL(), filepath.Join(nodeDir, "models", "bench"), hub.URL(), fakehub.DefaultCommit)
 	if err := os.WriteFile(recipe, []byte(text), 0o644); err != nil {
 		b.Fatal(err)
 	}
@@ -118,6 +139,9 @@ func BenchmarkNodeBRealSizes(b *testing.B) {
 		}
 		if err := os.MkdirAll(nodeDir, 0o755); err != nil {
 			b.Fatal(err)
+		}
+		if out, err := exec.Command("cp", "-r", src, filepath.Join(nodeDir, "src")).CombinedOutput(); err != nil {
+			b.Fatalf("copying the sources: %v: %s", err, out)
 		}
 		state := filepath.Join(work, "state", name)
 		if err := os.RemoveAll(state); err != nil {
@@ -137,7 +161,7 @@ func BenchmarkNodeBRealSizes(b *testing.B) {
 	key := kcache.Key{Generation: "bench", Arch: "12.0a", Driver: "580.95.05", CUDA: "13.0"}
 
 	seed := apply(b, recipe, node("seed"), append(cacheFlags, "--set", "push=true")...)
-	for _, s := range []string{"venv", "python", "weights"} {
+	for _, s := range []string{"venv", "kernel", "python", "weights"} {
 		if st := seed.step(b, s); st.Pushed == "" {
 			b.Fatalf("the seeding node did not push %s: %s %s", s, st.Result, st.Reason)
 		}
@@ -162,16 +186,19 @@ func BenchmarkNodeBRealSizes(b *testing.B) {
 		hubBefore, cdnBefore := hub.Connections()
 		start := time.Now()
 		nb := apply(b, recipe, stB, cacheFlags...)
+		applied := time.Since(start)
 		puller, _ := cache.New(cache.Config{Repository: repo}, cache.Options{})
 		ka, _, err := kcache.Restore(ctx, puller, key, filepath.Join(nodeDir, "kernel-cache"), nil)
 		if err != nil || ka == nil {
 			b.Fatalf("node B's kernel caches: %v %v", ka, err)
 		}
 		tB += time.Since(start)
+		b.Logf("node A: %s; node B: apply %.2f s (%s), kernel caches %.2f s", stepTimes(a), applied.Seconds(), stepTimes(nb), (time.Since(start) - applied).Seconds())
+		b.Logf("node B's environment: %s", lastLine(b, nb.step(b, "python").Log, "pulling and unpacking the Python environment"))
 		if h, c := hub.Connections(); h != hubBefore || c != cdnBefore {
 			b.Fatalf("node B asked the hub")
 		}
-		for _, s := range []string{"python", "weights"} {
+		for _, s := range []string{"kernel", "python", "weights"} {
 			if st := nb.step(b, s); st.FromCache == "" {
 				b.Fatalf("node B's %s did not come from the cache: %s %s", s, st.Result, st.Reason)
 			}
@@ -313,8 +340,8 @@ func tagsOf(b *testing.B, base string) []string {
 	return t.Tags
 }
 
-// pullAll pulls the environment's, the weights' and the kernel caches' artifacts from the
-// repository at once, each into a folder of dir (removed after), and returns the time.
+// pullAll pulls the environment's, the weights', the kernel caches' and the build's
+// artifacts from the repository at once, each into a folder of dir (removed after), and returns the time.
 func pullAll(b *testing.B, c cache.Cache, repo, dir string) time.Duration {
 	base := "http://" + strings.Replace(repo, "/", "/v2/", 1)
 	var arts []*cache.Artifact
@@ -324,12 +351,12 @@ func pullAll(b *testing.B, c cache.Cache, repo, dir string) time.Duration {
 			b.Fatal(tag, err)
 		}
 		switch a.Kind {
-		case "application/vnd.sglprov.pyenv.v1", cache.KindDownload, kcache.Kind:
+		case "application/vnd.sglprov.pyenv.v1", cache.KindDownload, kcache.Kind, cache.KindBuild:
 			arts = append(arts, a)
 		}
 	}
-	if len(arts) != 3 {
-		b.Fatalf("%d artifacts to pull, want 3", len(arts))
+	if len(arts) != 4 {
+		b.Fatalf("%d artifacts to pull, want 4", len(arts))
 	}
 	os.RemoveAll(dir)
 	defer os.RemoveAll(dir)
@@ -384,4 +411,29 @@ func deleteKinds(b *testing.B, base string, kinds ...string) {
 		}
 		r.Body.Close()
 	}
+}
+
+// stepTimes lists a run's steps with their seconds, for the log.
+func stepTimes(r run) string {
+	var parts []string
+	for _, st := range r.Steps {
+		parts = append(parts, fmt.Sprintf("%s %.2f s", st.Name, st.Duration.Seconds()))
+	}
+	return fmt.Sprintf("%s, apply %.2f s", strings.Join(parts, ", "), r.Duration.Seconds())
+}
+
+// lastLine is the last line of the log at p that holds want (its last progress report:
+// the bytes, and the rate over the whole pull and unpack, before the sync and the check).
+func lastLine(b *testing.B, p, want string) string {
+	data, err := os.ReadFile(p)
+	if err != nil {
+		return err.Error()
+	}
+	last := ""
+	for _, l := range strings.Split(string(data), "\n") {
+		if strings.Contains(l, want) {
+			last = l
+		}
+	}
+	return last
 }

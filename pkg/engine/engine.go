@@ -109,6 +109,8 @@ type Engine struct {
 	pending *gpuclaim.Pending   // this run's pending GPU claim, locked while the run goes on
 	mu      sync.Mutex          // guards state writes
 	ranAny  bool                // a step ran (and its record changed) in this run
+
+	afterGate afterGate // pushes held until a gate passed (AfterGatePublisher)
 }
 
 // vertex is one step of the recipe in the run's DAG: the steps it needs, and its outcome

@@ -12,11 +12,14 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/cache"
@@ -199,4 +202,74 @@ func Describe(counts map[string]int) string {
 		parts[i] = fmt.Sprintf("%s %d files", n, counts[n])
 	}
 	return strings.Join(parts, ", ")
+}
+
+// Prepare makes the folder of each cache in subs (values of Vars) under dir (Dir of a
+// generation), for a server that runs as uid:gid. With uid > 0 (a service user) a folder
+// made here is 0750 and the user's, and a folder that is not the user's yet (made by an
+// earlier run as root, or just unpacked from a pulled cache) is handed over with all it
+// holds, deepest entries first, so that no folder is the user's while entries under it
+// are still being handed over; a folder that is the user's already is left as it is (what
+// the server wrote there). With uid < 0 or 0 (the server runs as root) the folders are
+// made 0755 and nothing changes hands. dir itself stays root's (0755).
+func Prepare(dir string, subs []string, uid, gid int) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("making the kernel cache folder: %w", err)
+	}
+	user := uid > 0
+	for _, sub := range subs {
+		p := filepath.Join(dir, sub)
+		mode := os.FileMode(0o755)
+		if user {
+			mode = 0o750
+		}
+		err := os.Mkdir(p, mode)
+		switch {
+		case err == nil:
+			if err := os.Chmod(p, mode); err != nil { // past the umask
+				return fmt.Errorf("making the kernel cache folder %s: %w", p, err)
+			}
+		case !errors.Is(err, fs.ErrExist):
+			return fmt.Errorf("making the kernel cache folder %s: %w", p, err)
+		}
+		fi, err := os.Lstat(p)
+		if err != nil {
+			return fmt.Errorf("making the kernel cache folder %s: %w", p, err)
+		}
+		if !fi.IsDir() {
+			return fmt.Errorf("the kernel cache folder %s is not a folder", p)
+		}
+		if !user {
+			continue
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) == uid {
+			continue
+		}
+		if err := handOver(p, uid, gid); err != nil {
+			return fmt.Errorf("handing the kernel cache folder %s to uid %d: %w", p, uid, err)
+		}
+	}
+	return nil
+}
+
+// handOver changes the owner of the tree at root (never following a link), its deepest
+// entries first and root last.
+func handOver(root string, uid, gid int) error {
+	var paths []string
+	err := filepath.WalkDir(root, func(p string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		paths = append(paths, p)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for i := len(paths) - 1; i >= 0; i-- {
+		if err := os.Lchown(paths[i], uid, gid); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/sglprov/sglprov/pkg/cache"
@@ -85,5 +86,71 @@ func TestKernelCachesThroughRegistry(t *testing.T) {
 	env := kcache.Env(kcache.Dir("/gen/abc"))
 	if env["TRITON_CACHE_DIR"] != "/gen/abc/kernel-cache/triton" || env["FLASHINFER_WORKSPACE_BASE"] != "/gen/abc/kernel-cache/flashinfer" || len(env) != 4 {
 		t.Errorf("env %v", env)
+	}
+}
+
+// owner returns the uid that owns p (not following a link).
+func owner(t *testing.T, p string) (int, os.FileMode) {
+	t.Helper()
+	fi, err := os.Lstat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int(fi.Sys().(*syscall.Stat_t).Uid), fi.Mode()
+}
+
+// TestPrepareHandsTheFoldersToTheServiceUser (root): for a service user, each cache
+// folder is made 0750 and the user's; a cache just pulled (root's files, folders and a
+// link) is handed over whole; the kernel-cache folder stays root's; a folder that is the
+// user's already is not walked again (a root file put there stays root's); for a server
+// run as root nothing changes hands.
+func TestPrepareHandsTheFoldersToTheServiceUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("skipping: handing folders to another uid needs root")
+	}
+	const uid, gid = 4242, 4343
+	dir := filepath.Join(t.TempDir(), "kernel-cache")
+	// What a pulled cache leaves: root's tree under triton/.
+	pulled := filepath.Join(dir, "triton", "0123abcd")
+	os.MkdirAll(pulled, 0o755)
+	os.WriteFile(filepath.Join(pulled, "kernel.cubin"), []byte("cubin"), 0o644)
+	os.Symlink("kernel.cubin", filepath.Join(pulled, "latest"))
+	if err := kcache.Prepare(dir, []string{"deepgemm", "flashinfer", "inductor", "triton"}, uid, gid); err != nil {
+		t.Fatal(err)
+	}
+	if u, mode := owner(t, dir); u != 0 || mode.Perm() != 0o755 {
+		t.Errorf("%s: uid %d, mode %v; want root's, 0755", dir, u, mode)
+	}
+	for _, sub := range []string{"deepgemm", "flashinfer", "inductor"} {
+		if u, mode := owner(t, filepath.Join(dir, sub)); u != uid || mode.Perm() != 0o750 || !mode.IsDir() {
+			t.Errorf("%s: uid %d, mode %v; want %d, a folder of 0750", sub, u, mode, uid)
+		}
+	}
+	for _, p := range []string{"triton", "triton/0123abcd", "triton/0123abcd/kernel.cubin", "triton/0123abcd/latest"} {
+		if u, _ := owner(t, filepath.Join(dir, p)); u != uid {
+			t.Errorf("%s: uid %d, want %d", p, u, uid)
+		}
+	}
+	// The user's folder already: what is in it is the server's, not walked again.
+	rootFile := filepath.Join(dir, "inductor", "root-owned")
+	os.WriteFile(rootFile, nil, 0o644)
+	if err := kcache.Prepare(dir, []string{"inductor"}, uid, gid); err != nil {
+		t.Fatal(err)
+	}
+	if u, _ := owner(t, rootFile); u != 0 {
+		t.Errorf("a file in the user's folder changed hands: uid %d", u)
+	}
+	// A server run as root: folders made, root's.
+	rootDir := filepath.Join(t.TempDir(), "kernel-cache")
+	if err := kcache.Prepare(rootDir, []string{"triton"}, -1, -1); err != nil {
+		t.Fatal(err)
+	}
+	if u, mode := owner(t, filepath.Join(rootDir, "triton")); u != 0 || mode.Perm() != 0o755 {
+		t.Errorf("root's server: uid %d, mode %v", u, mode)
+	}
+	// A cache folder that is a file is refused.
+	os.WriteFile(filepath.Join(rootDir, "deepgemm"), nil, 0o644)
+	if err := kcache.Prepare(rootDir, []string{"deepgemm"}, uid, gid); err == nil {
+		t.Error("a file in place of a cache folder was taken")
 	}
 }

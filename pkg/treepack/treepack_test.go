@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -213,6 +214,11 @@ func TestUnpackHostile(t *testing.T) {
 		{name: "too big", entries: []entry{{name: "f", typ: tar.TypeReg, body: strings.Repeat("x", 100)}}, opt: treepack.UnpackOptions{MaxBytes: 10}, want: "exceed 10 bytes"},
 		{name: "too many", entries: []entry{{name: "a", typ: tar.TypeReg}, {name: "b", typ: tar.TypeReg}}, opt: treepack.UnpackOptions{MaxFiles: 1}, want: "more than 1 entries"},
 		{name: "digest", entries: []entry{{name: "f", typ: tar.TypeReg, body: "hello"}}, corrupt: true, want: "its sha256 is"},
+		// A small file is written by one of the writers, after the entries that follow it
+		// were read: an entry of the same name, whatever its kind, is still refused.
+		{name: "a file twice", entries: []entry{{name: "f", typ: tar.TypeReg, body: "a"}, {name: "f", typ: tar.TypeReg, body: "b"}}, want: "exists"},
+		{name: "a file then a link", entries: []entry{{name: "f", typ: tar.TypeReg, body: "a"}, {name: "f", typ: tar.TypeSymlink, link: "g"}}, want: "exists"},
+		{name: "a file then a folder", entries: []entry{{name: "f", typ: tar.TypeReg, body: "a"}, {name: "f/g", typ: tar.TypeReg, body: "b"}}, want: "exists"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -270,4 +276,48 @@ func (s stallSource) Open(ctx context.Context, l cache.File) (io.ReadCloser, err
 	pr, pw := io.Pipe()
 	go func() { pw.Write(data[:1000]) }()
 	return pr, nil
+}
+
+// TestUnpackWriters: a tree of many small files and files larger than SmallFile (written
+// as they stream) is the same tree with one writer and with many, its mtimes and modes
+// included.
+func TestUnpackWriters(t *testing.T) {
+	ctx := context.Background()
+	src := filepath.Join(t.TempDir(), "tree")
+	writeTree(t, src)
+	big := filepath.Join(src, "lib", "big")
+	if err := os.MkdirAll(big, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		data := bytes.Repeat([]byte{byte(i + 1)}, treepack.SmallFile+i*777)
+		if err := os.WriteFile(filepath.Join(big, fmt.Sprintf("blob%d.so", i)), data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 300 {
+		if err := os.WriteFile(filepath.Join(big, fmt.Sprintf("m%03d.py", i)), []byte(strings.Repeat("x", i)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := t.TempDir()
+	layers, st, err := treepack.Pack(ctx, src, dir, treepack.PackOptions{LayerSize: 1 << 20, AllowLink: allowPython})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := describe(t, src)
+	for _, w := range []int{1, 16} {
+		dest := filepath.Join(t.TempDir(), "tree")
+		got, err := treepack.Unpack(ctx, treepack.Dir(dir), layers, dest, treepack.UnpackOptions{AllowLink: allowPython, Writers: w})
+		if err != nil {
+			t.Fatalf("%d writers: %v", w, err)
+		}
+		t.Cleanup(func() { os.Chmod(filepath.Join(dest, "ro"), 0o755) })
+		if got != st {
+			t.Errorf("%d writers: unpacked %+v, packed %+v", w, got, st)
+		}
+		if d := describe(t, dest); d != want {
+			t.Errorf("%d writers: trees differ:\n%s\n---\n%s", w, want, d)
+		}
+	}
 }

@@ -2,6 +2,7 @@ package treepack
 
 import (
 	"archive/tar"
+	"bufio"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -17,6 +18,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/sglprov/sglprov/pkg/cache"
 )
@@ -62,8 +65,14 @@ type UnpackOptions struct {
 	MaxFiles int
 	// AllowLink is as in PackOptions: the absolute link targets out of the tree allowed.
 	AllowLink func(name, target string) bool
-	// Parallel is how many layers stream at once (default 4).
+	// Parallel is how many layers stream at once (default 16: a tree of a few GB streams
+	// whole at once, with no last layer left to stream alone at the end).
 	Parallel int
+	// Writers is how many files are written at once (default 8): a layer's reader hands
+	// each file of up to SmallFile bytes, read whole, to these writers, and writes a
+	// larger one itself as it streams, so that creating many small files (their open,
+	// write, times and close) overlaps the layers' reading and hashing.
+	Writers int
 	// StallTimeout fails a layer whose bytes stop for that long (default 60 s).
 	StallTimeout time.Duration
 	// Progress, when set, is called about every ProgressEvery (default 2 s) and at the end.
@@ -80,11 +89,11 @@ type UnpackOptions struct {
 // new tree is in place. On any failure the folder beside is removed and dest is as it
 // was. It returns the tree's stats.
 func Unpack(ctx context.Context, src Source, layers []cache.File, dest string, opt UnpackOptions) (Stats, error) {
-	total, err := checkLayers(layers)
+	total, err := layersSize(layers, dest)
 	if err != nil {
-		return Stats{}, fmt.Errorf("unpacking into %s: %w", dest, err)
+		return Stats{}, err
 	}
-	opt = opt.withDefaults(total)
+	opt = opt.bounded(total)
 	parent := filepath.Dir(dest)
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		return Stats{}, fmt.Errorf("unpacking into %s: %w", dest, err)
@@ -99,14 +108,14 @@ func Unpack(ctx context.Context, src Source, layers []cache.File, dest string, o
 			os.RemoveAll(stage) // made here, holding only what this unpack wrote
 		}
 	}()
-	u := &unpacker{root: stage, opt: opt, dirs: map[string]bool{".": true}, dirModes: map[string]os.FileMode{}}
+	u := newUnpacker(stage, opt)
 	prog := startProgress(opt, total, &u.read)
-	err = u.layers(ctx, src, layers)
+	err = u.stream(ctx, src, layers)
 	prog.stop()
-	if err != nil {
-		return u.stats, fmt.Errorf("unpacking into %s: %w", dest, err)
+	if err == nil {
+		err = u.finishDirs()
 	}
-	if err := u.finishDirs(); err != nil {
+	if err != nil {
 		return u.stats, fmt.Errorf("unpacking into %s: %w", dest, err)
 	}
 	prog.report()
@@ -115,30 +124,29 @@ func Unpack(ctx context.Context, src Source, layers []cache.File, dest string, o
 			return u.stats, err
 		}
 	}
-	if err := replace(stage, dest); err != nil {
+	if err := place(stage, dest, parent); err != nil {
 		return u.stats, fmt.Errorf("unpacking into %s: %w", dest, err)
 	}
 	ok = true
 	return u.stats, nil
 }
 
-// checkLayers refuses a layer without a size or a sha256, and returns their bytes
-// together.
-func checkLayers(layers []cache.File) (int64, error) {
+// layersSize is the layers' bytes in all; a layer without a size or a sha256 is unsafe.
+func layersSize(layers []cache.File, dest string) (int64, error) {
 	var total int64
 	for _, l := range layers {
 		if l.Size < 0 || len(l.SHA256) != 64 {
-			return 0, fmt.Errorf("the layer %s has no size or sha256: %w", l.Name, ErrUnsafe)
+			return 0, fmt.Errorf("unpacking into %s: the layer %s has no size or sha256: %w", dest, l.Name, ErrUnsafe)
 		}
 		total += l.Size
 	}
 	return total, nil
 }
 
-// withDefaults fills the options left zero, and bounds the tree by layers of total
-// bytes: a tar holds no more file bytes than its own, and no more entries than its
-// 512-byte headers, so a record that claims more is bounded by the layers.
-func (opt UnpackOptions) withDefaults(total int64) UnpackOptions {
+// bounded fills in opt's defaults and bounds for layers of total bytes: a tar holds no
+// more file bytes than its own, and no more entries than its 512-byte headers, so a
+// record that claims more is bounded by the layers.
+func (opt UnpackOptions) bounded(total int64) UnpackOptions {
 	if opt.MaxBytes <= 0 || opt.MaxBytes > total {
 		opt.MaxBytes = total
 	}
@@ -146,18 +154,30 @@ func (opt UnpackOptions) withDefaults(total int64) UnpackOptions {
 		opt.MaxFiles = maxEntries
 	}
 	if opt.Parallel <= 0 {
-		opt.Parallel = 4
+		opt.Parallel = 16
 	}
 	if opt.StallTimeout <= 0 {
 		opt.StallTimeout = 60 * time.Second
 	}
+	if opt.Writers <= 0 {
+		opt.Writers = 8
+	}
 	return opt
 }
 
-// layers unpacks every layer, opt.Parallel at once; the first error stops the others.
-func (u *unpacker) layers(ctx context.Context, src Source, layers []cache.File) error {
+// stream reads every layer, opt.Parallel at once, into the unpacker's tree, the small
+// files through its writers; the first failure stops the rest and is returned.
+func (u *unpacker) stream(ctx context.Context, src Source, layers []cache.File) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	var writers sync.WaitGroup
+	for range u.opt.Writers {
+		writers.Add(1)
+		go func() {
+			defer writers.Done()
+			u.writer(ctx, cancel)
+		}()
+	}
 	sem := make(chan struct{}, u.opt.Parallel)
 	var wg sync.WaitGroup
 	for _, l := range layers {
@@ -176,7 +196,49 @@ func (u *unpacker) layers(ctx context.Context, src Source, layers []cache.File) 
 		}()
 	}
 	wg.Wait()
+	close(u.jobs)
+	writers.Wait()
 	return context.Cause(ctx)
+}
+
+// place makes the unpacked stage durable and renames it to dest: one sync of the file
+// system before the rename, in place of one per file, so that after a crash dest is the
+// old tree or the whole new one, never one half written; then the parent's entry.
+func place(stage, dest, parent string) error {
+	if err := syncTree(stage); err != nil {
+		return err
+	}
+	if err := replace(stage, dest); err != nil {
+		return err
+	}
+	return syncDir(parent)
+}
+
+// syncTree makes what was written under dir durable: one syncfs of its file system
+// (every file and folder written there, in one call).
+func syncTree(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := unix.Syncfs(int(f.Fd())); err != nil {
+		return fmt.Errorf("syncing %s: %w", dir, err)
+	}
+	return nil
+}
+
+// syncDir fsyncs the folder dir (a rename in it).
+func syncDir(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("syncing %s: %w", dir, err)
+	}
+	return nil
 }
 
 // replace renames stage to dest; a dest that exists is moved aside first and removed
@@ -201,25 +263,10 @@ func replace(stage, dest string) error {
 	return nil
 }
 
-// randHex returns 12 random hex digits, for a name beside dest.
 func randHex() string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
-}
-
-// unpacker writes the entries of every layer into root.
-type unpacker struct {
-	root  string
-	opt   UnpackOptions
-	read  atomic.Int64 // layer bytes read
-	bytes atomic.Int64 // file bytes written
-	files atomic.Int64
-
-	mu       sync.Mutex
-	dirs     map[string]bool // folders made here (slash paths), safe to write into
-	dirModes map[string]os.FileMode
-	stats    Stats
 }
 
 // stallReader counts what it reads and fails once nothing came for the stall timeout.
@@ -229,7 +276,6 @@ type stallReader struct {
 	last atomic.Int64 // unix nanos of the last read that brought bytes
 }
 
-// Read reads from r, counting the bytes and when they came.
 func (s *stallReader) Read(p []byte) (int, error) {
 	n, err := s.r.Read(p)
 	if n > 0 {
@@ -239,8 +285,6 @@ func (s *stallReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// layer streams layer l from src into the tree, checking its size and sha256, and fails
-// it when its bytes stop for the stall timeout.
 func (u *unpacker) layer(ctx context.Context, src Source, l cache.File) error {
 	lctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -273,7 +317,10 @@ func (u *unpacker) layer(ctx context.Context, src Source, l cache.File) error {
 	}()
 	var got int64
 	count := &countReader{r: sr, n: &got}
-	tr := tar.NewReader(count)
+	// Headers are read through a buffer: the hash, the stall watch and the network see
+	// large reads, not one of 512 bytes per entry.
+	br := bufio.NewReaderSize(count, 256<<10)
+	tr := tar.NewReader(br)
 	for {
 		hdr, err := tr.Next()
 		if err == io.EOF {
@@ -282,14 +329,14 @@ func (u *unpacker) layer(ctx context.Context, src Source, l cache.File) error {
 		if err != nil {
 			return u.readErr(lctx, l, err)
 		}
-		if err := u.entry(hdr, tr); err != nil {
+		if err := u.entry(lctx, hdr, tr); err != nil {
 			if errors.Is(err, ErrUnsafe) {
 				return fmt.Errorf("layer %s: %w", l.Name, err)
 			}
 			return u.readErr(lctx, l, err)
 		}
 	}
-	if _, err := io.Copy(io.Discard, count); err != nil {
+	if _, err := io.Copy(io.Discard, br); err != nil {
 		return u.readErr(lctx, l, err)
 	}
 	if got != l.Size {
@@ -309,13 +356,11 @@ func (u *unpacker) readErr(ctx context.Context, l cache.File, err error) error {
 	return fmt.Errorf("layer %s: %w", l.Name, err)
 }
 
-// countReader counts the bytes read through it into n.
 type countReader struct {
 	r io.Reader
 	n *int64
 }
 
-// Read reads from r, counting the bytes.
 func (c *countReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	*c.n += int64(n)
@@ -323,7 +368,7 @@ func (c *countReader) Read(p []byte) (int, error) {
 }
 
 // entry writes one tar entry under root.
-func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
+func (u *unpacker) entry(ctx context.Context, hdr *tar.Header, r io.Reader) error {
 	name := hdr.Name
 	if hdr.Typeflag == tar.TypeDir {
 		name = path.Clean(name)
@@ -337,64 +382,111 @@ func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
 	mode := os.FileMode(hdr.Mode).Perm() &^ 0o022
 	switch hdr.Typeflag {
 	case tar.TypeDir:
-		if err := u.mkdirs(name); err != nil {
-			return err
-		}
-		u.mu.Lock()
-		u.dirModes[name] = mode
-		u.stats.Dirs++
-		u.mu.Unlock()
-		return nil
+		return u.dirEntry(name, mode)
 	case tar.TypeReg:
-		if hdr.Size < 0 || u.bytes.Add(hdr.Size) > u.opt.MaxBytes {
-			return fmt.Errorf("%w: the files exceed %d bytes (%s)", ErrUnsafe, u.opt.MaxBytes, name)
-		}
-		if err := u.mkdirs(path.Dir(name)); err != nil {
-			return err
-		}
-		p := filepath.Join(u.root, filepath.FromSlash(name))
-		f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, mode|0o200)
-		if err != nil {
-			return fmt.Errorf("%w: writing %s: %w", ErrUnsafe, name, err)
-		}
-		n, err := io.Copy(f, io.LimitReader(r, hdr.Size))
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err == nil && n != hdr.Size {
-			err = io.ErrUnexpectedEOF
-		}
-		if err == nil && mode&0o200 == 0 {
-			err = os.Chmod(p, mode)
-		}
-		if err == nil {
-			err = os.Chtimes(p, hdr.ModTime, hdr.ModTime)
-		}
-		if err != nil {
-			return fmt.Errorf("writing %s: %w", name, err)
-		}
-		u.mu.Lock()
-		u.stats.Files++
-		u.stats.Bytes += n
-		u.mu.Unlock()
-		return nil
+		return u.fileEntry(ctx, hdr, name, mode, r)
 	case tar.TypeSymlink:
-		if err := checkLink(name, hdr.Linkname, u.opt.AllowLink); err != nil {
-			return fmt.Errorf("%w: %w", ErrUnsafe, err)
-		}
-		if err := u.mkdirs(path.Dir(name)); err != nil {
-			return err
-		}
-		if err := os.Symlink(hdr.Linkname, filepath.Join(u.root, filepath.FromSlash(name))); err != nil {
-			return fmt.Errorf("%w: linking %s: %w", ErrUnsafe, name, err)
-		}
-		u.mu.Lock()
-		u.stats.Links++
-		u.mu.Unlock()
-		return nil
+		return u.linkEntry(name, hdr.Linkname)
 	default:
 		return fmt.Errorf("%w: %s is of tar type %q, which an artifact does not carry", ErrUnsafe, name, hdr.Typeflag)
 	}
+}
+
+// dirEntry makes the folder name; its mode is set once every file in it is written.
+func (u *unpacker) dirEntry(name string, mode os.FileMode) error {
+	if err := u.mkdirs(name); err != nil {
+		return err
+	}
+	u.mu.Lock()
+	u.dirModes[name] = mode
+	u.stats.Dirs++
+	u.mu.Unlock()
+	return nil
+}
+
+// fileEntry writes the regular file name from r: one of up to SmallFile bytes is read
+// whole and handed to the writers, a larger one written as it streams.
+func (u *unpacker) fileEntry(ctx context.Context, hdr *tar.Header, name string, mode os.FileMode, r io.Reader) error {
+	if hdr.Size < 0 || u.bytes.Add(hdr.Size) > u.opt.MaxBytes {
+		return fmt.Errorf("%w: the files exceed %d bytes (%s)", ErrUnsafe, u.opt.MaxBytes, name)
+	}
+	if err := u.mkdirs(path.Dir(name)); err != nil {
+		return err
+	}
+	p := filepath.Join(u.root, filepath.FromSlash(name))
+	var err error
+	if hdr.Size <= SmallFile {
+		err = u.handSmall(ctx, hdr, name, p, mode, r)
+	} else {
+		err = u.writeLarge(ctx, hdr, name, p, mode, r)
+	}
+	if err != nil {
+		return err
+	}
+	u.mu.Lock()
+	u.stats.Files++
+	u.stats.Bytes += hdr.Size
+	u.mu.Unlock()
+	return nil
+}
+
+// handSmall reads a small file whole into a buffer and hands it to the writers.
+func (u *unpacker) handSmall(ctx context.Context, hdr *tar.Header, name, p string, mode os.FileMode, r io.Reader) error {
+	buf, err := u.bufs.get(ctx)
+	if err != nil {
+		return err
+	}
+	n, err := io.ReadFull(r, (*buf)[:hdr.Size])
+	if err != nil {
+		u.bufs.put(buf)
+		return fmt.Errorf("reading %s: %w", name, err)
+	}
+	select {
+	case u.jobs <- writeJob{name: name, path: p, mode: mode, mtime: hdr.ModTime, buf: buf, n: n}:
+		return nil
+	case <-ctx.Done():
+		u.bufs.put(buf)
+		return context.Cause(ctx)
+	}
+}
+
+// writeLarge writes a file larger than SmallFile as it streams from r.
+func (u *unpacker) writeLarge(ctx context.Context, hdr *tar.Header, name, p string, mode os.FileMode, r io.Reader) error {
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, mode|0o200)
+	if err != nil {
+		return fmt.Errorf("%w: writing %s: %w", ErrUnsafe, name, err)
+	}
+	buf, err := u.bufs.get(ctx)
+	if err != nil {
+		f.Close()
+		return err
+	}
+	n, err := io.CopyBuffer(onlyWriter{f}, io.LimitReader(r, hdr.Size), *buf)
+	u.bufs.put(buf)
+	if err == nil && n != hdr.Size {
+		err = io.ErrUnexpectedEOF
+	}
+	if err = finishFile(f, err, mode, hdr.ModTime); err != nil {
+		return fmt.Errorf("writing %s: %w", name, err)
+	}
+	return nil
+}
+
+// linkEntry makes the symbolic link name to target, once checkLink allowed it.
+func (u *unpacker) linkEntry(name, target string) error {
+	if err := checkLink(name, target, u.opt.AllowLink); err != nil {
+		return fmt.Errorf("%w: %w", ErrUnsafe, err)
+	}
+	if err := u.mkdirs(path.Dir(name)); err != nil {
+		return err
+	}
+	if err := os.Symlink(target, filepath.Join(u.root, filepath.FromSlash(name))); err != nil {
+		return fmt.Errorf("%w: linking %s: %w", ErrUnsafe, name, err)
+	}
+	u.mu.Lock()
+	u.stats.Links++
+	u.mu.Unlock()
+	return nil
 }
 
 // mkdirs makes the folder name (slash path) and its parents under root; a parent that is

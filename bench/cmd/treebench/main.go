@@ -6,6 +6,8 @@
 //
 //	treebench pack TREE LAYERS-DIR
 //	treebench unpack LAYERS-DIR DEST
+//
+// TREEBENCH_WRITERS sets the unpack's writers (treepack.UnpackOptions.Writers).
 package main
 
 import (
@@ -14,6 +16,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/sglprov/sglprov/pkg/cache"
@@ -56,7 +59,13 @@ func run(args []string) error {
 		if err := json.Unmarshal(b, &layers); err != nil {
 			return err
 		}
-		st, err := treepack.Unpack(ctx, treepack.Dir(args[1]), layers, args[2], treepack.UnpackOptions{})
+		var opt treepack.UnpackOptions
+		if v := os.Getenv("TREEBENCH_WRITERS"); v != "" {
+			if opt.Writers, err = strconv.Atoi(v); err != nil {
+				return fmt.Errorf("TREEBENCH_WRITERS=%s: %w", v, err)
+			}
+		}
+		st, err := treepack.Unpack(ctx, treepack.Dir(args[1]), layers, args[2], opt)
 		if err != nil {
 			return err
 		}

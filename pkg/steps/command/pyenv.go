@@ -226,3 +226,8 @@ func publishEnv(ctx context.Context, env *engine.Env, slot engine.CacheSlot, pyt
 	env.Detail("pyenv_pushed", a.Digest)
 	return a.Digest, nil
 }
+
+// PublishesAfterGate implements engine.AfterGatePublisher: a Python step's environment
+// and lock are pushed only once a gate that needs the step passed, so that an environment
+// whose server failed its gate never reaches another node.
+func (s *Step) PublishesAfterGate() bool { return PipInstall(s.spec.Argv) }

@@ -104,3 +104,25 @@ func TestLockedStepReadsTheLockAsARecipeFile(t *testing.T) {
 		t.Fatal("reading a FIFO as the lock waits for a writer")
 	}
 }
+
+// TestPipStepPublishesAfterGate: a pip step's environment and lock wait for the gate
+// (engine.AfterGatePublisher); a venv step's record and any other command do not.
+func TestPipStepPublishesAfterGate(t *testing.T) {
+	for _, c := range []struct {
+		argv []string
+		want bool
+	}{
+		{[]string{"/opt/venv/bin/python", "-m", "pip", "install", "torch"}, true},
+		{[]string{"python3", "-m", "venv", "/opt/venv"}, false},
+		{[]string{"sh", "-c", "true"}, false},
+	} {
+		s, err := Kind().New("x", &Spec{Argv: c.argv})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, ok := s.(engine.AfterGatePublisher)
+		if !ok || p.PublishesAfterGate() != c.want {
+			t.Errorf("%v: an AfterGatePublisher %v, publishes after the gate %v; want %v", c.argv, ok, ok && p.PublishesAfterGate(), c.want)
+		}
+	}
+}

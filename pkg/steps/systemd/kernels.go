@@ -2,6 +2,11 @@ package systemd
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"os/user"
+	"sort"
+	"strconv"
 
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/kcache"
@@ -43,4 +48,42 @@ func (s *Step) RunCached(ctx context.Context, env *engine.Env, slot engine.Cache
 		}
 	}
 	return s.Run(ctx, env)
+}
+
+// kernelCacheDirs makes the generation's kernel cache folders that the unit's environment
+// names with profile (kcache.Env: the variables the recipe does not point elsewhere),
+// before the server starts: with a service user (the step's user, not root) each is 0750
+// and the user's, a cache just pulled included, so that the server can write the
+// kernels it compiles. Nothing without a generation, and nothing offline (the image's
+// users are not this host's).
+func (s *Step) kernelCacheDirs(env *engine.Env, profile string) error {
+	if env.Generation == nil || env.Generation.Dir == "" || env.Offline {
+		return nil
+	}
+	d, err := s.data(env, profile)
+	if err != nil {
+		return err
+	}
+	dir := kcache.Dir(env.Generation.Dir)
+	var subs []string
+	for k, v := range kcache.Env(dir) {
+		if d.Env[k] == v {
+			subs = append(subs, kcache.Vars[k])
+		}
+	}
+	sort.Strings(subs)
+	uid, gid := -1, -1
+	if s.spec.User != "" && s.spec.User != "root" && os.Geteuid() == 0 {
+		u, err := user.Lookup(s.spec.User)
+		if err != nil {
+			return fmt.Errorf("looking up the service user %q for the kernel caches: %w", s.spec.User, err)
+		}
+		if uid, err = strconv.Atoi(u.Uid); err != nil {
+			return fmt.Errorf("looking up the service user %q: uid %q: %w", s.spec.User, u.Uid, err)
+		}
+		if gid, err = strconv.Atoi(u.Gid); err != nil {
+			return fmt.Errorf("looking up the service user %q: gid %q: %w", s.spec.User, u.Gid, err)
+		}
+	}
+	return kcache.Prepare(env.Path(dir), subs, uid, gid)
 }

@@ -246,6 +246,9 @@ func (s *Step) Run(ctx context.Context, env *engine.Env) error {
 	if err := s.checkUnit(env, m); err != nil {
 		return err
 	}
+	if err := s.kernelCacheDirs(env, p); err != nil {
+		return err
+	}
 	if env.Gated && m.Kind() != service.KindOffline {
 		unit, err := s.render(env, p)
 		if err != nil {
