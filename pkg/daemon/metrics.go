@@ -42,6 +42,7 @@ type Metrics struct {
 	serverRestarts gaugeVec
 	remediation    counterVec
 	hooks          counterVec
+	reloadFails    counterVec
 	health         gaugeVec
 	ready          gaugeVec
 	reboot         gaugeVec
@@ -135,6 +136,7 @@ func newMetrics(daemon bool) *Metrics {
 	m.restarts = cv("service_restarts_total", "Service restarts the daemon made after repeated canary failures.")
 	m.serverRestarts = gv("server_restarts", "Times the exec supervisor restarted the model server after it died, since the daemon's last apply started it.")
 	m.remediation = cv("remediation_total", "Rungs of the remediation ladder climbed, by rung and result (ok, failed, skipped).", "rung", "result")
+	m.reloadFails = cv("recipe_reload_failures_total", "SIGHUPs whose recipe did not load: the daemon went on with what it ran.")
 	m.hooks = cv("hook_runs_total", "Drain and undrain hooks run, by hook and result (ok, failed).", "hook", "result")
 	m.health = gv("node_health", "1 for the node's current health state, 0 for the others.", "state")
 	m.ready = gv("ready", "1 once the first gate of the daemon passed (what /readyz answers).")

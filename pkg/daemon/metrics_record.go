@@ -136,6 +136,14 @@ func (r *recipeMetrics) incRestarts() {
 	}
 }
 
+// RecipeReloadFailed counts a SIGHUP whose recipe did not load (the daemon went on with
+// what it ran).
+func (m *Metrics) RecipeReloadFailed(recipe string) {
+	if m != nil && m.daemon {
+		m.reloadFails.WithLabelValues(recipe).Inc()
+	}
+}
+
 // SetServerRestarts records how many times the service manager restarted recipe's model
 // server after it died (the exec supervisor's count since the daemon's last apply).
 func (m *Metrics) SetServerRestarts(recipe string, n int) {

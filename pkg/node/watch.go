@@ -96,7 +96,7 @@ func (n *Recipe) Watch(ctx context.Context, rec *recipe.Recipe, w WatchSettings)
 		FailuresBeforeRestart: w.Failures,
 		MaxRestarts:           w.Restarts,
 		Recipe:                r,
-		Reapply:               n.ReloadOnHangup(ctx, w.Log),
+		Reapply:               n.ReloadOnHangup(ctx, w.Log, func() { w.Metrics.RecipeReloadFailed(r) }),
 		Inputs:                n.Inputs,
 		Hook:                  n.Hook(w.Log),
 		Metrics:               w.Metrics,
@@ -169,8 +169,8 @@ func (n *Recipe) Canary(timeout time.Duration, logger *log.Logger, stderr io.Wri
 
 // ReloadOnHangup makes SIGHUP re-read the recipe, as daemons do, never end the daemon: a
 // recipe that loads is applied at once (the channel delivers), one that does not is
-// logged and the daemon goes on with what it runs.
-func (n *Recipe) ReloadOnHangup(ctx context.Context, logger *log.Logger) <-chan string {
+// logged, counted with failed (nil: not counted), and the daemon goes on with what it runs.
+func (n *Recipe) ReloadOnHangup(ctx context.Context, logger *log.Logger, failed func()) <-chan string {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	out := make(chan string, 1)
@@ -184,6 +184,9 @@ func (n *Recipe) ReloadOnHangup(ctx context.Context, logger *log.Logger) <-chan 
 			}
 			if _, err := n.Load(); err != nil {
 				logger.Error("SIGHUP: the recipe does not load; the node keeps what it runs", "recipe_file", n.File, "err", err)
+				if failed != nil {
+					failed()
+				}
 				continue
 			}
 			logger.Info("SIGHUP: the recipe was re-read", "recipe_file", n.File)
