@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -124,8 +125,12 @@ func runCompletion(ctx context.Context, stdio IO, args []string) error {
 	if fs.NArg() != 1 {
 		return usageError("completion", "give one shell: bash, zsh or fish")
 	}
-	if err := clidoc.Completion(stdio.Stdout, fs.Arg(0), doc(describeAll(stdio))); err != nil {
+	err := clidoc.Completion(stdio.Stdout, fs.Arg(0), doc(describeAll(stdio)))
+	if errors.Is(err, clidoc.ErrUnknownShell) {
 		return usageError("completion", err.Error())
+	}
+	if err != nil {
+		return fmt.Errorf("writing the %s completion script: %w", fs.Arg(0), err)
 	}
 	return nil
 }

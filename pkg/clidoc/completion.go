@@ -1,6 +1,7 @@
 package clidoc
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"sort"
@@ -27,8 +28,11 @@ func Completion(w io.Writer, shell string, d Doc) error {
 	case "fish":
 		return writeFish(w, d.Commands)
 	}
-	return fmt.Errorf("unknown shell %q: want bash, zsh or fish", shell)
+	return fmt.Errorf("%w %q: want bash, zsh or fish", ErrUnknownShell, shell)
 }
+
+// ErrUnknownShell is Completion's error for a shell it writes no script for.
+var ErrUnknownShell = errors.New("unknown shell")
 
 // valueKind says how to complete a flag's value: "file", "dir", "choice" or "" (free).
 func valueKind(f Flag) string {

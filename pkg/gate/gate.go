@@ -321,6 +321,16 @@ func shortErr(err error) string {
 	return err.Error()
 }
 
+// RedactErr returns err's text without the URL a url.Error names (it may hold a key): a
+// URL parse error's reason, a request's transport error.
+func RedactErr(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err.Error()
+	}
+	return err.Error()
+}
+
 // ownServer checks that the server that got ready is the recipe's: /v1/models lists the
 // served model name and /get_model_info reports the model path, when the config names
 // them. It fills res.Model (the name sent with each request) and returns why the server

@@ -74,7 +74,7 @@ func AwaitHead(env *engine.Env, poll time.Duration) func(ctx context.Context, cf
 					"rank", n.Rank, "head", gate.RedactURL(head), "status", status.Code)
 				return nil
 			default:
-				last = "its API does not answer (" + redactErr(err) + ")"
+				last = "its API does not answer (" + gate.RedactErr(err) + ")"
 			}
 			now := time.Now()
 			if !now.Before(deadline) {

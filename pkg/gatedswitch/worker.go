@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	neturl "net/url"
 	"os"
 	"slices"
 	"strings"
@@ -167,7 +166,7 @@ func sameLaunch(ctx context.Context, env *engine.Env, head string, args []string
 	}
 	info, err := multinode.ServerInfo(ctx, &http.Client{Timeout: timeout}, head)
 	if err != nil {
-		env.Log.Warn("the head's arguments cannot be read; not compared with this node's", "head", gate.RedactURL(head), "err", redactErr(err))
+		env.Log.Warn("the head's arguments cannot be read; not compared with this node's", "head", gate.RedactURL(head), "err", gate.RedactErr(err))
 		return nil
 	}
 	if d := multinode.Differences(info, args); len(d) > 0 {
@@ -209,11 +208,11 @@ func ownHealth(ctx context.Context, base string, timeout time.Duration) error {
 	u := strings.TrimRight(base, "/") + "/health"
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
-		return fmt.Errorf("asking its /health: %s", redactErr(err))
+		return fmt.Errorf("asking its /health: %s", gate.RedactErr(err))
 	}
 	resp, err := (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Do(req)
 	if err != nil {
-		return fmt.Errorf("its /health at %s does not answer: %s", gate.RedactURL(u), redactErr(err))
+		return fmt.Errorf("its /health at %s does not answer: %s", gate.RedactURL(u), gate.RedactErr(err))
 	}
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
@@ -221,13 +220,4 @@ func ownHealth(ctx context.Context, base string, timeout time.Duration) error {
 		return fmt.Errorf("its /health at %s answers HTTP %d", gate.RedactURL(u), resp.StatusCode)
 	}
 	return nil
-}
-
-// redactErr returns a URL parse error's reason without the URL (which may hold a key).
-func redactErr(err error) string {
-	var ue *neturl.Error
-	if errors.As(err, &ue) {
-		return ue.Err.Error()
-	}
-	return err.Error()
 }

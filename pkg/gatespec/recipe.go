@@ -1,13 +1,13 @@
 package gatespec
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	neturl "net/url"
 	"strings"
 
 	"github.com/sglprov/sglprov/pkg/exitcode"
+	"github.com/sglprov/sglprov/pkg/gate"
 	"github.com/sglprov/sglprov/pkg/recipe"
 )
 
@@ -87,7 +87,7 @@ func HeadURL(url string, n *recipe.NodesConfig) (string, error) {
 	}
 	u, err := neturl.Parse(url)
 	if err != nil {
-		return "", fmt.Errorf("%w: the smoke url is not a URL (%s): give http://HOST:PORT", exitcode.ErrUsage, redactErr(err))
+		return "", fmt.Errorf("%w: the smoke url is not a URL (%s): give http://HOST:PORT", exitcode.ErrUsage, gate.RedactErr(err))
 	}
 	port := u.Port()
 	if port == "" {
@@ -98,13 +98,4 @@ func HeadURL(url string, n *recipe.NodesConfig) (string, error) {
 	}
 	u.Host = net.JoinHostPort(n.HeadHost, port)
 	return u.String(), nil
-}
-
-// redactErr returns a URL parse error's reason without the URL (which may hold a key).
-func redactErr(err error) string {
-	var ue *neturl.Error
-	if errors.As(err, &ue) {
-		return ue.Err.Error()
-	}
-	return err.Error()
 }

@@ -15,10 +15,12 @@ import (
 
 // Deps are what the node's operations build their work with: the constructors of a
 // command's factory (the command layer's Factory makes them; a test puts fakes in) and
-// where the operations write. A nil constructor is the real one.
+// where the operations write. A nil constructor is the real one, but for LoadRecipe and
+// Registry, which every caller gives: the recipe's parser needs the step kinds, and the
+// node layer reaches them only through the registry its caller hands it.
 type Deps struct {
 	// LoadRecipe checks a recipe file's permissions (unless insecure) and parses it with
-	// its --set values.
+	// its --set values; required (Recipe.Load says so without it).
 	LoadRecipe func(path string, sets []string, insecure bool) (*recipe.Recipe, error)
 	// DetectFacts reads the host's GPU facts (gpu.Detect with Getenv when nil).
 	DetectFacts func(ctx context.Context) (*gpu.Facts, error)
@@ -32,7 +34,8 @@ type Deps struct {
 	// Lock takes a state dir's lock, SharedLock takes it shared (engine.AcquireLock and
 	// engine.AcquireSharedLock when nil).
 	Lock, SharedLock func(dir string) (*engine.Lock, error)
-	// Registry lists the step kinds; Builtin holds the files shipped in the binary.
+	// Registry lists the step kinds (required: an engine without it knows no step);
+	// Builtin holds the files shipped in the binary.
 	Registry engine.Registry
 	Builtin  fs.FS
 	// Getenv reads the environment (nil: nothing is set).

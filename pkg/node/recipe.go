@@ -42,7 +42,8 @@ type Recipe struct {
 	Kept *Kept
 }
 
-// realDeps are the real constructors, no output: the dependencies of a Recipe given none.
+// realDeps are the real constructors, no output: the dependencies of a Recipe given none
+// (which can then load no recipe: Deps.LoadRecipe and Deps.Registry are the caller's).
 var realDeps = &Deps{}
 
 // deps are n's dependencies (the real constructors when none were given).

@@ -329,7 +329,7 @@ func (u *unpacker) layer(ctx context.Context, src Source, l cache.File) error {
 		if err != nil {
 			return u.readErr(lctx, l, err)
 		}
-		if err := u.entry(lctx, hdr, tr); err != nil {
+		if err := u.entry(lctx, l.Name, hdr, tr); err != nil {
 			if errors.Is(err, ErrUnsafe) {
 				return fmt.Errorf("layer %s: %w", l.Name, err)
 			}
@@ -367,8 +367,8 @@ func (c *countReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// entry writes one tar entry under root.
-func (u *unpacker) entry(ctx context.Context, hdr *tar.Header, r io.Reader) error {
+// entry writes one tar entry of the layer named layer under root.
+func (u *unpacker) entry(ctx context.Context, layer string, hdr *tar.Header, r io.Reader) error {
 	name := hdr.Name
 	if hdr.Typeflag == tar.TypeDir {
 		name = path.Clean(name)
@@ -384,7 +384,7 @@ func (u *unpacker) entry(ctx context.Context, hdr *tar.Header, r io.Reader) erro
 	case tar.TypeDir:
 		return u.dirEntry(name, mode)
 	case tar.TypeReg:
-		return u.fileEntry(ctx, hdr, name, mode, r)
+		return u.fileEntry(ctx, layer, hdr, name, mode, r)
 	case tar.TypeSymlink:
 		return u.linkEntry(name, hdr.Linkname)
 	default:
@@ -406,7 +406,7 @@ func (u *unpacker) dirEntry(name string, mode os.FileMode) error {
 
 // fileEntry writes the regular file name from r: one of up to SmallFile bytes is read
 // whole and handed to the writers, a larger one written as it streams.
-func (u *unpacker) fileEntry(ctx context.Context, hdr *tar.Header, name string, mode os.FileMode, r io.Reader) error {
+func (u *unpacker) fileEntry(ctx context.Context, layer string, hdr *tar.Header, name string, mode os.FileMode, r io.Reader) error {
 	if hdr.Size < 0 || u.bytes.Add(hdr.Size) > u.opt.MaxBytes {
 		return fmt.Errorf("%w: the files exceed %d bytes (%s)", ErrUnsafe, u.opt.MaxBytes, name)
 	}
@@ -416,7 +416,7 @@ func (u *unpacker) fileEntry(ctx context.Context, hdr *tar.Header, name string, 
 	p := filepath.Join(u.root, filepath.FromSlash(name))
 	var err error
 	if hdr.Size <= SmallFile {
-		err = u.handSmall(ctx, hdr, name, p, mode, r)
+		err = u.handSmall(ctx, layer, hdr, name, p, mode, r)
 	} else {
 		err = u.writeLarge(ctx, hdr, name, p, mode, r)
 	}
@@ -431,7 +431,7 @@ func (u *unpacker) fileEntry(ctx context.Context, hdr *tar.Header, name string, 
 }
 
 // handSmall reads a small file whole into a buffer and hands it to the writers.
-func (u *unpacker) handSmall(ctx context.Context, hdr *tar.Header, name, p string, mode os.FileMode, r io.Reader) error {
+func (u *unpacker) handSmall(ctx context.Context, layer string, hdr *tar.Header, name, p string, mode os.FileMode, r io.Reader) error {
 	buf, err := u.bufs.get(ctx)
 	if err != nil {
 		return err
@@ -442,7 +442,7 @@ func (u *unpacker) handSmall(ctx context.Context, hdr *tar.Header, name, p strin
 		return fmt.Errorf("reading %s: %w", name, err)
 	}
 	select {
-	case u.jobs <- writeJob{name: name, path: p, mode: mode, mtime: hdr.ModTime, buf: buf, n: n}:
+	case u.jobs <- writeJob{layer: layer, name: name, path: p, mode: mode, mtime: hdr.ModTime, buf: buf, n: n}:
 		return nil
 	case <-ctx.Done():
 		u.bufs.put(buf)

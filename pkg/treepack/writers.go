@@ -75,6 +75,7 @@ func (b *bufs) put(p *[]byte) { b.free <- p }
 
 // writeJob is one small file for a writer: its bytes in a pooled buffer.
 type writeJob struct {
+	layer string // the layer it came from, for errors
 	name  string // slash path, for errors
 	path  string
 	mode  os.FileMode
@@ -89,7 +90,7 @@ func (u *unpacker) writer(ctx context.Context, cancel context.CancelCauseFunc) {
 	for j := range u.jobs {
 		if ctx.Err() == nil {
 			if err := writeFile(j.path, (*j.buf)[:j.n], j.mode, j.mtime); err != nil {
-				cancel(fmt.Errorf("writing %s: %w", j.name, err))
+				cancel(fmt.Errorf("layer %s: writing %s: %w", j.layer, j.name, err))
 			}
 		}
 		u.bufs.put(j.buf)
