@@ -80,8 +80,8 @@ steps:
 
 // TestBuildEngineKeepsShortHost: the engine's inputs are the command's flags and the
 // factory's facts; what building it found of the host comes back beside it, not in the
-// flags' struct: a host that falls short gets its engine and its problems from buildEngine
-// (plan shows them), and an exit-4 error from newEngine (apply).
+// flags' struct: a host that falls short gets its engine and its problems from
+// node.Recipe.BuildEngine (plan shows them), and an exit-4 error from Recipe.Engine (apply).
 func TestBuildEngineKeepsShortHost(t *testing.T) {
 	dir := t.TempDir()
 	path := writeRecipe(t, dir, `apiVersion: sglprov/v1

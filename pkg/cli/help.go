@@ -9,7 +9,9 @@ import (
 
 	"github.com/sglprov/sglprov/pkg/buildinfo"
 	"github.com/sglprov/sglprov/pkg/clidoc"
+	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/exitcode"
+	"github.com/sglprov/sglprov/pkg/gpuclaim"
 )
 
 // summary is the one line that says what sglprov is.
@@ -32,6 +34,8 @@ var exitCodes = []clidoc.ExitCode{
 var environment = []clidoc.Variable{
 	{Name: "SGLPROV_STATE_DIR", Meaning: "the default of --state-dir (else " + DefaultStateDir + ")"},
 	{Name: "SGLPROV_GPU_FIXTURE", Meaning: "a JSON file that describes the host's GPUs in place of NVML"},
+	{Name: "SGLPROV_GPU_CLAIMS_DIR", Meaning: "the node-wide folder of GPU claims, which recipe serves on which GPUs (else " + gpuclaim.NodeClaimsDir + ")"},
+	{Name: "SGLPROV_STATE_DIRS_DIR", Meaning: "the node-wide registry of state dirs, which remove and gc read (else " + engine.NodeStateDirsDir + ")"},
 	{Name: "HF_TOKEN", Meaning: "the Hugging Face hub token (never logged)"},
 	{Name: "HF_ENDPOINT", Meaning: "the Hugging Face hub's URL"},
 }

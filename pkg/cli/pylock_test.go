@@ -37,7 +37,7 @@ steps:
 }
 
 // TestLockCommandAndLockedApply: node A's apply runs a pip step against a real package
-// index; `sglprov lock` writes the lock of what it installed (the wheels' sha256s as the
+// index; `sglprov pylock` writes the lock of what it installed (the wheels' sha256s as the
 // index served them) next to the recipe. A newer beta is published; node B, whose recipe
 // names the lock, installs the locked beta 1.0, and a wheel at the locked URL with other
 // bytes fails the step with both digests named.
@@ -314,7 +314,7 @@ func TestLockFileFIFORefusedAtOnce(t *testing.T) {
 }
 
 // TestLockRefusesWhatItCannotLock: after a real pip install from the index, `sglprov
-// lock` refuses an environment where beta's dist-info is a symbolic link (Python still
+// pylock` refuses an environment where beta's dist-info is a symbolic link (Python still
 // finds beta installed through it) and one holding a distribution whose METADATA names
 // the project "a -r /etc/passwd", naming each; it writes no lock that leaves beta out or
 // carries the forged name.

@@ -69,12 +69,6 @@ func (c *gpuCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// gpuFault is what the daemon knows of the GPUs going wrong under a serving node: a new
-// uncorrectable ECC error, a pending remap or a failed one, or an Xid after which the GPU
-// needs a reset, since the daemon started watching. It returns the reason ("" when the
-// GPUs are fine) and keeps it while its cause lasts: an ECC fault until the volatile count
-// and the remap state are clear again (a GPU reset), an Xid until the daemon restarts
-// (after the reset or reboot its fix needs).
 // eccOnly asks fitness.Check for its ecc check alone.
 var eccOnly = recipe.GPURequirements{ECC: recipe.PolicyRefuse, PCIeLink: recipe.PolicyIgnore, MIG: recipe.PolicyWarn, Busy: recipe.PolicyIgnore,
 	Clocks: recipe.PolicyIgnore, Xid: recipe.PolicyIgnore, P2P: recipe.PolicyIgnore}
@@ -84,6 +78,12 @@ type noProcs struct{}
 
 func (noProcs) Describe(uint32) (string, string) { return "", "" }
 
+// gpuFault is what the daemon knows of the GPUs going wrong under a serving node: a new
+// uncorrectable ECC error, a pending remap or a failed one, or an Xid after which the GPU
+// needs a reset, since the daemon started watching. It returns the reason ("" when the
+// GPUs are fine) and keeps it while its cause lasts: an ECC fault until the volatile count
+// and the remap state are clear again (a GPU reset), an Xid until the daemon restarts
+// (after the reset or reboot its fix needs).
 type gpuFault struct {
 	last *gpu.Facts
 	xid  []string

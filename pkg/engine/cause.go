@@ -8,9 +8,9 @@ import (
 	"github.com/sglprov/sglprov/pkg/exitcode"
 )
 
-// causeRE finds a line that says what went wrong: git's "fatal: ...", pip's "ERROR: ...",
-// Python's "RuntimeError: ...", at the start of the line (strong), or a compiler's
-// "x.cu(12): error: ..." anywhere in it (weak). makeRE is make's own summary of a failed
+// strongCauseRE and weakCauseRE find a line that says what went wrong: git's "fatal: ...",
+// pip's "ERROR: ...", Python's "RuntimeError: ...", at the start of the line (strong), or a
+// compiler's "x.cu(12): error: ..." anywhere in it (weak). makeRE is make's own summary of a failed
 // rule ("make: *** [all] Error 1"), never the cause.
 var (
 	strongCauseRE = regexp.MustCompile(`^(?i:fatal|error|[a-z.]*error|[a-z.]*exception)\b`)

@@ -43,7 +43,7 @@ type fakeSpec struct {
 	// owns it (as the download step owns the files it wrote).
 	Weights string `yaml:"weights"`
 	// Promotes makes the step report, as the smoke step's switch does once it promoted a
-	// unit (smoke.RunSwitch), that the unit of this run's generation now serves.
+	// unit (gatedswitch.RunSwitch), that the unit of this run's generation now serves.
 	Promotes bool `yaml:"promotes"`
 	// Gate makes the step a gate (engine.Gate), as the smoke step is.
 	Gate bool `yaml:"gate"`

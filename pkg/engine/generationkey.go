@@ -162,7 +162,7 @@ func openGenerations(opts Options, facts map[string]any) (*genState, map[string]
 	return g, withGeneration(facts, g.info.Dir), nil
 }
 
-// adoptGenerationRecords puts the records kept with the run's generation in place of the
+// adoptRecords puts the records kept with the run's generation in place of the
 // state's, for the generation steps whose record is of another generation: going back to
 // a generation that is still kept builds nothing again.
 func (g *genState) adoptRecords(st *State) {

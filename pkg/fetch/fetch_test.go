@@ -58,7 +58,7 @@ func partSide(dest, rel string) string {
 	return s
 }
 
-// assertClean fails if dir holds anything but the named files.
+// assertOnly fails if dir holds anything but the named files.
 func assertOnly(t *testing.T, dir string, names ...string) {
 	t.Helper()
 	want := map[string]bool{}

@@ -12,6 +12,7 @@ import (
 	"time"
 )
 
+// answer is the verdict on one answer of a case: what the case's verdict needs of it, and
 // never the answer itself.
 type answer struct {
 	pass      bool

@@ -8,7 +8,8 @@ import (
 	"time"
 )
 
-// questions), prefix-cache pairs, or a sweep (accuracy).
+// runCase runs one case: one request, several at once (load, samples, generated
+// questions, a needle's contexts), prefix-cache pairs, a soak, or a sweep (accuracy).
 func runCase(ctx context.Context, cfg Config, model string, k Case, qs []Question) CaseResult {
 	if k.Accuracy != nil {
 		return runAccuracy(ctx, cfg, model, k, qs)

@@ -1,8 +1,9 @@
-// Package node holds the operations on a node's service that the command layer and the
-// daemon share: gate the server as it runs, move the service to its next candidate
-// profile, put an earlier generation back, and record what a change left serving. Each
-// works on an engine (the service step it built) and the recipe's gate; the caller holds
-// the node (the state dir's lock) and makes the engine.
+// Package node is the application layer: the node's operations that the commands and the
+// daemon call, as methods of Recipe over one Deps (Apply, Plan, Validate, Rollback, Remove,
+// GC, PythonLock, Watch); the lease of the state dir's lock (Lease); the engine of the
+// daemon's last apply, kept open (Kept); and the rungs' operations on a service: gate the
+// server as it runs, move the service to its next candidate profile, put an earlier
+// generation back, and record what a change left serving.
 package node
 
 import (

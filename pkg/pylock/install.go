@@ -21,7 +21,7 @@ type MismatchError struct {
 }
 
 func (e *MismatchError) Error() string {
-	return fmt.Sprintf("wheel %s: its sha256 is %s, the lock says %s (a wheel that differs from the lock is refused; make the lock again with `sglprov lock -f RECIPE` if the new one is wanted)", e.Wheel, e.Got, e.Want)
+	return fmt.Sprintf("wheel %s: its sha256 is %s, the lock says %s (a wheel that differs from the lock is refused; make the lock again with `sglprov pylock -f RECIPE` if the new one is wanted)", e.Wheel, e.Got, e.Want)
 }
 
 // VerifyWheels checks that dir holds every wheel of l with the lock's sha256. It returns

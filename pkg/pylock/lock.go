@@ -112,16 +112,16 @@ func Parse(b []byte, what string) (*Lock, error) {
 		return nil, fmt.Errorf("the lock %s is %d bytes, more than %d", what, len(b), maxLock)
 	}
 	if err := checkJSON(b); err != nil {
-		return nil, fmt.Errorf("reading the lock %s: %w (write it with `sglprov lock -f RECIPE`)", what, err)
+		return nil, fmt.Errorf("reading the lock %s: %w (write it with `sglprov pylock -f RECIPE`)", what, err)
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	var l Lock
 	if err := dec.Decode(&l); err != nil {
-		return nil, fmt.Errorf("reading the lock %s: %w (write it with `sglprov lock -f RECIPE`)", what, err)
+		return nil, fmt.Errorf("reading the lock %s: %w (write it with `sglprov pylock -f RECIPE`)", what, err)
 	}
 	if err := l.Validate(what); err != nil {
-		return nil, fmt.Errorf("%w (fix the entry, or write the lock again with `sglprov lock -f RECIPE`)", err)
+		return nil, fmt.Errorf("%w (fix the entry, or write the lock again with `sglprov pylock -f RECIPE`)", err)
 	}
 	return &l, nil
 }

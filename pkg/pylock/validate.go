@@ -219,7 +219,7 @@ func (x Local) check() error {
 // twice and a wheel file two packages name. what names the lock in errors.
 func (l *Lock) Validate(what string) error {
 	if l.Version != Version {
-		return fmt.Errorf("the lock %s has version %d; this sglprov reads version %d (write it again with `sglprov lock -f RECIPE`)", what, l.Version, Version)
+		return fmt.Errorf("the lock %s has version %d; this sglprov reads version %d (write it again with `sglprov pylock -f RECIPE`)", what, l.Version, Version)
 	}
 	names, wheels := map[string]bool{}, map[string]string{}
 	for i, p := range l.Packages {

@@ -62,7 +62,7 @@ func Verify(ctx context.Context, site string, l *Lock, before Snapshot) error {
 			return fmt.Errorf("the lock names %s %s (%s), but the environment %s holds no %s after the locked install", p.Name, p.Version, p.Wheel, site, p.Name)
 		}
 		if d.egg || !SameVersion(d.version, p.Version) {
-			return fmt.Errorf("the lock names %s %s (%s), but the environment holds %s %s (%s) after the locked install: the wheel installed is not the lock's; check the wheel at %s, or make the lock again with `sglprov lock -f RECIPE` if the new one is wanted",
+			return fmt.Errorf("the lock names %s %s (%s), but the environment holds %s %s (%s) after the locked install: the wheel installed is not the lock's; check the wheel at %s, or make the lock again with `sglprov pylock -f RECIPE` if the new one is wanted",
 				p.Name, p.Version, p.Wheel, d.name, d.version, filepath.Join(site, d.dir), orDash(p.URL))
 		}
 		if err := checkDirectURL(site, d, p); err != nil {

@@ -121,7 +121,7 @@ var fieldDocs = map[string]string{
 	"github.com/sglprov/sglprov/pkg/recipe.ProfileMatch.ComputeCapability":    "ComputeCapability is an exact capability (\"12.0\") or a range (\">=9.0,<10.0\").",
 	"github.com/sglprov/sglprov/pkg/recipe.ProfileMatch.GPUCounts":            "GPUCounts, when set, lists the GPU counts the profile is for (a layout such as --tp 4 --dp-size 2 that needs exactly 8 GPUs).",
 	"github.com/sglprov/sglprov/pkg/recipe.ProfileMatch.Quantization":         "Quantization is the server's --quantization value, e.g. \"modelopt_fp4\": it is compared with the --quantization arg in the service step's args (not read from the model). A step whose profiles all want another quantization than its args give is the recipe's fault (exit 2).",
-	"github.com/sglprov/sglprov/pkg/recipe.Python.Lock":                       "Lock is the lock file (JSON, as `sglprov lock -f RECIPE` writes it), relative to the recipe's folder.",
+	"github.com/sglprov/sglprov/pkg/recipe.Python.Lock":                       "Lock is the lock file (JSON, as `sglprov pylock -f RECIPE` writes it), relative to the recipe's folder.",
 	"github.com/sglprov/sglprov/pkg/recipe.Requirements.CUDA":                 "CUDA is a version range for the CUDA version the driver supports, e.g. \">=12.8\".",
 	"github.com/sglprov/sglprov/pkg/recipe.Requirements.Driver":               "Driver is a version range for the NVIDIA driver, e.g. \">=575\".",
 	"github.com/sglprov/sglprov/pkg/recipe.Requirements.GPU":                  "GPU is what every GPU of the host must have, and how many there must be.",

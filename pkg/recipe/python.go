@@ -13,7 +13,7 @@ import (
 // its editable folders (-e), and its fingerprint is the lock's digest, not its argv's
 // requirements.
 type Python struct {
-	// Lock is the lock file (JSON, as `sglprov lock -f RECIPE` writes it), relative to the
+	// Lock is the lock file (JSON, as `sglprov pylock -f RECIPE` writes it), relative to the
 	// recipe's folder.
 	Lock string `yaml:"lock" json:"lock"`
 }
@@ -26,7 +26,7 @@ func (p *parser) parsePython(n *yaml.Node, r *Recipe) {
 	}
 	switch {
 	case strings.TrimSpace(py.Lock) == "":
-		p.addf(nodeAt(n, "lock"), "python.lock", "python.lock is required: the lock file `sglprov lock -f RECIPE` writes (e.g. python.lock.json)")
+		p.addf(nodeAt(n, "lock"), "python.lock", "python.lock is required: the lock file `sglprov pylock -f RECIPE` writes (e.g. python.lock.json)")
 		return
 	case strings.Contains(py.Lock, "{{"):
 		p.addf(nodeAt(n, "lock"), "python.lock", "python.lock is a file name, not a template")

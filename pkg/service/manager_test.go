@@ -254,7 +254,7 @@ func TestSystemdInstallAndState(t *testing.T) {
 	}
 }
 
-// execUnit writes a unit running script under sh and returns the exec manager.
+// execTest writes a unit running script under sh and returns the exec manager.
 func execTest(t *testing.T, opts ExecOptions) (*Exec, string) {
 	t.Helper()
 	dir := t.TempDir()

@@ -100,13 +100,13 @@ type record struct {
 	Result Result `json:"result"`
 }
 
-// gpus is the number of ranks: the spec's, or every GPU of the host.
 // OfflineSkip is why the check does not run under --root: it runs a program on this host's
 // GPUs, which are not the root's.
 func (s *Step) OfflineSkip() string {
 	return "offline (--root): the all-reduce check runs a program on this host's GPUs; not run"
 }
 
+// gpus is the number of ranks: the spec's, or every GPU of the host.
 func (s *Step) gpus(env *engine.Env) int {
 	if s.spec.GPUs > 0 {
 		return s.spec.GPUs

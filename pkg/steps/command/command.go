@@ -53,7 +53,7 @@ type record struct {
 	// Created maps each path of creates to the sha256 of the file ("dir" for a directory).
 	Created map[string]string `json:"created"`
 	// Python and PipReport are a Python step's interpreter and the report its pip wrote
-	// (unlocked steps only): `sglprov lock` reads them.
+	// (unlocked steps only): `sglprov pylock` reads them.
 	Python    string `json:"python,omitempty"`
 	PipReport string `json:"pip_report,omitempty"`
 	// VenvDeferred is set for a venv step that left its folder to the Python steps (the

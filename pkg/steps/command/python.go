@@ -24,7 +24,7 @@ func PipInstall(argv []string) bool {
 }
 
 // ReportPath is where a Python step's pip writes its installation report (PIP_REPORT):
-// what `sglprov lock` reads the wheels' digests from. Each recipe has a folder of its own:
+// what `sglprov pylock` reads the wheels' digests from. Each recipe has a folder of its own:
 // two recipes in one state dir may name their steps alike.
 func ReportPath(stateDir, recipe, step string) string {
 	return filepath.Join(stateDir, "python", recipe, step+".report.json")
@@ -281,7 +281,7 @@ func modTime(p string) time.Time {
 func readLock(env *engine.Env) (*pylock.Lock, error) {
 	l, err := parseLockFile(env)
 	if err != nil {
-		return nil, fmt.Errorf("python.lock: %w (write it with `sglprov lock -f RECIPE` on a node whose Python steps ran against the index, or drop python.lock from the recipe): %w", err, exitcode.ErrUsage)
+		return nil, fmt.Errorf("python.lock: %w (write it with `sglprov pylock -f RECIPE` on a node whose Python steps ran against the index, or drop python.lock from the recipe): %w", err, exitcode.ErrUsage)
 	}
 	return l, nil
 }

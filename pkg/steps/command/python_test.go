@@ -30,7 +30,7 @@ func TestLockedStepRefusesABadLock(t *testing.T) {
 			os.WriteFile(env.PythonLock, []byte(content), 0o644)
 		}
 		err := pip.(engine.Checker).Check(env)
-		if !errors.Is(err, exitcode.ErrUsage) || !strings.Contains(err.Error(), "sglprov lock -f RECIPE") {
+		if !errors.Is(err, exitcode.ErrUsage) || !strings.Contains(err.Error(), "sglprov pylock -f RECIPE") {
 			t.Errorf("%s lock, Check: %v; want a usage error with the fix", name, err)
 		}
 		if _, err := pip.Fingerprint(context.Background(), env); !errors.Is(err, exitcode.ErrUsage) {
