@@ -412,16 +412,15 @@ func (pl *planner) decided(ctx context.Context, v *vertex, env *Env, ps *Planned
 	pinned := ""
 	if looked != nil && ps.FromCache == "" && looked.err == nil && len(upstream) > 0 {
 		// Its needs have not made its tree yet: the artifact may be there under the key
-		// of what they are pinned to.
+		// of what they are pinned to. Else the registry answered, but this step's key
+		// includes what its needs make: apply asks again, with the key they leave, once
+		// they ran.
 		if pinnedLook := pl.e.planPinned(ctx, v, d.Parts, pl.planned); pinnedLook != nil {
 			looked, ps.FromCache, pinned = pinnedLook, pinnedLook.a.Digest, pinnedNote(v)
+		} else {
+			ps.CacheNote = fmt.Sprintf("the fleet cache %s has no artifact for it yet; apply asks again once %s ran (its key includes what they make)",
+				pl.e.opts.Cache, strings.Join(upstream, ", "))
 		}
-	}
-	if looked != nil && ps.FromCache == "" && looked.err == nil && len(upstream) > 0 {
-		// The registry answered, but this step's key includes what its needs
-		// make: apply asks again, with the key they leave, once they ran.
-		ps.CacheNote = fmt.Sprintf("the fleet cache %s has no artifact for it yet; apply asks again once %s ran (its key includes what they make)",
-			pl.e.opts.Cache, strings.Join(upstream, ", "))
 	}
 	switch {
 	case ps.FromCache != "":

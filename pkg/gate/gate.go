@@ -311,14 +311,10 @@ func auth(req *http.Request, cfg Config) {
 
 // shortErr describes a transport error without the request line Go's url.Error adds.
 func shortErr(err error) string {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		err = ue.Err
-	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		return "timed out"
 	}
-	return err.Error()
+	return RedactErr(err)
 }
 
 // RedactErr returns err's text without the URL a url.Error names (it may hold a key): a
