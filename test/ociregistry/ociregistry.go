@@ -248,11 +248,6 @@ func StartWith(dir string, opt Options) (*Registry, error) {
 			return nil, err
 		}
 	}
-	port, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	if err := os.MkdirAll(filepath.Join(dir, "storage"), 0o755); err != nil {
 		return nil, err
 	}
@@ -266,8 +261,44 @@ func StartWith(dir string, opt Options) (*Registry, error) {
 			return nil, err
 		}
 	}
+	// The port is free when it is picked and taken by the registry a moment later:
+	// another process may take it in between (tests run side by side, and some start
+	// registries of their own). The registry then fails to listen while the other server
+	// answers /v2/; each registry's answers carry a header of its own, so that a port
+	// another server holds is seen, and another port is tried.
+	var lastErr error
+	for range 5 {
+		r, err := startOnce(dir, bin, opt)
+		if err == nil {
+			return r, nil
+		}
+		lastErr = err
+		if !errors.Is(err, errPortTaken) {
+			return nil, err
+		}
+	}
+	return nil, lastErr
+}
+
+// errPortTaken: another server answered on the port the registry was to listen on.
+var errPortTaken = errors.New("another server holds the registry's port")
+
+// identHeader is the header whose value tells a registry this package started from
+// another server on the same port.
+const identHeader = "X-Sglprov-Test-Registry"
+
+// startOnce starts the registry on a free port and waits until it answers /v2/ with its
+// own identity header.
+func startOnce(dir string, bin Executable, opt Options) (*Registry, error) {
+	port, err := pickPort()
+	if err != nil {
+		return nil, err
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	ident := fmt.Sprintf("%d-%d", os.Getpid(), time.Now().UnixNano())
 	cfg := filepath.Join(dir, "config.yml")
-	if err := os.WriteFile(cfg, []byte(Config(dir, addr, opt)), 0o644); err != nil {
+	conf := Config(dir, addr, opt) + fmt.Sprintf("  headers:\n    %s: [%q]\n", identHeader, ident)
+	if err := os.WriteFile(cfg, []byte(conf), 0o644); err != nil {
 		return nil, err
 	}
 	logf, err := os.Create(filepath.Join(dir, "registry.log"))
@@ -293,6 +324,10 @@ func StartWith(dir string, opt Options) (*Registry, error) {
 		resp, err := http.DefaultClient.Do(req)
 		if err == nil {
 			resp.Body.Close()
+			if resp.Header.Get(identHeader) != ident {
+				r.Stop()
+				return nil, fmt.Errorf("%s on %s: %w", bin, addr, errPortTaken)
+			}
 			if resp.StatusCode == http.StatusOK || (opt.Htpasswd != "" || opt.Token != nil) && resp.StatusCode == http.StatusUnauthorized {
 				return r, nil
 			}
@@ -300,6 +335,9 @@ func StartWith(dir string, opt Options) (*Registry, error) {
 		select {
 		case <-r.done:
 			b, _ := os.ReadFile(filepath.Join(dir, "registry.log"))
+			if strings.Contains(string(b), "address already in use") {
+				return nil, fmt.Errorf("%s on %s: %w", bin, addr, errPortTaken)
+			}
 			return nil, fmt.Errorf("%s exited before it answered: %s", bin, strings.TrimSpace(string(b)))
 		case <-ctx.Done():
 			r.Stop()
@@ -359,6 +397,9 @@ func (r *Registry) Stop() {
 		<-r.done
 	}
 }
+
+// pickPort is freePort; a test makes it return a port another server holds.
+var pickPort = freePort
 
 func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")

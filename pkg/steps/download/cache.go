@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -107,6 +109,9 @@ func (s *Step) fetchFromCache(ctx context.Context, env *engine.Env, c cache.Cach
 	inReg, rest, gaveUp, err := askCache(ctx, env, c, todo)
 	if err != nil {
 		return nil, nil, 0, err
+	}
+	if len(rest) > 0 && gaveUp == nil {
+		env.Log.Warn("the registry lacks files of this step; fetching them from the origin", "files", len(rest), "names", fileNames(rest, 5), "cache", c.String())
 	}
 	if len(inReg) == 0 {
 		return rest, nil, 0, nil
@@ -234,6 +239,13 @@ func (s *Step) originEntries(ctx context.Context, env *engine.Env, listing *cach
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
+		if unreachable(err) {
+			// The hub's host did not answer for the whole network budget: fetching the
+			// files from that same host would wait out another budget (no_progress_timeout)
+			// before failing the same way.
+			return nil, fmt.Errorf("%d files the cache lacks (%s) must come from the hub, which could not be reached within network.retry_for: %w",
+				len(todo), fileNames(todo, 5), err)
+		}
 		env.Log.Warn("cannot read the origin's listing; fetching from the origin with the cache's", "err", redact.Error(err))
 		return todo, nil
 	}
@@ -254,6 +266,27 @@ func (s *Step) originEntries(ctx context.Context, env *engine.Env, listing *cach
 		out = append(out, fetch.File{URL: o.URL, Path: o.Path, Size: o.Size, SHA256: o.SHA256, GitSHA1: o.GitSHA1})
 	}
 	return out, nil
+}
+
+// unreachable reports whether err is a connection that could not be made (refused, no
+// route, a name that does not resolve), as against an answer the server gave.
+func unreachable(err error) bool {
+	var op *net.OpError
+	var dns *net.DNSError
+	return errors.As(err, &op) && op.Op == "dial" || errors.As(err, &dns)
+}
+
+// fileNames names up to n of files' paths, and how many more there are.
+func fileNames(files []fetch.File, n int) string {
+	var names []string
+	for i, f := range files {
+		if i == n {
+			names = append(names, fmt.Sprintf("and %d more", len(files)-n))
+			break
+		}
+		names = append(names, f.Path)
+	}
+	return strings.Join(names, ", ")
 }
 
 // recordResults records each verified file of results (files are what was asked) in rec,

@@ -345,3 +345,77 @@ func TestCacheListingWithAWrongSize(t *testing.T) {
 		})
 	}
 }
+
+// TestCacheLacksAFileAndTheHubIsDown: the registry holds the listing but not one file's
+// blob, and the hub does not answer: the step fails once the network budget is spent,
+// naming the file and the budget, not after a second budget of no_progress_timeout on
+// the same dead host.
+func TestCacheLacksAFileAndTheHubIsDown(t *testing.T) {
+	ctx := context.Background()
+	reg := ociregistry.StartT(t)
+	fx := newFixture(t, fakehub.Options{})
+	repoRef := reg.Addr + "/fleet/weights"
+	pusher, err := cache.New(cache.Config{Repository: repoRef, Push: true}, cache.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slot := engine.CacheSlot{Cache: pusher, Tag: strings.Repeat("0e", 32)}
+	spec := fx.hfSpec(fx.hub.Commit())
+	spec.StallTimeout, spec.NoProgressTimeout = "60s", "10m"
+	a := fx.step(t, spec, nil)
+	if err := a.RunCached(ctx, fx.env, slot); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Publish(ctx, fx.env, slot); err != nil {
+		t.Fatal(err)
+	}
+	// The registry loses one shard's blob; the hub goes away.
+	shard := "model-00003-of-00003.safetensors"
+	b, err := os.ReadFile(filepath.Join(fx.src, shard))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(b)
+	hexsum := hex.EncodeToString(sum[:])
+	if err := os.RemoveAll(filepath.Join(reg.Dir, "storage", "docker", "registry", "v2", "blobs", "sha256", hexsum[:2], hexsum)); err != nil {
+		t.Fatal(err)
+	}
+	fx.hub.Close()
+
+	dir := t.TempDir()
+	log := &syncBuffer{}
+	env := engine.NewTestEnv(dir, log)
+	env.StepName = "weights"
+	env.NetworkRetryFor = time.Second
+	specB := spec
+	specB.Dest = filepath.Join(dir, "models", "m")
+	puller, err := cache.New(cache.Config{Repository: repoRef}, cache.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := fx.step(t, specB, nil)
+	st.retryWait = 100 * time.Millisecond
+	start := time.Now()
+	err = st.RunCached(ctx, env, engine.CacheSlot{Cache: puller, Tag: slot.Tag})
+	if err == nil {
+		t.Fatalf("node B succeeded without the shard's bytes\n%s", log)
+	}
+	if took := time.Since(start); took > time.Minute {
+		t.Errorf("node B failed after %s with a 1s network budget: a second budget was waited out", took)
+	}
+	for _, want := range []string{shard, "network.retry_for", "connection refused"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the error does not name %q: %v", want, err)
+		}
+	}
+	if !strings.Contains(log.String(), "the registry lacks files of this step") {
+		t.Errorf("the log does not say the registry lacks a file:\n%s", log)
+	}
+	// What the registry held is in place and verified: a later run fetches only the shard.
+	for _, name := range []string{"model-00001-of-00003.safetensors", "config.json"} {
+		want, _ := os.ReadFile(filepath.Join(fx.src, name))
+		if got, err := os.ReadFile(filepath.Join(specB.Dest, name)); err != nil || !bytes.Equal(got, want) {
+			t.Errorf("%s not taken from the registry (%v)", name, err)
+		}
+	}
+}
