@@ -244,7 +244,7 @@ func (s *Step) originEntries(ctx context.Context, env *engine.Env, listing *cach
 			// files from that same host would wait out another budget (no_progress_timeout)
 			// before failing the same way.
 			return nil, fmt.Errorf("%d files the cache lacks (%s) must come from the hub, which could not be reached within network.retry_for: %w",
-				len(todo), fileNames(todo, 5), err)
+				len(todo), fileNames(todo, 5), redact.Error(err))
 		}
 		env.Log.Warn("cannot read the origin's listing; fetching from the origin with the cache's", "err", redact.Error(err))
 		return todo, nil
