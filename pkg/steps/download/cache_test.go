@@ -26,17 +26,7 @@ import (
 // for everything.
 func TestFleetCache(t *testing.T) {
 	ctx := context.Background()
-	reg := ociregistry.StartT(t)
-	fx := newFixture(t, fakehub.Options{})
-	repoRef := reg.Addr + "/fleet/weights"
-	pusher, err := cache.New(cache.Config{Repository: repoRef, Push: true}, cache.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	puller, err := cache.New(cache.Config{Repository: repoRef}, cache.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg, fx, pusher, puller := fleetFixture(t)
 	fingerprint := strings.Repeat("0f", 32)
 	spec := fx.hfSpec(fx.hub.Commit())
 	// The test counts the bytes the origin serves: on a loaded machine a slow registry
@@ -352,13 +342,7 @@ func TestCacheListingWithAWrongSize(t *testing.T) {
 // the same dead host.
 func TestCacheLacksAFileAndTheHubIsDown(t *testing.T) {
 	ctx := context.Background()
-	reg := ociregistry.StartT(t)
-	fx := newFixture(t, fakehub.Options{})
-	repoRef := reg.Addr + "/fleet/weights"
-	pusher, err := cache.New(cache.Config{Repository: repoRef, Push: true}, cache.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg, fx, pusher, puller := fleetFixture(t)
 	slot := engine.CacheSlot{Cache: pusher, Tag: strings.Repeat("0e", 32)}
 	spec := fx.hfSpec(fx.hub.Commit())
 	spec.StallTimeout, spec.NoProgressTimeout = "60s", "10m"
@@ -389,10 +373,6 @@ func TestCacheLacksAFileAndTheHubIsDown(t *testing.T) {
 	env.NetworkRetryFor = time.Second
 	specB := spec
 	specB.Dest = filepath.Join(dir, "models", "m")
-	puller, err := cache.New(cache.Config{Repository: repoRef}, cache.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	st := fx.step(t, specB, nil)
 	st.retryWait = 100 * time.Millisecond
 	start := time.Now()
@@ -418,4 +398,22 @@ func TestCacheLacksAFileAndTheHubIsDown(t *testing.T) {
 			t.Errorf("%s not taken from the registry (%v)", name, err)
 		}
 	}
+}
+
+// fleetFixture starts a registry and a fake hub's fixture, and returns the registry, the
+// fixture and a pushing and a pulling cache on one repository of it.
+func fleetFixture(t *testing.T) (*ociregistry.Registry, *fixture, *cache.Registry, *cache.Registry) {
+	t.Helper()
+	reg := ociregistry.StartT(t)
+	fx := newFixture(t, fakehub.Options{})
+	repoRef := reg.Addr + "/fleet/weights"
+	pusher, err := cache.New(cache.Config{Repository: repoRef, Push: true}, cache.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	puller, err := cache.New(cache.Config{Repository: repoRef}, cache.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reg, fx, pusher, puller
 }

@@ -9,13 +9,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sglprov/sglprov/pkg/cache"
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/exitcode"
 	"github.com/sglprov/sglprov/pkg/fetch"
 	"github.com/sglprov/sglprov/pkg/recipe"
 	"github.com/sglprov/sglprov/test/fakehub"
-	"github.com/sglprov/sglprov/test/ociregistry"
 )
 
 // TestPreflightPlanText: plan's line for a hub download says the bytes still to fetch
@@ -94,17 +92,7 @@ func formatLike(n int64) string {
 // and exclude do not fit, it asks the hub, and that is "unknown".
 func TestPreflightFromCache(t *testing.T) {
 	ctx := context.Background()
-	reg := ociregistry.StartT(t)
-	fx := newFixture(t, fakehub.Options{})
-	repoRef := reg.Addr + "/fleet/weights"
-	pusher, err := cache.New(cache.Config{Repository: repoRef, Push: true}, cache.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	puller, err := cache.New(cache.Config{Repository: repoRef}, cache.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, fx, pusher, puller := fleetFixture(t)
 	fingerprint := strings.Repeat("0f", 32)
 	spec := fx.hfSpec(fx.hub.Commit())
 
