@@ -225,15 +225,7 @@ func TestFilesDownloadWithACache(t *testing.T) {
 	body := bytes.Repeat([]byte("w"), 40<<10)
 	writeSrc(t, src, map[string][]byte{"w.bin": body})
 	srv := fileServer(t, src, nil)
-	repoRef := reg.Addr + "/fleet/files"
-	pusher, err := cache.New(cache.Config{Repository: repoRef, Push: true}, cache.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	puller, err := cache.New(cache.Config{Repository: repoRef}, cache.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	pusher, puller := cachePair(t, reg.Addr+"/fleet/files")
 	tag := strings.Repeat("1f", 32)
 	node := func() (*engine.Env, Spec, *syncBuffer) {
 		dir := t.TempDir()
@@ -405,15 +397,20 @@ func TestCacheLacksAFileAndTheHubIsDown(t *testing.T) {
 func fleetFixture(t *testing.T) (*ociregistry.Registry, *fixture, *cache.Registry, *cache.Registry) {
 	t.Helper()
 	reg := ociregistry.StartT(t)
-	fx := newFixture(t, fakehub.Options{})
-	repoRef := reg.Addr + "/fleet/weights"
+	pusher, puller := cachePair(t, reg.Addr+"/fleet/weights")
+	return reg, newFixture(t, fakehub.Options{}), pusher, puller
+}
+
+// cachePair returns a pushing and a pulling cache on the repository repoRef.
+func cachePair(t *testing.T, repoRef string) (pusher, puller *cache.Registry) {
+	t.Helper()
 	pusher, err := cache.New(cache.Config{Repository: repoRef, Push: true}, cache.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	puller, err := cache.New(cache.Config{Repository: repoRef}, cache.Options{})
+	puller, err = cache.New(cache.Config{Repository: repoRef}, cache.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return reg, fx, pusher, puller
+	return pusher, puller
 }
