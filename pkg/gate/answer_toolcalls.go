@@ -60,12 +60,8 @@ func (j *jsonReader) toolCall(resp *chatResponse, fail func(msg string)) error {
 		if key != "function" {
 			return j.skip(nil)
 		}
-		c, err := j.peek()
-		if err != nil {
+		if ok, err := j.nextIs('{'); !ok {
 			return err
-		}
-		if c != '{' {
-			return j.skip(nil)
 		}
 		return j.function(resp, &call, &argsKind, &argsRaw)
 	})

@@ -84,12 +84,9 @@ func (j *jsonReader) count() (int64, bool, error) {
 
 // usage reads an OpenAI usage object.
 func (j *jsonReader) usage(resp *chatResponse) error {
-	c, err := j.peek()
-	if err != nil {
+	ok, err := j.nextIs('{')
+	if !ok {
 		return err
-	}
-	if c != '{' {
-		return j.skip(nil)
 	}
 	u := &usage{}
 	resp.usage = u
@@ -105,12 +102,8 @@ func (j *jsonReader) usage(resp *chatResponse) error {
 			u.total, u.hasTotal, err = j.count()
 			return err
 		case "prompt_tokens_details":
-			c, err := j.peek()
-			if err != nil {
+			if ok, err := j.nextIs('{'); !ok {
 				return err
-			}
-			if c != '{' {
-				return j.skip(nil)
 			}
 			return j.object(func(key string) error {
 				if key != "cached_tokens" {
@@ -127,29 +120,19 @@ func (j *jsonReader) usage(resp *chatResponse) error {
 // logprobs reads a choice's logprobs: the chat shape ({"content": [{"logprob": ...}]})
 // or the completions shape ({"token_logprobs": [...]}).
 func (j *jsonReader) logprobs(l *logprobStats) error {
-	c, err := j.peek()
-	if err != nil {
+	if ok, err := j.nextIs('{'); !ok {
 		return err
-	}
-	if c != '{' {
-		return j.skip(nil)
 	}
 	l.present = true
 	return j.object(func(key string) error {
 		switch key {
 		case "content":
-			if c, err := j.peek(); err != nil || c != '[' {
-				if err != nil {
-					return err
-				}
-				return j.skip(nil)
+			if ok, err := j.nextIs('['); !ok {
+				return err
 			}
 			return j.array(func(int) error {
-				if c, err := j.peek(); err != nil || c != '{' {
-					if err != nil {
-						return err
-					}
-					return j.skip(nil)
+				if ok, err := j.nextIs('{'); !ok {
+					return err
 				}
 				return j.object(func(key string) error {
 					if key != "logprob" {
@@ -171,38 +154,34 @@ func (j *jsonReader) logprobs(l *logprobStats) error {
 
 // literalList reads a list of literals, calling fn with each.
 func (j *jsonReader) literalList(fn func(lit string)) error {
-	c, err := j.peek()
-	if err != nil {
+	if ok, err := j.nextIs('['); !ok {
 		return err
 	}
-	if c != '[' {
-		return j.skip(nil)
-	}
-	return j.array(func(int) error {
-		c, err := j.peek()
+	return j.array(func(int) error { return j.numberOr(fn) })
+}
+
+// numberOr reads a literal (a number, or true, false, null) and calls fn with it; an
+// object, a list or a string is skipped.
+func (j *jsonReader) numberOr(fn func(lit string)) error {
+	if c, err := j.peek(); err != nil || c == '{' || c == '[' || c == '"' {
 		if err != nil {
 			return err
 		}
-		if c == '{' || c == '[' || c == '"' {
-			return j.skip(nil)
-		}
-		lit, err := j.number()
-		if err == nil {
-			fn(lit)
-		}
-		return err
-	})
+		return j.skip(nil)
+	}
+	lit, err := j.number()
+	if err == nil {
+		fn(lit)
+	}
+	return err
 }
 
 // metaInfo reads /generate's meta_info: finish_reason {"type", "matched"}, the token
 // counts, cached_tokens and output_token_logprobs ([[logprob, token id, text], ...]).
 func (j *jsonReader) metaInfo(resp *chatResponse) error {
-	c, err := j.peek()
-	if err != nil {
+	ok, err := j.nextIs('{')
+	if !ok {
 		return err
-	}
-	if c != '{' {
-		return j.skip(nil)
 	}
 	if resp.usage == nil {
 		resp.usage = &usage{}
@@ -231,12 +210,8 @@ func (j *jsonReader) metaInfo(resp *chatResponse) error {
 // metaFinish reads meta_info's finish_reason: {"type", "matched"}, matched kept when
 // it is a string.
 func (j *jsonReader) metaFinish(resp *chatResponse) error {
-	c, err := j.peek()
-	if err != nil {
+	if ok, err := j.nextIs('{'); !ok {
 		return err
-	}
-	if c != '{' {
-		return j.skip(nil)
 	}
 	return j.object(func(key string) error {
 		switch key {
@@ -265,42 +240,19 @@ func (j *jsonReader) metaFinish(resp *chatResponse) error {
 // metaLogprobs reads meta_info's output_token_logprobs, [[logprob, token id, text],
 // ...], keeping each entry's logprob.
 func (j *jsonReader) metaLogprobs(resp *chatResponse) error {
-	if c, err := j.peek(); err != nil || c != '[' {
-		if err != nil {
-			return err
-		}
-		return j.skip(nil)
+	if ok, err := j.nextIs('['); !ok {
+		return err
 	}
 	resp.logprobs.present = true
 	return j.array(func(int) error {
-		c, err := j.peek()
-		if err != nil {
+		if ok, err := j.nextIs('['); !ok {
 			return err
-		}
-		if c != '[' {
-			return j.skip(nil)
 		}
 		return j.array(func(i int) error {
 			if i != 0 {
 				return j.skip(nil)
 			}
-			return j.metaLogprob(resp)
+			return j.numberOr(func(lit string) { resp.logprobs.add(lit, resp.logprobs.n) })
 		})
 	})
-}
-
-// metaLogprob reads the logprob of one output_token_logprobs entry, skipping a value
-// that is not a number.
-func (j *jsonReader) metaLogprob(resp *chatResponse) error {
-	if c, err := j.peek(); err != nil || c == '{' || c == '[' || c == '"' {
-		if err != nil {
-			return err
-		}
-		return j.skip(nil)
-	}
-	lit, err := j.number()
-	if err == nil {
-		resp.logprobs.add(lit, resp.logprobs.n)
-	}
-	return err
 }

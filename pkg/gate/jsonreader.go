@@ -67,6 +67,19 @@ func (j *jsonReader) next() (byte, error) {
 	return c, err
 }
 
+// nextIs reports whether the next value starts with c ('{' an object, '[' a list). A
+// value that does not is skipped, and nextIs returns false with the skip's error.
+func (j *jsonReader) nextIs(c byte) (bool, error) {
+	got, err := j.peek()
+	if err != nil {
+		return false, err
+	}
+	if got != c {
+		return false, j.skip(nil)
+	}
+	return true, nil
+}
+
 func (j *jsonReader) enter() error {
 	j.depth++
 	if j.depth > maxDepth {
