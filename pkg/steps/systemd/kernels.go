@@ -60,14 +60,14 @@ func (s *Step) kernelCacheDirs(env *engine.Env, profile string) error {
 	if env.Generation == nil || env.Generation.Dir == "" || env.Offline {
 		return nil
 	}
-	d, err := s.data(env, profile)
-	if err != nil {
-		return err
-	}
+	// The recipe's own environment decides which variables point into the generation
+	// (kernelCacheEnv); the unit's other variables come from the host's probes, which
+	// the unit's rendering runs.
+	own := s.ownEnv(env, profile)
 	dir := kcache.Dir(env.Generation.Dir)
 	var subs []string
 	for k, v := range kcache.Env(dir) {
-		if d.Env[k] == v {
+		if o, set := own[k]; !set || o == v {
 			subs = append(subs, kcache.Vars[k])
 		}
 	}
