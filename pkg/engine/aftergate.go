@@ -61,9 +61,9 @@ func (e *Engine) gatesOf(v *vertex) []*vertex {
 }
 
 // publishOrDefer is publish, held until a gate passed for a step that is an
-// AfterGatePublisher and that a gate needs. ran is whether the step ran in this run (its
-// record then names the artifact it pushed).
-func (e *Engine) publishOrDefer(ctx context.Context, v *vertex, env *Env, slot CacheSlot, res *StepReport, ran bool) {
+// AfterGatePublisher and that a gate needs. A step that ran in this run (ResultOK, not
+// skipped) has its record name the artifact it pushed.
+func (e *Engine) publishOrDefer(ctx context.Context, v *vertex, env *Env, slot CacheSlot, res *StepReport) {
 	p, ok := v.impl.(AfterGatePublisher)
 	if !ok || !p.PublishesAfterGate() || slot.Cache == nil || slot.Tag == "" || !slot.Cache.CanPush() || res.FromCache != "" {
 		e.publish(ctx, v, env, slot, res)
@@ -79,7 +79,7 @@ func (e *Engine) publishOrDefer(ctx context.Context, v *vertex, env *Env, slot C
 		// the gate that let it through.
 		penv := e.env(v, gateEnv.Out, gateEnv.LogPath)
 		e.publish(ctx, v, penv, slot, res)
-		if ran && res.Pushed != "" {
+		if res.Result == ResultOK && res.Pushed != "" {
 			digest := res.Pushed
 			e.record(v.step.Name, func(r *StepRecord) {
 				if r.Result == ResultOK {

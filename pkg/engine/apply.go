@@ -198,7 +198,7 @@ func (e *Engine) runVertex(ctx context.Context, v *vertex, sem chan struct{}, ru
 	if !dec.Run {
 		v.res.Result = ResultSkipped
 		e.log.Info("skipped", "step", v.step.Name, "reason", dec.Reason)
-		e.publishOrDefer(ctx, v, denv, CacheSlot{Cache: e.opts.Cache, Tag: dec.Fingerprint, parts: dec.Parts}, v.res, false)
+		e.publishOrDefer(ctx, v, denv, CacheSlot{Cache: e.opts.Cache, Tag: dec.Fingerprint, parts: dec.Parts}, v.res)
 		return
 	}
 	e.runStep(ctx, v, runDir, ran, dec)
@@ -310,7 +310,7 @@ func (e *Engine) settle(ctx context.Context, v *vertex, env *Env, runDir string,
 			res.FromCache = a.digest
 		}
 		slot.parts = dec.Parts
-		e.publishOrDefer(ctx, v, env, slot, res, true)
+		e.publishOrDefer(ctx, v, env, slot, res)
 		e.gatePassed(v, env)
 	case ctx.Err() != nil:
 		res.Result, res.err = ResultInterrupted, fmt.Errorf("interrupted: %w", runErr)

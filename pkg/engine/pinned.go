@@ -24,19 +24,23 @@ type NeedsMade interface {
 // unknown). "" for a step that is no NeedsMade, has no needs, or a need whose parts are
 // unknown.
 func (e *Engine) pinnedKey(v *vertex, parts map[string]string, partsOf func(step string) map[string]string) string {
-	nm, ok := v.impl.(NeedsMade)
-	if !ok || len(v.needs) == 0 || parts == nil {
+	if _, ok := v.impl.(NeedsMade); !ok || len(v.needs) == 0 || parts == nil {
 		return ""
 	}
-	return pinnedOf(v, parts, nm.MadeByNeeds(), partsOf)
+	return pinnedOf(v, parts, partsOf)
 }
 
-// pinnedOf is pinnedKey's recursion: a step's parts less made, and its needs' keys.
-func pinnedOf(v *vertex, parts map[string]string, made []string, partsOf func(string) map[string]string) string {
+// pinnedOf is pinnedKey's recursion: a step's parts less those its needs make, and its
+// needs' keys.
+func pinnedOf(v *vertex, parts map[string]string, partsOf func(string) map[string]string) string {
+	var made []string
+	if nm, ok := v.impl.(NeedsMade); ok {
+		made = nm.MadeByNeeds()
+	}
 	key := map[string]string{"pinned": "1"}
-	for k, v := range parts {
+	for k, val := range parts {
 		if !slices.Contains(made, k) {
-			key[k] = v
+			key[k] = val
 		}
 	}
 	for _, d := range v.needs {
@@ -44,11 +48,7 @@ func pinnedOf(v *vertex, parts map[string]string, made []string, partsOf func(st
 		if dp == nil {
 			return ""
 		}
-		var dmade []string
-		if nm, ok := d.impl.(NeedsMade); ok {
-			dmade = nm.MadeByNeeds()
-		}
-		k := pinnedOf(d, dp, dmade, partsOf)
+		k := pinnedOf(d, dp, partsOf)
 		if k == "" {
 			return ""
 		}
