@@ -21,6 +21,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sglprov/sglprov/pkg/atomicfile"
 	"github.com/sglprov/sglprov/pkg/cache"
 )
 
@@ -211,7 +212,7 @@ func place(stage, dest, parent string) error {
 	if err := replace(stage, dest); err != nil {
 		return err
 	}
-	return syncDir(parent)
+	return atomicfile.SyncDir(parent)
 }
 
 // syncTree makes what was written under dir durable: one syncfs of its file system
@@ -223,19 +224,6 @@ func syncTree(dir string) error {
 	}
 	defer f.Close()
 	if err := unix.Syncfs(int(f.Fd())); err != nil {
-		return fmt.Errorf("syncing %s: %w", dir, err)
-	}
-	return nil
-}
-
-// syncDir fsyncs the folder dir (a rename in it).
-func syncDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	if err := f.Sync(); err != nil {
 		return fmt.Errorf("syncing %s: %w", dir, err)
 	}
 	return nil
