@@ -32,7 +32,7 @@ func parseApply(stdio IO, args []string) (*applyOptions, error) {
 // applyRun applies the recipe (node.Recipe.Apply, which prints the run's summary) and
 // writes the run's textfile.
 func applyRun(ctx context.Context, stdio IO, o *applyOptions) error {
-	n, err := o.node(stdio, nil, nil)
+	n, err := o.node(stdio)
 	if err != nil {
 		return err
 	}

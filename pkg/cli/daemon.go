@@ -59,7 +59,7 @@ func daemonRun(ctx context.Context, stdio IO, o *daemonOptions) error {
 	if err != nil {
 		return err
 	}
-	base, err := c.node(stdio, nil, nil)
+	base, err := c.node(stdio)
 	if err != nil {
 		return err
 	}

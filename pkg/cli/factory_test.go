@@ -95,7 +95,7 @@ steps:
 	f, _ := countingFacts(t, false)
 	stdio := IO{Stdin: strings.NewReader(""), Stdout: io.Discard, Stderr: io.Discard, Getenv: func(string) string { return "" }, Factory: f}
 	c := &recipeFlags{recipe: path, stateDir: filepath.Join(dir, "st"), logLevel: "info", logFormat: "text"}
-	n, err := c.node(stdio, nil, nil)
+	n, err := c.node(stdio)
 	if err != nil {
 		t.Fatal(err)
 	}

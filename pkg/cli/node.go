@@ -31,16 +31,15 @@ func (f *Factory) Deps(stdio IO) *node.Deps {
 }
 
 // node is c's recipe on the node as the node operations see it, built with stdio's
-// factory: its changes take the node through lease (nil: each takes the state dir's
-// lock), and kept (nil: none) keeps the engine of its last apply. A --log-format or
-// --log-level it does not know is a usage error.
-func (c *recipeFlags) node(stdio IO, lease *node.Lease, kept *node.Kept) (*node.Recipe, error) {
+// factory; each of its changes takes the state dir's lock. A --log-format or --log-level
+// it does not know is a usage error.
+func (c *recipeFlags) node(stdio IO) (*node.Recipe, error) {
 	newLogger, err := c.newLoggerFunc()
 	if err != nil {
 		return nil, err
 	}
 	n := c.unlogged(stdio)
-	n.NewLogger, n.Lease, n.Kept = newLogger, lease, kept
+	n.NewLogger = newLogger
 	return n, nil
 }
 

@@ -35,7 +35,7 @@ func parsePlan(stdio IO, args []string) (*planOptions, error) {
 // planRun plans the recipe (node.Recipe.Plan) and prints the plan; a refusal writes the
 // textfile.
 func planRun(ctx context.Context, stdio IO, o *planOptions) error {
-	n, err := o.node(stdio, nil, nil)
+	n, err := o.node(stdio)
 	if err != nil {
 		return err
 	}

@@ -39,7 +39,7 @@ func parseRollback(stdio IO, args []string) (*rollbackOptions, error) {
 // (or the one --to names), gated as a switch is (node.Recipe.Rollback), and says what
 // serves.
 func rollbackRun(ctx context.Context, stdio IO, o *rollbackOptions) error {
-	n, err := o.node(stdio, nil, nil)
+	n, err := o.node(stdio)
 	if err != nil {
 		return err
 	}

@@ -15,7 +15,6 @@ import (
 	"github.com/sglprov/sglprov/pkg/engine"
 	"github.com/sglprov/sglprov/pkg/gpu"
 	"github.com/sglprov/sglprov/pkg/recipe"
-	"github.com/sglprov/sglprov/pkg/service"
 )
 
 // Recipe is one recipe on the node as the operations see it: its file and --set values,
@@ -153,37 +152,21 @@ type Kept struct {
 	e  *engine.Engine
 }
 
-// ServerRestarts returns how many times the service manager of the kept engine's first
-// service step restarted its server after it died, when it counts them.
-func (k *Kept) ServerRestarts() (int, bool) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.e == nil {
-		return 0, false
-	}
-	return k.e.ServerRestarts()
-}
-
-// ServerExit returns the unit of the kept engine's first service step and how its server
-// last died, when its service manager keeps it.
-func (k *Kept) ServerExit() (string, service.Exit, bool) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.e == nil {
-		return "", service.Exit{}, false
-	}
-	return k.e.ServerExit()
-}
-
 // ServerDeaths is what the kept engine's service manager says of its server's deaths
-// (daemon.Options.Server): the restarts, and how the server last died.
+// (daemon.Options.Server): the restarts of its first service step's server, and how that
+// server last died, when the manager counts them; both read from one engine.
 func (k *Kept) ServerDeaths() (daemon.ServerDeaths, bool) {
-	n, ok := k.ServerRestarts()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.e == nil {
+		return daemon.ServerDeaths{}, false
+	}
+	n, ok := k.e.ServerRestarts()
 	if !ok {
 		return daemon.ServerDeaths{}, false
 	}
 	s := daemon.ServerDeaths{Restarts: n}
-	if unit, x, ok := k.ServerExit(); ok {
+	if unit, x, ok := k.e.ServerExit(); ok {
 		s.Unit, s.PID, s.Exit = unit, x.PID, x.Status
 	}
 	return s, true
